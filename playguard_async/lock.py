@@ -1,0 +1,424 @@
+"""The token lock: on one Marquee, never two reconcilers.
+
+A lock is one Redis key holding a record written at acquisition (a fresh uuid4 token and who holds
+it). Renew and release compare that exact record inside Lua, so a holder whose lease lapsed can
+neither extend nor delete the key of the holder that came after it. Each acquisition also increments
+a fence counter that outlives the lock, so each lease carries a number that grows strictly per name:
+a host that remembers the highest fence it has seen can refuse a write from an older lease.
+
+Uncertainty is loss: any error while renewing, including a Redis that does not answer in time,
+raises ``LockLost`` rather than letting work continue on a lease we cannot prove is ours.
+
+All keys of one name share the hash tag ``{name}``, so every script touches a single cluster slot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import json
+import os
+import socket
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+import structlog
+from redis.asyncio import Redis
+
+from playguard_async.aio import bounded, detached
+
+log = structlog.get_logger("playguard.lock")
+
+LossReason = Literal["expired", "stolen", "unreachable"]
+
+# KEYS[1] lock key, KEYS[2] fence counter. ARGV[1] holder record, ARGV[2] ttl in ms.
+# Returns the new fence (integer) when the lock was free, nil when someone holds it. The counter is
+# only incremented by a successful SET: while a lock is held, its fence equals the counter's value.
+ACQUIRE_SCRIPT = """
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+    return redis.call('INCR', KEYS[2])
+end
+return false
+"""
+
+# KEYS[1] lock key. ARGV[1] the holder record written at acquire, ARGV[2] ttl in ms.
+# Returns 1 when renewed, 0 when the key is gone, -1 when another record holds it.
+RENEW_SCRIPT = """
+local current = redis.call('GET', KEYS[1])
+if current == ARGV[1] then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    return 1
+end
+if current == false then
+    return 0
+end
+return -1
+"""
+
+# KEYS[1] lock key. ARGV[1] the holder record written at acquire.
+# Returns 1 when deleted, 0 when the key is gone, -1 when another record holds it.
+RELEASE_SCRIPT = """
+local current = redis.call('GET', KEYS[1])
+if current == ARGV[1] then
+    redis.call('DEL', KEYS[1])
+    return 1
+end
+if current == false then
+    return 0
+end
+return -1
+"""
+
+DEFAULT_TIMEOUT = 5.0
+"""Bound on every Redis round trip made by the lock, in seconds."""
+
+DEFAULT_DRIFT_FACTOR = 0.01
+"""Share of the ttl subtracted from a lease's deadline for clock-rate drift between us and Redis."""
+
+_DRIFT_FLOOR = 0.002
+
+
+class LockError(Exception):
+    """Base of the lock's own errors."""
+
+
+class LockLost(LockError):
+    """The lease can no longer be proven ours; no further guarded work may start.
+
+    ``reason`` is ``expired`` (the key is gone), ``stolen`` (another token holds it) or
+    ``unreachable`` (Redis did not answer correctly in time; the original error is chained).
+    """
+
+    def __init__(self, name: str, reason: LossReason) -> None:
+        super().__init__(f"lock {name!r} lost: {reason}")
+        self.name = name
+        self.reason: LossReason = reason
+
+
+class LockUnavailable(LockError):
+    """Redis could not be reached to acquire; whether the lock is free is unknown."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"lock {name!r}: Redis unavailable")
+        self.name = name
+
+
+class ReleaseResult(enum.Enum):
+    """What a release found; never an exception, so it cannot mask the error that ended the work."""
+
+    RELEASED = "released"
+    EXPIRED = "expired"
+    STOLEN = "stolen"
+    UNKNOWN = "unknown"
+
+
+def lock_key(name: str) -> str:
+    return f"playguard:{{{name}}}:lock"
+
+
+def fence_key(name: str) -> str:
+    return f"playguard:{{{name}}}:fence"
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """Who holds a lock, as operators read it from the lock key."""
+
+    token: str
+    replica: str
+    host: str
+    pid: int
+    acquired_at: str
+
+    def encode(self) -> str:
+        return json.dumps(
+            {
+                "token": self.token,
+                "replica": self.replica,
+                "host": self.host,
+                "pid": self.pid,
+                "acquired_at": self.acquired_at,
+            },
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def decode(cls, raw: str | bytes) -> Holder:
+        data = json.loads(raw)
+        return cls(
+            token=str(data["token"]),
+            replica=str(data["replica"]),
+            host=str(data["host"]),
+            pid=int(data["pid"]),
+            acquired_at=str(data["acquired_at"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class LockState:
+    """A held lock as seen by an operator: its holder, fence and time left."""
+
+    name: str
+    holder: Holder
+    fence: int
+    ttl_left: float
+
+
+def default_replica_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _ms(seconds: float) -> int:
+    return max(1, round(seconds * 1000))
+
+
+@dataclass(eq=False)
+class Lease:
+    """Proof, renewed phase after phase, that this process holds one lock.
+
+    ``deadline`` is on the ``time.monotonic()`` clock: the moment before the acquiring (or renewing)
+    command was sent, plus the ttl, minus the drift margin. Guarded work must be over by then.
+    """
+
+    lock: TokenLock
+    token: str
+    fence: int
+    deadline: float
+    record: str = field(repr=False)
+    _released: ReleaseResult | None = field(default=None, init=False, repr=False)
+
+    @property
+    def name(self) -> str:
+        return self.lock.name
+
+    def remaining(self) -> float:
+        """Seconds until ``deadline``; negative once it has passed."""
+        return self.deadline - time.monotonic()
+
+    async def renew(self) -> None:
+        """Put the ttl back to full, or raise ``LockLost``.
+
+        A mismatch, a missing key, a Redis error or a Redis that does not answer within the lock's
+        timeout all mean the same thing to the caller: stop, this lease is not provably ours.
+        """
+        if self._released is not None:
+            raise RuntimeError(f"lease on {self.name!r} was already released")
+        lock = self.lock
+        sent = time.monotonic()
+        try:
+            outcome = await bounded(
+                lock.timeout,
+                lock._renew_script(keys=[lock.key], args=[self.record, _ms(lock.ttl)]),
+            )
+        except Exception as exc:
+            log.warning(
+                "lock.lost", lock=self.name, fence=self.fence, reason="unreachable", error=repr(exc)
+            )
+            raise LockLost(self.name, "unreachable") from exc
+        if outcome == 1:
+            self.deadline = lock.deadline_from(sent)
+            log.debug(
+                "lock.renewed",
+                lock=self.name,
+                fence=self.fence,
+                headroom=round(self.deadline - time.monotonic(), 3),
+            )
+            return
+        reason: LossReason = "expired" if outcome == 0 else "stolen"
+        log.warning("lock.lost", lock=self.name, fence=self.fence, reason=reason)
+        raise LockLost(self.name, reason)
+
+    async def release(self) -> ReleaseResult:
+        """Delete the key if it still holds our record. Never raises an error.
+
+        The round trip runs in its own task, so cancelling the caller does not cancel the release:
+        the release finishes (bounded by the lock's timeout) and the cancellation still propagates.
+        A second call returns the first call's result without asking Redis again.
+        """
+        if self._released is not None:
+            return self._released
+        return await detached(self._release())
+
+    async def _release(self) -> ReleaseResult:
+        result = await self.lock.compare_and_delete(self.record)
+        self._released = result
+        log.info("lock.released", lock=self.name, fence=self.fence, result=result.value)
+        return result
+
+
+class TokenLock:
+    """A named lock in Redis taken with ``acquire()`` and held through a ``Lease``.
+
+    One TokenLock may hand out many leases over time; nothing about a lease is stored on the lock,
+    so concurrent tasks never share token state.
+    """
+
+    def __init__(
+        self,
+        redis: Redis,
+        name: str,
+        ttl: float = 900.0,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        drift_factor: float = DEFAULT_DRIFT_FACTOR,
+        replica: str | None = None,
+    ) -> None:
+        if ttl <= 0:
+            raise ValueError(f"lock {name!r}: ttl must be positive seconds, got {ttl!r}")
+        if timeout <= 0:
+            raise ValueError(f"lock {name!r}: timeout must be positive seconds, got {timeout!r}")
+        if not 0 <= drift_factor < 0.5:
+            raise ValueError(
+                f"lock {name!r}: drift_factor must be in [0, 0.5), got {drift_factor!r}"
+            )
+        self.redis = redis
+        self.name = name
+        self.ttl = ttl
+        self.timeout = timeout
+        self.drift = ttl * drift_factor + _DRIFT_FLOOR
+        self.replica = replica or default_replica_id()
+        self.key = lock_key(name)
+        self.fence_key = fence_key(name)
+        self._acquire_script = redis.register_script(ACQUIRE_SCRIPT)
+        self._renew_script = redis.register_script(RENEW_SCRIPT)
+        self._release_script = redis.register_script(RELEASE_SCRIPT)
+
+    def deadline_from(self, sent: float) -> float:
+        return sent + self.ttl - self.drift
+
+    def _new_record(self) -> tuple[str, str]:
+        token = str(uuid.uuid4())
+        holder = Holder(
+            token=token,
+            replica=self.replica,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            acquired_at=datetime.now(UTC).isoformat(timespec="milliseconds"),
+        )
+        return token, holder.encode()
+
+    async def acquire(self) -> Lease | None:
+        """Take the lock at once or return None; never waits for another holder.
+
+        Raises ``LockUnavailable`` when Redis cannot be reached. If the call is cancelled, or times
+        out, after the command may have landed, our own record is deleted again (compare-and-delete,
+        so nobody else's) before the error propagates.
+        """
+        token, record = self._new_record()
+        sent = time.monotonic()
+        # The round trip runs in its own task so that a cancellation can wait for its answer: only
+        # then do we know whether the SET landed, and a compare-and-delete sent afterwards cannot
+        # overtake it on another connection.
+        attempt = asyncio.ensure_future(
+            bounded(
+                self.timeout,
+                self._acquire_script(keys=[self.key, self.fence_key], args=[record, _ms(self.ttl)]),
+            )
+        )
+        try:
+            fence = await asyncio.shield(attempt)
+        except asyncio.CancelledError:
+            await detached(self._undo(attempt, record))
+            raise
+        except Exception as exc:
+            await self._undo(attempt, record)
+            log.warning("lock.unavailable", lock=self.name, error=repr(exc))
+            raise LockUnavailable(self.name) from exc
+        if fence is None:
+            log.info("lock.busy", lock=self.name)
+            return None
+        lease = Lease(
+            self, token=token, fence=int(fence), deadline=self.deadline_from(sent), record=record
+        )
+        log.info("lock.acquired", lock=self.name, fence=lease.fence, ttl=self.ttl)
+        return lease
+
+    async def _undo(self, attempt: asyncio.Future[Any], record: str) -> None:
+        """Delete what an abandoned acquisition may have written, once its answer is in."""
+        with contextlib.suppress(Exception):
+            if await asyncio.shield(attempt) is None:
+                return  # the lock was held by someone else: nothing of ours was written
+        result = await self.compare_and_delete(record)
+        log.info("lock.acquire_undone", lock=self.name, result=result.value)
+
+    async def compare_and_delete(self, record: str) -> ReleaseResult:
+        try:
+            outcome = await bounded(
+                self.timeout, self._release_script(keys=[self.key], args=[record])
+            )
+        except Exception as exc:
+            log.warning("lock.release_unknown", lock=self.name, error=repr(exc))
+            return ReleaseResult.UNKNOWN
+        return {1: ReleaseResult.RELEASED, 0: ReleaseResult.EXPIRED}.get(
+            outcome, ReleaseResult.STOLEN
+        )
+
+    @asynccontextmanager
+    async def hold(self) -> AsyncIterator[Lease | None]:
+        """Yield a lease (or None when held elsewhere); release it on every way out of the block."""
+        lease = await self.acquire()
+        try:
+            yield lease
+        finally:
+            if lease is not None:
+                await lease.release()
+
+    async def inspect(self) -> LockState | None:
+        """Who holds this lock now, or None; for operators, not for deciding anything."""
+        return await inspect_lock(self.redis, self.name, timeout=self.timeout)
+
+
+async def inspect_lock(
+    redis: Redis, name: str, *, timeout: float = DEFAULT_TIMEOUT
+) -> LockState | None:
+    """Read a lock's holder, fence and time left in one round trip."""
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.get(lock_key(name))
+        pipe.pttl(lock_key(name))
+        pipe.get(fence_key(name))
+        raw, pttl, fence = await bounded(timeout, pipe.execute())
+    if raw is None:
+        return None
+    return LockState(
+        name=name,
+        holder=Holder.decode(raw),
+        fence=int(fence or 0),
+        ttl_left=max(0, int(pttl)) / 1000,
+    )
+
+
+def once_key(name: str) -> str:
+    return f"playguard:{{{name}}}:once"
+
+
+async def once(redis: Redis, name: str, ttl: float, *, timeout: float = DEFAULT_TIMEOUT) -> bool:
+    """True the first time ``name`` is seen within ``ttl`` seconds, False after that.
+
+    The light guard for "don't fire this twice": a plain NX key, no token, no renewal. A Redis error
+    propagates (as ``LockUnavailable``), so the caller decides whether not firing is the safe side.
+    """
+    try:
+        created = await bounded(timeout, redis.set(once_key(name), "1", nx=True, px=_ms(ttl)))
+    except Exception as exc:
+        raise LockUnavailable(name) from exc
+    return bool(created)
+
+
+__all__ = [
+    "Holder",
+    "Lease",
+    "LockError",
+    "LockLost",
+    "LockState",
+    "LockUnavailable",
+    "ReleaseResult",
+    "TokenLock",
+    "inspect_lock",
+    "once",
+]
