@@ -1,0 +1,527 @@
+"""The desired state: which Marquees exist, and what should run on each of them.
+
+The engine reads the inventory only through the `DesiredState` protocol, so a database or an HTTP
+API can replace the YAML file without touching the reconcilers. Every model is frozen and rejects
+unknown fields: a typo in the inventory is an error at load time, never a silently ignored key.
+Values that end up in remote commands (branches, remote paths, image references, git URLs) are
+restricted to shell-inert characters, so a hostile or careless inventory cannot inject commands.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import os
+import re
+import reprlib
+from collections.abc import Callable, Hashable, Iterator
+from datetime import date
+from pathlib import Path, PurePosixPath
+from typing import Annotated, Any, Literal, Protocol, Self
+
+import yaml
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import ErrorDetails, InitErrorDetails, PydanticCustomError
+from yaml.constructor import ConstructorError
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+
+class InventoryError(ValueError):
+    """The inventory cannot be used; one line per problem, naming file, line, place and reason."""
+
+    def __init__(self, *problems: str) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+# A place in the document, as pydantic reports it: ("marquees", 1, "name").
+_Loc = tuple[str | int, ...]
+
+# Validation context key: the directory that relative local paths are resolved against.
+_BASE_DIR = "base_dir"
+
+
+def _matching(pattern: str, reason: str) -> Callable[[str], str]:
+    """Build a validator that accepts exactly the strings fully matching `pattern`."""
+    compiled = re.compile(pattern)
+
+    def check(value: str) -> str:
+        if not compiled.fullmatch(value):
+            raise ValueError(reason)
+        return value
+
+    return check
+
+
+_SAFE_CHARS = "[A-Za-z0-9._/-]+"
+_check_safe_chars = _matching(
+    _SAFE_CHARS, "may only contain letters, digits, '.', '_', '/' and '-'"
+)
+
+Name = Annotated[
+    str,
+    AfterValidator(
+        _matching(
+            "[a-z0-9][a-z0-9-]{0,62}",
+            "must be 1-63 lowercase letters, digits or '-', starting with a letter or digit",
+        )
+    ),
+]
+
+# git check-ref-format rules that the character set above does not already exclude (control
+# characters, space, ~ ^ : ? * [ \ and "@{" / "@" all fall outside it).
+_BRANCH_RULES: tuple[tuple[Callable[[str], bool], str], ...] = (
+    (lambda branch: branch.startswith("-"), "must not start with '-'"),
+    (lambda branch: ".." in branch, "must not contain '..'"),
+    (lambda branch: branch.endswith("."), "must not end with '.'"),
+    (
+        lambda branch: "" in branch.split("/"),
+        "must not start or end with '/' nor contain '//'",
+    ),
+    (
+        lambda branch: any(part.startswith(".") for part in branch.split("/")),
+        "no '/'-separated part may start with '.'",
+    ),
+    (
+        lambda branch: any(part.endswith(".lock") for part in branch.split("/")),
+        "no '/'-separated part may end with '.lock'",
+    ),
+)
+
+
+def _check_branch(value: str) -> str:
+    """A branch name git accepts that is also inert when pasted into a shell command line."""
+    _check_safe_chars(value)
+    for broken, reason in _BRANCH_RULES:
+        if broken(value):
+            raise ValueError(reason)
+    return value
+
+
+Branch = Annotated[str, AfterValidator(_check_branch)]
+
+
+def _remote_path(*, absolute: bool) -> Callable[[str], str]:
+    """Build a validator for a path on a Marquee (POSIX), either absolute or relative to a repo."""
+
+    def check(value: str) -> str:
+        _check_safe_chars(value)
+        if value.startswith("/") != absolute:
+            raise ValueError("must be an absolute path" if absolute else "must be a relative path")
+        if ".." in PurePosixPath(value).parts:
+            raise ValueError("must not contain '..'")
+        return value
+
+    return check
+
+
+RemoteAbsolutePath = Annotated[str, AfterValidator(_remote_path(absolute=True))]
+RepoRelativePath = Annotated[str, AfterValidator(_remote_path(absolute=False))]
+
+_HOST_LABEL = "(?!-)[A-Za-z0-9-]{1,63}(?<!-)"
+_HOSTNAME = re.compile(rf"{_HOST_LABEL}(?:\.{_HOST_LABEL})*")
+
+
+def _check_host(value: str) -> str:
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        if len(value) > 253 or not _HOSTNAME.fullmatch(value):
+            raise ValueError("must be a hostname or an IP address") from None
+    return value
+
+
+Host = Annotated[str, AfterValidator(_check_host)]
+
+_SERVER = re.compile(
+    r"(?:\[(?P<ipv6>[0-9A-Fa-f:.]+)\]|(?P<host>[^:\[\]]+))(?::(?P<port>[0-9]{1,5}))?"
+)
+
+
+def _check_server(value: str) -> str:
+    """host[:port] as Docker names a registry; an IPv6 literal must be bracketed."""
+    match = _SERVER.fullmatch(value)
+    if match is None:
+        raise ValueError("must be host or host:port ([IPv6]:port for an IPv6 address)")
+    if match["ipv6"]:
+        ipaddress.IPv6Address(match["ipv6"])
+    else:
+        _check_host(match["host"])
+    if match["port"] and not 1 <= int(match["port"]) <= 65535:
+        raise ValueError("port must be in 1..65535")
+    return value
+
+
+Server = Annotated[str, AfterValidator(_check_server)]
+
+# scp-like "user@host:path" must not start its path with ':' so that "ext::cmd" (git's command
+# transport) is refused; nothing may start with '-' or it would read as an option to git.
+GitUrl = Annotated[
+    str,
+    AfterValidator(
+        _matching(
+            r"(?:(?:https?|ssh|git|file)://|(?:[A-Za-z0-9._-]+@)?[A-Za-z0-9.-]+:(?!:))"
+            r"[^\s\x00-\x1f\x7f]+",
+            "must be a git URL: https://, ssh://, git://, file:// or [user@]host:path",
+        )
+    ),
+]
+
+_IMAGE_PATH_PART = "[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+ImageReference = Annotated[
+    str,
+    AfterValidator(
+        _matching(
+            rf"(?:[A-Za-z0-9.-]+(?::[0-9]+)?/)?{_IMAGE_PATH_PART}(?:/{_IMAGE_PATH_PART})*"
+            r"(?::\w[\w.-]{0,127})?(?:@[a-z0-9]+(?:[.+_-][a-z0-9]+)*:[0-9a-fA-F]{32,})?",
+            "must be an image reference like registry.example:5000/team/app:tag",
+        )
+    ),
+]
+
+EnvVarName = Annotated[
+    str,
+    AfterValidator(_matching("[A-Za-z_][A-Za-z0-9_]*", "must be an environment variable name")),
+]
+
+
+def _resolve_local_path(value: Path, info: ValidationInfo) -> Path:
+    """Make a relative path relative to the inventory file, not to wherever the daemon started."""
+    value = value.expanduser()
+    if value.is_absolute() or not info.context:
+        return value
+    base_dir: Path = info.context[_BASE_DIR]
+    return base_dir / value
+
+
+LocalPath = Annotated[Path, AfterValidator(_resolve_local_path)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class _Named(_Model):
+    name: Name
+
+
+class Marquee(_Named):
+    """A Docker host reached over SSH; `launchable` False keeps it reconciled but out of rotation
+    for new work."""
+
+    host: Host
+    port: Annotated[int, Field(ge=1, le=65535)] = 22
+    user: Annotated[str, Field(min_length=1)]
+    identity_file: LocalPath
+    known_hosts: LocalPath
+    docker_socket: RemoteAbsolutePath = "/var/run/docker.sock"
+    workdir: RemoteAbsolutePath = "/srv/playguard"
+    launchable: bool = True
+
+
+class Registry(_Named):
+    """An image registry; the model holds where the password is, never the password itself."""
+
+    server: Server
+    username: Annotated[str, Field(min_length=1)]
+    password_file: LocalPath | None = None
+    password_env: EnvVarName | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one_password_source(self) -> Self:
+        if (self.password_file is None) == (self.password_env is None):
+            raise ValueError("set exactly one of password_file and password_env")
+        return self
+
+    def password(self) -> SecretStr:
+        """Read the password now, so a rotated secret is picked up without reloading the
+        inventory; raises InventoryError naming the registry and the source, never the value."""
+        if self.password_file is not None:
+            source = f"password file {self.password_file}"
+            try:
+                value = self.password_file.read_text(encoding="utf-8").strip()
+            except OSError as exc:
+                raise InventoryError(
+                    f"registry {self.name!r}: cannot read {source}: {exc.strerror}"
+                ) from exc
+        else:
+            assert self.password_env is not None  # guaranteed by _exactly_one_password_source
+            source = f"environment variable {self.password_env}"
+            value = os.environ.get(self.password_env, "").strip()
+        if not value:
+            raise InventoryError(f"registry {self.name!r}: {source} is missing or empty")
+        return SecretStr(value)
+
+
+class Playspec(_Named):
+    """What a playground runs: a repo with a compose file, and the images it pulls."""
+
+    repo: GitUrl
+    compose_file: RepoRelativePath = "compose.yaml"
+    images: list[ImageReference] = Field(default_factory=list)
+    registry: Name | None = None
+
+
+class Playground(_Named):
+    """One checkout of a playspec at a branch, on one marquee."""
+
+    playspec: Name
+    marquee: Name
+    branch: Branch
+    state: Literal["running", "stopped"] = "running"
+    expires_at: AwareDatetime | None = None
+    stop_when_branch_gone: bool = False
+
+
+class AgentChat(_Named):
+    """An agent container attached to a playground, and so living on that playground's marquee."""
+
+    playground: Name
+    image: ImageReference
+    command: list[str]
+    state: Literal["active", "closed"] = "active"
+
+
+# (list, field, list it must name an entry of); None means "no reference".
+_REFERENCES = (
+    ("playspecs", "registry", "registries"),
+    ("playgrounds", "playspec", "playspecs"),
+    ("playgrounds", "marquee", "marquees"),
+    ("agent_chats", "playground", "playgrounds"),
+)
+
+
+def _problem(loc: _Loc, kind: str, reason: str, value: str) -> InitErrorDetails:
+    """A cross-list problem in the same shape as a field error, so it is reported the same way."""
+    return InitErrorDetails(type=PydanticCustomError(kind, reason), loc=loc, input=value)
+
+
+class Inventory(_Model):
+    """The whole desired state; names are unique per list and every reference resolves."""
+
+    marquees: list[Marquee] = Field(default_factory=list)
+    registries: list[Registry] = Field(default_factory=list)
+    playspecs: list[Playspec] = Field(default_factory=list)
+    playgrounds: list[Playground] = Field(default_factory=list)
+    agent_chats: list[AgentChat] = Field(default_factory=list)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _null_is_empty(cls, value: object) -> object:
+        """`marquees:` with every entry commented out reads as null; treat it as an empty list."""
+        return [] if value is None else value
+
+    @model_validator(mode="after")
+    def _names_unique_and_references_resolve(self) -> Self:
+        # Raised as a ValidationError so each problem keeps its own place (loc), like field errors.
+        problems = [*self._duplicate_names(), *self._unresolved_references()]
+        if problems:
+            raise ValidationError.from_exception_data(type(self).__name__, problems)
+        return self
+
+    def _lists(self) -> dict[str, list[_Named]]:
+        return {field: getattr(self, field) for field in type(self).model_fields}
+
+    def _duplicate_names(self) -> Iterator[InitErrorDetails]:
+        for field, items in self._lists().items():
+            first_index: dict[str, int] = {}
+            for index, item in enumerate(items):
+                first = first_index.setdefault(item.name, index)
+                if first != index:
+                    yield _problem(
+                        (field, index, "name"),
+                        "duplicate_name",
+                        f"duplicate name, first used by {field}[{first}]",
+                        item.name,
+                    )
+
+    def _unresolved_references(self) -> Iterator[InitErrorDetails]:
+        lists = self._lists()
+        names = {field: {item.name for item in items} for field, items in lists.items()}
+        for source, field, target in _REFERENCES:
+            for index, item in enumerate(lists[source]):
+                reference = getattr(item, field)
+                if reference is not None and reference not in names[target]:
+                    yield _problem(
+                        (source, index, field),
+                        "unresolved_reference",
+                        f"no entry in {target} has this name",
+                        reference,
+                    )
+
+    def launchable_marquees(self) -> list[Marquee]:
+        """Marquees that may receive new playgrounds and chats."""
+        return [marquee for marquee in self.marquees if marquee.launchable]
+
+    def marquee(self, name: str) -> Marquee:
+        """The marquee called `name`; KeyError if the inventory has none."""
+        for marquee in self.marquees:
+            if marquee.name == name:
+                return marquee
+        raise KeyError(f"no marquee named {name!r} in the inventory")
+
+    def playgrounds_on(self, marquee: str) -> list[Playground]:
+        """Playgrounds that should exist on `marquee` (empty for an unknown one: nothing wanted)."""
+        return [playground for playground in self.playgrounds if playground.marquee == marquee]
+
+    def agent_chats_on(self, marquee: str) -> list[AgentChat]:
+        """Agent chats whose playground lives on `marquee`."""
+        playgrounds = {playground.name for playground in self.playgrounds_on(marquee)}
+        return [chat for chat in self.agent_chats if chat.playground in playgrounds]
+
+
+class DesiredState(Protocol):
+    """Where the inventory comes from; the engine depends on this, not on YAML."""
+
+    async def load(self) -> Inventory:
+        """The current desired state; raises InventoryError when it cannot be used."""
+        ...
+
+    def describe(self) -> str:
+        """Where the state comes from, for log lines (a file path, a URL)."""
+        ...
+
+
+class _InventoryLoader(yaml.SafeLoader):
+    """SafeLoader that refuses duplicate mapping keys, which PyYAML would silently overwrite."""
+
+    def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Hashable, Any]:
+        seen: set[tuple[str, str]] = set()
+        for key_node, _ in node.value:
+            if isinstance(key_node, ScalarNode):
+                key = (key_node.tag, key_node.value)
+                if key in seen:
+                    raise ConstructorError(
+                        "while constructing a mapping",
+                        node.start_mark,
+                        f"found duplicate key {key_node.value!r}",
+                        key_node.start_mark,
+                    )
+                seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+def _node_lines(
+    node: Node, loc: _Loc, line: int, ancestors: frozenset[int] = frozenset()
+) -> Iterator[tuple[_Loc, int]]:
+    """Map each place in the document to its 1-based line; a mapping entry maps to its key's line
+    (an empty value's own mark can point at the next line)."""
+    yield loc, line
+    if id(node) in ancestors:  # a recursive alias; its places were mapped on the way down
+        return
+    inner = ancestors | {id(node)}
+    if isinstance(node, MappingNode):
+        for key_node, value_node in node.value:
+            key_line = key_node.start_mark.line + 1
+            yield from _node_lines(value_node, (*loc, key_node.value), key_line, inner)
+    elif isinstance(node, SequenceNode):
+        for index, item in enumerate(node.value):
+            yield from _node_lines(item, (*loc, index), item.start_mark.line + 1, inner)
+
+
+def _line_of(loc: _Loc, lines: dict[_Loc, int]) -> int:
+    """The line of `loc`, or of its nearest enclosing place (a missing field has no line)."""
+    for end in range(len(loc), 0, -1):
+        if loc[:end] in lines:
+            return lines[loc[:end]]
+    return lines.get((), 1)
+
+
+def _place(loc: _Loc) -> str:
+    """('marquees', 1, 'name') -> 'marquees[1].name'."""
+    return (
+        "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc).lstrip(".")
+        or "(top level)"
+    )
+
+
+_VALUE_REPR = reprlib.Repr()
+_VALUE_REPR.maxstring = 80
+
+
+def _shown_value(error: ErrorDetails) -> str:
+    """The offending scalar, for the reader to find; an unknown key's value is never shown, as it
+    may be a secret typed into the wrong field (`password: ...`)."""
+    value = error["input"]
+    if error["type"] == "extra_forbidden" or not isinstance(value, str | int | float | date | None):
+        return ""
+    return f" (value {_VALUE_REPR.repr(value.isoformat() if isinstance(value, date) else value)})"
+
+
+def _reason(error: ErrorDetails) -> str:
+    """Our own validators raise ValueError; show their message without pydantic's prefix."""
+    if error["type"] == "value_error":
+        return str(error.get("ctx", {})["error"])
+    return error["msg"]
+
+
+class YamlInventorySource:
+    """The inventory from a YAML file, re-read on every `load` so edits take effect next cycle."""
+
+    def __init__(self, path: Path) -> None:
+        # Absolute now, so a later chdir changes neither the file nor how relative paths resolve.
+        self._path = path.absolute()
+
+    def describe(self) -> str:
+        return str(self._path)
+
+    async def load(self) -> Inventory:
+        return await asyncio.to_thread(self._load)
+
+    def _load(self) -> Inventory:
+        try:
+            text = self._path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise InventoryError(f"{self._path}: cannot read inventory: {exc.strerror}") from exc
+        try:
+            node, data = self._parse(text)
+        except yaml.MarkedYAMLError as exc:
+            raise InventoryError(self._yaml_problem(exc)) from exc
+        except yaml.YAMLError as exc:
+            raise InventoryError(f"{self._path}: invalid YAML: {exc}") from exc
+        try:
+            return Inventory.model_validate(data, context={_BASE_DIR: self._path.parent})
+        except ValidationError as exc:
+            lines = dict(_node_lines(node, (), node.start_mark.line + 1)) if node else {}
+            located = sorted(
+                ((_line_of(error["loc"], lines), error) for error in exc.errors(include_url=False)),
+                key=lambda pair: pair[0],  # file order, the order an editor shows them in
+            )
+            raise InventoryError(
+                *(
+                    f"{self._path}:{line}: {_place(error['loc'])}: "
+                    f"{_reason(error)}{_shown_value(error)}"
+                    for line, error in located
+                )
+            ) from None
+
+    @staticmethod
+    def _parse(text: str) -> tuple[Node | None, object]:
+        """Both the node tree (for line numbers) and the data, from a single parse."""
+        loader = _InventoryLoader(text)
+        try:
+            node = loader.get_single_node()
+            return node, {} if node is None else loader.construct_document(node)
+        finally:
+            loader.dispose()
+
+    def _yaml_problem(self, exc: yaml.MarkedYAMLError) -> str:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"{self._path}:{mark.line + 1}" if mark else str(self._path)
+        context = (
+            f" ({exc.context} at line {exc.context_mark.line + 1})"
+            if exc.context and exc.context_mark
+            else ""
+        )
+        return f"{where}: invalid YAML: {exc.problem or exc.context}{context}"
