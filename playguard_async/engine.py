@@ -1,0 +1,340 @@
+"""The reactor: tick, fan out one cycle per Marquee, walk its phases under its lease, drain on stop.
+
+The engine knows phases only through ``playguard_async.phase``. Its promises:
+
+- a cycle takes a concurrency slot before it takes a lock, so no lease ticks away in a queue;
+- a phase runs under a deadline at its lease's deadline, so it never outlives the lease;
+- after every phase the lease is renewed, and any doubt about it ends the cycle;
+- the lease is released on every way out, cancellation included;
+- a stop request lets each cycle finish its current phase, then records the Marquees it interrupted
+  so that the next start of any replica reconciles them first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import math
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+from redis.asyncio import Redis
+
+from playguard_async.aio import bounded, detached
+from playguard_async.inventory import DesiredState, Inventory, InventoryError, Marquee
+from playguard_async.lock import Lease, LockLost, LockUnavailable, TokenLock
+from playguard_async.phase import Phase, PhaseContext
+from playguard_async.settings import Settings
+
+log = structlog.get_logger("playguard.engine")
+
+RESUME_KEY = "playguard:resume"
+"""Sorted set of Marquees whose cycle a shutdown interrupted; score: when (Unix seconds)."""
+
+SessionOpener = Callable[[Marquee], AbstractAsyncContextManager[Any]]
+
+
+def marquee_lock_name(marquee: str) -> str:
+    return f"marquee:{marquee}"
+
+
+class Outcome(enum.Enum):
+    OK = "ok"
+    LOCKED = "locked"
+    LOCK_LOST = "lock_lost"
+    PHASE_FAILED = "phase_failed"
+    DEADLINE = "deadline"
+    INTERRUPTED = "interrupted"
+    REDIS_UNAVAILABLE = "redis_unavailable"
+
+
+@dataclass
+class CycleResult:
+    """One cycle's classified ending, as logged in ``cycle.finished`` and handed to listeners."""
+
+    marquee: str
+    cycle_id: str
+    outcome: Outcome = Outcome.OK
+    fence: int | None = None
+    phase: str | None = None
+    reason: str | None = None
+    durations: dict[str, float] = field(default_factory=dict)
+    actions: dict[str, list[str]] = field(default_factory=dict)
+    started: float = field(default_factory=time.monotonic)
+    duration: float = 0.0
+
+
+CycleListener = Callable[[CycleResult], None]
+
+
+def next_tick_after(scheduled: float, now: float, interval: float) -> tuple[float, int]:
+    """The first point of the tick grid (``scheduled`` + k * ``interval``, k >= 1) after ``now``.
+
+    Also returns how many grid points were skipped: a late tick skips the points it missed rather
+    than bursting to catch up, and the grid never drifts with the time ticks take.
+    """
+    following = scheduled + interval
+    if following > now:
+        return following, 0
+    skipped = math.floor((now - following) / interval) + 1
+    return following + skipped * interval, skipped
+
+
+class Engine:
+    """One replica's reconciler: call ``run()``; call ``request_stop()`` from a signal handler."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        desired_state: DesiredState,
+        redis: Redis,
+        phases: Sequence[Phase],
+        *,
+        open_session: SessionOpener | None = None,
+        listeners: Sequence[CycleListener] = (),
+    ) -> None:
+        self.settings = settings
+        self.desired_state = desired_state
+        self.redis = redis
+        self.phases = list(phases)
+        self.open_session = open_session
+        self.listeners = list(listeners)
+        self.inventory: Inventory | None = None
+        self.cycles: dict[str, asyncio.Task[CycleResult]] = {}
+        self.stopping = asyncio.Event()
+        self.last_tick: float | None = None
+        self._slots = asyncio.Semaphore(settings.max_concurrent_cycles)
+        self._cancel_now = False
+
+    # -- life --------------------------------------------------------------------------------
+
+    def request_stop(self) -> None:
+        """First call: stop ticking and drain at phase boundaries. Second call: cancel at once."""
+        if self.stopping.is_set():
+            log.warning("engine.stop_now", cycles=len(self.cycles))
+            self._cancel_now = True
+            for task in self.cycles.values():
+                task.cancel()
+            return
+        log.info("engine.stopping", cycles=len(self.cycles), grace=self.settings.shutdown_grace)
+        self.stopping.set()
+
+    async def load_inventory(self) -> Inventory:
+        """Read the desired state; keep the last good one (and say why) when the new one is bad."""
+        try:
+            self.inventory = await self.desired_state.load()
+        except InventoryError as exc:
+            if self.inventory is None:
+                raise
+            log.error("inventory.invalid", source=self.desired_state.describe(), error=str(exc))
+        return self.inventory
+
+    async def run(self) -> None:
+        """Tick until asked to stop, then drain. The first tick runs at once."""
+        await self.load_inventory()
+        interval = self.settings.tick_interval
+        next_tick = time.monotonic()
+        log.info("engine.started", replica=self.settings.replica_id, phases=self.phase_names)
+        while not self.stopping.is_set():
+            await self.tick()
+            now = time.monotonic()
+            next_tick, skipped = next_tick_after(next_tick, now, interval)
+            if skipped:
+                log.warning("engine.ticks_skipped", skipped=skipped)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stopping.wait(), next_tick - now)
+        await self.drain()
+
+    @property
+    def phase_names(self) -> list[str]:
+        return [phase.name for phase in self.phases]
+
+    async def tick(self) -> list[asyncio.Task[CycleResult]]:
+        """Start a cycle for every launchable Marquee not already in a cycle here."""
+        self.last_tick = time.monotonic()
+        inventory = await self.load_inventory()
+        resume_first = await self._resume_order()
+        marquees = sorted(
+            inventory.launchable_marquees(), key=lambda m: (m.name not in resume_first, m.name)
+        )
+        started = []
+        for marquee in marquees:
+            if marquee.name in self.cycles:
+                continue
+            task = asyncio.create_task(self.cycle(marquee, inventory), name=f"cycle:{marquee.name}")
+            self.cycles[marquee.name] = task
+            task.add_done_callback(self._forget_cycle)
+            started.append(task)
+        log.debug("engine.tick", started=[t.get_name() for t in started], running=len(self.cycles))
+        return started
+
+    def _forget_cycle(self, task: asyncio.Task[CycleResult]) -> None:
+        name = task.get_name().removeprefix("cycle:")
+        if self.cycles.get(name) is task:
+            del self.cycles[name]
+
+    async def drain(self) -> None:
+        """Let running cycles reach a phase boundary within the grace, then cancel the rest."""
+        running = list(self.cycles.values())
+        if running:
+            _, late = await asyncio.wait(running, timeout=self.settings.shutdown_grace)
+            for task in late:
+                task.cancel()
+            await asyncio.gather(*running, return_exceptions=True)
+        log.info("engine.stopped", drained=len(running))
+
+    # -- one cycle ---------------------------------------------------------------------------
+
+    async def cycle(self, marquee: Marquee, inventory: Inventory) -> CycleResult:
+        """Lock, walk the phases, release; always ends in exactly one classified outcome."""
+        result = CycleResult(marquee=marquee.name, cycle_id=uuid.uuid4().hex[:12])
+        with structlog.contextvars.bound_contextvars(
+            marquee=marquee.name, cycle=result.cycle_id, replica=self.settings.replica_id
+        ):
+            try:
+                async with self._slots:
+                    await self._locked_cycle(marquee, inventory, result)
+            except asyncio.CancelledError:
+                result.outcome = Outcome.INTERRUPTED
+                await self._finish(result)
+                raise
+            await self._finish(result)
+        return result
+
+    async def _locked_cycle(
+        self, marquee: Marquee, inventory: Inventory, result: CycleResult
+    ) -> None:
+        if self.stopping.is_set():
+            result.outcome = Outcome.INTERRUPTED
+            return
+        lock = TokenLock(
+            self.redis,
+            marquee_lock_name(marquee.name),
+            ttl=self.settings.lock_ttl,
+            timeout=self.settings.redis_socket_timeout,
+            replica=self.settings.replica_id,
+        )
+        try:
+            lease = await lock.acquire()
+        except LockUnavailable as exc:
+            result.outcome = Outcome.REDIS_UNAVAILABLE
+            result.reason = repr(exc.__cause__)
+            return
+        if lease is None:
+            log.info("marquee.locked")
+            result.outcome = Outcome.LOCKED
+            return
+        result.fence = lease.fence
+        try:
+            with structlog.contextvars.bound_contextvars(fence=lease.fence):
+                await self._walk_phases(marquee, inventory, lease, result)
+        finally:
+            await lease.release()
+
+    async def _walk_phases(
+        self, marquee: Marquee, inventory: Inventory, lease: Lease, result: CycleResult
+    ) -> None:
+        session_cm = self.open_session(marquee) if self.open_session else None
+        async with contextlib.AsyncExitStack() as stack:
+            session = None
+            if session_cm is not None:
+                session = await self._before_deadline(
+                    lease, result, "open_session", stack.enter_async_context(session_cm)
+                )
+                if result.outcome is not Outcome.OK:
+                    return
+            for phase in self.phases:
+                if self.stopping.is_set():
+                    result.outcome = Outcome.INTERRUPTED
+                    return
+                ctx = PhaseContext(
+                    marquee=marquee,
+                    inventory=inventory,
+                    log=log.bind(phase=phase.name),
+                    dry_run=self.settings.dry_run,
+                    lease=lease,
+                    session=session,
+                )
+                with structlog.contextvars.bound_contextvars(phase=phase.name):
+                    started = time.monotonic()
+                    report = await self._before_deadline(lease, result, phase.name, phase(ctx))
+                    result.durations[phase.name] = round(time.monotonic() - started, 4)
+                    if result.outcome is not Outcome.OK:
+                        return
+                    if report is not None:
+                        result.actions[phase.name] = list(report.actions)
+                    try:
+                        await lease.renew()
+                    except LockLost as exc:
+                        result.outcome, result.phase = Outcome.LOCK_LOST, phase.name
+                        result.reason = exc.reason
+                        return
+
+    async def _before_deadline(
+        self, lease: Lease, result: CycleResult, step: str, work: Any
+    ) -> Any:
+        """Await ``work`` but no later than the lease's deadline; classify how it ended."""
+        loop = asyncio.get_running_loop()
+        deadline = asyncio.timeout_at(loop.time() + lease.remaining())
+        try:
+            async with deadline:
+                return await work
+        except TimeoutError:
+            if not deadline.expired():
+                raise
+            result.outcome, result.phase = Outcome.DEADLINE, step
+            log.error("phase.deadline", headroom=round(lease.remaining(), 3))
+        except Exception as exc:
+            result.outcome, result.phase, result.reason = Outcome.PHASE_FAILED, step, repr(exc)
+            log.exception("phase.failed")
+        return None
+
+    async def _finish(self, result: CycleResult) -> None:
+        result.duration = round(time.monotonic() - result.started, 4)
+        if result.outcome is Outcome.INTERRUPTED:
+            await self._record_interrupted(result.marquee)
+        elif result.fence is not None:
+            await self._clear_interrupted(result.marquee)
+        log.info(
+            "cycle.finished",
+            outcome=result.outcome.value,
+            fence=result.fence,
+            failed_phase=result.phase,
+            reason=result.reason,
+            durations=result.durations,
+            duration=result.duration,
+        )
+        for listener in self.listeners:
+            listener(result)
+
+    # -- resume records ----------------------------------------------------------------------
+
+    async def _resume_order(self) -> set[str]:
+        try:
+            names = await bounded(
+                self.settings.redis_socket_timeout, self.redis.zrange(RESUME_KEY, 0, -1)
+            )
+        except Exception as exc:
+            log.warning("resume.unreadable", error=repr(exc))
+            return set()
+        return {name.decode() if isinstance(name, bytes) else str(name) for name in names}
+
+    async def _record_interrupted(self, marquee: str) -> None:
+        await self._resume_write(self.redis.zadd(RESUME_KEY, {marquee: time.time()}))
+        log.info("resume.recorded")
+
+    async def _clear_interrupted(self, marquee: str) -> None:
+        await self._resume_write(self.redis.zrem(RESUME_KEY, marquee))
+
+    async def _resume_write(self, write: Awaitable[Any]) -> None:
+        """Write a resume record even while the cycle is being cancelled, within a bound."""
+        try:
+            await detached(bounded(self.settings.redis_socket_timeout, write))
+        except Exception as exc:
+            log.warning("resume.write_failed", error=repr(exc))

@@ -1,0 +1,80 @@
+"""The small protocol between the engine and the phases: all either side knows of the other.
+
+A phase is a name and an async call taking a ``PhaseContext``. It reads the world, compares it
+with the desired state, acts, and is safe to run again; it returns a ``PhaseReport`` of what it
+did. The engine decides when a phase runs, under which lease and until which deadline; a phase
+decides what to do. Phases are named in settings and resolved through ``resolve_phases``: built-in
+names first, then ``package.module:attribute`` import paths, so a deployment can add a phase
+without forking the daemon.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from structlog.typing import FilteringBoundLogger
+
+from playguard_async.inventory import Inventory, Marquee
+from playguard_async.lock import Lease
+
+
+@dataclass(frozen=True)
+class PhaseContext:
+    """What one phase of one cycle may use.
+
+    ``session`` is whatever the remote layer opened for this cycle (None where no remote layer is
+    configured); ``lease`` carries the fence a host can check before accepting a write.
+    """
+
+    marquee: Marquee
+    inventory: Inventory
+    log: FilteringBoundLogger
+    dry_run: bool
+    lease: Lease
+    session: Any = None
+
+
+@dataclass
+class PhaseReport:
+    """What a phase did (or, in dry-run, would have done) and what it saw."""
+
+    actions: list[str] = field(default_factory=list)
+    findings: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Phase(Protocol):
+    name: str
+
+    async def __call__(self, ctx: PhaseContext) -> PhaseReport | None: ...
+
+
+class UnknownPhase(ValueError):
+    """A phase named in settings that is neither built in nor importable."""
+
+
+def resolve_phases(names: Sequence[str], builtin: Mapping[str, Phase]) -> list[Phase]:
+    """Turn the settings' phase names into phase objects, in order."""
+    return [_resolve(name, builtin) for name in names]
+
+
+def _resolve(name: str, builtin: Mapping[str, Phase]) -> Phase:
+    if name in builtin:
+        return builtin[name]
+    module_name, _, attribute = name.partition(":")
+    if not attribute:
+        known = ", ".join(sorted(builtin)) or "none"
+        raise UnknownPhase(
+            f"phases: {name!r} is not a built-in phase (built in: {known}) "
+            "nor a 'package.module:attribute' import path"
+        )
+    try:
+        candidate = getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError) as exc:
+        raise UnknownPhase(f"phases: cannot import {name!r}: {exc}") from exc
+    if not isinstance(candidate, Phase):
+        raise UnknownPhase(f"phases: {name!r} has no 'name' and async call: not a phase")
+    return candidate
