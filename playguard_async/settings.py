@@ -57,6 +57,7 @@ class Settings(BaseSettings):
     redis_url: str = Field(
         "redis://127.0.0.1:6379/0",
         description="Redis to lock in: redis:// or rediss:// (TLS); may carry user and password.",
+        repr=False,  # may hold a password; redis_url_for_display() is the safe form
     )
     redis_password: SecretStr | None = Field(
         None, description="Redis password, when not in redis_url (keeps it out of the URL)."

@@ -1,0 +1,1 @@
+"""The remote layer: SSH sessions, the Docker API through them, command builders."""

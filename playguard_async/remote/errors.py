@@ -1,0 +1,66 @@
+"""Typed failures of the remote layer: each names the host and what a person needs to act."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class RemoteError(Exception):
+    """Something on or on the way to one Marquee failed; other Marquees are unaffected."""
+
+    def __init__(self, host: str, message: str) -> None:
+        super().__init__(f"{host}: {message}")
+        self.host = host
+
+
+class HostUnreachable(RemoteError):
+    """No SSH connection could be made or kept (refused, timed out, lost)."""
+
+
+class AuthRefused(RemoteError):
+    """The host refused our key."""
+
+
+class HostKeyMismatch(RemoteError):
+    """The host's key is not the one known_hosts holds for it (unknown or changed)."""
+
+    def __init__(self, host: str, fingerprint: str | None, known_hosts: str) -> None:
+        shown = fingerprint or "unknown (the host did not show its key again)"
+        super().__init__(
+            host,
+            f"host key {shown} is not trusted by {known_hosts}; if the host was really "
+            "re-keyed, replace its line there",
+        )
+        self.fingerprint = fingerprint
+
+
+class RemoteCommandFailed(RemoteError):
+    """A remote command exited non-zero; carries its exit status and the tail of its stderr."""
+
+    def __init__(
+        self, host: str, argv: Sequence[str], exit_status: int | None, stderr: str
+    ) -> None:
+        tail = stderr.strip()[-500:]
+        super().__init__(
+            host, f"{argv[0]} {argv[1] if len(argv) > 1 else ''} exited {exit_status}: {tail}"
+        )
+        self.argv = list(argv)
+        self.exit_status = exit_status
+        self.stderr_tail = tail
+
+
+class RemoteCommandTimeout(RemoteError):
+    """A remote command ran past its timeout and was abandoned."""
+
+    def __init__(self, host: str, argv: Sequence[str], timeout: float) -> None:
+        super().__init__(host, f"{' '.join(argv[:2])} did not finish within {timeout:g}s")
+        self.argv = list(argv)
+        self.timeout = timeout
+
+
+class DockerApiError(RemoteError):
+    """The Docker Engine API answered with an error; ``status`` is its HTTP status."""
+
+    def __init__(self, host: str, status: int, message: str) -> None:
+        super().__init__(host, f"Docker API {status}: {message}")
+        self.status = status

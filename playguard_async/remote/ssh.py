@@ -1,0 +1,265 @@
+"""One SSH connection per cycle: remote commands, the Docker API through it, and the write funnel.
+
+asyncssh's habits: one connection, many channels; ``async with`` for everything that must close;
+timeouts are arguments. Host keys are always checked against the Marquee's known_hosts file, and
+there is deliberately no switch to turn that off.
+
+Every change to a host goes through ``RemoteSession.change``: compose up/down, container removal,
+file writes. That one door is where dry-run stops writes, where actions are recorded for the
+operator, and where a host-side fencing guard can wrap every write later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shlex
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeVar
+
+import aiodocker
+import aiohttp
+import asyncssh
+import structlog
+
+from playguard_async.inventory import Marquee
+from playguard_async.remote.errors import (
+    AuthRefused,
+    DockerApiError,
+    HostKeyMismatch,
+    HostUnreachable,
+    RemoteCommandFailed,
+    RemoteCommandTimeout,
+)
+
+log = structlog.get_logger("playguard.remote")
+
+_T = TypeVar("_T")
+
+# sshd's MaxSessions (10 by default) caps channels per connection; FACTS.md: at 10 in flight it
+# refuses 5-14% of opens. Commands and Docker API connections together stay well below it.
+COMMAND_CHANNELS = 5
+DOCKER_CHANNELS = 3
+_OPEN_RETRIES = 4
+
+
+@dataclass(frozen=True)
+class RemoteOptions:
+    """How the remote layer behaves; built from settings."""
+
+    connect_timeout: float = 10.0
+    keepalive_interval: float = 15.0
+    command_timeout: float = 120.0
+    output_limit: int = 1 << 20
+    docker_timeout: float = 120.0
+    compose_command: tuple[str, ...] = ("docker", "compose")
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    argv: list[str]
+    exit_status: int | None
+    stdout: str
+    stderr: str
+    truncated: bool = False
+
+
+@dataclass
+class RemoteSession:
+    """What phases use to see and change one Marquee during one cycle."""
+
+    marquee: Marquee
+    connection: asyncssh.SSHClientConnection
+    docker: aiodocker.Docker
+    options: RemoteOptions
+    dry_run: bool = False
+    actions: list[str] = field(default_factory=list)
+    _channels: asyncio.Semaphore = field(
+        default_factory=lambda: asyncio.Semaphore(COMMAND_CHANNELS)
+    )
+
+    @property
+    def host(self) -> str:
+        return f"{self.marquee.name} ({self.marquee.host}:{self.marquee.port})"
+
+    async def run(
+        self,
+        argv: Sequence[str],
+        *,
+        stdin: str | None = None,
+        timeout: float | None = None,
+        check: bool = True,
+    ) -> CommandResult:
+        """Run a command that only reads; each argument is quoted, output is capped.
+
+        Raises ``RemoteCommandFailed`` on a non-zero exit (unless ``check`` is False) and
+        ``RemoteCommandTimeout`` when it runs past ``timeout``.
+        """
+        timeout = self.options.command_timeout if timeout is None else timeout
+        # sshd does not kill a command whose channel we drop, so the host's own `timeout` bounds
+        # it too: an abandoned command cannot run on past its budget.
+        command = shlex.join(["timeout", "--kill-after=5", f"{timeout:g}", *argv])
+        try:
+            async with asyncio.timeout(timeout), self._channels:
+                result = await self._execute(list(argv), command, stdin)
+        except TimeoutError:
+            raise RemoteCommandTimeout(self.host, argv, timeout) from None
+        except (OSError, asyncssh.Error) as exc:
+            raise HostUnreachable(self.host, f"connection failed during {argv[0]}: {exc}") from exc
+        if check and result.exit_status != 0:
+            raise RemoteCommandFailed(self.host, argv, result.exit_status, result.stderr)
+        return result
+
+    async def _execute(self, argv: list[str], command: str, stdin: str | None) -> CommandResult:
+        for attempt in range(_OPEN_RETRIES):
+            try:
+                process = await self.connection.create_process(
+                    command, encoding="utf-8", errors="replace"
+                )
+                break
+            except asyncssh.ChannelOpenError:
+                if attempt == _OPEN_RETRIES - 1:
+                    raise
+                await asyncio.sleep(0.05 * (attempt + 1))
+        try:
+            if stdin is not None:
+                process.stdin.write(stdin)
+            process.stdin.write_eof()
+            limit = self.options.output_limit
+            (stdout, out_cut), (stderr, err_cut) = await asyncio.gather(
+                _read_capped(process.stdout, limit), _read_capped(process.stderr, limit)
+            )
+            completed = await process.wait()
+        except BaseException:
+            # Abandoned (timeout, cancellation, lost connection): drop the channel without waiting
+            # for the command; the remote `timeout` ends it.
+            process.channel.abort()
+            raise
+        finally:
+            process.close()
+        return CommandResult(argv, completed.exit_status, stdout, stderr, out_cut or err_cut)
+
+    async def change(self, action: str, operation: Callable[[], Awaitable[_T]]) -> _T | None:
+        """The one door for every change to the host.
+
+        Records ``action`` for the cycle's report; in dry-run, records it as what would be done
+        and returns None without running ``operation``.
+        """
+        if self.dry_run:
+            self.actions.append(f"would {action}")
+            log.info("remote.would_change", action=action)
+            return None
+        log.info("remote.change", action=action)
+        result = await operation()
+        self.actions.append(action)
+        return result
+
+    async def change_command(
+        self, action: str, argv: Sequence[str], *, stdin: str | None = None,
+        timeout: float | None = None,
+    ) -> CommandResult | None:  # fmt: skip
+        """A write done by a remote command, through ``change``."""
+        return await self.change(action, lambda: self.run(argv, stdin=stdin, timeout=timeout))
+
+    async def write_file(self, action: str, path: str, content: str) -> None:
+        """Write ``content`` to ``path`` on the host, mode 0600, from stdin (never argv)."""
+        script = (
+            'umask 077 && mkdir -p -- "$(dirname -- "$1")" '
+            '&& cat > "$1.tmp" && mv -f -- "$1.tmp" "$1"'
+        )
+        await self.change_command(action, ["sh", "-c", script, "sh", path], stdin=content)
+
+    async def api(self, call: Awaitable[_T]) -> _T:
+        """Await a Docker API call, turning its failures into ``DockerApiError``."""
+        try:
+            async with asyncio.timeout(self.options.docker_timeout):
+                return await call
+        except aiodocker.DockerError as exc:
+            raise DockerApiError(self.host, exc.status, str(exc.message)) from exc
+        except TimeoutError:
+            raise DockerApiError(self.host, 504, "no answer in time") from None
+        except (aiohttp.ClientError, OSError) as exc:
+            raise HostUnreachable(self.host, f"Docker API unreachable: {exc}") from exc
+
+
+async def _read_capped(stream: asyncssh.SSHReader[str], limit: int) -> tuple[str, bool]:
+    """Read a stream to its end but keep only its last ``limit`` characters."""
+    kept = ""
+    truncated = False
+    while chunk := await stream.read(65536):
+        kept += chunk
+        if len(kept) > limit:
+            kept, truncated = kept[-limit:], True
+    return kept, truncated
+
+
+async def _connect(marquee: Marquee, options: RemoteOptions) -> asyncssh.SSHClientConnection:
+    host = f"{marquee.name} ({marquee.host}:{marquee.port})"
+    try:
+        return await asyncssh.connect(
+            marquee.host,
+            port=marquee.port,
+            username=marquee.user,
+            client_keys=[str(marquee.identity_file)],
+            known_hosts=str(marquee.known_hosts),
+            config=None,
+            agent_path=None,
+            password=None,
+            connect_timeout=options.connect_timeout,
+            keepalive_interval=options.keepalive_interval,
+            keepalive_count_max=3,
+        )
+    except asyncssh.HostKeyNotVerifiable:
+        raise HostKeyMismatch(
+            host, await _fingerprint(marquee, options), str(marquee.known_hosts)
+        ) from None
+    except asyncssh.PermissionDenied as exc:
+        raise AuthRefused(host, f"key {marquee.identity_file} refused for user "
+                          f"{marquee.user!r}: {exc.reason}") from exc  # fmt: skip
+    except (OSError, TimeoutError, asyncssh.Error) as exc:
+        raise HostUnreachable(host, f"cannot connect over SSH: {exc!r}") from exc
+
+
+async def _fingerprint(marquee: Marquee, options: RemoteOptions) -> str | None:
+    """The key the host shows, for the error message only; never trusted for anything."""
+    try:
+        key = await asyncio.wait_for(
+            asyncssh.get_server_host_key(marquee.host, marquee.port, config=None),
+            options.connect_timeout,
+        )
+    except (OSError, TimeoutError, asyncssh.Error):
+        return None
+    return key.get_fingerprint("sha256") if key is not None else None
+
+
+@asynccontextmanager
+async def open_session(
+    marquee: Marquee, options: RemoteOptions, *, dry_run: bool = False
+) -> AsyncIterator[RemoteSession]:
+    """Connect, forward the remote Docker socket into a private directory, and close it all after.
+
+    The forwarded socket lives in a fresh 0700 directory, so no other local user can reach the
+    remote engine through it.
+    """
+    connection = await _connect(marquee, options)
+    private_dir = Path(tempfile.mkdtemp(prefix="playguard-docker-"))
+    try:
+        local_socket = private_dir / "docker.sock"
+        listener = await connection.forward_local_path(str(local_socket), marquee.docker_socket)
+        connector = aiohttp.UnixConnector(path=str(local_socket), limit=DOCKER_CHANNELS)
+        docker = aiodocker.Docker(url="unix://localhost", connector=connector)
+        try:
+            yield RemoteSession(marquee, connection, docker, options, dry_run=dry_run)
+        finally:
+            await docker.close()
+            await connector.close()
+            listener.close()
+            await listener.wait_closed()
+    finally:
+        connection.close()
+        await connection.wait_closed()
+        shutil.rmtree(private_dir, ignore_errors=True)

@@ -1,0 +1,164 @@
+"""The remote session against the lab's real sshd and dockerd."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from playguard_async.inventory import Marquee
+from playguard_async.lab import DockerDaemon, SshServer
+from playguard_async.remote.errors import (
+    AuthRefused,
+    HostKeyMismatch,
+    HostUnreachable,
+    RemoteCommandFailed,
+    RemoteCommandTimeout,
+)
+from playguard_async.remote.ssh import RemoteOptions, open_session
+
+pytestmark = pytest.mark.integration
+
+OPTIONS = RemoteOptions(connect_timeout=5.0, command_timeout=10.0, output_limit=1000)
+
+
+def lab_marquee(ssh: SshServer, docker: DockerDaemon, **changes: object) -> Marquee:
+    fields: dict[str, object] = {
+        "name": "edge-1",
+        "host": ssh.host,
+        "port": ssh.port,
+        "user": ssh.user,
+        "identity_file": ssh.client_key,
+        "known_hosts": ssh.known_hosts,
+        "docker_socket": str(docker.socket),
+        "workdir": "/tmp/playguard-test-workdir",
+    }
+    fields.update(changes)
+    return Marquee.model_validate(fields)
+
+
+async def test_arguments_reach_the_host_literally(
+    ssh_server: SshServer, docker_daemon: DockerDaemon, tmp_path: Path
+) -> None:
+    canary = tmp_path / "pwned"
+    async with open_session(lab_marquee(ssh_server, docker_daemon), OPTIONS) as session:
+        result = await session.run(["printf", "%s", f"a b; touch {canary}", "$HOME"])
+    assert result.stdout == f"a b; touch {canary}$HOME"
+    assert not canary.exists()
+
+
+async def test_failed_command_carries_exit_status_and_stderr(
+    ssh_server: SshServer, docker_daemon: DockerDaemon
+) -> None:
+    async with open_session(lab_marquee(ssh_server, docker_daemon), OPTIONS) as session:
+        with pytest.raises(RemoteCommandFailed) as failed:
+            await session.run(["sh", "-c", "echo broken >&2; exit 3"])
+        unchecked = await session.run(["sh", "-c", "exit 4"], check=False)
+    assert failed.value.exit_status == 3
+    assert failed.value.stderr_tail == "broken"
+    assert "edge-1" in str(failed.value)
+    assert unchecked.exit_status == 4
+
+
+async def test_command_past_its_timeout_is_abandoned(
+    ssh_server: SshServer, docker_daemon: DockerDaemon
+) -> None:
+    async with open_session(lab_marquee(ssh_server, docker_daemon), OPTIONS) as session:
+        with pytest.raises(RemoteCommandTimeout):
+            await session.run(["sleep", "30"], timeout=0.5)
+        assert (await session.run(["echo", "still usable"])).stdout == "still usable\n"
+
+
+async def test_output_is_capped(ssh_server: SshServer, docker_daemon: DockerDaemon) -> None:
+    async with open_session(lab_marquee(ssh_server, docker_daemon), OPTIONS) as session:
+        result = await session.run(["sh", "-c", "seq 1 100000"])
+    assert result.truncated
+    assert len(result.stdout) <= 1000
+    assert result.stdout.endswith("100000\n")
+
+
+async def test_many_commands_at_once_share_one_connection(
+    ssh_server: SshServer, docker_daemon: DockerDaemon
+) -> None:
+    async with open_session(lab_marquee(ssh_server, docker_daemon), OPTIONS) as session:
+        results = await asyncio.gather(*(session.run(["echo", str(i)]) for i in range(30)))
+    assert [r.stdout for r in results] == [f"{i}\n" for i in range(30)]
+
+
+async def test_docker_api_goes_through_a_private_tunnel(
+    ssh_server: SshServer, docker_daemon: DockerDaemon
+) -> None:
+    async with open_session(lab_marquee(ssh_server, docker_daemon), OPTIONS) as session:
+        version = await session.api(session.docker.version())
+        tunnel_dir = Path(session.docker.connector.path).parent  # type: ignore[attr-defined]
+        mode = stat.S_IMODE(os.stat(tunnel_dir).st_mode)
+    assert version["ApiVersion"]
+    assert mode == 0o700
+    assert not tunnel_dir.exists(), "the tunnel's directory is removed with the session"
+
+
+async def test_writes_go_through_the_funnel_and_dry_run_writes_nothing(
+    ssh_server: SshServer, docker_daemon: DockerDaemon, tmp_path: Path
+) -> None:
+    target = tmp_path / "sub" / "config.json"
+    marquee = lab_marquee(ssh_server, docker_daemon)
+    async with open_session(marquee, OPTIONS, dry_run=True) as session:
+        await session.write_file("write config", str(target), '{"secret": 1}')
+    assert session.actions == ["would write config"]
+    assert not target.exists()
+    async with open_session(marquee, OPTIONS) as session:
+        await session.write_file("write config", str(target), '{"secret": 1}')
+    assert session.actions == ["write config"]
+    assert target.read_text() == '{"secret": 1}'
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600
+
+
+async def test_unknown_host_key_is_refused_naming_the_fingerprint(
+    ssh_server: SshServer, docker_daemon: DockerDaemon, tmp_path: Path
+) -> None:
+    empty = tmp_path / "known_hosts"
+    empty.write_text("")
+    with pytest.raises(HostKeyMismatch) as refused:
+        async with open_session(lab_marquee(ssh_server, docker_daemon, known_hosts=empty), OPTIONS):
+            pass
+    assert refused.value.fingerprint == ssh_server.host_key_fingerprint
+    assert ssh_server.host_key_fingerprint in str(refused.value)
+    assert str(empty) in str(refused.value)
+
+
+async def test_changed_host_key_is_refused(
+    ssh_server: SshServer, docker_daemon: DockerDaemon, tmp_path: Path
+) -> None:
+    other = tmp_path / "known_hosts"
+    other.write_text(
+        f"[{ssh_server.host}]:{ssh_server.port} "
+        "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJdD7y3aLq454yWBdwLWbieU1ebz9/cu7/QEXn9OIeZJ\n"
+    )
+    with pytest.raises(HostKeyMismatch):
+        async with open_session(lab_marquee(ssh_server, docker_daemon, known_hosts=other), OPTIONS):
+            pass
+
+
+async def test_wrong_client_key_is_auth_refused(
+    ssh_server: SshServer, docker_daemon: DockerDaemon
+) -> None:
+    with pytest.raises(AuthRefused):
+        async with open_session(
+            lab_marquee(ssh_server, docker_daemon, identity_file=ssh_server.host_key), OPTIONS
+        ):
+            pass
+
+
+async def test_stopped_sshd_is_unreachable(
+    ssh_server: SshServer, docker_daemon: DockerDaemon
+) -> None:
+    ssh_server.stop()
+    try:
+        with pytest.raises(HostUnreachable):
+            async with open_session(lab_marquee(ssh_server, docker_daemon), OPTIONS):
+                pass
+    finally:
+        ssh_server.restart()
