@@ -1,0 +1,141 @@
+"""Fixtures for the lab's real servers: one of each per test session, each stopped when it ends.
+
+A missing program skips the tests that need it on a developer's machine, but fails them under CI,
+where a skip would let a broken install script pass unnoticed.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import NoReturn
+
+import pytest
+from redis.asyncio import Redis
+
+from playguard_async.lab import (
+    DockerDaemon,
+    GitOrigin,
+    MissingBinary,
+    RedisServer,
+    Registry,
+    SshServer,
+    build_busybox_image,
+    find_binary,
+    push_image,
+)
+from playguard_async.redis_client import connect_redis
+
+INTEGRATION_DIR = Path(__file__).parent / "integration"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.is_relative_to(INTEGRATION_DIR):
+            item.add_marker(pytest.mark.integration)
+
+
+def skip_or_fail(missing: MissingBinary) -> NoReturn:
+    if os.environ.get("CI") == "true":
+        pytest.fail(str(missing), pytrace=False)
+    pytest.skip(str(missing))
+
+
+@pytest.fixture(scope="session")
+def require_binary() -> Callable[[str, str], str]:
+    """For a test that runs a program itself, e.g. `require_binary("ssh", "openssh-client")`."""
+
+    def require(name: str, package: str) -> str:
+        try:
+            return find_binary(name, package)
+        except MissingBinary as missing:
+            skip_or_fail(missing)
+
+    return require
+
+
+@pytest.fixture(scope="session")
+def lab_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("lab")
+
+
+@pytest.fixture(scope="session")
+def redis_server(lab_dir: Path) -> Iterator[RedisServer]:
+    try:
+        server = RedisServer(lab_dir / "redis")
+    except MissingBinary as missing:
+        skip_or_fail(missing)
+    with server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def ssh_server(lab_dir: Path) -> Iterator[SshServer]:
+    try:
+        server = SshServer(lab_dir / "ssh")
+    except MissingBinary as missing:
+        skip_or_fail(missing)
+    with server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def docker_daemon(lab_dir: Path) -> Iterator[DockerDaemon]:
+    try:
+        daemon = DockerDaemon(lab_dir / "docker", index=0)
+    except MissingBinary as missing:
+        skip_or_fail(missing)
+    with daemon:
+        yield daemon
+
+
+@pytest.fixture(scope="session")
+def registry(lab_dir: Path) -> Iterator[Registry]:
+    try:
+        server = Registry(lab_dir / "registry")
+    except MissingBinary as missing:
+        skip_or_fail(missing)
+    with server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def busybox_image(docker_daemon: DockerDaemon, registry: Registry) -> str:
+    """The image's reference in the lab registry; docker_daemon holds it under that name too."""
+    local_tag = "playguard-lab/busybox:local"
+    try:
+        build_busybox_image(docker_daemon, local_tag)
+    except MissingBinary as missing:
+        skip_or_fail(missing)
+    return push_image(docker_daemon, registry, local_tag)
+
+
+@pytest.fixture(scope="session")
+def git_origin(lab_dir: Path, busybox_image: str) -> GitOrigin:
+    try:
+        return GitOrigin(lab_dir / "git", busybox_image)
+    except MissingBinary as missing:
+        skip_or_fail(missing)
+
+
+@pytest.fixture
+def live_redis_server(redis_server: RedisServer) -> RedisServer:
+    """The session's redis-server, running and not paused, whatever the previous test did to it."""
+    redis_server.ensure_running()
+    return redis_server
+
+
+@pytest.fixture
+async def redis(live_redis_server: RedisServer) -> AsyncIterator[Redis]:
+    """An empty database on the live lab server, with the short timeouts a paused server needs.
+
+    Built like the daemon's own client (a blocking pool), so hundreds of concurrent callers queue
+    for a connection instead of failing.
+    """
+    client = connect_redis(live_redis_server.url, socket_timeout=1, connect_timeout=1)
+    try:
+        await client.flushall()
+        yield client
+    finally:
+        await client.aclose()

@@ -1,0 +1,296 @@
+"""The token lock against the lab's real redis-server: exclusivity, fencing, loss, clean release."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from redis.asyncio import Redis
+
+from playguard_async.lab import RedisServer
+from playguard_async.lock import (
+    Holder,
+    LockLost,
+    LockUnavailable,
+    ReleaseResult,
+    TokenLock,
+    fence_key,
+    inspect_lock,
+    lock_key,
+    once,
+)
+
+pytestmark = pytest.mark.integration
+
+TIMEOUT = 0.5
+
+
+def make_lock(redis: Redis, name: str = "marquee:edge-1", ttl: float = 30.0) -> TokenLock:
+    return TokenLock(redis, name, ttl=ttl, timeout=TIMEOUT, replica="test-replica")
+
+
+async def wait_until_gone(redis: Redis, key: str, limit: float) -> bool:
+    end = time.monotonic() + limit
+    while time.monotonic() < end:
+        if not await redis.exists(key):
+            return True
+        await asyncio.sleep(0.02)
+    return False
+
+
+async def test_200_concurrent_acquirers_have_exactly_one_winner(redis: Redis) -> None:
+    locks = [make_lock(redis) for _ in range(200)]
+    leases = await asyncio.gather(*(lock.acquire() for lock in locks))
+    winners = [lease for lease in leases if lease is not None]
+    assert len(winners) == 1
+    assert winners[0].fence == 1
+    assert int(await redis.get(fence_key("marquee:edge-1"))) == 1
+
+
+async def test_fences_strictly_increase_over_release_and_expiry(redis: Redis) -> None:
+    fences: list[int] = []
+    for _ in range(3):
+        lease = await make_lock(redis).acquire()
+        assert lease is not None
+        fences.append(lease.fence)
+        assert await lease.release() is ReleaseResult.RELEASED
+    for _ in range(2):
+        lease = await make_lock(redis, ttl=0.15).acquire()
+        assert lease is not None
+        fences.append(lease.fence)
+        assert await wait_until_gone(redis, lock_key("marquee:edge-1"), 2.0)
+    assert fences == sorted(set(fences))
+    assert fences == [1, 2, 3, 4, 5]
+    assert await redis.exists(fence_key("marquee:edge-1")) == 1, "the fence outlives the lock"
+
+
+async def test_stale_release_keeps_new_owners_key(redis: Redis) -> None:
+    stale = await make_lock(redis, ttl=0.15).acquire()
+    assert stale is not None
+    assert await wait_until_gone(redis, lock_key("marquee:edge-1"), 2.0)
+    fresh = await make_lock(redis).acquire()
+    assert fresh is not None
+    assert fresh.fence > stale.fence
+
+    assert await stale.release() is ReleaseResult.STOLEN
+    assert await redis.get(lock_key("marquee:edge-1")) == fresh.record.encode()
+    await fresh.renew()
+    assert await fresh.release() is ReleaseResult.RELEASED
+
+
+async def test_renew_after_expiry_raises_expired(redis: Redis) -> None:
+    lease = await make_lock(redis, ttl=0.15).acquire()
+    assert lease is not None
+    assert await wait_until_gone(redis, lock_key("marquee:edge-1"), 2.0)
+    with pytest.raises(LockLost) as lost:
+        await lease.renew()
+    assert lost.value.reason == "expired"
+    assert await lease.release() is ReleaseResult.EXPIRED
+
+
+async def test_renew_when_another_token_holds_the_key_raises_stolen(redis: Redis) -> None:
+    lease = await make_lock(redis).acquire()
+    assert lease is not None
+    await redis.set(lock_key("marquee:edge-1"), "someone-else")
+    with pytest.raises(LockLost) as lost:
+        await lease.renew()
+    assert lost.value.reason == "stolen"
+    assert await lease.release() is ReleaseResult.STOLEN
+    assert await redis.get(lock_key("marquee:edge-1")) == b"someone-else"
+
+
+async def test_renew_restores_full_ttl_and_moves_the_deadline(redis: Redis) -> None:
+    lock = make_lock(redis, ttl=5.0)
+    before = time.monotonic()
+    lease = await lock.acquire()
+    after = time.monotonic()
+    assert lease is not None
+    assert before + 5.0 - lock.drift <= lease.deadline <= after + 5.0 - lock.drift
+    await redis.pexpire(lock_key("marquee:edge-1"), 1000)
+    first_deadline = lease.deadline
+    await asyncio.sleep(0.05)
+    await lease.renew()
+    assert lease.deadline > first_deadline
+    assert 4000 < await redis.pttl(lock_key("marquee:edge-1")) <= 5000
+    await lease.release()
+
+
+async def test_renew_while_redis_paused_is_lost_unreachable_in_bounded_time(
+    redis: Redis, redis_server: RedisServer
+) -> None:
+    lease = await make_lock(redis).acquire()
+    assert lease is not None
+    redis_server.pause()
+    try:
+        started = time.monotonic()
+        with pytest.raises(LockLost) as lost:
+            await lease.renew()
+        elapsed = time.monotonic() - started
+    finally:
+        redis_server.resume()
+    assert lost.value.reason == "unreachable"
+    assert lost.value.__cause__ is not None
+    assert elapsed < TIMEOUT + 1.0, f"renew took {elapsed:.2f}s against a {TIMEOUT}s bound"
+
+
+async def test_renew_while_redis_down_is_lost_unreachable(
+    redis: Redis, redis_server: RedisServer
+) -> None:
+    lease = await make_lock(redis).acquire()
+    assert lease is not None
+    redis_server.kill()
+    try:
+        with pytest.raises(LockLost) as lost:
+            await lease.renew()
+        assert await lease.release() is ReleaseResult.UNKNOWN
+    finally:
+        redis_server.restart()
+    assert lost.value.reason == "unreachable"
+
+
+async def test_acquire_while_redis_down_raises_unavailable(
+    redis: Redis, redis_server: RedisServer
+) -> None:
+    redis_server.kill()
+    try:
+        with pytest.raises(LockUnavailable):
+            await make_lock(redis).acquire()
+    finally:
+        redis_server.restart()
+
+
+async def test_release_while_redis_paused_is_unknown_and_key_expires_by_ttl(
+    redis: Redis, redis_server: RedisServer
+) -> None:
+    lease = await make_lock(redis, ttl=1.5).acquire()
+    assert lease is not None
+    redis_server.pause()
+    try:
+        result = await lease.release()
+    finally:
+        redis_server.resume()
+    assert result is ReleaseResult.UNKNOWN
+    assert await redis.exists(lock_key("marquee:edge-1")) == 1
+    assert await wait_until_gone(redis, lock_key("marquee:edge-1"), 3.0)
+
+
+async def test_task_cancelled_inside_hold_leaves_no_key(redis: Redis) -> None:
+    entered = asyncio.Event()
+
+    async def worker() -> None:
+        async with make_lock(redis).hold() as lease:
+            assert lease is not None
+            entered.set()
+            await asyncio.sleep(60)
+
+    task = asyncio.create_task(worker())
+    await entered.wait()
+    assert await redis.exists(lock_key("marquee:edge-1")) == 1
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert await redis.exists(lock_key("marquee:edge-1")) == 0
+
+
+async def test_release_finishes_even_when_cancelled_twice(
+    redis: Redis, redis_server: RedisServer
+) -> None:
+    lease = await make_lock(redis).acquire()
+    assert lease is not None
+    redis_server.pause()
+    try:
+        task = asyncio.create_task(lease.release())
+        await asyncio.sleep(0.05)
+        task.cancel()
+        await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    finally:
+        redis_server.resume()
+    assert await wait_until_gone(redis, lock_key("marquee:edge-1"), 2.0)
+
+
+async def test_cancelled_acquire_whose_set_landed_leaves_no_key(
+    redis: Redis, redis_server: RedisServer
+) -> None:
+    lock = make_lock(redis)
+    await redis.ping()  # a pooled connection exists, so the SET is written before the pause bites
+    redis_server.pause()
+    try:
+        task = asyncio.create_task(lock.acquire())
+        await asyncio.sleep(0.1)
+        task.cancel()
+        await asyncio.sleep(0.05)
+    finally:
+        redis_server.resume()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert int(await redis.get(fence_key("marquee:edge-1")) or 0) == 1, "the SET did land"
+    assert await redis.exists(lock_key("marquee:edge-1")) == 0
+
+
+async def test_cancelled_acquire_before_sending_leaves_no_key(redis: Redis) -> None:
+    task = asyncio.create_task(make_lock(redis).acquire())
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert await redis.exists(lock_key("marquee:edge-1")) == 0
+
+
+async def test_hold_releases_on_exception_without_hiding_it(redis: Redis) -> None:
+    with pytest.raises(ValueError, match="phase broke"):
+        async with make_lock(redis).hold() as lease:
+            assert lease is not None
+            raise ValueError("phase broke")
+    assert await redis.exists(lock_key("marquee:edge-1")) == 0
+
+
+async def test_hold_releases_after_lock_lost_and_keeps_the_new_owners_key(redis: Redis) -> None:
+    with pytest.raises(LockLost):
+        async with make_lock(redis).hold() as lease:
+            assert lease is not None
+            await redis.set(lock_key("marquee:edge-1"), "new-owner")
+            await lease.renew()
+    assert await redis.get(lock_key("marquee:edge-1")) == b"new-owner"
+
+
+async def test_hold_yields_none_when_held_elsewhere_and_touches_nothing(redis: Redis) -> None:
+    holder = await make_lock(redis).acquire()
+    assert holder is not None
+    async with make_lock(redis).hold() as lease:
+        assert lease is None
+    assert await redis.get(lock_key("marquee:edge-1")) == holder.record.encode()
+    assert await holder.release() is ReleaseResult.RELEASED
+
+
+async def test_holder_is_readable_by_operators(redis: Redis) -> None:
+    lease = await make_lock(redis, ttl=20.0).acquire()
+    assert lease is not None
+    state = await inspect_lock(redis, "marquee:edge-1")
+    assert state is not None
+    assert state.holder.replica == "test-replica"
+    assert state.holder.token == lease.token
+    assert state.fence == lease.fence
+    assert 19.0 < state.ttl_left <= 20.0
+    assert Holder.decode(lease.record) == state.holder
+    await lease.release()
+    assert await inspect_lock(redis, "marquee:edge-1") is None
+
+
+async def test_scripts_reload_after_script_flush(redis: Redis) -> None:
+    lock = make_lock(redis)
+    lease = await lock.acquire()
+    assert lease is not None
+    await redis.script_flush()
+    await lease.renew()
+    assert await lease.release() is ReleaseResult.RELEASED
+
+
+async def test_once_fires_once_until_its_ttl_passes(redis: Redis) -> None:
+    assert await once(redis, "dispatch:abc", ttl=0.3) is True
+    assert await once(redis, "dispatch:abc", ttl=0.3) is False
+    assert await once(redis, "dispatch:other", ttl=0.3) is True
+    await asyncio.sleep(0.45)
+    assert await once(redis, "dispatch:abc", ttl=0.3) is True
