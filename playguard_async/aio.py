@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Coroutine
+from collections.abc import Awaitable
 from typing import Any, TypeVar
 
 _T = TypeVar("_T")
@@ -19,7 +19,7 @@ async def bounded(timeout: float, call: Awaitable[_T]) -> _T:
         return await call
 
 
-async def detached(clean_up: Coroutine[Any, Any, _T]) -> _T:
+async def detached(clean_up: Awaitable[_T]) -> _T:
     """Run ``clean_up`` in its own task and wait for it.
 
     Cancelling the waiter does not cancel the clean-up: it runs to its end (each clean-up is bounded

@@ -8,32 +8,70 @@ terminal.
 from __future__ import annotations
 
 import asyncio
+import functools
 import signal
 from collections.abc import Callable
 
 import structlog
+from redis.asyncio import Redis
 
-from playguard_async.engine import Engine
+from playguard_async.engine import CycleResult, Engine
 from playguard_async.inventory import YamlInventorySource
+from playguard_async.observe import CycleRecords
 from playguard_async.phase import resolve_phases
 from playguard_async.phases import BUILTIN_PHASES
 from playguard_async.redis_client import connect_redis
+from playguard_async.remote.ssh import RemoteOptions, open_session
 from playguard_async.settings import Settings
 
 log = structlog.get_logger("playguard.daemon")
 
 
-def build_engine(settings: Settings) -> Engine:
-    """An engine for ``settings``; raises on an unknown phase before anything connects."""
-    phases = resolve_phases(settings.phases, BUILTIN_PHASES)
-    redis = connect_redis(
+def remote_options(settings: Settings) -> RemoteOptions:
+    return RemoteOptions(
+        connect_timeout=settings.ssh_connect_timeout,
+        keepalive_interval=settings.ssh_keepalive_interval,
+        command_timeout=settings.remote_command_timeout,
+        output_limit=settings.remote_output_limit,
+        docker_timeout=settings.docker_api_timeout,
+        compose_command=settings.compose_command,
+        stuck_after=settings.stuck_after,
+        orphan_grace=settings.orphan_grace,
+        agent_chat_network=settings.agent_chat_network,
+    )
+
+
+def redis_for(settings: Settings) -> Redis:
+    return connect_redis(
         settings.redis_url,
         socket_timeout=settings.redis_socket_timeout,
         connect_timeout=settings.redis_connect_timeout,
         max_connections=settings.redis_max_connections,
         password=settings.redis_password.get_secret_value() if settings.redis_password else None,
     )
-    return Engine(settings, YamlInventorySource(settings.inventory), redis, phases)
+
+
+def build_engine(settings: Settings) -> Engine:
+    """An engine for ``settings``; raises on an unknown phase before anything connects."""
+    phases = resolve_phases(settings.phases, BUILTIN_PHASES)
+    redis = redis_for(settings)
+    records = CycleRecords(
+        redis, history_length=settings.history_length, timeout=settings.redis_socket_timeout
+    )
+
+    async def record(result: CycleResult) -> None:
+        await records.record(result.marquee, result.to_record())
+
+    return Engine(
+        settings,
+        YamlInventorySource(settings.inventory),
+        redis,
+        phases,
+        open_session=functools.partial(
+            open_session, options=remote_options(settings), dry_run=settings.dry_run
+        ),
+        listeners=[record],
+    )
 
 
 async def serve(settings: Settings) -> None:

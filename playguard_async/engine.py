@@ -38,6 +38,7 @@ RESUME_KEY = "playguard:resume"
 """Sorted set of Marquees whose cycle a shutdown interrupted; score: when (Unix seconds)."""
 
 SessionOpener = Callable[[Marquee], AbstractAsyncContextManager[Any]]
+"""Opens the remote session of one cycle; entered on a phase's first ``ctx.remote()`` call."""
 
 
 def marquee_lock_name(marquee: str) -> str:
@@ -66,11 +67,49 @@ class CycleResult:
     reason: str | None = None
     durations: dict[str, float] = field(default_factory=dict)
     actions: dict[str, list[str]] = field(default_factory=dict)
+    findings: dict[str, dict[str, Any]] = field(default_factory=dict)
     started: float = field(default_factory=time.monotonic)
+    finished_at: float = 0.0
     duration: float = 0.0
 
+    def to_record(self) -> dict[str, Any]:
+        """The JSON-ready form kept for operators."""
+        return {
+            "marquee": self.marquee,
+            "cycle": self.cycle_id,
+            "outcome": self.outcome.value,
+            "fence": self.fence,
+            "phase": self.phase,
+            "reason": self.reason,
+            "durations": self.durations,
+            "actions": self.actions,
+            "findings": self.findings,
+            "finished_at": self.finished_at,
+            "duration": self.duration,
+        }
 
-CycleListener = Callable[[CycleResult], None]
+
+CycleListener = Callable[[CycleResult], Awaitable[None]]
+"""Told of every finished cycle (status records, metrics); its failure never stops the engine."""
+
+
+class _CycleRemote:
+    """The cycle's remote session, opened on first use so phases that need none cost nothing."""
+
+    def __init__(
+        self, opener: SessionOpener | None, marquee: Marquee, stack: contextlib.AsyncExitStack
+    ) -> None:
+        self._opener = opener
+        self._marquee = marquee
+        self._stack = stack
+        self._session: Any = None
+
+    async def __call__(self) -> Any:
+        if self._session is None:
+            if self._opener is None:
+                raise RuntimeError("no remote layer is configured for this engine")
+            self._session = await self._stack.enter_async_context(self._opener(self._marquee))
+        return self._session
 
 
 def next_tick_after(scheduled: float, now: float, interval: float) -> tuple[float, int]:
@@ -240,15 +279,8 @@ class Engine:
     async def _walk_phases(
         self, marquee: Marquee, inventory: Inventory, lease: Lease, result: CycleResult
     ) -> None:
-        session_cm = self.open_session(marquee) if self.open_session else None
         async with contextlib.AsyncExitStack() as stack:
-            session = None
-            if session_cm is not None:
-                session = await self._before_deadline(
-                    lease, result, "open_session", stack.enter_async_context(session_cm)
-                )
-                if result.outcome is not Outcome.OK:
-                    return
+            remote = _CycleRemote(self.open_session, marquee, stack)
             for phase in self.phases:
                 if self.stopping.is_set():
                     result.outcome = Outcome.INTERRUPTED
@@ -259,7 +291,7 @@ class Engine:
                     log=log.bind(phase=phase.name),
                     dry_run=self.settings.dry_run,
                     lease=lease,
-                    session=session,
+                    remote=remote,
                 )
                 with structlog.contextvars.bound_contextvars(phase=phase.name):
                     started = time.monotonic()
@@ -269,6 +301,8 @@ class Engine:
                         return
                     if report is not None:
                         result.actions[phase.name] = list(report.actions)
+                        if report.findings:
+                            result.findings[phase.name] = dict(report.findings)
                     try:
                         await lease.renew()
                     except LockLost as exc:
@@ -297,9 +331,10 @@ class Engine:
 
     async def _finish(self, result: CycleResult) -> None:
         result.duration = round(time.monotonic() - result.started, 4)
-        if result.outcome is Outcome.INTERRUPTED:
+        result.finished_at = time.time()
+        if result.outcome is Outcome.INTERRUPTED and result.fence is not None:
             await self._record_interrupted(result.marquee)
-        elif result.fence is not None:
+        elif result.outcome is not Outcome.INTERRUPTED and result.fence is not None:
             await self._clear_interrupted(result.marquee)
         log.info(
             "cycle.finished",
@@ -311,7 +346,10 @@ class Engine:
             duration=result.duration,
         )
         for listener in self.listeners:
-            listener(result)
+            try:
+                await detached(listener(result))
+            except Exception:
+                log.exception("cycle.listener_failed")
 
     # -- resume records ----------------------------------------------------------------------
 

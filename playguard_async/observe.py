@@ -6,11 +6,15 @@ into every line, so one cycle's lines can be followed in a journal without passi
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
 import sys
-from typing import Literal
+from collections.abc import Mapping
+from typing import Any, Literal
 
 import structlog
+from redis.asyncio import Redis
 
 LogFormat = Literal["json", "console", "auto"]
 
@@ -41,3 +45,42 @@ def configure_logging(log_format: LogFormat = "auto", level: str = "info") -> No
         cache_logger_on_first_use=False,
     )
     logging.basicConfig(level=max(numeric_level, logging.WARNING), stream=sys.stderr, force=True)
+
+
+def last_cycle_key(marquee: str) -> str:
+    return f"playguard:cycles:{{{marquee}}}:last"
+
+
+def cycle_history_key(marquee: str) -> str:
+    return f"playguard:cycles:{{{marquee}}}:history"
+
+
+class CycleRecords:
+    """Each Marquee's last cycle and a bounded history of them, in Redis, for operators.
+
+    What a cycle saw and did must not live only in a log line: ``playguard status`` and anyone with
+    redis-cli can read it here. History is capped at ``history_length`` records per Marquee.
+    """
+
+    def __init__(self, redis: Redis, *, history_length: int, timeout: float) -> None:
+        self.redis = redis
+        self.history_length = history_length
+        self.timeout = timeout
+
+    async def record(self, marquee: str, record: Mapping[str, Any]) -> None:
+        encoded = json.dumps(record, default=str, separators=(",", ":"))
+        async with asyncio.timeout(self.timeout), self.redis.pipeline(transaction=True) as pipe:
+            pipe.set(last_cycle_key(marquee), encoded)
+            pipe.lpush(cycle_history_key(marquee), encoded)
+            pipe.ltrim(cycle_history_key(marquee), 0, self.history_length - 1)
+            await pipe.execute()
+
+    async def last(self, marquee: str) -> dict[str, Any] | None:
+        async with asyncio.timeout(self.timeout):
+            raw = await self.redis.get(last_cycle_key(marquee))
+        return None if raw is None else dict(json.loads(raw))
+
+    async def history(self, marquee: str) -> list[dict[str, Any]]:
+        async with asyncio.timeout(self.timeout):
+            raw = await self.redis.lrange(cycle_history_key(marquee), 0, -1)
+        return [dict(json.loads(item)) for item in raw]

@@ -11,7 +11,7 @@ without forking the daemon.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -25,8 +25,9 @@ from playguard_async.lock import Lease
 class PhaseContext:
     """What one phase of one cycle may use.
 
-    ``session`` is whatever the remote layer opened for this cycle (None where no remote layer is
-    configured); ``lease`` carries the fence a host can check before accepting a write.
+    ``await remote()`` gives the cycle's remote session, opened on the first call after the lock
+    was taken and closed when the cycle ends; ``lease`` carries the fence a host can check before
+    accepting a write.
     """
 
     marquee: Marquee
@@ -34,7 +35,7 @@ class PhaseContext:
     log: FilteringBoundLogger
     dry_run: bool
     lease: Lease
-    session: Any = None
+    remote: Callable[[], Awaitable[Any]]
 
 
 @dataclass

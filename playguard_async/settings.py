@@ -92,6 +92,39 @@ class Settings(BaseSettings):
         description="This replica's name in locks and records (default host:pid).",
     )
     event_loop: Literal["uvloop", "asyncio"] = Field("uvloop")
+    ssh_connect_timeout: float = Field(10.0, gt=0, description="Seconds to open an SSH connection.")
+    ssh_keepalive_interval: float = Field(
+        15.0, gt=0, description="Seconds between SSH keepalives; 3 unanswered drop the connection."
+    )
+    remote_command_timeout: float = Field(
+        300.0, gt=0, description="Seconds any remote command (git, compose) may run."
+    )
+    remote_output_limit: int = Field(
+        1 << 20, ge=1024, description="Characters of a remote command's stdout/stderr kept."
+    )
+    docker_api_timeout: float = Field(
+        300.0, gt=0, description="Seconds any Docker API call (an image pull included) may take."
+    )
+    compose_command: tuple[str, ...] = Field(
+        ("docker", "compose"),
+        min_length=1,
+        description='How compose runs on the hosts: ["docker", "compose"] or ["docker-compose"].',
+    )
+    stuck_after: float = Field(
+        300.0,
+        gt=0,
+        description="Seconds a container may stay restarting, created or unhealthy before it "
+        "is recreated.",
+    )
+    orphan_grace: float = Field(
+        600.0, ge=0, description="Seconds an orphaned container of ours lives before removal."
+    )
+    agent_chat_network: str = Field(
+        "none", min_length=1, description="Docker network mode of AgentChat containers."
+    )
+    history_length: int = Field(
+        50, ge=1, description="Cycle records kept per Marquee in Redis for operators."
+    )
 
     @field_validator("redis_url")
     @classmethod

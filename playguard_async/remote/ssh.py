@@ -57,6 +57,9 @@ class RemoteOptions:
     output_limit: int = 1 << 20
     docker_timeout: float = 120.0
     compose_command: tuple[str, ...] = ("docker", "compose")
+    stuck_after: float = 300.0
+    orphan_grace: float = 600.0
+    agent_chat_network: str = "none"
 
 
 @dataclass(frozen=True)

@@ -89,8 +89,11 @@ class Harness:
         self.results: list[CycleResult] = []
         self.state = StaticState(inventory_of(*(f"m{i}" for i in range(1, marquees + 1))))
         self.engine = Engine(
-            settings_for(**settings), self.state, redis, phases, listeners=[self.results.append]
+            settings_for(**settings), self.state, redis, phases, listeners=[self.record]
         )
+
+    async def record(self, result: CycleResult) -> None:
+        self.results.append(result)
 
     async def cycle(self, name: str = "m1") -> CycleResult:
         inventory = await self.engine.load_inventory()

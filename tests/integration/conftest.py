@@ -1,0 +1,165 @@
+"""Fixtures for running real phases against the lab: a Marquee that is the lab's sshd + dockerd,
+an inventory that uses the lab's registry and git origin, and a runner that gives a phase a real
+remote session under a real lease."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiodocker
+import pytest
+import structlog
+from redis.asyncio import Redis
+
+from playguard_async.inventory import Inventory, Marquee
+from playguard_async.lab import DockerDaemon, GitOrigin, Registry, SshServer
+from playguard_async.lock import TokenLock
+from playguard_async.phase import Phase, PhaseContext, PhaseReport
+from playguard_async.remote.docker import MANAGED
+from playguard_async.remote.ssh import RemoteOptions, RemoteSession, open_session
+
+LAB_OPTIONS = RemoteOptions(
+    connect_timeout=5.0,
+    command_timeout=60.0,
+    docker_timeout=60.0,
+    compose_command=("docker-compose",),
+    stuck_after=2.0,
+    orphan_grace=0.0,
+)
+
+
+def lab_marquee_fields(ssh: SshServer, docker: DockerDaemon, workdir: Path) -> dict[str, Any]:
+    return {
+        "name": "edge-1",
+        "host": ssh.host,
+        "port": ssh.port,
+        "user": ssh.user,
+        "identity_file": str(ssh.client_key),
+        "known_hosts": str(ssh.known_hosts),
+        "docker_socket": str(docker.socket),
+        "workdir": str(workdir),
+    }
+
+
+@dataclass
+class LabWorld:
+    """A desired state pointing at the lab, built as a plain dict so a test can change it."""
+
+    data: dict[str, Any]
+    password_file: Path
+
+    def inventory(self) -> Inventory:
+        return Inventory.model_validate(self.data)
+
+    def marquee(self) -> Marquee:
+        return self.inventory().marquee("edge-1")
+
+
+@pytest.fixture
+def lab_world(
+    ssh_server: SshServer,
+    docker_daemon: DockerDaemon,
+    registry: Registry,
+    git_origin: GitOrigin,
+    busybox_image: str,
+    tmp_path: Path,
+) -> LabWorld:
+    """One Marquee (the lab's), the lab registry, one playspec from the origin, one playground on
+    main and one active agent chat. Each test gets its own remote workdir."""
+    password_file = tmp_path / "registry-password"
+    password_file.write_text(registry.password)
+    data: dict[str, Any] = {
+        "marquees": [lab_marquee_fields(ssh_server, docker_daemon, tmp_path / "workdir")],
+        "registries": [
+            {
+                "name": "lab",
+                "server": registry.address,
+                "username": registry.username,
+                "password_file": str(password_file),
+            }
+        ],
+        "playspecs": [
+            {
+                "name": "web",
+                "repo": git_origin.url,
+                "compose_file": "compose.yaml",
+                "images": [busybox_image],
+                "registry": "lab",
+            }
+        ],
+        "playgrounds": [
+            {"name": "web-main", "playspec": "web", "marquee": "edge-1", "branch": "main"}
+        ],
+        "agent_chats": [
+            {
+                "name": "chat-1",
+                "playground": "web-main",
+                "image": busybox_image,
+                "command": ["sleep", "3600"],
+            }
+        ],
+    }
+    return LabWorld(data=data, password_file=password_file)
+
+
+@dataclass
+class PhaseRun:
+    report: PhaseReport
+    actions: list[str] = field(default_factory=list)
+
+
+PhaseRunner = Callable[..., Any]
+"""``await run_phase(phase, world, dry_run=False, options=LAB_OPTIONS) -> PhaseRun``"""
+
+
+@pytest.fixture
+async def run_phase(redis: Redis) -> AsyncIterator[PhaseRunner]:
+    """Run one phase as the engine would: under a real lease, with a real remote session."""
+
+    async def run(
+        phase: Phase, world: LabWorld, *, dry_run: bool = False,
+        options: RemoteOptions = LAB_OPTIONS,
+    ) -> PhaseRun:  # fmt: skip
+        inventory = world.inventory()
+        marquee = inventory.marquee("edge-1")
+        lease = await TokenLock(redis, f"test:{uuid.uuid4()}", ttl=120.0).acquire()
+        assert lease is not None
+        try:
+            async with open_session(marquee, options, dry_run=dry_run) as session:
+
+                async def remote() -> RemoteSession:
+                    return session
+
+                ctx = PhaseContext(
+                    marquee=marquee,
+                    inventory=inventory,
+                    log=structlog.get_logger("test").bind(phase=phase.name),
+                    dry_run=dry_run,
+                    lease=lease,
+                    remote=remote,
+                )
+                report = await phase(ctx) or PhaseReport()
+                return PhaseRun(report=report, actions=list(session.actions))
+        finally:
+            await lease.release()
+
+    yield run
+
+
+@pytest.fixture
+async def lab_docker(docker_daemon: DockerDaemon) -> AsyncIterator[aiodocker.Docker]:
+    """A direct client of the lab's dockerd, for tests to set up and check the world; removes
+    every container labelled as ours when the test ends."""
+    docker = aiodocker.Docker(url=docker_daemon.url)
+    try:
+        yield docker
+    finally:
+        filters = json.dumps({"label": [f"{MANAGED}=true"]})
+        for container in await docker.containers.list(all=True, filters=filters):
+            await container.delete(force=True, v=True)
+        await docker.close()
