@@ -118,7 +118,7 @@ PhaseRunner = Callable[..., Any]
 
 
 @pytest.fixture
-async def run_phase(redis: Redis) -> AsyncIterator[PhaseRunner]:
+def run_phase(redis: Redis) -> PhaseRunner:
     """Run one phase as the engine would: under a real lease, with a real remote session."""
 
     async def run(
@@ -148,7 +148,7 @@ async def run_phase(redis: Redis) -> AsyncIterator[PhaseRunner]:
         finally:
             await lease.release()
 
-    yield run
+    return run
 
 
 @pytest.fixture
