@@ -10,7 +10,7 @@ import base64
 import json
 from typing import Any
 
-from playguard_async.inventory import Registry
+from playguard_async.inventory import Marquee, Registry
 from playguard_async.remote.ssh import RemoteSession
 
 MANAGED = "io.playguard.managed"
@@ -39,6 +39,11 @@ async def list_ours(session: RemoteSession) -> list[dict[str, Any]]:
         )
     )
     return list(containers)
+
+
+def docker_config_dir(marquee: Marquee) -> str:
+    """Where the host keeps the registry credentials the compose command reads (DOCKER_CONFIG)."""
+    return f"{marquee.workdir}/.docker"
 
 
 def registry_auth(registry: Registry) -> dict[str, str]:

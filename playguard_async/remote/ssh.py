@@ -85,6 +85,10 @@ class RemoteSession:
         default_factory=lambda: asyncio.Semaphore(COMMAND_CHANNELS)
     )
 
+    def actions_since(self, mark: int) -> list[str]:
+        """The actions recorded after ``mark`` (an earlier ``len(session.actions)``)."""
+        return self.actions[mark:]
+
     @property
     def host(self) -> str:
         return f"{self.marquee.name} ({self.marquee.host}:{self.marquee.port})"
