@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 import click
@@ -48,6 +49,33 @@ def run(ctx: click.Context, config: Path | None, dry_run: bool | None) -> None:
         if ctx.obj["debug"]:
             raise
         raise click.ClickException(str(exc)) from exc
+
+
+@cli.command()
+@click.option("--marquees", default=2, show_default=True, help="Simulated Docker hosts.")
+@click.option(
+    "--workdir",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="Where the lab keeps its servers' files (default: a new temporary directory).",
+)
+@click.option("--duration", type=float, default=None, help="Stop after this many seconds.")
+@click.option("--tick", type=float, default=10.0, show_default=True, help="Tick interval.")
+def lab(marquees: int, workdir: Path | None, duration: float | None, tick: float) -> None:
+    """Start a lab of real servers on loopback and run the daemon against it.
+
+    Redis, one sshd + dockerd per Marquee, a registry with auth and a git origin; everything
+    is stopped on exit. Needs root and the Debian packages that scripts/install.sh installs.
+    """
+    from playguard_async.lab import Lab, write_demo_config  # noqa: PLC0415 - a tool, not the daemon
+
+    root = workdir or Path(tempfile.mkdtemp(prefix="playguard-lab-"))
+    with Lab(root / "servers", marquees=marquees) as running:
+        config = write_demo_config(running, root / "config", tick_interval=tick)
+        click.echo(f"lab up in {root}; settings {config}", err=True)
+        settings = load_settings(config)
+        configure_logging(settings.log_format, settings.log_level)
+        daemon.run(settings, stop_after=duration)
 
 
 def main() -> None:

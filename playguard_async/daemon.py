@@ -74,12 +74,14 @@ def build_engine(settings: Settings) -> Engine:
     )
 
 
-async def serve(settings: Settings) -> None:
-    """Run the daemon until SIGTERM or SIGINT, then drain and return."""
+async def serve(settings: Settings, *, stop_after: float | None = None) -> None:
+    """Run the daemon until SIGTERM or SIGINT (or ``stop_after`` seconds), then drain and return."""
     engine = build_engine(settings)
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, _on_signal(engine, signum))
+    if stop_after is not None:
+        loop.call_later(stop_after, engine.request_stop)
     try:
         await engine.run()
     finally:
@@ -96,7 +98,7 @@ def _on_signal(engine: Engine, signum: signal.Signals) -> Callable[[], None]:
     return handle
 
 
-def run(settings: Settings) -> None:
+def run(settings: Settings, *, stop_after: float | None = None) -> None:
     """Run ``serve`` on the event loop the settings choose."""
     loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None
     if settings.event_loop == "uvloop":
@@ -104,4 +106,4 @@ def run(settings: Settings) -> None:
 
         loop_factory = uvloop.new_event_loop
     with asyncio.Runner(loop_factory=loop_factory) as runner:
-        runner.run(serve(settings))
+        runner.run(serve(settings, stop_after=stop_after))
