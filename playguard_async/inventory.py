@@ -217,8 +217,8 @@ class _Named(_Model):
 
 
 class Marquee(_Named):
-    """A Docker host reached over SSH; `launchable` False keeps it reconciled but out of rotation
-    for new work."""
+    """A Docker host reached over SSH; `launchable` False takes it out of rotation: no cycle runs
+    on it, so nothing there is changed, until it is set back to True."""
 
     host: Host
     port: Annotated[int, Field(ge=1, le=65535)] = 22

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs everything playguard_async and its lab need on Debian 12, as root: the real servers the
+# tests and the demo start (redis-server, sshd, dockerd, docker-registry, docker-compose, git), and a
+# virtual environment in .venv with the package, its test and dev extras, at the versions CI tested.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(
+  redis-server openssh-server openssh-client docker.io docker-registry docker-compose
+  busybox-static apache2-utils iptables git ca-certificates python3 python3-venv python3-pip
+)
+missing=()
+for package in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" \
+    || missing+=("$package")
+done
+if ((${#missing[@]})); then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q
+  apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+# Debian starts redis-server and dockerd as services where systemd runs; the lab starts its own on
+# ephemeral ports and sockets, so those are neither needed nor in the way.
+
+python3 -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q -c .ci/constraints.txt -e '.[test,dev]'
