@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
-from typing import NoReturn
+from typing import NoReturn, TypeVar
 
 import pytest
 from redis.asyncio import Redis
@@ -17,6 +17,7 @@ from redis.asyncio import Redis
 from playguard_async.lab import (
     DockerDaemon,
     GitOrigin,
+    LabServer,
     MissingBinary,
     RedisServer,
     Registry,
@@ -28,6 +29,8 @@ from playguard_async.lab import (
 from playguard_async.redis_client import connect_redis
 
 INTEGRATION_DIR = Path(__file__).parent / "integration"
+
+ServerT = TypeVar("ServerT", bound=LabServer)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -60,44 +63,34 @@ def lab_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("lab")
 
 
-@pytest.fixture(scope="session")
-def redis_server(lab_dir: Path) -> Iterator[RedisServer]:
+def _served(make: Callable[[], ServerT]) -> Iterator[ServerT]:
+    """Start the server ``make`` builds, yield it, stop it; a missing binary skips or fails."""
     try:
-        server = RedisServer(lab_dir / "redis")
+        server = make()
     except MissingBinary as missing:
         skip_or_fail(missing)
     with server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def redis_server(lab_dir: Path) -> Iterator[RedisServer]:
+    yield from _served(lambda: RedisServer(lab_dir / "redis"))
 
 
 @pytest.fixture(scope="session")
 def ssh_server(lab_dir: Path) -> Iterator[SshServer]:
-    try:
-        server = SshServer(lab_dir / "ssh")
-    except MissingBinary as missing:
-        skip_or_fail(missing)
-    with server:
-        yield server
+    yield from _served(lambda: SshServer(lab_dir / "ssh"))
 
 
 @pytest.fixture(scope="session")
 def docker_daemon(lab_dir: Path) -> Iterator[DockerDaemon]:
-    try:
-        daemon = DockerDaemon(lab_dir / "docker", index=0)
-    except MissingBinary as missing:
-        skip_or_fail(missing)
-    with daemon:
-        yield daemon
+    yield from _served(lambda: DockerDaemon(lab_dir / "docker", index=0))
 
 
 @pytest.fixture(scope="session")
 def registry(lab_dir: Path) -> Iterator[Registry]:
-    try:
-        server = Registry(lab_dir / "registry")
-    except MissingBinary as missing:
-        skip_or_fail(missing)
-    with server:
-        yield server
+    yield from _served(lambda: Registry(lab_dir / "registry"))
 
 
 @pytest.fixture(scope="session")
