@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from playguard_async.lab import RedisServer
 from playguard_async.lock import TokenLock, lock_key
 from playguard_async.phase import PhaseContext, PhaseReport
 from playguard_async.settings import Settings, load_settings
+from tests.support.state import StaticState
 
 pytestmark = pytest.mark.integration
 
@@ -39,22 +41,6 @@ class ScriptedPhase:
             await self.action(ctx)
         self.finished.append(ctx.marquee.name)
         return PhaseReport(actions=[f"{self.name} on {ctx.marquee.name}"])
-
-
-class StaticState:
-    """A desired-state source holding an inventory the test controls."""
-
-    def __init__(self, inventory: Inventory) -> None:
-        self.inventory = inventory
-        self.error: InventoryError | None = None
-
-    async def load(self) -> Inventory:
-        if self.error is not None:
-            raise self.error
-        return self.inventory
-
-    def describe(self) -> str:
-        return "test inventory"
 
 
 def inventory_of(*names: str) -> Inventory:
@@ -334,3 +320,27 @@ async def test_invalid_inventory_keeps_the_last_good_state(redis: Redis) -> None
     assert phase.entered == ["m1"]
     [invalid] = [line for line in logs if line["event"] == "inventory.invalid"]
     assert "marquees[0].name" in invalid["error"]
+
+
+async def test_remote_session_opens_on_first_use_and_closes_before_release(redis: Redis) -> None:
+    events: list[str] = []
+
+    @contextlib.asynccontextmanager
+    async def opener(marquee: Marquee) -> AsyncIterator[str]:
+        held = await redis.exists(lock_key(marquee_lock_name(marquee.name)))
+        events.append(f"open {marquee.name} while locked={held}")
+        yield "session"
+        events.append("close")
+
+    async def use(ctx: PhaseContext) -> None:
+        events.append(f"got {await ctx.remote()}")
+
+    harness = Harness(redis, ScriptedPhase("first", use), ScriptedPhase("second", use))
+    harness.engine.open_session = opener
+    result = await harness.cycle()
+    assert result.outcome is Outcome.OK
+    assert events == ["open m1 while locked=1", "got session", "got session", "close"]
+
+    events.clear()
+    await Harness(redis, ScriptedPhase("first"), ScriptedPhase("second")).cycle()
+    assert events == [], "no phase asked for the remote session, so none was opened"
