@@ -314,6 +314,14 @@ class Engine:
         self, lease: Lease, result: CycleResult, step: str, work: Any
     ) -> Any:
         """Await ``work`` but no later than the lease's deadline; classify how it ended."""
+        if lease.remaining() <= 0:
+            # A lapsed lease (the process stalled after Redis answered): awaiting would still run
+            # the work's first steps, up to its first await, before the timeout could cancel it.
+            if asyncio.iscoroutine(work):
+                work.close()
+            result.outcome, result.phase = Outcome.DEADLINE, step
+            log.error("phase.deadline", headroom=round(lease.remaining(), 3), started=False)
+            return None
         loop = asyncio.get_running_loop()
         deadline = asyncio.timeout_at(loop.time() + lease.remaining())
         try:
