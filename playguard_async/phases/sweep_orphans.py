@@ -1,0 +1,80 @@
+"""sweep_orphans: remove our containers whose playground or agent chat is no longer wanted here.
+
+Only containers listed by ``list_ours`` are candidates, so a container without our labels is never
+touched, whatever its name. A container belongs to its agent chat when it names one (a chat's
+container names its playground too), else to its playground; it is an orphan when that owner is
+not in the inventory for this Marquee any more. A container naming neither is left alone: nothing
+says whose it is. Orphans are removed (forced, with their anonymous volumes) once older than
+``orphan_grace``, aged on the host engine's clock, so a container started moments before an
+inventory change is not lost to a replica reading an older inventory.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+from playguard_async.inventory import Inventory
+from playguard_async.phase import PhaseContext, PhaseReport
+from playguard_async.phases._playgrounds import Container, container_name, created_at, host_now
+from playguard_async.remote.docker import AGENT_CHAT, PLAYGROUND, list_ours
+from playguard_async.remote.errors import DockerApiError
+from playguard_async.remote.ssh import RemoteSession
+
+_NOT_FOUND = 404
+
+
+class SweepOrphans:
+    name = "sweep_orphans"
+
+    async def __call__(self, ctx: PhaseContext) -> PhaseReport:
+        """Findings: ``removed`` (orphans removed, or that would be in dry-run) and ``in_grace``
+        (orphans kept until older than ``orphan_grace``), as container names."""
+        session: RemoteSession = await ctx.remote()
+        mark = len(session.actions)
+        findings: dict[str, Any] = {"removed": [], "in_grace": []}
+        orphans = {
+            container_name(container): (container, owner)
+            for container in await list_ours(session)
+            if (owner := _gone_owner(container, ctx.inventory, ctx.marquee.name)) is not None
+        }
+        if orphans:
+            now = await host_now(session)
+            for name, (container, owner) in sorted(orphans.items()):
+                age = (now - created_at(container)).total_seconds()
+                if age < session.options.orphan_grace:
+                    findings["in_grace"].append(name)
+                    continue
+                await session.change(
+                    f"remove orphan container {name} of {owner}, {age:.0f}s old",
+                    partial(_remove, session, container["Id"]),
+                )
+                findings["removed"].append(name)
+        return PhaseReport(actions=session.actions_since(mark), findings=findings)
+
+
+def _gone_owner(container: Container, inventory: Inventory, marquee: str) -> str | None:
+    """The owner the container names, e.g. "agent chat chat-1", when the inventory no longer
+    wants it on ``marquee``; None when it does, or when the container names no owner."""
+    labels = container["Labels"]
+    if AGENT_CHAT in labels:
+        wanted = {chat.name for chat in inventory.agent_chats_on(marquee)}
+        return None if labels[AGENT_CHAT] in wanted else f"agent chat {labels[AGENT_CHAT]}"
+    if PLAYGROUND in labels:
+        wanted = {playground.name for playground in inventory.playgrounds_on(marquee)}
+        return None if labels[PLAYGROUND] in wanted else f"playground {labels[PLAYGROUND]}"
+    return None
+
+
+async def _remove(session: RemoteSession, container_id: str) -> None:
+    """Forced removal; a container already gone (removed meanwhile) is what was wanted."""
+    try:
+        await session.api(
+            session.docker.containers.container(container_id).delete(force=True, v=True)
+        )
+    except DockerApiError as exc:
+        if exc.status != _NOT_FOUND:
+            raise
+
+
+sweep_orphans = SweepOrphans()

@@ -1,0 +1,69 @@
+"""sync_git: every playground's checkout on this Marquee at the head of its branch.
+
+The branch heads come from one ``ls-remote`` per repo (a read) and the checkout's commit from a
+``rev-parse`` (a read), so a checkout already at its head costs no change at all; only a missing
+checkout (clone) or a moved head (fetch + hard reset) changes the host. A playground whose branch
+is gone keeps its checkout as it is: fetch_branches reports it and stops it when asked.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+from playguard_async.phase import PhaseContext, PhaseReport
+from playguard_async.phases._playgrounds import branch_heads, playspec_of
+from playguard_async.remote import git
+from playguard_async.remote.ssh import RemoteSession
+
+
+class SyncGit:
+    name = "sync_git"
+
+    async def __call__(self, ctx: PhaseContext) -> PhaseReport:
+        """Findings: ``heads`` (playground -> the commit its checkout is at, or would be at in
+        dry-run; None when it has none) and ``branch_gone`` (playground -> missing branch)."""
+        session: RemoteSession = await ctx.remote()
+        mark = len(session.actions)
+        playgrounds = ctx.inventory.playgrounds_on(ctx.marquee.name)
+        specs = {pg.name: playspec_of(ctx.inventory, pg) for pg in playgrounds}
+        heads = await branch_heads(session, (spec.repo for spec in specs.values()))
+        findings: dict[str, Any] = {"heads": {}, "branch_gone": {}}
+        for playground in playgrounds:
+            repo = specs[playground.name].repo
+            checkout = git.checkout_dir(ctx.marquee, playground.name)
+            local = await _local_head(session, checkout)
+            wanted = heads[repo].get(playground.branch)
+            if wanted is None:
+                findings["branch_gone"][playground.name] = playground.branch
+                findings["heads"][playground.name] = local
+                continue
+            if local is None:
+                await session.change_command(
+                    f"clone {repo} branch {playground.branch} for playground {playground.name}",
+                    git.clone(repo, playground.branch, checkout),
+                )
+            elif local != wanted:
+                await session.change(
+                    f"update playground {playground.name} from {local[:12]} to {wanted[:12]}",
+                    partial(_update, session, checkout, repo, playground.branch),
+                )
+            findings["heads"][playground.name] = wanted
+        return PhaseReport(actions=session.actions_since(mark), findings=findings)
+
+
+async def _local_head(session: RemoteSession, checkout: str) -> str | None:
+    result = await session.run(git.head(checkout), check=False)
+    return result.stdout.strip() if result.exit_status == 0 else None
+
+
+async def _update(session: RemoteSession, checkout: str, repo: str, branch: str) -> None:
+    for argv in (
+        git.set_origin(checkout, repo),
+        git.fetch(checkout),
+        git.reset_hard(checkout, branch),
+    ):
+        await session.run(argv)
+
+
+sync_git = SyncGit()

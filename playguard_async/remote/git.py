@@ -1,0 +1,64 @@
+"""Git command lines for a Marquee, and where a playground's files live there: no I/O here.
+
+Every command on a checkout runs as ``git -C <checkout> --git-dir=.git ...``: with the repository
+named explicitly, git never walks up into an enclosing repository, so a checkout that lost its
+``.git`` can never turn a ``reset --hard`` against whatever repository holds the workdir. Values
+come from the validated inventory (no leading '-', shell-inert characters); ``--`` ends the options
+anyway wherever git allows it.
+"""
+
+from __future__ import annotations
+
+from playguard_async.inventory import Marquee
+
+
+def playground_dir(marquee: Marquee, playground: str) -> str:
+    """Everything of one playground on the host lives under this directory."""
+    return f"{marquee.workdir}/playgrounds/{playground}"
+
+
+def checkout_dir(marquee: Marquee, playground: str) -> str:
+    return f"{playground_dir(marquee, playground)}/checkout"
+
+
+def _in_checkout(checkout: str, *args: str) -> list[str]:
+    return ["git", "-C", checkout, "--git-dir=.git", *args]
+
+
+def ls_remote_heads(repo: str) -> list[str]:
+    """Lists every branch head of ``repo``; only reads."""
+    return ["git", "ls-remote", "--heads", "--", repo]
+
+
+def parse_heads(listing: str) -> dict[str, str]:
+    """``ls-remote --heads`` output as branch name -> commit."""
+    heads: dict[str, str] = {}
+    for line in listing.splitlines():
+        commit, _, ref = line.partition("\t")
+        if ref.startswith("refs/heads/"):
+            heads[ref.removeprefix("refs/heads/")] = commit
+    return heads
+
+
+def clone(repo: str, branch: str, checkout: str) -> list[str]:
+    """A full clone (all branches fetched), so a later change of branch is a fetch away."""
+    return ["git", "clone", "--quiet", "--branch", branch, "--", repo, checkout]
+
+
+def head(checkout: str) -> list[str]:
+    """Prints the checked-out commit; exits non-zero (silently) when there is no checkout."""
+    return _in_checkout(checkout, "rev-parse", "--verify", "--quiet", "HEAD^{commit}")
+
+
+def set_origin(checkout: str, repo: str) -> list[str]:
+    """Points origin at ``repo`` again: the playspec's repo may have moved since the clone."""
+    return _in_checkout(checkout, "remote", "set-url", "--", "origin", repo)
+
+
+def fetch(checkout: str) -> list[str]:
+    return _in_checkout(checkout, "fetch", "--quiet", "--prune", "origin")
+
+
+def reset_hard(checkout: str, branch: str) -> list[str]:
+    """Makes the working tree exactly the fetched ``origin/<branch>``, discarding local edits."""
+    return _in_checkout(checkout, "reset", "--quiet", "--hard", f"origin/{branch}", "--")

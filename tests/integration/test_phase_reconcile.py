@@ -1,0 +1,321 @@
+"""reconcile_playgrounds against the lab: docker-compose over SSH, the lab's dockerd underneath."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import aiodocker
+import pytest
+
+from playguard_async.lab import GitOrigin
+from playguard_async.phases.reconcile_playgrounds import reconcile_playgrounds
+from playguard_async.phases.sync_git import sync_git
+from playguard_async.remote.compose import CONFIG_HASH_LABEL
+from playguard_async.remote.docker import our_labels
+from tests.integration.conftest import LAB_OPTIONS, LabWorld, PhaseRun, PhaseRunner
+from tests.support.playgrounds import (
+    compose_yaml,
+    override_of,
+    project_containers,
+    set_playground,
+    use_own_branch,
+)
+
+pytestmark = pytest.mark.integration
+
+WRITE_OVERRIDE = "write the compose override of playground web-main"
+
+
+def up(*drift: str) -> str:
+    return f"compose up playground web-main ({'; '.join(drift)})"
+
+
+async def synced(
+    world: LabWorld, run_phase: PhaseRunner, git_origin: GitOrigin, image: str, **compose: Any
+) -> str:
+    """A playground on a branch of its own, cloned; returns the branch."""
+    branch = use_own_branch(world, git_origin, image, **compose)
+    await run_phase(sync_git, world)
+    return branch
+
+
+async def brought_up(
+    world: LabWorld,
+    run_phase: PhaseRunner,
+    git_origin: GitOrigin,
+    image: str,
+    docker: aiodocker.Docker,
+    **compose: Any,
+) -> dict[str, Any]:
+    """A synced playground after a first reconcile; returns its app container, inspected."""
+    await synced(world, run_phase, git_origin, image, **compose)
+    await run_phase(reconcile_playgrounds, world)
+    return await only_container(docker)
+
+
+async def only_container(docker: aiodocker.Docker) -> dict[str, Any]:
+    containers = await project_containers(docker)
+    assert len(containers) == 1, containers
+    return containers[0]
+
+
+def findings(run: PhaseRun) -> dict[str, Any]:
+    playgrounds: dict[str, Any] = run.report.findings["playgrounds"]
+    return playgrounds["web-main"]  # type: ignore[no-any-return]
+
+
+async def test_fresh_playground_comes_up_with_our_labels_then_costs_nothing(
+    lab_world: LabWorld,
+    run_phase: PhaseRunner,
+    git_origin: GitOrigin,
+    busybox_image: str,
+    lab_docker: aiodocker.Docker,
+) -> None:
+    await synced(lab_world, run_phase, git_origin, busybox_image)
+
+    first = await run_phase(reconcile_playgrounds, lab_world)
+    second = await run_phase(reconcile_playgrounds, lab_world)
+
+    assert first.actions == [WRITE_OVERRIDE, up("override changed", "app: missing")]
+    assert findings(first) == {
+        "state": "running",
+        "drift": ["override changed", "app: missing"],
+        "actions": first.actions,
+    }
+    [container] = await project_containers(lab_docker)
+    assert container["State"]["Running"]
+    assert (
+        our_labels("edge-1", playground="web-main").items() <= container["Config"]["Labels"].items()
+    )
+    assert second.actions == []
+    assert findings(second) == {"state": "running", "drift": [], "actions": []}
+
+
+async def test_killed_container_is_brought_back(
+    lab_world: LabWorld,
+    run_phase: PhaseRunner,
+    git_origin: GitOrigin,
+    busybox_image: str,
+    lab_docker: aiodocker.Docker,
+) -> None:
+    container = await brought_up(lab_world, run_phase, git_origin, busybox_image, lab_docker)
+    await lab_docker.containers.container(container["Id"]).kill()
+    name = container["Name"].lstrip("/")
+
+    repaired = await run_phase(reconcile_playgrounds, lab_world)
+
+    assert repaired.actions == [up(f"app: {name} exited")]
+    assert (await only_container(lab_docker))["State"]["Running"]
+    assert (await run_phase(reconcile_playgrounds, lab_world)).actions == []
+
+
+async def test_removed_container_is_brought_back(
+    lab_world: LabWorld,
+    run_phase: PhaseRunner,
+    git_origin: GitOrigin,
+    busybox_image: str,
+    lab_docker: aiodocker.Docker,
+) -> None:
+    container = await brought_up(lab_world, run_phase, git_origin, busybox_image, lab_docker)
+    await lab_docker.containers.container(container["Id"]).delete(force=True)
+
+    repaired = await run_phase(reconcile_playgrounds, lab_world)
+
+    assert repaired.actions == [up("app: missing")]
+    replacement = await only_container(lab_docker)
+    assert replacement["State"]["Running"]
+    assert replacement["Id"] != container["Id"]
+
+
+async def test_compose_change_synced_from_origin_recreates_the_container(
+    lab_world: LabWorld,
+    run_phase: PhaseRunner,
+    git_origin: GitOrigin,
+    busybox_image: str,
+    lab_docker: aiodocker.Docker,
+) -> None:
+    container = await brought_up(lab_world, run_phase, git_origin, busybox_image, lab_docker)
+    branch = lab_world.data["playgrounds"][0]["branch"]
+    git_origin.commit(branch, {"compose.yaml": compose_yaml(busybox_image, sleep="86401")}, "Cmd")
+    await run_phase(sync_git, lab_world)
+
+    recreated = await run_phase(reconcile_playgrounds, lab_world)
+
+    name = container["Name"].lstrip("/")
+    assert recreated.actions == [up(f"app: {name} config changed")]
+    replacement = await only_container(lab_docker)
+    assert replacement["Id"] != container["Id"]
+    assert replacement["Config"]["Cmd"] == ["sleep", "86401"]
+    labels = replacement["Config"]["Labels"]
+    assert labels[CONFIG_HASH_LABEL] != container["Config"]["Labels"][CONFIG_HASH_LABEL]
+    assert (await run_phase(reconcile_playgrounds, lab_world)).actions == []
+
+
+async def test_expired_playground_is_taken_down_then_left_alone(
+    lab_world: LabWorld,
+    run_phase: PhaseRunner,
+    git_origin: GitOrigin,
+    busybox_image: str,
+    lab_docker: aiodocker.Docker,
+) -> None:
+    await brought_up(lab_world, run_phase, git_origin, busybox_image, lab_docker)
+    expired_at = datetime.now(UTC) - timedelta(minutes=1)
+    set_playground(lab_world, expires_at=expired_at.isoformat())
+
+    taken_down = await run_phase(reconcile_playgrounds, lab_world)
+    later = await run_phase(reconcile_playgrounds, lab_world)
+
+    reason = f"expired at {expired_at.isoformat()}"
+    assert taken_down.actions == [f"take down playground web-main ({reason})"]
+    assert findings(taken_down) == {
+        "state": "expired",
+        "drift": [reason],
+        "actions": taken_down.actions,
+    }
+    assert await project_containers(lab_docker) == []
+    networks = await lab_docker.networks.list()
+    assert not [network for network in networks if network["Name"].startswith("pg-web-main")]
+    assert later.actions == []
+    assert findings(later) == {"state": "expired", "drift": [], "actions": []}
+
+
+async def test_stopped_playground_is_stopped_then_left_alone(
+    lab_world: LabWorld,
+    run_phase: PhaseRunner,
+    git_origin: GitOrigin,
+    busybox_image: str,
+    lab_docker: aiodocker.Docker,
+) -> None:
+    container = await brought_up(lab_world, run_phase, git_origin, busybox_image, lab_docker)
+    set_playground(lab_world, state="stopped")
+
+    stopped = await run_phase(reconcile_playgrounds, lab_world)
+    later = await run_phase(reconcile_playgrounds, lab_world)
+
+    assert stopped.actions == ["stop playground web-main (state is stopped)"]
+    after = await only_container(lab_docker)
+    assert after["Id"] == container["Id"]
+    assert after["State"]["Status"] == "exited"
+    assert later.actions == []
+    assert findings(later) == {"state": "stopped", "drift": [], "actions": []}
+
+
+async def test_container_created_but_never_started_is_recreated_once_stuck(
+    lab_world: LabWorld,
+    run_phase: PhaseRunner,
+    git_origin: GitOrigin,
+    busybox_image: str,
+    lab_docker: aiodocker.Docker,
+) -> None:
+    original = await brought_up(lab_world, run_phase, git_origin, busybox_image, lab_docker)
+    await lab_docker.containers.container(original["Id"]).delete(force=True)
+    # What compose leaves when it dies between creating a container and starting it.
+    never_started = await lab_docker.containers.create(
+        {
+            "Image": original["Config"]["Image"],
+            "Cmd": original["Config"]["Cmd"],
+            "Labels": original["Config"]["Labels"],
+            "HostConfig": {"NetworkMode": "none"},
+        },
+        name=original["Name"].lstrip("/"),
+    )
+
+    patient = await run_phase(
+        reconcile_playgrounds, lab_world, options=dataclasses.replace(LAB_OPTIONS, stuck_after=3600)
+    )
+    impatient = await run_phase(
+        reconcile_playgrounds, lab_world, options=dataclasses.replace(LAB_OPTIONS, stuck_after=0)
+    )
+
+    assert patient.actions == []
+    [action] = impatient.actions
+    assert action.startswith(
+        "recreate stuck services of playground web-main "
+        f"(app: {original['Name'].lstrip('/')} created for "
+    )
+    replacement = await only_container(lab_docker)
+    assert replacement["Id"] != never_started.id
+    assert replacement["State"]["Running"]
+
+
+async def test_unhealthy_container_is_recreated_once_stuck(
+    lab_world: LabWorld,
+    run_phase: PhaseRunner,
+    git_origin: GitOrigin,
+    busybox_image: str,
+    lab_docker: aiodocker.Docker,
+) -> None:
+    original = await brought_up(
+        lab_world, run_phase, git_origin, busybox_image, lab_docker, healthcheck=True
+    )
+    await wait_unhealthy(lab_docker, original["Id"])
+
+    patient = await run_phase(
+        reconcile_playgrounds, lab_world, options=dataclasses.replace(LAB_OPTIONS, stuck_after=3600)
+    )
+    impatient = await run_phase(
+        reconcile_playgrounds, lab_world, options=dataclasses.replace(LAB_OPTIONS, stuck_after=0)
+    )
+
+    assert patient.actions == []
+    [action] = impatient.actions
+    name = original["Name"].lstrip("/")
+    assert action.startswith(
+        f"recreate stuck services of playground web-main (app: {name} unhealthy"
+    )
+    assert (await only_container(lab_docker))["Id"] != original["Id"]
+
+
+async def wait_unhealthy(
+    docker: aiodocker.Docker, container_id: str, timeout: float = 15.0
+) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        details = await docker.containers.container(container_id).show()
+        if details["State"]["Health"]["Status"] == "unhealthy":
+            return
+        assert time.monotonic() < deadline, details["State"]
+        await asyncio.sleep(0.1)
+
+
+async def test_dry_run_reports_would_and_changes_nothing(
+    lab_world: LabWorld,
+    run_phase: PhaseRunner,
+    git_origin: GitOrigin,
+    busybox_image: str,
+    lab_docker: aiodocker.Docker,
+) -> None:
+    await synced(lab_world, run_phase, git_origin, busybox_image)
+
+    fresh = await run_phase(reconcile_playgrounds, lab_world, dry_run=True)
+
+    assert fresh.actions == [
+        f"would {WRITE_OVERRIDE}",
+        f"would {up('override changed', 'app: missing')}",
+    ]
+    assert not override_of(lab_world).exists()
+    assert await project_containers(lab_docker) == []
+
+    await run_phase(reconcile_playgrounds, lab_world)
+    container = await only_container(lab_docker)
+    await lab_docker.containers.container(container["Id"]).kill()
+    killed = await run_phase(reconcile_playgrounds, lab_world, dry_run=True)
+
+    name = container["Name"].lstrip("/")
+    assert killed.actions == [f"would {up(f'app: {name} exited')}"]
+    assert (await only_container(lab_docker))["State"]["Status"] == "exited"
+
+
+async def test_playground_not_cloned_yet_is_reported_and_left_alone(
+    lab_world: LabWorld, run_phase: PhaseRunner, git_origin: GitOrigin, busybox_image: str
+) -> None:
+    use_own_branch(lab_world, git_origin, busybox_image)
+
+    run = await run_phase(reconcile_playgrounds, lab_world)
+
+    assert run.actions == []
+    assert findings(run) == {"state": "no_checkout", "drift": [], "actions": []}
