@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import enum
 import math
+import random
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -29,7 +30,7 @@ from redis.asyncio import Redis
 from playguard_async.aio import bounded, detached
 from playguard_async.inventory import DesiredState, Inventory, InventoryError, Marquee
 from playguard_async.lock import Lease, LockLost, LockUnavailable, TokenLock
-from playguard_async.phase import Phase, PhaseContext
+from playguard_async.phase import PartialFailure, Phase, PhaseContext
 from playguard_async.settings import Settings
 
 log = structlog.get_logger("playguard.engine")
@@ -202,11 +203,18 @@ class Engine:
         marquees = sorted(
             inventory.launchable_marquees(), key=lambda m: (m.name not in resume_first, m.name)
         )
+        # Replicas whose ticks line up would otherwise always find the same holder re-ticking just
+        # after its own release; a random start offset lets every replica win its share. Resumed
+        # Marquees start at once: they go first.
+        spread = self.settings.tick_jitter * self.settings.tick_interval
         started = []
         for marquee in marquees:
             if marquee.name in self.cycles:
                 continue
-            task = asyncio.create_task(self.cycle(marquee, inventory), name=f"cycle:{marquee.name}")
+            delay = 0.0 if marquee.name in resume_first else random.uniform(0.0, spread)
+            task = asyncio.create_task(
+                self.cycle(marquee, inventory, delay=delay), name=f"cycle:{marquee.name}"
+            )
             self.cycles[marquee.name] = task
             task.add_done_callback(self._forget_cycle)
             started.append(task)
@@ -230,13 +238,19 @@ class Engine:
 
     # -- one cycle ---------------------------------------------------------------------------
 
-    async def cycle(self, marquee: Marquee, inventory: Inventory) -> CycleResult:
-        """Lock, walk the phases, release; always ends in exactly one classified outcome."""
+    async def cycle(
+        self, marquee: Marquee, inventory: Inventory, *, delay: float = 0.0
+    ) -> CycleResult:
+        """Wait ``delay`` (unless stopping), then lock, walk the phases, release; always ends in
+        exactly one classified outcome."""
         result = CycleResult(marquee=marquee.name, cycle_id=uuid.uuid4().hex[:12])
         with structlog.contextvars.bound_contextvars(
             marquee=marquee.name, cycle=result.cycle_id, replica=self.settings.replica_id
         ):
             try:
+                if delay > 0:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self.stopping.wait(), delay)
                 async with self._slots:
                     await self._locked_cycle(marquee, inventory, result)
             except asyncio.CancelledError:
@@ -297,12 +311,12 @@ class Engine:
                     started = time.monotonic()
                     report = await self._before_deadline(lease, result, phase.name, phase(ctx))
                     result.durations[phase.name] = round(time.monotonic() - started, 4)
-                    if result.outcome is not Outcome.OK:
-                        return
                     if report is not None:
                         result.actions[phase.name] = list(report.actions)
                         if report.findings:
                             result.findings[phase.name] = dict(report.findings)
+                    if result.outcome is not Outcome.OK:
+                        return
                     try:
                         await lease.renew()
                     except LockLost as exc:
@@ -335,6 +349,8 @@ class Engine:
         except Exception as exc:
             result.outcome, result.phase, result.reason = Outcome.PHASE_FAILED, step, repr(exc)
             log.exception("phase.failed")
+            if isinstance(exc, PartialFailure):
+                return exc.report
         return None
 
     async def _finish(self, result: CycleResult) -> None:

@@ -46,6 +46,24 @@ class PhaseReport:
     findings: dict[str, Any] = field(default_factory=dict)
 
 
+class PartialFailure(Exception):
+    """Some items of a phase failed; every other item was still handled.
+
+    Raised at the end of the phase so that the cycle's outcome is ``phase_failed`` and the later
+    phases, which would meet the same broken registry or image, do not run on a half-ready host.
+    ``report`` keeps what the phase did and saw, failures included; the engine records it like
+    the report of a phase that succeeded.
+    """
+
+    def __init__(
+        self, phase: str, kind: str, failed: Mapping[str, str], report: PhaseReport
+    ) -> None:
+        listed = "; ".join(f"{kind} {name!r} failed: {reason}" for name, reason in failed.items())
+        super().__init__(f"{phase}: {listed}")
+        self.failed = dict(failed)
+        self.report = report
+
+
 @runtime_checkable
 class Phase(Protocol):
     name: str

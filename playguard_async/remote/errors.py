@@ -5,6 +5,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 
+def command_name(argv: Sequence[str]) -> str:
+    """The program and its first word, past any ``env NAME=value`` prefix: "git clone"."""
+    words = list(argv)
+    if words and words[0] == "env":
+        words = [word for word in words[1:] if "=" not in word]
+    return " ".join(words[:2])
+
+
 class RemoteError(Exception):
     """Something on or on the way to one Marquee failed; other Marquees are unaffected."""
 
@@ -41,9 +49,7 @@ class RemoteCommandFailed(RemoteError):
         self, host: str, argv: Sequence[str], exit_status: int | None, stderr: str
     ) -> None:
         tail = stderr.strip()[-500:]
-        super().__init__(
-            host, f"{argv[0]} {argv[1] if len(argv) > 1 else ''} exited {exit_status}: {tail}"
-        )
+        super().__init__(host, f"{command_name(argv)} exited {exit_status}: {tail}")
         self.argv = list(argv)
         self.exit_status = exit_status
         self.stderr_tail = tail
@@ -53,7 +59,7 @@ class RemoteCommandTimeout(RemoteError):
     """A remote command ran past its timeout and was abandoned."""
 
     def __init__(self, host: str, argv: Sequence[str], timeout: float) -> None:
-        super().__init__(host, f"{' '.join(argv[:2])} did not finish within {timeout:g}s")
+        super().__init__(host, f"{command_name(argv)} did not finish within {timeout:g}s")
         self.argv = list(argv)
         self.timeout = timeout
 

@@ -1,0 +1,150 @@
+"""One container per active agent chat; what a finished or closed chat left behind, recorded.
+
+A chat's container is named ``pg-chat-<chat>`` and found by that name in one listing of our
+containers, so a container we did not label is never taken for a chat's (creating ours then fails
+with a name conflict, reported for that chat). The container runs once: an exited container is a
+finished chat, reported with its exit status and the tail of its logs and left in place, never
+restarted; one still "created" was left by a cycle that stopped between create and start, and is
+started. A closed chat's container is reported the same way, then removed (killed first if it
+still runs). Containers of chats the inventory no longer lists are left to the orphan sweep.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import Any
+
+from playguard_async.inventory import AgentChat, Inventory
+from playguard_async.phase import PhaseContext, PhaseReport
+from playguard_async.phases._playgrounds import playspec_of
+from playguard_async.phases.shared import (
+    ItemWork,
+    change_outcome,
+    finish,
+    handle_each,
+    registry_of,
+)
+from playguard_async.remote.docker import list_ours, our_labels
+from playguard_async.remote.registry import auth_for, local_digests, pull
+from playguard_async.remote.ssh import RemoteSession
+
+LOG_TAIL_LINES = 50
+LOG_LINE_CHARS = 500
+"""A finding holds at most this many lines of a chat's output, each cut to this many characters."""
+
+_FINISHED_STATES = frozenset({"exited", "dead"})
+
+
+def container_name(chat: str) -> str:
+    return f"pg-chat-{chat}"
+
+
+class ProcessAgentChats:
+    """Phase ``process_agent_chats``.
+
+    Findings: ``chats`` maps each chat with a container (or one to start) to ``{"state", ...}``:
+    ``running`` (or another live Docker state: ``paused``, ``restarting``), ``started`` or
+    ``would start``; ``finished``, ``removed`` or ``would remove``, each with ``container_state``,
+    ``exit_status`` (None if it still ran) and ``log_tail``; or ``failed`` with ``error``. Raises
+    ``PartialFailure`` naming the chats that failed, after the others were handled.
+    """
+
+    name = "process_agent_chats"
+
+    async def __call__(self, ctx: PhaseContext) -> PhaseReport:
+        session = await ctx.remote()
+        mark = len(session.actions)
+        by_name = {
+            name.lstrip("/"): container
+            for container in await list_ours(session)
+            for name in container.get("Names") or []
+        }
+        work: dict[str, ItemWork] = {}
+        for chat in ctx.inventory.agent_chats_on(ctx.marquee.name):
+            container = by_name.get(container_name(chat.name))
+            if chat.state == "active":
+                work[chat.name] = partial(_keep, session, ctx.inventory, chat, container)
+            elif container is not None:
+                work[chat.name] = partial(_remove, session, chat, container)
+        chats, failed = await handle_each(ctx.log, "agent_chat", work)
+        report = PhaseReport(actions=session.actions_since(mark), findings={"chats": chats})
+        return finish(self.name, "agent_chat", report, failed)
+
+
+async def _keep(
+    session: RemoteSession, inventory: Inventory, chat: AgentChat, listed: dict[str, Any] | None
+) -> dict[str, Any]:
+    """An active chat: start its container if it has none or it never ran; report otherwise."""
+    name = container_name(chat.name)
+    start: Callable[[], Awaitable[None]]
+    if listed is None:
+        await _pull_if_absent(session, inventory, chat)
+
+        async def start() -> None:
+            config = _container_config(session, chat)
+            container = await session.api(session.docker.containers.create(config, name=name))
+            await _start(session, container.id)
+
+    elif listed["State"] == "created":
+        start = partial(_start, session, listed["Id"])
+    elif listed["State"] in _FINISHED_STATES:
+        return {"state": "finished", **await _ending(session, listed["Id"])}
+    else:
+        return {"state": listed["State"]}
+    await session.change(f"start agent chat container {name}", start)
+    return {"state": change_outcome(session, "started", "start")}
+
+
+async def _start(session: RemoteSession, container_id: str) -> None:
+    await session.api(session.docker.containers.container(container_id).start())
+
+
+async def _remove(
+    session: RemoteSession, chat: AgentChat, listed: dict[str, Any]
+) -> dict[str, Any]:
+    """A closed chat: record how its container ended, then remove it."""
+    ending = await _ending(session, listed["Id"])
+    container = session.docker.containers.container(listed["Id"])
+    await session.change(
+        f"remove agent chat container {container_name(chat.name)}",
+        lambda: session.api(container.delete(force=True, v=True)),
+    )
+    return {"state": change_outcome(session, "removed", "remove"), **ending}
+
+
+async def _ending(session: RemoteSession, container_id: str) -> dict[str, Any]:
+    """The container's state, its exit status (None while it runs) and its last log lines."""
+    container = session.docker.containers.container(container_id)
+    details = await session.api(container.show())
+    state = details["State"]
+    output = await session.api(container.log(stdout=True, stderr=True, tail=LOG_TAIL_LINES))
+    lines = "".join(output).splitlines()[-LOG_TAIL_LINES:]
+    return {
+        "container_state": state["Status"],
+        "exit_status": None if state["Running"] else state["ExitCode"],
+        "log_tail": [line[:LOG_LINE_CHARS] for line in lines],
+    }
+
+
+async def _pull_if_absent(session: RemoteSession, inventory: Inventory, chat: AgentChat) -> None:
+    """Chat images are not among the playspecs' images that ``pull_images`` keeps current: pull
+    one the host lacks, with the credentials of the chat's playspec registry if it hosts it."""
+    if await local_digests(session, chat.image) is None:
+        playground = next(p for p in inventory.playgrounds if p.name == chat.playground)
+        registry = registry_of(inventory, playspec_of(inventory, playground))
+        await pull(session, chat.image, auth_for(chat.image, registry))
+
+
+def _container_config(session: RemoteSession, chat: AgentChat) -> dict[str, Any]:
+    return {
+        "Image": chat.image,
+        "Cmd": chat.command,
+        "Labels": our_labels(
+            session.marquee.name, playground=chat.playground, agent_chat=chat.name
+        ),
+        "HostConfig": {"NetworkMode": session.options.agent_chat_network},
+    }
+
+
+process_agent_chats = ProcessAgentChats()
