@@ -15,7 +15,7 @@ from collections.abc import Callable
 import structlog
 from redis.asyncio import Redis
 
-from playguard_async.engine import CycleResult, Engine
+from playguard_async.engine import CycleResult, Engine, Outcome
 from playguard_async.inventory import YamlInventorySource
 from playguard_async.observe import CycleRecords
 from playguard_async.phase import resolve_phases
@@ -60,7 +60,9 @@ def build_engine(settings: Settings) -> Engine:
     )
 
     async def record(result: CycleResult) -> None:
-        await records.record(result.marquee, result.to_record())
+        # A cycle that found the Marquee locked did nothing there; the holder's record stands.
+        if result.outcome is not Outcome.LOCKED:
+            await records.record(result.marquee, result.to_record())
 
     return Engine(
         settings,

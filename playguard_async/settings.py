@@ -70,6 +70,13 @@ class Settings(BaseSettings):
         50, ge=1, description="Connections in the Redis pool; callers beyond it wait their turn."
     )
     tick_interval: float = Field(60.0, gt=0, description="Seconds between ticks.")
+    tick_jitter: float = Field(
+        0.1,
+        ge=0,
+        le=0.5,
+        description="Share of tick_interval over which cycle starts are spread at random, so "
+        "replicas that tick together share the fleet.",
+    )
     lock_ttl: float = Field(900.0, gt=0, description="Seconds a lease lasts without renewal.")
     max_concurrent_cycles: int = Field(16, ge=1, description="Cycles running at once.")
     shutdown_grace: float = Field(

@@ -65,6 +65,7 @@ def settings_for(**overrides: Any) -> Settings:
         "redis_socket_timeout": 0.5,
         "tick_interval": 60.0,
         "shutdown_grace": 5.0,
+        "tick_jitter": 0.0,
     }
     values.update(overrides)
     return load_settings(None, **values)

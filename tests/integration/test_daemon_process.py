@@ -1,0 +1,186 @@
+"""``playguard run`` as a real process against the lab's redis-server: signals, drain, resume, and
+start-up errors as an operator sees them.
+
+The engine's own behaviour is proved in-process by test_engine.py; these tests prove the wiring
+around it: signal handlers, exit statuses, what lands in Redis and on stderr.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from redis import Redis
+
+from playguard_async.engine import RESUME_KEY, marquee_lock_name
+from playguard_async.lab import RedisServer
+from playguard_async.lock import lock_key
+from tests.support.daemon import LOCK_KEYS, DaemonRunner, wait_for
+
+pytestmark = pytest.mark.integration
+
+GRACE = 5.0
+ZETA_LOCK = lock_key(marquee_lock_name("zeta"))
+
+
+@pytest.fixture
+def store(live_redis_server: RedisServer) -> Iterator[Redis]:
+    """A plain client on an emptied lab Redis, to look at what the daemons left there."""
+    client = Redis.from_url(live_redis_server.url, socket_timeout=2, socket_connect_timeout=2)
+    client.flushall()
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def daemons(tmp_path: Path, live_redis_server: RedisServer, store: Redis) -> Iterator[DaemonRunner]:
+    runner = DaemonRunner(tmp_path, live_redis_server.url)
+    try:
+        yield runner
+    finally:
+        runner.kill_all()
+
+
+def lock_keys(store: Redis) -> list[bytes]:
+    return list(store.scan_iter(match=LOCK_KEYS))
+
+
+def phases_seen(witness: list[dict[str, Any]]) -> list[tuple[str, str, str, str | None]]:
+    return [(w["event"], w["phase"], w["marquee"], w.get("status")) for w in witness]
+
+
+def test_sigterm_mid_phase_finishes_it_records_resume_and_next_start_runs_it_first(
+    daemons: DaemonRunner, store: Redis
+) -> None:
+    daemons.write_inventory(["zeta"])
+    first_run = daemons.start("r1", phase_seconds=2.0, shutdown_grace=GRACE)
+    enter = wait_for(
+        lambda: first_run.witness(daemons.witness_dir), timeout=20, what="first phase entered"
+    )[0]
+    assert (enter["event"], enter["phase"], enter["marquee"]) == ("enter", "first", "zeta")
+    signalled = first_run.send(signal.SIGTERM)
+    assert first_run.wait(GRACE + 3) == 0
+    assert time.monotonic() - signalled < GRACE + 1
+
+    witness = first_run.witness(daemons.witness_dir)
+    assert phases_seen(witness) == [
+        ("enter", "first", "zeta", None),
+        ("exit", "first", "zeta", "ok"),
+    ], "the running phase finishes; the next one does not start"
+    assert witness[1]["t"] > signalled + 1.0, "the phase ran on after the signal"
+    finished = first_run.events("cycle.finished", marquee="zeta")
+    assert [(f["outcome"], f["fence"]) for f in finished] == [("interrupted", enter["fence"])]
+    assert first_run.events("engine.stopped")
+    assert store.exists(ZETA_LOCK) == 0
+    assert store.zscore(RESUME_KEY, "zeta") is not None
+
+    daemons.write_inventory(["alpha", "beta", "zeta"])
+    second_run = daemons.start("r1", phase_seconds=0.3, max_concurrent_cycles=1, tick_interval=1.0)
+    first_seen = wait_for(
+        lambda: second_run.witness(daemons.witness_dir), timeout=20, what="phase of the restart"
+    )[0]
+    assert (first_seen["event"], first_seen["marquee"]) == ("enter", "zeta")
+    assert first_seen["fence"] > enter["fence"]
+    [resumed] = wait_for(
+        lambda: second_run.events("cycle.finished", marquee="zeta"),
+        timeout=15,
+        what="end of zeta's resumed cycle",
+    )
+    assert resumed["outcome"] == "ok"
+    assert store.zscore(RESUME_KEY, "zeta") is None
+    assert daemons.stop_all([second_run], timeout=GRACE + 3) == {"r1": 0}
+    assert lock_keys(store) == []
+
+
+def _bad_settings(daemons: DaemonRunner) -> tuple[dict[str, Any], list[str]]:
+    config = daemons.workdir / "bad.toml"
+    return {"lock_ttl": -1}, [str(config), "lock_ttl"]
+
+
+def _bad_inventory(daemons: DaemonRunner) -> tuple[dict[str, Any], list[str]]:
+    daemons.inventory.write_text(
+        "marquees:\n  - {name: Zeta, host: 127.0.0.1, user: root, identity_file: /x, "
+        "known_hosts: /y}\n",
+        encoding="utf-8",
+    )
+    return {}, [str(daemons.inventory), "marquees[0].name"]
+
+
+def _missing_inventory(daemons: DaemonRunner) -> tuple[dict[str, Any], list[str]]:
+    missing = daemons.workdir / "absent.yaml"
+    return {"inventory": missing}, [str(missing)]
+
+
+def _unknown_phase(daemons: DaemonRunner) -> tuple[dict[str, Any], list[str]]:
+    phases = ["tests.support.phases:first", "tests.support.phases:nope"]
+    return {"phases": phases}, ["tests.support.phases:nope"]
+
+
+@pytest.mark.parametrize(
+    ("breakage", "exception"),
+    [
+        pytest.param(_bad_settings, "SettingsError", id="bad-settings"),
+        pytest.param(_bad_inventory, "InventoryError", id="bad-inventory"),
+        pytest.param(_missing_inventory, "InventoryError", id="missing-inventory"),
+        pytest.param(_unknown_phase, "UnknownPhase", id="unknown-phase"),
+    ],
+)
+def test_unusable_start_exits_non_zero_with_one_readable_error(
+    daemons: DaemonRunner, store: Redis, breakage: Any, exception: str
+) -> None:
+    daemons.write_inventory(["zeta"])
+    overrides, names = breakage(daemons)
+    config = daemons.write_settings("bad", daemons.settings("bad", **overrides))
+
+    plain = daemons.start("bad", config=config)
+    assert plain.wait(15) != 0
+    stderr = plain.stderr()
+    assert "Traceback" not in stderr
+    lines = stderr.splitlines()
+    assert lines[0].startswith("Error: "), stderr
+    # Settings errors put "invalid settings:" above one line per problem; the rest take one line.
+    assert len(lines) <= 2, stderr
+    naming = [line for line in lines if all(name in line for name in names)]
+    assert len(naming) == 1, f"no single line names {names}:\n{stderr}"
+
+    debug = daemons.start("bad", config=config, debug=True)
+    assert debug.wait(15) != 0
+    assert "Traceback (most recent call last)" in debug.stderr()
+    assert exception in debug.stderr_tail(3)
+
+    assert not list(daemons.witness_dir.iterdir()), "no phase ran"
+    assert store.dbsize() == 0, "nothing was written to Redis"
+
+
+def test_second_sigterm_cancels_a_long_phase_at_once_and_still_cleans_up(
+    daemons: DaemonRunner, store: Redis
+) -> None:
+    daemons.write_inventory(["zeta"])
+    run = daemons.start("r1", phase_seconds=30.0, shutdown_grace=30.0)
+    [enter] = wait_for(
+        lambda: run.witness(daemons.witness_dir), timeout=20, what="first phase entered"
+    )
+    run.send(signal.SIGTERM)
+    wait_for(lambda: run.events("engine.stopping"), timeout=5, what="engine.stopping")
+    assert run.process.poll() is None, "one SIGTERM lets the phase run on"
+    signalled = run.send(signal.SIGTERM)
+    assert run.wait(5) == 0
+    took = time.monotonic() - signalled
+    assert took < 2.0, f"second SIGTERM took {took:.2f} s to end the process"
+
+    witness = run.witness(daemons.witness_dir)
+    assert phases_seen(witness) == [
+        ("enter", "first", "zeta", None),
+        ("exit", "first", "zeta", "cancelled"),
+    ]
+    [finished] = run.events("cycle.finished", marquee="zeta")
+    assert (finished["outcome"], finished["fence"]) == ("interrupted", enter["fence"])
+    assert run.events("engine.stop_now")
+    assert store.exists(ZETA_LOCK) == 0
+    assert store.zscore(RESUME_KEY, "zeta") is not None
