@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 from pathlib import Path
 
@@ -69,8 +70,9 @@ def lab(marquees: int, workdir: Path | None, duration: float | None, tick: float
     """
     from playguard_async.lab import Lab, write_demo_config  # noqa: PLC0415 - a tool, not the daemon
 
-    root = workdir or Path(tempfile.mkdtemp(prefix="playguard-lab-"))
-    with Lab(root / "servers", marquees=marquees) as running:
+    with contextlib.ExitStack() as stack:
+        root = workdir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="pg-lab-")))
+        running = stack.enter_context(Lab(root / "servers", marquees=marquees))
         config = write_demo_config(running, root / "config", tick_interval=tick)
         click.echo(f"lab up in {root}; settings {config}", err=True)
         settings = load_settings(config)

@@ -366,6 +366,7 @@ class Engine:
             fence=result.fence,
             failed_phase=result.phase,
             reason=result.reason,
+            actions=sum(len(taken) for taken in result.actions.values()),
             durations=result.durations,
             duration=result.duration,
         )
