@@ -1,0 +1,337 @@
+"""Whole cycles of the real engine with the seven built-in phases against the lab.
+
+Each test drives ``Engine.cycle`` (or ``Engine.tick``) exactly as the daemon does: the Marquee's
+lock in the lab's Redis, one SSH connection to the lab's sshd, the Docker API of the lab's dockerd
+through it, the lab registry with auth and the lab git origin.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import uuid
+from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import aiodocker
+import pytest
+from redis.asyncio import Redis
+
+from playguard_async.engine import CycleResult, Engine, Outcome, marquee_lock_name
+from playguard_async.inventory import InventoryError, YamlInventorySource
+from playguard_async.lab import DockerDaemon, GitOrigin, SshServer
+from playguard_async.lock import lock_key
+from playguard_async.observe import CycleRecords
+from playguard_async.phase import Phase, PhaseContext, resolve_phases
+from playguard_async.phases import BUILTIN_PHASES
+from playguard_async.phases.process_agent_chats import container_name
+from playguard_async.remote.docker import AGENT_CHAT, MANAGED, our_labels
+from playguard_async.remote.ssh import open_session
+from playguard_async.settings import DEFAULT_PHASES, load_settings
+from tests.integration.conftest import LAB_OPTIONS, LabWorld, lab_marquee_fields
+from tests.support.playgrounds import (
+    checkout_of,
+    compose_yaml,
+    project_containers,
+    set_playground,
+    use_own_branch,
+)
+from tests.support.state import StaticState
+
+pytestmark = pytest.mark.integration
+
+ALL_PHASES = resolve_phases(DEFAULT_PHASES, BUILTIN_PHASES)
+
+
+class Cycles:
+    """An engine over the lab world, with the built-in phases unless told otherwise."""
+
+    def __init__(
+        self,
+        redis: Redis,
+        world: LabWorld,
+        phases: Sequence[Phase] = ALL_PHASES,
+        *,
+        dry_run: bool = False,
+    ) -> None:
+        self.world = world
+        self.state = StaticState(world.inventory())
+        self.records = CycleRecords(redis, history_length=5, timeout=2.0)
+        settings = load_settings(
+            None, replica_id="convergence", lock_ttl=120.0, redis_socket_timeout=2.0,
+            dry_run=dry_run, tick_jitter=0.0,
+        )  # fmt: skip
+        self.engine = Engine(
+            settings,
+            self.state,
+            redis,
+            phases,
+            open_session=functools.partial(open_session, options=LAB_OPTIONS, dry_run=dry_run),
+            listeners=[self.record],
+        )
+
+    async def record(self, result: CycleResult) -> None:
+        await self.records.record(result.marquee, result.to_record())
+
+    async def run(self, marquee: str = "edge-1") -> CycleResult:
+        self.state.inventory = self.world.inventory()
+        inventory = await self.engine.load_inventory()
+        return await self.engine.cycle(inventory.marquee(marquee), inventory)
+
+
+def all_actions(result: CycleResult) -> list[str]:
+    return [action for actions in result.actions.values() for action in actions]
+
+
+async def running_chat(docker: aiodocker.Docker, chat: str = "chat-1") -> dict[str, Any]:
+    info: dict[str, Any] = await docker.containers.container(container_name(chat)).show()
+    return info
+
+
+@pytest.fixture
+def world(lab_world: LabWorld, git_origin: GitOrigin, busybox_image: str) -> LabWorld:
+    """The lab world on a branch of its own whose app stops at once (SIGKILL)."""
+    use_own_branch(lab_world, git_origin, busybox_image)
+    return lab_world
+
+
+async def test_fresh_marquee_converges_in_one_cycle_then_takes_no_action(
+    redis: Redis, world: LabWorld, lab_docker: aiodocker.Docker
+) -> None:
+    cycles = Cycles(redis, world)
+    first = await cycles.run()
+    assert first.outcome is Outcome.OK, first.reason
+    for phase in (
+        "sync_git",
+        "refresh_credentials",
+        "reconcile_playgrounds",
+        "process_agent_chats",
+    ):
+        assert first.actions[phase], f"{phase} had work on a fresh Marquee"
+    assert (checkout_of(world) / "compose.yaml").is_file()
+    [app] = await project_containers(lab_docker)
+    assert app["State"]["Running"]
+    assert app["Config"]["Labels"][MANAGED] == "true"
+    assert (await running_chat(lab_docker))["State"]["Running"]
+
+    second = await cycles.run()
+    assert second.outcome is Outcome.OK
+    assert all_actions(second) == []
+    last = await cycles.records.last("edge-1")
+    assert last is not None
+    assert (last["outcome"], last["fence"]) == ("ok", second.fence)
+    assert [r["cycle"] for r in await cycles.records.history("edge-1")] == [
+        second.cycle_id,
+        first.cycle_id,
+    ]
+
+
+async def start_by_hand(
+    docker: aiodocker.Docker, image: str, name: str, labels: dict[str, str]
+) -> None:
+    config = {
+        "Image": image,
+        "Cmd": ["sleep", "3600"],
+        "Labels": labels,
+        "HostConfig": {"NetworkMode": "none"},
+    }
+    container = await docker.containers.create(config, name=name)
+    await container.start()
+
+
+async def test_drift_is_found_and_fixed_in_the_next_cycle(
+    redis: Redis, world: LabWorld, lab_docker: aiodocker.Docker, busybox_image: str
+) -> None:
+    cycles = Cycles(redis, world)
+    assert (await cycles.run()).outcome is Outcome.OK
+    [app] = await project_containers(lab_docker)
+    await lab_docker.containers.container(app["Id"]).kill()
+    await lab_docker.containers.container(container_name("chat-1")).delete(force=True)
+    orphan, theirs = f"orphan-{uuid.uuid4().hex[:6]}", f"theirs-{uuid.uuid4().hex[:6]}"
+    await start_by_hand(
+        lab_docker, busybox_image, orphan, our_labels("edge-1", playground="gone-playground")
+    )
+    await start_by_hand(lab_docker, busybox_image, theirs, {"purpose": "not ours"})
+    try:
+        fixed = await cycles.run()
+        assert fixed.outcome is Outcome.OK, fixed.reason
+        assert fixed.actions["reconcile_playgrounds"]
+        assert fixed.actions["process_agent_chats"]
+        assert fixed.actions["sweep_orphans"]
+        [app_again] = await project_containers(lab_docker)
+        assert app_again["State"]["Running"]
+        assert (await running_chat(lab_docker))["State"]["Running"]
+        names = [c["Names"][0].lstrip("/") for c in await lab_docker.containers.list(all=True)]
+        assert orphan not in names
+        assert theirs in names, "a container without our labels is never touched"
+
+        calm = await cycles.run()
+        assert all_actions(calm) == []
+    finally:
+        await lab_docker.containers.container(theirs).delete(force=True)
+
+
+async def test_pushed_compose_change_recreates_and_deleted_branch_is_reported(
+    redis: Redis, world: LabWorld, lab_docker: aiodocker.Docker, git_origin: GitOrigin,
+    busybox_image: str,
+) -> None:  # fmt: skip
+    cycles = Cycles(redis, world)
+    assert (await cycles.run()).outcome is Outcome.OK
+    [before] = await project_containers(lab_docker)
+    branch = world.data["playgrounds"][0]["branch"]
+    git_origin.commit(branch, {"compose.yaml": compose_yaml(busybox_image, sleep="86401")}, "x")
+
+    changed = await cycles.run()
+    assert changed.outcome is Outcome.OK, changed.reason
+    [after] = await project_containers(lab_docker)
+    assert after["Id"] != before["Id"]
+    assert after["Config"]["Cmd"] == ["sleep", "86401"]
+    assert all_actions(await cycles.run()) == []
+
+    git_origin.delete_branch(branch)
+    gone = await cycles.run()
+    assert gone.findings["fetch_branches"]["branch_gone"] == {"web-main": branch}
+
+
+async def test_expired_playground_is_brought_down_and_stays_down(
+    redis: Redis, world: LabWorld, lab_docker: aiodocker.Docker
+) -> None:
+    cycles = Cycles(redis, world)
+    assert (await cycles.run()).outcome is Outcome.OK
+    set_playground(world, expires_at=(datetime.now(UTC) - timedelta(minutes=1)).isoformat())
+    expired = await cycles.run()
+    assert expired.outcome is Outcome.OK, expired.reason
+    state = expired.findings["reconcile_playgrounds"]["playgrounds"]["web-main"]["state"]
+    assert state == "expired"
+    assert await project_containers(lab_docker) == []
+    assert all_actions(await cycles.run()) == []
+
+
+async def test_dry_run_cycle_reports_and_changes_nothing(
+    redis: Redis, world: LabWorld, lab_docker: aiodocker.Docker
+) -> None:
+    result = await Cycles(redis, world, dry_run=True).run()
+    assert result.outcome is Outcome.OK, result.reason
+    actions = all_actions(result)
+    assert actions
+    assert all(action.startswith("would ") for action in actions)
+    assert not checkout_of(world).exists()
+    assert await project_containers(lab_docker) == []
+    filters = json.dumps({"label": [AGENT_CHAT]})
+    assert await lab_docker.containers.list(all=True, filters=filters) == []
+
+
+class StopServer:
+    """A phase that stops a lab server mid-cycle, as an outage would."""
+
+    def __init__(self, server: SshServer | DockerDaemon) -> None:
+        self.name = f"stop_{type(server).__name__.lower()}"
+        self.server = server
+
+    async def __call__(self, ctx: PhaseContext) -> None:
+        self.server.stop()
+
+
+def phases_named(*names: str) -> list[Phase]:
+    return [BUILTIN_PHASES[name] for name in names]
+
+
+async def test_sshd_stopped_mid_cycle_fails_that_cycle_and_releases(
+    redis: Redis, world: LabWorld, ssh_server: SshServer
+) -> None:
+    phases = [*phases_named("sync_git"), StopServer(ssh_server), *phases_named("sync_git")]
+    try:
+        result = await Cycles(redis, world, phases).run()
+    finally:
+        ssh_server.restart()
+    assert (result.outcome, result.phase) == (Outcome.PHASE_FAILED, "sync_git")
+    assert "HostUnreachable" in str(result.reason)
+    assert await redis.exists(lock_key(marquee_lock_name("edge-1"))) == 0
+    assert (await Cycles(redis, world).run()).outcome is Outcome.OK
+
+
+async def test_dockerd_stopped_fails_the_cycle_with_a_clear_error(
+    redis: Redis, world: LabWorld, docker_daemon: DockerDaemon
+) -> None:
+    phases = [StopServer(docker_daemon), *phases_named("reconcile_playgrounds")]
+    try:
+        result = await Cycles(redis, world, phases).run()
+    finally:
+        docker_daemon.restart()
+    assert (result.outcome, result.phase) == (Outcome.PHASE_FAILED, "reconcile_playgrounds")
+    assert "edge-1" in str(result.reason)
+
+
+async def test_unknown_host_key_fails_the_cycle_naming_the_fingerprint(
+    redis: Redis, world: LabWorld, ssh_server: SshServer, tmp_path: Path
+) -> None:
+    empty = tmp_path / "empty_known_hosts"
+    empty.write_text("")
+    world.data["marquees"][0]["known_hosts"] = str(empty)
+    result = await Cycles(redis, world).run()
+    assert (result.outcome, result.phase) == (Outcome.PHASE_FAILED, "sync_git")
+    assert ssh_server.host_key_fingerprint in str(result.reason)
+    assert not checkout_of(world).exists()
+
+
+async def test_shell_in_a_branch_is_rejected_before_anything_reaches_the_host(
+    world: LabWorld, tmp_path: Path
+) -> None:
+    canary = tmp_path / "pwned"
+    set_playground(world, branch=f"main;touch {canary}")
+    inventory_file = tmp_path / "inventory.yaml"
+    inventory_file.write_text(json.dumps(world.data, indent=2))
+    with pytest.raises(InventoryError) as rejected:
+        await YamlInventorySource(inventory_file).load()
+    assert "playgrounds[0].branch" in str(rejected.value)
+    assert str(inventory_file) in str(rejected.value)
+    assert not canary.exists()
+    assert not Path(world.data["marquees"][0]["workdir"]).exists()
+
+
+@pytest.fixture(scope="module")
+def second_host(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[SshServer, DockerDaemon]]:
+    """A second simulated Marquee: its own sshd and its own dockerd."""
+    root = tmp_path_factory.mktemp("second-host")
+    with SshServer(root / "ssh") as ssh, DockerDaemon(root / "docker", index=1) as docker:
+        yield ssh, docker
+
+
+async def test_two_marquees_reconcile_in_one_tick_without_touching_each_other(
+    redis: Redis, world: LabWorld, lab_docker: aiodocker.Docker,
+    second_host: tuple[SshServer, DockerDaemon], tmp_path: Path,
+) -> None:  # fmt: skip
+    ssh, docker = second_host
+    second = {**lab_marquee_fields(ssh, docker, tmp_path / "workdir-2"), "name": "edge-2"}
+    world.data["marquees"].append(second)
+    first_playground = world.data["playgrounds"][0]
+    world.data["playgrounds"].append({**first_playground, "name": "web-two", "marquee": "edge-2"})
+    world.data["agent_chats"].append(
+        {**world.data["agent_chats"][0], "name": "chat-2", "playground": "web-two"}
+    )
+    cycles = Cycles(redis, world)
+    cycles.state.inventory = world.inventory()
+    await cycles.engine.load_inventory()
+    results = {r.marquee: r for r in await asyncio.gather(*await cycles.engine.tick())}
+    assert {name: r.outcome for name, r in results.items()} == {
+        "edge-1": Outcome.OK,
+        "edge-2": Outcome.OK,
+    }
+    other_docker = aiodocker.Docker(url=docker.url)
+    try:
+        here = await lab_docker.containers.list(all=True, filters=json.dumps({"label": [MANAGED]}))
+        there = await other_docker.containers.list(
+            all=True, filters=json.dumps({"label": [MANAGED]})
+        )
+        assert {c["Labels"]["io.playguard.marquee"] for c in here} == {"edge-1"}
+        assert {c["Labels"]["io.playguard.marquee"] for c in there} == {"edge-2"}
+        assert {c["Labels"].get(AGENT_CHAT) for c in there} == {None, "chat-2"}
+    finally:
+        for container in await other_docker.containers.list(all=True):
+            await container.delete(force=True)
+        await other_docker.close()
