@@ -16,7 +16,7 @@ from structlog.testing import capture_logs
 from playguard_async.engine import RESUME_KEY, CycleResult, Engine, Outcome, marquee_lock_name
 from playguard_async.inventory import Inventory, InventoryError, Marquee
 from playguard_async.lab import RedisServer
-from playguard_async.lock import TokenLock, lock_key
+from playguard_async.lock import Lease, TokenLock, lock_key
 from playguard_async.phase import PhaseContext, PhaseReport
 from playguard_async.settings import Settings, load_settings
 from tests.support.state import StaticState
@@ -345,3 +345,20 @@ async def test_remote_session_opens_on_first_use_and_closes_before_release(redis
     events.clear()
     await Harness(redis, ScriptedPhase("first"), ScriptedPhase("second")).cycle()
     assert events == [], "no phase asked for the remote session, so none was opened"
+
+
+async def test_phase_never_starts_on_a_lease_that_lapsed_while_the_process_stalled(
+    redis: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_renew = Lease.renew
+
+    async def renew_then_stall(lease: Lease) -> None:
+        await real_renew(lease)
+        time.sleep(1.1)  # noqa: ASYNC251 - Redis answered, then the whole process froze
+
+    monkeypatch.setattr(Lease, "renew", renew_then_stall)
+    second = ScriptedPhase("second")
+    harness = Harness(redis, ScriptedPhase("first"), second, lock_ttl=1.0, redis_socket_timeout=0.2)
+    result = await harness.cycle()
+    assert (result.outcome, result.phase) == (Outcome.DEADLINE, "second")
+    assert second.entered == [], "not even the phase's first synchronous steps ran"
