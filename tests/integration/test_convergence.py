@@ -335,3 +335,25 @@ async def test_two_marquees_reconcile_in_one_tick_without_touching_each_other(
         for container in await other_docker.containers.list(all=True):
             await container.delete(force=True)
         await other_docker.close()
+
+
+async def test_a_failing_marquee_does_not_stop_another_in_the_same_tick(
+    redis: Redis, world: LabWorld, lab_docker: aiodocker.Docker,
+    second_host: tuple[SshServer, DockerDaemon], tmp_path: Path,
+) -> None:  # fmt: skip
+    ssh, docker = second_host
+    empty = tmp_path / "empty_known_hosts"
+    empty.write_text("")
+    broken = {**lab_marquee_fields(ssh, docker, tmp_path / "w2"), "name": "edge-2"}
+    world.data["marquees"].append({**broken, "known_hosts": str(empty)})
+    world.data["playgrounds"].append(
+        {**world.data["playgrounds"][0], "name": "web-two", "marquee": "edge-2"}
+    )
+    cycles = Cycles(redis, world)
+    cycles.state.inventory = world.inventory()
+    await cycles.engine.load_inventory()
+    results = {r.marquee: r for r in await asyncio.gather(*await cycles.engine.tick())}
+    assert results["edge-2"].outcome is Outcome.PHASE_FAILED
+    assert "HostKeyMismatch" in str(results["edge-2"].reason)
+    assert results["edge-1"].outcome is Outcome.OK
+    assert len(await project_containers(lab_docker)) == 1
