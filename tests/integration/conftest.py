@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,14 +14,16 @@ from typing import Any
 import aiodocker
 import pytest
 import structlog
+from redis import Redis as SyncRedis
 from redis.asyncio import Redis
 
 from playguard_async.inventory import Inventory, Marquee
-from playguard_async.lab import DockerDaemon, GitOrigin, Registry, SshServer
+from playguard_async.lab import DockerDaemon, GitOrigin, RedisServer, Registry, SshServer
 from playguard_async.lock import TokenLock
 from playguard_async.phase import Phase, PhaseContext, PhaseReport
 from playguard_async.remote.docker import MANAGED
 from playguard_async.remote.ssh import RemoteOptions, RemoteSession, open_session
+from tests.support.daemon import DaemonRunner
 
 LAB_OPTIONS = RemoteOptions(
     connect_timeout=5.0,
@@ -163,3 +165,26 @@ async def lab_docker(docker_daemon: DockerDaemon) -> AsyncIterator[aiodocker.Doc
         for container in await docker.containers.list(all=True, filters=filters):
             await container.delete(force=True, v=True)
         await docker.close()
+
+
+@pytest.fixture
+def store(live_redis_server: RedisServer) -> Iterator[SyncRedis]:
+    """A plain synchronous client on an emptied lab Redis, to see what the daemons left there."""
+    client = SyncRedis.from_url(live_redis_server.url, socket_timeout=2, socket_connect_timeout=2)
+    client.flushall()
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def daemons(
+    tmp_path: Path, live_redis_server: RedisServer, store: SyncRedis
+) -> Iterator[DaemonRunner]:
+    """Starts `playguard run` processes against the lab Redis; kills any left when the test ends."""
+    runner = DaemonRunner(tmp_path, live_redis_server.url)
+    try:
+        yield runner
+    finally:
+        runner.kill_all()

@@ -132,7 +132,7 @@ async def test_fresh_marquee_converges_in_one_cycle_then_takes_no_action(
 async def start_by_hand(
     docker: aiodocker.Docker, image: str, name: str, labels: dict[str, str]
 ) -> None:
-    config = {
+    config: dict[str, Any] = {
         "Image": image,
         "Cmd": ["sleep", "3600"],
         "Labels": labels,
@@ -302,27 +302,39 @@ def second_host(
         yield ssh, docker
 
 
+def add_second_marquee(
+    world: LabWorld, host: tuple[SshServer, DockerDaemon], workdir: Path, **changes: str
+) -> None:
+    """Put ``edge-2`` (the second lab host) in the world with a playground ``web-two`` on it."""
+    ssh, docker = host
+    marquee = {**lab_marquee_fields(ssh, docker, workdir), "name": "edge-2", **changes}
+    world.data["marquees"].append(marquee)
+    world.data["playgrounds"].append(
+        {**world.data["playgrounds"][0], "name": "web-two", "marquee": "edge-2"}
+    )
+
+
+async def tick_all(cycles: Cycles) -> dict[str, CycleResult]:
+    """One engine tick over every launchable Marquee, waited for."""
+    cycles.state.inventory = cycles.world.inventory()
+    await cycles.engine.load_inventory()
+    return {r.marquee: r for r in await asyncio.gather(*await cycles.engine.tick())}
+
+
 async def test_two_marquees_reconcile_in_one_tick_without_touching_each_other(
     redis: Redis, world: LabWorld, lab_docker: aiodocker.Docker,
     second_host: tuple[SshServer, DockerDaemon], tmp_path: Path,
 ) -> None:  # fmt: skip
-    ssh, docker = second_host
-    second = {**lab_marquee_fields(ssh, docker, tmp_path / "workdir-2"), "name": "edge-2"}
-    world.data["marquees"].append(second)
-    first_playground = world.data["playgrounds"][0]
-    world.data["playgrounds"].append({**first_playground, "name": "web-two", "marquee": "edge-2"})
+    add_second_marquee(world, second_host, tmp_path / "workdir-2")
     world.data["agent_chats"].append(
         {**world.data["agent_chats"][0], "name": "chat-2", "playground": "web-two"}
     )
-    cycles = Cycles(redis, world)
-    cycles.state.inventory = world.inventory()
-    await cycles.engine.load_inventory()
-    results = {r.marquee: r for r in await asyncio.gather(*await cycles.engine.tick())}
+    results = await tick_all(Cycles(redis, world))
     assert {name: r.outcome for name, r in results.items()} == {
         "edge-1": Outcome.OK,
         "edge-2": Outcome.OK,
     }
-    other_docker = aiodocker.Docker(url=docker.url)
+    other_docker = aiodocker.Docker(url=second_host[1].url)
     try:
         here = await lab_docker.containers.list(all=True, filters=json.dumps({"label": [MANAGED]}))
         there = await other_docker.containers.list(
@@ -341,18 +353,10 @@ async def test_a_failing_marquee_does_not_stop_another_in_the_same_tick(
     redis: Redis, world: LabWorld, lab_docker: aiodocker.Docker,
     second_host: tuple[SshServer, DockerDaemon], tmp_path: Path,
 ) -> None:  # fmt: skip
-    ssh, docker = second_host
     empty = tmp_path / "empty_known_hosts"
     empty.write_text("")
-    broken = {**lab_marquee_fields(ssh, docker, tmp_path / "w2"), "name": "edge-2"}
-    world.data["marquees"].append({**broken, "known_hosts": str(empty)})
-    world.data["playgrounds"].append(
-        {**world.data["playgrounds"][0], "name": "web-two", "marquee": "edge-2"}
-    )
-    cycles = Cycles(redis, world)
-    cycles.state.inventory = world.inventory()
-    await cycles.engine.load_inventory()
-    results = {r.marquee: r for r in await asyncio.gather(*await cycles.engine.tick())}
+    add_second_marquee(world, second_host, tmp_path / "workdir-2", known_hosts=str(empty))
+    results = await tick_all(Cycles(redis, world))
     assert results["edge-2"].outcome is Outcome.PHASE_FAILED
     assert "HostKeyMismatch" in str(results["edge-2"].reason)
     assert results["edge-1"].outcome is Outcome.OK

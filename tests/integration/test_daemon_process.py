@@ -9,15 +9,12 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from redis import Redis
 
 from playguard_async.engine import RESUME_KEY, marquee_lock_name
-from playguard_async.lab import RedisServer
 from playguard_async.lock import lock_key
 from tests.support.daemon import LOCK_KEYS, DaemonRunner, wait_for
 
@@ -25,26 +22,6 @@ pytestmark = pytest.mark.integration
 
 GRACE = 5.0
 ZETA_LOCK = lock_key(marquee_lock_name("zeta"))
-
-
-@pytest.fixture
-def store(live_redis_server: RedisServer) -> Iterator[Redis]:
-    """A plain client on an emptied lab Redis, to look at what the daemons left there."""
-    client = Redis.from_url(live_redis_server.url, socket_timeout=2, socket_connect_timeout=2)
-    client.flushall()
-    try:
-        yield client
-    finally:
-        client.close()
-
-
-@pytest.fixture
-def daemons(tmp_path: Path, live_redis_server: RedisServer, store: Redis) -> Iterator[DaemonRunner]:
-    runner = DaemonRunner(tmp_path, live_redis_server.url)
-    try:
-        yield runner
-    finally:
-        runner.kill_all()
 
 
 def lock_keys(store: Redis) -> list[bytes]:

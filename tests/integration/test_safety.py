@@ -11,14 +11,13 @@ import dataclasses
 import signal
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from redis import Redis
 
-from playguard_async.lab import RedisServer
 from tests.support.daemon import (
     LOCK_KEYS,
     Daemon,
@@ -43,26 +42,6 @@ SHORT_PHASE = 0.3
 # Between Redis writing a lease's ttl and the witness stamping the phase's enter; generous for a
 # loaded two-core machine running three daemons.
 ENTER_LAG = 0.25
-
-
-@pytest.fixture
-def store(live_redis_server: RedisServer) -> Iterator[Redis]:
-    """A plain client on an emptied lab Redis, to look at what the daemons left there."""
-    client = Redis.from_url(live_redis_server.url, socket_timeout=2, socket_connect_timeout=2)
-    client.flushall()
-    try:
-        yield client
-    finally:
-        client.close()
-
-
-@pytest.fixture
-def daemons(tmp_path: Path, live_redis_server: RedisServer, store: Redis) -> Iterator[DaemonRunner]:
-    runner = DaemonRunner(tmp_path, live_redis_server.url)
-    try:
-        yield runner
-    finally:
-        runner.kill_all()
 
 
 def start_fleet(daemons: DaemonRunner, phase_seconds: float) -> dict[str, Daemon]:
