@@ -1,10 +1,16 @@
-"""Asyncio habits the lock and the engine share: bounded awaits, clean-ups that survive a cancel."""
+"""Asyncio habits the modules share: bounded awaits, clean-ups that survive a cancel, named
+background tasks that end with their owner."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Coroutine
 from typing import Any, TypeVar
+
+import structlog
+
+log = structlog.get_logger("playguard.aio")
 
 _T = TypeVar("_T")
 
@@ -29,3 +35,43 @@ async def detached(clean_up: Awaitable[_T]) -> _T:
     _DETACHED.add(task)
     task.add_done_callback(_DETACHED.discard)
     return await asyncio.shield(task)
+
+
+@contextlib.asynccontextmanager
+async def background(name: str, work: Coroutine[Any, Any, None]) -> AsyncIterator[None]:
+    """Run ``work`` as a task named ``name`` for as long as the block lasts, then cancel it.
+
+    A task that ends on its own while the block still runs is logged with how it ended, so a
+    helper that dies (a heartbeat, a server) is seen rather than silently missing.
+    """
+    task = asyncio.create_task(work, name=name)
+    task.add_done_callback(_log_ending)
+    try:
+        yield
+    finally:
+        if not task.done():
+            task.remove_done_callback(_log_ending)
+            task.cancel()
+            await asyncio.wait([task])
+            if not task.cancelled():  # it swallowed the cancel, or failed while handling it
+                _log_ending(task)
+
+
+def _log_ending(task: asyncio.Task[None]) -> None:
+    if task.cancelled():
+        log.warning("task.cancelled", task=task.get_name())
+    elif (error := task.exception()) is not None:
+        log.error("task.failed", task=task.get_name(), error=repr(error), exc_info=error)
+    else:
+        log.warning("task.ended", task=task.get_name())
+
+
+async def wait_or_stop(stopping: asyncio.Event, seconds: float) -> None:
+    """Sleep ``seconds``, or less if ``stopping`` is set meanwhile.
+
+    asyncio.timeout, not wait_for: on Python 3.11, wait_for swallows a cancel that arrives just as
+    the event is set, and the waiter would then outlive the daemon's drain.
+    """
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(seconds):
+            await stopping.wait()

@@ -22,14 +22,21 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 from redis.asyncio import Redis
 
-from playguard_async.aio import bounded, detached
+from playguard_async.aio import bounded, detached, wait_or_stop
 from playguard_async.inventory import DesiredState, Inventory, InventoryError, Marquee
-from playguard_async.lock import Lease, LockLost, LockUnavailable, TokenLock
+from playguard_async.lock import (
+    Lease,
+    LockLost,
+    LockUnavailable,
+    LossReason,
+    ReleaseResult,
+    TokenLock,
+)
 from playguard_async.phase import PartialFailure, Phase, PhaseContext
 from playguard_async.settings import Settings
 
@@ -94,6 +101,50 @@ CycleListener = Callable[[CycleResult], Awaitable[None]]
 """Told of every finished cycle (status records, metrics); its failure never stops the engine."""
 
 
+class EngineObserver(Protocol):
+    """Told of the moments inside a tick or a cycle that no ``CycleResult`` carries (metrics).
+
+    Calls are synchronous, on the event loop, in the engine's path: an observer must be cheap and
+    must not raise. The engine knows observers only by this protocol, so it imports no metrics
+    library.
+    """
+
+    def tick_started(self, lag: float) -> None:
+        """A tick starts ``lag`` seconds after its point on the tick grid."""
+
+    def lease_renewing(self, headroom: float) -> None:
+        """A lease is about to be renewed with ``headroom`` seconds left before its deadline."""
+
+    def lease_lost(self, reason: LossReason) -> None:
+        """A renewal failed; no further phase of the cycle runs."""
+
+    def lease_released(self, result: ReleaseResult) -> None:
+        """A cycle's lease was released, cancelled cycles included."""
+
+
+class _Unobserved:
+    """The observer of an engine nobody watches."""
+
+    def tick_started(self, lag: float) -> None:
+        pass
+
+    def lease_renewing(self, headroom: float) -> None:
+        pass
+
+    def lease_lost(self, reason: LossReason) -> None:
+        pass
+
+    def lease_released(self, result: ReleaseResult) -> None:
+        pass
+
+
+PhaseListener = Callable[[CycleResult, str], None]
+"""Told at once as each phase of a cycle ends, with the cycle so far and the phase's name: its
+duration, actions and findings are in the result, and so is the outcome if the phase ended the
+cycle. For live progress (``playguard cycle``); called synchronously, so it must not block, and
+its failure never stops the cycle."""
+
+
 class _CycleRemote:
     """The cycle's remote session, opened on first use so phases that need none cost nothing."""
 
@@ -138,6 +189,8 @@ class Engine:
         *,
         open_session: SessionOpener | None = None,
         listeners: Sequence[CycleListener] = (),
+        phase_listeners: Sequence[PhaseListener] = (),
+        observer: EngineObserver | None = None,
     ) -> None:
         self.settings = settings
         self.desired_state = desired_state
@@ -145,6 +198,8 @@ class Engine:
         self.phases = list(phases)
         self.open_session = open_session
         self.listeners = list(listeners)
+        self.phase_listeners = list(phase_listeners)
+        self.observer: EngineObserver = observer or _Unobserved()
         self.inventory: Inventory | None = None
         self.cycles: dict[str, asyncio.Task[CycleResult]] = {}
         self.stopping = asyncio.Event()
@@ -182,13 +237,13 @@ class Engine:
         next_tick = time.monotonic()
         log.info("engine.started", replica=self.settings.replica_id, phases=self.phase_names)
         while not self.stopping.is_set():
+            self.observer.tick_started(time.monotonic() - next_tick)
             await self.tick()
             now = time.monotonic()
             next_tick, skipped = next_tick_after(next_tick, now, interval)
             if skipped:
                 log.warning("engine.ticks_skipped", skipped=skipped)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.stopping.wait(), next_tick - now)
+            await wait_or_stop(self.stopping, next_tick - now)
         await self.drain()
 
     @property
@@ -249,8 +304,7 @@ class Engine:
         ):
             try:
                 if delay > 0:
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self.stopping.wait(), delay)
+                    await wait_or_stop(self.stopping, delay)
                 async with self._slots:
                     await self._locked_cycle(marquee, inventory, result)
             except asyncio.CancelledError:
@@ -277,7 +331,8 @@ class Engine:
             lease = await lock.acquire()
         except LockUnavailable as exc:
             result.outcome = Outcome.REDIS_UNAVAILABLE
-            result.reason = repr(exc.__cause__)
+            cause = exc.__cause__
+            result.reason = f"{type(cause).__name__}: {cause}" if cause else str(exc)
             return
         if lease is None:
             log.info("marquee.locked")
@@ -288,7 +343,11 @@ class Engine:
             with structlog.contextvars.bound_contextvars(fence=lease.fence):
                 await self._walk_phases(marquee, inventory, lease, result)
         finally:
-            await lease.release()
+            # Detached as a whole, so a cancelled cycle's release is still observed.
+            await detached(self._release(lease))
+
+    async def _release(self, lease: Lease) -> None:
+        self.observer.lease_released(await lease.release())
 
     async def _walk_phases(
         self, marquee: Marquee, inventory: Inventory, lease: Lease, result: CycleResult
@@ -315,14 +374,24 @@ class Engine:
                         result.actions[phase.name] = list(report.actions)
                         if report.findings:
                             result.findings[phase.name] = dict(report.findings)
+                    self._phase_ended(result, phase.name)
                     if result.outcome is not Outcome.OK:
                         return
+                    self.observer.lease_renewing(lease.remaining())
                     try:
                         await lease.renew()
                     except LockLost as exc:
+                        self.observer.lease_lost(exc.reason)
                         result.outcome, result.phase = Outcome.LOCK_LOST, phase.name
                         result.reason = exc.reason
                         return
+
+    def _phase_ended(self, result: CycleResult, phase: str) -> None:
+        for listener in self.phase_listeners:
+            try:
+                listener(result, phase)
+            except Exception:
+                log.exception("phase.listener_failed")
 
     async def _before_deadline(
         self, lease: Lease, result: CycleResult, step: str, work: Any

@@ -866,7 +866,8 @@ def write_demo_config(lab: Lab, directory: Path, *, tick_interval: float = 10.0)
     """Settings and an inventory that point the daemon at ``lab``; returns the settings file.
 
     Each marquee gets one playground of the origin's compose project and one agent chat, so a
-    first cycle has real work to do and later ones show the cheap "nothing to do" path.
+    first cycle has real work to do and later ones show the cheap "nothing to do" path. The HTTP
+    endpoints listen on a free loopback port, named in the file and in the ``http.serving`` line.
     """
     directory.mkdir(parents=True, exist_ok=True)
     password_file = directory / "registry-password"
@@ -927,5 +928,6 @@ def write_demo_config(lab: Lab, directory: Path, *, tick_interval: float = 10.0)
         "shutdown_grace = 10\n"
         'compose_command = ["docker-compose"]\n'
         "orphan_grace = 0\n"
+        f'http_address = "127.0.0.1:{free_port()}"\n'
     )
     return settings_path

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from redis.asyncio import BlockingConnectionPool, Redis
 
+from playguard_async.aio import bounded
+
 
 def connect_redis(
     url: str,
@@ -29,3 +31,15 @@ def connect_redis(
         password=password,
     )
     return Redis.from_pool(pool)
+
+
+async def redis_answers(redis: Redis, timeout: float) -> bool:
+    """Whether Redis answers PING within ``timeout`` seconds; any error or silence is a no.
+
+    The readiness test of /readyz and of systemd's READY=1. It takes a connection from the same
+    pool as the locks, so a pool exhausted for longer than ``timeout`` reads as not ready too.
+    """
+    try:
+        return bool(await bounded(timeout, redis.ping()))
+    except Exception:
+        return False

@@ -132,6 +132,11 @@ class Settings(BaseSettings):
     history_length: int = Field(
         50, ge=1, description="Cycle records kept per Marquee in Redis for operators."
     )
+    http_address: str = Field(
+        "",
+        description="HOST:PORT of the HTTP endpoints /healthz, /readyz and /metrics ([::1]:PORT "
+        "for IPv6; port 0 picks a free one); empty: no HTTP server.",
+    )
 
     @field_validator("redis_url")
     @classmethod
@@ -139,6 +144,13 @@ class Settings(BaseSettings):
         parts = urlsplit(value)
         if parts.scheme not in ("redis", "rediss") or not parts.hostname:
             raise ValueError("must be redis://HOST[:PORT][/DB] or rediss://HOST[:PORT][/DB]")
+        return value
+
+    @field_validator("http_address")
+    @classmethod
+    def _http_address_form(cls, value: str) -> str:
+        if value:
+            parse_http_address(value)
         return value
 
     @field_validator("phases")
@@ -157,6 +169,10 @@ class Settings(BaseSettings):
                 f"({self.redis_socket_timeout}), or a slow renewal could outlive the lease"
             )
         return self
+
+    def http_bind(self) -> tuple[str, int] | None:
+        """The host and port to serve HTTP on, or None when ``http_address`` is empty."""
+        return parse_http_address(self.http_address) if self.http_address else None
 
     def redis_url_for_display(self) -> str:
         """The Redis URL with any password masked, for logs and status output."""
@@ -220,6 +236,22 @@ def _shown(field: str, value: object) -> str:
     if field == "redis_url" and isinstance(value, str):
         return repr(mask_url(value))
     return repr(value)
+
+
+def parse_http_address(address: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[V6]:PORT`` for IPv6) as a host and a port; ValueError when malformed.
+
+    The host is required: binding every interface must be asked for (``0.0.0.0:9464``), never the
+    accident of a missing host.
+    """
+    try:
+        parts = urlsplit(f"//{address}")
+        host, port = parts.hostname, parts.port
+    except ValueError as exc:
+        raise ValueError(f"must be HOST:PORT with a port from 0 to 65535 ({exc})") from None
+    if not host or port is None or parts.path or parts.query or parts.fragment or parts.username:
+        raise ValueError("must be HOST:PORT, e.g. 127.0.0.1:9464 or [::1]:9464")
+    return host, port
 
 
 def mask_url(url: str) -> str:

@@ -30,6 +30,7 @@ LOCK_KEYS = "playguard:{marquee:*}:lock"
 
 _T = TypeVar("_T")
 _PROXY_VARIABLES = {"http_proxy", "https_proxy", "all_proxy", "no_proxy"}
+_SERVICE_MANAGER_VARIABLES = {"NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"}
 
 
 def wait_for(
@@ -181,10 +182,13 @@ class DaemonRunner:
         return path
 
     def environment(self, phase_seconds: float) -> dict[str, str]:
+        """The test's environment without our settings, a service manager's variables or proxies."""
         env = {
             key: value
             for key, value in os.environ.items()
-            if not key.startswith("PLAYGUARD_") and key.lower() not in _PROXY_VARIABLES
+            if not key.startswith("PLAYGUARD_")
+            and key not in _SERVICE_MANAGER_VARIABLES
+            and key.lower() not in _PROXY_VARIABLES
         }
         env.update(
             PYTHONPATH=str(REPO_ROOT),
@@ -200,9 +204,11 @@ class DaemonRunner:
         phase_seconds: float = 0.3,
         config: Path | None = None,
         debug: bool = False,
+        env: Mapping[str, str] | None = None,
         **settings: object,
     ) -> Daemon:
-        """Start ``playguard run`` with ``config``, or with settings written for ``replica``."""
+        """Start ``playguard run`` with ``config``, or with settings written for ``replica``;
+        ``env`` adds to the environment (e.g. systemd's ``NOTIFY_SOCKET``)."""
         run_number = sum(daemon.replica == replica for daemon in self.started) + 1
         if config is None:
             config = self.write_settings(replica, self.settings(replica, **settings))
@@ -215,7 +221,7 @@ class DaemonRunner:
                 stdout=stderr,
                 stderr=stderr,
                 cwd=self.workdir,
-                env=self.environment(phase_seconds),
+                env={**self.environment(phase_seconds), **(env or {})},
                 start_new_session=True,
             )
         daemon = Daemon(replica, process, config, stderr_path)

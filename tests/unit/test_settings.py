@@ -92,3 +92,24 @@ def test_missing_or_broken_file_is_named(tmp_path: Path) -> None:
         load_settings(tmp_path / "absent.toml")
     with pytest.raises(SettingsError, match="not valid TOML"):
         load_settings(write(tmp_path, "tick_interval = = 5\n"))
+
+
+@pytest.mark.parametrize(
+    ("address", "bind"),
+    [
+        ("", None),
+        ("127.0.0.1:9464", ("127.0.0.1", 9464)),
+        ("[::1]:0", ("::1", 0)),
+        ("0.0.0.0:9464", ("0.0.0.0", 9464)),
+    ],
+)
+def test_http_address_is_host_and_port_or_empty_for_off(
+    address: str, bind: tuple[str, int] | None
+) -> None:
+    assert load_settings(http_address=address).http_bind() == bind
+
+
+@pytest.mark.parametrize("address", ["9464", ":9464", "127.0.0.1", "127.0.0.1:99999", "h:1/x"])
+def test_malformed_http_address_names_the_field_and_value(address: str) -> None:
+    with pytest.raises(SettingsError, match=f"http_address = '{address}'.*HOST:PORT"):
+        load_settings(http_address=address)

@@ -1,0 +1,114 @@
+"""Prometheus metrics of one replica, in a registry of its own.
+
+A registry per ``Metrics`` (not prometheus-client's global one) keeps the exposition to what this
+module defines, and lets tests and in-process engines each have theirs. The engine never imports
+this module: the daemon hands a ``Metrics`` to it as its ``EngineObserver`` and feeds finished
+cycles in through a cycle listener.
+"""
+
+from __future__ import annotations
+
+import typing
+from collections.abc import Callable, Iterable, Mapping
+
+from aiohttp.typedefs import Handler
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.aiohttp import make_aiohttp_handler
+
+from playguard_async.lock import LossReason, ReleaseResult
+
+PHASE_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)
+"""Phases range from a cheap "nothing to do" (milliseconds) to image pulls (minutes)."""
+
+TICK_LAG_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0)
+"""A healthy tick starts within milliseconds of its grid point; seconds mean a starved loop."""
+
+HEADROOM_SHARES = (0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
+"""Lease headroom buckets as shares of the lock's ttl: "how close did a phase come to the lease's
+end" reads the same whatever ttl a deployment chose."""
+
+
+class Metrics:
+    """The counters, gauges and histograms of one replica; an ``EngineObserver`` for the engine.
+
+    Known label values (every outcome, loss reason and release result) start at zero, so a rate or
+    an alert on them works before the first occurrence.
+    """
+
+    def __init__(self, *, outcomes: Iterable[str], lock_ttl: float) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.cycles = Counter(
+            "playguard_cycles",
+            "Cycles finished, by outcome (locked: another replica held the Marquee).",
+            ["outcome"],
+            registry=self.registry,
+        )
+        self.lock_lost = Counter(
+            "playguard_lock_lost",
+            "Leases lost at renewal, by reason (expired, stolen, unreachable).",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.lock_releases = Counter(
+            "playguard_lock_releases",
+            "Lease releases, by what the release found (released, expired, stolen, unknown).",
+            ["result"],
+            registry=self.registry,
+        )
+        self.phase_duration = Histogram(
+            "playguard_phase_duration_seconds",
+            "Seconds each phase took, failed and deadline-cut phases included.",
+            ["phase"],
+            buckets=PHASE_BUCKETS,
+            registry=self.registry,
+        )
+        self.tick_lag = Histogram(
+            "playguard_tick_lag_seconds",
+            "Seconds a tick started after its point on the tick grid.",
+            buckets=TICK_LAG_BUCKETS,
+            registry=self.registry,
+        )
+        self.lease_headroom = Histogram(
+            "playguard_lease_headroom_seconds",
+            "Seconds left on a lease just before it was renewed.",
+            buckets=tuple(round(lock_ttl * share, 3) for share in HEADROOM_SHARES),
+            registry=self.registry,
+        )
+        self.cycles_in_flight = Gauge(
+            "playguard_cycles_in_flight",
+            "Cycles started and not yet finished (waiting for their start offset or a slot, too).",
+            registry=self.registry,
+        )
+        for outcome in outcomes:
+            self.cycles.labels(outcome)
+        for reason in typing.get_args(LossReason):
+            self.lock_lost.labels(reason)
+        for result in ReleaseResult:
+            self.lock_releases.labels(result.value)
+
+    def count_in_flight(self, cycles: Callable[[], int]) -> None:
+        """Read the gauge of cycles in flight from ``cycles`` at every scrape."""
+        self.cycles_in_flight.set_function(cycles)
+
+    def cycle_finished(self, outcome: str, durations: Mapping[str, float]) -> None:
+        self.cycles.labels(outcome).inc()
+        for phase, seconds in durations.items():
+            self.phase_duration.labels(phase).observe(seconds)
+
+    def handler(self) -> Handler:
+        """An aiohttp handler serving this registry in the Prometheus text (or OpenMetrics) form."""
+        return make_aiohttp_handler(self.registry)
+
+    # -- EngineObserver ----------------------------------------------------------------------
+
+    def tick_started(self, lag: float) -> None:
+        self.tick_lag.observe(max(0.0, lag))
+
+    def lease_renewing(self, headroom: float) -> None:
+        self.lease_headroom.observe(headroom)
+
+    def lease_lost(self, reason: LossReason) -> None:
+        self.lock_lost.labels(reason).inc()
+
+    def lease_released(self, result: ReleaseResult) -> None:
+        self.lock_releases.labels(result.value).inc()

@@ -1,0 +1,115 @@
+"""The engine's observer hook (what metrics are fed from) against the lab's real redis-server: every
+renewal with its headroom, every loss, every release (a cancelled cycle's too), every tick's lag."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+
+from playguard_async.engine import Engine, Outcome, marquee_lock_name
+from playguard_async.lock import LossReason, ReleaseResult, lock_key
+from playguard_async.phase import PhaseContext
+from tests.integration.test_engine import ScriptedPhase, inventory_of, settings_for
+from tests.support.state import StaticState
+
+pytestmark = pytest.mark.integration
+
+TTL = 30.0
+
+
+class Recorder:
+    """An EngineObserver that keeps what it was told, in order."""
+
+    def __init__(self) -> None:
+        self.heard: list[tuple[str, Any]] = []
+
+    def tick_started(self, lag: float) -> None:
+        self.heard.append(("tick", lag))
+
+    def lease_renewing(self, headroom: float) -> None:
+        self.heard.append(("renewing", headroom))
+
+    def lease_lost(self, reason: LossReason) -> None:
+        self.heard.append(("lost", reason))
+
+    def lease_released(self, result: ReleaseResult) -> None:
+        self.heard.append(("released", result))
+
+    def kinds(self) -> list[str]:
+        return [kind for kind, _ in self.heard]
+
+
+def observed_engine(
+    redis: Redis, *phases: ScriptedPhase, **settings: Any
+) -> tuple[Engine, Recorder]:
+    recorder = Recorder()
+    engine = Engine(
+        settings_for(lock_ttl=TTL, **settings),
+        StaticState(inventory_of("m1")),
+        redis,
+        phases,
+        observer=recorder,
+    )
+    return engine, recorder
+
+
+async def run_cycle(engine: Engine) -> Outcome:
+    inventory = await engine.load_inventory()
+    return (await engine.cycle(inventory.marquee("m1"), inventory)).outcome
+
+
+async def test_every_renewal_is_heard_with_its_headroom_then_the_release(redis: Redis) -> None:
+    engine, recorder = observed_engine(redis, ScriptedPhase("first"), ScriptedPhase("second"))
+    assert await run_cycle(engine) is Outcome.OK
+    assert recorder.kinds() == ["renewing", "renewing", "released"]
+    headrooms = [value for kind, value in recorder.heard if kind == "renewing"]
+    assert all(TTL * 0.9 < headroom < TTL for headroom in headrooms), headrooms
+    assert recorder.heard[-1] == ("released", ReleaseResult.RELEASED)
+
+
+async def test_a_stolen_lease_is_heard_as_lost_and_its_release_as_stolen(redis: Redis) -> None:
+    async def steal(ctx: PhaseContext) -> None:
+        await redis.set(lock_key(marquee_lock_name("m1")), "intruder")
+
+    engine, recorder = observed_engine(redis, ScriptedPhase("first", steal))
+    assert await run_cycle(engine) is Outcome.LOCK_LOST
+    assert recorder.heard[1:] == [("lost", "stolen"), ("released", ReleaseResult.STOLEN)]
+
+
+async def test_a_cancelled_cycles_release_is_still_heard(redis: Redis) -> None:
+    entered = asyncio.Event()
+
+    async def hang(ctx: PhaseContext) -> None:
+        entered.set()
+        await asyncio.Event().wait()
+
+    engine, recorder = observed_engine(redis, ScriptedPhase("first", hang))
+    cycle = asyncio.create_task(run_cycle(engine))
+    await entered.wait()
+    cycle.cancel()
+    await asyncio.gather(cycle, return_exceptions=True)
+    for _ in range(100):  # the release runs on in its own task after the cancel
+        if recorder.heard:
+            break
+        await asyncio.sleep(0.01)
+    assert recorder.heard == [("released", ReleaseResult.RELEASED)]
+    assert await redis.exists(lock_key(marquee_lock_name("m1"))) == 0
+
+
+async def test_each_tick_is_heard_with_how_late_it_started(redis: Redis) -> None:
+    engine, recorder = observed_engine(redis, tick_interval=0.2)
+    running = asyncio.create_task(engine.run())
+    try:
+        for _ in range(100):
+            if recorder.kinds().count("tick") >= 3:
+                break
+            await asyncio.sleep(0.02)
+    finally:
+        engine.request_stop()
+        await running
+    lags = [value for kind, value in recorder.heard if kind == "tick"]
+    assert len(lags) >= 3
+    assert all(lag < 0.1 for lag in lags), lags  # late by far less than an interval

@@ -1,0 +1,281 @@
+"""What operators and service managers see of a running ``playguard run`` process: metrics scraped
+from /metrics, the health endpoints, systemd's notify messages, and the image's health check.
+
+Every daemon here is a real process against the lab's redis-server, running the witness phases.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from playguard_async.lab import RedisServer, free_port
+from tests.support.daemon import Daemon, DaemonRunner, marquee_entry, wait_for
+from tests.support.packaging import healthcheck_command
+from tests.support.probes import Scrape, http_get, notify_socket, scrape
+
+pytestmark = pytest.mark.integration
+
+CYCLES = "playguard_cycles_total"
+WATCHDOG_USEC = "1000000"  # a heartbeat every 0.5 s
+
+
+def start_serving(
+    daemons: DaemonRunner, replica: str = "r1", **settings: object
+) -> tuple[Daemon, str]:
+    """Start a daemon with its HTTP endpoints on a free loopback port: it and their base URL."""
+    address = f"127.0.0.1:{free_port()}"
+    daemon = daemons.start(replica, http_address=address, **settings)
+    base = f"http://{address}"
+    wait_for(lambda: _serving(daemon, base), timeout=20, what=f"HTTP endpoints of {replica}")
+    return daemon, base
+
+
+def _serving(daemon: Daemon, base: str) -> bool:
+    assert daemon.process.poll() is None, f"daemon exited:\n{daemon.stderr_tail()}"
+    try:
+        http_get(f"{base}/healthz", timeout=1)
+    except OSError:
+        return False
+    return True
+
+
+def scrape_until(base: str, done: Callable[[Scrape], bool], *, what: str) -> Scrape:
+    def probe() -> Scrape | None:
+        metrics = scrape(f"{base}/metrics")
+        return metrics if done(metrics) else None
+
+    return wait_for(probe, timeout=20, what=what, interval=0.2)
+
+
+def answer_once(base: str, path: str, status: int) -> str:
+    """The body ``path`` answers once it answers with ``status``."""
+
+    def probe() -> str | None:
+        answered, body = http_get(f"{base}{path}")
+        return body if answered == status else None
+
+    return wait_for(probe, timeout=10, what=f"{path} answering {status}", interval=0.1)
+
+
+def kind(message: dict[str, str]) -> str:
+    """What a notify message says besides its STATUS line."""
+    others = [key for key in message if key != "STATUS"]
+    return others[0] if others else "STATUS"
+
+
+@contextlib.contextmanager
+def fifo_writer(path: Path, *, timeout: float = 20.0) -> Iterator[int]:
+    """The write end of the FIFO at ``path``, once a reader has opened it; closed at the end, which
+    is the reader's end of file."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+            break
+        except OSError as exc:  # ENXIO: nobody reads yet
+            if exc.errno != errno.ENXIO or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.02)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def test_metrics_count_cycles_phases_releases_ticks_and_headroom(daemons: DaemonRunner) -> None:
+    daemons.write_inventory(["alpha", "beta"])
+    daemon, base = start_serving(daemons, tick_interval=1.0, phase_seconds=0.1)
+    metrics = scrape_until(
+        base, lambda m: m.value(CYCLES, outcome="ok") >= 4, what="four ok cycles"
+    )
+    ok = metrics.value(CYCLES, outcome="ok")
+    assert metrics.value(CYCLES) == ok, "one replica: no other outcome"
+    assert metrics.label_values("playguard_phase_duration_seconds_count", "phase") == {
+        "first",
+        "second",
+    }
+    for phase in ("first", "second"):
+        assert metrics.value("playguard_phase_duration_seconds_count", phase=phase) == ok
+    # A lease is released before its cycle is counted: the releases are at least the cycles.
+    assert metrics.value("playguard_lock_releases_total", result="released") >= ok
+    assert metrics.value("playguard_lock_releases_total") == metrics.value(
+        "playguard_lock_releases_total", result="released"
+    )
+    assert metrics.value("playguard_lock_lost_total") == 0
+    ticks = metrics.value("playguard_tick_lag_seconds_count")
+    assert ticks >= 2
+    assert metrics.value("playguard_tick_lag_seconds_bucket", le="0.5") == ticks
+    renewals = metrics.value("playguard_lease_headroom_seconds_count")
+    assert renewals >= 2 * ok, "a renewal after every phase"
+    # lock_ttl 10 s, phases of 0.1 s: each renewal finds almost the whole lease left.
+    assert metrics.value("playguard_lease_headroom_seconds_bucket", le="9.0") == 0
+    assert metrics.value("playguard_lease_headroom_seconds_bucket", le="10.0") == renewals
+    assert metrics.value("playguard_cycles_in_flight") >= 0
+    assert daemons.stop_all([daemon], timeout=10) == {"r1": 0}
+
+
+def test_second_replica_on_the_same_marquees_counts_locked_cycles(daemons: DaemonRunner) -> None:
+    daemons.write_inventory(["alpha", "beta"])
+    replicas = [
+        start_serving(daemons, name, tick_interval=1.0, phase_seconds=0.5) for name in ("r1", "r2")
+    ]
+
+    def both_outcomes() -> list[Scrape] | None:
+        scrapes = [scrape(f"{base}/metrics") for _, base in replicas]
+        ok, locked = (sum(m.value(CYCLES, outcome=o) for m in scrapes) for o in ("ok", "locked"))
+        return scrapes if ok >= 2 and locked >= 2 else None
+
+    scrapes = wait_for(both_outcomes, timeout=20, what="ok and locked cycles", interval=0.2)
+    for metrics in scrapes:
+        assert metrics.value("playguard_lock_lost_total") == 0
+        assert metrics.value("playguard_lock_releases_total", result="released") == metrics.value(
+            "playguard_lock_releases_total"
+        )
+    assert daemons.stop_all([daemon for daemon, _ in replicas], timeout=10) == {"r1": 0, "r2": 0}
+
+
+def test_readyz_follows_redis_while_healthz_stays_alive(
+    daemons: DaemonRunner, live_redis_server: RedisServer
+) -> None:
+    daemons.write_inventory(["alpha"])
+    daemon, base = start_serving(daemons)  # tick 2 s, Redis timeout 1 s
+    assert http_get(f"{base}/readyz") == (200, "ready: Redis answers\n")
+    live_redis_server.pause()
+    try:
+        body = answer_once(base, "/readyz", 503)
+        assert body == "not ready: Redis does not answer PING within 1 s\n"
+        scrape_until(
+            base,
+            lambda m: m.value(CYCLES, outcome="redis_unavailable") >= 1,
+            what="a redis_unavailable cycle",
+        )
+        status, body = http_get(f"{base}/healthz")
+        assert (status, body.split(",")[0]) == (200, "ticking"), "a Redis outage is not a dead loop"
+    finally:
+        live_redis_server.resume()
+    answer_once(base, "/readyz", 200)
+    assert daemons.stop_all([daemon], timeout=10) == {"r1": 0}
+
+
+def test_systemd_hears_ready_once_redis_answers_then_heartbeats_then_stopping(
+    daemons: DaemonRunner, live_redis_server: RedisServer, tmp_path: Path
+) -> None:
+    daemons.write_inventory(["alpha"])
+    with notify_socket(tmp_path / "notify") as manager:
+        environment = {"NOTIFY_SOCKET": str(manager.path), "WATCHDOG_USEC": WATCHDOG_USEC}
+        live_redis_server.pause()
+        try:
+            daemon = daemons.start("r1", tick_interval=1.0, env=environment)
+            wait_for(lambda: daemon.events("engine.started"), timeout=20, what="engine.started")
+            time.sleep(1.5)
+            assert manager.receive() == [], "no READY=1 (nor anything) while Redis is silent"
+        finally:
+            live_redis_server.resume()
+        manager.wait_for(
+            lambda messages: [kind(m) for m in messages].count("WATCHDOG") >= 3,
+            timeout=10,
+            what="three heartbeats",
+        )
+        before_signal = len(manager.receive())
+        daemon.send(signal.SIGTERM)
+        assert daemon.wait(10) == 0
+        messages = manager.receive()
+
+    kinds = [kind(message) for message in messages]
+    assert kinds[0] == "READY"
+    assert set(kinds[1:before_signal]) == {"WATCHDOG"}
+    assert kinds[before_signal:].count("STOPPING") == 1, kinds
+    assert kinds.count("READY") == 1
+    assert set(kinds) == {"READY", "WATCHDOG", "STOPPING"}
+    assert all("cycles in flight" in message["STATUS"] for message in messages)
+
+
+def test_stalled_tick_loop_fails_healthz_and_stops_the_watchdog_until_it_turns_again(
+    daemons: DaemonRunner, tmp_path: Path
+) -> None:
+    # The inventory is a FIFO, as a file on a hung network mount behaves: the start-up read is
+    # served once, then the first tick waits in its read for a writer that does not come, while
+    # the event loop (and with it the HTTP server and the heartbeat) runs on.
+    inventory = json.dumps({"marquees": [marquee_entry("alpha")]}).encode()
+    fifo = tmp_path / "inventory.fifo"
+    os.mkfifo(fifo)
+    address = f"127.0.0.1:{free_port()}"
+    base = f"http://{address}"
+    with notify_socket(tmp_path / "notify") as manager:
+        daemon = daemons.start(
+            "r1",
+            inventory=fifo,
+            http_address=address,
+            tick_interval=1.0,
+            env={"NOTIFY_SOCKET": str(manager.path), "WATCHDOG_USEC": WATCHDOG_USEC},
+        )
+        with fifo_writer(fifo) as start_up:
+            os.write(start_up, inventory)
+        manager.wait_for(lambda ms: any("READY" in m for m in ms), timeout=10, what="READY=1")
+
+        body = answer_once(base, "/healthz", 503)
+        assert body.startswith("tick loop stalled, last tick "), body
+        assert http_get(f"{base}/readyz")[0] == 200, "Redis answers: ready, but not alive"
+        stalled_at = len(manager.receive())
+        time.sleep(1.5)  # three heartbeat periods
+        while_stalled = manager.receive()[stalled_at:]
+        assert while_stalled, "STATUS goes on"
+        assert all(kind(m) == "STATUS" for m in while_stalled), "no WATCHDOG=1 while stalled"
+        assert "tick loop stalled" in while_stalled[-1]["STATUS"]
+
+        plain = tmp_path / "inventory.yaml"
+        plain.write_bytes(inventory)
+        with fifo_writer(fifo) as stuck_read:
+            os.replace(plain, fifo)  # later ticks read a plain file
+            os.write(stuck_read, inventory)
+        answer_once(base, "/healthz", 200)
+        recovered_at = len(manager.receive())
+        manager.wait_for(
+            lambda ms: any(kind(m) == "WATCHDOG" for m in ms[recovered_at:]),
+            timeout=5,
+            what="heartbeat after the stall",
+        )
+        assert daemons.stop_all([daemon], timeout=10) == {"r1": 0}
+
+
+def test_image_healthcheck_passes_against_live_healthz_and_fails_without_it(
+    daemons: DaemonRunner,
+) -> None:
+    daemons.write_inventory(["alpha"])
+    daemon, base = start_serving(daemons)
+    python, *arguments = healthcheck_command()
+    assert python == "python"
+    environment = {
+        "PATH": os.environ.get("PATH", ""),
+        "PLAYGUARD_HTTP_ADDRESS": base.removeprefix("http://"),
+        # A proxy that would refuse everything: the check must not go through it.
+        "http_proxy": f"http://127.0.0.1:{free_port()}",
+    }
+
+    def health_check() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, *arguments],
+            env=environment,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+
+    passed = health_check()
+    assert passed.returncode == 0, passed.stderr
+    assert daemons.stop_all([daemon], timeout=10) == {"r1": 0}
+    failed = health_check()
+    assert failed.returncode != 0
+    assert "Connection refused" in failed.stderr
