@@ -1,18 +1,38 @@
-"""The ``playguard`` command: argument parsing and output only."""
+"""The ``playguard`` command: argument parsing and output only; the work is in ``operate``.
+
+Exit statuses: 0 done (a cycle ended ok, every check passed); 1 an error a person can fix, a
+failed check, or ``unlock`` that deleted nothing; 2 bad usage; 3 ``cycle`` found the Marquee
+locked by another holder; 4 ``cycle`` ran but did not end ok.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import json
 import tempfile
+import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import NoReturn
 
 import click
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
 
-from playguard_async import __version__, daemon
+from playguard_async import __version__, daemon, operate
+from playguard_async.engine import CycleResult, Outcome
 from playguard_async.inventory import InventoryError
+from playguard_async.lock import LockState, ReleaseResult
 from playguard_async.observe import configure_logging
 from playguard_async.phase import UnknownPhase
-from playguard_async.settings import SettingsError, load_settings
+from playguard_async.settings import Settings, SettingsError, load_settings
+
+EXIT_LOCKED = 3
+EXIT_NOT_OK = 4
+
+_PIPE_WIDTH = 500
 
 CONFIG_OPTION = click.option(
     "--config",
@@ -22,34 +42,297 @@ CONFIG_OPTION = click.option(
     default=None,
     help="Settings file (TOML). PLAYGUARD_* environment variables override it.",
 )
+DRY_RUN_OPTION = click.option(
+    "--dry-run", is_flag=True, default=None, help="Report what would change; change nothing."
+)
+JSON_OPTION = click.option(
+    "--json", "as_json", is_flag=True, help="Print JSON with stable keys, for scripts."
+)
+
+_ONE_LINE_ERRORS = (SettingsError, InventoryError, UnknownPhase, operate.OperateError)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="playguard")
-@click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
+@click.option(
+    "--debug", is_flag=True, help="Show tracebacks instead of one-line errors, and the log."
+)
 @click.pass_context
 def cli(ctx: click.Context, debug: bool) -> None:
     """Keep a fleet of Docker hosts true to their desired state, one leased reconciler per host."""
     ctx.obj = {"debug": debug}
+    # The operator commands print for a person; the engine's own log would only repeat it.
+    # `run` and `lab` set the log up again from their settings.
+    configure_logging("console", "debug" if debug else "critical")
+
+
+@contextlib.contextmanager
+def _readable_errors(ctx: click.Context) -> Iterator[None]:
+    """Errors a person can fix (settings, inventory, Redis...) as one line, unless ``--debug``."""
+    try:
+        yield
+    except _ONE_LINE_ERRORS as exc:
+        if ctx.obj["debug"]:
+            raise
+        _fail(str(exc), EXIT_NOT_OK if isinstance(exc, operate.CycleCancelled) else 1)
+
+
+def _fail(message: str, exit_code: int) -> NoReturn:
+    """End the command with ``message`` on stderr, as click shows its own errors."""
+    click.echo(f"Error: {message}", err=True)
+    raise click.exceptions.Exit(exit_code)
+
+
+def _dry_run(dry_run: bool | None) -> dict[str, bool]:
+    """The settings override of ``--dry-run``: only when given, so settings can turn it on too."""
+    return {"dry_run": True} if dry_run else {}
+
+
+@cli.command()
+@CONFIG_OPTION
+@DRY_RUN_OPTION
+@click.pass_context
+def run(ctx: click.Context, config: Path | None, dry_run: bool | None) -> None:
+    """Run the daemon until SIGTERM or SIGINT; exit 0 after a clean drain."""
+    with _readable_errors(ctx):
+        settings = load_settings(config, **_dry_run(dry_run))
+        configure_logging(settings.log_format, settings.log_level)
+        daemon.run(settings)
+
+
+@cli.command()
+@click.argument("marquee")
+@CONFIG_OPTION
+@DRY_RUN_OPTION
+@click.pass_context
+def cycle(ctx: click.Context, marquee: str, config: Path | None, dry_run: bool | None) -> None:
+    """Run one cycle of MARQUEE now, in the foreground, under its lock as the daemon does.
+
+    Prints a line as each phase ends and records the cycle like the daemon. Ctrl-C lets the
+    running phase finish and starts no other; a second Ctrl-C cancels it. Exit status 0 when the
+    cycle ends ok, 3 when another holder has the Marquee's lock (nothing is done), 4 when it ends
+    otherwise (failed phase, lost lease, deadline, interrupted).
+    """
+    console = _console()
+    with _readable_errors(ctx):
+        settings = load_settings(config, **_dry_run(dry_run))
+        if settings.dry_run:
+            console.print(f"{marquee}: dry run, nothing is changed; actions are what would be done")
+        with console.status(f"{marquee}: taking the lock") as spinner:
+
+            def show_phase(result: CycleResult, phase: str) -> None:
+                console.print(_phase_line(result, phase))
+                for action in result.actions.get(phase, []):
+                    console.print(Text(f"      {action}", style="dim"), soft_wrap=True)
+                done = f"{len(result.durations)} of {len(settings.phases)} phases done"
+                spinner.update(f"{marquee}: {done}")
+
+            outcome = asyncio.run(operate.run_cycle(settings, marquee, show_phase))
+    result = outcome.result
+    if result.outcome is Outcome.LOCKED:
+        held = _holder_text(outcome.holder) if outcome.holder else "another holder (gone since)"
+        _fail(f"{marquee} is locked by {held}; no cycle ran", EXIT_LOCKED)
+    console.print(_cycle_summary(result, settings), soft_wrap=True)
+    if result.outcome is not Outcome.OK:
+        ctx.exit(EXIT_NOT_OK)
+
+
+def _phase_line(result: CycleResult, phase: str) -> Text:
+    duration = _span(result.durations.get(phase, 0.0))
+    if result.outcome is not Outcome.OK and result.phase == phase:
+        reason = f"  {result.reason}" if result.reason else ""
+        failed = (f"{result.outcome.value:<12}", "bold red")
+        return Text.assemble(f"  {phase:<24}", failed, f"{duration:>9}{reason}")
+    actions = _actions(len(result.actions.get(phase, [])))
+    return Text(f"  {phase:<24}{actions:<12}{duration:>9}")
+
+
+def _cycle_summary(result: CycleResult, settings: Settings) -> Text:
+    actions = _actions(sum(len(taken) for taken in result.actions.values()))
+    where = f" in {result.phase}" if result.phase else ""
+    reason = f": {result.reason}" if result.reason else ""
+    verb = "would be taken" if settings.dry_run else "taken"
+    fence = "" if result.fence is None else f", fence {result.fence}"
+    return Text.assemble(
+        f"{result.marquee}: ",
+        (f"{result.outcome.value}{where}{reason}", _outcome_style(result.outcome.value)),
+        f"; {actions} {verb} in {_span(result.duration)}{fence}",
+    )
+
+
+@cli.command()
+@CONFIG_OPTION
+@JSON_OPTION
+@click.pass_context
+def status(ctx: click.Context, config: Path | None, as_json: bool) -> None:
+    """Each Marquee of the inventory: who holds its lock, and how its last cycle went.
+
+    FENCE is the holder's while the lock is held, else the last cycle's.
+    """
+    with _readable_errors(ctx):
+        statuses = asyncio.run(operate.fleet_status(load_settings(config)))
+    now = time.time()
+    if as_json:
+        click.echo(json.dumps({"marquees": [s.to_json(now) for s in statuses]}, indent=2))
+        return
+    columns = ("MARQUEE", "HOLDER", "FENCE", "TTL LEFT", "LAST", "WHEN", "DURATION", "ACTIONS")
+    table = Table(*columns, "FINDINGS", box=None, header_style="bold")
+    for marquee in statuses:
+        lock, last = marquee.lock, marquee.last
+        name = marquee.name if marquee.launchable else f"{marquee.name} (not launchable)"
+        holding: list[str | Text] = ["-", "-", "-"]
+        if lock is not None:
+            holder = lock.holder
+            holding = [
+                f"{holder.replica} ({holder.host}, pid {holder.pid})",
+                str(lock.fence),
+                _span(lock.ttl_left),
+            ]
+        elif last is not None and last.fence is not None:
+            holding[1] = str(last.fence)
+        history: list[str | Text] = [Text("never"), "-", "-", "-", "-"]
+        if last is not None:
+            where = f" in {last.phase}" if last.phase else ""
+            history = [
+                Text(last.outcome + where, style=_outcome_style(last.outcome)),
+                f"{_span(now - last.finished_at)} ago",
+                _span(last.duration),
+                str(last.actions),
+                _findings_text(last),
+            ]
+        table.add_row(name, *holding, *history)
+    _console().print(table)
+
+
+def _findings_text(last: operate.LastCycle) -> str:
+    notes = [f"reason: {last.reason}"] if last.reason else []
+    notes += [f"drift {name}: {', '.join(why)}" for name, why in last.drift.items()]
+    notes += [f"branch gone: {name} ({branch})" for name, branch in last.branch_gone.items()]
+    notes += [f"failed {item}" for item in last.failed]
+    return "; ".join(notes) or "none"
+
+
+@cli.command()
+@CONFIG_OPTION
+@JSON_OPTION
+@click.pass_context
+def locks(ctx: click.Context, config: Path | None, as_json: bool) -> None:
+    """Every lock held now: its name, holder, fence and time left."""
+    with _readable_errors(ctx):
+        held = asyncio.run(operate.held_locks(load_settings(config)))
+    if as_json:
+        click.echo(json.dumps({"locks": [operate.holder_json(state) for state in held]}, indent=2))
+        return
+    console = _console()
+    if not held:
+        console.print("no lock is held")
+        return
+    columns = ("LOCK", "REPLICA", "HOST", "PID", "ACQUIRED", "FENCE", "TTL LEFT")
+    table = Table(*columns, box=None, header_style="bold")
+    for state in held:
+        holder = state.holder
+        fields = (holder.replica, holder.host, str(holder.pid), holder.acquired_at)
+        table.add_row(state.name, *fields, str(state.fence), _span(state.ttl_left))
+    console.print(table)
+
+
+@cli.command()
+@click.argument("marquee")
+@CONFIG_OPTION
+@click.option(
+    "--force", is_flag=True, help="Delete the lock key, if it still holds the record shown."
+)
+@click.pass_context
+def unlock(ctx: click.Context, marquee: str, config: Path | None, force: bool) -> None:
+    """Say what deleting MARQUEE's lock would remove; with --force, delete it.
+
+    Only for a holder that is gone for good (its host died, its process was killed): a live
+    holder keeps working until its next renewal fails. With --force the key is deleted only if
+    it still holds the record shown, never another holder's. The fence counter is never deleted,
+    so the next holder's fence is still higher. Exit status 0 when the Marquee is not locked (any
+    more), 1 when the lock is still held (without --force, or taken by another holder meanwhile).
+    """
+    with _readable_errors(ctx):
+        done = asyncio.run(operate.unlock(load_settings(config), marquee, force=force))
+    if done.found is None:
+        click.echo(f"{marquee} is not locked (no key {done.key}); nothing to delete")
+        return
+    shown = f"{done.key}: held by {_holder_text(done.found)}"
+    kept = f"the fence counter {done.fence_key} stays at {done.found.fence}"
+    if done.result is None:
+        click.echo(f"would delete {shown}\n{kept}\nnothing deleted: add --force to delete it")
+        ctx.exit(1)
+    if done.result is ReleaseResult.RELEASED:
+        click.echo(f"deleted {shown}\n{kept}")
+    elif done.result is ReleaseResult.EXPIRED:
+        click.echo(f"nothing deleted: {done.key} was released or expired after it was read")
+    else:
+        click.echo(f"nothing deleted: another holder took {done.key} after it was read")
+        ctx.exit(1)
 
 
 @cli.command()
 @CONFIG_OPTION
 @click.option(
-    "--dry-run", is_flag=True, default=None, help="Report what would change; change nothing."
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=30.0,
+    show_default=True,
+    help="Seconds each Marquee's checks may take.",
 )
 @click.pass_context
-def run(ctx: click.Context, config: Path | None, dry_run: bool | None) -> None:
-    """Run the daemon until SIGTERM or SIGINT; exit 0 after a clean drain."""
-    overrides = {"dry_run": True} if dry_run else {}
-    try:
-        settings = load_settings(config, **overrides)
-        configure_logging(settings.log_format, settings.log_level)
-        daemon.run(settings)
-    except (SettingsError, InventoryError, UnknownPhase) as exc:
-        if ctx.obj["debug"]:
-            raise
-        raise click.ClickException(str(exc)) from exc
+def check(ctx: click.Context, config: Path | None, timeout: float) -> None:
+    """Check settings, inventory, Redis and every Marquee (SSH host key, login, Docker API
+    through the tunnel, compose) without changing anything; exit status 1 if any check fails.
+
+    Marquees are checked at once, max_concurrent_cycles at a time.
+    """
+    with _readable_errors(ctx):
+        rows = asyncio.run(operate.check(config, timeout=timeout))
+    table = Table("CHECK", "VERDICT", "DETAIL", box=None, header_style="bold")
+    table.columns[2].overflow = "fold"
+    for row in rows:
+        verdict = Text("ok", style="green") if row.ok else Text("FAIL", style="bold red")
+        table.add_row(row.subject, verdict, row.detail)
+    _console().print(table)
+    if not all(row.ok for row in rows):
+        ctx.exit(1)
+
+
+def _console() -> Console:
+    """Output fitted to a terminal's width; in a pipe or a file, whole lines that grep can find."""
+    console = Console(highlight=False)
+    return console if console.is_terminal else Console(highlight=False, width=_PIPE_WIDTH)
+
+
+def _holder_text(state: LockState) -> str:
+    holder = state.holder
+    return (
+        f"replica {holder.replica} (host {holder.host}, pid {holder.pid}, since "
+        f"{holder.acquired_at}), fence {state.fence}, {_span(state.ttl_left)} left"
+    )
+
+
+def _actions(count: int) -> str:
+    return f"{count} action" + ("" if count == 1 else "s")
+
+
+def _outcome_style(outcome: str) -> str:
+    return {"ok": "green", "locked": "yellow", "interrupted": "yellow"}.get(outcome, "bold red")
+
+
+def _span(seconds: float) -> str:
+    """A duration for people: ``0.4 s``, ``14 min 59 s``, ``2 h 5 min``, ``3 d 4 h``."""
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes} min {secs} s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours} h {minutes} min"
+    days, hours = divmod(hours, 24)
+    return f"{days} d {hours} h"
 
 
 @cli.command()

@@ -204,6 +204,33 @@ async def test_failing_phase_ends_the_cycle_with_its_traceback(redis: Redis) -> 
     assert await redis.exists(lock_key(marquee_lock_name("m1"))) == 0
 
 
+async def test_phase_listeners_hear_each_phase_as_it_ends_and_cannot_break_the_cycle(
+    redis: Redis,
+) -> None:
+    async def fail(ctx: PhaseContext) -> None:
+        raise RuntimeError("disk full")
+
+    heard: list[tuple[str, str, list[str], bool]] = []
+
+    def listen(result: CycleResult, phase: str) -> None:
+        heard.append((phase, result.outcome.value, result.actions.get(phase, []),
+                      phase in result.durations))  # fmt: skip
+
+    def broken(result: CycleResult, phase: str) -> None:
+        raise RuntimeError("listener bug")
+
+    harness = Harness(redis, ScriptedPhase("first"), ScriptedPhase("second", fail))
+    harness.engine.phase_listeners += [broken, listen]
+    with capture_logs() as logs:
+        result = await harness.cycle()
+    assert heard == [
+        ("first", "ok", ["first on m1"], True),
+        ("second", "phase_failed", [], True),
+    ]
+    assert result.outcome is Outcome.PHASE_FAILED
+    assert [line["event"] for line in logs].count("phase.listener_failed") == 2
+
+
 async def test_concurrency_limit_holds_and_slots_come_before_locks(redis: Redis) -> None:
     in_flight = 0
     peak_in_flight = 0

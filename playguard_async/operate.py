@@ -1,0 +1,440 @@
+"""What the operator's commands find out and do, as data; ``cli.py`` only parses and prints.
+
+Everything here goes through what the daemon itself uses: the same Redis client, the same lock
+records and fences, the same cycle records, the same SSH session. ``run_cycle`` is the daemon's own
+engine under the Marquee's lock; ``unlock`` deletes with the lock's compare-and-delete script, so it
+never removes a record it did not show. A failure a person can fix (an unknown Marquee, Redis out of
+reach) is raised as an ``OperateError`` whose message is one readable line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import signal
+import time
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from playguard_async.aio import bounded
+from playguard_async.daemon import build_engine, redis_for, remote_options
+from playguard_async.engine import CycleResult, Engine, Outcome, PhaseListener, marquee_lock_name
+from playguard_async.inventory import Inventory, InventoryError, Marquee, YamlInventorySource
+from playguard_async.lock import LockState, ReleaseResult, TokenLock, inspect_lock, lock_key
+from playguard_async.observe import CycleRecords
+from playguard_async.phase import UnknownPhase, resolve_phases
+from playguard_async.phases import BUILTIN_PHASES
+from playguard_async.remote.errors import AuthRefused, HostKeyMismatch, RemoteError
+from playguard_async.remote.ssh import RemoteOptions, open_session
+from playguard_async.settings import Settings, SettingsError, load_settings
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+_LOCK_PREFIX, _LOCK_SUFFIX = lock_key("*").split("*")
+
+
+class OperateError(Exception):
+    """The command cannot do what was asked; the message says why in one line."""
+
+
+class RedisUnavailable(OperateError):
+    """Redis did not answer, or answered with an error; nothing was read or changed there."""
+
+    def __init__(self, settings: Settings, reason: str) -> None:
+        super().__init__(f"Redis at {settings.redis_url_for_display()} unavailable: {reason}")
+
+
+class CycleCancelled(OperateError):
+    """A second stop signal cancelled the running phase (the lease was released all the same)."""
+
+    def __init__(self, marquee: str) -> None:
+        super().__init__(
+            f"cycle of {marquee} cancelled in the middle of a phase by a second signal; "
+            "its lease was released and it is recorded as interrupted"
+        )
+
+
+# -- plumbing shared by every command ----------------------------------------------------------
+
+
+@contextlib.contextmanager
+def redis_errors(settings: Settings) -> Iterator[None]:
+    """Turn any Redis failure or timeout inside the block into one readable ``RedisUnavailable``."""
+    try:
+        yield
+    except (RedisError, TimeoutError) as exc:
+        reason = str(exc) or f"no answer within {settings.redis_socket_timeout:g} s"
+        raise RedisUnavailable(settings, reason) from exc
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """What every command works with: the settings, a Redis client made as the daemon makes it,
+    and the inventory the settings name (read on demand: ``locks`` and ``unlock`` need none)."""
+
+    settings: Settings
+    redis: Redis
+
+    async def inventory(self) -> Inventory:
+        return await YamlInventorySource(self.settings.inventory).load()
+
+
+@asynccontextmanager
+async def open_fleet(settings: Settings) -> AsyncIterator[Fleet]:
+    """The fleet of ``settings``; Redis failures inside become ``RedisUnavailable``; the client is
+    closed on the way out."""
+    redis = redis_for(settings)
+    try:
+        with redis_errors(settings):
+            yield Fleet(settings, redis)
+    finally:
+        await redis.aclose()
+
+
+def holder_json(state: LockState) -> dict[str, Any]:
+    """A held lock for scripts; the token stays out, as nothing outside the lock needs it."""
+    holder = state.holder
+    return {
+        "name": state.name,
+        "replica": holder.replica,
+        "host": holder.host,
+        "pid": holder.pid,
+        "acquired_at": holder.acquired_at,
+        "fence": state.fence,
+        "ttl_left": state.ttl_left,
+    }
+
+
+# -- status ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LastCycle:
+    """A Marquee's last recorded cycle, with what its findings ask an operator to look at:
+    ``drift`` (playground -> why it was or would be changed), ``branch_gone`` (playground ->
+    branch) and ``failed`` ("phase: item" for each registry, image or chat that failed)."""
+
+    cycle: str
+    outcome: str
+    phase: str | None
+    reason: str | None
+    fence: int | None
+    finished_at: float
+    duration: float
+    actions: int
+    drift: dict[str, list[str]]
+    branch_gone: dict[str, str]
+    failed: list[str]
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> LastCycle:
+        findings: Mapping[str, Any] = record.get("findings") or {}
+        playgrounds = findings.get("reconcile_playgrounds", {}).get("playgrounds", {})
+        return cls(
+            cycle=str(record["cycle"]),
+            outcome=str(record["outcome"]),
+            phase=record.get("phase"),
+            reason=record.get("reason"),
+            fence=record.get("fence"),
+            finished_at=float(record["finished_at"]),
+            duration=float(record["duration"]),
+            actions=sum(len(taken) for taken in (record.get("actions") or {}).values()),
+            drift={name: found["drift"] for name, found in playgrounds.items() if found["drift"]},
+            branch_gone={
+                **findings.get("sync_git", {}).get("branch_gone", {}),
+                **findings.get("fetch_branches", {}).get("branch_gone", {}),
+            },
+            failed=[
+                f"{phase}: {item}"
+                for phase, found in findings.items()
+                for group in found.values()
+                if isinstance(group, dict)
+                for item, value in group.items()
+                if isinstance(value, dict) and value.get("state") == "failed"
+            ],
+        )
+
+    def to_json(self, now: float) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "age": round(max(0.0, now - self.finished_at), 3)}
+
+
+@dataclass(frozen=True)
+class MarqueeStatus:
+    name: str
+    launchable: bool
+    lock: LockState | None
+    last: LastCycle | None
+
+    def to_json(self, now: float) -> dict[str, Any]:
+        """Stable keys for scripts; ``age`` is seconds since the last cycle ended at ``now``."""
+        return {
+            "name": self.name,
+            "launchable": self.launchable,
+            "lock": None if self.lock is None else holder_json(self.lock),
+            "last": None if self.last is None else self.last.to_json(now),
+        }
+
+
+async def fleet_status(settings: Settings) -> list[MarqueeStatus]:
+    """Every Marquee of the inventory, in inventory order: its lock now and its last cycle."""
+    async with open_fleet(settings) as fleet:
+        inventory = await fleet.inventory()
+        records = CycleRecords(
+            fleet.redis,
+            history_length=settings.history_length,
+            timeout=settings.redis_socket_timeout,
+        )
+
+        async def status_of(marquee: Marquee) -> MarqueeStatus:
+            lock, last = await asyncio.gather(
+                inspect_lock(
+                    fleet.redis,
+                    marquee_lock_name(marquee.name),
+                    timeout=settings.redis_socket_timeout,
+                ),
+                records.last(marquee.name),
+            )
+            return MarqueeStatus(
+                name=marquee.name,
+                launchable=marquee.launchable,
+                lock=lock,
+                last=None if last is None else LastCycle.from_record(last),
+            )
+
+        return list(await asyncio.gather(*map(status_of, inventory.marquees)))
+
+
+# -- locks and unlock --------------------------------------------------------------------------
+
+
+async def held_locks(settings: Settings) -> list[LockState]:
+    """Every lock held now (Marquees' and any other name's), by name; one SCAN, then each read."""
+    async with open_fleet(settings) as fleet:
+        names = sorted(
+            {
+                key.decode().removeprefix(_LOCK_PREFIX).removesuffix(_LOCK_SUFFIX)
+                async for key in fleet.redis.scan_iter(match=lock_key("*"), count=1000)
+            }
+        )
+        states = await asyncio.gather(
+            *(
+                inspect_lock(fleet.redis, name, timeout=settings.redis_socket_timeout)
+                for name in names
+            )
+        )
+    # A lock released between the SCAN and its read is simply no longer held.
+    return [state for state in states if state is not None]
+
+
+@dataclass(frozen=True)
+class Unlock:
+    """What ``unlock`` found and did. ``found`` is None when the Marquee was not locked; ``result``
+    is None when nothing was attempted (not locked, or not forced)."""
+
+    key: str
+    fence_key: str
+    found: LockState | None
+    result: ReleaseResult | None
+
+
+async def unlock(settings: Settings, marquee: str, *, force: bool) -> Unlock:
+    """Read the Marquee's lock; with ``force``, delete exactly the record read, never another one
+    (compare-and-delete), and never the fence counter, so fences keep growing after it."""
+    async with open_fleet(settings) as fleet:
+        lock = TokenLock(
+            fleet.redis, marquee_lock_name(marquee), timeout=settings.redis_socket_timeout
+        )
+        found = await lock.inspect()
+        result = None
+        if found is not None and force:
+            # The holder record is written by Holder.encode, so encoding what was read gives back
+            # the exact bytes; a record that differs (another holder since) is left alone.
+            result = await lock.compare_and_delete(found.holder.encode())
+            if result is ReleaseResult.UNKNOWN:
+                raise RedisUnavailable(settings, "no answer to the delete; run `playguard locks`")
+    return Unlock(lock.key, lock.fence_key, found, result)
+
+
+# -- one cycle in the foreground ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CycleRun:
+    """A foreground cycle's result; when it found the Marquee locked, ``holder`` is who held it
+    right after (None if they released it in between)."""
+
+    result: CycleResult
+    holder: LockState | None = None
+
+
+async def run_cycle(settings: Settings, marquee: str, on_phase: PhaseListener) -> CycleRun:
+    """One cycle of ``marquee`` now, by the daemon's own engine: same lock, same phases, recorded
+    in Redis like the daemon's, ``on_phase`` told as each phase ends.
+
+    As in the daemon, a first SIGINT or SIGTERM lets the running phase finish and starts no other
+    (outcome ``interrupted``); a second one cancels the phase (``CycleCancelled``).
+    """
+    engine = build_engine(settings)
+    engine.phase_listeners.append(on_phase)
+    try:
+        with redis_errors(settings):
+            inventory = await engine.load_inventory()
+            target = _launchable(inventory, marquee, engine.desired_state.describe())
+            result = await _in_foreground(engine, target, inventory)
+            if result.outcome is Outcome.REDIS_UNAVAILABLE:
+                # The result keeps only the error's repr, which says little in redis-py 8; asking
+                # again raises the error itself, whose message names address and cause.
+                await bounded(settings.redis_socket_timeout, engine.redis.ping())
+                raise RedisUnavailable(settings, result.reason or "no answer")
+            if result.outcome is not Outcome.LOCKED:
+                return CycleRun(result)
+            name = marquee_lock_name(marquee)
+            return CycleRun(
+                result,
+                await inspect_lock(engine.redis, name, timeout=settings.redis_socket_timeout),
+            )
+    finally:
+        await engine.redis.aclose()
+
+
+def _launchable(inventory: Inventory, name: str, source: str) -> Marquee:
+    try:
+        marquee = inventory.marquee(name)
+    except KeyError:
+        known = ", ".join(m.name for m in inventory.marquees) or "none"
+        raise OperateError(f"{source}: no marquee named {name!r} (known: {known})") from None
+    if not marquee.launchable:
+        raise OperateError(
+            f"{source}: marquee {name!r} has launchable: false, so no cycle runs on it"
+        )
+    return marquee
+
+
+async def _in_foreground(engine: Engine, marquee: Marquee, inventory: Inventory) -> CycleResult:
+    task = asyncio.create_task(engine.cycle(marquee, inventory), name=f"cycle:{marquee.name}")
+
+    def stop() -> None:
+        if engine.stopping.is_set():
+            task.cancel()
+        engine.request_stop()
+
+    loop = asyncio.get_running_loop()
+    for signum in STOP_SIGNALS:
+        loop.add_signal_handler(signum, stop)
+    try:
+        return await task
+    except asyncio.CancelledError:
+        if not task.cancelled():
+            raise
+        raise CycleCancelled(marquee.name) from None
+    finally:
+        for signum in STOP_SIGNALS:
+            loop.remove_signal_handler(signum)
+
+
+# -- check -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CheckRow:
+    """One verdict of ``check``: what was checked, whether it is fine, and what was seen or why
+    not."""
+
+    subject: str
+    ok: bool
+    detail: str
+
+
+async def check(config: Path | None, *, timeout: float) -> list[CheckRow]:
+    """Settings, inventory, Redis, then each Marquee as a cycle would reach it: SSH host key and
+    login, the Docker API through the tunnel, compose on the host. Marquees are checked at once,
+    ``max_concurrent_cycles`` at a time, each within ``timeout`` seconds; nothing is changed.
+    """
+    try:
+        settings = load_settings(config)
+        phases = resolve_phases(settings.phases, BUILTIN_PHASES)
+    except (SettingsError, UnknownPhase) as exc:
+        return [CheckRow("settings", False, str(exc))]
+    source = str(config) if config is not None else "defaults and PLAYGUARD_* environment"
+    rows = [CheckRow("settings", True, f"{source}: {len(phases)} phases")]
+    async with open_fleet(settings) as fleet:
+        redis_row = asyncio.create_task(_check_redis(fleet))
+        try:
+            inventory = await fleet.inventory()
+        except InventoryError as exc:
+            return [*rows, CheckRow("inventory", False, str(exc)), await redis_row]
+        rows += [CheckRow("inventory", True, _inventory_summary(settings, inventory))]
+        options = dataclasses.replace(
+            remote_options(settings), command_timeout=timeout, docker_timeout=timeout
+        )
+        slots = asyncio.Semaphore(settings.max_concurrent_cycles)
+
+        async def bounded_check(marquee: Marquee) -> CheckRow:
+            async with slots:
+                return await _check_marquee(marquee, options, timeout)
+
+        marquee_rows = await asyncio.gather(*map(bounded_check, inventory.marquees))
+        return [*rows, await redis_row, *marquee_rows]
+
+
+def _inventory_summary(settings: Settings, inventory: Inventory) -> str:
+    launchable = len(inventory.launchable_marquees())
+    return (
+        f"{settings.inventory}: {len(inventory.marquees)} marquees ({launchable} launchable), "
+        f"{len(inventory.playgrounds)} playgrounds, {len(inventory.agent_chats)} agent chats"
+    )
+
+
+async def _check_redis(fleet: Fleet) -> CheckRow:
+    settings = fleet.settings
+    try:
+        with redis_errors(settings):
+            info = await bounded(settings.redis_socket_timeout, fleet.redis.info("server"))
+            # Timed on the connection the INFO opened: the round trip, not the connect.
+            started = time.monotonic()
+            await bounded(settings.redis_socket_timeout, fleet.redis.ping())
+            latency = (time.monotonic() - started) * 1000
+    except RedisUnavailable as exc:
+        return CheckRow("redis", False, str(exc))
+    detail = f"{settings.redis_url_for_display()}: Redis {info['redis_version']}, {latency:.1f} ms"
+    return CheckRow("redis", True, detail)
+
+
+async def _check_marquee(marquee: Marquee, options: RemoteOptions, timeout: float) -> CheckRow:
+    """Open the session a cycle would open, in dry-run so that no write is possible, and ask the
+    Docker API and compose for their versions through it."""
+    subject = f"marquee {marquee.name}"
+    step = "ssh"
+    try:
+        async with (
+            asyncio.timeout(timeout),
+            open_session(marquee, options, dry_run=True) as session,
+        ):
+            host_key = session.connection.get_server_host_key()
+            fingerprint = host_key.get_fingerprint("sha256") if host_key else "?"
+            step = "docker"
+            version = await session.api(session.docker.version())
+            step = "compose"
+            compose = await session.run([*options.compose_command, "version"])
+    except HostKeyMismatch as exc:
+        return CheckRow(subject, False, f"host key: {exc}")
+    except AuthRefused as exc:
+        return CheckRow(subject, False, f"login: {exc}")
+    except RemoteError as exc:
+        return CheckRow(subject, False, f"{step}: {exc}")
+    except TimeoutError:
+        return CheckRow(subject, False, f"{step}: no answer within {timeout:g} s")
+    compose_version = (compose.stdout.strip().splitlines() or ["(no output)"])[0]
+    return CheckRow(
+        subject,
+        True,
+        f"{marquee.user}@{marquee.host}:{marquee.port}: host key {fingerprint}; "
+        f"Docker {version['Version']} (API {version['ApiVersion']}); {compose_version}",
+    )
