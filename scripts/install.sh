@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Installs everything playguard_async and its lab need on Debian 12, as root: the real servers the
-# tests and the demo start (redis-server, sshd, dockerd, docker-registry, docker-compose, git), and a
-# virtual environment in .venv with the package, its test and dev extras, at the versions CI tested.
+# tests and the demo start (redis-server, sshd, dockerd, docker-registry, docker-compose, git),
+# systemd-analyze to check the unit file, and a virtual environment in .venv with the package, its
+# test and dev extras, at the versions CI tested.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(
   redis-server openssh-server openssh-client docker.io docker-registry docker-compose
   busybox-static apache2-utils iptables git ca-certificates python3 python3-venv python3-pip
+  systemd
 )
 missing=()
 for package in "${packages[@]}"; do

@@ -1,0 +1,157 @@
+"""The container image, the compose sidecar and the systemd unit run what the package installs, stop
+the way the daemon drains, and give it more time than its grace. Docker cannot build here (no image
+can be pulled), so what can be checked without a build is checked: the files as their tools read
+them, and the commands they name, run from this installation."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tomllib
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import yaml
+
+from playguard_async.settings import load_settings
+from tests.support.packaging import (
+    DOCKERFILE,
+    REPO_ROOT,
+    dockerfile_instructions,
+    exec_form,
+    healthcheck_command,
+    instruction,
+    systemd_unit,
+)
+
+PLAYGUARD = Path(sys.executable).with_name("playguard")
+EXAMPLE_SETTINGS = REPO_ROOT / "config" / "playguard.toml"
+UNIT = REPO_ROOT / "config" / "playguard.service"
+COMPOSE = REPO_ROOT / "config" / "compose.sidecar.yaml"
+
+
+@pytest.fixture
+def example_grace(monkeypatch: pytest.MonkeyPatch) -> float:
+    """shutdown_grace of the example settings, which the unit and the compose file go with."""
+    for variable in [name for name in os.environ if name.startswith("PLAYGUARD_")]:
+        monkeypatch.delenv(variable)
+    return load_settings(EXAMPLE_SETTINGS).shutdown_grace
+
+
+def seconds(value: str) -> float:
+    """A duration as systemd and compose write it here: ``60``, ``60s`` or ``2min``."""
+    for suffix, factor in (("min", 60.0), ("s", 1.0)):
+        if value.endswith(suffix):
+            return float(value.removesuffix(suffix)) * factor
+    return float(value)
+
+
+def test_image_runs_the_installed_entry_point_with_the_mounted_settings() -> None:
+    assert instruction("FROM").startswith("python:3.11-slim")
+    assert exec_form(instruction("ENTRYPOINT")) == ["playguard"]
+    assert exec_form(instruction("CMD")) == ["run", "--config", "/etc/playguard/playguard.toml"]
+    assert instruction("STOPSIGNAL") == "SIGTERM"
+    assert instruction("USER") not in ("root", "0")
+    runs = [
+        args
+        for keyword, args in dockerfile_instructions(DOCKERFILE.read_text())
+        if keyword == "RUN"
+    ]
+    assert any(
+        "PIP_CONSTRAINT=/tmp/build/constraints.txt pip install /tmp/build" in run for run in runs
+    )
+
+
+def test_entry_command_of_the_image_runs_from_an_installation() -> None:
+    argv = [str(PLAYGUARD), *exec_form(instruction("ENTRYPOINT"))[1:], "run", "--help"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "--config" in done.stdout
+
+
+def test_healthcheck_uses_the_images_python_on_the_http_address_it_sets() -> None:
+    command = healthcheck_command()
+    assert command[:2] == ["python", "-c"]
+    assert "/healthz" in command[2]
+    assert "PLAYGUARD_HTTP_ADDRESS" in command[2]
+    assert "ProxyHandler({})" in command[2], "a proxy from the environment must not see the probe"
+    assert "PLAYGUARD_HTTP_ADDRESS=0.0.0.0:9464" in instruction("ENV")
+
+
+def test_build_context_leaves_out_the_virtualenv_and_tests() -> None:
+    ignored = (REPO_ROOT / ".dockerignore").read_text().split()
+    assert {".venv", ".git", "tests"} <= set(ignored)
+
+
+def test_dependencies_are_declared_and_pinned() -> None:
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
+    assert {"prometheus-client>=0.20", "aiohttp>=3.9"} <= set(project["dependencies"])
+    pins = (REPO_ROOT / ".ci" / "constraints.txt").read_text().lower().replace("_", "-").split()
+    assert any(pin.startswith("prometheus-client==") for pin in pins)
+    assert any(pin.startswith("aiohttp==") for pin in pins)
+
+
+def test_compose_sidecar_mounts_settings_read_only_and_publishes_on_loopback_only(
+    example_grace: float,
+) -> None:
+    services = yaml.safe_load(COMPOSE.read_text())["services"]
+    assert services["redis"]["image"] == "redis:7"
+    playguard = services["playguard"]
+    assert "./playguard.toml:/etc/playguard/playguard.toml:ro" in playguard["volumes"]
+    assert all(volume.endswith(":ro") for volume in playguard["volumes"])
+    assert all(port.startswith("127.0.0.1:") for port in playguard["ports"])
+    assert playguard["environment"]["PLAYGUARD_REDIS_URL"].startswith("redis://redis:")
+    assert playguard["depends_on"]["redis"]["condition"] == "service_healthy"
+    assert seconds(playguard["stop_grace_period"]) > example_grace
+
+
+def test_compose_sidecar_is_valid_for_docker_compose(
+    require_binary: Callable[[str, str], str],
+) -> None:
+    compose = require_binary("docker-compose", "docker-compose")
+    done = subprocess.run(
+        [compose, "-f", str(COMPOSE), "config", "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def test_systemd_unit_notifies_watches_and_outlasts_the_drain(example_grace: float) -> None:
+    service = systemd_unit(UNIT)["Service"]
+    assert service["Type"] == ["notify"]
+    assert service["NotifyAccess"] == ["main"]
+    assert service["ExecStart"] == [
+        "/usr/local/bin/playguard run --config /etc/playguard/playguard.toml"
+    ]
+    assert service["KillSignal"] == ["SIGTERM"]
+    assert service["Restart"] == ["on-failure"]
+    assert service["User"] == ["playguard"]
+    assert seconds(service["TimeoutStopSec"][0]) > example_grace
+    assert seconds(service["WatchdogSec"][0]) > 0
+    for hardening in ("NoNewPrivileges", "PrivateTmp"):
+        assert service[hardening] == ["yes"]
+    assert service["ProtectSystem"] == ["strict"]
+    assert service["StateDirectory"] == ["playguard"]
+
+
+def test_systemd_unit_passes_systemd_analyze_verify(
+    tmp_path: Path, require_binary: Callable[[str, str], str]
+) -> None:
+    analyze = require_binary("systemd-analyze", "systemd")
+    # verify insists that ExecStart's program exists: point it at this installation's.
+    unit = tmp_path / "playguard.service"
+    unit.write_text(UNIT.read_text().replace("/usr/local/bin/playguard", str(PLAYGUARD)))
+    done = subprocess.run(
+        [analyze, "verify", "--man=no", str(unit)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert (done.returncode, done.stderr.strip()) == (0, "")
