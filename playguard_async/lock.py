@@ -162,12 +162,17 @@ class Holder:
 
 @dataclass(frozen=True, slots=True)
 class LockState:
-    """A held lock as seen by an operator: its holder, fence and time left."""
+    """A held lock as seen by an operator: its holder, fence and time left.
+
+    ``record`` is the key's exact value, so an operator's delete can compare against precisely
+    what was shown.
+    """
 
     name: str
     holder: Holder
     fence: int
     ttl_left: float
+    record: str = field(repr=False)
 
 
 def default_replica_id() -> str:
@@ -390,6 +395,7 @@ async def inspect_lock(
         holder=Holder.decode(raw),
         fence=int(fence or 0),
         ttl_left=max(0, int(pttl)) / 1000,
+        record=raw.decode() if isinstance(raw, bytes) else str(raw),
     )
 
 

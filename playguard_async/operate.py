@@ -254,9 +254,8 @@ async def unlock(settings: Settings, marquee: str, *, force: bool) -> Unlock:
         found = await lock.inspect()
         result = None
         if found is not None and force:
-            # The holder record is written by Holder.encode, so encoding what was read gives back
-            # the exact bytes; a record that differs (another holder since) is left alone.
-            result = await lock.compare_and_delete(found.holder.encode())
+            # Exactly the record read: one that differs (another holder since) is left alone.
+            result = await lock.compare_and_delete(found.record)
             if result is ReleaseResult.UNKNOWN:
                 raise RedisUnavailable(settings, "no answer to the delete; run `playguard locks`")
     return Unlock(lock.key, lock.fence_key, found, result)
