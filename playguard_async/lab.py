@@ -238,7 +238,29 @@ def _http(connection: http.client.HTTPConnection, method: str, path: str) -> tup
         connection.close()
 
 
-class LabServer:
+class _StartStop:
+    """``with`` starts what ``start()`` starts and stops it on every way out, errors included."""
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+class LabServer(_StartStop):
     """One server process and its life: start, pause, resume, kill, restart, stop.
 
     `stop()` leaves nothing behind: it ends the server's descendants too (sshd's per-connection
@@ -387,18 +409,6 @@ class LabServer:
         if process is None or process.poll() is not None:
             raise RuntimeError(f"{self.name} is not running")
         return process
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 class RedisServer(LabServer):
@@ -792,7 +802,7 @@ class Marquee:
     docker: DockerDaemon
 
 
-class Lab:
+class Lab(_StartStop):
     """Everything the daemon needs around it: Redis, N marquees, a registry holding the busybox
     image, and a git origin whose compose project uses that image."""
 
@@ -848,18 +858,6 @@ class Lab:
                 errors.append(exc)
         if errors:
             raise ExceptionGroup("the lab did not stop cleanly", errors)
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 def write_demo_config(lab: Lab, directory: Path, *, tick_interval: float = 10.0) -> Path:
