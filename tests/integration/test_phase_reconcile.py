@@ -204,6 +204,19 @@ async def test_stopped_playground_is_stopped_then_left_alone(
     assert findings(later) == {"state": "stopped", "drift": [], "actions": []}
 
 
+async def reconcile_patient_then_impatient(
+    run_phase: PhaseRunner, world: LabWorld
+) -> tuple[PhaseRun, PhaseRun]:
+    """Reconcile once with an hour's patience for stuck containers, then with none."""
+    patient = await run_phase(
+        reconcile_playgrounds, world, options=dataclasses.replace(LAB_OPTIONS, stuck_after=3600)
+    )
+    impatient = await run_phase(
+        reconcile_playgrounds, world, options=dataclasses.replace(LAB_OPTIONS, stuck_after=0)
+    )
+    return patient, impatient
+
+
 async def test_container_created_but_never_started_is_recreated_once_stuck(
     lab_world: LabWorld,
     run_phase: PhaseRunner,
@@ -224,12 +237,7 @@ async def test_container_created_but_never_started_is_recreated_once_stuck(
         name=original["Name"].lstrip("/"),
     )
 
-    patient = await run_phase(
-        reconcile_playgrounds, lab_world, options=dataclasses.replace(LAB_OPTIONS, stuck_after=3600)
-    )
-    impatient = await run_phase(
-        reconcile_playgrounds, lab_world, options=dataclasses.replace(LAB_OPTIONS, stuck_after=0)
-    )
+    patient, impatient = await reconcile_patient_then_impatient(run_phase, lab_world)
 
     assert patient.actions == []
     [action] = impatient.actions
@@ -254,12 +262,7 @@ async def test_unhealthy_container_is_recreated_once_stuck(
     )
     await wait_unhealthy(lab_docker, original["Id"])
 
-    patient = await run_phase(
-        reconcile_playgrounds, lab_world, options=dataclasses.replace(LAB_OPTIONS, stuck_after=3600)
-    )
-    impatient = await run_phase(
-        reconcile_playgrounds, lab_world, options=dataclasses.replace(LAB_OPTIONS, stuck_after=0)
-    )
+    patient, impatient = await reconcile_patient_then_impatient(run_phase, lab_world)
 
     assert patient.actions == []
     [action] = impatient.actions
