@@ -6,7 +6,6 @@ containers without those labels are never touched, whoever started them.
 
 from __future__ import annotations
 
-import base64
 import json
 from typing import Any
 
@@ -53,8 +52,3 @@ def registry_auth(registry: Registry) -> dict[str, str]:
         "password": registry.password().get_secret_value(),
         "serveraddress": registry.server,
     }
-
-
-def registry_auth_header(registry: Registry) -> str:
-    """The X-Registry-Auth header value: URL-safe base64 of the JSON credentials."""
-    return base64.urlsafe_b64encode(json.dumps(registry_auth(registry)).encode()).decode()
