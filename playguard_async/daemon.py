@@ -13,24 +13,43 @@ import contextlib
 import functools
 import signal
 from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 
 import structlog
 from redis.asyncio import Redis
 
 from playguard_async.aio import background
 from playguard_async.endpoints import application, serving
-from playguard_async.engine import CycleListener, CycleResult, Engine, EngineObserver, Outcome
-from playguard_async.inventory import YamlInventorySource
+from playguard_async.engine import (
+    CycleListener,
+    CycleResult,
+    Engine,
+    EngineObserver,
+    Outcome,
+    SessionOpener,
+)
+from playguard_async.inventory import Marquee, YamlInventorySource
+from playguard_async.lock import Lease
 from playguard_async.metrics import Metrics
 from playguard_async.observe import CycleRecords, Liveness
 from playguard_async.phase import resolve_phases
 from playguard_async.phases import BUILTIN_PHASES
 from playguard_async.redis_client import connect_redis, redis_answers
-from playguard_async.remote.ssh import RemoteOptions, open_session
+from playguard_async.remote.ssh import RemoteOptions, RemoteSession, open_session
 from playguard_async.settings import Settings
 from playguard_async.systemd import Notifier, report_to_systemd, watchdog_interval
 
 log = structlog.get_logger("playguard.daemon")
+
+
+def session_opener(settings: Settings) -> SessionOpener:
+    """Opens a cycle's remote session under its lease, as the settings say."""
+    options = remote_options(settings)
+
+    def opener(marquee: Marquee, lease: Lease) -> AbstractAsyncContextManager[RemoteSession]:
+        return open_session(marquee, options, lease=lease, dry_run=settings.dry_run)
+
+    return opener
 
 
 def remote_options(settings: Settings) -> RemoteOptions:
@@ -83,9 +102,7 @@ def build_engine(
         YamlInventorySource(settings.inventory),
         redis,
         phases,
-        open_session=functools.partial(
-            open_session, options=remote_options(settings), dry_run=settings.dry_run
-        ),
+        open_session=session_opener(settings),
         listeners=[record, *listeners],
         observer=observer,
     )

@@ -28,6 +28,7 @@ import structlog
 from redis.asyncio import Redis
 
 from playguard_async.aio import bounded, detached, wait_or_stop
+from playguard_async.fence import FenceRefused
 from playguard_async.inventory import DesiredState, Inventory, InventoryError, Marquee
 from playguard_async.lock import (
     Lease,
@@ -45,8 +46,9 @@ log = structlog.get_logger("playguard.engine")
 RESUME_KEY = "playguard:resume"
 """Sorted set of Marquees whose cycle a shutdown interrupted; score: when (Unix seconds)."""
 
-SessionOpener = Callable[[Marquee], AbstractAsyncContextManager[Any]]
-"""Opens the remote session of one cycle; entered on a phase's first ``ctx.remote()`` call."""
+SessionOpener = Callable[[Marquee, Lease], AbstractAsyncContextManager[Any]]
+"""Opens the remote session of one cycle under its lease (whose fence goes with every write);
+entered on a phase's first ``ctx.remote()`` call."""
 
 
 def marquee_lock_name(marquee: str) -> str:
@@ -71,6 +73,8 @@ class CycleResult:
     cycle_id: str
     outcome: Outcome = Outcome.OK
     fence: int | None = None
+    host_fence: int | None = None
+    """The highest fence the host was seen to hold in this cycle (after a write or a refusal)."""
     phase: str | None = None
     reason: str | None = None
     durations: dict[str, float] = field(default_factory=dict)
@@ -87,6 +91,7 @@ class CycleResult:
             "cycle": self.cycle_id,
             "outcome": self.outcome.value,
             "fence": self.fence,
+            "host_fence": self.host_fence,
             "phase": self.phase,
             "reason": self.reason,
             "durations": self.durations,
@@ -149,10 +154,15 @@ class _CycleRemote:
     """The cycle's remote session, opened on first use so phases that need none cost nothing."""
 
     def __init__(
-        self, opener: SessionOpener | None, marquee: Marquee, stack: contextlib.AsyncExitStack
+        self,
+        opener: SessionOpener | None,
+        marquee: Marquee,
+        lease: Lease,
+        stack: contextlib.AsyncExitStack,
     ) -> None:
         self._opener = opener
         self._marquee = marquee
+        self._lease = lease
         self._stack = stack
         self._session: Any = None
 
@@ -160,8 +170,14 @@ class _CycleRemote:
         if self._session is None:
             if self._opener is None:
                 raise RuntimeError("no remote layer is configured for this engine")
-            self._session = await self._stack.enter_async_context(self._opener(self._marquee))
+            self._session = await self._stack.enter_async_context(
+                self._opener(self._marquee, self._lease)
+            )
         return self._session
+
+    @property
+    def host_fence(self) -> int | None:
+        return None if self._session is None else self._session.host_fence
 
 
 def next_tick_after(scheduled: float, now: float, interval: float) -> tuple[float, int]:
@@ -345,6 +361,19 @@ class Engine:
         finally:
             # Detached as a whole, so a cancelled cycle's release is still observed.
             await detached(self._release(lease))
+        if result.reason == "fenced" and (result.host_fence or 0) > lease.fence:
+            await self._catch_up_fence(lock, result.host_fence or 0)
+
+    async def _catch_up_fence(self, lock: TokenLock, accepted: int) -> None:
+        """The host accepted a newer fence than Redis handed out: Redis's counter went back
+        (FLUSHALL, a new Redis, a failover that lost the INCR). Lift it, so the next acquisition
+        passes the host's check; until then every lease is refused there, the safe side."""
+        try:
+            counter = await lock.raise_fence(accepted)
+        except LockUnavailable:
+            log.warning("fence.raise_failed", host_fence=accepted)
+            return
+        log.warning("fence.raised", host_fence=accepted, counter=counter)
 
     async def _release(self, lease: Lease) -> None:
         self.observer.lease_released(await lease.release())
@@ -353,38 +382,49 @@ class Engine:
         self, marquee: Marquee, inventory: Inventory, lease: Lease, result: CycleResult
     ) -> None:
         async with contextlib.AsyncExitStack() as stack:
-            remote = _CycleRemote(self.open_session, marquee, stack)
-            for phase in self.phases:
-                if self.stopping.is_set():
-                    result.outcome = Outcome.INTERRUPTED
-                    return
-                ctx = PhaseContext(
-                    marquee=marquee,
-                    inventory=inventory,
-                    log=log.bind(phase=phase.name),
-                    dry_run=self.settings.dry_run,
-                    lease=lease,
-                    remote=remote,
-                )
-                with structlog.contextvars.bound_contextvars(phase=phase.name):
-                    started = time.monotonic()
-                    report = await self._before_deadline(lease, result, phase.name, phase(ctx))
-                    result.durations[phase.name] = round(time.monotonic() - started, 4)
-                    if report is not None:
-                        result.actions[phase.name] = list(report.actions)
-                        if report.findings:
-                            result.findings[phase.name] = dict(report.findings)
-                    self._phase_ended(result, phase.name)
-                    if result.outcome is not Outcome.OK:
+            remote = _CycleRemote(self.open_session, marquee, lease, stack)
+            try:
+                for phase in self.phases:
+                    if self.stopping.is_set():
+                        result.outcome = Outcome.INTERRUPTED
                         return
-                    self.observer.lease_renewing(lease.remaining())
-                    try:
-                        await lease.renew()
-                    except LockLost as exc:
-                        self.observer.lease_lost(exc.reason)
-                        result.outcome, result.phase = Outcome.LOCK_LOST, phase.name
-                        result.reason = exc.reason
-                        return
+                    ctx = PhaseContext(
+                        marquee=marquee,
+                        inventory=inventory,
+                        log=log.bind(phase=phase.name),
+                        dry_run=self.settings.dry_run,
+                        lease=lease,
+                        remote=remote,
+                    )
+                    with structlog.contextvars.bound_contextvars(phase=phase.name):
+                        if not await self._run_phase(phase, ctx, lease, result):
+                            return
+            finally:
+                result.host_fence = remote.host_fence
+
+    async def _run_phase(
+        self, phase: Phase, ctx: PhaseContext, lease: Lease, result: CycleResult
+    ) -> bool:
+        """One phase under the lease's deadline, then the renewal; False ends the cycle."""
+        started = time.monotonic()
+        report = await self._before_deadline(lease, result, phase.name, phase(ctx))
+        result.durations[phase.name] = round(time.monotonic() - started, 4)
+        if report is not None:
+            result.actions[phase.name] = list(report.actions)
+            if report.findings:
+                result.findings[phase.name] = dict(report.findings)
+        self._phase_ended(result, phase.name)
+        if result.outcome is not Outcome.OK:
+            return False
+        self.observer.lease_renewing(lease.remaining())
+        try:
+            await lease.renew()
+        except LockLost as exc:
+            self.observer.lease_lost(exc.reason)
+            result.outcome, result.phase = Outcome.LOCK_LOST, phase.name
+            result.reason = exc.reason
+            return False
+        return True
 
     def _phase_ended(self, result: CycleResult, phase: str) -> None:
         for listener in self.phase_listeners:
@@ -415,6 +455,12 @@ class Engine:
                 raise
             result.outcome, result.phase = Outcome.DEADLINE, step
             log.error("phase.deadline", headroom=round(lease.remaining(), 3))
+        except FenceRefused as exc:
+            # The host itself refused the write: it accepted a newer lease. Not ours any more.
+            self.observer.lease_lost("fenced")
+            result.outcome, result.phase, result.reason = Outcome.LOCK_LOST, step, "fenced"
+            result.host_fence = exc.host_fence
+            log.error("lock.fenced", fence=exc.fence, host_fence=exc.host_fence, why=exc.why)
         except Exception as exc:
             result.outcome, result.phase, result.reason = Outcome.PHASE_FAILED, step, repr(exc)
             log.exception("phase.failed")

@@ -129,6 +129,17 @@ def _remote_path(*, absolute: bool) -> Callable[[str], str]:
 RemoteAbsolutePath = Annotated[str, AfterValidator(_remote_path(absolute=True))]
 RepoRelativePath = Annotated[str, AfterValidator(_remote_path(absolute=False))]
 
+
+def _check_home_or_absolute(value: str) -> str:
+    """An absolute path, or one under the SSH user's home written ``~/...`` (expanded there)."""
+    if value.startswith("~/"):
+        _remote_path(absolute=False)(value.removeprefix("~/"))
+        return value
+    return _remote_path(absolute=True)(value)
+
+
+HomeOrAbsolutePath = Annotated[str, AfterValidator(_check_home_or_absolute)]
+
 _HOST_LABEL = "(?!-)[A-Za-z0-9-]{1,63}(?<!-)"
 _HOSTNAME = re.compile(rf"{_HOST_LABEL}(?:\.{_HOST_LABEL})*")
 
@@ -227,6 +238,9 @@ class Marquee(_Named):
     known_hosts: LocalPath
     docker_socket: RemoteAbsolutePath = "/var/run/docker.sock"
     workdir: RemoteAbsolutePath = "/srv/playguard"
+    state_dir: HomeOrAbsolutePath | None = None
+    """Where the host keeps this Marquee's fence, host lock and journal of accepted writes; by
+    default ``~/.local/state/playguard/<name>`` of the SSH user. It must survive reboots."""
     launchable: bool = True
 
 

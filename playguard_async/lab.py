@@ -882,6 +882,7 @@ def write_demo_config(lab: Lab, directory: Path, *, tick_interval: float = 10.0)
                 "known_hosts": str(marquee.ssh.known_hosts),
                 "docker_socket": str(marquee.docker.socket),
                 "workdir": str(directory / f"{marquee.name}-workdir"),
+                "state_dir": str(directory / f"{marquee.name}-state"),
             }
             for marquee in lab.marquees
         ],

@@ -35,7 +35,7 @@ from playguard_async.aio import bounded, detached
 
 log = structlog.get_logger("playguard.lock")
 
-LossReason = Literal["expired", "stolen", "unreachable"]
+LossReason = Literal["expired", "stolen", "unreachable", "fenced"]
 
 # KEYS[1] lock key, KEYS[2] fence counter. ARGV[1] holder record, ARGV[2] ttl in ms.
 # Returns the new fence (integer) when the lock was free, nil when someone holds it. The counter is
@@ -75,6 +75,19 @@ end
 return -1
 """
 
+# KEYS[1] fence counter. ARGV[1] a fence a host has accepted. Raises the counter to ARGV[1] when
+# it is lower (never lowers it); returns the counter's value afterwards. A counter holding
+# anything but a number (not written by us) is replaced.
+RAISE_FENCE_SCRIPT = """
+local current = tonumber(redis.call('GET', KEYS[1]))
+local seen = tonumber(ARGV[1])
+if current == nil or current < seen then
+    redis.call('SET', KEYS[1], ARGV[1])
+    return seen
+end
+return current
+"""
+
 DEFAULT_TIMEOUT = 5.0
 """Bound on every Redis round trip made by the lock, in seconds."""
 
@@ -91,8 +104,9 @@ class LockError(Exception):
 class LockLost(LockError):
     """The lease can no longer be proven ours; no further guarded work may start.
 
-    ``reason`` is ``expired`` (the key is gone), ``stolen`` (another token holds it) or
-    ``unreachable`` (Redis did not answer correctly in time; the original error is chained).
+    ``reason`` is ``expired`` (the key is gone), ``stolen`` (another token holds it),
+    ``unreachable`` (Redis did not answer correctly in time; the original error is chained) or
+    ``fenced`` (the host refused a write: it had accepted a newer fence than this lease's).
     """
 
     def __init__(self, name: str, reason: LossReason) -> None:
@@ -293,6 +307,7 @@ class TokenLock:
         self._acquire_script = redis.register_script(ACQUIRE_SCRIPT)
         self._renew_script = redis.register_script(RENEW_SCRIPT)
         self._release_script = redis.register_script(RELEASE_SCRIPT)
+        self._raise_fence_script = redis.register_script(RAISE_FENCE_SCRIPT)
 
     def deadline_from(self, sent: float) -> float:
         return sent + self.ttl - self.drift
@@ -363,6 +378,23 @@ class TokenLock:
         return {1: ReleaseResult.RELEASED, 0: ReleaseResult.EXPIRED}.get(
             outcome, ReleaseResult.STOLEN
         )
+
+    async def raise_fence(self, accepted: int) -> int:
+        """Lift the fence counter to ``accepted``, a fence a host has already accepted, so the
+        next acquisition passes that host's check again. The counter can fall behind a host
+        (FLUSHALL, a new Redis, a failover to a replica that missed the INCR); then every lease
+        is refused there until this runs. Never lowers the counter; returns its value.
+
+        Raises ``LockUnavailable`` when Redis cannot be reached.
+        """
+        try:
+            value = await bounded(
+                self.timeout,
+                self._raise_fence_script(keys=[self.fence_key], args=[int(accepted)]),
+            )
+        except Exception as exc:
+            raise LockUnavailable(self.name) from exc
+        return int(value)
 
     @asynccontextmanager
     async def hold(self) -> AsyncIterator[Lease | None]:

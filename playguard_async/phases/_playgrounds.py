@@ -86,5 +86,5 @@ async def stop_if_up(
     """``compose stop`` when any container of the project still holds processes; True if so."""
     if not any(is_up(container) for container in containers):
         return False
-    await session.change_command(f"stop playground {project.playground} ({reason})", project.stop())
+    await session.change(f"stop playground {project.playground} ({reason})", project.stop())
     return True

@@ -5,13 +5,17 @@ containers, so a container we did not label is never taken for a chat's (creatin
 with a name conflict, reported for that chat). The container runs once: an exited container is a
 finished chat, reported with its exit status and the tail of its logs and left in place, never
 restarted; one still "created" was left by a cycle that stopped between create and start, and is
-started. A closed chat's container is reported the same way, then removed (killed first if it
-still runs). Containers of chats the inventory no longer lists are left to the orphan sweep.
+started. A container made from another image, command or network than the desired state now
+names (a digest of them is kept in a label) is replaced, whatever its state; one without that label
+(made by an older playguard) is taken as it is. A closed chat's
+container is reported the same way, then removed (killed first if it still runs). Containers
+of chats the inventory no longer lists are left to the orphan sweep.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import hashlib
+import json
 from functools import partial
 from typing import Any
 
@@ -25,7 +29,14 @@ from playguard_async.phases.shared import (
     handle_each,
     registry_of,
 )
-from playguard_async.remote.docker import list_ours, our_labels
+from playguard_async.remote.docker import (
+    FENCE,
+    list_ours,
+    our_labels,
+    remove_container,
+    run_container,
+    start_container,
+)
 from playguard_async.remote.registry import auth_for, local_digests, pull
 from playguard_async.remote.ssh import RemoteSession
 
@@ -34,6 +45,9 @@ LOG_LINE_CHARS = 500
 """A finding holds at most this many lines of a chat's output, each cut to this many characters."""
 
 _FINISHED_STATES = frozenset({"exited", "dead"})
+
+CONFIG = "io.playguard.agent-chat-config"
+"""Label holding the digest of what the chat's container was made from (``_config_digest``)."""
 
 
 def container_name(chat: str) -> str:
@@ -75,29 +89,40 @@ class ProcessAgentChats:
 async def _keep(
     session: RemoteSession, inventory: Inventory, chat: AgentChat, listed: dict[str, Any] | None
 ) -> dict[str, Any]:
-    """An active chat: start its container if it has none or it never ran; report otherwise."""
+    """An active chat: start its container if it has none or it never ran, replace it when its
+    image, command or network changed in the desired state; report otherwise."""
     name = container_name(chat.name)
-    start: Callable[[], Awaitable[None]]
+    wanted = _config_digest(session, chat)
+    made_from = None if listed is None else listed["Labels"].get(CONFIG)
+    if made_from is not None and made_from != wanted:
+        ending = await _ending(session, listed["Id"])
+        await session.change(
+            f"replace agent chat container {name} (its image, command or network changed)",
+            remove_container(session.marquee, listed["Id"]),
+        )
+        listed = None
+    else:
+        ending = {}
     if listed is None:
         await _pull_if_absent(session, inventory, chat)
-
-        async def start() -> None:
-            config = _container_config(session, chat)
-            container = await session.api(session.docker.containers.create(config, name=name))
-            await _start(session, container.id)
-
+        argv = run_container(
+            session.marquee,
+            name,
+            image=chat.image,
+            command=chat.command,
+            labels=_labels(session, chat, wanted),
+            network=session.options.agent_chat_network,
+        )
     elif listed["State"] == "created":
-        start = partial(_start, session, listed["Id"])
+        argv = start_container(session.marquee, listed["Id"])
     elif listed["State"] in _FINISHED_STATES:
         return {"state": "finished", **await _ending(session, listed["Id"])}
     else:
         return {"state": listed["State"]}
-    await session.change(f"start agent chat container {name}", start)
+    await session.change(f"start agent chat container {name}", argv)
+    if ending:
+        return {"state": change_outcome(session, "replaced", "replace"), "previous": ending}
     return {"state": change_outcome(session, "started", "start")}
-
-
-async def _start(session: RemoteSession, container_id: str) -> None:
-    await session.api(session.docker.containers.container(container_id).start())
 
 
 async def _remove(
@@ -105,10 +130,9 @@ async def _remove(
 ) -> dict[str, Any]:
     """A closed chat: record how its container ended, then remove it."""
     ending = await _ending(session, listed["Id"])
-    container = session.docker.containers.container(listed["Id"])
     await session.change(
         f"remove agent chat container {container_name(chat.name)}",
-        lambda: session.api(container.delete(force=True, v=True)),
+        remove_container(session.marquee, listed["Id"]),
     )
     return {"state": change_outcome(session, "removed", "remove"), **ending}
 
@@ -136,15 +160,16 @@ async def _pull_if_absent(session: RemoteSession, inventory: Inventory, chat: Ag
         await pull(session, chat.image, auth_for(chat.image, registry))
 
 
-def _container_config(session: RemoteSession, chat: AgentChat) -> dict[str, Any]:
-    return {
-        "Image": chat.image,
-        "Cmd": chat.command,
-        "Labels": our_labels(
-            session.marquee.name, playground=chat.playground, agent_chat=chat.name
-        ),
-        "HostConfig": {"NetworkMode": session.options.agent_chat_network},
-    }
+def _config_digest(session: RemoteSession, chat: AgentChat) -> str:
+    """What the chat's container must have been made from; kept on it as a label, so a change
+    in the desired state is seen in the listing alone."""
+    made_from = [chat.image, chat.command, session.options.agent_chat_network]
+    return hashlib.sha256(json.dumps(made_from).encode()).hexdigest()[:16]
+
+
+def _labels(session: RemoteSession, chat: AgentChat, config: str) -> dict[str, str]:
+    labels = our_labels(session.marquee.name, playground=chat.playground, agent_chat=chat.name)
+    return {**labels, CONFIG: config, FENCE: str(session.fence)}
 
 
 process_agent_chats = ProcessAgentChats()

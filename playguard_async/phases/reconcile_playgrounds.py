@@ -121,9 +121,7 @@ async def _take_down(
     """``down --volumes`` while anything of the project exists; nothing once it is gone."""
     if not own:
         return []
-    await session.change_command(
-        f"take down playground {project.playground} ({reason})", project.down()
-    )
+    await session.change(f"take down playground {project.playground} ({reason})", project.down())
     return [reason]
 
 
@@ -157,13 +155,13 @@ async def _converge(
     if not drift:
         drift += await _config_drift(session, project, own)
     if drift:
-        await session.change_command(
+        await session.change(
             f"compose up playground {project.playground} ({'; '.join(drift)})", project.up()
         )
     stuck = await _stuck(session, [c for c in own if _service(c) in services])
     if stuck:
         reasons = [f"{service}: {why}" for service, why in sorted(stuck.items())]
-        await session.change_command(
+        await session.change(
             f"recreate stuck services of playground {project.playground} ({'; '.join(reasons)})",
             project.recreate(sorted(stuck)),
         )

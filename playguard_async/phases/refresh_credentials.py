@@ -12,7 +12,6 @@ when its content would change, and its current content (secrets) is read but nev
 
 from __future__ import annotations
 
-import base64
 import json
 from functools import partial
 from typing import Any
@@ -20,7 +19,7 @@ from typing import Any
 from playguard_async.inventory import Registry
 from playguard_async.phase import PhaseContext, PhaseReport
 from playguard_async.phases.shared import change_outcome, finish, handle_each, registries_on
-from playguard_async.remote.docker import docker_config_dir, registry_auth
+from playguard_async.remote.docker import config_entry, docker_config_dir, registry_auth
 from playguard_async.remote.registry import check_login
 from playguard_async.remote.ssh import RemoteSession
 
@@ -73,8 +72,7 @@ async def _log_in(
     """Log in through the host's engine; once that worked, add the registry's entry to ``auths``."""
     auth = registry_auth(registry)
     await check_login(session, auth)
-    basic = f"{auth['username']}:{auth['password']}".encode()
-    auths[registry.server] = {"auth": base64.b64encode(basic).decode()}
+    auths[registry.server] = config_entry(auth)
     return {"server": registry.server, "state": "logged_in"}
 
 

@@ -11,12 +11,13 @@ from structlog.typing import FilteringBoundLogger
 from playguard_async.inventory import Inventory, InventoryError, Playspec, Registry
 from playguard_async.phase import PartialFailure, PhaseReport
 from playguard_async.phases._playgrounds import playspec_of
-from playguard_async.remote.errors import DockerApiError
+from playguard_async.remote.errors import DockerApiError, RemoteCommandFailed
 from playguard_async.remote.ssh import RemoteSession
 
 ItemWork = Callable[[], Awaitable[dict[str, Any]]]
-"""One item's work: returns its finding; raises ``DockerApiError`` or ``InventoryError`` if the
-item cannot be handled (other errors, such as a lost connection, end the phase at once)."""
+"""One item's work: returns its finding; raises ``DockerApiError``, ``RemoteCommandFailed`` or
+``InventoryError`` if the item cannot be handled (other errors, such as a lost connection or a
+write the host's fence check refused, end the phase at once)."""
 
 
 async def handle_each(
@@ -29,7 +30,7 @@ async def handle_each(
     for name, handle in work.items():
         try:
             findings[name] = await handle()
-        except (DockerApiError, InventoryError) as exc:
+        except (DockerApiError, RemoteCommandFailed, InventoryError) as exc:
             failed[name] = str(exc)
             findings[name] = {"state": "failed", "error": str(exc)}
             log.error(f"{kind}.failed", **{kind: name}, error=str(exc))

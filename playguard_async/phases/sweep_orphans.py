@@ -11,17 +11,13 @@ inventory change is not lost to a replica reading an older inventory.
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Any
 
 from playguard_async.inventory import Inventory
 from playguard_async.phase import PhaseContext, PhaseReport
 from playguard_async.phases._playgrounds import Container, container_name, created_at, host_now
-from playguard_async.remote.docker import AGENT_CHAT, PLAYGROUND, list_ours
-from playguard_async.remote.errors import DockerApiError
+from playguard_async.remote.docker import AGENT_CHAT, PLAYGROUND, list_ours, remove_container
 from playguard_async.remote.ssh import RemoteSession
-
-_NOT_FOUND = 404
 
 
 class SweepOrphans:
@@ -47,7 +43,7 @@ class SweepOrphans:
                     continue
                 await session.change(
                     f"remove orphan container {name} of {owner}, {age:.0f}s old",
-                    partial(_remove, session, container["Id"]),
+                    remove_container(session.marquee, container["Id"]),
                 )
                 findings["removed"].append(name)
         return PhaseReport(actions=session.actions_since(mark), findings=findings)
@@ -64,17 +60,6 @@ def _gone_owner(container: Container, inventory: Inventory, marquee: str) -> str
         wanted = {playground.name for playground in inventory.playgrounds_on(marquee)}
         return None if labels[PLAYGROUND] in wanted else f"playground {labels[PLAYGROUND]}"
     return None
-
-
-async def _remove(session: RemoteSession, container_id: str) -> None:
-    """Forced removal; a container already gone (removed meanwhile) is what was wanted."""
-    try:
-        await session.api(
-            session.docker.containers.container(container_id).delete(force=True, v=True)
-        )
-    except DockerApiError as exc:
-        if exc.status != _NOT_FOUND:
-            raise
 
 
 sweep_orphans = SweepOrphans()

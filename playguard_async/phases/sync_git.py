@@ -8,7 +8,6 @@ is gone keeps its checkout as it is: fetch_branches reports it and stops it when
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Any
 
 from playguard_async.phase import PhaseContext, PhaseReport
@@ -39,14 +38,14 @@ class SyncGit:
                 findings["heads"][playground.name] = local
                 continue
             if local is None:
-                await session.change_command(
+                await session.change(
                     f"clone {repo} branch {playground.branch} for playground {playground.name}",
                     git.clone(repo, playground.branch, checkout),
                 )
             elif local != wanted:
                 await session.change(
                     f"update playground {playground.name} from {local[:12]} to {wanted[:12]}",
-                    partial(_update, session, checkout, repo, playground.branch),
+                    git.update(checkout, repo, playground.branch),
                 )
             findings["heads"][playground.name] = wanted
         return PhaseReport(actions=session.actions_since(mark), findings=findings)
@@ -55,15 +54,6 @@ class SyncGit:
 async def _local_head(session: RemoteSession, checkout: str) -> str | None:
     result = await session.run(git.head(checkout), check=False)
     return result.stdout.strip() if result.exit_status == 0 else None
-
-
-async def _update(session: RemoteSession, checkout: str, repo: str, branch: str) -> None:
-    for argv in (
-        git.set_origin(checkout, repo),
-        git.fetch(checkout),
-        git.reset_hard(checkout, branch),
-    ):
-        await session.run(argv)
 
 
 sync_git = SyncGit()

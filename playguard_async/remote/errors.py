@@ -46,10 +46,18 @@ class RemoteCommandFailed(RemoteError):
     """A remote command exited non-zero; carries its exit status and the tail of its stderr."""
 
     def __init__(
-        self, host: str, argv: Sequence[str], exit_status: int | None, stderr: str
+        self,
+        host: str,
+        argv: Sequence[str],
+        exit_status: int | None,
+        stderr: str,
+        *,
+        what: str | None = None,
     ) -> None:
         tail = stderr.strip()[-500:]
-        super().__init__(host, f"{command_name(argv)} exited {exit_status}: {tail}")
+        what = what or command_name(argv)
+        super().__init__(host, f"{what} exited {exit_status}: {tail}")
+        self.what = what
         self.argv = list(argv)
         self.exit_status = exit_status
         self.stderr_tail = tail
@@ -62,6 +70,15 @@ class RemoteCommandTimeout(RemoteError):
         super().__init__(host, f"{command_name(argv)} did not finish within {timeout:g}s")
         self.argv = list(argv)
         self.timeout = timeout
+
+
+class UnfencedWrite(RemoteError):
+    """A write tried to reach the host outside the fence guard: through the Docker API tunnel,
+    or from a session that holds no lease. A bug, never sent."""
+
+    def __init__(self, host: str, what: str) -> None:
+        super().__init__(host, f"refused to send an unfenced write ({what}): writes go through "
+                         "RemoteSession.change with a lease")  # fmt: skip
 
 
 class DockerApiError(RemoteError):

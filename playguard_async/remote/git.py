@@ -50,15 +50,13 @@ def head(checkout: str) -> list[str]:
     return _in_checkout(checkout, "rev-parse", "--verify", "--quiet", "HEAD^{commit}")
 
 
-def set_origin(checkout: str, repo: str) -> list[str]:
-    """Points origin at ``repo`` again: the playspec's repo may have moved since the clone."""
-    return _in_checkout(checkout, "remote", "set-url", "--", "origin", repo)
-
-
-def fetch(checkout: str) -> list[str]:
-    return _in_checkout(checkout, "fetch", "--quiet", "--prune", "origin")
-
-
-def reset_hard(checkout: str, branch: str) -> list[str]:
-    """Makes the working tree exactly the fetched ``origin/<branch>``, discarding local edits."""
-    return _in_checkout(checkout, "reset", "--quiet", "--hard", f"origin/{branch}", "--")
+def update(checkout: str, repo: str, branch: str) -> list[str]:
+    """One command (one fenced write) that points origin at ``repo`` again (the playspec's repo
+    may have moved since the clone), fetches, and makes the working tree exactly the fetched
+    ``origin/<branch>``, discarding local edits; it stops at the first step that fails."""
+    script = (
+        'c=$1 repo=$2 branch=$3; g() { git -C "$c" --git-dir=.git "$@"; }; '
+        'g remote set-url -- origin "$repo" && g fetch --quiet --prune origin '
+        '&& g reset --quiet --hard "origin/$branch" --'
+    )
+    return ["sh", "-c", script, "sh", checkout, repo, branch]

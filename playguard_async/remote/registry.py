@@ -1,8 +1,10 @@
-"""Registries through the Docker Engine API: check a login, ask what a tag points at, pull.
+"""Registries: check a login and ask what a tag points at (Engine API reads), and pull (a fenced
+``docker pull`` on the host).
 
-Credentials travel only in request bodies and the X-Registry-Auth header, never in argv. An error
-from a request that carried a password is quoted to operators only after the password has been cut
-out of it: what a remote engine or registry echoes back is outside our control.
+Credentials travel only in request bodies, the X-Registry-Auth header and a command's stdin, never
+in argv. An error from a request or command that carried a password is quoted to operators only
+after the password has been cut out of it: what a remote engine or registry echoes back is outside
+our control.
 """
 
 from __future__ import annotations
@@ -15,8 +17,14 @@ import aiodocker
 from aiodocker.utils import compose_auth_header
 
 from playguard_async.inventory import Registry
-from playguard_async.remote.docker import registry_auth
-from playguard_async.remote.errors import DockerApiError
+from playguard_async.remote.docker import (
+    config_entry,
+    inspect_or_none,
+    pull_image,
+    query,
+    registry_auth,
+)
+from playguard_async.remote.errors import RemoteCommandFailed
 from playguard_async.remote.ssh import RemoteSession
 
 _T = TypeVar("_T")
@@ -37,6 +45,12 @@ def registry_host(reference: str) -> str | None:
     return None
 
 
+def _cut(text: str, auth: RegistryAuth | None) -> str:
+    if auth is not None and auth["password"]:
+        return text.replace(auth["password"], _REDACTED)
+    return text
+
+
 def auth_for(reference: str, registry: Registry | None) -> RegistryAuth | None:
     """``registry``'s credentials if ``reference`` lives on its server, else None: a playspec
     listing an image hosted elsewhere must not send that host its registry's password."""
@@ -53,10 +67,7 @@ async def _redacting(call: Awaitable[_T], auth: RegistryAuth | None) -> _T:
     try:
         return await call
     except aiodocker.DockerError as exc:
-        message = str(exc.message)
-        if auth is not None and auth["password"]:
-            message = message.replace(auth["password"], _REDACTED)
-        raise aiodocker.DockerError(exc.status, message) from None
+        raise aiodocker.DockerError(exc.status, _cut(str(exc.message), auth)) from None
 
 
 async def check_login(session: RemoteSession, auth: RegistryAuth) -> None:
@@ -65,19 +76,15 @@ async def check_login(session: RemoteSession, auth: RegistryAuth) -> None:
     Proves the credentials work from that host; the engine stores nothing, so this is a read, not
     a change. Engine 20.10 answers a wrong password with 500, quoting the registry's 401.
     """
-    await session.api(
-        _redacting(session.docker._query_json("auth", method="POST", data=json.dumps(auth)), auth)
-    )
+    await _redacting(query(session, "auth", method="POST", data=json.dumps(auth)), auth)
 
 
 async def registry_digest(session: RemoteSession, reference: str, auth: RegistryAuth | None) -> str:
     """The manifest digest the registry serves for ``reference`` now, as the host's engine sees
     it (``GET /distribution/{name}/json``); nothing is downloaded but the manifest."""
     headers = {"X-Registry-Auth": compose_auth_header(auth)} if auth is not None else None
-    answer = await session.api(
-        _redacting(
-            session.docker._query_json(f"distribution/{reference}/json", headers=headers), auth
-        )
+    answer = await _redacting(
+        query(session, f"distribution/{reference}/json", headers=headers), auth
     )
     return str(answer["Descriptor"]["digest"])
 
@@ -89,24 +96,23 @@ async def local_digests(session: RemoteSession, reference: str) -> set[str] | No
     A manifest digest names exactly one image content, so a match with any of them means the
     local tag already holds what the registry serves, whichever repository name recorded it.
     """
-    try:
-        image = await session.api(session.docker.images.inspect(reference))
-    except DockerApiError as exc:
-        if exc.status == 404:
-            return None
-        raise
+    image = await inspect_or_none(session, f"images/{reference}/json")
+    if image is None:
+        return None
     return {entry.partition("@")[2] for entry in image.get("RepoDigests") or []}
 
 
 async def pull(session: RemoteSession, reference: str, auth: RegistryAuth | None) -> None:
-    """Pull ``reference`` through the write funnel (so dry-run only says it would).
-
-    aiodocker raises ``DockerStreamError`` (status 0) for an error reported inside the progress
-    stream, which is where Engine puts a refused pull; ``session.api`` turns either into
-    ``DockerApiError``.
-    """
-
-    async def operation() -> None:
-        await session.api(_redacting(session.docker.images.pull(reference, auth=auth), auth))
-
-    await session.change(f"pull {reference}", operation)
+    """Pull ``reference`` through the write funnel (fenced; in dry-run it only says it would),
+    with ``auth`` handed to the host's ``docker`` on stdin as a one-registry ``config.json``."""
+    auths = {} if auth is None else {auth["serveraddress"]: config_entry(auth)}
+    try:
+        await session.change(
+            f"pull {reference}",
+            pull_image(session.marquee, reference),
+            stdin=json.dumps({"auths": auths}),
+        )
+    except RemoteCommandFailed as exc:
+        raise RemoteCommandFailed(
+            session.host, exc.argv, exc.exit_status, _cut(exc.stderr_tail, auth), what=exc.what
+        ) from None

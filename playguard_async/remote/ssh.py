@@ -4,9 +4,16 @@ asyncssh's habits: one connection, many channels; ``async with`` for everything 
 timeouts are arguments. Host keys are always checked against the Marquee's known_hosts file, and
 there is deliberately no switch to turn that off.
 
-Every change to a host goes through ``RemoteSession.change``: compose up/down, container removal,
-file writes. That one door is where dry-run stops writes, where actions are recorded for the
-operator, and where a host-side fencing guard can wrap every write later.
+Every change to a host goes through ``RemoteSession.change``: compose up/down, git, container
+create/start/remove, image pulls, file writes. That one door is where dry-run stops writes, where
+actions are recorded for the operator, and where each write is wrapped in the host-side fence
+guard (``remote.guard``) with the lease's fence. The Docker API reached through the tunnel is
+read-only: the session's HTTP client refuses any request that would change the engine, so a write
+cannot reach dockerd except as a fenced command.
+
+Every remote command is bounded on the host too: it runs under the host's ``timeout`` with a
+budget that ends before the lease's deadline, and a command we abandon (timeout, cancellation)
+has its process group killed on the host, so no remote work outlives the lease that started it.
 """
 
 from __future__ import annotations
@@ -15,18 +22,20 @@ import asyncio
 import shlex
 import shutil
 import tempfile
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import aiodocker
 import aiohttp
 import asyncssh
 import structlog
 
+from playguard_async.fence import FencedLease, FenceRefused
 from playguard_async.inventory import Marquee
+from playguard_async.remote import guard
 from playguard_async.remote.errors import (
     AuthRefused,
     DockerApiError,
@@ -34,17 +43,39 @@ from playguard_async.remote.errors import (
     HostUnreachable,
     RemoteCommandFailed,
     RemoteCommandTimeout,
+    UnfencedWrite,
 )
 
 log = structlog.get_logger("playguard.remote")
 
 _T = TypeVar("_T")
 
-# sshd's MaxSessions (10 by default) caps channels per connection; FACTS.md: at 10 in flight it
-# refuses 5-14% of opens. Commands and Docker API connections together stay well below it.
+# sshd's MaxSessions (10 by default) caps channels per connection, and kept at 10 in flight it
+# refuses some opens (a slot frees a moment after the client sees a channel close). Commands,
+# Docker API connections and a kill together stay well below it; a refused open is retried.
 COMMAND_CHANNELS = 5
 DOCKER_CHANNELS = 3
 _OPEN_RETRIES = 4
+
+KILL_AFTER = 1.0
+"""Seconds the host's ``timeout`` waits after TERM before it sends KILL."""
+
+MIN_BUDGET = 0.5
+"""The least host-side budget a command is sent with, however little of the lease is left."""
+
+_KILL_BOUND = 3.0
+_TIMED_OUT = 124  # the host's `timeout` ended the command
+
+# Prints the shell's PID (the process group `timeout` makes, as it keeps that PID by exec), then
+# runs the command under the budget. $1 budget, then the command's argv.
+_BOUNDED = f'b=$1; shift; echo "$$"; exec timeout --kill-after={KILL_AFTER:g} "$b" "$@"'
+
+# Ends an abandoned command's process group on the host; returns at once and finishes there.
+_KILL_GROUP = '(kill -TERM -- "-$1"; sleep 1; kill -KILL -- "-$1") >/dev/null 2>&1 </dev/null &'
+
+# The Engine API calls that change nothing on the host: reads, and a login check (POST /auth
+# stores nothing).
+_READ_METHODS = frozenset({"GET", "HEAD"})
 
 
 @dataclass(frozen=True)
@@ -73,25 +104,49 @@ class CommandResult:
 
 @dataclass
 class RemoteSession:
-    """What phases use to see and change one Marquee during one cycle."""
+    """What phases use to see and change one Marquee during one cycle.
+
+    ``lease`` is the cycle's lease: its fence goes with every write, and its deadline bounds
+    every command on the host. A session without one (operators' ``check``) only reads.
+    """
 
     marquee: Marquee
     connection: asyncssh.SSHClientConnection
     docker: aiodocker.Docker
     options: RemoteOptions
+    lease: FencedLease | None = None
     dry_run: bool = False
     actions: list[str] = field(default_factory=list)
+    host_fence: int | None = None
+    """The highest fence the host was last seen to hold: ours after an accepted write, the
+    host's own after a refusal; None while this session wrote nothing."""
     _channels: asyncio.Semaphore = field(
         default_factory=lambda: asyncio.Semaphore(COMMAND_CHANNELS)
     )
+    _kills: set[asyncio.Task[None]] = field(default_factory=set)
 
     def actions_since(self, mark: int) -> list[str]:
         """The actions recorded after ``mark`` (an earlier ``len(session.actions)``)."""
         return self.actions[mark:]
 
     @property
+    def fence(self) -> int:
+        """The lease's fence, for the labels of what a write makes (``UnfencedWrite`` without
+        a lease: such a session cannot write)."""
+        if self.lease is None:
+            raise UnfencedWrite(self.host, "no lease")
+        return self.lease.fence
+
+    @property
     def host(self) -> str:
         return f"{self.marquee.name} ({self.marquee.host}:{self.marquee.port})"
+
+    def _budget(self, timeout: float) -> float:
+        """The host-side budget: ``timeout``, cut so that the command (and the KILL its
+        ``timeout`` sends after TERM) ends before the lease's deadline."""
+        if self.lease is None:
+            return timeout
+        return max(MIN_BUDGET, min(timeout, self.lease.remaining() - KILL_AFTER))
 
     async def run(
         self,
@@ -104,19 +159,20 @@ class RemoteSession:
         """Run a command that only reads; each argument is quoted, output is capped.
 
         Raises ``RemoteCommandFailed`` on a non-zero exit (unless ``check`` is False) and
-        ``RemoteCommandTimeout`` when it runs past ``timeout``.
+        ``RemoteCommandTimeout`` when it runs past its budget (``timeout``, or less when the
+        lease ends sooner).
         """
-        timeout = self.options.command_timeout if timeout is None else timeout
-        # sshd does not kill a command whose channel we drop, so the host's own `timeout` bounds
-        # it too: an abandoned command cannot run on past its budget.
-        command = shlex.join(["timeout", "--kill-after=5", f"{timeout:g}", *argv])
+        budget = self._budget(self.options.command_timeout if timeout is None else timeout)
+        command = shlex.join(["sh", "-c", _BOUNDED, "sh", f"{budget:.3f}", *argv])
         try:
-            async with asyncio.timeout(timeout), self._channels:
+            async with asyncio.timeout(budget), self._channels:
                 result = await self._execute(list(argv), command, stdin)
         except TimeoutError:
-            raise RemoteCommandTimeout(self.host, argv, timeout) from None
+            raise RemoteCommandTimeout(self.host, argv, budget) from None
         except (OSError, asyncssh.Error) as exc:
             raise HostUnreachable(self.host, f"connection failed during {argv[0]}: {exc}") from exc
+        if result.exit_status == _TIMED_OUT:
+            raise RemoteCommandTimeout(self.host, argv, budget)
         if check and result.exit_status != 0:
             raise RemoteCommandFailed(self.host, argv, result.exit_status, result.stderr)
         return result
@@ -132,10 +188,12 @@ class RemoteSession:
                 if attempt == _OPEN_RETRIES - 1:
                     raise
                 await asyncio.sleep(0.05 * (attempt + 1))
+        group = ""
         try:
             if stdin is not None:
                 process.stdin.write(stdin)
             process.stdin.write_eof()
+            group = (await process.stdout.readline()).strip()
             limit = self.options.output_limit
             (stdout, out_cut), (stderr, err_cut) = await asyncio.gather(
                 _read_capped(process.stdout, limit), _read_capped(process.stderr, limit)
@@ -143,34 +201,71 @@ class RemoteSession:
             completed = await process.wait()
         except BaseException:
             # Abandoned (timeout, cancellation, lost connection): drop the channel without waiting
-            # for the command; the remote `timeout` ends it.
+            # and end the command's process group on the host; its `timeout` is the backstop.
             process.channel.abort()
+            self._kill_group(group)
             raise
         finally:
             process.close()
         return CommandResult(argv, completed.exit_status, stdout, stderr, out_cut or err_cut)
 
-    async def change(self, action: str, operation: Callable[[], Awaitable[_T]]) -> _T | None:
-        """The one door for every change to the host.
+    def _kill_group(self, group: str) -> None:
+        """Kill an abandoned command's process group on the host, in the background; the
+        session waits for it (bounded) before it closes."""
+        if not group.isdigit() or self.connection.is_closed():
+            return
+        task = asyncio.ensure_future(self._send_kill(group))
+        self._kills.add(task)
+        task.add_done_callback(self._kills.discard)
+
+    async def _send_kill(self, group: str) -> None:
+        command = shlex.join(["sh", "-c", _KILL_GROUP, "sh", group])
+        try:
+            async with asyncio.timeout(_KILL_BOUND):
+                await self.connection.run(command, check=False)
+        except (OSError, asyncssh.Error, TimeoutError) as exc:
+            log.warning("remote.kill_failed", process_group=group, error=str(exc))
+
+    async def settle(self) -> None:
+        """Wait (bounded) for the kills of abandoned commands to reach the host."""
+        if self._kills:
+            await asyncio.wait(set(self._kills), timeout=_KILL_BOUND)
+
+    async def change(
+        self, action: str, argv: Sequence[str], *, stdin: str | None = None,
+        timeout: float | None = None,
+    ) -> CommandResult | None:  # fmt: skip
+        """The one door for every change to the host: ``argv`` run inside the fence guard.
 
         Records ``action`` for the cycle's report; in dry-run, records it as what would be done
-        and returns None without running ``operation``.
+        and returns None without running anything. Raises ``FenceRefused`` when the host refuses
+        the lease's fence, ``UnfencedWrite`` when the session holds no lease.
         """
         if self.dry_run:
             self.actions.append(f"would {action}")
             log.info("remote.would_change", action=action)
             return None
-        log.info("remote.change", action=action)
-        result = await operation()
+        fence = self.fence
+        log.info("remote.change", action=action, fence=fence)
+        result = await self.run(
+            guard.guarded(self.marquee, fence, action, argv),
+            stdin=stdin,
+            timeout=timeout,
+            check=False,
+        )
+        refused = guard.refusal(result.exit_status, result.stderr)
+        if refused is not None:
+            self.host_fence, why = refused
+            log.error("remote.fenced", action=action, fence=fence, host_fence=self.host_fence)
+            raise FenceRefused(self.host, fence, self.host_fence, why)
+        self.host_fence = fence
+        if result.exit_status != 0:
+            raise RemoteCommandFailed(
+                self.host, argv, result.exit_status, result.stderr, what=action
+            )
         self.actions.append(action)
-        return result
-
-    async def change_command(
-        self, action: str, argv: Sequence[str], *, stdin: str | None = None,
-        timeout: float | None = None,
-    ) -> CommandResult | None:  # fmt: skip
-        """A write done by a remote command, through ``change``."""
-        return await self.change(action, lambda: self.run(argv, stdin=stdin, timeout=timeout))
+        return CommandResult(list(argv), result.exit_status, result.stdout, result.stderr,
+                             result.truncated)  # fmt: skip
 
     async def write_file(self, action: str, path: str, content: str) -> None:
         """Write ``content`` to ``path`` on the host, mode 0600, from stdin (never argv)."""
@@ -178,10 +273,10 @@ class RemoteSession:
             'umask 077 && mkdir -p -- "$(dirname -- "$1")" '
             '&& cat > "$1.tmp" && mv -f -- "$1.tmp" "$1"'
         )
-        await self.change_command(action, ["sh", "-c", script, "sh", path], stdin=content)
+        await self.change(action, ["sh", "-c", script, "sh", path], stdin=content)
 
     async def api(self, call: Awaitable[_T]) -> _T:
-        """Await a Docker API call, turning its failures into ``DockerApiError``."""
+        """Await a Docker API read, turning its failures into ``DockerApiError``."""
         try:
             async with asyncio.timeout(self.options.docker_timeout):
                 return await call
@@ -191,6 +286,22 @@ class RemoteSession:
             raise DockerApiError(self.host, 504, "no answer in time") from None
         except (aiohttp.ClientError, OSError) as exc:
             raise HostUnreachable(self.host, f"Docker API unreachable: {exc}") from exc
+
+
+def _read_only(host: str) -> Any:
+    """An aiohttp client middleware that lets only reads (and the login check) reach the engine:
+    a write sent through the tunnel would bypass the host's fence check."""
+
+    async def middleware(
+        request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType
+    ) -> aiohttp.ClientResponse:
+        if request.method not in _READ_METHODS and not (
+            request.method == "POST" and request.url.path.rstrip("/").endswith("/auth")
+        ):
+            raise UnfencedWrite(host, f"{request.method} {request.url.path}")
+        return await handler(request)
+
+    return middleware
 
 
 async def _read_capped(stream: asyncssh.SSHReader[str], limit: int) -> tuple[str, bool]:
@@ -245,12 +356,16 @@ async def _fingerprint(marquee: Marquee, options: RemoteOptions) -> str | None:
 
 @asynccontextmanager
 async def open_session(
-    marquee: Marquee, options: RemoteOptions, *, dry_run: bool = False
+    marquee: Marquee,
+    options: RemoteOptions,
+    *,
+    lease: FencedLease | None = None,
+    dry_run: bool = False,
 ) -> AsyncIterator[RemoteSession]:
     """Connect, forward the remote Docker socket into a private directory, and close it all after.
 
     The forwarded socket lives in a fresh 0700 directory, so no other local user can reach the
-    remote engine through it.
+    remote engine through it; the HTTP client on it is read-only (writes are fenced commands).
     """
     connection = await _connect(marquee, options)
     private_dir = Path(tempfile.mkdtemp(prefix="playguard-docker-"))
@@ -258,11 +373,17 @@ async def open_session(
         local_socket = private_dir / "docker.sock"
         listener = await connection.forward_local_path(str(local_socket), marquee.docker_socket)
         connector = aiohttp.UnixConnector(path=str(local_socket), limit=DOCKER_CHANNELS)
-        docker = aiodocker.Docker(url="unix://localhost", connector=connector)
+        http = aiohttp.ClientSession(
+            connector=connector, middlewares=(_read_only(f"{marquee.name}"),)
+        )
+        docker = aiodocker.Docker(url="unix://localhost", session=http)
+        session = RemoteSession(marquee, connection, docker, options, lease, dry_run=dry_run)
         try:
-            yield RemoteSession(marquee, connection, docker, options, dry_run=dry_run)
+            yield session
         finally:
+            await session.settle()
             await docker.close()
+            await http.close()
             await connector.close()
             listener.close()
             await listener.wait_closed()

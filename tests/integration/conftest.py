@@ -45,6 +45,7 @@ def lab_marquee_fields(ssh: SshServer, docker: DockerDaemon, workdir: Path) -> d
         "known_hosts": str(ssh.known_hosts),
         "docker_socket": str(docker.socket),
         "workdir": str(workdir),
+        "state_dir": str(workdir.with_name(f"{workdir.name}-state")),
     }
 
 
@@ -132,7 +133,7 @@ def run_phase(redis: Redis) -> PhaseRunner:
         lease = await TokenLock(redis, f"test:{uuid.uuid4()}", ttl=120.0).acquire()
         assert lease is not None
         try:
-            async with open_session(marquee, options, dry_run=dry_run) as session:
+            async with open_session(marquee, options, lease=lease, dry_run=dry_run) as session:
 
                 async def remote() -> RemoteSession:
                     return session

@@ -8,7 +8,6 @@ through it, the lab registry with auth and the lab git origin.
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import uuid
 from collections.abc import Iterator, Sequence
@@ -69,7 +68,9 @@ class Cycles:
             self.state,
             redis,
             phases,
-            open_session=functools.partial(open_session, options=LAB_OPTIONS, dry_run=dry_run),
+            open_session=lambda marquee, lease: open_session(
+                marquee, LAB_OPTIONS, lease=lease, dry_run=dry_run
+            ),
             listeners=[self.record],
         )
 

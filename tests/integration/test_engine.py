@@ -353,11 +353,17 @@ async def test_invalid_inventory_keeps_the_last_good_state(redis: Redis) -> None
 async def test_remote_session_opens_on_first_use_and_closes_before_release(redis: Redis) -> None:
     events: list[str] = []
 
+    class Session:
+        host_fence = None
+
+        def __str__(self) -> str:
+            return "session"
+
     @contextlib.asynccontextmanager
-    async def opener(marquee: Marquee) -> AsyncIterator[str]:
+    async def opener(marquee: Marquee, lease: Lease) -> AsyncIterator[Session]:
         held = await redis.exists(lock_key(marquee_lock_name(marquee.name)))
-        events.append(f"open {marquee.name} while locked={held}")
-        yield "session"
+        events.append(f"open {marquee.name} fence {lease.fence} while locked={held}")
+        yield Session()
         events.append("close")
 
     async def use(ctx: PhaseContext) -> None:
@@ -367,7 +373,12 @@ async def test_remote_session_opens_on_first_use_and_closes_before_release(redis
     harness.engine.open_session = opener
     result = await harness.cycle()
     assert result.outcome is Outcome.OK
-    assert events == ["open m1 while locked=1", "got session", "got session", "close"]
+    assert events == [
+        f"open m1 fence {result.fence} while locked=1",
+        "got session",
+        "got session",
+        "close",
+    ]
 
     events.clear()
     await Harness(redis, ScriptedPhase("first"), ScriptedPhase("second")).cycle()

@@ -155,7 +155,7 @@ async def test_container_not_ours_with_the_chats_name_is_left_alone(
         await foreign.delete(force=True)
 
     assert list(failed.value.failed) == ["chat-1"]
-    assert "409" in str(failed.value)
+    assert "is already in use" in str(failed.value)
     assert details is not None
     assert details["Id"] == foreign.id
     assert details["State"]["Status"] == "created"

@@ -19,6 +19,7 @@ from playguard_async.remote.errors import (
     RemoteCommandTimeout,
 )
 from playguard_async.remote.ssh import RemoteOptions, open_session
+from tests.support.fencing import StaticLease, journal
 
 pytestmark = pytest.mark.integration
 
@@ -93,7 +94,7 @@ async def test_docker_api_goes_through_a_private_tunnel(
 ) -> None:
     async with open_session(lab_marquee(ssh_server, docker_daemon), OPTIONS) as session:
         version = await session.api(session.docker.version())
-        tunnel_dir = Path(session.docker.connector.path).parent  # type: ignore[attr-defined]
+        tunnel_dir = Path(session.docker.session.connector.path).parent  # type: ignore[union-attr]
         mode = stat.S_IMODE(os.stat(tunnel_dir).st_mode)
     assert version["ApiVersion"]
     assert mode == 0o700
@@ -104,14 +105,18 @@ async def test_writes_go_through_the_funnel_and_dry_run_writes_nothing(
     ssh_server: SshServer, docker_daemon: DockerDaemon, tmp_path: Path
 ) -> None:
     target = tmp_path / "sub" / "config.json"
-    marquee = lab_marquee(ssh_server, docker_daemon)
-    async with open_session(marquee, OPTIONS, dry_run=True) as session:
+    marquee = lab_marquee(ssh_server, docker_daemon, state_dir=str(tmp_path / "state"))
+    async with open_session(marquee, OPTIONS, lease=StaticLease(3), dry_run=True) as session:
         await session.write_file("write config", str(target), '{"secret": 1}')
     assert session.actions == ["would write config"]
     assert not target.exists()
-    async with open_session(marquee, OPTIONS) as session:
+    assert journal(tmp_path / "state") == []
+    async with open_session(marquee, OPTIONS, lease=StaticLease(3)) as session:
         await session.write_file("write config", str(target), '{"secret": 1}')
     assert session.actions == ["write config"]
+    assert [(entry.fence, entry.action) for entry in journal(tmp_path / "state")] == [
+        (3, "write config")
+    ]
     assert target.read_text() == '{"secret": 1}'
     assert stat.S_IMODE(target.stat().st_mode) == 0o600
 

@@ -1,0 +1,48 @@
+"""A lease as the remote layer sees it (a fence and a deadline), for tests of that layer alone,
+and readers of what a host's fence guard keeps in its state directory."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class StaticLease:
+    """A fence that holds for ``seconds`` from its making: what ``RemoteSession`` needs of a
+    lease, without Redis (the tests that prove the lock use real ones)."""
+
+    fence: int
+    seconds: float = 60.0
+    deadline: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.deadline = time.monotonic() + self.seconds
+
+    def remaining(self) -> float:
+        return self.deadline - time.monotonic()
+
+
+@dataclass(frozen=True)
+class JournalEntry:
+    fence: int
+    time: float
+    action: str
+
+
+def journal(state_dir: Path) -> list[JournalEntry]:
+    """The writes the host's guard accepted, in the order it accepted them."""
+    path = state_dir / "journal"
+    if not path.exists():
+        return []
+    entries = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        fence, at, action = line.split(" ", 2)
+        entries.append(JournalEntry(int(fence), float(at), action))
+    return entries
+
+
+def host_fence(state_dir: Path) -> int | None:
+    path = state_dir / "fence"
+    return int(path.read_text()) if path.exists() else None
