@@ -93,16 +93,14 @@ async def _keep(
     image, command or network changed in the desired state; report otherwise."""
     name = container_name(chat.name)
     wanted = _config_digest(session, chat)
-    made_from = None if listed is None else listed["Labels"].get(CONFIG)
-    if made_from is not None and made_from != wanted:
+    ending: dict[str, Any] = {}
+    if listed is not None and listed["Labels"].get(CONFIG, wanted) != wanted:
         ending = await _ending(session, listed["Id"])
         await session.change(
             f"replace agent chat container {name} (its image, command or network changed)",
             remove_container(session.marquee, listed["Id"]),
         )
         listed = None
-    else:
-        ending = {}
     if listed is None:
         await _pull_if_absent(session, inventory, chat)
         argv = run_container(
