@@ -71,7 +71,7 @@ _TIMED_OUT = 124  # the host's `timeout` ended the command
 _BOUNDED = f'b=$1; shift; echo "$$"; exec timeout --kill-after={KILL_AFTER:g} "$b" "$@"'
 
 # Ends an abandoned command's process group on the host; returns at once and finishes there.
-_KILL_GROUP = '(kill -TERM -- "-$1"; sleep 1; kill -KILL -- "-$1") >/dev/null 2>&1 </dev/null &'
+_KILL_GROUP = '(kill -TERM "-$1"; sleep 1; kill -KILL "-$1") >/dev/null 2>&1 </dev/null &'
 
 # The Engine API calls that change nothing on the host: reads, and a login check (POST /auth
 # stores nothing).

@@ -3,7 +3,9 @@ and readers of what a host's fence guard keeps in its state directory."""
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,3 +48,13 @@ def journal(state_dir: Path) -> list[JournalEntry]:
 def host_fence(state_dir: Path) -> int | None:
     path = state_dir / "fence"
     return int(path.read_text()) if path.exists() else None
+
+
+async def eventually(probe: Callable[[], object], *, timeout: float, what: str) -> None:
+    """Poll ``probe`` without blocking the event loop until it is truthy; AssertionError after
+    ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not probe():
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"no {what} within {timeout:g} s")
+        await asyncio.sleep(0.02)
