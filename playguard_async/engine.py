@@ -361,13 +361,14 @@ class Engine:
         finally:
             # Detached as a whole, so a cancelled cycle's release is still observed.
             await detached(self._release(lease))
-        if result.reason == "fenced" and (result.host_fence or 0) > lease.fence:
+        if result.reason == "fenced" and (result.host_fence or 0) >= lease.fence:
             await self._catch_up_fence(lock, result.host_fence or 0)
 
     async def _catch_up_fence(self, lock: TokenLock, accepted: int) -> None:
-        """The host accepted a newer fence than Redis handed out: Redis's counter went back
-        (FLUSHALL, a new Redis, a failover that lost the INCR). Lift it, so the next acquisition
-        passes the host's check; until then every lease is refused there, the safe side."""
+        """The host accepted a fence at least as new as the one Redis handed out: Redis's
+        counter went back (FLUSHALL, a new Redis, a failover that lost the INCR). Lift it, so the
+        next acquisition passes the host's check; until then every lease is refused there, the
+        safe side."""
         try:
             counter = await lock.raise_fence(accepted)
         except LockUnavailable:

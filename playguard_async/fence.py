@@ -18,6 +18,11 @@ class FencedLease(Protocol):
     @property
     def fence(self) -> int: ...
 
+    @property
+    def token(self) -> str:
+        """Unique to the acquisition: two leases never share one, even with equal fences."""
+        ...
+
     def remaining(self) -> float:
         """Seconds until the lease's deadline on the monotonic clock; negative once passed."""
         ...

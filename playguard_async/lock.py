@@ -40,8 +40,16 @@ LossReason = Literal["expired", "stolen", "unreachable", "fenced"]
 # KEYS[1] lock key, KEYS[2] fence counter. ARGV[1] holder record, ARGV[2] ttl in ms.
 # Returns the new fence (integer) when the lock was free, nil when someone holds it. The counter is
 # only incremented by a successful SET: while a lock is held, its fence equals the counter's value.
+#
+# A counter holding anything but an integer (not written by us) is dropped first, or no lease
+# could ever be had again: the count restarts, and the hosts' fence checks refuse the low fences
+# until the engine lifts the counter to what they accepted (``raise_fence``).
 ACQUIRE_SCRIPT = """
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+    local counter = redis.call('GET', KEYS[2])
+    if counter and not string.match(counter, '^%d+$') then
+        redis.call('DEL', KEYS[2])
+    end
     return redis.call('INCR', KEYS[2])
 end
 return false

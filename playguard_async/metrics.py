@@ -45,7 +45,8 @@ class Metrics:
         )
         self.lock_lost = Counter(
             "playguard_lock_lost",
-            "Leases lost at renewal, by reason (expired, stolen, unreachable).",
+            "Leases lost, by reason: at renewal (expired, stolen, unreachable), or because the "
+            "host refused a write (fenced).",
             ["reason"],
             registry=self.registry,
         )

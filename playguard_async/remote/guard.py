@@ -20,9 +20,11 @@ Nothing here does I/O: these are argument lists and the parsing of the guard's r
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Sequence
 
+from playguard_async.fence import FencedLease
 from playguard_async.inventory import Marquee
 
 REFUSED_STATUS = 75
@@ -33,15 +35,18 @@ JOURNAL_LIMIT = 256 * 1024
 
 JOURNAL_KEEP = 1000
 
-# $1 state directory ("~/..." is the SSH user's home), $2 the write's fence, $3 a one-line
-# description for the journal; the write's argv follows. Exit 75 with one
-# "playguard-guard: refused held=<fence|unknown>: <why>" line on stderr when refused; otherwise the
-# write's own exit status. A state directory is created whole (fence 0) and moved into place, so a
-# directory without its fence file is never a fresh host: a missing or corrupt fence file refuses.
+# $1 state directory ("~/..." is the SSH user's home), $2 the write's fence, $3 its lease's id,
+# $4 a one-line description for the journal; the write's argv follows. The fence file holds
+# "<fence> <lease id>": a fence equal to the recorded one passes only for the same lease, so two
+# leases that got the same number from a Redis whose counter went back are told apart. Exit 75
+# with one "playguard-guard: refused held=<fence|unknown>: <why>" line on stderr when refused;
+# otherwise the write's own exit status. A state directory is created whole (fence 0) and moved
+# into place, so a directory without its fence file is never a fresh host: a missing or corrupt
+# fence file refuses.
 GUARD_SCRIPT = f"""
 set -u
-dir=$1 fence=$2 action=$3
-shift 3
+dir=$1 fence=$2 lease=$3 action=$4
+shift 4
 case $dir in "~/"*) dir=$HOME/${{dir#"~/"}} ;; esac
 refuse() {{
     printf 'playguard-guard: refused held=%s: %s\\n' "$1" "$2" >&2
@@ -53,7 +58,7 @@ if [ ! -e "$dir" ]; then
         || refuse unknown "cannot create the parent directory of the state directory $dir"
     new=$(mktemp -d "$dir.new.XXXXXX" 2>/dev/null) \\
         || refuse unknown "cannot create the state directory $dir"
-    if printf '0\\n' >"$new/fence" && true >"$new/journal"; then
+    if printf '0 -\\n' >"$new/fence" && true >"$new/journal"; then
         mv -T -- "$new" "$dir" 2>/dev/null || rm -rf -- "$new"
     else
         rm -rf -- "$new"
@@ -66,16 +71,22 @@ exec 9>>"$dir/lock"
 flock 9 || refuse unknown "cannot take the host lock $dir/lock"
 [ -f "$dir/fence" ] || refuse unknown "the fence file $dir/fence is missing: restore it with \\
 the highest fence this host accepted (see $dir/journal), or remove $dir to start over"
-held=$(cat -- "$dir/fence" 2>/dev/null) || refuse unknown "the fence file $dir/fence is unreadable"
-case $held in
-    ''|*[!0-9]*|??????????????????*) refuse unknown "the fence file $dir/fence is corrupt: \\
-restore it with the highest fence this host accepted (see $dir/journal)" ;;
+recorded=$(cat -- "$dir/fence" 2>/dev/null) \\
+    || refuse unknown "the fence file $dir/fence is unreadable"
+held=${{recorded%% *}} holder=${{recorded#* }}
+case $held/$holder in
+    /*|*/|*[!0-9]*/*|*/*[!0-9a-f-]*|??????????????????*/*) refuse unknown "the fence file \\
+$dir/fence is corrupt: restore it with the highest fence this host accepted (see $dir/journal)" ;;
 esac
 if [ "$fence" -lt "$held" ]; then
     refuse "$held" "fence $fence is below $held, the highest fence this host accepted"
 fi
+if [ "$fence" -eq "$held" ] && [ "$lease" != "$holder" ]; then
+    refuse "$held" "fence $fence was already taken by another lease on this host (the fence \\
+counter in Redis went back)"
+fi
 if [ "$fence" -gt "$held" ]; then
-    {{ printf '%s\\n' "$fence" >"$dir/fence.new" && sync -- "$dir/fence.new" \\
+    {{ printf '%s %s\\n' "$fence" "$lease" >"$dir/fence.new" && sync -- "$dir/fence.new" \\
         && mv -f -- "$dir/fence.new" "$dir/fence"; }} 2>/dev/null \\
         || refuse "$held" "cannot record fence $fence in $dir/fence"
 fi
@@ -97,15 +108,22 @@ def state_dir(marquee: Marquee) -> str:
     return marquee.state_dir or f"~/.local/state/playguard/{marquee.name}"
 
 
-def guarded(marquee: Marquee, fence: int, action: str, argv: Sequence[str]) -> list[str]:
-    """``argv`` as a write the host runs only if ``fence`` passes its check."""
+def lease_id(token: str) -> str:
+    """What the host records of a lease: a digest of its token, which itself never leaves Redis
+    (the host's process list shows a write's arguments)."""
+    return hashlib.sha256(token.encode()).hexdigest()[:16]
+
+
+def guarded(lease: FencedLease, marquee: Marquee, action: str, argv: Sequence[str]) -> list[str]:
+    """``argv`` as a write the host runs only if the lease's fence passes its check."""
     line = _CONTROL.sub(" ", action)
-    return ["sh", "-c", GUARD_SCRIPT, "playguard-guard", state_dir(marquee), str(fence), line,
-            *argv]  # fmt: skip
+    return ["sh", "-c", GUARD_SCRIPT, "playguard-guard", state_dir(marquee), str(lease.fence),
+            lease_id(lease.token), line, *argv]  # fmt: skip
 
 
 def read_fence(marquee: Marquee) -> list[str]:
-    """Prints the highest fence the host accepted; prints nothing where no write was fenced yet."""
+    """Prints the highest fence the host accepted and its lease's id; prints nothing where no
+    write was fenced yet."""
     script = (
         'd=$1; case $d in "~/"*) d=$HOME/${d#"~/"} ;; esac; test ! -e "$d" || cat -- "$d/fence"'
     )

@@ -246,9 +246,10 @@ class RemoteSession:
             log.info("remote.would_change", action=action)
             return None
         fence = self.fence
+        assert self.lease is not None  # self.fence refused a session without one
         log.info("remote.change", action=action, fence=fence)
         result = await self.run(
-            guard.guarded(self.marquee, fence, action, argv),
+            guard.guarded(self.lease, self.marquee, action, argv),
             stdin=stdin,
             timeout=timeout,
             check=False,

@@ -12,6 +12,7 @@ import os
 import random
 import stat
 import time
+import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
@@ -49,12 +50,14 @@ def state(marquee: Marquee) -> Path:
 @pytest.fixture
 def session_for(marquee: Marquee) -> Opener:
     """``async with session_for(fence, seconds=60) as session``: a session on the lab Marquee
-    under a lease of that fence."""
+    under a lease of that fence; sessions given the same fence share one lease (token)."""
+    tokens: dict[int, str] = {}
 
     def opener(
         fence: int, *, seconds: float = 60.0, options: RemoteOptions = OPTIONS
     ) -> AbstractAsyncContextManager[RemoteSession]:
-        return open_session(marquee, options, lease=StaticLease(fence, seconds))
+        token = tokens.setdefault(fence, str(uuid.uuid4()))
+        return open_session(marquee, options, lease=StaticLease(fence, seconds, token))
 
     return opener
 
@@ -125,6 +128,22 @@ async def test_host_accepts_a_fence_only_at_or_above_the_highest_it_accepted(
     assert host_fence(state) == max(accepted, then)
 
 
+async def test_an_equal_fence_from_another_lease_is_refused(
+    marquee: Marquee, state: Path, tmp_path: Path
+) -> None:
+    """A Redis whose counter went back can hand out a fence the host already accepted: only the
+    lease that holds it may write with it."""
+    record = tmp_path / "record"
+    async with open_session(marquee, OPTIONS, lease=StaticLease(6)) as first:
+        await first.change("first", append(record, "first"))
+    async with open_session(marquee, OPTIONS, lease=StaticLease(6)) as second:
+        with pytest.raises(FenceRefused) as refused:
+            await second.change("second", append(record, "second"))
+    assert refused.value.host_fence == 6
+    assert "already taken by another lease" in refused.value.why
+    assert lines(record) == ["first"]
+
+
 async def test_concurrent_writers_land_in_fence_order_and_stale_ones_are_refused(
     session_for: Opener, state: Path, tmp_path: Path
 ) -> None:
@@ -163,7 +182,9 @@ async def test_concurrent_writers_land_in_fence_order_and_stale_ones_are_refused
         ("", "is corrupt"),
         ("seven\n", "is corrupt"),
         ("-3\n", "is corrupt"),
-        ("12 13\n", "is corrupt"),
+        ("12 x y\n", "is corrupt"),
+        (" 12\n", "is corrupt"),
+        ("12 \n", "is corrupt"),
         ("9" * 19 + "\n", "is corrupt"),
         ("\x00\xff\n", "is corrupt"),
     ],

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +18,7 @@ class StaticLease:
 
     fence: int
     seconds: float = 60.0
+    token: str = field(default_factory=lambda: str(uuid.uuid4()))
     deadline: float = field(init=False)
 
     def __post_init__(self) -> None:
@@ -47,7 +49,7 @@ def journal(state_dir: Path) -> list[JournalEntry]:
 
 def host_fence(state_dir: Path) -> int | None:
     path = state_dir / "fence"
-    return int(path.read_text()) if path.exists() else None
+    return int(path.read_text().split()[0]) if path.exists() else None
 
 
 async def eventually(probe: Callable[[], object], *, timeout: float, what: str) -> None:

@@ -1,0 +1,158 @@
+"""Whole engine cycles whose writes the Marquee itself fences: the lab's real redis-server and sshd.
+
+A refused write ends the cycle ``lock_lost``/``fenced``, no later phase runs, the lease is still
+released, a metric counts it, and a Redis whose fence counter went back (FLUSHALL) heals by itself
+within two cycles without the host ever accepting a write from an older fence.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from redis.asyncio import Redis
+from structlog.testing import capture_logs
+
+from playguard_async.engine import CycleResult, Engine, Outcome, marquee_lock_name
+from playguard_async.inventory import Inventory, Marquee
+from playguard_async.lab import DockerDaemon, SshServer
+from playguard_async.lock import fence_key, lock_key
+from playguard_async.metrics import Metrics
+from playguard_async.phase import PhaseContext, PhaseReport
+from playguard_async.remote.ssh import RemoteSession, open_session
+from playguard_async.settings import load_settings
+from tests.integration.conftest import LAB_OPTIONS, lab_marquee_fields
+from tests.support.fencing import host_fence, journal
+from tests.support.state import StaticState
+
+pytestmark = pytest.mark.integration
+
+
+class AppendPhase:
+    """Appends its fence to a file on the host, as a fenced write."""
+
+    def __init__(self, name: str, record: Path) -> None:
+        self.name = name
+        self.record = record
+        self.entered = 0
+
+    async def __call__(self, ctx: PhaseContext) -> PhaseReport:
+        self.entered += 1
+        session: RemoteSession = await ctx.remote()
+        await session.change(
+            f"{self.name} appends fence {ctx.lease.fence}",
+            ["sh", "-c", 'echo "$2" >> "$1"', "sh", str(self.record), str(ctx.lease.fence)],
+        )
+        return PhaseReport(actions=session.actions)
+
+
+class Fleet:
+    """One lab Marquee, an engine whose sessions are real, and the metrics it feeds."""
+
+    def __init__(self, redis: Redis, marquee: Marquee, tmp_path: Path) -> None:
+        self.marquee = marquee
+        self.record = tmp_path / "record"
+        self.first = AppendPhase("first", self.record)
+        self.second = AppendPhase("second", self.record)
+        settings = load_settings(
+            None, replica_id="fencing", lock_ttl=30.0, redis_socket_timeout=2.0, tick_jitter=0.0
+        )
+        self.metrics = Metrics(outcomes=[outcome.value for outcome in Outcome], lock_ttl=30.0)
+        self.engine = Engine(
+            settings,
+            StaticState(Inventory(marquees=[marquee])),
+            redis,
+            [self.first, self.second],
+            open_session=lambda marquee, lease: open_session(marquee, LAB_OPTIONS, lease=lease),
+            observer=self.metrics,
+        )
+
+    async def cycle(self) -> CycleResult:
+        inventory = await self.engine.load_inventory()
+        return await self.engine.cycle(self.marquee, inventory)
+
+    def fenced_losses(self) -> float:
+        return self.metrics.lock_lost.labels("fenced")._value.get()
+
+
+@pytest.fixture
+def marquee(ssh_server: SshServer, docker_daemon: DockerDaemon, tmp_path: Path) -> Marquee:
+    return Marquee.model_validate(lab_marquee_fields(ssh_server, docker_daemon, tmp_path / "w"))
+
+
+@pytest.fixture
+def state(marquee: Marquee) -> Path:
+    assert marquee.state_dir is not None
+    return Path(marquee.state_dir)
+
+
+def recorded(path: Path) -> list[int]:
+    return [int(line) for line in path.read_text().split()] if path.exists() else []
+
+
+async def test_a_write_the_host_refuses_ends_the_cycle_fenced_and_lifts_the_counter(
+    redis: Redis, marquee: Marquee, state: Path, tmp_path: Path
+) -> None:
+    state.mkdir(mode=0o700)
+    (state / "fence").write_text("50\n")
+    (state / "journal").write_text("")
+    fleet = Fleet(redis, marquee, tmp_path)
+
+    with capture_logs() as logs:
+        refused = await fleet.cycle()
+
+    assert (refused.outcome, refused.reason, refused.phase) == (
+        Outcome.LOCK_LOST,
+        "fenced",
+        "first",
+    )
+    assert (refused.fence, refused.host_fence) == (1, 50)
+    assert fleet.second.entered == 0, "no phase runs after a refusal"
+    assert recorded(fleet.record) == []
+    assert await redis.exists(lock_key(marquee_lock_name(marquee.name))) == 0
+    assert fleet.fenced_losses() == 1
+    [line] = [line for line in logs if line["event"] == "lock.fenced"]
+    assert (line["fence"], line["host_fence"]) == (1, 50)
+    assert int(await redis.get(fence_key(marquee_lock_name(marquee.name)))) == 50
+
+    healed = await fleet.cycle()
+    assert (healed.outcome, healed.fence, healed.host_fence) == (Outcome.OK, 51, 51)
+    assert recorded(fleet.record) == [51, 51]
+    assert host_fence(state) == 51
+
+
+async def test_fleet_heals_within_two_cycles_after_flushall_and_no_stale_write_lands(
+    redis: Redis, marquee: Marquee, state: Path, tmp_path: Path
+) -> None:
+    fleet = Fleet(redis, marquee, tmp_path)
+    for _ in range(3):
+        assert (await fleet.cycle()).outcome is Outcome.OK
+    assert host_fence(state) == 3
+
+    await redis.flushall()
+    after = [await fleet.cycle(), await fleet.cycle()]
+    # The counter restarts at 1: below the host's 3, refused; lifted to 3, the next lease has 4.
+
+    assert [(r.outcome, r.reason, r.fence) for r in after] == [
+        (Outcome.LOCK_LOST, "fenced", 1),
+        (Outcome.OK, None, 4),
+    ]
+    fences = [entry.fence for entry in journal(state)]
+    assert fences == sorted(fences) == [1, 1, 2, 2, 3, 3, 4, 4]
+    assert recorded(fleet.record) == fences
+
+
+async def test_a_fence_counter_that_is_not_a_number_restarts_and_heals_from_the_host(
+    redis: Redis, marquee: Marquee, state: Path, tmp_path: Path
+) -> None:
+    fleet = Fleet(redis, marquee, tmp_path)
+    assert (await fleet.cycle()).outcome is Outcome.OK
+    assert (await fleet.cycle()).outcome is Outcome.OK
+    await redis.set(fence_key(marquee_lock_name(marquee.name)), "garbage")
+
+    restarted = await fleet.cycle()
+    assert (restarted.fence, restarted.reason, restarted.host_fence) == (1, "fenced", 2)
+    healed = await fleet.cycle()
+    assert (healed.outcome, healed.fence) == (Outcome.OK, 3)
+    fences = [entry.fence for entry in journal(state)]
+    assert fences == [1, 1, 2, 2, 3, 3]
