@@ -23,7 +23,7 @@ from playguard_async.lock import TokenLock
 from playguard_async.phase import Phase, PhaseContext, PhaseReport
 from playguard_async.remote.docker import MANAGED
 from playguard_async.remote.ssh import RemoteOptions, RemoteSession, open_session
-from tests.support.daemon import DaemonRunner
+from tests.support.daemon import DaemonRunner, ssh_marquee
 
 LAB_OPTIONS = RemoteOptions(
     connect_timeout=5.0,
@@ -36,17 +36,7 @@ LAB_OPTIONS = RemoteOptions(
 
 
 def lab_marquee_fields(ssh: SshServer, docker: DockerDaemon, workdir: Path) -> dict[str, Any]:
-    return {
-        "name": "edge-1",
-        "host": ssh.host,
-        "port": ssh.port,
-        "user": ssh.user,
-        "identity_file": str(ssh.client_key),
-        "known_hosts": str(ssh.known_hosts),
-        "docker_socket": str(docker.socket),
-        "workdir": str(workdir),
-        "state_dir": str(workdir.with_name(f"{workdir.name}-state")),
-    }
+    return {**ssh_marquee(ssh, "edge-1", workdir), "docker_socket": str(docker.socket)}
 
 
 @dataclass

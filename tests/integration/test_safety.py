@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from redis import Redis
 
+from playguard_async.lab import SshServer
 from tests.support.daemon import (
     LOCK_KEYS,
     Daemon,
@@ -26,9 +27,11 @@ from tests.support.daemon import (
     fence_problems,
     intervals,
     overlapping_pairs,
+    ssh_marquee,
     wait_for,
     witness_lines,
 )
+from tests.support.fencing import host_records, stale_writes
 from tests.support.phases import read_witness
 
 pytestmark = pytest.mark.integration
@@ -42,6 +45,7 @@ SHORT_PHASE = 0.3
 # Between Redis writing a lease's ttl and the witness stamping the phase's enter; generous for a
 # loaded two-core machine running three daemons.
 ENTER_LAG = 0.25
+FENCED_WRITE = "tests.support.phases:fenced_write"
 
 
 def start_fleet(daemons: DaemonRunner, phase_seconds: float) -> dict[str, Daemon]:
@@ -243,3 +247,68 @@ def _report_overlap(
                 f"by {overlap:.3f} s"
             )
     print(f"    total overlap {total:.3f} s{'  <- the Marquee watched' if lead else ''}")
+
+
+@pytest.mark.timeout(90)
+def test_frozen_replicas_late_write_is_refused_by_the_host(
+    daemons: DaemonRunner, store: Redis, ssh_server: SshServer, tmp_path: Path
+) -> None:
+    """The frozen replica wakes past its ttl and sends the write it had under way: the host has
+    accepted the new holder's fence meanwhile and refuses it, so no stale write lands."""
+    phase_seconds, stopped_for = 1.5, 5.0
+    daemons.write_inventory(MARQUEES, lambda name: ssh_marquee(ssh_server, name, tmp_path / name))
+    fleet = {
+        replica: daemons.start(
+            replica, phase_seconds=phase_seconds, lock_ttl=TTL, redis_socket_timeout=0.5,
+            tick_interval=TICK, max_concurrent_cycles=5, shutdown_grace=GRACE,
+            phases=[FENCED_WRITE],
+        )
+        for replica in REPLICAS
+    }  # fmt: skip
+    victim, enter = wait_for(
+        lambda: fresh_enter(fleet, daemons.witness_dir, phase_seconds / 3),
+        timeout=20,
+        what="a replica entering a phase",
+    )
+    stopped_at = victim.send(signal.SIGSTOP)
+    marquee, fence = enter["marquee"], enter["fence"]
+    wait_for(
+        lambda: [
+            line
+            for line in witness_lines(daemons.witness_dir)
+            if (line["event"], line["marquee"]) == ("write", marquee) and line["fence"] > fence
+            and line["outcome"] == "accepted"
+        ],
+        timeout=stopped_for + 10,
+        what=f"a newer holder's write landing on {marquee}",
+    )  # fmt: skip
+    time.sleep(max(0.0, stopped_at + stopped_for - time.monotonic()))
+    victim.send(signal.SIGCONT)
+    [late] = wait_for(
+        lambda: [
+            line
+            for line in victim.witness(daemons.witness_dir)
+            if (line["event"], line["marquee"], line["fence"]) == ("write", marquee, fence)
+        ],
+        timeout=10,
+        what=f"the woken replica's late write on {marquee}",
+    )
+    [finished] = wait_for(
+        lambda: victim.events("cycle.finished", marquee=marquee, fence=fence),
+        timeout=10,
+        what=f"the woken replica's cycle on {marquee} ending",
+    )
+    assert_clean_stop(daemons, list(fleet.values()), store)
+
+    assert late["outcome"] == "refused"
+    assert late["host_fence"] > fence
+    assert finished["outcome"] in {"lock_lost", "deadline"}, finished
+    stale = stale_writes(daemons.host_record_dir)
+    assert stale == [], "a write landed with a fence below one the host had accepted"
+    landed = {(name, f) for name, f, _ in host_records(daemons.host_record_dir)}
+    assert (marquee, fence) not in landed
+    print(
+        f"\nSIGSTOP of {victim.replica} for {stopped_for:g} s (ttl {TTL:g} s): its late write on "
+        f"{marquee} with fence {fence} was {late['outcome']} by the host, which held fence "
+        f"{late['host_fence']}; stale writes accepted: {len(stale)}"
+    )

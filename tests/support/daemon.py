@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from playguard_async.lab import SshServer
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PLAYGUARD = Path(sys.executable).with_name("playguard")
 WITNESS_PHASES = ("tests.support.phases:first", "tests.support.phases:second")
@@ -55,6 +57,21 @@ def marquee_entry(name: str) -> dict[str, str]:
         "user": "root",
         "identity_file": "/nonexistent/id",
         "known_hosts": "/nonexistent/known_hosts",
+    }
+
+
+def ssh_marquee(ssh: SshServer, name: str, workdir: Path) -> dict[str, str | int]:
+    """A Marquee that is the lab's sshd (on this machine), its files under ``workdir`` and its
+    fence state beside it; several can share one sshd."""
+    return {
+        "name": name,
+        "host": ssh.host,
+        "port": ssh.port,
+        "user": ssh.user,
+        "identity_file": str(ssh.client_key),
+        "known_hosts": str(ssh.known_hosts),
+        "workdir": str(workdir),
+        "state_dir": str(workdir.with_name(f"{workdir.name}-state")),
     }
 
 
@@ -151,11 +168,16 @@ class DaemonRunner:
     def __post_init__(self) -> None:
         self.witness_dir = self.workdir / "witness"
         self.witness_dir.mkdir(parents=True, exist_ok=True)
+        self.host_record_dir = self.workdir / "host-records"
+        self.host_record_dir.mkdir(parents=True, exist_ok=True)
         self.inventory = self.workdir / "inventory.yaml"
 
-    def write_inventory(self, names: Iterable[str]) -> Path:
-        """The inventory, as flow-style YAML (JSON is YAML): the daemon re-reads it every tick."""
-        document = {"marquees": [marquee_entry(name) for name in names]}
+    def write_inventory(
+        self, names: Iterable[str], entry: Callable[[str], Mapping[str, object]] = marquee_entry
+    ) -> Path:
+        """The inventory, as flow-style YAML (JSON is YAML): the daemon re-reads it every tick.
+        ``entry`` makes each Marquee's fields from its name (real SSH ones for fenced writes)."""
+        document = {"marquees": [dict(entry(name)) for name in names]}
         self.inventory.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
         return self.inventory
 
@@ -193,6 +215,7 @@ class DaemonRunner:
         env.update(
             PYTHONPATH=str(REPO_ROOT),
             PLAYGUARD_TEST_WITNESS_DIR=str(self.witness_dir),
+            PLAYGUARD_TEST_HOST_RECORD_DIR=str(self.host_record_dir),
             PLAYGUARD_TEST_PHASE_SECONDS=str(phase_seconds),
         )
         return env

@@ -60,3 +60,23 @@ async def eventually(probe: Callable[[], object], *, timeout: float, what: str) 
         if time.monotonic() >= deadline:
             raise AssertionError(f"no {what} within {timeout:g} s")
         await asyncio.sleep(0.02)
+
+
+def host_records(record_dir: Path) -> list[tuple[str, int, int]]:
+    """(Marquee, fence, pid) of every write that ran on the host, in the order it ran."""
+    return [
+        (path.name, int(fence), int(pid))
+        for path in sorted(record_dir.iterdir())
+        for fence, pid in (line.split() for line in path.read_text().splitlines())
+    ]
+
+
+def stale_writes(record_dir: Path) -> list[tuple[str, int, int]]:
+    """Writes that ran after a write with a higher fence had run on the same Marquee."""
+    stale: list[tuple[str, int, int]] = []
+    highest: dict[str, int] = {}
+    for marquee, fence, pid in host_records(record_dir):
+        if fence < highest.get(marquee, 0):
+            stale.append((marquee, fence, pid))
+        highest[marquee] = max(fence, highest.get(marquee, 0))
+    return stale

@@ -3,7 +3,7 @@
 The daemon loads them by import path (``tests.support.phases:first``) in process tests; each writes
 one JSON line when it enters and one when it leaves to ``$PLAYGUARD_TEST_WITNESS_DIR/<pid>.jsonl``,
 with ``time.monotonic()`` stamps (one clock for every process on the machine), and takes
-``$PLAYGUARD_TEST_PHASE_SECONDS`` seconds.
+``$PLAYGUARD_TEST_PHASE_SECONDS`` seconds. ``fenced_write`` also writes to its (real, lab) Marquee.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from playguard_async.fence import FenceRefused
 from playguard_async.phase import PhaseContext, PhaseReport
 
 
@@ -48,8 +49,48 @@ class WitnessPhase:
         return PhaseReport(actions=[f"witnessed {ctx.marquee.name}"])
 
 
+class FencedWriteWitness(WitnessPhase):
+    """Takes its time, then writes to the host through the fenced funnel: a line "<fence> <pid>"
+    appended to ``$PLAYGUARD_TEST_HOST_RECORD_DIR/<marquee>``, on the lab host.
+
+    The wait and the write run shielded from the phase's cancellation, as a write already on
+    its way would be: a replica frozen in the wait (SIGSTOP past its ttl) sends its write once it
+    wakes, whatever its engine decided meanwhile, so only the host can refuse it. Each write's
+    fate is witnessed as a ``write`` line (``accepted`` or ``refused`` with the host's fence).
+    """
+
+    async def __call__(self, ctx: PhaseContext) -> PhaseReport:
+        self._write(ctx, "enter")
+        status = "cancelled"
+        late = asyncio.ensure_future(self._wait_then_write(ctx))
+        try:
+            await asyncio.shield(late)
+            status = "ok"
+        except asyncio.CancelledError:
+            # Let the write already under way reach the host and be witnessed, then go.
+            await asyncio.wait([late], timeout=10)
+            raise
+        finally:
+            self._write(ctx, "exit", status=status)
+        return PhaseReport(actions=[f"wrote to {ctx.marquee.name}"])
+
+    async def _wait_then_write(self, ctx: PhaseContext) -> None:
+        await asyncio.sleep(float(os.environ.get("PLAYGUARD_TEST_PHASE_SECONDS", "0.2")))
+        session = await ctx.remote()
+        record = Path(os.environ["PLAYGUARD_TEST_HOST_RECORD_DIR"]) / ctx.marquee.name
+        argv = ["sh", "-c", 'echo "$2 $3" >> "$1"', "sh", str(record), str(ctx.lease.fence),
+                str(os.getpid())]  # fmt: skip
+        try:
+            await session.change("witness write", argv)
+        except FenceRefused as refused:
+            self._write(ctx, "write", outcome="refused", host_fence=refused.host_fence)
+            raise
+        self._write(ctx, "write", outcome="accepted")
+
+
 first = WitnessPhase("first")
 second = WitnessPhase("second")
+fenced_write = FencedWriteWitness("write")
 
 
 def read_witness(witness_dir: Path) -> list[dict[str, Any]]:

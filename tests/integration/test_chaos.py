@@ -1,0 +1,171 @@
+"""Three ``playguard run`` replicas on three real Marquees for over a minute of faults.
+
+Replicas are SIGKILLed and restarted, frozen past their ttl with SIGSTOP, and Redis is paused,
+restarted empty and FLUSHALLed under them. Every cycle writes to its Marquee through the fenced
+funnel (``tests.support.phases:fenced_write``), and each host keeps its own record of what ran
+there. Afterwards the hosts are the judges: on each, the fences of the writes that ran never went
+down, the guard's journal holds exactly those writes, no lock key is left, and every Marquee was
+written by a healthy cycle again once the faults ended.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from redis import Redis
+
+from playguard_async.lab import RedisServer, SshServer
+from tests.support.daemon import LOCK_KEYS, Daemon, DaemonRunner, ssh_marquee, witness_lines
+from tests.support.fencing import host_records, journal, stale_writes
+
+pytestmark = pytest.mark.integration
+
+MARQUEES = ("c1", "c2", "c3")
+REPLICAS = ("r1", "r2", "r3")
+TTL = 2.0
+TICK = 0.5
+PHASE_SECONDS = 0.2
+GRACE = 5.0
+RUN_FOR = 62.0
+CALM_FOR = 12.0
+"""The last seconds of the run have no faults: the fleet must have converged by their end."""
+
+
+class Chaos:
+    """The fleet and the faults done to it, on one time line (the monotonic clock)."""
+
+    def __init__(
+        self, daemons: DaemonRunner, redis_server: RedisServer, store: Redis, workdir: Path
+    ) -> None:
+        self.daemons = daemons
+        self.redis_server = redis_server
+        self.store = store
+        self.workdir = workdir
+        self.fleet: dict[str, Daemon] = {}
+        self.log: list[str] = []
+        self.started = time.monotonic()
+
+    def start(self, replica: str) -> None:
+        self.fleet[replica] = self.daemons.start(
+            replica, phase_seconds=PHASE_SECONDS, lock_ttl=TTL, redis_socket_timeout=0.5,
+            redis_connect_timeout=0.5, tick_interval=TICK, max_concurrent_cycles=3,
+            shutdown_grace=GRACE, phases=["tests.support.phases:fenced_write"],
+        )  # fmt: skip
+
+    def note(self, what: str) -> None:
+        self.log.append(f"{time.monotonic() - self.started:5.1f} s  {what}")
+
+    def kill(self, replica: str) -> None:
+        self.fleet[replica].send(signal.SIGKILL)
+        self.fleet[replica].wait(5)
+        self.note(f"SIGKILL {replica}")
+
+    def restart(self, replica: str) -> None:
+        self.start(replica)
+        self.note(f"restarted {replica}")
+
+    def freeze(self, replica: str) -> None:
+        self.fleet[replica].send(signal.SIGSTOP)
+        self.note(f"SIGSTOP {replica}")
+
+    def thaw(self, replica: str) -> None:
+        self.fleet[replica].send(signal.SIGCONT)
+        self.note(f"SIGCONT {replica}")
+
+    def pause_redis(self) -> None:
+        self.redis_server.pause()
+        self.note("Redis paused")
+
+    def resume_redis(self) -> None:
+        self.redis_server.resume()
+        self.note("Redis resumed")
+
+    def restart_redis(self) -> None:
+        self.redis_server.kill()
+        self.redis_server.start()
+        self.note("Redis killed and restarted empty")
+
+    def flushall(self) -> None:
+        self.store.flushall()
+        self.note("FLUSHALL")
+
+
+def schedule(chaos: Chaos) -> list[tuple[float, Callable[[], None]]]:
+    """(seconds from the start, fault): every kind twice or more, all before the calm."""
+    return [
+        (4.0, lambda: chaos.kill("r1")),
+        (6.0, lambda: chaos.restart("r1")),
+        (9.0, lambda: chaos.freeze("r2")),
+        (9.0 + TTL + 2.5, lambda: chaos.thaw("r2")),
+        (17.0, chaos.pause_redis),
+        (20.0, chaos.resume_redis),
+        (24.0, chaos.restart_redis),
+        (29.0, chaos.flushall),
+        (33.0, lambda: chaos.freeze("r3")),
+        (33.0 + TTL + 3.0, lambda: chaos.thaw("r3")),
+        (40.0, lambda: chaos.kill("r2")),
+        (41.0, chaos.flushall),
+        (42.5, lambda: chaos.restart("r2")),
+        (44.0, lambda: chaos.freeze("r1")),
+        (44.5, chaos.pause_redis),
+        (46.5, chaos.resume_redis),
+        (47.0 + TTL, lambda: chaos.thaw("r1")),
+    ]
+
+
+@pytest.mark.timeout(150)
+def test_hosts_never_accept_a_stale_write_through_kills_freezes_and_redis_faults(
+    daemons: DaemonRunner,
+    live_redis_server: RedisServer,
+    store: Redis,
+    ssh_server: SshServer,
+    tmp_path: Path,
+) -> None:
+    daemons.write_inventory(MARQUEES, lambda name: ssh_marquee(ssh_server, name, tmp_path / name))
+    chaos = Chaos(daemons, live_redis_server, store, tmp_path)
+    for replica in REPLICAS:
+        chaos.start(replica)
+    faults = schedule(chaos)
+    assert max(at for at, _ in faults) < RUN_FOR - CALM_FOR
+    for at, fault in faults:
+        time.sleep(max(0.0, chaos.started + at - time.monotonic()))
+        fault()
+    calm_from = time.monotonic()
+    time.sleep(max(0.0, chaos.started + RUN_FOR - time.monotonic()))
+
+    statuses = daemons.stop_all(list(chaos.fleet.values()), timeout=GRACE + 5)
+    assert statuses == {replica: 0 for replica in REPLICAS}
+    assert list(store.scan_iter(match=LOCK_KEYS)) == [], "a lock key outlived the fleet"
+
+    ran = host_records(daemons.host_record_dir)
+    assert stale_writes(daemons.host_record_dir) == []
+    for marquee in MARQUEES:
+        fences = [fence for name, fence, _ in ran if name == marquee]
+        accepted = [entry.fence for entry in journal(tmp_path / f"{marquee}-state")]
+        assert fences == sorted(fences), f"{marquee}: fences went down on the host"
+        assert accepted == fences, f"{marquee}: the journal and what ran disagree"
+
+    witnessed = witness_lines(daemons.witness_dir)
+    writes = [line for line in witnessed if line["event"] == "write"]
+    converged = {
+        line["marquee"]
+        for line in writes
+        if line["outcome"] == "accepted" and line["t"] > calm_from + TTL
+    }
+    assert converged == set(MARQUEES), "a Marquee was not written again after the faults"
+
+    outcomes = Counter(
+        line["outcome"] for daemon in daemons.started for line in daemon.events("cycle.finished")
+    )
+    raised = sum(len(daemon.events("fence.raised")) for daemon in daemons.started)
+    refused = Counter(line["marquee"] for line in writes if line["outcome"] == "refused")
+    print("\n" + "\n".join(chaos.log))
+    print(
+        f"writes that ran on the hosts: {len(ran)}; refused by the hosts: {sum(refused.values())} "
+        f"{dict(refused)}; fence counter lifted: {raised} times; cycle outcomes: {dict(outcomes)}"
+    )
