@@ -27,10 +27,18 @@ from playguard_async.aio import bounded
 from playguard_async.daemon import build_engine, redis_for, remote_options
 from playguard_async.engine import CycleResult, Engine, Outcome, PhaseListener, marquee_lock_name
 from playguard_async.inventory import Inventory, InventoryError, Marquee, YamlInventorySource
-from playguard_async.lock import LockState, ReleaseResult, TokenLock, inspect_lock, lock_key
+from playguard_async.lock import (
+    LockState,
+    ReleaseResult,
+    TokenLock,
+    fence_key,
+    inspect_lock,
+    lock_key,
+)
 from playguard_async.observe import CycleRecords
 from playguard_async.phase import UnknownPhase, resolve_phases
 from playguard_async.phases import BUILTIN_PHASES
+from playguard_async.remote import guard
 from playguard_async.remote.errors import AuthRefused, HostKeyMismatch, RemoteError
 from playguard_async.remote.ssh import RemoteOptions, open_session
 from playguard_async.settings import Settings, SettingsError, load_settings
@@ -126,6 +134,8 @@ class LastCycle:
     phase: str | None
     reason: str | None
     fence: int | None
+    host_fence: int | None
+    """The highest fence the Marquee itself was seen to hold in that cycle (None: no write)."""
     finished_at: float
     duration: float
     actions: int
@@ -143,6 +153,7 @@ class LastCycle:
             phase=record.get("phase"),
             reason=record.get("reason"),
             fence=record.get("fence"),
+            host_fence=record.get("host_fence"),
             finished_at=float(record["finished_at"]),
             duration=float(record["duration"]),
             actions=sum(len(taken) for taken in (record.get("actions") or {}).values()),
@@ -380,6 +391,10 @@ async def check(config: Path | None, *, timeout: float) -> list[CheckRow]:
                 return await _check_marquee(marquee, options, timeout)
 
         marquee_rows = await asyncio.gather(*map(bounded_check, inventory.marquees))
+        marquee_rows = [
+            await _compare_fences(fleet, marquee, row)
+            for marquee, row in zip(inventory.marquees, marquee_rows, strict=True)
+        ]
         return [*rows, await redis_row, *marquee_rows]
 
 
@@ -406,9 +421,36 @@ async def _check_redis(fleet: Fleet) -> CheckRow:
     return CheckRow("redis", True, detail)
 
 
+@dataclass(frozen=True)
+class MarqueeCheck(CheckRow):
+    host_fence: int | None = None
+    """The highest fence the host accepted (None: none yet, or not read)."""
+
+
+async def _compare_fences(fleet: Fleet, marquee: Marquee, row: CheckRow) -> CheckRow:
+    """The host's fence beside Redis's counter: a host ahead of Redis refuses every lease until
+    a cycle lifts the counter (after a FLUSHALL, a new Redis or a failover)."""
+    if not isinstance(row, MarqueeCheck) or not row.ok:
+        return row
+    try:
+        raw = await bounded(
+            fleet.settings.redis_socket_timeout,
+            fleet.redis.get(fence_key(marquee_lock_name(marquee.name))),
+        )
+    except Exception:  # the Redis row says why; the Marquee's own verdict stands
+        return row
+    counter = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw or 0)
+    host = "none yet" if row.host_fence is None else str(row.host_fence)
+    note = f"; fence: host {host}, Redis {counter}"
+    if row.host_fence is not None and counter.isdigit() and row.host_fence > int(counter):
+        note += " (Redis is behind the host: the next cycle there is refused and lifts it)"
+    return dataclasses.replace(row, detail=row.detail + note)
+
+
 async def _check_marquee(marquee: Marquee, options: RemoteOptions, timeout: float) -> CheckRow:
     """Open the session a cycle would open, in dry-run so that no write is possible, and ask the
-    Docker API and compose for their versions through it."""
+    Docker API and compose for their versions through it; check the host has what fenced writes
+    need, and read the highest fence it accepted."""
     subject = f"marquee {marquee.name}"
     step = "ssh"
     try:
@@ -422,6 +464,12 @@ async def _check_marquee(marquee: Marquee, options: RemoteOptions, timeout: floa
             version = await session.api(session.docker.version())
             step = "compose"
             compose = await session.run([*options.compose_command, "version"])
+            step = "host tools"
+            missing = (await session.run(["sh", "-c", _MISSING_TOOLS, "sh", *_HOST_TOOLS])).stdout
+            if missing.split():
+                return CheckRow(subject, False, f"host tools: missing {', '.join(missing.split())}")
+            step = "fence"
+            recorded = (await session.run(guard.read_fence(marquee))).stdout.split()
     except HostKeyMismatch as exc:
         return CheckRow(subject, False, f"host key: {exc}")
     except AuthRefused as exc:
@@ -431,9 +479,19 @@ async def _check_marquee(marquee: Marquee, options: RemoteOptions, timeout: floa
     except TimeoutError:
         return CheckRow(subject, False, f"{step}: no answer within {timeout:g} s")
     compose_version = (compose.stdout.strip().splitlines() or ["(no output)"])[0]
-    return CheckRow(
+    if recorded and not recorded[0].isdigit():
+        return CheckRow(
+            subject, False, f"fence: the host's fence file is corrupt ({recorded[0]!r})"
+        )
+    return MarqueeCheck(
         subject,
         True,
         f"{marquee.user}@{marquee.host}:{marquee.port}: host key {fingerprint}; "
         f"Docker {version['Version']} (API {version['ApiVersion']}); {compose_version}",
+        host_fence=int(recorded[0]) if recorded else None,
     )
+
+
+# What fenced writes run on a host besides compose: the docker client, flock and GNU timeout.
+_HOST_TOOLS = ("docker", "flock", "timeout")
+_MISSING_TOOLS = 'for tool in "$@"; do command -v "$tool" >/dev/null 2>&1 || echo "$tool"; done'

@@ -424,3 +424,32 @@ def test_version_help_on_every_command_and_bad_usage(playguard: Playguard) -> No
         else:
             assert "Usage: playguard" in stderr, stderr
             assert "Traceback" not in stderr
+
+
+def test_cycle_records_the_hosts_fence_and_check_shows_it_beside_redis(
+    playguard: Playguard, lab: LabWorld, store: SyncRedis
+) -> None:
+    done = playguard("cycle", "edge-1")
+    assert done.returncode == 0, done.stdout + done.stderr
+    [edge] = json.loads(playguard("status", "--json").stdout)["marquees"]
+    assert edge["last"]["fence"] == edge["last"]["host_fence"] == 1, "the first cycle wrote"
+
+    checked = playguard("check")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "fence: host 1, Redis 1" in checked.stdout
+
+    store.set(fence_key(marquee_lock_name("edge-1")), 0)  # as after a FLUSHALL and one lease
+    workdir = Path(lab.data["marquees"][0]["workdir"])
+    [override] = workdir.glob("playgrounds/*/override.yaml")
+    override.write_text("# edited by hand: the next cycle has a write to make\n")
+    behind = playguard("check")
+    assert "fence: host 1, Redis 0 (Redis is behind the host" in behind.stdout
+    second = playguard("cycle", "edge-1")
+    assert second.returncode == EXIT_NOT_OK, second.stdout + second.stderr
+    assert "lock_lost" in second.stdout
+    [edge] = json.loads(playguard("status", "--json").stdout)["marquees"]
+    assert (edge["last"]["outcome"], edge["last"]["reason"]) == ("lock_lost", "fenced")
+    assert (edge["last"]["fence"], edge["last"]["host_fence"]) == (1, 1)
+    assert override.read_text().startswith("# edited by hand"), "the refused write did not run"
+    assert playguard("cycle", "edge-1").returncode == 0, "the counter was lifted: it healed"
+    assert not override.read_text().startswith("# edited by hand")
