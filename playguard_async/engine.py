@@ -29,6 +29,7 @@ from redis.asyncio import Redis
 
 from playguard_async.aio import bounded, detached, wait_or_stop
 from playguard_async.inventory import DesiredState, Inventory, InventoryError, Marquee
+from playguard_async.keys import RESUME_KEY, marquee_lock_name
 from playguard_async.lock import (
     Lease,
     LockLost,
@@ -42,15 +43,8 @@ from playguard_async.settings import Settings
 
 log = structlog.get_logger("playguard.engine")
 
-RESUME_KEY = "playguard:resume"
-"""Sorted set of Marquees whose cycle a shutdown interrupted; score: when (Unix seconds)."""
-
 SessionOpener = Callable[[Marquee], AbstractAsyncContextManager[Any]]
 """Opens the remote session of one cycle; entered on a phase's first ``ctx.remote()`` call."""
-
-
-def marquee_lock_name(marquee: str) -> str:
-    return f"marquee:{marquee}"
 
 
 class Outcome(enum.Enum):

@@ -25,9 +25,10 @@ from redis.exceptions import RedisError
 
 from playguard_async.aio import bounded
 from playguard_async.daemon import build_engine, redis_for, remote_options
-from playguard_async.engine import CycleResult, Engine, Outcome, PhaseListener, marquee_lock_name
+from playguard_async.engine import CycleResult, Engine, Outcome, PhaseListener
 from playguard_async.inventory import Inventory, InventoryError, Marquee, YamlInventorySource
-from playguard_async.lock import LockState, ReleaseResult, TokenLock, inspect_lock, lock_key
+from playguard_async.keys import lock_key, marquee_lock_name
+from playguard_async.lock import LockState, ReleaseResult, TokenLock, inspect_lock
 from playguard_async.observe import CycleRecords
 from playguard_async.phase import UnknownPhase, resolve_phases
 from playguard_async.phases import BUILTIN_PHASES

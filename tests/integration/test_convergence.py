@@ -20,10 +20,10 @@ import aiodocker
 import pytest
 from redis.asyncio import Redis
 
-from playguard_async.engine import CycleResult, Engine, Outcome, marquee_lock_name
+from playguard_async.engine import CycleResult, Engine, Outcome
 from playguard_async.inventory import InventoryError, YamlInventorySource
+from playguard_async.keys import marquee_lock_key
 from playguard_async.lab import DockerDaemon, GitOrigin, SshServer
-from playguard_async.lock import lock_key
 from playguard_async.observe import CycleRecords
 from playguard_async.phase import Phase, PhaseContext, resolve_phases
 from playguard_async.phases import BUILTIN_PHASES
@@ -249,7 +249,7 @@ async def test_sshd_stopped_mid_cycle_fails_that_cycle_and_releases(
         ssh_server.restart()
     assert (result.outcome, result.phase) == (Outcome.PHASE_FAILED, "sync_git")
     assert "HostUnreachable" in str(result.reason)
-    assert await redis.exists(lock_key(marquee_lock_name("edge-1"))) == 0
+    assert await redis.exists(marquee_lock_key("edge-1")) == 0
     assert (await Cycles(redis, world).run()).outcome is Outcome.OK
 
 

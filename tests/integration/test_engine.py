@@ -13,10 +13,11 @@ import pytest
 from redis.asyncio import Redis
 from structlog.testing import capture_logs
 
-from playguard_async.engine import RESUME_KEY, CycleResult, Engine, Outcome, marquee_lock_name
+from playguard_async.engine import CycleResult, Engine, Outcome
 from playguard_async.inventory import Inventory, InventoryError, Marquee
+from playguard_async.keys import RESUME_KEY, marquee_lock_key, marquee_lock_name
 from playguard_async.lab import RedisServer
-from playguard_async.lock import Lease, TokenLock, lock_key
+from playguard_async.lock import Lease, TokenLock
 from playguard_async.phase import PhaseContext, PhaseReport
 from playguard_async.settings import Settings, load_settings
 from tests.support.state import StaticState
@@ -95,7 +96,7 @@ async def test_full_cycle_runs_every_phase_and_releases(redis: Redis) -> None:
     assert result.fence == 1
     assert set(result.durations) == {"first", "second"}
     assert result.actions == {"first": ["first on m1"], "second": ["second on m1"]}
-    assert await redis.exists(lock_key(marquee_lock_name("m1"))) == 0
+    assert await redis.exists(marquee_lock_key("m1")) == 0
 
 
 async def test_loser_returns_at_once_and_logs_locked(redis: Redis) -> None:
@@ -107,18 +108,18 @@ async def test_loser_returns_at_once_and_logs_locked(redis: Redis) -> None:
     assert result.outcome is Outcome.LOCKED
     assert phase.entered == []
     assert any(line["event"] == "marquee.locked" for line in logs)
-    assert await redis.get(lock_key(marquee_lock_name("m1"))) == holder.record.encode()
+    assert await redis.get(marquee_lock_key("m1")) == holder.record.encode()
 
 
 async def test_stolen_token_mid_cycle_runs_no_further_phase(redis: Redis) -> None:
     async def steal(ctx: PhaseContext) -> None:
-        await redis.set(lock_key(marquee_lock_name("m1")), "intruder")
+        await redis.set(marquee_lock_key("m1"), "intruder")
 
     second = ScriptedPhase("second")
     result = await Harness(redis, ScriptedPhase("first", steal), second).cycle()
     assert (result.outcome, result.reason, result.phase) == (Outcome.LOCK_LOST, "stolen", "first")
     assert second.entered == []
-    assert await redis.get(lock_key(marquee_lock_name("m1"))) == b"intruder"
+    assert await redis.get(marquee_lock_key("m1")) == b"intruder"
 
 
 async def test_redis_paused_mid_cycle_runs_no_further_phase(
@@ -185,7 +186,7 @@ async def test_phase_hanging_past_the_lease_is_cancelled_at_the_deadline(redis: 
     assert cancelled.is_set()
     assert elapsed < 1.0, f"the phase outlived its 1 s lease: {elapsed:.2f}s"
     assert second.entered == []
-    assert await redis.exists(lock_key(marquee_lock_name("m1"))) == 0
+    assert await redis.exists(marquee_lock_key("m1")) == 0
 
 
 async def test_failing_phase_ends_the_cycle_with_its_traceback(redis: Redis) -> None:
@@ -201,7 +202,7 @@ async def test_failing_phase_ends_the_cycle_with_its_traceback(redis: Redis) -> 
     failed = [line for line in logs if line["event"] == "phase.failed"]
     assert failed
     assert failed[0]["exc_info"] is True
-    assert await redis.exists(lock_key(marquee_lock_name("m1"))) == 0
+    assert await redis.exists(marquee_lock_key("m1")) == 0
 
 
 async def test_phase_listeners_hear_each_phase_as_it_ends_and_cannot_break_the_cycle(
@@ -240,7 +241,7 @@ async def test_concurrency_limit_holds_and_slots_come_before_locks(redis: Redis)
         nonlocal in_flight, peak_in_flight, peak_locks
         in_flight += 1
         peak_in_flight = max(peak_in_flight, in_flight)
-        locks = [key async for key in redis.scan_iter(match="playguard:{marquee:*}:lock")]
+        locks = [key async for key in redis.scan_iter(match=marquee_lock_key("*"))]
         peak_locks = max(peak_locks, len(locks))
         await asyncio.sleep(0.1)
         in_flight -= 1
@@ -285,7 +286,7 @@ async def test_stop_request_ends_the_cycle_at_the_next_phase_boundary(redis: Red
     assert first.finished == ["m1"], "the running phase finishes"
     assert second.entered == [], "no new phase starts"
     assert await redis.zrange(RESUME_KEY, 0, -1) == [b"m1"]
-    assert await redis.exists(lock_key(marquee_lock_name("m1"))) == 0
+    assert await redis.exists(marquee_lock_key("m1")) == 0
 
 
 async def test_second_stop_request_cancels_at_once(redis: Redis) -> None:
@@ -307,7 +308,7 @@ async def test_second_stop_request_cancels_at_once(redis: Redis) -> None:
         await task
     assert harness.results[0].outcome is Outcome.INTERRUPTED
     assert await redis.zrange(RESUME_KEY, 0, -1) == [b"m1"]
-    assert await redis.exists(lock_key(marquee_lock_name("m1"))) == 0
+    assert await redis.exists(marquee_lock_key("m1")) == 0
 
 
 async def test_run_drains_then_cancels_after_the_grace(redis: Redis) -> None:
@@ -325,7 +326,7 @@ async def test_run_drains_then_cancels_after_the_grace(redis: Redis) -> None:
     await runner
     assert time.monotonic() - started < 2.0
     assert harness.results[0].outcome is Outcome.INTERRUPTED
-    assert await redis.exists(lock_key(marquee_lock_name("m1"))) == 0
+    assert await redis.exists(marquee_lock_key("m1")) == 0
 
 
 async def test_interrupted_marquees_run_first_and_their_record_clears(redis: Redis) -> None:
@@ -355,7 +356,7 @@ async def test_remote_session_opens_on_first_use_and_closes_before_release(redis
 
     @contextlib.asynccontextmanager
     async def opener(marquee: Marquee) -> AsyncIterator[str]:
-        held = await redis.exists(lock_key(marquee_lock_name(marquee.name)))
+        held = await redis.exists(marquee_lock_key(marquee.name))
         events.append(f"open {marquee.name} while locked={held}")
         yield "session"
         events.append("close")

@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from playguard_async.engine import Engine, Outcome, marquee_lock_name
-from playguard_async.lock import LossReason, ReleaseResult, lock_key
+from playguard_async.engine import Engine, Outcome
+from playguard_async.keys import marquee_lock_key
+from playguard_async.lock import LossReason, ReleaseResult
 from playguard_async.phase import PhaseContext
 from tests.integration.test_engine import ScriptedPhase, inventory_of, settings_for
 from tests.support.state import StaticState
@@ -72,7 +73,7 @@ async def test_every_renewal_is_heard_with_its_headroom_then_the_release(redis: 
 
 async def test_a_stolen_lease_is_heard_as_lost_and_its_release_as_stolen(redis: Redis) -> None:
     async def steal(ctx: PhaseContext) -> None:
-        await redis.set(lock_key(marquee_lock_name("m1")), "intruder")
+        await redis.set(marquee_lock_key("m1"), "intruder")
 
     engine, recorder = observed_engine(redis, ScriptedPhase("first", steal))
     assert await run_cycle(engine) is Outcome.LOCK_LOST
@@ -96,7 +97,7 @@ async def test_a_cancelled_cycles_release_is_still_heard(redis: Redis) -> None:
             break
         await asyncio.sleep(0.01)
     assert recorder.heard == [("released", ReleaseResult.RELEASED)]
-    assert await redis.exists(lock_key(marquee_lock_name("m1"))) == 0
+    assert await redis.exists(marquee_lock_key("m1")) == 0
 
 
 async def test_each_tick_is_heard_with_how_late_it_started(redis: Redis) -> None:

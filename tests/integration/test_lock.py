@@ -8,6 +8,7 @@ import time
 import pytest
 from redis.asyncio import Redis
 
+from playguard_async.keys import fence_key, lock_key
 from playguard_async.lab import RedisServer
 from playguard_async.lock import (
     Holder,
@@ -15,9 +16,7 @@ from playguard_async.lock import (
     LockUnavailable,
     ReleaseResult,
     TokenLock,
-    fence_key,
     inspect_lock,
-    lock_key,
     once,
 )
 

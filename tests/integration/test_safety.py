@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 from redis import Redis
 
+from playguard_async.keys import marquee_lock_key
 from tests.support.daemon import (
-    LOCK_KEYS,
     Daemon,
     DaemonRunner,
     Interval,
@@ -92,7 +92,7 @@ def taken_over(witness_dir: Path, victim: Daemon, marquee: str, after: float) ->
 def assert_clean_stop(daemons: DaemonRunner, fleet: list[Daemon], store: Redis) -> None:
     statuses = daemons.stop_all(fleet, timeout=GRACE + 5)
     assert statuses == {daemon.replica: 0 for daemon in fleet}
-    assert list(store.scan_iter(match=LOCK_KEYS)) == []
+    assert list(store.scan_iter(match=marquee_lock_key("*"))) == []
 
 
 def outcomes(fleet: list[Daemon]) -> Counter[str]:

@@ -26,7 +26,6 @@ from typing import Any, TypeVar
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PLAYGUARD = Path(sys.executable).with_name("playguard")
 WITNESS_PHASES = ("tests.support.phases:first", "tests.support.phases:second")
-LOCK_KEYS = "playguard:{marquee:*}:lock"
 
 _T = TypeVar("_T")
 _PROXY_VARIABLES = {"http_proxy", "https_proxy", "all_proxy", "no_proxy"}
