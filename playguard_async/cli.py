@@ -351,7 +351,12 @@ def lab(marquees: int, workdir: Path | None, duration: float | None, tick: float
     Redis, one sshd + dockerd per Marquee, a registry with auth and a git origin; everything
     is stopped on exit. Needs root and the Debian packages that scripts/install.sh installs.
     """
-    from playguard_async.lab import Lab, write_demo_config  # noqa: PLC0415 - a tool, not the daemon
+    try:
+        from playguard_async.lab import Lab, write_demo_config  # noqa: PLC0415 - not the daemon's
+    except ModuleNotFoundError as missing:
+        if missing.name != "playguard_async.lab":
+            raise
+        _fail("the lab is not part of this installation (the container image leaves it out)", 1)
 
     with contextlib.ExitStack() as stack:
         root = workdir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="pg-lab-")))

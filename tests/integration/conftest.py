@@ -18,7 +18,7 @@ from redis import Redis as SyncRedis
 from redis.asyncio import Redis
 
 from playguard_async.inventory import Inventory, Marquee
-from playguard_async.lab import DockerDaemon, GitOrigin, RedisServer, Registry, SshServer
+from playguard_async.lab import DockerDaemon, GitOrigin, RedisServer, RegistryServer, SshServer
 from playguard_async.lock import TokenLock
 from playguard_async.phase import Phase, PhaseContext, PhaseReport
 from playguard_async.remote.docker import MANAGED
@@ -66,7 +66,7 @@ class LabWorld:
 def lab_world(
     ssh_server: SshServer,
     docker_daemon: DockerDaemon,
-    registry: Registry,
+    registry: RegistryServer,
     git_origin: GitOrigin,
     busybox_image: str,
     tmp_path: Path,

@@ -12,7 +12,7 @@ from typing import Any
 import aiodocker
 import pytest
 
-from playguard_async.lab import DockerDaemon, LabCommandFailed, Registry, push_image
+from playguard_async.lab import DockerDaemon, LabCommandFailed, RegistryServer, push_image
 from playguard_async.phase import PartialFailure
 from playguard_async.phases.process_agent_chats import process_agent_chats
 from playguard_async.remote.docker import our_labels
@@ -166,7 +166,7 @@ async def test_chat_image_the_host_lacks_is_pulled_with_the_playspecs_credential
     run_phase: PhaseRunner,
     lab_docker: aiodocker.Docker,
     docker_daemon: DockerDaemon,
-    registry: Registry,
+    registry: RegistryServer,
     busybox_image: str,
 ) -> None:
     repository = f"playguard/chat-{uuid.uuid4().hex[:12]}:1"

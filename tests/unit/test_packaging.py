@@ -80,9 +80,9 @@ def test_healthcheck_uses_the_images_python_on_the_http_address_it_sets() -> Non
     assert "PLAYGUARD_HTTP_ADDRESS=0.0.0.0:9464" in instruction("ENV")
 
 
-def test_build_context_leaves_out_the_virtualenv_and_tests() -> None:
+def test_build_context_leaves_out_the_virtualenv_tests_and_lab() -> None:
     ignored = (REPO_ROOT / ".dockerignore").read_text().split()
-    assert {".venv", ".git", "tests"} <= set(ignored)
+    assert {".venv", ".git", "tests", "playguard_async/lab"} <= set(ignored)
 
 
 def test_dependencies_are_declared_and_pinned() -> None:
