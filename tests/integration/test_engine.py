@@ -13,11 +13,11 @@ import pytest
 from redis.asyncio import Redis
 from structlog.testing import capture_logs
 
-from playguard_async.engine import CycleResult, Engine, Outcome
+from playguard_async.engine import CycleCancelled, CycleResult, Engine, Outcome
 from playguard_async.inventory import Inventory, InventoryError, Marquee
 from playguard_async.keys import RESUME_KEY, marquee_lock_key, marquee_lock_name
 from playguard_async.lab import RedisServer
-from playguard_async.lock import Lease, TokenLock
+from playguard_async.lock import Lease, LossReason, ReleaseResult, TokenLock
 from playguard_async.phase import PhaseContext, PhaseReport
 from playguard_async.settings import Settings, load_settings
 from tests.support.state import StaticState
@@ -309,6 +309,55 @@ async def test_second_stop_request_cancels_at_once(redis: Redis) -> None:
     assert harness.results[0].outcome is Outcome.INTERRUPTED
     assert await redis.zrange(RESUME_KEY, 0, -1) == [b"m1"]
     assert await redis.exists(marquee_lock_key("m1")) == 0
+
+
+async def test_run_one_is_cancelled_by_a_second_stop_request(redis: Redis) -> None:
+    harness: Harness
+    stopped_once = asyncio.Event()
+
+    async def stop_then_hang(ctx: PhaseContext) -> None:
+        harness.engine.request_stop()
+        stopped_once.set()
+        await asyncio.Event().wait()
+
+    harness = Harness(redis, ScriptedPhase("first", stop_then_hang), ScriptedPhase("second"))
+    inventory = await harness.engine.load_inventory()
+    one = asyncio.create_task(harness.engine.run_one(inventory.marquee("m1"), inventory))
+    await stopped_once.wait()
+    assert list(harness.engine.cycles) == ["m1"], "request_stop reaches it like a tick's cycle"
+    harness.engine.request_stop()
+    with pytest.raises(CycleCancelled, match="cycle of m1 cancelled in the middle of a phase"):
+        await one
+    assert harness.results[0].outcome is Outcome.INTERRUPTED
+    assert await redis.zrange(RESUME_KEY, 0, -1) == [b"m1"]
+    assert await redis.exists(marquee_lock_key("m1")) == 0
+
+
+async def test_a_cycle_that_raises_is_logged_when_it_fails_not_at_drain(redis: Redis) -> None:
+    class BrokenObserver:
+        def tick_started(self, lag: float) -> None:
+            pass
+
+        def lease_renewing(self, headroom: float) -> None:
+            pass
+
+        def lease_lost(self, reason: LossReason) -> None:
+            pass
+
+        def lease_released(self, result: ReleaseResult) -> None:
+            raise RuntimeError("observer bug")
+
+    harness = Harness(redis, ScriptedPhase("first"))
+    harness.engine.observer = BrokenObserver()
+    with capture_logs() as logs:
+        [task] = await harness.engine.tick()
+        await asyncio.wait([task])
+        crashed = [line for line in logs if line["event"] == "cycle.crashed"]
+    assert task.exception() is not None
+    assert [(line["marquee"], line["error"]) for line in crashed] == [
+        ("m1", "RuntimeError('observer bug')")
+    ]
+    assert harness.engine.cycles == {}
 
 
 async def test_run_drains_then_cancels_after_the_grace(redis: Redis) -> None:
