@@ -401,7 +401,7 @@ def test_second_interrupt_cancels_the_running_phase(playguard: Playguard, store:
 
 def test_version_help_on_every_command_and_bad_usage(playguard: Playguard) -> None:
     commands = ("run", "cycle", "status", "locks", "unlock", "check", "lab")
-    invocations = {
+    invocations: dict[tuple[str, ...], int] = {
         ("--version",): 0,
         **{(command, "--help"): 0 for command in commands},
         ("cycle",): 2,

@@ -44,7 +44,7 @@ async def test_200_concurrent_acquirers_have_exactly_one_winner(redis: Redis) ->
     winners = [lease for lease in leases if lease is not None]
     assert len(winners) == 1
     assert winners[0].fence == 1
-    assert int(await redis.get(fence_key("marquee:edge-1"))) == 1
+    assert await redis.get(fence_key("marquee:edge-1")) == b"1"
 
 
 async def test_fences_strictly_increase_over_release_and_expiry(redis: Redis) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from redis.asyncio import Redis
 from redis.crc import key_slot
@@ -38,7 +40,7 @@ def test_holder_record_round_trips_exactly() -> None:
         ({"drift_factor": 0.6}, "drift_factor"),
     ],
 )
-def test_bad_lock_arguments_name_the_field_and_value(kwargs: dict[str, float], field: str) -> None:
+def test_bad_lock_arguments_name_the_field_and_value(kwargs: dict[str, Any], field: str) -> None:
     with pytest.raises(ValueError, match=field):
         TokenLock(Redis(), "edge-1", **kwargs)
 
