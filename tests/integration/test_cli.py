@@ -35,9 +35,9 @@ from playguard_async.lab import GitOrigin, RedisServer, SshServer
 from playguard_async.lock import Lease, TokenLock
 from playguard_async.redis_client import connect_redis
 from playguard_async.settings import DEFAULT_PHASES
-from tests.integration.conftest import LabWorld
 from tests.support.daemon import PLAYGUARD, DaemonRunner, marquee_entry, wait_for, witness_lines
 from tests.support.playgrounds import checkout_of, use_own_branch
+from tests.support.world import LabWorld
 
 pytestmark = pytest.mark.integration
 

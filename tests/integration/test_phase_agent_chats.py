@@ -16,7 +16,7 @@ from playguard_async.lab import DockerDaemon, LabCommandFailed, RegistryServer, 
 from playguard_async.phase import PartialFailure
 from playguard_async.phases.process_agent_chats import process_agent_chats
 from playguard_async.remote.docker import our_labels
-from tests.integration.conftest import LAB_OPTIONS, LabWorld, PhaseRunner
+from tests.support.world import LAB_OPTIONS, LabWorld, PhaseRunner
 
 pytestmark = pytest.mark.integration
 

@@ -15,8 +15,8 @@ from structlog.testing import capture_logs
 from playguard_async.lab import RegistryServer
 from playguard_async.phase import PartialFailure
 from playguard_async.phases.refresh_credentials import refresh_credentials
-from tests.integration.conftest import LabWorld, PhaseRunner
 from tests.support.phase_checks import everything_said, write_wrong_password
+from tests.support.world import LabWorld, PhaseRunner
 
 pytestmark = pytest.mark.integration
 
