@@ -192,15 +192,16 @@ async def test_concurrency_limit_holds_and_slots_come_before_locks(redis: Redis)
 
 
 async def test_a_marquee_already_in_a_cycle_is_not_started_twice(redis: Redis) -> None:
-    gate = asyncio.Event()
+    gate, entered = asyncio.Event(), asyncio.Event()
 
     async def wait(ctx: PhaseContext) -> None:
+        entered.set()
         await gate.wait()
 
     phase = ScriptedPhase("first", wait)
     harness = EngineHarness(redis, phase)
     first_tick = await harness.engine.tick()
-    await asyncio.sleep(0.05)
+    await entered.wait()
     second_tick = await harness.engine.tick()
     gate.set()
     await asyncio.gather(*first_tick)
@@ -238,8 +239,8 @@ async def test_second_stop_request_cancels_at_once(redis: Redis) -> None:
     [task] = await harness.engine.tick()
     await entered.wait()
     harness.engine.request_stop()
-    await asyncio.sleep(0.05)
-    assert not task.done(), "the first request lets the phase run on"
+    await harness.engine.stopping.wait()
+    assert (task.done(), task.cancelling()) == (False, 0), "the first request lets the phase run on"
     harness.engine.request_stop()
     with pytest.raises(asyncio.CancelledError):
         await task
