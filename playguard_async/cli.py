@@ -22,7 +22,7 @@ from rich.table import Table
 from rich.text import Text
 
 from playguard_async import __version__, daemon, operate
-from playguard_async.engine import CycleResult, Outcome
+from playguard_async.engine import CycleCancelled, CycleResult, Outcome
 from playguard_async.inventory import InventoryError
 from playguard_async.lock import LockState, ReleaseResult
 from playguard_async.observe import configure_logging
@@ -49,7 +49,13 @@ JSON_OPTION = click.option(
     "--json", "as_json", is_flag=True, help="Print JSON with stable keys, for scripts."
 )
 
-_ONE_LINE_ERRORS = (SettingsError, InventoryError, UnknownPhase, operate.OperateError)
+_ONE_LINE_ERRORS = (
+    SettingsError,
+    InventoryError,
+    UnknownPhase,
+    operate.OperateError,
+    CycleCancelled,
+)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -74,7 +80,7 @@ def _readable_errors(ctx: click.Context) -> Iterator[None]:
     except _ONE_LINE_ERRORS as exc:
         if ctx.obj["debug"]:
             raise
-        _fail(str(exc), EXIT_NOT_OK if isinstance(exc, operate.CycleCancelled) else 1)
+        _fail(str(exc), EXIT_NOT_OK if isinstance(exc, CycleCancelled) else 1)
 
 
 def _fail(message: str, exit_code: int) -> NoReturn:
@@ -351,7 +357,12 @@ def lab(marquees: int, workdir: Path | None, duration: float | None, tick: float
     Redis, one sshd + dockerd per Marquee, a registry with auth and a git origin; everything
     is stopped on exit. Needs root and the Debian packages that scripts/install.sh installs.
     """
-    from playguard_async.lab import Lab, write_demo_config  # noqa: PLC0415 - a tool, not the daemon
+    try:
+        from playguard_async.lab import Lab, write_demo_config  # noqa: PLC0415 - not the daemon's
+    except ModuleNotFoundError as missing:
+        if missing.name != "playguard_async.lab":
+            raise
+        _fail("the lab is not part of this installation (the container image leaves it out)", 1)
 
     with contextlib.ExitStack() as stack:
         root = workdir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="pg-lab-")))

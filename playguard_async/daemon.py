@@ -1,5 +1,6 @@
-"""Wiring of one replica's life: settings to Redis, desired state, phases and engine; signals; loop;
-and around the engine what operators watch: metrics, the HTTP endpoints, systemd's notifications.
+"""One replica's life: the engine ``wiring`` builds, run on the event loop the settings choose,
+stopped by SIGTERM or SIGINT, and around it what operators watch: metrics, the HTTP endpoints,
+systemd's notifications.
 
 arq's habit: signal handlers only set a flag (``Engine.request_stop``) and work drains on its own;
 a second signal cancels at once. The same code runs under systemd, as PID 1 in a container and in a
@@ -11,101 +12,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import signal
-from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import AbstractAsyncContextManager
-
-import structlog
-from redis.asyncio import Redis
+from collections.abc import AsyncIterator, Callable
 
 from playguard_async.aio import background
 from playguard_async.endpoints import application, serving
-from playguard_async.engine import (
-    CycleListener,
-    CycleResult,
-    Engine,
-    EngineObserver,
-    Outcome,
-    SessionOpener,
-)
-from playguard_async.inventory import Marquee, YamlInventorySource
-from playguard_async.lock import Lease
+from playguard_async.engine import CycleResult, Engine, Outcome
 from playguard_async.metrics import Metrics
-from playguard_async.observe import CycleRecords, Liveness
-from playguard_async.phase import resolve_phases
-from playguard_async.phases import BUILTIN_PHASES
-from playguard_async.redis_client import connect_redis, redis_answers
-from playguard_async.remote.ssh import RemoteOptions, RemoteSession, open_session
+from playguard_async.observe import Liveness
+from playguard_async.redis_client import redis_answers
 from playguard_async.settings import Settings
 from playguard_async.systemd import Notifier, report_to_systemd, watchdog_interval
-
-log = structlog.get_logger("playguard.daemon")
-
-
-def session_opener(settings: Settings) -> SessionOpener:
-    """Opens a cycle's remote session under its lease, as the settings say."""
-    options = remote_options(settings)
-
-    def opener(marquee: Marquee, lease: Lease) -> AbstractAsyncContextManager[RemoteSession]:
-        return open_session(marquee, options, lease=lease, dry_run=settings.dry_run)
-
-    return opener
-
-
-def remote_options(settings: Settings) -> RemoteOptions:
-    return RemoteOptions(
-        connect_timeout=settings.ssh_connect_timeout,
-        keepalive_interval=settings.ssh_keepalive_interval,
-        command_timeout=settings.remote_command_timeout,
-        output_limit=settings.remote_output_limit,
-        docker_timeout=settings.docker_api_timeout,
-        compose_command=settings.compose_command,
-        stuck_after=settings.stuck_after,
-        orphan_grace=settings.orphan_grace,
-        agent_chat_network=settings.agent_chat_network,
-    )
-
-
-def redis_for(settings: Settings) -> Redis:
-    return connect_redis(
-        settings.redis_url,
-        socket_timeout=settings.redis_socket_timeout,
-        connect_timeout=settings.redis_connect_timeout,
-        max_connections=settings.redis_max_connections,
-        password=settings.redis_password.get_secret_value() if settings.redis_password else None,
-    )
-
-
-def build_engine(
-    settings: Settings,
-    *,
-    listeners: Sequence[CycleListener] = (),
-    observer: EngineObserver | None = None,
-) -> Engine:
-    """An engine for ``settings``; raises on an unknown phase before anything connects.
-
-    Finished cycles are recorded in Redis, then told to ``listeners``.
-    """
-    phases = resolve_phases(settings.phases, BUILTIN_PHASES)
-    redis = redis_for(settings)
-    records = CycleRecords(
-        redis, history_length=settings.history_length, timeout=settings.redis_socket_timeout
-    )
-
-    async def record(result: CycleResult) -> None:
-        # A cycle that found the Marquee locked did nothing there; the holder's record stands.
-        if result.outcome is not Outcome.LOCKED:
-            await records.record(result.marquee, result.to_record())
-
-    return Engine(
-        settings,
-        YamlInventorySource(settings.inventory),
-        redis,
-        phases,
-        open_session=session_opener(settings),
-        listeners=[record, *listeners],
-        observer=observer,
-    )
+from playguard_async.wiring import build_engine, stopping_on_signals
 
 
 async def serve(settings: Settings, *, stop_after: float | None = None) -> None:
@@ -117,17 +34,13 @@ async def serve(settings: Settings, *, stop_after: float | None = None) -> None:
 
     engine = build_engine(settings, listeners=[count], observer=metrics)
     metrics.count_in_flight(lambda: len(engine.cycles))
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, _on_signal(engine, signum))
     if stop_after is not None:
-        loop.call_later(stop_after, engine.request_stop)
+        asyncio.get_running_loop().call_later(stop_after, engine.request_stop)
     try:
-        async with watched(engine, metrics):
-            await engine.run()
+        with stopping_on_signals(engine):
+            async with watched(engine, metrics):
+                await engine.run()
     finally:
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.remove_signal_handler(signum)
         await engine.redis.aclose()
 
 
@@ -172,14 +85,6 @@ async def watched(engine: Engine, metrics: Metrics) -> AsyncIterator[None]:
             )
             await around.enter_async_context(background("systemd", report))
         yield
-
-
-def _on_signal(engine: Engine, signum: signal.Signals) -> Callable[[], None]:
-    def handle() -> None:
-        log.info("signal.received", signal=signum.name)
-        engine.request_stop()
-
-    return handle
 
 
 def run(settings: Settings, *, stop_after: float | None = None) -> None:

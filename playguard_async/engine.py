@@ -30,6 +30,7 @@ from redis.asyncio import Redis
 from playguard_async.aio import bounded, detached, wait_or_stop
 from playguard_async.fence import FenceRefused
 from playguard_async.inventory import DesiredState, Inventory, InventoryError, Marquee
+from playguard_async.keys import RESUME_KEY, marquee_lock_name
 from playguard_async.lock import (
     Lease,
     LockLost,
@@ -43,16 +44,21 @@ from playguard_async.settings import Settings
 
 log = structlog.get_logger("playguard.engine")
 
-RESUME_KEY = "playguard:resume"
-"""Sorted set of Marquees whose cycle a shutdown interrupted; score: when (Unix seconds)."""
-
 SessionOpener = Callable[[Marquee, Lease], AbstractAsyncContextManager[Any]]
 """Opens the remote session of one cycle under its lease (whose fence goes with every write);
 entered on a phase's first ``ctx.remote()`` call."""
 
 
-def marquee_lock_name(marquee: str) -> str:
-    return f"marquee:{marquee}"
+class CycleCancelled(Exception):
+    """A second stop request cancelled a cycle run by ``Engine.run_one`` in the middle of a phase;
+    its lease was released all the same and the Marquee is recorded for resume."""
+
+    def __init__(self, marquee: str) -> None:
+        super().__init__(
+            f"cycle of {marquee} cancelled in the middle of a phase by a second signal; "
+            "its lease was released and it is recorded as interrupted"
+        )
+        self.marquee = marquee
 
 
 class Outcome(enum.Enum):
@@ -283,19 +289,46 @@ class Engine:
             if marquee.name in self.cycles:
                 continue
             delay = 0.0 if marquee.name in resume_first else random.uniform(0.0, spread)
-            task = asyncio.create_task(
-                self.cycle(marquee, inventory, delay=delay), name=f"cycle:{marquee.name}"
-            )
-            self.cycles[marquee.name] = task
-            task.add_done_callback(self._forget_cycle)
-            started.append(task)
+            started.append(self._start_cycle(marquee, inventory, delay=delay))
         log.debug("engine.tick", started=[t.get_name() for t in started], running=len(self.cycles))
         return started
 
-    def _forget_cycle(self, task: asyncio.Task[CycleResult]) -> None:
+    async def run_one(self, marquee: Marquee, inventory: Inventory) -> CycleResult:
+        """One cycle of ``marquee`` now, started as a tick starts one (without a start offset), for
+        ``playguard cycle``.
+
+        ``request_stop`` reaches it as it reaches the daemon's cycles: the first call lets the
+        running phase finish and starts no other (outcome ``interrupted``); the second cancels the
+        phase, and this raises ``CycleCancelled`` (a cancellation of the caller itself still
+        propagates as ``CancelledError``).
+        """
+        task = self._start_cycle(marquee, inventory)
+        try:
+            return await task
+        except asyncio.CancelledError:
+            caller = asyncio.current_task()
+            if caller is not None and caller.cancelling():
+                raise
+            raise CycleCancelled(marquee.name) from None
+
+    def _start_cycle(
+        self, marquee: Marquee, inventory: Inventory, *, delay: float = 0.0
+    ) -> asyncio.Task[CycleResult]:
+        task = asyncio.create_task(
+            self.cycle(marquee, inventory, delay=delay), name=f"cycle:{marquee.name}"
+        )
+        self.cycles[marquee.name] = task
+        task.add_done_callback(self._cycle_ended)
+        return task
+
+    def _cycle_ended(self, task: asyncio.Task[CycleResult]) -> None:
+        """Forget the cycle; log at once one that raised instead of ending in a classified outcome
+        (a bug), since nobody awaits a tick's cycles before the drain."""
         name = task.get_name().removeprefix("cycle:")
         if self.cycles.get(name) is task:
             del self.cycles[name]
+        if not task.cancelled() and (error := task.exception()) is not None:
+            log.error("cycle.crashed", marquee=name, error=repr(error), exc_info=error)
 
     async def drain(self) -> None:
         """Let running cycles reach a phase boundary within the grace, then cancel the rest."""

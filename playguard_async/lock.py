@@ -32,6 +32,7 @@ import structlog
 from redis.asyncio import Redis
 
 from playguard_async.aio import bounded, detached
+from playguard_async.keys import fence_key, lock_key, once_key
 
 log = structlog.get_logger("playguard.lock")
 
@@ -140,14 +141,6 @@ class ReleaseResult(enum.Enum):
     UNKNOWN = "unknown"
 
 
-def lock_key(name: str) -> str:
-    return f"playguard:{{{name}}}:lock"
-
-
-def fence_key(name: str) -> str:
-    return f"playguard:{{{name}}}:fence"
-
-
 @dataclass(frozen=True, slots=True)
 class Holder:
     """Who holds a lock, as operators read it from the lock key."""
@@ -198,6 +191,7 @@ class LockState:
 
 
 def default_replica_id() -> str:
+    """This process's name in lock records when none is configured: ``host:pid``."""
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
@@ -437,10 +431,6 @@ async def inspect_lock(
         ttl_left=max(0, int(pttl)) / 1000,
         record=raw.decode() if isinstance(raw, bytes) else str(raw),
     )
-
-
-def once_key(name: str) -> str:
-    return f"playguard:{{{name}}}:once"
 
 
 async def once(redis: Redis, name: str, ttl: float, *, timeout: float = DEFAULT_TIMEOUT) -> bool:

@@ -19,6 +19,8 @@ from typing import Any, Literal
 import structlog
 from redis.asyncio import Redis
 
+from playguard_async.keys import cycle_history_key, last_cycle_key
+
 LogFormat = Literal["json", "console", "auto"]
 
 
@@ -101,14 +103,6 @@ class Liveness:
             limit=LIVE_TICK_INTERVALS * self.interval,
             draining=draining,
         )
-
-
-def last_cycle_key(marquee: str) -> str:
-    return f"playguard:cycles:{{{marquee}}}:last"
-
-
-def cycle_history_key(marquee: str) -> str:
-    return f"playguard:cycles:{{{marquee}}}:history"
 
 
 class CycleRecords:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import signal
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager
@@ -24,17 +23,10 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from playguard_async.aio import bounded
-from playguard_async.daemon import build_engine, redis_for, remote_options
-from playguard_async.engine import CycleResult, Engine, Outcome, PhaseListener, marquee_lock_name
+from playguard_async.engine import CycleResult, Outcome, PhaseListener
 from playguard_async.inventory import Inventory, InventoryError, Marquee, YamlInventorySource
-from playguard_async.lock import (
-    LockState,
-    ReleaseResult,
-    TokenLock,
-    fence_key,
-    inspect_lock,
-    lock_key,
-)
+from playguard_async.keys import fence_key, lock_key, marquee_lock_name
+from playguard_async.lock import LockState, ReleaseResult, TokenLock, inspect_lock
 from playguard_async.observe import CycleRecords
 from playguard_async.phase import UnknownPhase, resolve_phases
 from playguard_async.phases import BUILTIN_PHASES
@@ -42,8 +34,7 @@ from playguard_async.remote import guard
 from playguard_async.remote.errors import AuthRefused, HostKeyMismatch, RemoteError
 from playguard_async.remote.ssh import RemoteOptions, open_session
 from playguard_async.settings import Settings, SettingsError, load_settings
-
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+from playguard_async.wiring import build_engine, redis_for, remote_options, stopping_on_signals
 
 _LOCK_PREFIX, _LOCK_SUFFIX = lock_key("*").split("*")
 
@@ -57,16 +48,6 @@ class RedisUnavailable(OperateError):
 
     def __init__(self, settings: Settings, reason: str) -> None:
         super().__init__(f"Redis at {settings.redis_url_for_display()} unavailable: {reason}")
-
-
-class CycleCancelled(OperateError):
-    """A second stop signal cancelled the running phase (the lease was released all the same)."""
-
-    def __init__(self, marquee: str) -> None:
-        super().__init__(
-            f"cycle of {marquee} cancelled in the middle of a phase by a second signal; "
-            "its lease was released and it is recorded as interrupted"
-        )
 
 
 # -- plumbing shared by every command ----------------------------------------------------------
@@ -289,7 +270,7 @@ async def run_cycle(settings: Settings, marquee: str, on_phase: PhaseListener) -
     in Redis like the daemon's, ``on_phase`` told as each phase ends.
 
     As in the daemon, a first SIGINT or SIGTERM lets the running phase finish and starts no other
-    (outcome ``interrupted``); a second one cancels the phase (``CycleCancelled``).
+    (outcome ``interrupted``); a second one cancels the phase (``engine.CycleCancelled``).
     """
     engine = build_engine(settings)
     engine.phase_listeners.append(on_phase)
@@ -297,7 +278,8 @@ async def run_cycle(settings: Settings, marquee: str, on_phase: PhaseListener) -
         with redis_errors(settings):
             inventory = await engine.load_inventory()
             target = _launchable(inventory, marquee, engine.desired_state.describe())
-            result = await _in_foreground(engine, target, inventory)
+            with stopping_on_signals(engine):
+                result = await engine.run_one(target, inventory)
             if result.outcome is Outcome.REDIS_UNAVAILABLE:
                 # The result keeps only the error's repr, which says little in redis-py 8; asking
                 # again raises the error itself, whose message names address and cause.
@@ -325,28 +307,6 @@ def _launchable(inventory: Inventory, name: str, source: str) -> Marquee:
             f"{source}: marquee {name!r} has launchable: false, so no cycle runs on it"
         )
     return marquee
-
-
-async def _in_foreground(engine: Engine, marquee: Marquee, inventory: Inventory) -> CycleResult:
-    task = asyncio.create_task(engine.cycle(marquee, inventory), name=f"cycle:{marquee.name}")
-
-    def stop() -> None:
-        if engine.stopping.is_set():
-            task.cancel()
-        engine.request_stop()
-
-    loop = asyncio.get_running_loop()
-    for signum in STOP_SIGNALS:
-        loop.add_signal_handler(signum, stop)
-    try:
-        return await task
-    except asyncio.CancelledError:
-        if not task.cancelled():
-            raise
-        raise CycleCancelled(marquee.name) from None
-    finally:
-        for signum in STOP_SIGNALS:
-            loop.remove_signal_handler(signum)
 
 
 # -- check -------------------------------------------------------------------------------------

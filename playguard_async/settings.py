@@ -9,7 +9,6 @@ came from; secrets are ``SecretStr`` and never appear in a log line or an error.
 from __future__ import annotations
 
 import os
-import socket
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -22,6 +21,8 @@ from pydantic_settings import (
     SettingsConfigDict,
     TomlConfigSettingsSource,
 )
+
+from playguard_async.lock import default_replica_id
 
 ENV_PREFIX = "PLAYGUARD_"
 
@@ -38,10 +39,6 @@ DEFAULT_PHASES = (
 
 class SettingsError(ValueError):
     """Settings that cannot be used; the message names field, value and source."""
-
-
-def _default_replica_id() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 class Settings(BaseSettings):
@@ -94,7 +91,7 @@ class Settings(BaseSettings):
     )
     log_level: Literal["debug", "info", "warning", "error"] = Field("info")
     replica_id: str = Field(
-        default_factory=_default_replica_id,
+        default_factory=default_replica_id,
         min_length=1,
         description="This replica's name in locks and records (default host:pid).",
     )

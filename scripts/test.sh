@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs everything, then runs the checks CI runs: ruff, mypy --strict, the whole test suite.
+# Installs everything, then runs the checks CI runs: ruff, mypy --strict, the import-linter
+# contracts, the whole test suite.
 # Tests start their own real servers on loopback; under CI=true a missing one fails, never skips.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -7,4 +8,5 @@ bash scripts/install.sh
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy
+.venv/bin/lint-imports
 .venv/bin/python -m pytest -ra "$@"

@@ -20,7 +20,7 @@ from playguard_async.lab import (
     LabServer,
     MissingBinary,
     RedisServer,
-    Registry,
+    RegistryServer,
     SshServer,
     build_busybox_image,
     find_binary,
@@ -89,12 +89,12 @@ def docker_daemon(lab_dir: Path) -> Iterator[DockerDaemon]:
 
 
 @pytest.fixture(scope="session")
-def registry(lab_dir: Path) -> Iterator[Registry]:
-    yield from _served(lambda: Registry(lab_dir / "registry"))
+def registry(lab_dir: Path) -> Iterator[RegistryServer]:
+    yield from _served(lambda: RegistryServer(lab_dir / "registry"))
 
 
 @pytest.fixture(scope="session")
-def busybox_image(docker_daemon: DockerDaemon, registry: Registry) -> str:
+def busybox_image(docker_daemon: DockerDaemon, registry: RegistryServer) -> str:
     """The image's reference in the lab registry; docker_daemon holds it under that name too."""
     local_tag = "playguard-lab/busybox:local"
     try:

@@ -31,7 +31,8 @@ REFUSED_STATUS = 75
 """The guard's exit status when it refuses (EX_TEMPFAIL); its stderr then says why."""
 
 JOURNAL_LIMIT = 256 * 1024
-"""Bytes after which the journal is cut to its last ``JOURNAL_KEEP`` lines."""
+"""Bytes past which the journal is cut to its last ``JOURNAL_KEEP`` lines, when a new lease
+first writes (so it stays bounded however many writes one lease makes, within one lease's)."""
 
 JOURNAL_KEEP = 1000
 
@@ -71,8 +72,9 @@ exec 9>>"$dir/lock"
 flock 9 || refuse unknown "cannot take the host lock $dir/lock"
 [ -f "$dir/fence" ] || refuse unknown "the fence file $dir/fence is missing: restore it with \\
 the highest fence this host accepted (see $dir/journal), or remove $dir to start over"
-recorded=$(cat -- "$dir/fence" 2>/dev/null) \\
-    || refuse unknown "the fence file $dir/fence is unreadable"
+recorded=
+{{ IFS= read -r recorded <"$dir/fence"; }} 2>/dev/null || [ -n "$recorded" ] \\
+    || refuse unknown "the fence file $dir/fence is unreadable or empty"
 held=${{recorded%% *}} holder=${{recorded#* }}
 case $held/$holder in
     /*|*/|*[!0-9]*/*|*/*[!0-9a-f-]*|??????????????????*/*) refuse unknown "the fence file \\
@@ -89,12 +91,13 @@ if [ "$fence" -gt "$held" ]; then
     {{ printf '%s %s\\n' "$fence" "$lease" >"$dir/fence.new" && sync -- "$dir/fence.new" \\
         && mv -f -- "$dir/fence.new" "$dir/fence"; }} 2>/dev/null \\
         || refuse "$held" "cannot record fence $fence in $dir/fence"
+    # Once per lease, not per write: keep the journal bounded.
+    if [ "$(wc -c <"$dir/journal")" -gt {JOURNAL_LIMIT} ]; then
+        tail -n {JOURNAL_KEEP} -- "$dir/journal" >"$dir/journal.new" \\
+            && mv -f -- "$dir/journal.new" "$dir/journal"
+    fi
 fi
 printf '%s %s %s\\n' "$fence" "$(date +%s.%N)" "$action" >>"$dir/journal"
-if [ "$(wc -c <"$dir/journal")" -gt {JOURNAL_LIMIT} ]; then
-    tail -n {JOURNAL_KEEP} -- "$dir/journal" >"$dir/journal.new" \\
-        && mv -f -- "$dir/journal.new" "$dir/journal"
-fi
 "$@" 9>&-
 """
 

@@ -1,13 +1,11 @@
 """Fixtures for running real phases against the lab: a Marquee that is the lab's sshd + dockerd,
-an inventory that uses the lab's registry and git origin, and a runner that gives a phase a real
-remote session under a real lease."""
+an inventory that uses the lab's registry and git origin (``tests.support.world``), and a runner
+that gives a phase a real remote session under a real lease."""
 
 from __future__ import annotations
 
 import json
-import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,47 +15,21 @@ import structlog
 from redis import Redis as SyncRedis
 from redis.asyncio import Redis
 
-from playguard_async.inventory import Inventory, Marquee
-from playguard_async.lab import DockerDaemon, GitOrigin, RedisServer, Registry, SshServer
+from playguard_async.keys import marquee_lock_name
+from playguard_async.lab import DockerDaemon, GitOrigin, RedisServer, RegistryServer, SshServer
 from playguard_async.lock import TokenLock
 from playguard_async.phase import Phase, PhaseContext, PhaseReport
 from playguard_async.remote.docker import MANAGED
 from playguard_async.remote.ssh import RemoteOptions, RemoteSession, open_session
-from tests.support.daemon import DaemonRunner, ssh_marquee
-
-LAB_OPTIONS = RemoteOptions(
-    connect_timeout=5.0,
-    command_timeout=60.0,
-    docker_timeout=60.0,
-    compose_command=("docker-compose",),
-    stuck_after=2.0,
-    orphan_grace=0.0,
-)
-
-
-def lab_marquee_fields(ssh: SshServer, docker: DockerDaemon, workdir: Path) -> dict[str, Any]:
-    return {**ssh_marquee(ssh, "edge-1", workdir), "docker_socket": str(docker.socket)}
-
-
-@dataclass
-class LabWorld:
-    """A desired state pointing at the lab, built as a plain dict so a test can change it."""
-
-    data: dict[str, Any]
-    password_file: Path
-
-    def inventory(self) -> Inventory:
-        return Inventory.model_validate(self.data)
-
-    def marquee(self) -> Marquee:
-        return self.inventory().marquee("edge-1")
+from tests.support.daemon import DaemonRunner
+from tests.support.world import LAB_OPTIONS, LabWorld, PhaseRun, PhaseRunner, lab_marquee_fields
 
 
 @pytest.fixture
 def lab_world(
     ssh_server: SshServer,
     docker_daemon: DockerDaemon,
-    registry: Registry,
+    registry: RegistryServer,
     git_origin: GitOrigin,
     busybox_image: str,
     tmp_path: Path,
@@ -100,16 +72,6 @@ def lab_world(
     return LabWorld(data=data, password_file=password_file)
 
 
-@dataclass
-class PhaseRun:
-    report: PhaseReport
-    actions: list[str] = field(default_factory=list)
-
-
-PhaseRunner = Callable[..., Any]
-"""``await run_phase(phase, world, dry_run=False, options=LAB_OPTIONS) -> PhaseRun``"""
-
-
 @pytest.fixture
 def run_phase(redis: Redis) -> PhaseRunner:
     """Run one phase as the engine would: under a real lease, with a real remote session."""
@@ -120,7 +82,9 @@ def run_phase(redis: Redis) -> PhaseRunner:
     ) -> PhaseRun:  # fmt: skip
         inventory = world.inventory()
         marquee = inventory.marquee("edge-1")
-        lease = await TokenLock(redis, f"test:{uuid.uuid4()}", ttl=120.0).acquire()
+        # The Marquee's own lock, as the engine takes it: fences grow run after run, which the
+        # host's fence check requires of successive leases.
+        lease = await TokenLock(redis, marquee_lock_name(marquee.name), ttl=120.0).acquire()
         assert lease is not None
         try:
             async with open_session(marquee, options, lease=lease, dry_run=dry_run) as session:

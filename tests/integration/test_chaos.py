@@ -19,9 +19,11 @@ from pathlib import Path
 import pytest
 from redis import Redis
 
+from playguard_async.keys import marquee_lock_key
 from playguard_async.lab import RedisServer, SshServer
-from tests.support.daemon import LOCK_KEYS, Daemon, DaemonRunner, ssh_marquee, witness_lines
+from tests.support.daemon import Daemon, DaemonRunner, witness_lines
 from tests.support.fencing import host_records, journal, stale_writes
+from tests.support.world import ssh_marquee
 
 pytestmark = pytest.mark.integration
 
@@ -140,7 +142,7 @@ def test_hosts_never_accept_a_stale_write_through_kills_freezes_and_redis_faults
 
     statuses = daemons.stop_all(list(chaos.fleet.values()), timeout=GRACE + 5)
     assert statuses == {replica: 0 for replica in REPLICAS}
-    assert list(store.scan_iter(match=LOCK_KEYS)) == [], "a lock key outlived the fleet"
+    assert list(store.scan_iter(match=marquee_lock_key("*"))) == [], "a lock key outlived the fleet"
 
     ran = host_records(daemons.host_record_dir)
     assert stale_writes(daemons.host_record_dir) == []

@@ -13,7 +13,6 @@ import os
 import re
 import signal
 import subprocess
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,14 +23,20 @@ import pytest
 from redis import Redis as SyncRedis
 
 from playguard_async import __version__
-from playguard_async.engine import RESUME_KEY, marquee_lock_name
+from playguard_async.keys import (
+    RESUME_KEY,
+    fence_key,
+    lock_key,
+    marquee_lock_key,
+    marquee_lock_name,
+)
 from playguard_async.lab import GitOrigin, RedisServer, SshServer
-from playguard_async.lock import Lease, TokenLock, fence_key, lock_key
+from playguard_async.lock import Lease, TokenLock
 from playguard_async.redis_client import connect_redis
 from playguard_async.settings import DEFAULT_PHASES
-from tests.integration.conftest import LabWorld
 from tests.support.daemon import PLAYGUARD, DaemonRunner, marquee_entry, wait_for, witness_lines
 from tests.support.playgrounds import checkout_of, use_own_branch
+from tests.support.world import LabWorld
 
 pytestmark = pytest.mark.integration
 
@@ -160,7 +165,7 @@ def test_cycle_converges_a_fresh_marquee_then_takes_no_action(
     assert phase_counts(second.stdout) == dict.fromkeys(DEFAULT_PHASES, 0)
     assert "edge-1: ok; 0 actions taken" in second.stdout
     assert "fence 3" in second.stdout  # dry run, first, second
-    assert store.exists(lock_key(marquee_lock_name("edge-1"))) == 0
+    assert store.exists(marquee_lock_key("edge-1")) == 0
 
     status = playguard("status", "--json")
     assert status.returncode == 0, status.stderr
@@ -204,7 +209,7 @@ def test_cycle_on_a_locked_marquee_names_the_holder_and_exits_3(
     assert f"pid {os.getpid()}, since " in done.stderr
     assert f"fence {lease.fence}, " in done.stderr
     assert " s left; no cycle ran" in done.stderr
-    assert store.get(lock_key(marquee_lock_name("m1"))) == lease.record.encode()
+    assert store.get(marquee_lock_key("m1")) == lease.record.encode()
     [m1] = json.loads(playguard("status", "--json").stdout)["marquees"]
     assert m1["last"] is None, "a cycle that found the lock held is not recorded"
 
@@ -241,7 +246,7 @@ def test_unlock_without_force_deletes_nothing_and_says_what_it_would(
     lease = hold_lock(live_redis_server.url, "m1")
     done = playguard("unlock", "m1")
     assert done.returncode == 1, done.stdout + done.stderr
-    key = lock_key(marquee_lock_name("m1"))
+    key = marquee_lock_key("m1")
     assert f"would delete {key}: held by replica other-replica" in done.stdout
     assert f"fence {lease.fence}" in done.stdout
     assert "nothing deleted: add --force" in done.stdout
@@ -370,7 +375,7 @@ def test_first_interrupt_lets_the_phase_finish_and_starts_no_other(
     assert witnessed == [("first", "enter", None), ("first", "exit", "ok")]
     assert phase_counts(stdout) == {"first": 1}
     assert "m1: interrupted; 1 action taken" in stdout
-    assert store.exists(lock_key(marquee_lock_name("m1"))) == 0
+    assert store.exists(marquee_lock_key("m1")) == 0
     assert store.zscore(RESUME_KEY, "m1") is not None, "the next start reconciles m1 first"
 
 
@@ -379,8 +384,8 @@ def test_second_interrupt_cancels_the_running_phase(playguard: Playguard, store:
     process = playguard.start("cycle", "m1", phase_seconds=60.0)
     try:
         wait_for(lambda: witness_lines(playguard.runner.witness_dir), timeout=20, what="a phase")
-        process.send_signal(signal.SIGINT)
-        time.sleep(0.5)
+        # Two different stop signals: two SIGINTs sent at once may merge into one while pending.
+        process.send_signal(signal.SIGTERM)
         process.send_signal(signal.SIGINT)
         stdout, stderr = process.communicate(timeout=30)
     finally:
@@ -390,12 +395,12 @@ def test_second_interrupt_cancels_the_running_phase(playguard: Playguard, store:
     assert stderr.startswith("Error: cycle of m1 cancelled in the middle of a phase"), stderr
     [*_, exit_line] = witness_lines(playguard.runner.witness_dir)
     assert (exit_line["phase"], exit_line["status"]) == ("first", "cancelled")
-    assert store.exists(lock_key(marquee_lock_name("m1"))) == 0
+    assert store.exists(marquee_lock_key("m1")) == 0
 
 
 def test_version_help_on_every_command_and_bad_usage(playguard: Playguard) -> None:
     commands = ("run", "cycle", "status", "locks", "unlock", "check", "lab")
-    invocations = {
+    invocations: dict[tuple[str, ...], int] = {
         ("--version",): 0,
         **{(command, "--help"): 0 for command in commands},
         ("cycle",): 2,

@@ -7,7 +7,6 @@ through it, the lab registry with auth and the lab git origin.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import uuid
 from collections.abc import Iterator, Sequence
@@ -19,18 +18,18 @@ import aiodocker
 import pytest
 from redis.asyncio import Redis
 
-from playguard_async.engine import CycleResult, Engine, Outcome, marquee_lock_name
+from playguard_async.engine import CycleResult, Outcome
 from playguard_async.inventory import InventoryError, YamlInventorySource
+from playguard_async.keys import marquee_lock_key
 from playguard_async.lab import DockerDaemon, GitOrigin, SshServer
-from playguard_async.lock import lock_key
 from playguard_async.observe import CycleRecords
 from playguard_async.phase import Phase, PhaseContext, resolve_phases
 from playguard_async.phases import BUILTIN_PHASES
 from playguard_async.phases.process_agent_chats import container_name
 from playguard_async.remote.docker import AGENT_CHAT, MANAGED, our_labels
 from playguard_async.remote.ssh import open_session
-from playguard_async.settings import DEFAULT_PHASES, load_settings
-from tests.integration.conftest import LAB_OPTIONS, LabWorld, lab_marquee_fields
+from playguard_async.settings import DEFAULT_PHASES
+from tests.support.engine import EngineHarness
 from tests.support.playgrounds import (
     checkout_of,
     compose_yaml,
@@ -38,49 +37,36 @@ from tests.support.playgrounds import (
     set_playground,
     use_own_branch,
 )
-from tests.support.state import StaticState
+from tests.support.world import LAB_OPTIONS, LabWorld, lab_marquee_fields
 
 pytestmark = pytest.mark.integration
 
 ALL_PHASES = resolve_phases(DEFAULT_PHASES, BUILTIN_PHASES)
 
 
-class Cycles:
-    """An engine over the lab world, with the built-in phases unless told otherwise."""
-
-    def __init__(
-        self,
-        redis: Redis,
-        world: LabWorld,
-        phases: Sequence[Phase] = ALL_PHASES,
-        *,
-        dry_run: bool = False,
-    ) -> None:
-        self.world = world
-        self.state = StaticState(world.inventory())
-        self.records = CycleRecords(redis, history_length=5, timeout=2.0)
-        settings = load_settings(
-            None, replica_id="convergence", lock_ttl=120.0, redis_socket_timeout=2.0,
-            dry_run=dry_run, tick_jitter=0.0,
-        )  # fmt: skip
-        self.engine = Engine(
-            settings,
-            self.state,
-            redis,
-            phases,
-            open_session=lambda marquee, lease: open_session(
-                marquee, LAB_OPTIONS, lease=lease, dry_run=dry_run
-            ),
-            listeners=[self.record],
-        )
-
-    async def record(self, result: CycleResult) -> None:
-        await self.records.record(result.marquee, result.to_record())
-
-    async def run(self, marquee: str = "edge-1") -> CycleResult:
-        self.state.inventory = self.world.inventory()
-        inventory = await self.engine.load_inventory()
-        return await self.engine.cycle(inventory.marquee(marquee), inventory)
+def lab_cycles(
+    redis: Redis,
+    world: LabWorld,
+    phases: Sequence[Phase] = ALL_PHASES,
+    *,
+    dry_run: bool = False,
+    records: CycleRecords | None = None,
+) -> EngineHarness:
+    """An engine over the lab world (each change to it seen at the next cycle), with the built-in
+    phases unless told otherwise; its cycles recorded in ``records`` when given."""
+    return EngineHarness(
+        redis,
+        *phases,
+        state=world,
+        open_session=lambda marquee, lease: open_session(
+            marquee, LAB_OPTIONS, lease=lease, dry_run=dry_run
+        ),
+        records=records,
+        replica_id="convergence",
+        lock_ttl=120.0,
+        redis_socket_timeout=2.0,
+        dry_run=dry_run,
+    )
 
 
 def all_actions(result: CycleResult) -> list[str]:
@@ -102,8 +88,9 @@ def world(lab_world: LabWorld, git_origin: GitOrigin, busybox_image: str) -> Lab
 async def test_fresh_marquee_converges_in_one_cycle_then_takes_no_action(
     redis: Redis, world: LabWorld, lab_docker: aiodocker.Docker
 ) -> None:
-    cycles = Cycles(redis, world)
-    first = await cycles.run()
+    records = CycleRecords(redis, history_length=5, timeout=2.0)
+    cycles = lab_cycles(redis, world, records=records)
+    first = await cycles.cycle()
     assert first.outcome is Outcome.OK, first.reason
     for phase in (
         "sync_git",
@@ -118,13 +105,13 @@ async def test_fresh_marquee_converges_in_one_cycle_then_takes_no_action(
     assert app["Config"]["Labels"][MANAGED] == "true"
     assert (await running_chat(lab_docker))["State"]["Running"]
 
-    second = await cycles.run()
+    second = await cycles.cycle()
     assert second.outcome is Outcome.OK
     assert all_actions(second) == []
-    last = await cycles.records.last("edge-1")
+    last = await records.last("edge-1")
     assert last is not None
     assert (last["outcome"], last["fence"]) == ("ok", second.fence)
-    assert [r["cycle"] for r in await cycles.records.history("edge-1")] == [
+    assert [r["cycle"] for r in await records.history("edge-1")] == [
         second.cycle_id,
         first.cycle_id,
     ]
@@ -146,8 +133,8 @@ async def start_by_hand(
 async def test_drift_is_found_and_fixed_in_the_next_cycle(
     redis: Redis, world: LabWorld, lab_docker: aiodocker.Docker, busybox_image: str
 ) -> None:
-    cycles = Cycles(redis, world)
-    assert (await cycles.run()).outcome is Outcome.OK
+    cycles = lab_cycles(redis, world)
+    assert (await cycles.cycle()).outcome is Outcome.OK
     [app] = await project_containers(lab_docker)
     await lab_docker.containers.container(app["Id"]).kill()
     await lab_docker.containers.container(container_name("chat-1")).delete(force=True)
@@ -157,7 +144,7 @@ async def test_drift_is_found_and_fixed_in_the_next_cycle(
     )
     await start_by_hand(lab_docker, busybox_image, theirs, {"purpose": "not ours"})
     try:
-        fixed = await cycles.run()
+        fixed = await cycles.cycle()
         assert fixed.outcome is Outcome.OK, fixed.reason
         assert fixed.actions["reconcile_playgrounds"]
         assert fixed.actions["process_agent_chats"]
@@ -169,7 +156,7 @@ async def test_drift_is_found_and_fixed_in_the_next_cycle(
         assert orphan not in names
         assert theirs in names, "a container without our labels is never touched"
 
-        calm = await cycles.run()
+        calm = await cycles.cycle()
         assert all_actions(calm) == []
     finally:
         await lab_docker.containers.container(theirs).delete(force=True)
@@ -179,42 +166,42 @@ async def test_pushed_compose_change_recreates_and_deleted_branch_is_reported(
     redis: Redis, world: LabWorld, lab_docker: aiodocker.Docker, git_origin: GitOrigin,
     busybox_image: str,
 ) -> None:  # fmt: skip
-    cycles = Cycles(redis, world)
-    assert (await cycles.run()).outcome is Outcome.OK
+    cycles = lab_cycles(redis, world)
+    assert (await cycles.cycle()).outcome is Outcome.OK
     [before] = await project_containers(lab_docker)
     branch = world.data["playgrounds"][0]["branch"]
     git_origin.commit(branch, {"compose.yaml": compose_yaml(busybox_image, sleep="86401")}, "x")
 
-    changed = await cycles.run()
+    changed = await cycles.cycle()
     assert changed.outcome is Outcome.OK, changed.reason
     [after] = await project_containers(lab_docker)
     assert after["Id"] != before["Id"]
     assert after["Config"]["Cmd"] == ["sleep", "86401"]
-    assert all_actions(await cycles.run()) == []
+    assert all_actions(await cycles.cycle()) == []
 
     git_origin.delete_branch(branch)
-    gone = await cycles.run()
+    gone = await cycles.cycle()
     assert gone.findings["fetch_branches"]["branch_gone"] == {"web-main": branch}
 
 
 async def test_expired_playground_is_brought_down_and_stays_down(
     redis: Redis, world: LabWorld, lab_docker: aiodocker.Docker
 ) -> None:
-    cycles = Cycles(redis, world)
-    assert (await cycles.run()).outcome is Outcome.OK
+    cycles = lab_cycles(redis, world)
+    assert (await cycles.cycle()).outcome is Outcome.OK
     set_playground(world, expires_at=(datetime.now(UTC) - timedelta(minutes=1)).isoformat())
-    expired = await cycles.run()
+    expired = await cycles.cycle()
     assert expired.outcome is Outcome.OK, expired.reason
     state = expired.findings["reconcile_playgrounds"]["playgrounds"]["web-main"]["state"]
     assert state == "expired"
     assert await project_containers(lab_docker) == []
-    assert all_actions(await cycles.run()) == []
+    assert all_actions(await cycles.cycle()) == []
 
 
 async def test_dry_run_cycle_reports_and_changes_nothing(
     redis: Redis, world: LabWorld, lab_docker: aiodocker.Docker
 ) -> None:
-    result = await Cycles(redis, world, dry_run=True).run()
+    result = await lab_cycles(redis, world, dry_run=True).cycle()
     assert result.outcome is Outcome.OK, result.reason
     actions = all_actions(result)
     assert actions
@@ -245,13 +232,13 @@ async def test_sshd_stopped_mid_cycle_fails_that_cycle_and_releases(
 ) -> None:
     phases = [*phases_named("sync_git"), StopServer(ssh_server), *phases_named("sync_git")]
     try:
-        result = await Cycles(redis, world, phases).run()
+        result = await lab_cycles(redis, world, phases).cycle()
     finally:
         ssh_server.restart()
     assert (result.outcome, result.phase) == (Outcome.PHASE_FAILED, "sync_git")
     assert "HostUnreachable" in str(result.reason)
-    assert await redis.exists(lock_key(marquee_lock_name("edge-1"))) == 0
-    assert (await Cycles(redis, world).run()).outcome is Outcome.OK
+    assert await redis.exists(marquee_lock_key("edge-1")) == 0
+    assert (await lab_cycles(redis, world).cycle()).outcome is Outcome.OK
 
 
 async def test_dockerd_stopped_fails_the_cycle_with_a_clear_error(
@@ -259,7 +246,7 @@ async def test_dockerd_stopped_fails_the_cycle_with_a_clear_error(
 ) -> None:
     phases = [StopServer(docker_daemon), *phases_named("reconcile_playgrounds")]
     try:
-        result = await Cycles(redis, world, phases).run()
+        result = await lab_cycles(redis, world, phases).cycle()
     finally:
         docker_daemon.restart()
     assert (result.outcome, result.phase) == (Outcome.PHASE_FAILED, "reconcile_playgrounds")
@@ -272,7 +259,7 @@ async def test_unknown_host_key_fails_the_cycle_naming_the_fingerprint(
     empty = tmp_path / "empty_known_hosts"
     empty.write_text("")
     world.data["marquees"][0]["known_hosts"] = str(empty)
-    result = await Cycles(redis, world).run()
+    result = await lab_cycles(redis, world).cycle()
     assert (result.outcome, result.phase) == (Outcome.PHASE_FAILED, "sync_git")
     assert ssh_server.host_key_fingerprint in str(result.reason)
     assert not checkout_of(world).exists()
@@ -315,11 +302,9 @@ def add_second_marquee(
     )
 
 
-async def tick_all(cycles: Cycles) -> dict[str, CycleResult]:
+async def tick_all(cycles: EngineHarness) -> dict[str, CycleResult]:
     """One engine tick over every launchable Marquee, waited for."""
-    cycles.state.inventory = cycles.world.inventory()
-    await cycles.engine.load_inventory()
-    return {r.marquee: r for r in await asyncio.gather(*await cycles.engine.tick())}
+    return {r.marquee: r for r in await cycles.tick()}
 
 
 async def test_two_marquees_reconcile_in_one_tick_without_touching_each_other(
@@ -330,7 +315,7 @@ async def test_two_marquees_reconcile_in_one_tick_without_touching_each_other(
     world.data["agent_chats"].append(
         {**world.data["agent_chats"][0], "name": "chat-2", "playground": "web-two"}
     )
-    results = await tick_all(Cycles(redis, world))
+    results = await tick_all(lab_cycles(redis, world))
     assert {name: r.outcome for name, r in results.items()} == {
         "edge-1": Outcome.OK,
         "edge-2": Outcome.OK,
@@ -357,7 +342,7 @@ async def test_a_failing_marquee_does_not_stop_another_in_the_same_tick(
     empty = tmp_path / "empty_known_hosts"
     empty.write_text("")
     add_second_marquee(world, second_host, tmp_path / "workdir-2", known_hosts=str(empty))
-    results = await tick_all(Cycles(redis, world))
+    results = await tick_all(lab_cycles(redis, world))
     assert results["edge-2"].outcome is Outcome.PHASE_FAILED
     assert "HostKeyMismatch" in str(results["edge-2"].reason)
     assert results["edge-1"].outcome is Outcome.OK

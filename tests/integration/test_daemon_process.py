@@ -14,18 +14,17 @@ from typing import Any
 import pytest
 from redis import Redis
 
-from playguard_async.engine import RESUME_KEY, marquee_lock_name
-from playguard_async.lock import lock_key
-from tests.support.daemon import LOCK_KEYS, DaemonRunner, wait_for
+from playguard_async.keys import RESUME_KEY, marquee_lock_key
+from tests.support.daemon import DaemonRunner, wait_for
 
 pytestmark = pytest.mark.integration
 
 GRACE = 5.0
-ZETA_LOCK = lock_key(marquee_lock_name("zeta"))
+ZETA_LOCK = marquee_lock_key("zeta")
 
 
 def lock_keys(store: Redis) -> list[bytes]:
-    return list(store.scan_iter(match=LOCK_KEYS))
+    return list(store.scan_iter(match=marquee_lock_key("*")))
 
 
 def phases_seen(witness: list[dict[str, Any]]) -> list[tuple[str, str, str, str | None]]:

@@ -5,97 +5,33 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from pathlib import Path
-from typing import Any
+from collections.abc import AsyncIterator
 
 import pytest
 from redis.asyncio import Redis
 from structlog.testing import capture_logs
 
-from playguard_async.engine import RESUME_KEY, CycleResult, Engine, Outcome, marquee_lock_name
-from playguard_async.inventory import Inventory, InventoryError, Marquee
+from playguard_async.engine import CycleCancelled, CycleResult, Outcome
+from playguard_async.inventory import InventoryError, Marquee
+from playguard_async.keys import RESUME_KEY, marquee_lock_key, marquee_lock_name
 from playguard_async.lab import RedisServer
-from playguard_async.lock import Lease, TokenLock, lock_key
-from playguard_async.phase import PhaseContext, PhaseReport
-from playguard_async.settings import Settings, load_settings
+from playguard_async.lock import Lease, ReleaseResult, TokenLock
+from playguard_async.phase import PhaseContext
+from tests.support.engine import EngineHarness, ScriptedPhase, inventory_of
 from tests.support.state import StaticState
 
 pytestmark = pytest.mark.integration
 
-Action = Callable[[PhaseContext], Awaitable[None]]
-
-
-class ScriptedPhase:
-    """A phase that runs ``action`` and remembers which Marquees it entered and left."""
-
-    def __init__(self, name: str, action: Action | None = None) -> None:
-        self.name = name
-        self.action = action
-        self.entered: list[str] = []
-        self.finished: list[str] = []
-
-    async def __call__(self, ctx: PhaseContext) -> PhaseReport:
-        self.entered.append(ctx.marquee.name)
-        if self.action is not None:
-            await self.action(ctx)
-        self.finished.append(ctx.marquee.name)
-        return PhaseReport(actions=[f"{self.name} on {ctx.marquee.name}"])
-
-
-def inventory_of(*names: str) -> Inventory:
-    return Inventory(
-        marquees=[
-            Marquee(
-                name=name,
-                host="127.0.0.1",
-                user="root",
-                identity_file=Path("/nonexistent/id"),
-                known_hosts=Path("/nonexistent/known_hosts"),
-            )
-            for name in names
-        ]
-    )
-
-
-def settings_for(**overrides: Any) -> Settings:
-    values: dict[str, Any] = {
-        "replica_id": "test-replica",
-        "lock_ttl": 30.0,
-        "redis_socket_timeout": 0.5,
-        "tick_interval": 60.0,
-        "shutdown_grace": 5.0,
-        "tick_jitter": 0.0,
-    }
-    values.update(overrides)
-    return load_settings(None, **values)
-
-
-class Harness:
-    def __init__(self, redis: Redis, *phases: ScriptedPhase, marquees: int = 1, **settings: Any):
-        self.results: list[CycleResult] = []
-        self.state = StaticState(inventory_of(*(f"m{i}" for i in range(1, marquees + 1))))
-        self.engine = Engine(
-            settings_for(**settings), self.state, redis, phases, listeners=[self.record]
-        )
-
-    async def record(self, result: CycleResult) -> None:
-        self.results.append(result)
-
-    async def cycle(self, name: str = "m1") -> CycleResult:
-        inventory = await self.engine.load_inventory()
-        return await self.engine.cycle(inventory.marquee(name), inventory)
-
 
 async def test_full_cycle_runs_every_phase_and_releases(redis: Redis) -> None:
     first, second = ScriptedPhase("first"), ScriptedPhase("second")
-    result = await Harness(redis, first, second).cycle()
+    result = await EngineHarness(redis, first, second).cycle()
     assert result.outcome is Outcome.OK
     assert first.finished == second.finished == ["m1"]
     assert result.fence == 1
     assert set(result.durations) == {"first", "second"}
     assert result.actions == {"first": ["first on m1"], "second": ["second on m1"]}
-    assert await redis.exists(lock_key(marquee_lock_name("m1"))) == 0
+    assert await redis.exists(marquee_lock_key("m1")) == 0
 
 
 async def test_loser_returns_at_once_and_logs_locked(redis: Redis) -> None:
@@ -103,22 +39,22 @@ async def test_loser_returns_at_once_and_logs_locked(redis: Redis) -> None:
     assert holder is not None
     phase = ScriptedPhase("first")
     with capture_logs() as logs:
-        result = await Harness(redis, phase).cycle()
+        result = await EngineHarness(redis, phase).cycle()
     assert result.outcome is Outcome.LOCKED
     assert phase.entered == []
     assert any(line["event"] == "marquee.locked" for line in logs)
-    assert await redis.get(lock_key(marquee_lock_name("m1"))) == holder.record.encode()
+    assert await redis.get(marquee_lock_key("m1")) == holder.record.encode()
 
 
 async def test_stolen_token_mid_cycle_runs_no_further_phase(redis: Redis) -> None:
     async def steal(ctx: PhaseContext) -> None:
-        await redis.set(lock_key(marquee_lock_name("m1")), "intruder")
+        await redis.set(marquee_lock_key("m1"), "intruder")
 
     second = ScriptedPhase("second")
-    result = await Harness(redis, ScriptedPhase("first", steal), second).cycle()
+    result = await EngineHarness(redis, ScriptedPhase("first", steal), second).cycle()
     assert (result.outcome, result.reason, result.phase) == (Outcome.LOCK_LOST, "stolen", "first")
     assert second.entered == []
-    assert await redis.get(lock_key(marquee_lock_name("m1"))) == b"intruder"
+    assert await redis.get(marquee_lock_key("m1")) == b"intruder"
 
 
 async def test_redis_paused_mid_cycle_runs_no_further_phase(
@@ -129,7 +65,7 @@ async def test_redis_paused_mid_cycle_runs_no_further_phase(
 
     second = ScriptedPhase("second")
     try:
-        result = await Harness(redis, ScriptedPhase("first", pause), second).cycle()
+        result = await EngineHarness(redis, ScriptedPhase("first", pause), second).cycle()
     finally:
         redis_server.resume()
     assert (result.outcome, result.reason) == (Outcome.LOCK_LOST, "unreachable")
@@ -144,7 +80,7 @@ async def test_redis_killed_mid_cycle_runs_no_further_phase(
 
     second = ScriptedPhase("second")
     try:
-        result = await Harness(redis, ScriptedPhase("first", kill), second).cycle()
+        result = await EngineHarness(redis, ScriptedPhase("first", kill), second).cycle()
     finally:
         redis_server.restart()
     assert (result.outcome, result.reason) == (Outcome.LOCK_LOST, "unreachable")
@@ -157,7 +93,7 @@ async def test_redis_down_at_acquire_is_classified_and_runs_nothing(
     phase = ScriptedPhase("first")
     redis_server.kill()
     try:
-        result = await Harness(redis, phase).cycle()
+        result = await EngineHarness(redis, phase).cycle()
     finally:
         redis_server.restart()
     assert result.outcome is Outcome.REDIS_UNAVAILABLE
@@ -175,7 +111,7 @@ async def test_phase_hanging_past_the_lease_is_cancelled_at_the_deadline(redis: 
             raise
 
     second = ScriptedPhase("second")
-    harness = Harness(
+    harness = EngineHarness(
         redis, ScriptedPhase("first", hang), second, lock_ttl=1.0, redis_socket_timeout=0.2
     )
     started = time.monotonic()
@@ -185,7 +121,7 @@ async def test_phase_hanging_past_the_lease_is_cancelled_at_the_deadline(redis: 
     assert cancelled.is_set()
     assert elapsed < 1.0, f"the phase outlived its 1 s lease: {elapsed:.2f}s"
     assert second.entered == []
-    assert await redis.exists(lock_key(marquee_lock_name("m1"))) == 0
+    assert await redis.exists(marquee_lock_key("m1")) == 0
 
 
 async def test_failing_phase_ends_the_cycle_with_its_traceback(redis: Redis) -> None:
@@ -194,14 +130,14 @@ async def test_failing_phase_ends_the_cycle_with_its_traceback(redis: Redis) -> 
 
     second = ScriptedPhase("second")
     with capture_logs() as logs:
-        result = await Harness(redis, ScriptedPhase("first", fail), second).cycle()
+        result = await EngineHarness(redis, ScriptedPhase("first", fail), second).cycle()
     assert (result.outcome, result.phase) == (Outcome.PHASE_FAILED, "first")
     assert "disk full" in str(result.reason)
     assert second.entered == []
     failed = [line for line in logs if line["event"] == "phase.failed"]
     assert failed
     assert failed[0]["exc_info"] is True
-    assert await redis.exists(lock_key(marquee_lock_name("m1"))) == 0
+    assert await redis.exists(marquee_lock_key("m1")) == 0
 
 
 async def test_phase_listeners_hear_each_phase_as_it_ends_and_cannot_break_the_cycle(
@@ -219,7 +155,7 @@ async def test_phase_listeners_hear_each_phase_as_it_ends_and_cannot_break_the_c
     def broken(result: CycleResult, phase: str) -> None:
         raise RuntimeError("listener bug")
 
-    harness = Harness(redis, ScriptedPhase("first"), ScriptedPhase("second", fail))
+    harness = EngineHarness(redis, ScriptedPhase("first"), ScriptedPhase("second", fail))
     harness.engine.phase_listeners += [broken, listen]
     with capture_logs() as logs:
         result = await harness.cycle()
@@ -240,29 +176,32 @@ async def test_concurrency_limit_holds_and_slots_come_before_locks(redis: Redis)
         nonlocal in_flight, peak_in_flight, peak_locks
         in_flight += 1
         peak_in_flight = max(peak_in_flight, in_flight)
-        locks = [key async for key in redis.scan_iter(match="playguard:{marquee:*}:lock")]
+        locks = [key async for key in redis.scan_iter(match=marquee_lock_key("*"))]
         peak_locks = max(peak_locks, len(locks))
         await asyncio.sleep(0.1)
         in_flight -= 1
 
-    harness = Harness(redis, ScriptedPhase("first", busy), marquees=5, max_concurrent_cycles=2)
+    harness = EngineHarness(
+        redis, ScriptedPhase("first", busy), marquees=5, max_concurrent_cycles=2
+    )
     await harness.engine.load_inventory()
-    results = await asyncio.gather(*await harness.engine.tick())
+    results = await harness.tick()
     assert [r.outcome for r in results] == [Outcome.OK] * 5
     assert peak_in_flight == 2
     assert peak_locks == 2
 
 
 async def test_a_marquee_already_in_a_cycle_is_not_started_twice(redis: Redis) -> None:
-    gate = asyncio.Event()
+    gate, entered = asyncio.Event(), asyncio.Event()
 
     async def wait(ctx: PhaseContext) -> None:
+        entered.set()
         await gate.wait()
 
     phase = ScriptedPhase("first", wait)
-    harness = Harness(redis, phase)
+    harness = EngineHarness(redis, phase)
     first_tick = await harness.engine.tick()
-    await asyncio.sleep(0.05)
+    await entered.wait()
     second_tick = await harness.engine.tick()
     gate.set()
     await asyncio.gather(*first_tick)
@@ -272,42 +211,83 @@ async def test_a_marquee_already_in_a_cycle_is_not_started_twice(redis: Redis) -
 
 
 async def test_stop_request_ends_the_cycle_at_the_next_phase_boundary(redis: Redis) -> None:
-    harness: Harness
+    harness: EngineHarness
 
     async def stop(ctx: PhaseContext) -> None:
         harness.engine.request_stop()
         await asyncio.sleep(0.05)
 
     first, second = ScriptedPhase("first", stop), ScriptedPhase("second")
-    harness = Harness(redis, first, second)
+    harness = EngineHarness(redis, first, second)
     result = await harness.cycle()
     assert result.outcome is Outcome.INTERRUPTED
     assert first.finished == ["m1"], "the running phase finishes"
     assert second.entered == [], "no new phase starts"
     assert await redis.zrange(RESUME_KEY, 0, -1) == [b"m1"]
-    assert await redis.exists(lock_key(marquee_lock_name("m1"))) == 0
+    assert await redis.exists(marquee_lock_key("m1")) == 0
 
 
 async def test_second_stop_request_cancels_at_once(redis: Redis) -> None:
-    harness: Harness
+    harness: EngineHarness
     entered = asyncio.Event()
 
     async def hang(ctx: PhaseContext) -> None:
         entered.set()
         await asyncio.sleep(60)
 
-    harness = Harness(redis, ScriptedPhase("first", hang))
+    harness = EngineHarness(redis, ScriptedPhase("first", hang))
     [task] = await harness.engine.tick()
     await entered.wait()
     harness.engine.request_stop()
-    await asyncio.sleep(0.05)
-    assert not task.done(), "the first request lets the phase run on"
+    await harness.engine.stopping.wait()
+    assert (task.done(), task.cancelling()) == (False, 0), "the first request lets the phase run on"
     harness.engine.request_stop()
     with pytest.raises(asyncio.CancelledError):
         await task
     assert harness.results[0].outcome is Outcome.INTERRUPTED
     assert await redis.zrange(RESUME_KEY, 0, -1) == [b"m1"]
-    assert await redis.exists(lock_key(marquee_lock_name("m1"))) == 0
+    assert await redis.exists(marquee_lock_key("m1")) == 0
+
+
+async def test_run_one_is_cancelled_by_a_second_stop_request(redis: Redis) -> None:
+    harness: EngineHarness
+    stopped_once = asyncio.Event()
+
+    async def stop_then_hang(ctx: PhaseContext) -> None:
+        harness.engine.request_stop()
+        stopped_once.set()
+        await asyncio.Event().wait()
+
+    harness = EngineHarness(redis, ScriptedPhase("first", stop_then_hang), ScriptedPhase("second"))
+    inventory = await harness.engine.load_inventory()
+    one = asyncio.create_task(harness.engine.run_one(inventory.marquee("m1"), inventory))
+    await stopped_once.wait()
+    assert list(harness.engine.cycles) == ["m1"], "request_stop reaches it like a tick's cycle"
+    harness.engine.request_stop()
+    with pytest.raises(CycleCancelled, match="cycle of m1 cancelled in the middle of a phase"):
+        await one
+    assert harness.results[0].outcome is Outcome.INTERRUPTED
+    assert await redis.zrange(RESUME_KEY, 0, -1) == [b"m1"]
+    assert await redis.exists(marquee_lock_key("m1")) == 0
+
+
+async def test_a_cycle_that_raises_is_logged_when_it_fails_not_at_drain(
+    redis: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(result: ReleaseResult) -> None:
+        raise RuntimeError("observer bug")
+
+    harness = EngineHarness(redis, ScriptedPhase("first"))
+    monkeypatch.setattr(harness.engine.observer, "lease_released", broken)
+    with capture_logs() as logs:
+        [task] = await harness.engine.tick()
+        await asyncio.wait([task])
+        crashed = [line for line in logs if line["event"] == "cycle.crashed"]
+    assert task.exception() is not None
+    assert [(line["marquee"], line["error"]) for line in crashed] == [
+        ("m1", "RuntimeError('observer bug')")
+    ]
+    assert harness.engine.cycles == {}
 
 
 async def test_run_drains_then_cancels_after_the_grace(redis: Redis) -> None:
@@ -317,7 +297,7 @@ async def test_run_drains_then_cancels_after_the_grace(redis: Redis) -> None:
         entered.set()
         await asyncio.sleep(60)
 
-    harness = Harness(redis, ScriptedPhase("first", hang), shutdown_grace=0.3)
+    harness = EngineHarness(redis, ScriptedPhase("first", hang), shutdown_grace=0.3)
     runner = asyncio.create_task(harness.engine.run())
     await entered.wait()
     harness.engine.request_stop()
@@ -325,25 +305,26 @@ async def test_run_drains_then_cancels_after_the_grace(redis: Redis) -> None:
     await runner
     assert time.monotonic() - started < 2.0
     assert harness.results[0].outcome is Outcome.INTERRUPTED
-    assert await redis.exists(lock_key(marquee_lock_name("m1"))) == 0
+    assert await redis.exists(marquee_lock_key("m1")) == 0
 
 
 async def test_interrupted_marquees_run_first_and_their_record_clears(redis: Redis) -> None:
     await redis.zadd(RESUME_KEY, {"m3": time.time()})
     phase = ScriptedPhase("first")
-    harness = Harness(redis, phase, marquees=3, max_concurrent_cycles=1)
-    await asyncio.gather(*await harness.engine.tick())
+    harness = EngineHarness(redis, phase, marquees=3, max_concurrent_cycles=1)
+    await harness.tick()
     assert phase.entered == ["m3", "m1", "m2"]
     assert await redis.zrange(RESUME_KEY, 0, -1) == []
 
 
 async def test_invalid_inventory_keeps_the_last_good_state(redis: Redis) -> None:
     phase = ScriptedPhase("first")
-    harness = Harness(redis, phase)
+    state = StaticState(inventory_of("m1"))
+    harness = EngineHarness(redis, phase, state=state)
     await harness.engine.load_inventory()
-    harness.state.error = InventoryError("inventory.yaml:3: marquees[0].name: bad (value 'X')")
+    state.error = InventoryError("inventory.yaml:3: marquees[0].name: bad (value 'X')")
     with capture_logs() as logs:
-        results = await asyncio.gather(*await harness.engine.tick())
+        results = await harness.tick()
     assert [r.outcome for r in results] == [Outcome.OK]
     assert phase.entered == ["m1"]
     [invalid] = [line for line in logs if line["event"] == "inventory.invalid"]
@@ -361,7 +342,7 @@ async def test_remote_session_opens_on_first_use_and_closes_before_release(redis
 
     @contextlib.asynccontextmanager
     async def opener(marquee: Marquee, lease: Lease) -> AsyncIterator[Session]:
-        held = await redis.exists(lock_key(marquee_lock_name(marquee.name)))
+        held = await redis.exists(marquee_lock_key(marquee.name))
         events.append(f"open {marquee.name} fence {lease.fence} while locked={held}")
         yield Session()
         events.append("close")
@@ -369,7 +350,7 @@ async def test_remote_session_opens_on_first_use_and_closes_before_release(redis
     async def use(ctx: PhaseContext) -> None:
         events.append(f"got {await ctx.remote()}")
 
-    harness = Harness(redis, ScriptedPhase("first", use), ScriptedPhase("second", use))
+    harness = EngineHarness(redis, ScriptedPhase("first", use), ScriptedPhase("second", use))
     harness.engine.open_session = opener
     result = await harness.cycle()
     assert result.outcome is Outcome.OK
@@ -381,7 +362,7 @@ async def test_remote_session_opens_on_first_use_and_closes_before_release(redis
     ]
 
     events.clear()
-    await Harness(redis, ScriptedPhase("first"), ScriptedPhase("second")).cycle()
+    await EngineHarness(redis, ScriptedPhase("first"), ScriptedPhase("second")).cycle()
     assert events == [], "no phase asked for the remote session, so none was opened"
 
 
@@ -396,7 +377,9 @@ async def test_phase_never_starts_on_a_lease_that_lapsed_while_the_process_stall
 
     monkeypatch.setattr(Lease, "renew", renew_then_stall)
     second = ScriptedPhase("second")
-    harness = Harness(redis, ScriptedPhase("first"), second, lock_ttl=1.0, redis_socket_timeout=0.2)
+    harness = EngineHarness(
+        redis, ScriptedPhase("first"), second, lock_ttl=1.0, redis_socket_timeout=0.2
+    )
     result = await harness.cycle()
     assert (result.outcome, result.phase) == (Outcome.DEADLINE, "second")
     assert second.entered == [], "not even the phase's first synchronous steps ran"

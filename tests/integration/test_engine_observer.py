@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from playguard_async.engine import Engine, Outcome, marquee_lock_name
-from playguard_async.lock import LossReason, ReleaseResult, lock_key
+from playguard_async.engine import Outcome
+from playguard_async.keys import marquee_lock_key
+from playguard_async.lock import LossReason, ReleaseResult
 from playguard_async.phase import PhaseContext
-from tests.integration.test_engine import ScriptedPhase, inventory_of, settings_for
-from tests.support.state import StaticState
+from tests.support.engine import EngineHarness, ScriptedPhase
 
 pytestmark = pytest.mark.integration
 
@@ -44,26 +44,14 @@ class Recorder:
 
 def observed_engine(
     redis: Redis, *phases: ScriptedPhase, **settings: Any
-) -> tuple[Engine, Recorder]:
+) -> tuple[EngineHarness, Recorder]:
     recorder = Recorder()
-    engine = Engine(
-        settings_for(lock_ttl=TTL, **settings),
-        StaticState(inventory_of("m1")),
-        redis,
-        phases,
-        observer=recorder,
-    )
-    return engine, recorder
-
-
-async def run_cycle(engine: Engine) -> Outcome:
-    inventory = await engine.load_inventory()
-    return (await engine.cycle(inventory.marquee("m1"), inventory)).outcome
+    return EngineHarness(redis, *phases, observer=recorder, lock_ttl=TTL, **settings), recorder
 
 
 async def test_every_renewal_is_heard_with_its_headroom_then_the_release(redis: Redis) -> None:
-    engine, recorder = observed_engine(redis, ScriptedPhase("first"), ScriptedPhase("second"))
-    assert await run_cycle(engine) is Outcome.OK
+    harness, recorder = observed_engine(redis, ScriptedPhase("first"), ScriptedPhase("second"))
+    assert (await harness.cycle()).outcome is Outcome.OK
     assert recorder.kinds() == ["renewing", "renewing", "released"]
     headrooms = [value for kind, value in recorder.heard if kind == "renewing"]
     assert all(TTL * 0.9 < headroom < TTL for headroom in headrooms), headrooms
@@ -72,10 +60,10 @@ async def test_every_renewal_is_heard_with_its_headroom_then_the_release(redis: 
 
 async def test_a_stolen_lease_is_heard_as_lost_and_its_release_as_stolen(redis: Redis) -> None:
     async def steal(ctx: PhaseContext) -> None:
-        await redis.set(lock_key(marquee_lock_name("m1")), "intruder")
+        await redis.set(marquee_lock_key("m1"), "intruder")
 
-    engine, recorder = observed_engine(redis, ScriptedPhase("first", steal))
-    assert await run_cycle(engine) is Outcome.LOCK_LOST
+    harness, recorder = observed_engine(redis, ScriptedPhase("first", steal))
+    assert (await harness.cycle()).outcome is Outcome.LOCK_LOST
     assert recorder.heard[1:] == [("lost", "stolen"), ("released", ReleaseResult.STOLEN)]
 
 
@@ -86,8 +74,8 @@ async def test_a_cancelled_cycles_release_is_still_heard(redis: Redis) -> None:
         entered.set()
         await asyncio.Event().wait()
 
-    engine, recorder = observed_engine(redis, ScriptedPhase("first", hang))
-    cycle = asyncio.create_task(run_cycle(engine))
+    harness, recorder = observed_engine(redis, ScriptedPhase("first", hang))
+    cycle = asyncio.create_task(harness.cycle())
     await entered.wait()
     cycle.cancel()
     await asyncio.gather(cycle, return_exceptions=True)
@@ -96,19 +84,19 @@ async def test_a_cancelled_cycles_release_is_still_heard(redis: Redis) -> None:
             break
         await asyncio.sleep(0.01)
     assert recorder.heard == [("released", ReleaseResult.RELEASED)]
-    assert await redis.exists(lock_key(marquee_lock_name("m1"))) == 0
+    assert await redis.exists(marquee_lock_key("m1")) == 0
 
 
 async def test_each_tick_is_heard_with_how_late_it_started(redis: Redis) -> None:
-    engine, recorder = observed_engine(redis, tick_interval=0.2)
-    running = asyncio.create_task(engine.run())
+    harness, recorder = observed_engine(redis, tick_interval=0.2)
+    running = asyncio.create_task(harness.engine.run())
     try:
         for _ in range(100):
             if recorder.kinds().count("tick") >= 3:
                 break
             await asyncio.sleep(0.02)
     finally:
-        engine.request_stop()
+        harness.engine.request_stop()
         await running
     lags = [value for kind, value in recorder.heard if kind == "tick"]
     assert len(lags) >= 3

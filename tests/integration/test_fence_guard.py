@@ -26,8 +26,8 @@ from playguard_async.lab import DockerDaemon, SshServer
 from playguard_async.remote.docker import FENCE, our_labels, remove_container, run_container
 from playguard_async.remote.errors import RemoteCommandTimeout, UnfencedWrite
 from playguard_async.remote.ssh import RemoteOptions, RemoteSession, open_session
-from tests.integration.conftest import lab_marquee_fields
 from tests.support.fencing import StaticLease, eventually, host_fence, journal
+from tests.support.world import lab_marquee_fields
 
 pytestmark = pytest.mark.integration
 
@@ -179,7 +179,7 @@ async def test_concurrent_writers_land_in_fence_order_and_stale_ones_are_refused
     ("content", "what"),
     [
         (None, "is missing"),
-        ("", "is corrupt"),
+        ("", "is unreadable or empty"),
         ("seven\n", "is corrupt"),
         ("-3\n", "is corrupt"),
         ("12 x y\n", "is corrupt"),

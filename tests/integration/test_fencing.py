@@ -13,17 +13,17 @@ import pytest
 from redis.asyncio import Redis
 from structlog.testing import capture_logs
 
-from playguard_async.engine import CycleResult, Engine, Outcome, marquee_lock_name
+from playguard_async.engine import CycleResult, Engine, Outcome
 from playguard_async.inventory import Inventory, Marquee
+from playguard_async.keys import fence_key, lock_key, marquee_lock_name
 from playguard_async.lab import DockerDaemon, SshServer
-from playguard_async.lock import fence_key, lock_key
 from playguard_async.metrics import Metrics
 from playguard_async.phase import PhaseContext, PhaseReport
 from playguard_async.remote.ssh import RemoteSession, open_session
 from playguard_async.settings import load_settings
-from tests.integration.conftest import LAB_OPTIONS, lab_marquee_fields
 from tests.support.fencing import host_fence, journal
 from tests.support.state import StaticState
+from tests.support.world import LAB_OPTIONS, lab_marquee_fields
 
 pytestmark = pytest.mark.integration
 
@@ -72,7 +72,11 @@ class Fleet:
         return await self.engine.cycle(self.marquee, inventory)
 
     def fenced_losses(self) -> float:
-        return self.metrics.lock_lost.labels("fenced")._value.get()
+        value = self.metrics.registry.get_sample_value(
+            "playguard_lock_lost_total", {"reason": "fenced"}
+        )
+        assert value is not None, "the fenced reason is exported from the start"
+        return value
 
 
 @pytest.fixture
@@ -113,7 +117,7 @@ async def test_a_write_the_host_refuses_ends_the_cycle_fenced_and_lifts_the_coun
     assert fleet.fenced_losses() == 1
     [line] = [line for line in logs if line["event"] == "lock.fenced"]
     assert (line["fence"], line["host_fence"]) == (1, 50)
-    assert int(await redis.get(fence_key(marquee_lock_name(marquee.name)))) == 50
+    assert await redis.get(fence_key(marquee_lock_name(marquee.name))) == b"50"
 
     healed = await fleet.cycle()
     assert (healed.outcome, healed.fence, healed.host_fence) == (Outcome.OK, 51, 51)

@@ -24,7 +24,7 @@ from playguard_async.lab import (
     Lab,
     MissingBinary,
     RedisServer,
-    Registry,
+    RegistryServer,
     ServerStartFailed,
     SshServer,
     build_busybox_image,
@@ -62,7 +62,7 @@ def ssh_options(server: SshServer, known_hosts: Path) -> dict[str, object]:
     }
 
 
-def registry_status(registry: Registry, password: str | None) -> int:
+def registry_status(registry: RegistryServer, password: str | None) -> int:
     headers = {}
     if password is not None:
         token = base64.b64encode(f"{registry.username}:{password}".encode()).decode()
@@ -232,7 +232,7 @@ def test_docker_stop_after_a_crash_ends_orphaned_containers_and_mounts(lab_dir: 
 
 
 async def test_registry_login_accepts_its_password_and_refuses_another(
-    docker_daemon: DockerDaemon, registry: Registry
+    docker_daemon: DockerDaemon, registry: RegistryServer
 ) -> None:
     async with aiodocker.Docker(url=docker_daemon.url) as docker:
         accepted = await docker.auth(

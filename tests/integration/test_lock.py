@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable
+from typing import Any
 
 import pytest
 from redis.asyncio import Redis
 
+from playguard_async.keys import fence_key, lock_key, once_key
 from playguard_async.lab import RedisServer
 from playguard_async.lock import (
     Holder,
@@ -15,9 +18,7 @@ from playguard_async.lock import (
     LockUnavailable,
     ReleaseResult,
     TokenLock,
-    fence_key,
     inspect_lock,
-    lock_key,
     once,
 )
 
@@ -45,7 +46,7 @@ async def test_200_concurrent_acquirers_have_exactly_one_winner(redis: Redis) ->
     winners = [lease for lease in leases if lease is not None]
     assert len(winners) == 1
     assert winners[0].fence == 1
-    assert int(await redis.get(fence_key("marquee:edge-1"))) == 1
+    assert await redis.get(fence_key("marquee:edge-1")) == b"1"
 
 
 async def test_fences_strictly_increase_over_release_and_expiry(redis: Redis) -> None:
@@ -108,8 +109,7 @@ async def test_renew_restores_full_ttl_and_moves_the_deadline(redis: Redis) -> N
     assert lease is not None
     assert before + 5.0 - lock.drift <= lease.deadline <= after + 5.0 - lock.drift
     await redis.pexpire(lock_key("marquee:edge-1"), 1000)
-    first_deadline = lease.deadline
-    await asyncio.sleep(0.05)
+    first_deadline = lease.deadline  # the renewal is sent a round trip later: a later deadline
     await lease.renew()
     assert lease.deadline > first_deadline
     assert 4000 < await redis.pttl(lock_key("marquee:edge-1")) <= 5000
@@ -194,16 +194,24 @@ async def test_task_cancelled_inside_hold_leaves_no_key(redis: Redis) -> None:
 
 
 async def test_release_finishes_even_when_cancelled_twice(
-    redis: Redis, redis_server: RedisServer
+    redis: Redis, redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     lease = await make_lock(redis).acquire()
     assert lease is not None
+    sending = asyncio.Event()
+    delete = lease.lock.compare_and_delete
+
+    async def compare_and_delete(record: str) -> ReleaseResult:
+        sending.set()
+        return await delete(record)
+
+    monkeypatch.setattr(lease.lock, "compare_and_delete", compare_and_delete)
     redis_server.pause()
     try:
         task = asyncio.create_task(lease.release())
-        await asyncio.sleep(0.05)
+        await sending.wait()  # the delete is on its way to the paused server
         task.cancel()
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
@@ -213,16 +221,23 @@ async def test_release_finishes_even_when_cancelled_twice(
 
 
 async def test_cancelled_acquire_whose_set_landed_leaves_no_key(
-    redis: Redis, redis_server: RedisServer
+    redis: Redis, redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     lock = make_lock(redis)
+    sent = asyncio.Event()
+    script = lock._acquire_script
+
+    def acquire_script(**arguments: Any) -> Awaitable[Any]:
+        sent.set()
+        return script(**arguments)
+
+    monkeypatch.setattr(lock, "_acquire_script", acquire_script)
     await redis.ping()  # a pooled connection exists, so the SET is written before the pause bites
     redis_server.pause()
     try:
         task = asyncio.create_task(lock.acquire())
-        await asyncio.sleep(0.1)
+        await sent.wait()  # the SET is on its way to the paused server
         task.cancel()
-        await asyncio.sleep(0.05)
     finally:
         redis_server.resume()
     with pytest.raises(asyncio.CancelledError):
@@ -292,5 +307,5 @@ async def test_once_fires_once_until_its_ttl_passes(redis: Redis) -> None:
     assert await once(redis, "dispatch:abc", ttl=0.3) is True
     assert await once(redis, "dispatch:abc", ttl=0.3) is False
     assert await once(redis, "dispatch:other", ttl=0.3) is True
-    await asyncio.sleep(0.45)
+    assert await wait_until_gone(redis, once_key("dispatch:abc"), 2.0)
     assert await once(redis, "dispatch:abc", ttl=0.3) is True

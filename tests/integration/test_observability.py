@@ -16,6 +16,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -31,7 +32,7 @@ WATCHDOG_USEC = "1000000"  # a heartbeat every 0.5 s
 
 
 def start_serving(
-    daemons: DaemonRunner, replica: str = "r1", **settings: object
+    daemons: DaemonRunner, replica: str = "r1", **settings: Any
 ) -> tuple[Daemon, str]:
     """Start a daemon with its HTTP endpoints on a free loopback port: it and their base URL."""
     address = f"127.0.0.1:{free_port()}"

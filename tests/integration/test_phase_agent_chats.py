@@ -12,11 +12,11 @@ from typing import Any
 import aiodocker
 import pytest
 
-from playguard_async.lab import DockerDaemon, LabCommandFailed, Registry, push_image
+from playguard_async.lab import DockerDaemon, LabCommandFailed, RegistryServer, push_image
 from playguard_async.phase import PartialFailure
 from playguard_async.phases.process_agent_chats import process_agent_chats
 from playguard_async.remote.docker import our_labels
-from tests.integration.conftest import LAB_OPTIONS, LabWorld, PhaseRunner
+from tests.support.world import LAB_OPTIONS, LabWorld, PhaseRunner
 
 pytestmark = pytest.mark.integration
 
@@ -166,7 +166,7 @@ async def test_chat_image_the_host_lacks_is_pulled_with_the_playspecs_credential
     run_phase: PhaseRunner,
     lab_docker: aiodocker.Docker,
     docker_daemon: DockerDaemon,
-    registry: Registry,
+    registry: RegistryServer,
     busybox_image: str,
 ) -> None:
     repository = f"playguard/chat-{uuid.uuid4().hex[:12]}:1"
@@ -203,3 +203,54 @@ async def test_dry_run_starts_and_removes_nothing(
     details = await inspect(lab_docker, CONTAINER)
     assert details is not None
     assert details["State"]["Running"]
+
+
+REPLACE = f"replace agent chat container {CONTAINER} (its image, command or network changed)"
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"command": ["sleep", "3599"]},
+        {"command": ["sh", "-c", "sleep 3600; echo '$(touch /x)'"]},
+        {"state": "active", "command": ["sleep", "3600", ""]},
+    ],
+)
+async def test_changed_command_replaces_the_chats_container(
+    lab_world: LabWorld,
+    run_phase: PhaseRunner,
+    lab_docker: aiodocker.Docker,
+    change: dict[str, Any],
+) -> None:
+    await run_phase(process_agent_chats, lab_world)
+    before = await inspect(lab_docker, CONTAINER)
+    assert before is not None
+
+    set_chat(lab_world, **change)
+    replaced = await run_phase(process_agent_chats, lab_world)
+    again = await run_phase(process_agent_chats, lab_world)
+
+    assert replaced.actions == [REPLACE, START]
+    found = replaced.report.findings["chats"]["chat-1"]
+    assert found["state"] == "replaced"
+    assert found["previous"]["container_state"] == "running"
+    after = await inspect(lab_docker, CONTAINER)
+    assert after is not None
+    assert after["Id"] != before["Id"]
+    assert after["Config"]["Cmd"] == change["command"]
+    assert after["Config"]["Labels"]["io.playguard.fence"].isdigit()
+    assert again.actions == [], "the new container matches the desired state"
+
+
+async def test_dry_run_only_says_it_would_replace(
+    lab_world: LabWorld, run_phase: PhaseRunner, lab_docker: aiodocker.Docker
+) -> None:
+    await run_phase(process_agent_chats, lab_world)
+    before = await inspect(lab_docker, CONTAINER)
+    set_chat(lab_world, command=["sleep", "7"])
+    planned = await run_phase(process_agent_chats, lab_world, dry_run=True)
+    assert planned.actions == [f"would {REPLACE}", f"would {START}"]
+    after = await inspect(lab_docker, CONTAINER)
+    assert before is not None
+    assert after is not None
+    assert after["Id"] == before["Id"]

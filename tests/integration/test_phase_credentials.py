@@ -12,19 +12,19 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from playguard_async.lab import Registry
+from playguard_async.lab import RegistryServer
 from playguard_async.phase import PartialFailure
 from playguard_async.phases.refresh_credentials import refresh_credentials
-from tests.integration.conftest import LabWorld, PhaseRunner
 from tests.support.phase_checks import everything_said, write_wrong_password
+from tests.support.world import LabWorld, PhaseRunner
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def other_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
+def other_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RegistryServer]:
     """A second registry server, so two registries have two entries in config.json."""
-    with Registry(tmp_path_factory.mktemp("other-registry")) as server:
+    with RegistryServer(tmp_path_factory.mktemp("other-registry")) as server:
         yield server
 
 
@@ -36,7 +36,7 @@ def basic_auth(username: str, password: str) -> dict[str, str]:
     return {"auth": base64.b64encode(f"{username}:{password}".encode()).decode()}
 
 
-def add_registry(world: LabWorld, server: Registry, password_file: Path) -> None:
+def add_registry(world: LabWorld, server: RegistryServer, password_file: Path) -> None:
     """A registry named "other" on ``server``, used by a playground of its own on edge-1."""
     world.data["registries"].append(
         {
@@ -55,7 +55,7 @@ def add_registry(world: LabWorld, server: Registry, password_file: Path) -> None
 
 
 async def test_fresh_host_gets_a_login_and_a_0600_config_then_nothing_to_do(
-    lab_world: LabWorld, run_phase: PhaseRunner, registry: Registry
+    lab_world: LabWorld, run_phase: PhaseRunner, registry: RegistryServer
 ) -> None:
     path = config_path(lab_world)
 
@@ -109,8 +109,8 @@ async def test_refused_login_keeps_the_entry_that_worked(
 async def test_one_refused_registry_does_not_stop_the_other(
     lab_world: LabWorld,
     run_phase: PhaseRunner,
-    registry: Registry,
-    other_registry: Registry,
+    registry: RegistryServer,
+    other_registry: RegistryServer,
     tmp_path: Path,
 ) -> None:
     other_password_file = tmp_path / "other-password"

@@ -10,8 +10,8 @@ from playguard_async.lab import GitOrigin
 from playguard_async.phases.fetch_branches import fetch_branches
 from playguard_async.phases.reconcile_playgrounds import reconcile_playgrounds
 from playguard_async.phases.sync_git import sync_git
-from tests.integration.conftest import LabWorld, PhaseRunner
 from tests.support.playgrounds import project_containers, set_playground, use_own_branch
+from tests.support.world import LabWorld, PhaseRunner
 
 pytestmark = pytest.mark.integration
 

@@ -19,11 +19,11 @@ import aiodocker
 import pytest
 from structlog.testing import capture_logs
 
-from playguard_async.lab import DockerDaemon, LabCommandFailed, Registry, push_image
+from playguard_async.lab import DockerDaemon, LabCommandFailed, RegistryServer, push_image
 from playguard_async.phase import PartialFailure
 from playguard_async.phases.pull_images import pull_images
-from tests.integration.conftest import LabWorld, PhaseRunner
 from tests.support.phase_checks import everything_said, write_wrong_password
+from tests.support.world import LabWorld, PhaseRunner
 
 pytestmark = pytest.mark.integration
 
@@ -33,7 +33,7 @@ class PushedRepository:
     """A repository of the lab registry that only one test pushes to."""
 
     docker: DockerDaemon
-    registry: Registry
+    registry: RegistryServer
     repository: str
     local_tags: list[str]
 
@@ -59,7 +59,7 @@ class PushedRepository:
 
 @pytest.fixture
 def pushed_repository(
-    docker_daemon: DockerDaemon, registry: Registry, lab_world: LabWorld
+    docker_daemon: DockerDaemon, registry: RegistryServer, lab_world: LabWorld
 ) -> Iterator[PushedRepository]:
     """A fresh repository holding one pushed image, made the playspec's only image; the host's
     tags of it are removed after the test."""

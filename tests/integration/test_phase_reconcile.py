@@ -16,7 +16,6 @@ from playguard_async.phases.reconcile_playgrounds import reconcile_playgrounds
 from playguard_async.phases.sync_git import sync_git
 from playguard_async.remote.compose import CONFIG_HASH_LABEL
 from playguard_async.remote.docker import our_labels
-from tests.integration.conftest import LAB_OPTIONS, LabWorld, PhaseRun, PhaseRunner
 from tests.support.playgrounds import (
     compose_yaml,
     override_of,
@@ -24,6 +23,7 @@ from tests.support.playgrounds import (
     set_playground,
     use_own_branch,
 )
+from tests.support.world import LAB_OPTIONS, LabWorld, PhaseRun, PhaseRunner
 
 pytestmark = pytest.mark.integration
 

@@ -14,7 +14,7 @@ import pytest
 
 from playguard_async.phases.sweep_orphans import sweep_orphans
 from playguard_async.remote.docker import our_labels
-from tests.integration.conftest import LAB_OPTIONS, LabWorld, PhaseRunner
+from tests.support.world import LAB_OPTIONS, LabWorld, PhaseRunner
 
 pytestmark = pytest.mark.integration
 

@@ -7,8 +7,8 @@ import pytest
 from playguard_async.lab import GitOrigin
 from playguard_async.phases.sync_git import sync_git
 from playguard_async.remote.errors import RemoteCommandFailed
-from tests.integration.conftest import LabWorld, PhaseRunner
 from tests.support.playgrounds import checkout_head, checkout_of, set_playground, use_own_branch
+from tests.support.world import LabWorld, PhaseRunner
 
 pytestmark = pytest.mark.integration
 

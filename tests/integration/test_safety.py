@@ -18,21 +18,21 @@ from typing import Any
 import pytest
 from redis import Redis
 
+from playguard_async.keys import marquee_lock_key
 from playguard_async.lab import SshServer
 from tests.support.daemon import (
-    LOCK_KEYS,
     Daemon,
     DaemonRunner,
     Interval,
     fence_problems,
     intervals,
     overlapping_pairs,
-    ssh_marquee,
     wait_for,
     witness_lines,
 )
 from tests.support.fencing import host_records, stale_writes
 from tests.support.phases import read_witness
+from tests.support.world import ssh_marquee
 
 pytestmark = pytest.mark.integration
 
@@ -96,7 +96,7 @@ def taken_over(witness_dir: Path, victim: Daemon, marquee: str, after: float) ->
 def assert_clean_stop(daemons: DaemonRunner, fleet: list[Daemon], store: Redis) -> None:
     statuses = daemons.stop_all(fleet, timeout=GRACE + 5)
     assert statuses == {daemon.replica: 0 for daemon in fleet}
-    assert list(store.scan_iter(match=LOCK_KEYS)) == []
+    assert list(store.scan_iter(match=marquee_lock_key("*"))) == []
 
 
 def outcomes(fleet: list[Daemon]) -> Counter[str]:

@@ -23,12 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from playguard_async.lab import SshServer
-
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PLAYGUARD = Path(sys.executable).with_name("playguard")
 WITNESS_PHASES = ("tests.support.phases:first", "tests.support.phases:second")
-LOCK_KEYS = "playguard:{marquee:*}:lock"
 
 _T = TypeVar("_T")
 _PROXY_VARIABLES = {"http_proxy", "https_proxy", "all_proxy", "no_proxy"}
@@ -57,21 +54,6 @@ def marquee_entry(name: str) -> dict[str, str]:
         "user": "root",
         "identity_file": "/nonexistent/id",
         "known_hosts": "/nonexistent/known_hosts",
-    }
-
-
-def ssh_marquee(ssh: SshServer, name: str, workdir: Path) -> dict[str, str | int]:
-    """A Marquee that is the lab's sshd (on this machine), its files under ``workdir`` and its
-    fence state beside it; several can share one sshd."""
-    return {
-        "name": name,
-        "host": ssh.host,
-        "port": ssh.port,
-        "user": ssh.user,
-        "identity_file": str(ssh.client_key),
-        "known_hosts": str(ssh.known_hosts),
-        "workdir": str(workdir),
-        "state_dir": str(workdir.with_name(f"{workdir.name}-state")),
     }
 
 

@@ -18,7 +18,7 @@ from playguard_async.lab import GitOrigin
 from playguard_async.remote.compose import PROJECT_LABEL, override_path
 from playguard_async.remote.docker import PLAYGROUND
 from playguard_async.remote.git import checkout_dir
-from tests.integration.conftest import LabWorld
+from tests.support.world import LabWorld
 
 PLAYGROUND_NAME = "web-main"
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from redis.asyncio import Redis
 from redis.crc import key_slot
 
-from playguard_async.lock import Holder, TokenLock, fence_key, lock_key, once_key
+from playguard_async.keys import fence_key, lock_key, once_key
+from playguard_async.lock import Holder, TokenLock
 
 
 def test_keys_of_one_name_share_a_cluster_slot() -> None:
@@ -37,7 +40,7 @@ def test_holder_record_round_trips_exactly() -> None:
         ({"drift_factor": 0.6}, "drift_factor"),
     ],
 )
-def test_bad_lock_arguments_name_the_field_and_value(kwargs: dict[str, float], field: str) -> None:
+def test_bad_lock_arguments_name_the_field_and_value(kwargs: dict[str, Any], field: str) -> None:
     with pytest.raises(ValueError, match=field):
         TokenLock(Redis(), "edge-1", **kwargs)
 

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import tomllib
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -80,9 +81,25 @@ def test_healthcheck_uses_the_images_python_on_the_http_address_it_sets() -> Non
     assert "PLAYGUARD_HTTP_ADDRESS=0.0.0.0:9464" in instruction("ENV")
 
 
-def test_build_context_leaves_out_the_virtualenv_and_tests() -> None:
+def test_build_context_leaves_out_the_virtualenv_tests_and_lab() -> None:
     ignored = (REPO_ROOT / ".dockerignore").read_text().split()
-    assert {".venv", ".git", "tests"} <= set(ignored)
+    assert {".venv", ".git", "tests", "playguard_async/lab"} <= set(ignored)
+
+
+def test_wheel_ships_the_typing_marker(tmp_path: Path) -> None:
+    """Type checkers of the package's users read its hints only when py.typed is in the wheel.
+    Built offline, with the build backend the test extra installs."""
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
+         "--quiet", "--wheel-dir", str(tmp_path), str(REPO_ROOT)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    [wheel] = tmp_path.glob("playguard_async-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+    assert "playguard_async/py.typed" in names
+    assert "playguard_async/lab/__init__.py" in names, "`playguard lab` works from a pip install"
 
 
 def test_dependencies_are_declared_and_pinned() -> None:

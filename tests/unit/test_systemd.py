@@ -44,6 +44,18 @@ def received(sock: socket.socket) -> list[str]:
             return datagrams
 
 
+async def received_until(sock: socket.socket, count: int, *, timeout: float = 5.0) -> list[str]:
+    """The datagrams waiting on ``sock``, polled until there are at least ``count``; returns as
+    soon as there are, so the caller can change the world before the next message is sent."""
+    deadline = time.monotonic() + timeout
+    datagrams = received(sock)
+    while len(datagrams) < count:
+        assert time.monotonic() < deadline, f"only {datagrams} within {timeout:g} s"
+        await asyncio.sleep(0.01)
+        datagrams += received(sock)
+    return datagrams
+
+
 def test_message_is_newline_separated_assignments() -> None:
     assert message("READY=1", "STATUS=up") == b"READY=1\nSTATUS=up"
 
@@ -128,14 +140,12 @@ async def test_ready_once_redis_answers_watchdog_only_while_alive_then_stopping(
         )
     )
     try:
-        await asyncio.sleep(1.2)  # one failed readiness probe, READY=1; since=0 means stalled
-        stalled = received(sock)
+        # One failed readiness probe, then READY=1 and beats; since=0 means stalled.
+        stalled = await received_until(sock, 3)
         last_tick[0] = time.monotonic()
-        await asyncio.sleep(0.1)
-        alive = received(sock)
+        alive = await received_until(sock, 3)
         stopping.set()
-        await asyncio.sleep(0.1)
-        draining = received(sock)
+        draining = await received_until(sock, 3)
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
@@ -151,8 +161,10 @@ async def test_cancelled_just_as_stopping_is_set_it_still_ends() -> None:
     # asyncio.wait_for on Python 3.11 swallows a cancel that arrives as its awaitable completes;
     # this task must end on cancel whatever it was waiting for, or the daemon never exits.
     stopping = asyncio.Event()
+    asked = asyncio.Event()
 
     async def ready() -> bool:
+        asked.set()
         return True
 
     task = asyncio.create_task(
@@ -165,7 +177,7 @@ async def test_cancelled_just_as_stopping_is_set_it_still_ends() -> None:
             interval=10.0,
         )
     )
-    await asyncio.sleep(0.01)
+    await asked.wait()  # past READY=1, the task now waits between heartbeats
     stopping.set()
     task.cancel()
     done, _ = await asyncio.wait([task], timeout=2)

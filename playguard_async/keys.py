@@ -1,0 +1,50 @@
+"""Every Redis key playguard reads or writes, in one place (arq's ``constants.py`` habit).
+
+An operator with redis-cli, a test that checks what a daemon left behind, and each module that
+writes a key all take the names from here, so none of them can drift from the others.
+
+Keys of one lock name share the hash tag ``{name}``, so a lock's scripts touch a single cluster
+slot; each Marquee's cycle records share the tag ``{marquee}``, so their pipeline does too.
+"""
+
+from __future__ import annotations
+
+PREFIX = "playguard"
+
+RESUME_KEY = f"{PREFIX}:resume"
+"""Sorted set of Marquees whose cycle a shutdown interrupted; score: when (Unix seconds)."""
+
+
+def lock_key(name: str) -> str:
+    """The lock itself: the holder's record, with the lease's TTL."""
+    return f"{PREFIX}:{{{name}}}:lock"
+
+
+def fence_key(name: str) -> str:
+    """The lock's fence counter; it never expires, so fences keep growing across holders."""
+    return f"{PREFIX}:{{{name}}}:fence"
+
+
+def once_key(name: str) -> str:
+    """The plain NX key of ``lock.once``."""
+    return f"{PREFIX}:{{{name}}}:once"
+
+
+def marquee_lock_name(marquee: str) -> str:
+    """The lock name that guards a Marquee's cycles (``lock_key`` of it is the key)."""
+    return f"marquee:{marquee}"
+
+
+def marquee_lock_key(marquee: str) -> str:
+    """The key of a Marquee's lock; ``marquee_lock_key("*")`` matches every Marquee's."""
+    return lock_key(marquee_lock_name(marquee))
+
+
+def last_cycle_key(marquee: str) -> str:
+    """The record of a Marquee's last finished cycle (JSON)."""
+    return f"{PREFIX}:cycles:{{{marquee}}}:last"
+
+
+def cycle_history_key(marquee: str) -> str:
+    """A Marquee's recent cycle records, newest first, capped at ``history_length``."""
+    return f"{PREFIX}:cycles:{{{marquee}}}:history"

@@ -1,0 +1,53 @@
+"""Real servers on loopback for the tests and the demo: redis-server, sshd, dockerd, registry, git.
+
+Fakes agree with whatever their author believed; the lab runs the real programs so the daemon is
+tested against what it will meet. Each server is a child process in a session of its own, on a port
+or socket chosen so that several labs run side by side, logging to a file in its own directory, and
+stopped by its PID: nothing is daemonised, so nothing outlives `stop()`. Traffic stays on 127.0.0.1
+and unix sockets; proxy settings are removed from every child's environment so that it cannot leave.
+
+Only the ``lab`` command and the tests import this package (an import-linter contract says so); the
+daemon never does, and the container image leaves it out.
+
+- ``process``: finding programs, set-up commands, a server process's life (``LabServer``)
+- ``servers``: ``RedisServer``, ``SshServer``, ``DockerDaemon``, ``RegistryServer``
+- ``images``: the busybox image, built here and pushed to the lab registry
+- ``origin``: the git origin of the compose project (``GitOrigin``)
+- ``fleet``: the whole lab at once (``Lab`` of ``MarqueeHost``s)
+- ``demo``: settings and an inventory pointing the daemon at a lab
+"""
+
+from playguard_async.lab.demo import write_demo_config
+from playguard_async.lab.fleet import Lab, MarqueeHost
+from playguard_async.lab.images import BUSYBOX_REPOSITORY, build_busybox_image, push_image
+from playguard_async.lab.origin import GitOrigin, compose_file
+from playguard_async.lab.process import (
+    LabCommandFailed,
+    LabServer,
+    MissingBinary,
+    ServerStartFailed,
+    find_binary,
+    free_port,
+)
+from playguard_async.lab.servers import DockerDaemon, RedisServer, RegistryServer, SshServer
+
+__all__ = [
+    "BUSYBOX_REPOSITORY",
+    "DockerDaemon",
+    "GitOrigin",
+    "Lab",
+    "LabCommandFailed",
+    "LabServer",
+    "MarqueeHost",
+    "MissingBinary",
+    "RedisServer",
+    "RegistryServer",
+    "ServerStartFailed",
+    "SshServer",
+    "build_busybox_image",
+    "compose_file",
+    "find_binary",
+    "free_port",
+    "push_image",
+    "write_demo_config",
+]

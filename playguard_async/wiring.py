@@ -1,0 +1,125 @@
+"""From settings to working parts: the Redis client, the remote options, the engine with its
+phases and cycle records, and the process signals that stop it.
+
+The daemon (``daemon.serve``) and the operator's foreground cycle (``operate.run_cycle``) are built
+here alike, so ``playguard cycle`` runs exactly the daemon's engine without importing what only the
+daemon needs around it (HTTP endpoints, systemd notifications, metrics).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractAsyncContextManager
+
+import structlog
+from redis.asyncio import Redis
+
+from playguard_async.engine import (
+    CycleListener,
+    CycleResult,
+    Engine,
+    EngineObserver,
+    Outcome,
+    SessionOpener,
+)
+from playguard_async.inventory import Marquee, YamlInventorySource
+from playguard_async.lock import Lease
+from playguard_async.observe import CycleRecords
+from playguard_async.phase import resolve_phases
+from playguard_async.phases import BUILTIN_PHASES
+from playguard_async.redis_client import connect_redis
+from playguard_async.remote.ssh import RemoteOptions, RemoteSession, open_session
+from playguard_async.settings import Settings
+
+log = structlog.get_logger("playguard.wiring")
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def session_opener(settings: Settings) -> SessionOpener:
+    """Opens a cycle's remote session under its lease, as the settings say."""
+    options = remote_options(settings)
+
+    def opener(marquee: Marquee, lease: Lease) -> AbstractAsyncContextManager[RemoteSession]:
+        return open_session(marquee, options, lease=lease, dry_run=settings.dry_run)
+
+    return opener
+
+
+def remote_options(settings: Settings) -> RemoteOptions:
+    return RemoteOptions(
+        connect_timeout=settings.ssh_connect_timeout,
+        keepalive_interval=settings.ssh_keepalive_interval,
+        command_timeout=settings.remote_command_timeout,
+        output_limit=settings.remote_output_limit,
+        docker_timeout=settings.docker_api_timeout,
+        compose_command=settings.compose_command,
+        stuck_after=settings.stuck_after,
+        orphan_grace=settings.orphan_grace,
+        agent_chat_network=settings.agent_chat_network,
+    )
+
+
+def redis_for(settings: Settings) -> Redis:
+    return connect_redis(
+        settings.redis_url,
+        socket_timeout=settings.redis_socket_timeout,
+        connect_timeout=settings.redis_connect_timeout,
+        max_connections=settings.redis_max_connections,
+        password=settings.redis_password.get_secret_value() if settings.redis_password else None,
+    )
+
+
+def build_engine(
+    settings: Settings,
+    *,
+    listeners: Sequence[CycleListener] = (),
+    observer: EngineObserver | None = None,
+) -> Engine:
+    """An engine for ``settings``; raises on an unknown phase before anything connects.
+
+    Finished cycles are recorded in Redis, then told to ``listeners``.
+    """
+    phases = resolve_phases(settings.phases, BUILTIN_PHASES)
+    redis = redis_for(settings)
+    records = CycleRecords(
+        redis, history_length=settings.history_length, timeout=settings.redis_socket_timeout
+    )
+
+    async def record(result: CycleResult) -> None:
+        # A cycle that found the Marquee locked did nothing there; the holder's record stands.
+        if result.outcome is not Outcome.LOCKED:
+            await records.record(result.marquee, result.to_record())
+
+    return Engine(
+        settings,
+        YamlInventorySource(settings.inventory),
+        redis,
+        phases,
+        open_session=session_opener(settings),
+        listeners=[record, *listeners],
+        observer=observer,
+    )
+
+
+@contextlib.contextmanager
+def stopping_on_signals(engine: Engine) -> Iterator[None]:
+    """While the block runs, SIGTERM and SIGINT ask ``engine`` to stop (arq's habit: the handler
+    only sets a flag): the first lets cycles finish their phase, a second cancels them at once.
+    Must be entered on the running event loop."""
+    loop = asyncio.get_running_loop()
+
+    def on_signal(signum: signal.Signals) -> None:
+        log.info("signal.received", signal=signum.name)
+        engine.request_stop()
+
+    for signum in STOP_SIGNALS:
+        loop.add_signal_handler(signum, on_signal, signum)
+    try:
+        yield
+    finally:
+        for signum in STOP_SIGNALS:
+            loop.remove_signal_handler(signum)
