@@ -62,7 +62,7 @@ class Cycles:
         self.records = CycleRecords(redis, history_length=5, timeout=2.0)
         settings = load_settings(
             None, replica_id="convergence", lock_ttl=120.0, redis_socket_timeout=2.0,
-            dry_run=dry_run, tick_jitter=0.0,
+            remote_command_timeout=60.0, docker_api_timeout=60.0, dry_run=dry_run, tick_jitter=0.0,
         )  # fmt: skip
         self.engine = Engine(
             settings,

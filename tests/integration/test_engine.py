@@ -19,6 +19,7 @@ from playguard_async.lab import RedisServer
 from playguard_async.lock import Lease, TokenLock, lock_key
 from playguard_async.phase import PhaseContext, PhaseReport
 from playguard_async.settings import Settings, load_settings
+from tests.support.daemon import within_lease
 from tests.support.state import StaticState
 
 pytestmark = pytest.mark.integration
@@ -68,7 +69,7 @@ def settings_for(**overrides: Any) -> Settings:
         "tick_jitter": 0.0,
     }
     values.update(overrides)
-    return load_settings(None, **values)
+    return load_settings(None, **within_lease(values))
 
 
 class Harness:

@@ -47,6 +47,13 @@ def wait_for(
         time.sleep(interval)
 
 
+def within_lease(values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` with the remote timeouts at half the lease, as settings require them below
+    ``lock_ttl``, unless a test set them itself."""
+    half = float(values.get("lock_ttl", 900.0)) / 2
+    return {"remote_command_timeout": half, "docker_api_timeout": half, **values}
+
+
 def marquee_entry(name: str) -> dict[str, str]:
     """A Marquee the witness phases can run on: they never connect anywhere."""
     return {
@@ -173,7 +180,7 @@ class DaemonRunner:
             "shutdown_grace": 5.0,
         }
         values.update(overrides)
-        return values
+        return within_lease(values)
 
     def write_settings(self, name: str, values: Mapping[str, object]) -> Path:
         path = self.workdir / f"{name}.toml"
