@@ -54,7 +54,7 @@ def read_limited(path: Path, limit: int) -> FileContent:
     try:
         fd = os.open(path, flags)
     except OSError as exc:
-        raise FileRefused(path, f"cannot open: {exc.strerror or exc}") from None
+        raise FileRefused(path, exc.strerror or str(exc)) from None
     try:
         status = os.fstat(fd)
         if not stat.S_ISREG(status.st_mode):
@@ -67,7 +67,7 @@ def read_limited(path: Path, limit: int) -> FileContent:
             chunks.append(chunk)
             left -= len(chunk)
     except OSError as exc:
-        raise FileRefused(path, f"cannot read: {exc.strerror or exc}") from None
+        raise FileRefused(path, exc.strerror or str(exc)) from None
     finally:
         os.close(fd)
     data = b"".join(chunks)

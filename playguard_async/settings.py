@@ -29,6 +29,7 @@ from pydantic_settings import (
 )
 
 from playguard_async.files import FileRefused, read_text_limited
+from playguard_async.inventory import INVENTORY_MAX_BYTES, INVENTORY_READ_TIMEOUT
 
 ENV_PREFIX = "PLAYGUARD_"
 
@@ -41,8 +42,6 @@ SETTINGS_FILE_LIMIT = 1 << 20
 
 MAX_NESTING = 8
 """Levels of lists or tables a settings value may nest; the deepest setting needs one."""
-
-DEFAULT_INVENTORY_MAX_BYTES = 4 << 20
 
 DEFAULT_PHASES = (
     "sync_git",
@@ -120,13 +119,13 @@ class Settings(BaseSettings):
         Path("config/inventory.yaml"), description="The desired state (YAML inventory)."
     )
     inventory_max_bytes: int = Field(
-        DEFAULT_INVENTORY_MAX_BYTES,
+        INVENTORY_MAX_BYTES,
         ge=1,
         le=1 << 30,
         description="Bytes the inventory file may have; a larger one is refused unread.",
     )
     inventory_read_timeout: float = _seconds(
-        30.0,
+        INVENTORY_READ_TIMEOUT,
         description="Seconds reading, parsing and validating the inventory may take; past it the "
         "read is abandoned and the last good inventory stays in force.",
     )
@@ -305,7 +304,7 @@ def _read_toml(config: Path) -> dict[str, Any]:
     try:
         data = tomllib.loads(read_text_limited(config, SETTINGS_FILE_LIMIT))
     except FileRefused as exc:
-        raise SettingsError(f"cannot read settings file {exc}") from None
+        raise SettingsError(f"{config}: cannot read settings file: {exc.reason}") from None
     except tomllib.TOMLDecodeError as exc:
         raise SettingsError(f"{config}: not valid TOML: {exc}") from None
     except RecursionError:
