@@ -15,6 +15,7 @@ from playguard_async.remote.errors import (
     AuthRefused,
     HostKeyMismatch,
     HostUnreachable,
+    MarqueeMisconfigured,
     RemoteCommandFailed,
     RemoteCommandTimeout,
 )
@@ -162,3 +163,61 @@ async def test_stopped_sshd_is_unreachable(
                 pass
     finally:
         ssh_server.restart()
+
+
+def broken_file(kind: str, path: Path, ssh: SshServer) -> Path:
+    """A file that is not what a Marquee's entry says it is."""
+    makers = {
+        "text": lambda: path.write_text("not a key at all\n"),
+        "binary": lambda: path.write_bytes(os.urandom(2048)),
+        "empty": lambda: path.write_bytes(b""),
+        "not-utf8": lambda: path.write_bytes(b"[127.0.0.1]:22 ssh-ed25519 \xff\xfe\n"),
+        "public-key": lambda: path.write_bytes(ssh.client_key.with_suffix(".pub").read_bytes()),
+        "fifo": lambda: os.mkfifo(path),
+        "directory": path.mkdir,
+        "dev-zero": lambda: path.symlink_to("/dev/zero"),
+        "huge": lambda: path.write_bytes(b"#" * (2 << 20)),
+        "missing": lambda: None,
+    }
+    makers[kind]()
+    return path
+
+
+@pytest.mark.parametrize(
+    "kind", ["text", "binary", "empty", "public-key", "fifo", "directory", "dev-zero", "huge",
+             "missing"],
+)  # fmt: skip
+async def test_an_unusable_identity_file_names_marquee_field_and_file(
+    ssh_server: SshServer, docker_daemon: DockerDaemon, tmp_path: Path, kind: str
+) -> None:
+    identity = broken_file(kind, tmp_path / "id", ssh_server)
+    marquee = lab_marquee(ssh_server, docker_daemon, identity_file=identity)
+    with pytest.raises(MarqueeMisconfigured) as error:
+        await asyncio.wait_for(open_session(marquee, OPTIONS).__aenter__(), 10)
+    message = str(error.value)
+    assert message.startswith(f"edge-1 ({ssh_server.host}:{ssh_server.port}): identity_file ")
+    assert str(identity) in message
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize("kind", ["not-utf8", "binary", "fifo", "directory", "dev-zero", "huge"])
+async def test_an_unusable_known_hosts_file_names_marquee_field_and_file(
+    ssh_server: SshServer, docker_daemon: DockerDaemon, tmp_path: Path, kind: str
+) -> None:
+    known_hosts = broken_file(kind, tmp_path / "known_hosts", ssh_server)
+    marquee = lab_marquee(ssh_server, docker_daemon, known_hosts=known_hosts)
+    with pytest.raises(MarqueeMisconfigured) as error:
+        await asyncio.wait_for(open_session(marquee, OPTIONS).__aenter__(), 10)
+    message = str(error.value)
+    assert message.startswith(f"edge-1 ({ssh_server.host}:{ssh_server.port}): known_hosts ")
+    assert str(known_hosts) in message
+
+
+@pytest.mark.parametrize("user", ["\u0627x1", "a\u0000b", "\u200e", "x\u2ff0", "\U000e0001"])
+async def test_a_user_name_saslprep_refuses_names_marquee_and_user(
+    ssh_server: SshServer, docker_daemon: DockerDaemon, user: str
+) -> None:
+    marquee = lab_marquee(ssh_server, docker_daemon, user=user)
+    with pytest.raises(MarqueeMisconfigured) as error:
+        await asyncio.wait_for(open_session(marquee, OPTIONS).__aenter__(), 10)
+    assert str(error.value).startswith(f"edge-1 ({ssh_server.host}:{ssh_server.port}): user ")
