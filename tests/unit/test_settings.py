@@ -100,7 +100,7 @@ def test_repeated_phase_is_an_error() -> None:
 
 
 def test_missing_or_broken_file_is_named(tmp_path: Path) -> None:
-    with pytest.raises(SettingsError, match=r"absent\.toml: cannot open: No such file"):
+    with pytest.raises(SettingsError, match=r"absent\.toml: cannot read settings file: No such"):
         load_settings(tmp_path / "absent.toml")
     with pytest.raises(SettingsError, match="not valid TOML"):
         load_settings(write(tmp_path, "tick_interval = = 5\n"))
