@@ -183,34 +183,25 @@ def broken_file(kind: str, path: Path, ssh: SshServer) -> Path:
     return path
 
 
-@pytest.mark.parametrize(
-    "kind", ["text", "binary", "empty", "public-key", "fifo", "directory", "dev-zero", "huge",
-             "missing"],
-)  # fmt: skip
-async def test_an_unusable_identity_file_names_marquee_field_and_file(
-    ssh_server: SshServer, docker_daemon: DockerDaemon, tmp_path: Path, kind: str
+UNUSABLE_FILES = [
+    *(("identity_file", kind) for kind in ("text", "binary", "empty", "public-key", "fifo",
+                                           "directory", "dev-zero", "huge", "missing")),
+    *(("known_hosts", kind) for kind in ("not-utf8", "binary", "fifo", "directory", "dev-zero",
+                                         "huge")),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("field", "kind"), UNUSABLE_FILES)
+async def test_an_unusable_client_file_names_marquee_field_and_file(
+    ssh_server: SshServer, docker_daemon: DockerDaemon, tmp_path: Path, field: str, kind: str
 ) -> None:
-    identity = broken_file(kind, tmp_path / "id", ssh_server)
-    marquee = lab_marquee(ssh_server, docker_daemon, identity_file=identity)
+    path = broken_file(kind, tmp_path / field, ssh_server)
+    marquee = lab_marquee(ssh_server, docker_daemon, **{field: path})
     with pytest.raises(MarqueeMisconfigured) as error:
         await asyncio.wait_for(open_session(marquee, OPTIONS).__aenter__(), 10)
     message = str(error.value)
-    assert message.startswith(f"edge-1 ({ssh_server.host}:{ssh_server.port}): identity_file ")
-    assert str(identity) in message
+    assert message.startswith(f"edge-1 ({ssh_server.host}:{ssh_server.port}): {field} {path}")
     assert "\n" not in message
-
-
-@pytest.mark.parametrize("kind", ["not-utf8", "binary", "fifo", "directory", "dev-zero", "huge"])
-async def test_an_unusable_known_hosts_file_names_marquee_field_and_file(
-    ssh_server: SshServer, docker_daemon: DockerDaemon, tmp_path: Path, kind: str
-) -> None:
-    known_hosts = broken_file(kind, tmp_path / "known_hosts", ssh_server)
-    marquee = lab_marquee(ssh_server, docker_daemon, known_hosts=known_hosts)
-    with pytest.raises(MarqueeMisconfigured) as error:
-        await asyncio.wait_for(open_session(marquee, OPTIONS).__aenter__(), 10)
-    message = str(error.value)
-    assert message.startswith(f"edge-1 ({ssh_server.host}:{ssh_server.port}): known_hosts ")
-    assert str(known_hosts) in message
 
 
 @pytest.mark.parametrize("user", ["\u0627x1", "a\u0000b", "\u200e", "x\u2ff0", "\U000e0001"])
