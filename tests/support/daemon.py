@@ -50,8 +50,10 @@ def wait_for(
 def within_lease(values: dict[str, Any]) -> dict[str, Any]:
     """``values`` with the remote timeouts at half the lease, as settings require them below
     ``lock_ttl``, unless a test set them itself."""
-    half = float(values.get("lock_ttl", 900.0)) / 2
-    return {"remote_command_timeout": half, "docker_api_timeout": half, **values}
+    ttl = values.get("lock_ttl", 900.0)
+    if not isinstance(ttl, int | float) or ttl <= 0:
+        return values  # a test of a bad lock_ttl: only that one is wrong
+    return {"remote_command_timeout": ttl / 2, "docker_api_timeout": ttl / 2, **values}
 
 
 def marquee_entry(name: str) -> dict[str, str]:
