@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Coroutine
+import functools
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 import structlog
@@ -75,3 +77,31 @@ async def wait_or_stop(stopping: asyncio.Event, seconds: float) -> None:
     with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(seconds):
             await stopping.wait()
+
+
+async def in_thread(work: Callable[[], _T], timeout: float, *, name: str) -> _T:
+    """Run ``work`` in a daemon thread of its own; its result, or ``TimeoutError`` after
+    ``timeout`` seconds.
+
+    Not ``asyncio.to_thread``: a thread of the default executor that never returns (a hung disk)
+    would hold up the loop's shutdown, and so a SIGTERM, for good. A daemon thread past its
+    timeout is abandoned; it cannot keep the process alive.
+    """
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[_T] = loop.create_future()
+
+    def settle(outcome: Callable[[], None]) -> None:
+        if not future.done():
+            outcome()
+
+    def run() -> None:
+        try:
+            outcome = functools.partial(future.set_result, work())
+        except BaseException as exc:  # handed to the waiter, whatever it is
+            outcome = functools.partial(future.set_exception, exc)
+        with contextlib.suppress(RuntimeError):  # the loop closed while we worked
+            loop.call_soon_threadsafe(settle, outcome)
+
+    threading.Thread(target=run, name=name, daemon=True).start()
+    async with asyncio.timeout(timeout):
+        return await future

@@ -10,11 +10,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import click
 from rich.console import Console
@@ -85,7 +86,7 @@ def _readable_errors(ctx: click.Context) -> Iterator[None]:
 
 def _fail(message: str, exit_code: int) -> NoReturn:
     """End the command with ``message`` on stderr, as click shows its own errors."""
-    click.echo(f"Error: {message}", err=True)
+    _echo(f"Error: {message}", err=True)
     raise click.exceptions.Exit(exit_code)
 
 
@@ -124,14 +125,14 @@ def cycle(ctx: click.Context, marquee: str, config: Path | None, dry_run: bool |
         settings = load_settings(config, **_dry_run(dry_run))
         if settings.dry_run:
             console.print(f"{marquee}: dry run, nothing is changed; actions are what would be done")
-        with console.status(f"{marquee}: taking the lock") as spinner:
+        with console.status(_text(f"{marquee}: taking the lock")) as spinner:
 
             def show_phase(result: CycleResult, phase: str) -> None:
                 console.print(_phase_line(result, phase))
                 for action in result.actions.get(phase, []):
-                    console.print(Text(f"      {action}", style="dim"), soft_wrap=True)
+                    console.print(_text((f"      {action}", "dim")), soft_wrap=True)
                 done = f"{len(result.durations)} of {len(settings.phases)} phases done"
-                spinner.update(f"{marquee}: {done}")
+                spinner.update(_text(f"{marquee}: {done}"))
 
             outcome = asyncio.run(operate.run_cycle(settings, marquee, show_phase))
     result = outcome.result
@@ -148,9 +149,9 @@ def _phase_line(result: CycleResult, phase: str) -> Text:
     if result.outcome is not Outcome.OK and result.phase == phase:
         reason = f"  {result.reason}" if result.reason else ""
         failed = (f"{result.outcome.value:<12}", "bold red")
-        return Text.assemble(f"  {phase:<24}", failed, f"{duration:>9}{reason}")
+        return _text(f"  {phase:<24}", failed, f"{duration:>9}{reason}")
     actions = _actions(len(result.actions.get(phase, [])))
-    return Text(f"  {phase:<24}{actions:<12}{duration:>9}")
+    return _text(f"  {phase:<24}{actions:<12}{duration:>9}")
 
 
 def _cycle_summary(result: CycleResult, settings: Settings) -> Text:
@@ -159,7 +160,7 @@ def _cycle_summary(result: CycleResult, settings: Settings) -> Text:
     reason = f": {result.reason}" if result.reason else ""
     verb = "would be taken" if settings.dry_run else "taken"
     fence = "" if result.fence is None else f", fence {result.fence}"
-    return Text.assemble(
+    return _text(
         f"{result.marquee}: ",
         (f"{result.outcome.value}{where}{reason}", _outcome_style(result.outcome.value)),
         f"; {actions} {verb} in {_span(result.duration)}{fence}",
@@ -190,19 +191,21 @@ def status(ctx: click.Context, config: Path | None, as_json: bool) -> None:
         if lock is not None:
             holder = lock.holder
             holding = [
-                f"{holder.replica} ({holder.host}, pid {holder.pid})",
-                str(lock.fence),
+                f"{holder.replica} ({holder.host}, pid {holder.pid})"
+                if holder
+                else f"unknown record {operate.shown_record(lock.record)}",
+                _fence(lock.fence),
                 _span(lock.ttl_left),
             ]
         elif last is not None and last.fence is not None:
             holding[1] = str(last.fence)
-        history: list[str | Text] = [Text("never"), "-", "-", "-", "-"]
+        history: list[str | Text] = [_text("never"), "-", "-", "-", "-"]
         if last is not None:
             where = f" in {last.phase}" if last.phase else ""
             history = [
-                Text(last.outcome + where, style=_outcome_style(last.outcome)),
-                f"{_span(now - last.finished_at)} ago",
-                _span(last.duration),
+                _text((last.outcome + where, _outcome_style(last.outcome))),
+                "-" if last.finished_at is None else f"{_span(now - last.finished_at)} ago",
+                "-" if last.duration is None else _span(last.duration),
                 str(last.actions),
                 _findings_text(last),
             ]
@@ -237,8 +240,12 @@ def locks(ctx: click.Context, config: Path | None, as_json: bool) -> None:
     table = Table(*columns, box=None, header_style="bold")
     for state in held:
         holder = state.holder
-        fields = (holder.replica, holder.host, str(holder.pid), holder.acquired_at)
-        table.add_row(state.name, *fields, str(state.fence), _span(state.ttl_left))
+        fields = (
+            (holder.replica, holder.host, str(holder.pid), holder.acquired_at)
+            if holder
+            else (f"unknown record {operate.shown_record(state.record)}", "-", "-", "-")
+        )
+        table.add_row(state.name, *fields, _fence(state.fence), _span(state.ttl_left))
     console.print(table)
 
 
@@ -261,19 +268,19 @@ def unlock(ctx: click.Context, marquee: str, config: Path | None, force: bool) -
     with _readable_errors(ctx):
         done = asyncio.run(operate.unlock(load_settings(config), marquee, force=force))
     if done.found is None:
-        click.echo(f"{marquee} is not locked (no key {done.key}); nothing to delete")
+        _echo(f"{marquee} is not locked (no key {done.key}); nothing to delete")
         return
     shown = f"{done.key}: held by {_holder_text(done.found)}"
-    kept = f"the fence counter {done.fence_key} stays at {done.found.fence}"
+    kept = f"the fence counter {done.fence_key} stays at {_fence(done.found.fence)}"
     if done.result is None:
-        click.echo(f"would delete {shown}\n{kept}\nnothing deleted: add --force to delete it")
+        _echo(f"would delete {shown}\n{kept}\nnothing deleted: add --force to delete it")
         ctx.exit(1)
     if done.result is ReleaseResult.RELEASED:
-        click.echo(f"deleted {shown}\n{kept}")
+        _echo(f"deleted {shown}\n{kept}")
     elif done.result is ReleaseResult.EXPIRED:
-        click.echo(f"nothing deleted: {done.key} was released or expired after it was read")
+        _echo(f"nothing deleted: {done.key} was released or expired after it was read")
     else:
-        click.echo(f"nothing deleted: another holder took {done.key} after it was read")
+        _echo(f"nothing deleted: another holder took {done.key} after it was read")
         ctx.exit(1)
 
 
@@ -298,25 +305,63 @@ def check(ctx: click.Context, config: Path | None, timeout: float) -> None:
     table = Table("CHECK", "VERDICT", "DETAIL", box=None, header_style="bold")
     table.columns[2].overflow = "fold"
     for row in rows:
-        verdict = Text("ok", style="green") if row.ok else Text("FAIL", style="bold red")
+        verdict = _text(("ok", "green") if row.ok else ("FAIL", "bold red"))
         table.add_row(row.subject, verdict, row.detail)
     _console().print(table)
     if not all(row.ok for row in rows):
         ctx.exit(1)
 
 
+class _DataConsole(Console):
+    """A console that prints data as data: no rich markup (``[/x]`` in a name would end a style
+    that was never opened and crash), no emoji codes, and control characters (a terminal escape
+    in a host's output, a record in Redis) shown escaped rather than sent to the terminal."""
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(highlight=False, markup=False, emoji=False, **options)
+
+    def render_str(self, text: str, **options: Any) -> Text:
+        return super().render_str(_clean(text), **options)
+
+
 def _console() -> Console:
     """Output fitted to a terminal's width; in a pipe or a file, whole lines that grep can find."""
-    console = Console(highlight=False)
-    return console if console.is_terminal else Console(highlight=False, width=_PIPE_WIDTH)
+    console = _DataConsole()
+    return console if console.is_terminal else _DataConsole(width=_PIPE_WIDTH)
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _clean(text: str) -> str:
+    """``text`` with every control character but newline and tab written as ``\\xNN``."""
+    return _CONTROL.sub(lambda match: f"\\x{ord(match[0]):02x}", text)
+
+
+def _text(*parts: str | tuple[str, str]) -> Text:
+    """Styled text from data: each part (a string, or a string and its style) cleaned."""
+    return Text.assemble(
+        *(_clean(part) if isinstance(part, str) else (_clean(part[0]), part[1]) for part in parts)
+    )
+
+
+def _echo(message: str, *, err: bool = False) -> None:
+    click.echo(_clean(message), err=err)
+
+
+def _fence(fence: int | None) -> str:
+    return "?" if fence is None else str(fence)
 
 
 def _holder_text(state: LockState) -> str:
     holder = state.holder
-    return (
+    held = (
         f"replica {holder.replica} (host {holder.host}, pid {holder.pid}, since "
-        f"{holder.acquired_at}), fence {state.fence}, {_span(state.ttl_left)} left"
+        f"{holder.acquired_at})"
+        if holder
+        else f"an unknown record {operate.shown_record(state.record)}"
     )
+    return f"{held}, fence {_fence(state.fence)}, {_span(state.ttl_left)} left"
 
 
 def _actions(count: int) -> str:
@@ -368,7 +413,7 @@ def lab(marquees: int, workdir: Path | None, duration: float | None, tick: float
         root = workdir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="pg-lab-")))
         running = stack.enter_context(Lab(root / "servers", marquees=marquees))
         config = write_demo_config(running, root / "config", tick_interval=tick)
-        click.echo(f"lab up in {root}; settings {config}", err=True)
+        _echo(f"lab up in {root}; settings {config}", err=True)
         settings = load_settings(config)
         configure_logging(settings.log_format, settings.log_level)
         daemon.run(settings, stop_after=duration)

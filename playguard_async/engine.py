@@ -69,6 +69,8 @@ class Outcome(enum.Enum):
     DEADLINE = "deadline"
     INTERRUPTED = "interrupted"
     REDIS_UNAVAILABLE = "redis_unavailable"
+    ERROR = "error"
+    """Something outside any phase failed unexpectedly; logged with its traceback."""
 
 
 @dataclass
@@ -186,6 +188,12 @@ class _CycleRemote:
         return None if self._session is None else self._session.host_fence
 
 
+def one_line(exc: BaseException) -> str:
+    """``Type: message`` on one line, for log fields and outcome reasons."""
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
 def next_tick_after(scheduled: float, now: float, interval: float) -> tuple[float, int]:
     """The first point of the tick grid (``scheduled`` + k * ``interval``, k >= 1) after ``now``.
 
@@ -246,9 +254,12 @@ class Engine:
         """Read the desired state; keep the last good one (and say why) when the new one is bad."""
         try:
             self.inventory = await self.desired_state.load()
-        except InventoryError as exc:
+        except Exception as exc:
+            # Whatever the source raises is a bad desired state, never the end of the daemon.
+            if not isinstance(exc, InventoryError):
+                exc = InventoryError(f"{self.desired_state.describe()}: {one_line(exc)}")
             if self.inventory is None:
-                raise
+                raise exc from None
             log.error("inventory.invalid", source=self.desired_state.describe(), error=str(exc))
         return self.inventory
 
@@ -360,6 +371,10 @@ class Engine:
                 result.outcome = Outcome.INTERRUPTED
                 await self._finish(result)
                 raise
+            except Exception as exc:
+                # A task's exception nobody retrieves is lost; the cycle's ending never is.
+                result.outcome, result.reason = Outcome.ERROR, one_line(exc)
+                log.exception("cycle.error")
             await self._finish(result)
         return result
 
@@ -522,8 +537,9 @@ class Engine:
         for listener in self.listeners:
             try:
                 await detached(listener(result))
-            except Exception:
-                log.exception("cycle.listener_failed")
+            except Exception as exc:
+                # Expected while Redis is slow or away: one line, no traceback to drown it.
+                log.error("cycle.listener_failed", error=one_line(exc))
 
     # -- resume records ----------------------------------------------------------------------
 

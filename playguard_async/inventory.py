@@ -9,12 +9,15 @@ restricted to shell-inert characters, so a hostile or careless inventory cannot 
 
 from __future__ import annotations
 
-import asyncio
+import hashlib
 import ipaddress
 import os
 import re
 import reprlib
+import threading
+import time
 from collections.abc import Callable, Hashable, Iterator
+from dataclasses import dataclass
 from datetime import date
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal, Protocol, Self
@@ -36,11 +39,21 @@ from pydantic_core import ErrorDetails, InitErrorDetails, PydanticCustomError
 from yaml.constructor import ConstructorError
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from playguard_async.aio import in_thread
+from playguard_async.files import FileRefused, read_limited, read_text_limited, signature_of
+
+try:  # libyaml: about 3x faster, and it refuses nesting past 1,000 levels itself
+    from yaml import CSafeLoader as _SafeLoader
+except ImportError:  # pragma: no cover - PyYAML built without libyaml
+    from yaml import SafeLoader as _SafeLoader  # type: ignore[assignment]
+
 
 class InventoryError(ValueError):
     """The inventory cannot be used; one line per problem, naming file, line, place and reason."""
 
     def __init__(self, *problems: str) -> None:
+        # A parser's message may span lines; each problem stays one line all the same.
+        problems = tuple(re.sub(r"\s*[\r\n]+\s*", " ", problem) for problem in problems)
         super().__init__("\n".join(problems))
         self.problems = problems
 
@@ -244,6 +257,10 @@ class Marquee(_Named):
     launchable: bool = True
 
 
+PASSWORD_FILE_LIMIT = 64 << 10
+"""Bytes a registry password file may have."""
+
+
 class Registry(_Named):
     """An image registry; the model holds where the password is, never the password itself."""
 
@@ -264,11 +281,11 @@ class Registry(_Named):
         if self.password_file is not None:
             source = f"password file {self.password_file}"
             try:
-                value = self.password_file.read_text(encoding="utf-8").strip()
-            except OSError as exc:
+                value = read_text_limited(self.password_file, PASSWORD_FILE_LIMIT).strip()
+            except FileRefused as exc:
                 raise InventoryError(
-                    f"registry {self.name!r}: cannot read {source}: {exc.strerror}"
-                ) from exc
+                    f"registry {self.name!r}: cannot read {source}: {exc.reason}"
+                ) from None
         else:
             assert self.password_env is not None  # guaranteed by _exactly_one_password_source
             source = f"environment variable {self.password_env}"
@@ -407,7 +424,7 @@ class DesiredState(Protocol):
         ...
 
 
-class _InventoryLoader(yaml.SafeLoader):
+class _InventoryLoader(_SafeLoader):
     """SafeLoader that refuses duplicate mapping keys, which PyYAML would silently overwrite."""
 
     def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Hashable, Any]:
@@ -426,22 +443,71 @@ class _InventoryLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
-def _node_lines(
-    node: Node, loc: _Loc, line: int, ancestors: frozenset[int] = frozenset()
-) -> Iterator[tuple[_Loc, int]]:
+MAX_DEPTH = 32
+"""Levels of nesting a document may have; an inventory needs four. Deeper ones are refused
+before anything recursive (line mapping, validation) walks them."""
+
+ALIAS_EXPANSION_LIMIT = 100_000
+"""Nodes that aliases may add to a document once expanded. Aliases share one node in the parsed
+tree, but validation walks every expansion: a 1 KB "billion laughs" document would expand past
+1 GiB."""
+
+
+def _children(node: Node) -> list[Node]:
+    if isinstance(node, MappingNode):
+        return [part for pair in node.value for part in pair]
+    if isinstance(node, SequenceNode):
+        return list(node.value)
+    return []
+
+
+def _check_shape(root: Node) -> str | None:
+    """Why the tree under ``root`` may not be expanded, or None: too deep (counting through
+    aliases), a recursive alias, or aliases that expand past ``ALIAS_EXPANSION_LIMIT``.
+
+    One pass without recursion; each shared node's expanded size and height are computed once.
+    """
+    size: dict[int, int] = {}
+    height: dict[int, int] = {}
+    on_path: set[int] = set()
+    distinct = 0
+    stack: list[tuple[Node, int, bool]] = [(root, 1, False)]
+    while stack:
+        node, depth, finished = stack.pop()
+        key = id(node)
+        if finished:
+            on_path.discard(key)
+            children = _children(node)
+            size[key] = 1 + sum(size[id(child)] for child in children)
+            height[key] = 1 + max((height[id(child)] for child in children), default=0)
+        elif key in on_path:
+            return "an alias refers to a node that contains it (a recursive alias)"
+        elif key not in size:
+            distinct += 1
+            on_path.add(key)
+            stack.append((node, depth, True))
+            if depth > MAX_DEPTH:
+                return f"nested more than {MAX_DEPTH} levels deep"
+            stack.extend((child, depth + 1, False) for child in _children(node))
+        if key in height and depth + height[key] - 1 > MAX_DEPTH:
+            return f"nested more than {MAX_DEPTH} levels deep (through an alias)"
+    if size[id(root)] - distinct > ALIAS_EXPANSION_LIMIT:
+        return f"aliases expand to more than {ALIAS_EXPANSION_LIMIT} further nodes"
+    return None
+
+
+def _node_lines(node: Node, loc: _Loc, line: int) -> Iterator[tuple[_Loc, int]]:
     """Map each place in the document to its 1-based line; a mapping entry maps to its key's line
-    (an empty value's own mark can point at the next line)."""
+    (an empty value's own mark can point at the next line). Only for a tree ``_check_shape``
+    accepted: its depth and expansion are bounded."""
     yield loc, line
-    if id(node) in ancestors:  # a recursive alias; its places were mapped on the way down
-        return
-    inner = ancestors | {id(node)}
     if isinstance(node, MappingNode):
         for key_node, value_node in node.value:
             key_line = key_node.start_mark.line + 1
-            yield from _node_lines(value_node, (*loc, key_node.value), key_line, inner)
+            yield from _node_lines(value_node, (*loc, key_node.value), key_line)
     elif isinstance(node, SequenceNode):
         for index, item in enumerate(node.value):
-            yield from _node_lines(item, (*loc, index), item.start_mark.line + 1, inner)
+            yield from _node_lines(item, (*loc, index), item.start_mark.line + 1)
 
 
 def _line_of(loc: _Loc, lines: dict[_Loc, int]) -> int:
@@ -452,16 +518,24 @@ def _line_of(loc: _Loc, lines: dict[_Loc, int]) -> int:
     return lines.get((), 1)
 
 
-def _place(loc: _Loc) -> str:
-    """('marquees', 1, 'name') -> 'marquees[1].name'."""
-    return (
-        "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc).lstrip(".")
-        or "(top level)"
-    )
-
-
 _VALUE_REPR = reprlib.Repr()
 _VALUE_REPR.maxstring = 80
+
+
+def _place(loc: _Loc) -> str:
+    """('marquees', 1, 'name') -> 'marquees[1].name'; a key that is not a plain name (an unknown
+    key can be anything) is shown quoted and bounded."""
+    return (
+        "".join(
+            f"[{part}]"
+            if isinstance(part, int)
+            else f".{part}"
+            if re.fullmatch(r"\w{1,64}", part)
+            else f"[{_VALUE_REPR.repr(part)}]"
+            for part in loc
+        ).lstrip(".")
+        or "(top level)"
+    )
 
 
 def _shown_value(error: ErrorDetails) -> str:
@@ -480,32 +554,122 @@ def _reason(error: ErrorDetails) -> str:
     return error["msg"]
 
 
-class YamlInventorySource:
-    """The inventory from a YAML file, re-read on every `load` so edits take effect next cycle."""
+INVENTORY_MAX_BYTES = 4 << 20
+"""Default bytes an inventory file may have (a 10,000-Marquee inventory is about 3 MiB)."""
 
-    def __init__(self, path: Path) -> None:
+INVENTORY_READ_TIMEOUT = 30.0
+"""Default seconds reading, parsing and validating it may take."""
+
+
+@dataclass(frozen=True)
+class _Loaded:
+    """The last inventory read, and what tells whether the file changed since."""
+
+    inventory: Inventory
+    signature: tuple[int, ...]
+    digest: bytes
+    stat_trusted: bool
+
+
+RACY_SECONDS = 2.0
+"""A file modified this close to when it was read may be written again within the timestamp's
+granularity without its stat fields changing (git's "racily clean" case): its next read compares
+content, not stat."""
+
+
+class YamlInventorySource:
+    """The inventory from a YAML file, re-read on every `load` so edits take effect next cycle.
+
+    Re-reading costs nothing while the file is unchanged: a ``stat`` whose fields match the last
+    read returns the inventory parsed then; changed fields make it read the bytes and compare their
+    digest; only changed content is parsed and validated. Reading is bounded in size
+    (``max_bytes``, regular files only) and in time (``timeout``): the work runs in a thread of
+    its own, so neither a slow disk nor a huge document stops the event loop or a shutdown; a read
+    still running when the next is due makes that one fail rather than pile up threads.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        max_bytes: int = INVENTORY_MAX_BYTES,
+        timeout: float = INVENTORY_READ_TIMEOUT,
+    ) -> None:
         # Absolute now, so a later chdir changes neither the file nor how relative paths resolve.
         self._path = path.absolute()
+        self._max_bytes = max_bytes
+        self._timeout = timeout
+        self._loaded: _Loaded | None = None
+        self._reading = threading.Lock()
 
     def describe(self) -> str:
         return str(self._path)
 
     async def load(self) -> Inventory:
-        return await asyncio.to_thread(self._load)
+        if not self._reading.acquire(blocking=False):
+            raise InventoryError(
+                f"{self._path}: the previous read has not finished; inventory_read_timeout is "
+                f"{self._timeout:g} s"
+            )
+        try:
+            return await in_thread(self._load_and_unlock, self._timeout, name="inventory-read")
+        except TimeoutError:
+            raise InventoryError(
+                f"{self._path}: not read and validated within {self._timeout:g} s "
+                "(inventory_read_timeout)"
+            ) from None
+
+    def _load_and_unlock(self) -> Inventory:
+        try:
+            return self._load()
+        except InventoryError:
+            raise
+        except Exception as exc:  # whatever a hostile file finds: still one readable line
+            raise InventoryError(f"{self._path}: cannot load inventory: {exc!r}") from exc
+        finally:
+            self._reading.release()
 
     def _load(self) -> Inventory:
+        loaded = self._loaded
+        if loaded is not None and loaded.stat_trusted:
+            try:
+                if signature_of(os.stat(self._path)) == loaded.signature:
+                    return loaded.inventory
+            except OSError:
+                pass  # the read below names the problem
         try:
-            text = self._path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise InventoryError(f"{self._path}: cannot read inventory: {exc.strerror}") from exc
+            content = read_limited(self._path, self._max_bytes)
+        except FileRefused as exc:
+            raise InventoryError(f"{self._path}: cannot read inventory: {exc.reason}") from None
+        digest = hashlib.sha256(content.data).digest()
+        trusted = time.time_ns() - content.mtime_ns > RACY_SECONDS * 1e9
+        if loaded is not None and loaded.digest == digest:
+            inventory = loaded.inventory
+        else:
+            inventory = self._validated(content.data)
+        self._loaded = _Loaded(inventory, content.signature, digest, trusted)
+        return inventory
+
+    def _validated(self, data: bytes) -> Inventory:
         try:
-            node, data = self._parse(text)
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            line = data[: exc.start].count(b"\n") + 1
+            raise InventoryError(
+                f"{self._path}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x})"
+            ) from None
+        try:
+            node, document = self._parse(text)
         except yaml.MarkedYAMLError as exc:
-            raise InventoryError(self._yaml_problem(exc)) from exc
+            raise InventoryError(self._yaml_problem(exc)) from None
         except yaml.YAMLError as exc:
-            raise InventoryError(f"{self._path}: invalid YAML: {exc}") from exc
+            raise InventoryError(f"{self._path}: invalid YAML: {exc}") from None
+        except RecursionError:  # the pure-Python parser, without libyaml's own depth limit
+            raise InventoryError(
+                f"{self._path}: invalid YAML: nested more than {MAX_DEPTH} levels deep"
+            ) from None
         try:
-            return Inventory.model_validate(data, context={_BASE_DIR: self._path.parent})
+            return Inventory.model_validate(document, context={_BASE_DIR: self._path.parent})
         except ValidationError as exc:
             lines = dict(_node_lines(node, (), node.start_mark.line + 1)) if node else {}
             located = sorted(
@@ -520,13 +684,18 @@ class YamlInventorySource:
                 )
             ) from None
 
-    @staticmethod
-    def _parse(text: str) -> tuple[Node | None, object]:
-        """Both the node tree (for line numbers) and the data, from a single parse."""
+    def _parse(self, text: str) -> tuple[Node | None, object]:
+        """Both the node tree (for line numbers) and the data, from a single parse; a tree too
+        deep or too expanded by aliases is refused before it is constructed."""
         loader = _InventoryLoader(text)
         try:
             node = loader.get_single_node()
-            return node, {} if node is None else loader.construct_document(node)
+            if node is None:
+                return None, {}
+            refused = _check_shape(node)
+            if refused is not None:
+                raise InventoryError(f"{self._path}: invalid YAML: {refused}")
+            return node, loader.construct_document(node)
         finally:
             loader.dispose()
 

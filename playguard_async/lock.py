@@ -164,14 +164,25 @@ class Holder:
         )
 
     @classmethod
-    def decode(cls, raw: str | bytes) -> Holder:
-        data = json.loads(raw)
+    def parse(cls, raw: str | bytes) -> Holder | None:
+        """The holder a lock key names, or None when it holds anything else: a key is outside
+        input (another program, an operator's SET), and reading it must never fail."""
+        try:
+            data = json.loads(raw)
+        except (ValueError, RecursionError):
+            return None
+        texts = ("token", "replica", "host", "acquired_at")
+        if not isinstance(data, dict) or not all(isinstance(data.get(k), str) for k in texts):
+            return None
+        pid = data.get("pid")
+        if not isinstance(pid, int) or isinstance(pid, bool):
+            return None
         return cls(
-            token=str(data["token"]),
-            replica=str(data["replica"]),
-            host=str(data["host"]),
-            pid=int(data["pid"]),
-            acquired_at=str(data["acquired_at"]),
+            token=data["token"],
+            replica=data["replica"],
+            host=data["host"],
+            pid=pid,
+            acquired_at=data["acquired_at"],
         )
 
 
@@ -179,15 +190,16 @@ class Holder:
 class LockState:
     """A held lock as seen by an operator: its holder, fence and time left.
 
-    ``record`` is the key's exact value, so an operator's delete can compare against precisely
-    what was shown.
+    ``holder`` is None, and ``fence`` may be, when the keys hold values this project did not
+    write; ``record`` is the key's exact value all the same, so an operator's delete compares
+    against precisely what was shown, ours or not.
     """
 
     name: str
-    holder: Holder
-    fence: int
+    holder: Holder | None
+    fence: int | None
     ttl_left: float
-    record: str = field(repr=False)
+    record: bytes = field(repr=False)
 
 
 def default_replica_id() -> str:
@@ -369,7 +381,7 @@ class TokenLock:
         result = await self.compare_and_delete(record)
         log.info("lock.acquire_undone", lock=self.name, result=result.value)
 
-    async def compare_and_delete(self, record: str) -> ReleaseResult:
+    async def compare_and_delete(self, record: str | bytes) -> ReleaseResult:
         try:
             outcome = await bounded(
                 self.timeout, self._release_script(keys=[self.key], args=[record])
@@ -424,12 +436,17 @@ async def inspect_lock(
         raw, pttl, fence = await bounded(timeout, pipe.execute())
     if raw is None:
         return None
+    try:
+        fence_number: int | None = int(fence or 0)
+    except ValueError:  # a counter someone else overwrote
+        fence_number = None
+    record = raw if isinstance(raw, bytes) else str(raw).encode()
     return LockState(
         name=name,
-        holder=Holder.decode(raw),
-        fence=int(fence or 0),
+        holder=Holder.parse(record),
+        fence=fence_number,
         ttl_left=max(0, int(pttl)) / 1000,
-        record=raw.decode() if isinstance(raw, bytes) else str(raw),
+        record=record,
     )
 
 

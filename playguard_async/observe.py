@@ -12,6 +12,7 @@ import json
 import logging
 import sys
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -25,11 +26,16 @@ LogFormat = Literal["json", "console", "auto"]
 
 
 def configure_logging(log_format: LogFormat = "auto", level: str = "info") -> None:
-    """Route structlog (and stdlib logging of our libraries) to stderr in one format."""
+    """Route structlog (and stdlib logging of our libraries) to stderr in one format.
+
+    Tracebacks, in either format, keep file, line and code only: structlog's console default
+    (rich) prints every frame's local variables, which hold the Redis password and registry
+    credentials, so the plain formatter is chosen here and nowhere is a locals-showing one used.
+    """
     if log_format == "auto":
         log_format = "console" if sys.stderr.isatty() else "json"
     renderer: structlog.typing.Processor = (
-        structlog.dev.ConsoleRenderer()
+        structlog.dev.ConsoleRenderer(exception_formatter=structlog.dev.plain_traceback)
         if log_format == "console"
         else structlog.processors.JSONRenderer()
     )
@@ -110,27 +116,55 @@ class CycleRecords:
 
     What a cycle saw and did must not live only in a log line: ``playguard status`` and anyone with
     redis-cli can read it here. History is capped at ``history_length`` records per Marquee.
+
+    A record that could not be written (Redis slow or away) is kept here, at most
+    ``history_length`` per Marquee, and written first by the next ``record`` call, so an outage
+    leaves no hole in the history; the error still reaches the caller. A write that timed out after
+    Redis applied it may so be written twice: at least once, never lost.
     """
 
     def __init__(self, redis: Redis, *, history_length: int, timeout: float) -> None:
         self.redis = redis
         self.history_length = history_length
         self.timeout = timeout
+        self._unwritten: dict[str, deque[str]] = {}
+
+    def unwritten(self, marquee: str) -> int:
+        """How many of ``marquee``'s records wait for the next write."""
+        return len(self._unwritten.get(marquee, ()))
 
     async def record(self, marquee: str, record: Mapping[str, Any]) -> None:
-        encoded = json.dumps(record, default=str, separators=(",", ":"))
+        waiting = self._unwritten.setdefault(marquee, deque(maxlen=self.history_length))
+        waiting.append(json.dumps(record, default=str, separators=(",", ":")))
+        batch = list(waiting)
         async with asyncio.timeout(self.timeout), self.redis.pipeline(transaction=True) as pipe:
-            pipe.set(last_cycle_key(marquee), encoded)
-            pipe.lpush(cycle_history_key(marquee), encoded)
+            pipe.set(last_cycle_key(marquee), batch[-1])
+            pipe.lpush(cycle_history_key(marquee), *batch)
             pipe.ltrim(cycle_history_key(marquee), 0, self.history_length - 1)
             await pipe.execute()
+        for _ in batch:
+            waiting.popleft()
+        if not waiting:
+            del self._unwritten[marquee]
 
     async def last(self, marquee: str) -> dict[str, Any] | None:
+        """The last record, ``{}`` when the key holds something this project did not write."""
         async with asyncio.timeout(self.timeout):
             raw = await self.redis.get(last_cycle_key(marquee))
-        return None if raw is None else dict(json.loads(raw))
+        return None if raw is None else decoded_record(raw)
 
     async def history(self, marquee: str) -> list[dict[str, Any]]:
         async with asyncio.timeout(self.timeout):
             raw = await self.redis.lrange(cycle_history_key(marquee), 0, -1)
-        return [dict(json.loads(item)) for item in raw]
+        return [decoded_record(item) for item in raw]
+
+
+def decoded_record(raw: bytes | str) -> dict[str, Any]:
+    """A stored JSON object as a dict; anything else (not JSON, not an object, nested past the
+    parser's depth) as ``{}``: a Redis value is outside input, and an unreadable one must read as
+    unknown, not end the reader."""
+    try:
+        value = json.loads(raw)
+    except (ValueError, RecursionError):
+        return {}
+    return value if isinstance(value, dict) else {}

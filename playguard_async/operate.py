@@ -17,14 +17,14 @@ from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from playguard_async.aio import bounded
 from playguard_async.engine import CycleResult, Outcome, PhaseListener
-from playguard_async.inventory import Inventory, InventoryError, Marquee, YamlInventorySource
+from playguard_async.inventory import Inventory, InventoryError, Marquee
 from playguard_async.keys import fence_key, lock_key, marquee_lock_name
 from playguard_async.lock import LockState, ReleaseResult, TokenLock, inspect_lock
 from playguard_async.observe import CycleRecords
@@ -34,7 +34,13 @@ from playguard_async.remote import guard
 from playguard_async.remote.errors import AuthRefused, HostKeyMismatch, RemoteError
 from playguard_async.remote.ssh import RemoteOptions, open_session
 from playguard_async.settings import Settings, SettingsError, load_settings
-from playguard_async.wiring import build_engine, redis_for, remote_options, stopping_on_signals
+from playguard_async.wiring import (
+    build_engine,
+    inventory_source,
+    redis_for,
+    remote_options,
+    stopping_on_signals,
+)
 
 _LOCK_PREFIX, _LOCK_SUFFIX = lock_key("*").split("*")
 
@@ -72,7 +78,7 @@ class Fleet:
     redis: Redis
 
     async def inventory(self) -> Inventory:
-        return await YamlInventorySource(self.settings.inventory).load()
+        return await inventory_source(self.settings).load()
 
 
 @asynccontextmanager
@@ -88,17 +94,31 @@ async def open_fleet(settings: Settings) -> AsyncIterator[Fleet]:
 
 
 def holder_json(state: LockState) -> dict[str, Any]:
-    """A held lock for scripts; the token stays out, as nothing outside the lock needs it."""
+    """A held lock for scripts; the token stays out, as nothing outside the lock needs it. A key
+    holding something else has ``known`` false, null holder fields and its value in ``record``."""
     holder = state.holder
     return {
         "name": state.name,
-        "replica": holder.replica,
-        "host": holder.host,
-        "pid": holder.pid,
-        "acquired_at": holder.acquired_at,
+        "known": holder is not None,
+        "replica": holder and holder.replica,
+        "host": holder and holder.host,
+        "pid": holder and holder.pid,
+        "acquired_at": holder and holder.acquired_at,
         "fence": state.fence,
         "ttl_left": state.ttl_left,
+        "record": None if holder else shown_record(state.record),
     }
+
+
+def shown_record(raw: bytes) -> str:
+    """A lock value this project did not write, bounded, with anything unprintable escaped."""
+    text = raw[:RECORD_SHOWN].decode("utf-8", "backslashreplace")
+    text = text.encode("unicode_escape").decode("ascii")
+    return repr(text) + (f" (+{len(raw) - RECORD_SHOWN} bytes)" if len(raw) > RECORD_SHOWN else "")
+
+
+RECORD_SHOWN = 120
+"""Bytes of an unknown lock value shown to an operator."""
 
 
 # -- status ------------------------------------------------------------------------------------
@@ -117,8 +137,8 @@ class LastCycle:
     fence: int | None
     host_fence: int | None
     """The highest fence the Marquee itself was seen to hold in that cycle (None: no write)."""
-    finished_at: float
-    duration: float
+    finished_at: float | None
+    duration: float | None
     actions: int
     drift: dict[str, list[str]]
     branch_gone: dict[str, str]
@@ -126,17 +146,31 @@ class LastCycle:
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> LastCycle:
+        """The record as written by the engine; anything else (Redis is outside input: a field
+        missing, of another type, a record of another program) reads as outcome ``unknown``."""
+        try:
+            return cls._parse(record)
+        except (KeyError, TypeError, ValueError, AttributeError):
+            return cls(
+                cycle="?", outcome="unknown", phase=None, fence=None, host_fence=None,
+                finished_at=None,
+                duration=None, actions=0, drift={}, branch_gone={}, failed=[],
+                reason="the cycle record is not one playguard wrote",
+            )  # fmt: skip
+
+    @classmethod
+    def _parse(cls, record: Mapping[str, Any]) -> LastCycle:
         findings: Mapping[str, Any] = record.get("findings") or {}
         playgrounds = findings.get("reconcile_playgrounds", {}).get("playgrounds", {})
         return cls(
-            cycle=str(record["cycle"]),
-            outcome=str(record["outcome"]),
-            phase=record.get("phase"),
-            reason=record.get("reason"),
-            fence=record.get("fence"),
-            host_fence=record.get("host_fence"),
-            finished_at=float(record["finished_at"]),
-            duration=float(record["duration"]),
+            cycle=_typed(record["cycle"], str),
+            outcome=_typed(record["outcome"], str),
+            phase=_optional(record.get("phase"), str),
+            reason=_optional(record.get("reason"), str),
+            fence=_optional(record.get("fence"), int),
+            host_fence=_optional(record.get("host_fence"), int),
+            finished_at=_seconds(record["finished_at"]),
+            duration=_seconds(record["duration"]),
             actions=sum(len(taken) for taken in (record.get("actions") or {}).values()),
             drift={name: found["drift"] for name, found in playgrounds.items() if found["drift"]},
             branch_gone={
@@ -154,7 +188,29 @@ class LastCycle:
         )
 
     def to_json(self, now: float) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "age": round(max(0.0, now - self.finished_at), 3)}
+        age = None if self.finished_at is None else round(max(0.0, now - self.finished_at), 3)
+        return {**dataclasses.asdict(self), "age": age}
+
+
+_T = TypeVar("_T")
+
+
+def _typed(value: object, kind: type[_T]) -> _T:
+    """``value`` if it is a ``kind`` (a bool is no int here), else ValueError."""
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise ValueError(f"expected {kind.__name__}, found {type(value).__name__}")
+    return value
+
+
+def _optional(value: object, kind: type[_T]) -> _T | None:
+    return None if value is None else _typed(value, kind)
+
+
+def _seconds(value: object) -> float:
+    """A finite, non-negative number of seconds (JSON has no NaN, but Python's json reads one)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1e12:
+        raise ValueError(f"not a time: {value!r}")
+    return float(value)
 
 
 @dataclass(frozen=True)

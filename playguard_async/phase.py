@@ -11,6 +11,8 @@ without forking the daemon.
 from __future__ import annotations
 
 import importlib
+import re
+import reprlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -75,25 +77,34 @@ class UnknownPhase(ValueError):
     """A phase named in settings that is neither built in nor importable."""
 
 
+_NAME_REPR = reprlib.Repr()
+_NAME_REPR.maxstring = 80
+
+
 def resolve_phases(names: Sequence[str], builtin: Mapping[str, Phase]) -> list[Phase]:
     """Turn the settings' phase names into phase objects, in order."""
     return [_resolve(name, builtin) for name in names]
 
 
+_IMPORT_PATH = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
+
+
 def _resolve(name: str, builtin: Mapping[str, Phase]) -> Phase:
     if name in builtin:
         return builtin[name]
-    module_name, _, attribute = name.partition(":")
-    if not attribute:
+    shown = _NAME_REPR.repr(name)
+    if not _IMPORT_PATH.fullmatch(name):
         known = ", ".join(sorted(builtin)) or "none"
         raise UnknownPhase(
-            f"phases: {name!r} is not a built-in phase (built in: {known}) "
+            f"phases: {shown} is not a built-in phase (built in: {known}) "
             "nor a 'package.module:attribute' import path"
         )
+    module_name, _, attribute = name.partition(":")
     try:
         candidate = getattr(importlib.import_module(module_name), attribute)
-    except (ImportError, AttributeError) as exc:
-        raise UnknownPhase(f"phases: cannot import {name!r}: {exc}") from exc
+    except Exception as exc:  # a module runs its own code on import: anything can come out
+        reason = " ".join(f"{type(exc).__name__}: {exc}".split())
+        raise UnknownPhase(f"phases: cannot import {shown}: {reason[:300]}") from exc
     if not isinstance(candidate, Phase):
         raise UnknownPhase(f"phases: {name!r} has no 'name' and async call: not a phase")
     return candidate

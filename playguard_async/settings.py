@@ -9,22 +9,39 @@ came from; secrets are ``SecretStr`` and never appear in a log line or an error.
 from __future__ import annotations
 
 import os
+import re
+import reprlib
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
-from urllib.parse import urlsplit, urlunsplit
+from typing import Any, ClassVar, Literal
+from urllib.parse import urlsplit
 
+import pydantic_settings
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
+    EnvSettingsSource,
+    InitSettingsSource,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
-    TomlConfigSettingsSource,
 )
 
+from playguard_async.files import FileRefused, read_text_limited
+from playguard_async.inventory import INVENTORY_MAX_BYTES, INVENTORY_READ_TIMEOUT
 from playguard_async.lock import default_replica_id
 
 ENV_PREFIX = "PLAYGUARD_"
+
+MAX_SECONDS = 7 * 24 * 3600.0
+"""Upper bound of every duration setting (7 days): past it a value is a typo (or ``inf``), and
+Redis, asyncio and the lease arithmetic would fail on it at run time instead of at start-up."""
+
+SETTINGS_FILE_LIMIT = 1 << 20
+"""Bytes a settings file may have; it is a few hundred in practice."""
+
+MAX_NESTING = 8
+"""Levels of lists or tables a settings value may nest; the deepest setting needs one."""
 
 DEFAULT_PHASES = (
     "sync_git",
@@ -39,6 +56,18 @@ DEFAULT_PHASES = (
 
 class SettingsError(ValueError):
     """Settings that cannot be used; the message names field, value and source."""
+
+
+def _seconds(default: float, *, description: str, zero: bool = False) -> Any:
+    """A duration field: finite, above 0 (or at least 0 with ``zero``), at most ``MAX_SECONDS``."""
+    return Field(
+        default,
+        gt=None if zero else 0,
+        ge=0 if zero else None,
+        le=MAX_SECONDS,
+        allow_inf_nan=False,
+        description=description,
+    )
 
 
 class Settings(BaseSettings):
@@ -59,14 +88,17 @@ class Settings(BaseSettings):
     redis_password: SecretStr | None = Field(
         None, description="Redis password, when not in redis_url (keeps it out of the URL)."
     )
-    redis_socket_timeout: float = Field(
-        5.0, gt=0, description="Seconds any single Redis call may take; past it, a lease is lost."
+    redis_socket_timeout: float = _seconds(
+        5.0, description="Seconds any single Redis call may take; past it, a lease is lost."
     )
-    redis_connect_timeout: float = Field(5.0, gt=0, description="Seconds to connect to Redis.")
+    redis_connect_timeout: float = _seconds(5.0, description="Seconds to connect to Redis.")
     redis_max_connections: int = Field(
-        50, ge=1, description="Connections in the Redis pool; callers beyond it wait their turn."
+        50,
+        ge=1,
+        le=10_000,
+        description="Connections in the Redis pool; callers beyond it wait their turn.",
     )
-    tick_interval: float = Field(60.0, gt=0, description="Seconds between ticks.")
+    tick_interval: float = _seconds(60.0, description="Seconds between ticks.")
     tick_jitter: float = Field(
         0.1,
         ge=0,
@@ -74,13 +106,24 @@ class Settings(BaseSettings):
         description="Share of tick_interval over which cycle starts are spread at random, so "
         "replicas that tick together share the fleet.",
     )
-    lock_ttl: float = Field(900.0, gt=0, description="Seconds a lease lasts without renewal.")
-    max_concurrent_cycles: int = Field(16, ge=1, description="Cycles running at once.")
-    shutdown_grace: float = Field(
-        30.0, ge=0, description="Seconds a draining cycle may take before it is cancelled."
+    lock_ttl: float = _seconds(900.0, description="Seconds a lease lasts without renewal.")
+    max_concurrent_cycles: int = Field(16, ge=1, le=100_000, description="Cycles running at once.")
+    shutdown_grace: float = _seconds(
+        30.0, zero=True, description="Seconds a draining cycle may take before it is cancelled."
     )
     inventory: Path = Field(
         Path("config/inventory.yaml"), description="The desired state (YAML inventory)."
+    )
+    inventory_max_bytes: int = Field(
+        INVENTORY_MAX_BYTES,
+        ge=1,
+        le=1 << 30,
+        description="Bytes the inventory file may have; a larger one is refused unread.",
+    )
+    inventory_read_timeout: float = _seconds(
+        INVENTORY_READ_TIMEOUT,
+        description="Seconds reading, parsing and validating the inventory may take; past it the "
+        "read is abandoned and the last good inventory stays in force.",
     )
     phases: tuple[str, ...] = Field(
         DEFAULT_PHASES, min_length=1, description="Enabled phases, in the order they run."
@@ -96,38 +139,40 @@ class Settings(BaseSettings):
         description="This replica's name in locks and records (default host:pid).",
     )
     event_loop: Literal["uvloop", "asyncio"] = Field("uvloop")
-    ssh_connect_timeout: float = Field(10.0, gt=0, description="Seconds to open an SSH connection.")
-    ssh_keepalive_interval: float = Field(
-        15.0, gt=0, description="Seconds between SSH keepalives; 3 unanswered drop the connection."
+    ssh_connect_timeout: float = _seconds(10.0, description="Seconds to open an SSH connection.")
+    ssh_keepalive_interval: float = _seconds(
+        15.0, description="Seconds between SSH keepalives; 3 unanswered drop the connection."
     )
-    remote_command_timeout: float = Field(
-        300.0, gt=0, description="Seconds any remote command (git, compose) may run."
+    remote_command_timeout: float = _seconds(
+        300.0, description="Seconds any remote command (git, compose) may run."
     )
     remote_output_limit: int = Field(
-        1 << 20, ge=1024, description="Characters of a remote command's stdout/stderr kept."
+        1 << 20,
+        ge=1024,
+        le=1 << 30,
+        description="Characters of a remote command's stdout/stderr kept.",
     )
-    docker_api_timeout: float = Field(
-        300.0, gt=0, description="Seconds any Docker API call (an image pull included) may take."
+    docker_api_timeout: float = _seconds(
+        300.0, description="Seconds any Docker API call (an image pull included) may take."
     )
     compose_command: tuple[str, ...] = Field(
         ("docker", "compose"),
         min_length=1,
         description='How compose runs on the hosts: ["docker", "compose"] or ["docker-compose"].',
     )
-    stuck_after: float = Field(
+    stuck_after: float = _seconds(
         300.0,
-        gt=0,
         description="Seconds a container may stay restarting, created or unhealthy before it "
         "is recreated.",
     )
-    orphan_grace: float = Field(
-        600.0, ge=0, description="Seconds an orphaned container of ours lives before removal."
+    orphan_grace: float = _seconds(
+        600.0, zero=True, description="Seconds an orphaned container of ours lives before removal."
     )
     agent_chat_network: str = Field(
         "none", min_length=1, description="Docker network mode of AgentChat containers."
     )
     history_length: int = Field(
-        50, ge=1, description="Cycle records kept per Marquee in Redis for operators."
+        50, ge=1, le=10_000, description="Cycle records kept per Marquee in Redis for operators."
     )
     http_address: str = Field(
         "",
@@ -135,12 +180,33 @@ class Settings(BaseSettings):
         "for IPv6; port 0 picks a free one); empty: no HTTP server.",
     )
 
+    _file_data: ClassVar[dict[str, Any]] = {}
+    """The settings file's values, read and bounded by ``load_settings``."""
+
     @field_validator("redis_url")
     @classmethod
-    def _redis_url_scheme(cls, value: str) -> str:
-        parts = urlsplit(value)
+    def _redis_url_form(cls, value: str) -> str:
+        form = "must be redis://[USER:PASSWORD@]HOST[:PORT][/DB] (or rediss:// for TLS)"
+        authority = re.match(r"[^:/?#]*://[^/?#]*", value)
+        if authority is not None and "@" in value[authority.end() :]:
+            # Every URL parser (redis-py's too) splits such a password into path, query or
+            # fragment: the host and the password would both be wrong. Parser errors would
+            # quote pieces of the password, so none is shown.
+            raise ValueError(
+                f"{form}; a '#', '/', '?' or '@' in the user or password must be "
+                "percent-encoded (%23, %2F, %3F, %40)"
+            )
+        try:
+            parts = urlsplit(value)
+            port = parts.port
+        except ValueError:
+            raise ValueError(f"{form}; the port must be a number in 1..65535") from None
         if parts.scheme not in ("redis", "rediss") or not parts.hostname:
-            raise ValueError("must be redis://HOST[:PORT][/DB] or rediss://HOST[:PORT][/DB]")
+            raise ValueError(form)
+        if port == 0:
+            raise ValueError(f"{form}; the port must be a number in 1..65535")
+        if parts.query or parts.fragment or not re.fullmatch(r"(/[0-9]{0,5})?", parts.path):
+            raise ValueError(f"{form}; no query or fragment, and DB a number")
         return value
 
     @field_validator("http_address")
@@ -167,6 +233,16 @@ class Settings(BaseSettings):
             )
         return self
 
+    @model_validator(mode="after")
+    def _remote_calls_fit_in_lease(self) -> Settings:
+        for name in ("remote_command_timeout", "docker_api_timeout"):
+            if getattr(self, name) >= self.lock_ttl:
+                raise ValueError(
+                    f"{name} ({getattr(self, name)}) must be less than lock_ttl "
+                    f"({self.lock_ttl}), or one remote call could outlast the lease"
+                )
+        return self
+
     def http_bind(self) -> tuple[str, int] | None:
         """The host and port to serve HTTP on, or None when ``http_address`` is empty."""
         return parse_http_address(self.http_address) if self.http_address else None
@@ -184,7 +260,22 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return init_settings, env_settings, TomlConfigSettingsSource(settings_cls)
+        return (
+            init_settings,
+            _Environment(settings_cls),
+            InitSettingsSource(settings_cls, init_kwargs=cls._file_data),
+        )
+
+
+class _Environment(EnvSettingsSource):
+    """``PLAYGUARD_*`` variables; a list value nested too deeply for the JSON decoder is a bad
+    value of that variable (pydantic-settings names it), not a ``RecursionError``."""
+
+    def decode_complex_value(self, field_name: str, field: FieldInfo, value: Any) -> Any:
+        try:
+            return super().decode_complex_value(field_name, field, value)
+        except RecursionError:
+            raise ValueError("nested too deeply") from None
 
 
 def load_settings(config: Path | None = None, **overrides: Any) -> Settings:
@@ -192,47 +283,91 @@ def load_settings(config: Path | None = None, **overrides: Any) -> Settings:
 
     Raises ``SettingsError`` naming each bad field, its value and its source.
     """
-    settings_cls = Settings
-    if config is not None:
-        _check_toml(config)
+    file_data = _read_toml(config) if config is not None else {}
 
-        class SettingsFromFile(Settings):
-            model_config = SettingsConfigDict(toml_file=config)
+    class SettingsFromFile(Settings):
+        _file_data = file_data
 
-        settings_cls = SettingsFromFile
     try:
-        return settings_cls(**overrides)
+        return SettingsFromFile(**overrides)
     except ValidationError as exc:
-        raise SettingsError(_describe(exc, config, overrides)) from None
+        raise SettingsError(_describe(exc, config, file_data, overrides)) from None
+    except pydantic_settings.SettingsError as exc:
+        raise SettingsError(_undecodable(exc)) from None
 
 
-def _check_toml(config: Path) -> None:
+def _read_toml(config: Path) -> dict[str, Any]:
     try:
-        tomllib.loads(config.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise SettingsError(f"{config}: settings file not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SettingsError(f"{config}: cannot read settings file: {exc}") from None
+        data = tomllib.loads(read_text_limited(config, SETTINGS_FILE_LIMIT))
+    except FileRefused as exc:
+        raise SettingsError(f"{config}: cannot read settings file: {exc.reason}") from None
     except tomllib.TOMLDecodeError as exc:
         raise SettingsError(f"{config}: not valid TOML: {exc}") from None
+    except RecursionError:
+        raise SettingsError(f"{config}: not valid TOML: nested too deeply") from None
+    for key, value in data.items():
+        if _depth(value) > MAX_NESTING:
+            raise SettingsError(f"{config}: {key}: nested more than {MAX_NESTING} levels deep")
+    return data
 
 
-def _describe(exc: ValidationError, config: Path | None, overrides: dict[str, Any]) -> str:
+def _depth(value: object) -> int:
+    """How many lists or tables deep ``value`` goes, without recursing (TOML can nest deeply)."""
+    deepest, level = 0, [(value, 0)]
+    while level:
+        item, depth = level.pop()
+        deepest = max(deepest, depth)
+        if depth > MAX_NESTING:
+            continue
+        if isinstance(item, dict):
+            level.extend((child, depth + 1) for child in item.values())
+        elif isinstance(item, list):
+            level.extend((child, depth + 1) for child in item)
+    return deepest
+
+
+def _describe(
+    exc: ValidationError, config: Path | None, file_data: dict[str, Any], overrides: dict[str, Any]
+) -> str:
     problems = []
     for error in exc.errors():
-        field = str(error["loc"][0]) if error["loc"] else "settings"
-        source = _source_of(field, config, overrides)
-        where = f"{field} = {_shown(field, error.get('input'))}" if error["loc"] else "settings"
-        problems.append(f"{source}: {where}: {error['msg']}")
+        reason = error["msg"].removeprefix("Value error, ")
+        if not error["loc"]:  # a rule across fields: its message names them and their values
+            problems.append(f"settings: {reason}")
+            continue
+        field = str(error["loc"][0])
+        source = _source_of(field, config, file_data, overrides)
+        problems.append(f"{source}: {field} = {_shown(field, error.get('input'))}: {reason}")
     return "invalid settings:\n  " + "\n  ".join(problems)
 
 
+def _undecodable(exc: pydantic_settings.SettingsError) -> str:
+    """pydantic-settings' own error (a list value that is not JSON) as our one line: which
+    variable, which value, why."""
+    found = re.search(r'field "(\w+)"', str(exc))
+    field = found[1] if found else "settings"
+    name = _environment_name(field)
+    value = os.environ.get(name, "") if name else ""
+    cause = exc.__cause__
+    why = f"not JSON ({' '.join(str(cause).split())})" if cause else "not JSON"
+    return (
+        f"invalid settings:\n  environment {name or ENV_PREFIX + field.upper()}: "
+        f"{field} = {_shown(field, value)}: {why}"
+    )
+
+
+_VALUE_REPR = reprlib.Repr()
+_VALUE_REPR.maxstring = 80
+_VALUE_REPR.maxother = 80
+
+
 def _shown(field: str, value: object) -> str:
+    """The value as the reader typed it, bounded in length and depth; secrets masked."""
     if field == "redis_password":
         return "***"
     if field == "redis_url" and isinstance(value, str):
-        return repr(mask_url(value))
-    return repr(value)
+        return _VALUE_REPR.repr(mask_url(value))
+    return _VALUE_REPR.repr(value)
 
 
 def parse_http_address(address: str) -> tuple[str, int]:
@@ -251,27 +386,44 @@ def parse_http_address(address: str) -> tuple[str, int]:
     return host, port
 
 
+_URL_FORM = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://(?P<rest>.*)", re.DOTALL)
+
+
 def mask_url(url: str) -> str:
-    """``url`` with its password, if any, replaced by ``***``."""
-    try:
-        parts = urlsplit(url)
-        password = parts.password
-    except ValueError:
-        return "<unparseable URL>"
-    if password is None:
+    """``url`` with its credentials masked: ``scheme://user:***@host...``.
+
+    The credentials are everything before the URL's last ``@``, however they are written: a
+    password holding ``#``, ``/``, ``?`` or ``@`` fools URL parsers into reading part of it as
+    path, query or host, so this does not ask one. A user without a password is masked whole
+    (``redis://SECRET@host`` is a password to many), and so is anything without the
+    ``scheme://`` form.
+    """
+    match = _URL_FORM.fullmatch(url)
+    if match is None:
+        return "***"
+    credentials, at, location = match["rest"].rpartition("@")
+    if not at:
         return url
-    netloc = f"{parts.username or ''}:***@{parts.hostname}"
-    if parts.port:
-        netloc += f":{parts.port}"
-    return urlunsplit(parts._replace(netloc=netloc))
+    user, colon, _ = credentials.partition(":")
+    masked = f"{user}:***" if colon else "***"
+    return f"{match['scheme']}://{masked}@{location}"
 
 
-def _source_of(field: str, config: Path | None, overrides: dict[str, Any]) -> str:
+def _environment_name(field: str) -> str | None:
+    """The variable that sets ``field`` now, if any (matched without case, as pydantic-settings
+    matches it)."""
+    wanted = (ENV_PREFIX + field).upper()
+    return next((name for name in list(os.environ) if name.upper() == wanted), None)
+
+
+def _source_of(
+    field: str, config: Path | None, file_data: dict[str, Any], overrides: dict[str, Any]
+) -> str:
     if field in overrides:
         return "command line"
-    env_name = ENV_PREFIX + field.upper()
-    if env_name in os.environ:
+    env_name = _environment_name(field)
+    if env_name is not None:
         return f"environment {env_name}"
-    if config is not None:
+    if config is not None and field in file_data:
         return str(config)
     return "defaults"

@@ -63,6 +63,15 @@ def remote_options(settings: Settings) -> RemoteOptions:
     )
 
 
+def inventory_source(settings: Settings) -> YamlInventorySource:
+    """The desired state the settings name, read within their size and time bounds."""
+    return YamlInventorySource(
+        settings.inventory,
+        max_bytes=settings.inventory_max_bytes,
+        timeout=settings.inventory_read_timeout,
+    )
+
+
 def redis_for(settings: Settings) -> Redis:
     return connect_redis(
         settings.redis_url,
@@ -96,7 +105,7 @@ def build_engine(
 
     return Engine(
         settings,
-        YamlInventorySource(settings.inventory),
+        inventory_source(settings),
         redis,
         phases,
         open_session=session_opener(settings),

@@ -25,6 +25,11 @@ class HostUnreachable(RemoteError):
     """No SSH connection could be made or kept (refused, timed out, lost)."""
 
 
+class MarqueeMisconfigured(RemoteError):
+    """The Marquee's own entry cannot be used (its identity file, known_hosts file or user name);
+    nothing was sent to the host. The message names the field and the file."""
+
+
 class AuthRefused(RemoteError):
     """The host refused our key."""
 

@@ -19,6 +19,7 @@ has its process group killed on the host, so no remote work outlives the lease t
 from __future__ import annotations
 
 import asyncio
+import functools
 import shlex
 import shutil
 import tempfile
@@ -32,8 +33,11 @@ import aiodocker
 import aiohttp
 import asyncssh
 import structlog
+from asyncssh.saslprep import SASLPrepError, saslprep
 
+from playguard_async.aio import in_thread
 from playguard_async.fence import FencedLease, FenceRefused
+from playguard_async.files import FileRefused, read_limited, read_text_limited
 from playguard_async.inventory import Marquee
 from playguard_async.remote import guard
 from playguard_async.remote.errors import (
@@ -41,6 +45,7 @@ from playguard_async.remote.errors import (
     DockerApiError,
     HostKeyMismatch,
     HostUnreachable,
+    MarqueeMisconfigured,
     RemoteCommandFailed,
     RemoteCommandTimeout,
     UnfencedWrite,
@@ -317,15 +322,62 @@ async def _read_capped(stream: asyncssh.SSHReader[str], limit: int) -> tuple[str
     return kept, truncated
 
 
+CLIENT_FILE_LIMIT = 1 << 20
+"""Bytes an identity or known_hosts file may have; both are a few kilobytes in practice."""
+
+
+def _client_files(marquee: Marquee, host: str) -> tuple[asyncssh.SSHKey, asyncssh.SSHKnownHosts]:
+    """The Marquee's key and known hosts, read and checked here so that a file that is not what
+    it should be (not a key, not UTF-8, a FIFO, huge) or a user name SASLprep refuses is named,
+    field and file, instead of surfacing as whatever asyncssh raises deep inside ``connect``."""
+    try:
+        saslprep(marquee.user)
+    except SASLPrepError as exc:
+        raise MarqueeMisconfigured(
+            host, f"user {marquee.user!r}: not a usable SSH user name ({exc})"
+        ) from None
+    try:
+        key = asyncssh.import_private_key(
+            read_limited(marquee.identity_file, CLIENT_FILE_LIMIT).data
+        )
+    except FileRefused as exc:
+        raise MarqueeMisconfigured(host, f"identity_file {exc}") from None
+    except (asyncssh.KeyImportError, ValueError) as exc:
+        raise MarqueeMisconfigured(
+            host, f"identity_file {marquee.identity_file}: not a usable private key ({exc})"
+        ) from None
+    try:
+        known_hosts = asyncssh.import_known_hosts(
+            read_text_limited(marquee.known_hosts, CLIENT_FILE_LIMIT)
+        )
+    except FileRefused as exc:
+        raise MarqueeMisconfigured(host, f"known_hosts {exc}") from None
+    except ValueError as exc:
+        raise MarqueeMisconfigured(
+            host, f"known_hosts {marquee.known_hosts}: not a known_hosts file ({exc})"
+        ) from None
+    return key, known_hosts
+
+
 async def _connect(marquee: Marquee, options: RemoteOptions) -> asyncssh.SSHClientConnection:
     host = f"{marquee.name} ({marquee.host}:{marquee.port})"
+    try:
+        key, known_hosts = await in_thread(
+            functools.partial(_client_files, marquee, host),
+            options.connect_timeout,
+            name="ssh-client-files",
+        )
+    except TimeoutError:
+        raise MarqueeMisconfigured(
+            host, f"identity_file or known_hosts not read within {options.connect_timeout:g} s"
+        ) from None
     try:
         return await asyncssh.connect(
             marquee.host,
             port=marquee.port,
             username=marquee.user,
-            client_keys=[str(marquee.identity_file)],
-            known_hosts=str(marquee.known_hosts),
+            client_keys=[key],
+            known_hosts=known_hosts,
             config=None,
             agent_path=None,
             password=None,

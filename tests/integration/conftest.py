@@ -21,7 +21,9 @@ from playguard_async.lock import TokenLock
 from playguard_async.phase import Phase, PhaseContext, PhaseReport
 from playguard_async.remote.docker import MANAGED
 from playguard_async.remote.ssh import RemoteOptions, RemoteSession, open_session
+from tests.support.cli import LAB_SETTINGS, Playguard
 from tests.support.daemon import DaemonRunner
+from tests.support.playgrounds import use_own_branch
 from tests.support.world import LAB_OPTIONS, LabWorld, PhaseRun, PhaseRunner, lab_marquee_fields
 
 
@@ -143,3 +145,21 @@ def daemons(
         yield runner
     finally:
         runner.kill_all()
+
+
+@pytest.fixture
+def playguard(daemons: DaemonRunner) -> Playguard:
+    """``playguard`` with files in the test's directory, on an emptied lab Redis."""
+    return Playguard(daemons)
+
+
+@pytest.fixture
+def lab(
+    playguard: Playguard, lab_world: LabWorld, git_origin: GitOrigin, busybox_image: str,
+    lab_docker: aiodocker.Docker, store: SyncRedis,
+) -> LabWorld:  # fmt: skip
+    """The lab's Marquee, its playground on a branch of the test's own, configured for cycles;
+    ``lab_docker`` removes the containers they start when the test ends."""
+    use_own_branch(lab_world, git_origin, busybox_image)
+    playguard.configure(lab_world.data, **LAB_SETTINGS)
+    return lab_world

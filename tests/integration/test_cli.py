@@ -7,18 +7,13 @@ printed, its exit status and what it left in Redis.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import re
 import signal
 import subprocess
-from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import aiodocker
 import pytest
 from redis import Redis as SyncRedis
 
@@ -30,102 +25,24 @@ from playguard_async.keys import (
     marquee_lock_key,
     marquee_lock_name,
 )
-from playguard_async.lab import GitOrigin, RedisServer, SshServer
-from playguard_async.lock import Lease, TokenLock
-from playguard_async.redis_client import connect_redis
+from playguard_async.lab import RedisServer, SshServer
 from playguard_async.settings import DEFAULT_PHASES
-from tests.support.daemon import PLAYGUARD, DaemonRunner, marquee_entry, wait_for, witness_lines
-from tests.support.playgrounds import checkout_of, use_own_branch
+from tests.support.cli import (
+    EXIT_LOCKED,
+    EXIT_NOT_OK,
+    LAB_SETTINGS,
+    Playguard,
+    assert_one_line_error,
+    hold_lock,
+)
+from tests.support.daemon import PLAYGUARD, marquee_entry, wait_for, witness_lines
+from tests.support.playgrounds import checkout_of
 from tests.support.world import LabWorld
 
 pytestmark = pytest.mark.integration
 
-LAB_SETTINGS: dict[str, object] = {
-    "phases": list(DEFAULT_PHASES),
-    "compose_command": ["docker-compose"],
-    "lock_ttl": 120.0,
-    "redis_socket_timeout": 2.0,
-    "ssh_connect_timeout": 5.0,
-    "remote_command_timeout": 60.0,
-    "docker_api_timeout": 60.0,
-    "stuck_after": 2.0,
-}
-EXIT_LOCKED, EXIT_NOT_OK = 3, 4
 PHASE_LINE = re.compile(r"^  (\w+) +(\d+) actions? ", re.MULTILINE)
 CHECK_ROW = re.compile(r"^ *(settings|inventory|redis|marquee \S+) +(ok|FAIL) ", re.MULTILINE)
-
-
-@dataclass
-class Playguard:
-    """Runs ``playguard`` with the test's settings file and a clean environment."""
-
-    runner: DaemonRunner
-    config: Path | None = None
-
-    def configure(self, inventory: Mapping[str, Any], **settings: object) -> None:
-        self.runner.inventory.write_text(json.dumps(inventory, indent=1), encoding="utf-8")
-        self.config = self.runner.write_settings("cli", self.runner.settings("cli", **settings))
-
-    def argv(self, args: tuple[str, ...]) -> list[str]:
-        config = ["--config", str(self.config)] if self.config else []
-        return [str(PLAYGUARD), *args, *config]
-
-    def __call__(self, *args: str, timeout: float = 90.0) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            self.argv(args),
-            capture_output=True,
-            text=True,
-            env=self.runner.environment(phase_seconds=0.2),
-            cwd=self.runner.workdir,
-            timeout=timeout,
-            check=False,
-        )
-
-    def start(self, *args: str, phase_seconds: float) -> subprocess.Popen[str]:
-        return subprocess.Popen(
-            self.argv(args),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=self.runner.environment(phase_seconds),
-            cwd=self.runner.workdir,
-            start_new_session=True,
-        )
-
-
-@pytest.fixture
-def playguard(daemons: DaemonRunner) -> Playguard:
-    """``playguard`` with files in the test's directory, on an emptied lab Redis."""
-    return Playguard(daemons)
-
-
-@pytest.fixture
-def lab(
-    playguard: Playguard, lab_world: LabWorld, git_origin: GitOrigin, busybox_image: str,
-    lab_docker: aiodocker.Docker, store: SyncRedis,
-) -> LabWorld:  # fmt: skip
-    """The lab's Marquee, its playground on a branch of the test's own, configured for cycles;
-    ``lab_docker`` removes the containers they start when the test ends."""
-    use_own_branch(lab_world, git_origin, busybox_image)
-    playguard.configure(lab_world.data, **LAB_SETTINGS)
-    return lab_world
-
-
-def hold_lock(url: str, marquee: str, *, replica: str = "other-replica") -> Lease:
-    """Take the Marquee's lock as another replica would, and leave it held (60 s)."""
-
-    async def take() -> Lease | None:
-        redis = connect_redis(url)
-        try:
-            return await TokenLock(
-                redis, marquee_lock_name(marquee), 60.0, replica=replica
-            ).acquire()
-        finally:
-            await redis.aclose()
-
-    lease = asyncio.run(take())
-    assert lease is not None
-    return lease
 
 
 def phase_counts(stdout: str) -> dict[str, int]:
@@ -134,13 +51,6 @@ def phase_counts(stdout: str) -> dict[str, int]:
 
 def verdicts(stdout: str) -> dict[str, str]:
     return dict(CHECK_ROW.findall(stdout))
-
-
-def assert_one_line_error(done: subprocess.CompletedProcess[str], starts: str) -> None:
-    assert done.returncode == 1, (done.stdout, done.stderr)
-    assert done.stderr.splitlines() == [done.stderr.strip()], done.stderr
-    assert done.stderr.startswith(f"Error: {starts}"), done.stderr
-    assert "Traceback" not in done.stderr + done.stdout
 
 
 def test_cycle_converges_a_fresh_marquee_then_takes_no_action(

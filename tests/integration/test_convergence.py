@@ -65,6 +65,8 @@ def lab_cycles(
         replica_id="convergence",
         lock_ttl=120.0,
         redis_socket_timeout=2.0,
+        remote_command_timeout=60.0,
+        docker_api_timeout=60.0,
         dry_run=dry_run,
     )
 

@@ -285,11 +285,12 @@ async def test_holder_is_readable_by_operators(redis: Redis) -> None:
     assert lease is not None
     state = await inspect_lock(redis, "marquee:edge-1")
     assert state is not None
+    assert state.holder is not None
     assert state.holder.replica == "test-replica"
     assert state.holder.token == lease.token
     assert state.fence == lease.fence
     assert 19.0 < state.ttl_left <= 20.0
-    assert Holder.decode(lease.record) == state.holder
+    assert Holder.parse(lease.record) == state.holder
     await lease.release()
     assert await inspect_lock(redis, "marquee:edge-1") is None
 

@@ -6,22 +6,19 @@ Every daemon here is a real process against the lab's redis-server, running the 
 
 from __future__ import annotations
 
-import contextlib
-import errno
-import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from playguard_async.lab import RedisServer, free_port
-from tests.support.daemon import Daemon, DaemonRunner, marquee_entry, wait_for
+from tests.support.daemon import Daemon, DaemonRunner, wait_for
 from tests.support.packaging import healthcheck_command
 from tests.support.probes import Scrape, http_get, notify_socket, scrape
 
@@ -73,25 +70,6 @@ def kind(message: dict[str, str]) -> str:
     """What a notify message says besides its STATUS line."""
     others = [key for key in message if key != "STATUS"]
     return others[0] if others else "STATUS"
-
-
-@contextlib.contextmanager
-def fifo_writer(path: Path, *, timeout: float = 20.0) -> Iterator[int]:
-    """The write end of the FIFO at ``path``, once a reader has opened it; closed at the end, which
-    is the reader's end of file."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
-            break
-        except OSError as exc:  # ENXIO: nobody reads yet
-            if exc.errno != errno.ENXIO or time.monotonic() >= deadline:
-                raise
-            time.sleep(0.02)
-    try:
-        yield fd
-    finally:
-        os.close(fd)
 
 
 def test_metrics_count_cycles_phases_releases_ticks_and_headroom(daemons: DaemonRunner) -> None:
@@ -205,41 +183,40 @@ def test_systemd_hears_ready_once_redis_answers_then_heartbeats_then_stopping(
 def test_stalled_tick_loop_fails_healthz_and_stops_the_watchdog_until_it_turns_again(
     daemons: DaemonRunner, tmp_path: Path
 ) -> None:
-    # The inventory is a FIFO, as a file on a hung network mount behaves: the start-up read is
-    # served once, then the first tick waits in its read for a writer that does not come, while
-    # the event loop (and with it the HTTP server and the heartbeat) runs on.
-    inventory = json.dumps({"marquees": [marquee_entry("alpha")]}).encode()
-    fifo = tmp_path / "inventory.fifo"
-    os.mkfifo(fifo)
+    # While the flag file exists, the daemon's desired-state read hangs as a read from a hung
+    # network mount would (tests.support.stall), while the event loop, and with it the HTTP
+    # server and the heartbeat, runs on.
+    daemons.write_inventory(["alpha"])
+    flag = tmp_path / "stall"
     address = f"127.0.0.1:{free_port()}"
     base = f"http://{address}"
     with notify_socket(tmp_path / "notify") as manager:
         daemon = daemons.start(
             "r1",
-            inventory=fifo,
             http_address=address,
             tick_interval=1.0,
-            env={"NOTIFY_SOCKET": str(manager.path), "WATCHDOG_USEC": WATCHDOG_USEC},
+            phases=["tests.support.stall:phase"],
+            env={
+                "NOTIFY_SOCKET": str(manager.path),
+                "WATCHDOG_USEC": WATCHDOG_USEC,
+                "PLAYGUARD_TEST_STALL_FLAG": str(flag),
+            },
         )
-        with fifo_writer(fifo) as start_up:
-            os.write(start_up, inventory)
         manager.wait_for(lambda ms: any("READY" in m for m in ms), timeout=10, what="READY=1")
+        flag.touch()
 
         body = answer_once(base, "/healthz", 503)
         assert body.startswith("tick loop stalled, last tick "), body
         assert http_get(f"{base}/readyz")[0] == 200, "Redis answers: ready, but not alive"
         stalled_at = len(manager.receive())
-        time.sleep(1.5)  # three heartbeat periods
+        manager.wait_for(
+            lambda ms: len(ms) >= stalled_at + 3, timeout=5, what="three heartbeats while stalled"
+        )
         while_stalled = manager.receive()[stalled_at:]
-        assert while_stalled, "STATUS goes on"
         assert all(kind(m) == "STATUS" for m in while_stalled), "no WATCHDOG=1 while stalled"
         assert "tick loop stalled" in while_stalled[-1]["STATUS"]
 
-        plain = tmp_path / "inventory.yaml"
-        plain.write_bytes(inventory)
-        with fifo_writer(fifo) as stuck_read:
-            os.replace(plain, fifo)  # later ticks read a plain file
-            os.write(stuck_read, inventory)
+        flag.unlink()
         answer_once(base, "/healthz", 200)
         recovered_at = len(manager.receive())
         manager.wait_for(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from playguard_async.remote.errors import (
     AuthRefused,
     HostKeyMismatch,
     HostUnreachable,
+    MarqueeMisconfigured,
     RemoteCommandFailed,
     RemoteCommandTimeout,
 )
@@ -167,3 +169,52 @@ async def test_stopped_sshd_is_unreachable(
                 pass
     finally:
         ssh_server.restart()
+
+
+def broken_file(kind: str, path: Path, ssh: SshServer) -> Path:
+    """A file that is not what a Marquee's entry says it is."""
+    makers: dict[str, Callable[[], object]] = {
+        "text": lambda: path.write_text("not a key at all\n"),
+        "binary": lambda: path.write_bytes(os.urandom(2048)),
+        "empty": lambda: path.write_bytes(b""),
+        "not-utf8": lambda: path.write_bytes(b"[127.0.0.1]:22 ssh-ed25519 \xff\xfe\n"),
+        "public-key": lambda: path.write_bytes(ssh.client_key.with_suffix(".pub").read_bytes()),
+        "fifo": lambda: os.mkfifo(path),
+        "directory": path.mkdir,
+        "dev-zero": lambda: path.symlink_to("/dev/zero"),
+        "huge": lambda: path.write_bytes(b"#" * (2 << 20)),
+        "missing": lambda: None,
+    }
+    makers[kind]()
+    return path
+
+
+UNUSABLE_FILES = [
+    *(("identity_file", kind) for kind in ("text", "binary", "empty", "public-key", "fifo",
+                                           "directory", "dev-zero", "huge", "missing")),
+    *(("known_hosts", kind) for kind in ("not-utf8", "binary", "fifo", "directory", "dev-zero",
+                                         "huge")),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("field", "kind"), UNUSABLE_FILES)
+async def test_an_unusable_client_file_names_marquee_field_and_file(
+    ssh_server: SshServer, docker_daemon: DockerDaemon, tmp_path: Path, field: str, kind: str
+) -> None:
+    path = broken_file(kind, tmp_path / field, ssh_server)
+    marquee = lab_marquee(ssh_server, docker_daemon, **{field: path})
+    with pytest.raises(MarqueeMisconfigured) as error:
+        await asyncio.wait_for(open_session(marquee, OPTIONS).__aenter__(), 10)
+    message = str(error.value)
+    assert message.startswith(f"edge-1 ({ssh_server.host}:{ssh_server.port}): {field} {path}")
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize("user", ["\u0627x1", "a\u0000b", "\u200e", "x\u2ff0", "\U000e0001"])
+async def test_a_user_name_saslprep_refuses_names_marquee_and_user(
+    ssh_server: SshServer, docker_daemon: DockerDaemon, user: str
+) -> None:
+    marquee = lab_marquee(ssh_server, docker_daemon, user=user)
+    with pytest.raises(MarqueeMisconfigured) as error:
+        await asyncio.wait_for(open_session(marquee, OPTIONS).__aenter__(), 10)
+    assert str(error.value).startswith(f"edge-1 ({ssh_server.host}:{ssh_server.port}): user ")

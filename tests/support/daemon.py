@@ -46,6 +46,15 @@ def wait_for(
         time.sleep(interval)
 
 
+def within_lease(values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` with the remote timeouts at half the lease, as settings require them below
+    ``lock_ttl``, unless a test set them itself."""
+    ttl = values.get("lock_ttl", 900.0)
+    if not isinstance(ttl, int | float) or ttl <= 0:
+        return values  # a test of a bad lock_ttl: only that one is wrong
+    return {"remote_command_timeout": ttl / 2, "docker_api_timeout": ttl / 2, **values}
+
+
 def marquee_entry(name: str) -> dict[str, str]:
     """A Marquee the witness phases can run on: they never connect anywhere."""
     return {
@@ -177,7 +186,7 @@ class DaemonRunner:
             "shutdown_grace": 5.0,
         }
         values.update(overrides)
-        return values
+        return within_lease(values)
 
     def write_settings(self, name: str, values: Mapping[str, object]) -> Path:
         path = self.workdir / f"{name}.toml"

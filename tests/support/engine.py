@@ -15,6 +15,7 @@ from playguard_async.inventory import DesiredState, Inventory, Marquee
 from playguard_async.observe import CycleRecords
 from playguard_async.phase import Phase, PhaseContext, PhaseReport
 from playguard_async.settings import Settings, load_settings
+from tests.support.daemon import within_lease
 from tests.support.state import StaticState
 
 Action = Callable[[PhaseContext], Awaitable[None]]
@@ -64,7 +65,7 @@ def settings_for(**overrides: Any) -> Settings:
         "tick_jitter": 0.0,
     }
     values.update(overrides)
-    return load_settings(None, **values)
+    return load_settings(None, **within_lease(values))
 
 
 class EngineHarness:

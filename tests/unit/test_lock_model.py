@@ -27,8 +27,8 @@ def test_keys_of_different_names_are_different() -> None:
 
 def test_holder_record_round_trips_exactly() -> None:
     holder = Holder(token="t", replica="r", host="h", pid=7, acquired_at="2026-12-03T00:00:00Z")
-    assert Holder.decode(holder.encode()) == holder
-    assert Holder.decode(holder.encode().encode()) == holder
+    assert Holder.parse(holder.encode()) == holder
+    assert Holder.parse(holder.encode().encode()) == holder
 
 
 @pytest.mark.parametrize(
