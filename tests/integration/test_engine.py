@@ -271,7 +271,7 @@ async def test_run_one_is_cancelled_by_a_second_stop_request(redis: Redis) -> No
     assert await redis.exists(marquee_lock_key("m1")) == 0
 
 
-async def test_a_cycle_that_raises_is_logged_when_it_fails_not_at_drain(
+async def test_an_observer_bug_ends_the_cycle_in_the_error_outcome_at_once(
     redis: Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def broken(result: ReleaseResult) -> None:
@@ -281,11 +281,28 @@ async def test_a_cycle_that_raises_is_logged_when_it_fails_not_at_drain(
     monkeypatch.setattr(harness.engine.observer, "lease_released", broken)
     with capture_logs() as logs:
         [task] = await harness.engine.tick()
+        result = await task
+    assert (result.outcome, result.reason) == (Outcome.ERROR, "RuntimeError: observer bug")
+    assert [line["event"] for line in logs].count("cycle.error") == 1
+    assert harness.engine.cycles == {}
+    assert await redis.exists(marquee_lock_key("m1")) == 0
+
+
+async def test_a_cycle_whose_ending_breaks_is_logged_when_it_fails_not_at_drain(
+    redis: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def broken(result: CycleResult) -> None:
+        raise RuntimeError("ending bug")
+
+    harness = EngineHarness(redis, ScriptedPhase("first"))
+    monkeypatch.setattr(harness.engine, "_finish", broken)
+    with capture_logs() as logs:
+        [task] = await harness.engine.tick()
         await asyncio.wait([task])
         crashed = [line for line in logs if line["event"] == "cycle.crashed"]
     assert task.exception() is not None
     assert [(line["marquee"], line["error"]) for line in crashed] == [
-        ("m1", "RuntimeError('observer bug')")
+        ("m1", "RuntimeError('ending bug')")
     ]
     assert harness.engine.cycles == {}
 

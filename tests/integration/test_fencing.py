@@ -20,7 +20,7 @@ from playguard_async.lab import DockerDaemon, SshServer
 from playguard_async.metrics import Metrics
 from playguard_async.phase import PhaseContext, PhaseReport
 from playguard_async.remote.ssh import RemoteSession, open_session
-from playguard_async.settings import load_settings
+from tests.support.engine import settings_for
 from tests.support.fencing import host_fence, journal
 from tests.support.state import StaticState
 from tests.support.world import LAB_OPTIONS, lab_marquee_fields
@@ -54,9 +54,7 @@ class Fleet:
         self.record = tmp_path / "record"
         self.first = AppendPhase("first", self.record)
         self.second = AppendPhase("second", self.record)
-        settings = load_settings(
-            None, replica_id="fencing", lock_ttl=30.0, redis_socket_timeout=2.0, tick_jitter=0.0
-        )
+        settings = settings_for(replica_id="fencing", lock_ttl=30.0, redis_socket_timeout=2.0)
         self.metrics = Metrics(outcomes=[outcome.value for outcome in Outcome], lock_ttl=30.0)
         self.engine = Engine(
             settings,
