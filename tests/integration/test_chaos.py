@@ -164,10 +164,17 @@ def test_hosts_never_accept_a_stale_write_through_kills_freezes_and_redis_faults
     outcomes = Counter(
         line["outcome"] for daemon in daemons.started for line in daemon.events("cycle.finished")
     )
+    failures = Counter(
+        f"{line['outcome']}: {line['reason']}"
+        for daemon in daemons.started
+        for line in daemon.events("cycle.finished")
+        if line["outcome"] in ("phase_failed", "error")
+    )
     raised = sum(len(daemon.events("fence.raised")) for daemon in daemons.started)
     refused = Counter(line["marquee"] for line in writes if line["outcome"] == "refused")
     print("\n" + "\n".join(chaos.log))
     print(
         f"writes that ran on the hosts: {len(ran)}; refused by the hosts: {sum(refused.values())} "
-        f"{dict(refused)}; fence counter lifted: {raised} times; cycle outcomes: {dict(outcomes)}"
+        f"{dict(refused)}; fence counter lifted: {raised} times; cycle outcomes: {dict(outcomes)}; "
+        f"failures: {dict(failures)}"
     )

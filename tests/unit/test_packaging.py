@@ -15,6 +15,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 from playguard_async.settings import load_settings
 from tests.support.packaging import (
@@ -102,12 +105,24 @@ def test_wheel_ships_the_typing_marker(tmp_path: Path) -> None:
     assert "playguard_async/lab/__init__.py" in names, "`playguard lab` works from a pip install"
 
 
-def test_dependencies_are_declared_and_pinned() -> None:
+def test_every_dependency_is_pinned_in_ci_at_a_version_it_allows() -> None:
+    """CI installs the pins; a lower bound above a pin (or a dependency without one) would make
+    CI test something a user's install may not get."""
     project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
-    assert {"prometheus-client>=0.20", "aiohttp>=3.9"} <= set(project["dependencies"])
-    pins = (REPO_ROOT / ".ci" / "constraints.txt").read_text().lower().replace("_", "-").split()
-    assert any(pin.startswith("prometheus-client==") for pin in pins)
-    assert any(pin.startswith("aiohttp==") for pin in pins)
+    pins = {
+        canonicalize_name(name): Version(version)
+        for name, version in (
+            line.split("==")
+            for line in (REPO_ROOT / ".ci" / "constraints.txt").read_text().split()
+            if "==" in line
+        )
+    }
+    declared = [Requirement(text) for text in project["dependencies"]]
+    assert {"prometheus-client", "aiohttp"} <= {canonicalize_name(r.name) for r in declared}
+    for requirement in declared:
+        pin = pins.get(canonicalize_name(requirement.name))
+        assert pin is not None, f"{requirement.name} is not pinned in .ci/constraints.txt"
+        assert requirement.specifier.contains(pin), f"pin {pin} outside {requirement}"
 
 
 def test_compose_sidecar_mounts_settings_read_only_and_publishes_on_loopback_only(
