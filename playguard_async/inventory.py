@@ -9,6 +9,8 @@ restricted to shell-inert characters, so a hostile or careless inventory cannot 
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import hashlib
 import ipaddress
 import os
@@ -36,6 +38,7 @@ from pydantic import (
     model_validator,
 )
 from pydantic_core import ErrorDetails, InitErrorDetails, PydanticCustomError
+from yaml.composer import ComposerError
 from yaml.constructor import ConstructorError
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
@@ -429,7 +432,8 @@ class _InventoryLoader(_SafeLoader):
 
     def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Hashable, Any]:
         seen: set[tuple[str, str]] = set()
-        for key_node, _ in node.value:
+        # A scalar tagged !!map reaches here too: the base class refuses it in words.
+        for key_node, _ in node.value if isinstance(node, MappingNode) else ():
             if isinstance(key_node, ScalarNode):
                 key = (key_node.tag, key_node.value)
                 if key in seen:
@@ -496,18 +500,165 @@ def _check_shape(root: Node) -> str | None:
     return None
 
 
-def _node_lines(node: Node, loc: _Loc, line: int) -> Iterator[tuple[_Loc, int]]:
-    """Map each place in the document to its 1-based line; a mapping entry maps to its key's line
-    (an empty value's own mark can point at the next line). Only for a tree ``_check_shape``
-    accepted: its depth and expansion are bounded."""
-    yield loc, line
-    if isinstance(node, MappingNode):
-        for key_node, value_node in node.value:
-            key_line = key_node.start_mark.line + 1
-            yield from _node_lines(value_node, (*loc, key_node.value), key_line)
-    elif isinstance(node, SequenceNode):
-        for index, item in enumerate(node.value):
-            yield from _node_lines(item, (*loc, index), item.start_mark.line + 1)
+def _node_lines(root: Node, line: int) -> dict[_Loc, int]:
+    """Each place in the document and its 1-based line; a mapping entry maps to its key's line
+    (an empty value's own mark can point at the next line). Only for a tree whose expansion is
+    bounded (no anchors, or ``_check_shape`` accepted it); iterative, as the C parser allows
+    nesting deeper than Python's recursion limit."""
+    lines: dict[_Loc, int] = {}
+    stack: list[tuple[Node, _Loc, int]] = [(root, (), line)]
+    while stack:
+        node, loc, line = stack.pop()
+        lines[loc] = line
+        if isinstance(node, MappingNode):
+            stack.extend(
+                (value, (*loc, key.value), key.start_mark.line + 1) for key, value in node.value
+            )
+        elif isinstance(node, SequenceNode):
+            stack.extend(
+                (item, (*loc, index), item.start_mark.line + 1)
+                for index, item in enumerate(node.value)
+            )
+    return lines
+
+
+class _ShapeRefused(Exception):
+    """Why a document may not be built: too deep, or aliases expanding too far."""
+
+
+class _NeedsNodeTree(Exception):
+    """The document uses something only the node tree handles (a merge key, a tag on a
+    collection, a collection as a key): parse it again the slow way."""
+
+
+@dataclass
+class _Open:
+    """A collection being built from events; a mapping's key waits here for its value."""
+
+    data: dict[Any, Any] | list[Any]
+    start: Any  # a parser mark: the C and Python parsers have classes of their own
+    key: Any = None
+    awaiting_value: bool = False
+
+    @property
+    def wants_key(self) -> bool:
+        return isinstance(self.data, dict) and not self.awaiting_value
+
+
+_NODE_TREE_TAGS = ("tag:yaml.org,2002:merge", "tag:yaml.org,2002:value")
+"""Implicit tags whose meaning depends on the mapping they are keys of (``<<``, ``=``)."""
+_STR_TAG = "tag:yaml.org,2002:str"
+_PLAIN_TAGS = (None, "!", "tag:yaml.org,2002:map", "tag:yaml.org,2002:seq")
+
+
+PLAIN_TAGS_KEPT = 4096
+"""Plain scalars whose resolved tag one parse remembers: an inventory repeats its keys and most
+values (users, paths, branches) thousands of times, and PyYAML resolves each by regular
+expressions."""
+
+
+class _EventBuilder:
+    """Builds a document straight from the parser's events, without PyYAML's node tree: a
+    tenth of the memory (a 10,000-Marquee tree is 300 MiB of nodes) and less time.
+
+    Only for text without anchors, hence without aliases. Refuses duplicate keys and depth as
+    the node path does; what only the node path handles (a merge key, a tag on a collection, a
+    collection as a key, an alias) raises ``_NeedsNodeTree``.
+    """
+
+    def __init__(self, loader: _InventoryLoader) -> None:
+        # PyYAML's stubs know neither the C parser's marks nor its resolve's types.
+        self.loader: Any = loader
+        self.stack: list[_Open] = []
+        self.result: object = None
+        self.plain_tags: dict[str, str] = {}
+
+    def build(self) -> object:
+        loader = self.loader
+        loader.get_event()  # the stream's start
+        if loader.check_event(yaml.StreamEndEvent):
+            return {}  # an empty file, or only comments
+        document_start = loader.get_event().start_mark
+        while not loader.check_event(yaml.DocumentEndEvent):
+            self.take(loader.get_event())
+        loader.get_event()
+        if not loader.check_event(yaml.StreamEndEvent):
+            raise ComposerError(
+                "expected a single document in the stream",
+                document_start,
+                "but found another document",
+                loader.get_event().start_mark,
+            )
+        return self.result
+
+    def take(self, event: Any) -> None:
+        if isinstance(event, yaml.ScalarEvent):
+            self.add(self.scalar(event), event.start_mark)
+        elif isinstance(event, yaml.MappingStartEvent | yaml.SequenceStartEvent):
+            if event.tag not in _PLAIN_TAGS or (self.stack and self.stack[-1].wants_key):
+                raise _NeedsNodeTree
+            if len(self.stack) >= MAX_DEPTH:
+                raise _ShapeRefused(f"nested more than {MAX_DEPTH} levels deep")
+            empty: dict[Any, Any] | list[Any] = (
+                {} if isinstance(event, yaml.MappingStartEvent) else []
+            )
+            self.stack.append(_Open(empty, event.start_mark))
+        elif isinstance(event, yaml.MappingEndEvent | yaml.SequenceEndEvent):
+            self.add(self.stack.pop().data, event.start_mark)
+        else:  # an alias without an anchor: the composer names that error
+            raise _NeedsNodeTree
+
+    def scalar(self, event: Any) -> object:
+        if event.tag is not None and event.tag != "!":
+            raise _NeedsNodeTree  # an explicit tag: the constructor's checks apply
+        if not event.implicit[0]:  # quoted: a string
+            return event.value
+        tag = self.plain_tags.get(event.value)
+        if tag is None:
+            tag = self.loader.resolve(ScalarNode, event.value, event.implicit)
+            if len(self.plain_tags) < PLAIN_TAGS_KEPT:
+                self.plain_tags[event.value] = tag
+        if tag == _STR_TAG:
+            return event.value
+        if tag in _NODE_TREE_TAGS:
+            raise _NeedsNodeTree
+        node = ScalarNode(tag, event.value, event.start_mark, event.end_mark, event.style)
+        return self.loader.construct_object(node)
+
+    def add(self, value: object, mark: Any) -> None:
+        if not self.stack:
+            self.result = value
+            return
+        top = self.stack[-1]
+        if isinstance(top.data, list):
+            top.data.append(value)
+        elif top.awaiting_value:
+            top.data[top.key] = value
+            top.awaiting_value = False
+        elif value in top.data:
+            raise ConstructorError(
+                "while constructing a mapping", top.start, f"found duplicate key {value!r}", mark
+            )
+        else:
+            top.key, top.awaiting_value = value, True
+
+
+RELEASE_SLICE = 256
+"""Entries of a top-level list freed at a time once a document is done with."""
+
+
+def _release_in_slices(root: Node) -> None:
+    """Free the node tree a slice of each top-level list at a time.
+
+    Dropped whole, a 10,000-Marquee tree (half a million nodes) is freed in one cascade of C
+    deallocations that holds the interpreter lock for a quarter of a second, stalling the event
+    loop the read was moved off; between slices the lock can change hands.
+    """
+    if isinstance(root, MappingNode):
+        for _, value in root.value:
+            if isinstance(value, SequenceNode):
+                while value.value:
+                    del value.value[-RELEASE_SLICE:]
 
 
 def _line_of(loc: _Loc, lines: dict[_Loc, int]) -> int:
@@ -554,11 +705,30 @@ def _reason(error: ErrorDetails) -> str:
     return error["msg"]
 
 
-INVENTORY_MAX_BYTES = 4 << 20
-"""Default bytes an inventory file may have (a 10,000-Marquee inventory is about 3 MiB)."""
+INVENTORY_MAX_BYTES = 8 << 20
+"""Default bytes an inventory file may have (10,000 Marquees with 5 Playgrounds each are about
+4.7 MiB; parsing one takes about 30 bytes of memory per byte of text)."""
 
 INVENTORY_READ_TIMEOUT = 30.0
 """Default seconds reading, parsing and validating it may take."""
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Hold off the cyclic garbage collector while a document is parsed and validated.
+
+    A large inventory allocates hundreds of thousands of nodes at once, none of them in a
+    reference cycle (refcounting frees the tree), yet each allocation burst starts collections
+    that walk everything alive: two thirds of a 10,000-Marquee parse. Process-wide, but for the
+    parse only (one at a time), and left off if someone else turned it off.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 @dataclass(frozen=True)
@@ -651,6 +821,10 @@ class YamlInventorySource:
         return inventory
 
     def _validated(self, data: bytes) -> Inventory:
+        with _collector_paused():
+            return self._parsed_and_validated(data)
+
+    def _parsed_and_validated(self, data: bytes) -> Inventory:
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -659,19 +833,19 @@ class YamlInventorySource:
                 f"{self._path}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x})"
             ) from None
         try:
-            node, document = self._parse(text)
+            document = self._parse(text)
         except yaml.MarkedYAMLError as exc:
             raise InventoryError(self._yaml_problem(exc)) from None
         except yaml.YAMLError as exc:
             raise InventoryError(f"{self._path}: invalid YAML: {exc}") from None
+        except _ShapeRefused as exc:
+            raise InventoryError(f"{self._path}: invalid YAML: {exc}") from None
         except RecursionError:  # the pure-Python parser, without libyaml's own depth limit
-            raise InventoryError(
-                f"{self._path}: invalid YAML: nested more than {MAX_DEPTH} levels deep"
-            ) from None
+            raise InventoryError(f"{self._path}: invalid YAML: nested too deeply") from None
         try:
             return Inventory.model_validate(document, context={_BASE_DIR: self._path.parent})
         except ValidationError as exc:
-            lines = dict(_node_lines(node, (), node.start_mark.line + 1)) if node else {}
+            lines = self._lines(text)
             located = sorted(
                 ((_line_of(error["loc"], lines), error) for error in exc.errors(include_url=False)),
                 key=lambda pair: pair[0],  # file order, the order an editor shows them in
@@ -684,20 +858,50 @@ class YamlInventorySource:
                 )
             ) from None
 
-    def _parse(self, text: str) -> tuple[Node | None, object]:
-        """Both the node tree (for line numbers) and the data, from a single parse; a tree too
-        deep or too expanded by aliases is refused before it is constructed."""
+    def _parse(self, text: str) -> object:
+        """The document's data. Text without an anchor (every inventory we have seen) is built
+        from the parser's events; anything else through PyYAML's node tree, whose aliases are
+        bounded first."""
+        if "&" not in text:
+            loader = _InventoryLoader(text)
+            try:
+                return _EventBuilder(loader).build()
+            except _NeedsNodeTree:
+                pass
+            finally:
+                loader.dispose()
         loader = _InventoryLoader(text)
         try:
-            node = loader.get_single_node()
+            node = self._checked_tree(loader, text)
             if node is None:
-                return None, {}
-            refused = _check_shape(node)
-            if refused is not None:
-                raise InventoryError(f"{self._path}: invalid YAML: {refused}")
-            return node, loader.construct_document(node)
+                return {}
+            document = loader.construct_document(node)
+            _release_in_slices(node)
+            return document
         finally:
             loader.dispose()
+
+    def _lines(self, text: str) -> dict[_Loc, int]:
+        """Where each place of a document that parsed is, for its validation errors."""
+        loader = _InventoryLoader(text)
+        try:
+            node = self._checked_tree(loader, text)
+            if node is None:
+                return {}
+            lines = _node_lines(node, node.start_mark.line + 1)
+            _release_in_slices(node)
+            return lines
+        finally:
+            loader.dispose()
+
+    @staticmethod
+    def _checked_tree(loader: _InventoryLoader, text: str) -> Node | None:
+        node = loader.get_single_node()
+        if node is not None and "&" in text:
+            refused = _check_shape(node)
+            if refused is not None:
+                raise _ShapeRefused(refused)
+        return node
 
     def _yaml_problem(self, exc: yaml.MarkedYAMLError) -> str:
         mark = exc.problem_mark or exc.context_mark
