@@ -10,11 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 from playguard_async.phase import PhaseContext, PhaseReport
-from playguard_async.phases._playgrounds import (
+from playguard_async.phases.toolkit import (
     branch_heads,
     compose_project,
     containers_of,
-    playspec_of,
     stop_if_up,
 )
 from playguard_async.remote.docker import list_ours
@@ -31,7 +30,7 @@ class FetchBranches:
         session: RemoteSession = await ctx.remote()
         mark = len(session.actions)
         playgrounds = ctx.inventory.playgrounds_on(ctx.marquee.name)
-        specs = {pg.name: playspec_of(ctx.inventory, pg) for pg in playgrounds}
+        specs = {pg.name: ctx.inventory.playspec_of(pg) for pg in playgrounds}
         heads = await branch_heads(session, (spec.repo for spec in specs.values()))
         gone = [pg for pg in playgrounds if pg.branch not in heads[specs[pg.name].repo]]
         findings: dict[str, Any] = {

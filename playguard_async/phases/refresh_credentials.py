@@ -18,7 +18,7 @@ from typing import Any
 
 from playguard_async.inventory import Registry
 from playguard_async.phase import PhaseContext, PhaseReport
-from playguard_async.phases.shared import change_outcome, finish, handle_each, registries_on
+from playguard_async.phases.toolkit import change_outcome, finish, handle_each
 from playguard_async.remote.docker import config_entry, docker_config_dir, registry_auth
 from playguard_async.remote.registry import check_login
 from playguard_async.remote.ssh import RemoteSession
@@ -43,7 +43,7 @@ class RefreshCredentials:
         mark = len(session.actions)
         path = f"{docker_config_dir(ctx.marquee)}/config.json"
         current_text, current_auths = await _read_config(session, path)
-        wanted = registries_on(ctx.inventory, ctx.marquee.name)
+        wanted = ctx.inventory.registries_on(ctx.marquee.name)
         auths: dict[str, Any] = {}
         registries, failed = await handle_each(
             ctx.log,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from playguard_async.phase import PhaseContext, PhaseReport
-from playguard_async.phases._playgrounds import branch_heads, playspec_of
+from playguard_async.phases.toolkit import branch_heads
 from playguard_async.remote import git
 from playguard_async.remote.ssh import RemoteSession
 
@@ -25,7 +25,7 @@ class SyncGit:
         session: RemoteSession = await ctx.remote()
         mark = len(session.actions)
         playgrounds = ctx.inventory.playgrounds_on(ctx.marquee.name)
-        specs = {pg.name: playspec_of(ctx.inventory, pg) for pg in playgrounds}
+        specs = {pg.name: ctx.inventory.playspec_of(pg) for pg in playgrounds}
         heads = await branch_heads(session, (spec.repo for spec in specs.values()))
         findings: dict[str, Any] = {"heads": {}, "branch_gone": {}}
         for playground in playgrounds:

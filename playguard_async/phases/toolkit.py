@@ -1,4 +1,6 @@
-"""What the playground phases share: a playground's compose project, its containers, its branch.
+"""What the built-in phases are made of beyond their own logic: a playground's compose project, its
+containers and its branch heads as the host shows them; and how a phase that works item by item
+(registry, image, chat) reports the items that failed.
 
 Reads only, except ``stop_if_up``, which changes the host through the session's funnel.
 """
@@ -6,14 +8,18 @@ Reads only, except ``stop_if_up``, which changes the host through the session's 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from playguard_async.inventory import Inventory, Playground, Playspec
+from structlog.typing import FilteringBoundLogger
+
+from playguard_async.inventory import Inventory, InventoryError, Playground
+from playguard_async.phase import PartialFailure, PhaseReport
 from playguard_async.remote import git
 from playguard_async.remote.compose import PROJECT_LABEL, ComposeProject
 from playguard_async.remote.docker import PLAYGROUND
+from playguard_async.remote.errors import DockerApiError, RemoteCommandFailed
 from playguard_async.remote.ssh import RemoteSession
 
 Container = dict[str, Any]
@@ -23,9 +29,7 @@ Container = dict[str, Any]
 _UP_STATES = frozenset({"running", "restarting", "paused"})
 
 
-def playspec_of(inventory: Inventory, playground: Playground) -> Playspec:
-    """The playground's playspec; the inventory guarantees the reference resolves."""
-    return next(spec for spec in inventory.playspecs if spec.name == playground.playspec)
+# -- playgrounds on the host -------------------------------------------------------------------
 
 
 def compose_project(
@@ -34,7 +38,7 @@ def compose_project(
     return ComposeProject(
         marquee=session.marquee,
         playground=playground.name,
-        compose_file=playspec_of(inventory, playground).compose_file,
+        compose_file=inventory.playspec_of(playground).compose_file,
         compose_command=session.options.compose_command,
     )
 
@@ -64,7 +68,8 @@ def is_up(container: Container) -> bool:
     return container["State"] in _UP_STATES
 
 
-def container_name(container: Container) -> str:
+def listed_name(container: Container) -> str:
+    """The name the container listing shows for the container (its short id if it has none)."""
     names: list[str] = container.get("Names") or []
     return names[0].lstrip("/") if names else str(container["Id"])[:12]
 
@@ -88,3 +93,40 @@ async def stop_if_up(
         return False
     await session.change(f"stop playground {project.playground} ({reason})", project.stop())
     return True
+
+
+# -- item by item --------------------------------------------------------------------------------
+
+ItemWork = Callable[[], Awaitable[dict[str, Any]]]
+"""One item's work: returns its finding; raises ``DockerApiError``, ``RemoteCommandFailed`` or
+``InventoryError`` if the item cannot be handled (other errors, such as a lost connection or a
+write the host's fence check refused, end the phase at once)."""
+
+
+async def handle_each(
+    log: FilteringBoundLogger, kind: str, work: Mapping[str, ItemWork]
+) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """Run each item's work in turn; one that fails is logged and found as ``{"state":
+    "failed", "error"}`` and the others still run. Returns the findings and the failures."""
+    findings: dict[str, dict[str, Any]] = {}
+    failed: dict[str, str] = {}
+    for name, handle in work.items():
+        try:
+            findings[name] = await handle()
+        except (DockerApiError, RemoteCommandFailed, InventoryError) as exc:
+            failed[name] = str(exc)
+            findings[name] = {"state": "failed", "error": str(exc)}
+            log.error(f"{kind}.failed", **{kind: name}, error=str(exc))
+    return findings, failed
+
+
+def finish(phase: str, kind: str, report: PhaseReport, failed: Mapping[str, str]) -> PhaseReport:
+    """``report``, or ``PartialFailure`` carrying it when any item failed."""
+    if failed:
+        raise PartialFailure(phase, kind, failed, report)
+    return report
+
+
+def change_outcome(session: RemoteSession, done: str, planned: str) -> str:
+    """A finding's word for a change: ``done`` ("pulled"), or "would <planned>" in dry-run."""
+    return f"would {planned}" if session.dry_run else done
