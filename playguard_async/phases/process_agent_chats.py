@@ -20,8 +20,14 @@ from functools import partial
 from typing import Any
 
 from playguard_async.inventory import AgentChat, Inventory
-from playguard_async.phase import PhaseContext, PhaseReport
-from playguard_async.phases.toolkit import ItemWork, change_outcome, finish, handle_each
+from playguard_async.phase import PhaseReport
+from playguard_async.phases.toolkit import (
+    CycleContext,
+    ItemWork,
+    change_outcome,
+    finish,
+    handle_each,
+)
 from playguard_async.remote.docker import (
     FENCE,
     list_ours,
@@ -60,9 +66,8 @@ class ProcessAgentChats:
 
     name = "process_agent_chats"
 
-    async def __call__(self, ctx: PhaseContext) -> PhaseReport:
+    async def __call__(self, ctx: CycleContext) -> PhaseReport:
         session = await ctx.remote()
-        mark = len(session.actions)
         by_name = {
             name.lstrip("/"): container
             for container in await list_ours(session)
@@ -76,7 +81,7 @@ class ProcessAgentChats:
             elif container is not None:
                 work[chat.name] = partial(_remove_closed, session, chat, container)
         chats, failed = await handle_each(ctx.log, "agent_chat", work)
-        report = PhaseReport(actions=session.actions_since(mark), findings={"chats": chats})
+        report = PhaseReport(findings={"chats": chats})
         return finish(self.name, "agent_chat", report, failed)
 
 

@@ -11,8 +11,8 @@ from functools import partial
 from typing import Any
 
 from playguard_async.inventory import Registry
-from playguard_async.phase import PhaseContext, PhaseReport
-from playguard_async.phases.toolkit import change_outcome, finish, handle_each
+from playguard_async.phase import PhaseReport
+from playguard_async.phases.toolkit import CycleContext, change_outcome, finish, handle_each
 from playguard_async.remote.registry import auth_for, local_digests, pull, registry_digest
 from playguard_async.remote.ssh import RemoteSession
 
@@ -28,9 +28,8 @@ class PullImages:
 
     name = "pull_images"
 
-    async def __call__(self, ctx: PhaseContext) -> PhaseReport:
+    async def __call__(self, ctx: CycleContext) -> PhaseReport:
         session = await ctx.remote()
-        mark = len(session.actions)
         wanted = ctx.inventory.images_on(ctx.marquee.name)
         images, failed = await handle_each(
             ctx.log,
@@ -40,7 +39,7 @@ class PullImages:
                 for ref, registry in wanted.items()
             },
         )
-        report = PhaseReport(actions=session.actions_since(mark), findings={"images": images})
+        report = PhaseReport(findings={"images": images})
         return finish(self.name, "image", report, failed)
 
 

@@ -20,12 +20,12 @@ import asyncio
 from collections import defaultdict
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any
 
 from playguard_async.inventory import Playground
-from playguard_async.phase import PhaseContext, PhaseReport
+from playguard_async.phase import Notice, NoticeKind, PhaseReport
 from playguard_async.phases.toolkit import (
     Container,
+    CycleContext,
     branch_heads,
     compose_project,
     containers_of,
@@ -53,16 +53,15 @@ _DEFAULT_HEALTH_INTERVAL = 30.0
 class ReconcilePlaygrounds:
     name = "reconcile_playgrounds"
 
-    async def __call__(self, ctx: PhaseContext) -> PhaseReport:
+    async def __call__(self, ctx: CycleContext) -> PhaseReport:
         """Findings: ``playgrounds``, playground -> ``state`` (running, stopped, branch_gone,
         expired, or no_checkout when sync_git has not cloned it yet), ``drift`` (why it was or
         would be changed) and ``actions`` (what was done for it)."""
-        session: RemoteSession = await ctx.remote()
-        mark = len(session.actions)
+        session = await ctx.remote()
         playgrounds = ctx.inventory.playgrounds_on(ctx.marquee.name)
-        findings: dict[str, Any] = {"playgrounds": {}}
+        report = PhaseReport(findings={"playgrounds": {}})
         if not playgrounds:
-            return PhaseReport(findings=findings)
+            return report
         containers = await list_ours(session)
         now = datetime.now(UTC)
         expired = {
@@ -85,16 +84,17 @@ class ReconcilePlaygrounds:
                 state, drift = "branch_gone", await _stop(session, project, own, reason)
             else:
                 state, drift = await _converge_running(session, project, own)
-            findings["playgrounds"][playground.name] = {
+            report.findings["playgrounds"][playground.name] = {
                 "state": state,
                 "drift": drift,
                 "actions": session.actions_since(playground_mark),
             }
-        return PhaseReport(actions=session.actions_since(mark), findings=findings)
+            report.notices += [Notice(NoticeKind.DRIFT, playground.name, why) for why in drift]
+        return report
 
 
 async def _branch_gone(
-    ctx: PhaseContext,
+    ctx: CycleContext,
     session: RemoteSession,
     playgrounds: list[Playground],
     expired: Mapping[str, datetime],

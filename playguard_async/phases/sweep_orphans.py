@@ -14,20 +14,24 @@ from __future__ import annotations
 from typing import Any
 
 from playguard_async.inventory import Inventory
-from playguard_async.phase import PhaseContext, PhaseReport
-from playguard_async.phases.toolkit import Container, created_at, host_now, listed_name
+from playguard_async.phase import PhaseReport
+from playguard_async.phases.toolkit import (
+    Container,
+    CycleContext,
+    created_at,
+    host_now,
+    listed_name,
+)
 from playguard_async.remote.docker import AGENT_CHAT, PLAYGROUND, list_ours, remove_container
-from playguard_async.remote.ssh import RemoteSession
 
 
 class SweepOrphans:
     name = "sweep_orphans"
 
-    async def __call__(self, ctx: PhaseContext) -> PhaseReport:
+    async def __call__(self, ctx: CycleContext) -> PhaseReport:
         """Findings: ``removed`` (orphans removed, or that would be in dry-run) and ``in_grace``
         (orphans kept until older than ``orphan_grace``), as container names."""
-        session: RemoteSession = await ctx.remote()
-        mark = len(session.actions)
+        session = await ctx.remote()
         findings: dict[str, Any] = {"removed": [], "in_grace": []}
         orphans = {
             listed_name(container): (container, owner)
@@ -46,7 +50,7 @@ class SweepOrphans:
                     remove_container(session.marquee, container["Id"]),
                 )
                 findings["removed"].append(name)
-        return PhaseReport(actions=session.actions_since(mark), findings=findings)
+        return PhaseReport(findings=findings)
 
 
 def _gone_owner(container: Container, inventory: Inventory, marquee: str) -> str | None:

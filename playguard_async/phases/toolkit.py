@@ -15,12 +15,15 @@ from typing import Any
 from structlog.typing import FilteringBoundLogger
 
 from playguard_async.inventory import Inventory, InventoryError, Playground
-from playguard_async.phase import PartialFailure, PhaseReport
+from playguard_async.phase import Notice, NoticeKind, PartialFailure, PhaseContext, PhaseReport
 from playguard_async.remote import git
 from playguard_async.remote.compose import PROJECT_LABEL, ComposeProject
 from playguard_async.remote.docker import PLAYGROUND
 from playguard_async.remote.errors import DockerApiError, RemoteCommandFailed
 from playguard_async.remote.ssh import RemoteSession
+
+CycleContext = PhaseContext[RemoteSession]
+"""The context a built-in phase takes: ``await ctx.remote()`` is the cycle's ``RemoteSession``."""
 
 Container = dict[str, Any]
 """One entry of the Engine API's container listing (``list_ours``)."""
@@ -62,6 +65,11 @@ def containers_of(containers: Iterable[Container], project: ComposeProject) -> l
         if container["Labels"].get(PLAYGROUND) == project.playground
         and container["Labels"].get(PROJECT_LABEL) == project.name
     ]
+
+
+def branch_gone_notices(gone: Mapping[str, str]) -> list[Notice]:
+    """Playground -> its branch that is gone, as notices."""
+    return [Notice(NoticeKind.BRANCH_GONE, name, branch) for name, branch in gone.items()]
 
 
 def is_up(container: Container) -> bool:
@@ -121,7 +129,9 @@ async def handle_each(
 
 
 def finish(phase: str, kind: str, report: PhaseReport, failed: Mapping[str, str]) -> PhaseReport:
-    """``report``, or ``PartialFailure`` carrying it when any item failed."""
+    """``report`` with a notice for each item that failed, or ``PartialFailure`` carrying it when
+    any did."""
+    report.notices += [Notice(NoticeKind.FAILED, name, error) for name, error in failed.items()]
     if failed:
         raise PartialFailure(phase, kind, failed, report)
     return report

@@ -24,7 +24,6 @@ from playguard_async.keys import marquee_lock_key
 from playguard_async.lab import DockerDaemon, GitOrigin, SshServer
 from playguard_async.observe import CycleRecords
 from playguard_async.phase import Phase, PhaseContext, resolve_phases
-from playguard_async.phases import BUILTIN_PHASES
 from playguard_async.phases.process_agent_chats import chat_container_name
 from playguard_async.remote.docker import AGENT_CHAT, MANAGED, our_labels
 from playguard_async.remote.ssh import open_session
@@ -41,7 +40,7 @@ from tests.support.world import LAB_OPTIONS, LabWorld, lab_marquee_fields
 
 pytestmark = pytest.mark.integration
 
-ALL_PHASES = resolve_phases(DEFAULT_PHASES, BUILTIN_PHASES)
+ALL_PHASES = resolve_phases(DEFAULT_PHASES)
 
 
 def lab_cycles(
@@ -226,7 +225,7 @@ class StopServer:
 
 
 def phases_named(*names: str) -> list[Phase]:
-    return [BUILTIN_PHASES[name] for name in names]
+    return resolve_phases(names)
 
 
 async def test_sshd_stopped_mid_cycle_fails_that_cycle_and_releases(
