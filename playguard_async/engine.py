@@ -39,14 +39,15 @@ from playguard_async.lock import (
     ReleaseResult,
     TokenLock,
 )
-from playguard_async.phase import PartialFailure, Phase, PhaseContext
+from playguard_async.phase import PartialFailure, Phase, PhaseContext, PhaseReport, RemoteView
 from playguard_async.settings import Settings
 
 log = structlog.get_logger("playguard.engine")
 
-SessionOpener = Callable[[Marquee, Lease], AbstractAsyncContextManager[Any]]
+SessionOpener = Callable[[Marquee, Lease], AbstractAsyncContextManager[RemoteView]]
 """Opens the remote session of one cycle under its lease (whose fence goes with every write);
-entered on a phase's first ``ctx.remote()`` call."""
+entered on a phase's first ``ctx.remote()`` call. The phases it serves take the session's own
+type; the engine reads only its ``RemoteView``."""
 
 
 class CycleCancelled(Exception):
@@ -88,6 +89,8 @@ class CycleResult:
     durations: dict[str, float] = field(default_factory=dict)
     actions: dict[str, list[str]] = field(default_factory=dict)
     findings: dict[str, dict[str, Any]] = field(default_factory=dict)
+    notices: dict[str, list[dict[str, str]]] = field(default_factory=dict)
+    """Phase -> its ``Notice``s, as JSON objects: what an operator should look at."""
     started: float = field(default_factory=time.monotonic)
     finished_at: float = 0.0
     duration: float = 0.0
@@ -105,6 +108,7 @@ class CycleResult:
             "durations": self.durations,
             "actions": self.actions,
             "findings": self.findings,
+            "notices": self.notices,
             "finished_at": self.finished_at,
             "duration": self.duration,
         }
@@ -172,9 +176,9 @@ class _CycleRemote:
         self._marquee = marquee
         self._lease = lease
         self._stack = stack
-        self._session: Any = None
+        self._session: RemoteView | None = None
 
-    async def __call__(self) -> Any:
+    async def __call__(self) -> RemoteView:
         if self._session is None:
             if self._opener is None:
                 raise RuntimeError("no remote layer is configured for this engine")
@@ -186,6 +190,14 @@ class _CycleRemote:
     @property
     def host_fence(self) -> int | None:
         return None if self._session is None else self._session.host_fence
+
+    def recorded(self) -> int:
+        """How many actions the session has recorded so far (none before it is opened)."""
+        return 0 if self._session is None else len(self._session.actions)
+
+    def recorded_since(self, mark: int) -> list[str]:
+        """The actions the session recorded after ``mark`` (an earlier ``recorded()``)."""
+        return [] if self._session is None else list(self._session.actions[mark:])
 
 
 def one_line(exc: BaseException) -> str:
@@ -215,7 +227,7 @@ class Engine:
         settings: Settings,
         desired_state: DesiredState,
         redis: Redis,
-        phases: Sequence[Phase],
+        phases: Sequence[Phase[Any]],
         *,
         open_session: SessionOpener | None = None,
         listeners: Sequence[CycleListener] = (),
@@ -437,7 +449,7 @@ class Engine:
                     if self.stopping.is_set():
                         result.outcome = Outcome.INTERRUPTED
                         return
-                    ctx = PhaseContext(
+                    ctx: PhaseContext[RemoteView] = PhaseContext(
                         marquee=marquee,
                         inventory=inventory,
                         log=log.bind(phase=phase.name),
@@ -446,22 +458,26 @@ class Engine:
                         remote=remote,
                     )
                     with structlog.contextvars.bound_contextvars(phase=phase.name):
-                        if not await self._run_phase(phase, ctx, lease, result):
+                        if not await self._run_phase(phase, ctx, remote, result):
                             return
             finally:
                 result.host_fence = remote.host_fence
 
     async def _run_phase(
-        self, phase: Phase, ctx: PhaseContext, lease: Lease, result: CycleResult
+        self,
+        phase: Phase[Any],
+        ctx: PhaseContext[RemoteView],
+        remote: _CycleRemote,
+        result: CycleResult,
     ) -> bool:
         """One phase under the lease's deadline, then the renewal; False ends the cycle."""
+        lease = ctx.lease
         started = time.monotonic()
+        mark = remote.recorded()
         report = await self._before_deadline(lease, result, phase.name, phase(ctx))
         result.durations[phase.name] = round(time.monotonic() - started, 4)
         if report is not None:
-            result.actions[phase.name] = list(report.actions)
-            if report.findings:
-                result.findings[phase.name] = dict(report.findings)
+            self._record_report(result, phase.name, report, remote.recorded_since(mark))
         self._phase_ended(result, phase.name)
         if result.outcome is not Outcome.OK:
             return False
@@ -474,6 +490,18 @@ class Engine:
             result.reason = exc.reason
             return False
         return True
+
+    @staticmethod
+    def _record_report(
+        result: CycleResult, phase: str, report: PhaseReport, session_actions: list[str]
+    ) -> None:
+        """What the phase did (its session's actions, then any it reports itself), found and
+        asks an operator to look at."""
+        result.actions[phase] = [*session_actions, *report.actions]
+        if report.findings:
+            result.findings[phase] = dict(report.findings)
+        if report.notices:
+            result.notices[phase] = [notice.to_json() for notice in report.notices]
 
     def _phase_ended(self, result: CycleResult, phase: str) -> None:
         for listener in self.phase_listeners:

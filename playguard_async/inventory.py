@@ -18,9 +18,11 @@ import re
 import reprlib
 import threading
 import time
-from collections.abc import Callable, Hashable, Iterator
+from collections import defaultdict
+from collections.abc import Callable, Hashable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import date
+from functools import cached_property
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal, Protocol, Self
 
@@ -394,25 +396,120 @@ class Inventory(_Model):
                         reference,
                     )
 
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """A copy that builds its own indexes: pydantic copies cached properties along with the
+        fields, and the original's index would answer for the copy's lists."""
+        copied = super().model_copy(update=update, deep=deep)
+        copied.__dict__.pop("_index", None)
+        return copied
+
+    @cached_property
+    def _index(self) -> _InventoryIndex:
+        return _InventoryIndex.of(self)
+
     def launchable_marquees(self) -> list[Marquee]:
         """Marquees that may receive new playgrounds and chats."""
         return [marquee for marquee in self.marquees if marquee.launchable]
 
     def marquee(self, name: str) -> Marquee:
         """The marquee called `name`; KeyError if the inventory has none."""
-        for marquee in self.marquees:
-            if marquee.name == name:
-                return marquee
-        raise KeyError(f"no marquee named {name!r} in the inventory")
+        try:
+            return self._index.marquees[name]
+        except KeyError:
+            raise KeyError(f"no marquee named {name!r} in the inventory") from None
 
     def playgrounds_on(self, marquee: str) -> list[Playground]:
         """Playgrounds that should exist on `marquee` (empty for an unknown one: nothing wanted)."""
-        return [playground for playground in self.playgrounds if playground.marquee == marquee]
+        return list(self._index.playgrounds_on.get(marquee, ()))
 
     def agent_chats_on(self, marquee: str) -> list[AgentChat]:
         """Agent chats whose playground lives on `marquee`."""
-        playgrounds = {playground.name for playground in self.playgrounds_on(marquee)}
-        return [chat for chat in self.agent_chats if chat.playground in playgrounds]
+        return list(self._index.agent_chats_on.get(marquee, ()))
+
+    def playspec_of(self, playground: Playground) -> Playspec:
+        """The playground's playspec (validation guarantees the reference resolves)."""
+        return self._index.playspecs[playground.playspec]
+
+    def registry_of(self, playspec: Playspec) -> Registry | None:
+        """The registry the playspec pulls from, if it names one."""
+        if playspec.registry is None:
+            return None
+        return self._index.registries[playspec.registry]
+
+    def playground_of(self, chat: AgentChat) -> Playground:
+        """The playground the agent chat is attached to."""
+        return self._index.playgrounds[chat.playground]
+
+    def images_on(self, marquee: str) -> dict[str, Registry | None]:
+        """Each image the playgrounds on `marquee` need, with its playspec's registry; an image in
+        several playspecs appears once, with the registry of the first."""
+        images: dict[str, Registry | None] = {}
+        for playground in self._index.playgrounds_on.get(marquee, ()):
+            playspec = self.playspec_of(playground)
+            for image in playspec.images:
+                images.setdefault(image, self.registry_of(playspec))
+        return images
+
+    def registries_on(self, marquee: str) -> list[Registry]:
+        """The registries the playgrounds on `marquee` pull from, each once, in inventory order."""
+        used = {
+            registry.name: registry
+            for playground in self._index.playgrounds_on.get(marquee, ())
+            if (registry := self.registry_of(self.playspec_of(playground))) is not None
+        }
+        order = self._index.registry_order
+        return sorted(used.values(), key=lambda registry: order[registry.name])
+
+    def wants_playground(self, marquee: str, name: str) -> bool:
+        """Whether the playground called `name` should exist on `marquee`."""
+        playground = self._index.playgrounds.get(name)
+        return playground is not None and playground.marquee == marquee
+
+    def wants_agent_chat(self, marquee: str, name: str) -> bool:
+        """Whether the agent chat called `name` is one of `marquee`'s (active or closed)."""
+        chat = self._index.agent_chats.get(name)
+        return chat is not None and self.playground_of(chat).marquee == marquee
+
+
+@dataclass(frozen=True)
+class _InventoryIndex:
+    """An inventory's lookups, built in one pass over its lists the first time one is asked.
+
+    A cycle asks its questions about its own Marquee; with the index they cost what that Marquee
+    holds, where a scan of the lists would cost the whole fleet in every cycle. The inventory is
+    frozen, so the index never goes stale; a new inventory (the file changed) builds its own.
+    """
+
+    marquees: dict[str, Marquee]
+    registries: dict[str, Registry]
+    registry_order: dict[str, int]
+    playspecs: dict[str, Playspec]
+    playgrounds: dict[str, Playground]
+    agent_chats: dict[str, AgentChat]
+    playgrounds_on: dict[str, tuple[Playground, ...]]
+    agent_chats_on: dict[str, tuple[AgentChat, ...]]
+
+    @classmethod
+    def of(cls, inventory: Inventory) -> _InventoryIndex:
+        playgrounds = {playground.name: playground for playground in inventory.playgrounds}
+        playgrounds_on: defaultdict[str, list[Playground]] = defaultdict(list)
+        for playground in inventory.playgrounds:
+            playgrounds_on[playground.marquee].append(playground)
+        agent_chats_on: defaultdict[str, list[AgentChat]] = defaultdict(list)
+        for chat in inventory.agent_chats:
+            agent_chats_on[playgrounds[chat.playground].marquee].append(chat)
+        return cls(
+            marquees={marquee.name: marquee for marquee in inventory.marquees},
+            registries={registry.name: registry for registry in inventory.registries},
+            registry_order={
+                registry.name: position for position, registry in enumerate(inventory.registries)
+            },
+            playspecs={playspec.name: playspec for playspec in inventory.playspecs},
+            playgrounds=playgrounds,
+            agent_chats={chat.name: chat for chat in inventory.agent_chats},
+            playgrounds_on={name: tuple(found) for name, found in playgrounds_on.items()},
+            agent_chats_on={name: tuple(found) for name, found in agent_chats_on.items()},
+        )
 
 
 class DesiredState(Protocol):
@@ -817,6 +914,7 @@ class YamlInventorySource:
             inventory = loaded.inventory
         else:
             inventory = self._validated(content.data)
+            inventory._index  # noqa: B018 - built here, in the reading thread, not on the loop
         self._loaded = _Loaded(inventory, content.signature, digest, trusted)
         return inventory
 

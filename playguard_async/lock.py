@@ -22,8 +22,6 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -409,16 +407,6 @@ class TokenLock:
         except Exception as exc:
             raise LockUnavailable(self.name) from exc
         return int(value)
-
-    @asynccontextmanager
-    async def hold(self) -> AsyncIterator[Lease | None]:
-        """Yield a lease (or None when held elsewhere); release it on every way out of the block."""
-        lease = await self.acquire()
-        try:
-            yield lease
-        finally:
-            if lease is not None:
-                await lease.release()
 
     async def inspect(self) -> LockState | None:
         """Who holds this lock now, or None; for operators, not for deciding anything."""

@@ -28,8 +28,7 @@ from playguard_async.inventory import Inventory, InventoryError, Marquee
 from playguard_async.keys import fence_key, lock_key, marquee_lock_name
 from playguard_async.lock import LockState, ReleaseResult, TokenLock, inspect_lock
 from playguard_async.observe import CycleRecords
-from playguard_async.phase import UnknownPhase, resolve_phases
-from playguard_async.phases import BUILTIN_PHASES
+from playguard_async.phase import NoticeKind, UnknownPhase, resolve_phases
 from playguard_async.remote import guard
 from playguard_async.remote.errors import AuthRefused, HostKeyMismatch, RemoteError
 from playguard_async.remote.ssh import RemoteOptions, open_session
@@ -160,8 +159,11 @@ class LastCycle:
 
     @classmethod
     def _parse(cls, record: Mapping[str, Any]) -> LastCycle:
-        findings: Mapping[str, Any] = record.get("findings") or {}
-        playgrounds = findings.get("reconcile_playgrounds", {}).get("playgrounds", {})
+        notices = list(_notices(record))
+        drift: dict[str, list[str]] = {}
+        for _, kind, subject, detail in notices:
+            if kind is NoticeKind.DRIFT:
+                drift.setdefault(subject, []).append(detail)
         return cls(
             cycle=_typed(record["cycle"], str),
             outcome=_typed(record["outcome"], str),
@@ -172,24 +174,35 @@ class LastCycle:
             finished_at=_seconds(record["finished_at"]),
             duration=_seconds(record["duration"]),
             actions=sum(len(taken) for taken in (record.get("actions") or {}).values()),
-            drift={name: found["drift"] for name, found in playgrounds.items() if found["drift"]},
+            drift=drift,
             branch_gone={
-                **findings.get("sync_git", {}).get("branch_gone", {}),
-                **findings.get("fetch_branches", {}).get("branch_gone", {}),
+                subject: detail
+                for _, kind, subject, detail in notices
+                if kind is NoticeKind.BRANCH_GONE
             },
             failed=[
-                f"{phase}: {item}"
-                for phase, found in findings.items()
-                for group in found.values()
-                if isinstance(group, dict)
-                for item, value in group.items()
-                if isinstance(value, dict) and value.get("state") == "failed"
+                f"{phase}: {subject}"
+                for phase, kind, subject, _ in notices
+                if kind is NoticeKind.FAILED
             ],
         )
 
     def to_json(self, now: float) -> dict[str, Any]:
         age = None if self.finished_at is None else round(max(0.0, now - self.finished_at), 3)
         return {**dataclasses.asdict(self), "age": age}
+
+
+def _notices(record: Mapping[str, Any]) -> Iterator[tuple[str, NoticeKind, str, str]]:
+    """(phase, kind, subject, detail) of each notice the record holds, whichever phase wrote it;
+    ValueError or TypeError for one not in the shape ``Notice.to_json`` writes."""
+    for phase, listed in (record.get("notices") or {}).items():
+        for notice in listed:
+            yield (
+                _typed(phase, str),
+                NoticeKind(notice["kind"]),
+                _typed(notice["subject"], str),
+                _typed(notice["detail"], str),
+            )
 
 
 _T = TypeVar("_T")
@@ -385,7 +398,7 @@ async def check(config: Path | None, *, timeout: float) -> list[CheckRow]:
     """
     try:
         settings = load_settings(config)
-        phases = resolve_phases(settings.phases, BUILTIN_PHASES)
+        phases = resolve_phases(settings.phases)
     except (SettingsError, UnknownPhase) as exc:
         return [CheckRow("settings", False, str(exc))]
     source = str(config) if config is not None else "defaults and PLAYGUARD_* environment"

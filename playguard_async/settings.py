@@ -30,6 +30,7 @@ from pydantic_settings import (
 from playguard_async.files import FileRefused, read_text_limited
 from playguard_async.inventory import INVENTORY_MAX_BYTES, INVENTORY_READ_TIMEOUT
 from playguard_async.lock import default_replica_id
+from playguard_async.phase import BUILTIN_PHASES
 
 ENV_PREFIX = "PLAYGUARD_"
 
@@ -43,15 +44,8 @@ SETTINGS_FILE_LIMIT = 1 << 20
 MAX_NESTING = 8
 """Levels of lists or tables a settings value may nest; the deepest setting needs one."""
 
-DEFAULT_PHASES = (
-    "sync_git",
-    "fetch_branches",
-    "refresh_credentials",
-    "pull_images",
-    "reconcile_playgrounds",
-    "process_agent_chats",
-    "sweep_orphans",
-)
+DEFAULT_PHASES = BUILTIN_PHASES
+"""Every built-in phase, in the registry's order."""
 
 
 class SettingsError(ValueError):

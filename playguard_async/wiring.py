@@ -29,7 +29,6 @@ from playguard_async.inventory import Marquee, YamlInventorySource
 from playguard_async.lock import Lease
 from playguard_async.observe import CycleRecords
 from playguard_async.phase import resolve_phases
-from playguard_async.phases import BUILTIN_PHASES
 from playguard_async.redis_client import connect_redis
 from playguard_async.remote.ssh import RemoteOptions, RemoteSession, open_session
 from playguard_async.settings import Settings
@@ -92,7 +91,7 @@ def build_engine(
 
     Finished cycles are recorded in Redis, then told to ``listeners``.
     """
-    phases = resolve_phases(settings.phases, BUILTIN_PHASES)
+    phases = resolve_phases(settings.phases)
     redis = redis_for(settings)
     records = CycleRecords(
         redis, history_length=settings.history_length, timeout=settings.redis_socket_timeout

@@ -9,29 +9,28 @@ from __future__ import annotations
 
 from typing import Any
 
-from playguard_async.phase import PhaseContext, PhaseReport
-from playguard_async.phases._playgrounds import (
+from playguard_async.phase import PhaseReport
+from playguard_async.phases.toolkit import (
+    CycleContext,
+    branch_gone_notices,
     branch_heads,
     compose_project,
     containers_of,
-    playspec_of,
     stop_if_up,
 )
 from playguard_async.remote.docker import list_ours
-from playguard_async.remote.ssh import RemoteSession
 
 
 class FetchBranches:
     name = "fetch_branches"
 
-    async def __call__(self, ctx: PhaseContext) -> PhaseReport:
+    async def __call__(self, ctx: CycleContext) -> PhaseReport:
         """Findings: ``branches`` (playspec -> its repo's branches, sorted), ``branch_gone``
         (playground -> its missing branch) and ``stopped`` (playgrounds stopped for that, or that
         would be in dry-run)."""
-        session: RemoteSession = await ctx.remote()
-        mark = len(session.actions)
+        session = await ctx.remote()
         playgrounds = ctx.inventory.playgrounds_on(ctx.marquee.name)
-        specs = {pg.name: playspec_of(ctx.inventory, pg) for pg in playgrounds}
+        specs = {pg.name: ctx.inventory.playspec_of(pg) for pg in playgrounds}
         heads = await branch_heads(session, (spec.repo for spec in specs.values()))
         gone = [pg for pg in playgrounds if pg.branch not in heads[specs[pg.name].repo]]
         findings: dict[str, Any] = {
@@ -55,7 +54,7 @@ class FetchBranches:
                     f"branch {playground.branch} is gone",
                 ):
                     findings["stopped"].append(playground.name)
-        return PhaseReport(actions=session.actions_since(mark), findings=findings)
+        return PhaseReport(findings=findings, notices=branch_gone_notices(findings["branch_gone"]))
 
 
 fetch_branches = FetchBranches()

@@ -20,14 +20,13 @@ from functools import partial
 from typing import Any
 
 from playguard_async.inventory import AgentChat, Inventory
-from playguard_async.phase import PhaseContext, PhaseReport
-from playguard_async.phases._playgrounds import playspec_of
-from playguard_async.phases.shared import (
+from playguard_async.phase import PhaseReport
+from playguard_async.phases.toolkit import (
+    CycleContext,
     ItemWork,
     change_outcome,
     finish,
     handle_each,
-    registry_of,
 )
 from playguard_async.remote.docker import (
     FENCE,
@@ -50,7 +49,8 @@ CONFIG = "io.playguard.agent-chat-config"
 """Label holding the digest of what the chat's container was made from (``_config_digest``)."""
 
 
-def container_name(chat: str) -> str:
+def chat_container_name(chat: str) -> str:
+    """The name of the agent chat's container (``pg-chat-<chat>``), by which it is found."""
     return f"pg-chat-{chat}"
 
 
@@ -66,9 +66,8 @@ class ProcessAgentChats:
 
     name = "process_agent_chats"
 
-    async def __call__(self, ctx: PhaseContext) -> PhaseReport:
+    async def __call__(self, ctx: CycleContext) -> PhaseReport:
         session = await ctx.remote()
-        mark = len(session.actions)
         by_name = {
             name.lstrip("/"): container
             for container in await list_ours(session)
@@ -76,13 +75,13 @@ class ProcessAgentChats:
         }
         work: dict[str, ItemWork] = {}
         for chat in ctx.inventory.agent_chats_on(ctx.marquee.name):
-            container = by_name.get(container_name(chat.name))
+            container = by_name.get(chat_container_name(chat.name))
             if chat.state == "active":
                 work[chat.name] = partial(_keep, session, ctx.inventory, chat, container)
             elif container is not None:
-                work[chat.name] = partial(_remove, session, chat, container)
+                work[chat.name] = partial(_remove_closed, session, chat, container)
         chats, failed = await handle_each(ctx.log, "agent_chat", work)
-        report = PhaseReport(actions=session.actions_since(mark), findings={"chats": chats})
+        report = PhaseReport(findings={"chats": chats})
         return finish(self.name, "agent_chat", report, failed)
 
 
@@ -91,7 +90,7 @@ async def _keep(
 ) -> dict[str, Any]:
     """An active chat: start its container if it has none or it never ran, replace it when its
     image, command or network changed in the desired state; report otherwise."""
-    name = container_name(chat.name)
+    name = chat_container_name(chat.name)
     wanted = _config_digest(session, chat)
     ending: dict[str, Any] = {}
     if listed is not None and listed["Labels"].get(CONFIG, wanted) != wanted:
@@ -123,13 +122,13 @@ async def _keep(
     return {"state": change_outcome(session, "started", "start")}
 
 
-async def _remove(
+async def _remove_closed(
     session: RemoteSession, chat: AgentChat, listed: dict[str, Any]
 ) -> dict[str, Any]:
     """A closed chat: record how its container ended, then remove it."""
     ending = await _ending(session, listed["Id"])
     await session.change(
-        f"remove agent chat container {container_name(chat.name)}",
+        f"remove agent chat container {chat_container_name(chat.name)}",
         remove_container(session.marquee, listed["Id"]),
     )
     return {"state": change_outcome(session, "removed", "remove"), **ending}
@@ -153,8 +152,7 @@ async def _pull_if_absent(session: RemoteSession, inventory: Inventory, chat: Ag
     """Chat images are not among the playspecs' images that ``pull_images`` keeps current: pull
     one the host lacks, with the credentials of the chat's playspec registry if it hosts it."""
     if await local_digests(session, chat.image) is None:
-        playground = next(p for p in inventory.playgrounds if p.name == chat.playground)
-        registry = registry_of(inventory, playspec_of(inventory, playground))
+        registry = inventory.registry_of(inventory.playspec_of(inventory.playground_of(chat)))
         await pull(session, chat.image, auth_for(chat.image, registry))
 
 

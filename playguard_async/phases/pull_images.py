@@ -11,8 +11,8 @@ from functools import partial
 from typing import Any
 
 from playguard_async.inventory import Registry
-from playguard_async.phase import PhaseContext, PhaseReport
-from playguard_async.phases.shared import change_outcome, finish, handle_each, images_on
+from playguard_async.phase import PhaseReport
+from playguard_async.phases.toolkit import CycleContext, change_outcome, finish, handle_each
 from playguard_async.remote.registry import auth_for, local_digests, pull, registry_digest
 from playguard_async.remote.ssh import RemoteSession
 
@@ -28,20 +28,22 @@ class PullImages:
 
     name = "pull_images"
 
-    async def __call__(self, ctx: PhaseContext) -> PhaseReport:
+    async def __call__(self, ctx: CycleContext) -> PhaseReport:
         session = await ctx.remote()
-        mark = len(session.actions)
-        wanted = images_on(ctx.inventory, ctx.marquee.name)
+        wanted = ctx.inventory.images_on(ctx.marquee.name)
         images, failed = await handle_each(
             ctx.log,
             "image",
-            {ref: partial(_converge, session, ref, registry) for ref, registry in wanted.items()},
+            {
+                ref: partial(_pull_if_stale, session, ref, registry)
+                for ref, registry in wanted.items()
+            },
         )
-        report = PhaseReport(actions=session.actions_since(mark), findings={"images": images})
+        report = PhaseReport(findings={"images": images})
         return finish(self.name, "image", report, failed)
 
 
-async def _converge(
+async def _pull_if_stale(
     session: RemoteSession, reference: str, registry: Registry | None
 ) -> dict[str, Any]:
     auth = auth_for(reference, registry)

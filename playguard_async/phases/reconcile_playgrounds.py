@@ -20,19 +20,18 @@ import asyncio
 from collections import defaultdict
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any
 
 from playguard_async.inventory import Playground
-from playguard_async.phase import PhaseContext, PhaseReport
-from playguard_async.phases._playgrounds import (
+from playguard_async.phase import Notice, NoticeKind, PhaseReport
+from playguard_async.phases.toolkit import (
     Container,
+    CycleContext,
     branch_heads,
     compose_project,
-    container_name,
     containers_of,
     created_at,
     host_now,
-    playspec_of,
+    listed_name,
     stop_if_up,
 )
 from playguard_async.remote.compose import (
@@ -54,16 +53,15 @@ _DEFAULT_HEALTH_INTERVAL = 30.0
 class ReconcilePlaygrounds:
     name = "reconcile_playgrounds"
 
-    async def __call__(self, ctx: PhaseContext) -> PhaseReport:
+    async def __call__(self, ctx: CycleContext) -> PhaseReport:
         """Findings: ``playgrounds``, playground -> ``state`` (running, stopped, branch_gone,
         expired, or no_checkout when sync_git has not cloned it yet), ``drift`` (why it was or
         would be changed) and ``actions`` (what was done for it)."""
-        session: RemoteSession = await ctx.remote()
-        mark = len(session.actions)
+        session = await ctx.remote()
         playgrounds = ctx.inventory.playgrounds_on(ctx.marquee.name)
-        findings: dict[str, Any] = {"playgrounds": {}}
+        report = PhaseReport(findings={"playgrounds": {}})
         if not playgrounds:
-            return PhaseReport(findings=findings)
+            return report
         containers = await list_ours(session)
         now = datetime.now(UTC)
         expired = {
@@ -85,17 +83,18 @@ class ReconcilePlaygrounds:
                 reason = f"branch {playground.branch} is gone"
                 state, drift = "branch_gone", await _stop(session, project, own, reason)
             else:
-                state, drift = await _converge(session, project, own)
-            findings["playgrounds"][playground.name] = {
+                state, drift = await _converge_running(session, project, own)
+            report.findings["playgrounds"][playground.name] = {
                 "state": state,
                 "drift": drift,
                 "actions": session.actions_since(playground_mark),
             }
-        return PhaseReport(actions=session.actions_since(mark), findings=findings)
+            report.notices += [Notice(NoticeKind.DRIFT, playground.name, why) for why in drift]
+        return report
 
 
 async def _branch_gone(
-    ctx: PhaseContext,
+    ctx: CycleContext,
     session: RemoteSession,
     playgrounds: list[Playground],
     expired: Mapping[str, datetime],
@@ -103,7 +102,7 @@ async def _branch_gone(
     """Running playgrounds that ask to be stopped when their branch is gone, and whose branch is:
     bringing them back up would undo fetch_branches. Only their repos are asked."""
     watched = {
-        pg.name: playspec_of(ctx.inventory, pg).repo
+        pg.name: ctx.inventory.playspec_of(pg).repo
         for pg in playgrounds
         if pg.stop_when_branch_gone and pg.state == "running" and pg.name not in expired
     }
@@ -131,7 +130,7 @@ async def _stop(
     return [reason] if await stop_if_up(session, project, own, reason) else []
 
 
-async def _converge(
+async def _converge_running(
     session: RemoteSession, project: ComposeProject, own: list[Container]
 ) -> tuple[str, list[str]]:
     listing, current_override = await asyncio.gather(
@@ -199,7 +198,7 @@ def _container_drift(services: list[str], own: list[Container]) -> list[str]:
         if service not in grouped:
             drift.append(f"{service}: missing")
         drift += [
-            f"{service}: {container_name(container)} {container['State']}"
+            f"{service}: {listed_name(container)} {container['State']}"
             for container in grouped.get(service, [])
             if container["State"] in ("exited", "dead")
         ]
@@ -215,7 +214,7 @@ async def _config_drift(
     """Containers whose config hash is not the one compose computes now for the same files."""
     hashes = parse_config_hashes((await session.run(project.config_hashes())).stdout)
     return [
-        f"{service}: {container_name(container)} config changed"
+        f"{service}: {listed_name(container)} config changed"
         for service, containers in sorted(_by_service(own).items())
         for container in containers
         if container["Labels"].get(CONFIG_HASH_LABEL) != hashes.get(service)
@@ -239,14 +238,14 @@ async def _stuck(session: RemoteSession, own: list[Container]) -> dict[str, str]
             seconds = (now - created_at(container)).total_seconds()
             if seconds > limit:
                 stuck[_service(container)] = (
-                    f"{container_name(container)} {container['State']} for {seconds:.0f}s"
+                    f"{listed_name(container)} {container['State']} for {seconds:.0f}s"
                 )
     for container in own:
         if container["State"] == "running" and "(unhealthy)" in container.get("Status", ""):
             seconds = await _unhealthy_for(session, container)
             if seconds > limit:
                 stuck[_service(container)] = (
-                    f"{container_name(container)} unhealthy for {seconds:.0f}s"
+                    f"{listed_name(container)} unhealthy for {seconds:.0f}s"
                 )
     return stuck
 

@@ -17,8 +17,8 @@ from functools import partial
 from typing import Any
 
 from playguard_async.inventory import Registry
-from playguard_async.phase import PhaseContext, PhaseReport
-from playguard_async.phases.shared import change_outcome, finish, handle_each, registries_on
+from playguard_async.phase import PhaseReport
+from playguard_async.phases.toolkit import CycleContext, change_outcome, finish, handle_each
 from playguard_async.remote.docker import config_entry, docker_config_dir, registry_auth
 from playguard_async.remote.registry import check_login
 from playguard_async.remote.ssh import RemoteSession
@@ -38,12 +38,11 @@ class RefreshCredentials:
 
     name = "refresh_credentials"
 
-    async def __call__(self, ctx: PhaseContext) -> PhaseReport:
+    async def __call__(self, ctx: CycleContext) -> PhaseReport:
         session = await ctx.remote()
-        mark = len(session.actions)
         path = f"{docker_config_dir(ctx.marquee)}/config.json"
         current_text, current_auths = await _read_config(session, path)
-        wanted = registries_on(ctx.inventory, ctx.marquee.name)
+        wanted = ctx.inventory.registries_on(ctx.marquee.name)
         auths: dict[str, Any] = {}
         registries, failed = await handle_each(
             ctx.log,
@@ -60,8 +59,7 @@ class RefreshCredentials:
             await session.write_file(f"write registry credentials to {path}", path, content)
             config_state = change_outcome(session, "written", "write")
         report = PhaseReport(
-            actions=session.actions_since(mark),
-            findings={"registries": registries, "config": {"path": path, "state": config_state}},
+            findings={"registries": registries, "config": {"path": path, "state": config_state}}
         )
         return finish(self.name, "registry", report, failed)
 

@@ -14,23 +14,27 @@ from __future__ import annotations
 from typing import Any
 
 from playguard_async.inventory import Inventory
-from playguard_async.phase import PhaseContext, PhaseReport
-from playguard_async.phases._playgrounds import Container, container_name, created_at, host_now
+from playguard_async.phase import PhaseReport
+from playguard_async.phases.toolkit import (
+    Container,
+    CycleContext,
+    created_at,
+    host_now,
+    listed_name,
+)
 from playguard_async.remote.docker import AGENT_CHAT, PLAYGROUND, list_ours, remove_container
-from playguard_async.remote.ssh import RemoteSession
 
 
 class SweepOrphans:
     name = "sweep_orphans"
 
-    async def __call__(self, ctx: PhaseContext) -> PhaseReport:
+    async def __call__(self, ctx: CycleContext) -> PhaseReport:
         """Findings: ``removed`` (orphans removed, or that would be in dry-run) and ``in_grace``
         (orphans kept until older than ``orphan_grace``), as container names."""
-        session: RemoteSession = await ctx.remote()
-        mark = len(session.actions)
+        session = await ctx.remote()
         findings: dict[str, Any] = {"removed": [], "in_grace": []}
         orphans = {
-            container_name(container): (container, owner)
+            listed_name(container): (container, owner)
             for container in await list_ours(session)
             if (owner := _gone_owner(container, ctx.inventory, ctx.marquee.name)) is not None
         }
@@ -46,7 +50,7 @@ class SweepOrphans:
                     remove_container(session.marquee, container["Id"]),
                 )
                 findings["removed"].append(name)
-        return PhaseReport(actions=session.actions_since(mark), findings=findings)
+        return PhaseReport(findings=findings)
 
 
 def _gone_owner(container: Container, inventory: Inventory, marquee: str) -> str | None:
@@ -54,11 +58,13 @@ def _gone_owner(container: Container, inventory: Inventory, marquee: str) -> str
     wants it on ``marquee``; None when it does, or when the container names no owner."""
     labels = container["Labels"]
     if AGENT_CHAT in labels:
-        wanted = {chat.name for chat in inventory.agent_chats_on(marquee)}
-        return None if labels[AGENT_CHAT] in wanted else f"agent chat {labels[AGENT_CHAT]}"
+        chat = labels[AGENT_CHAT]
+        return None if inventory.wants_agent_chat(marquee, chat) else f"agent chat {chat}"
     if PLAYGROUND in labels:
-        wanted = {playground.name for playground in inventory.playgrounds_on(marquee)}
-        return None if labels[PLAYGROUND] in wanted else f"playground {labels[PLAYGROUND]}"
+        playground = labels[PLAYGROUND]
+        return (
+            None if inventory.wants_playground(marquee, playground) else f"playground {playground}"
+        )
     return None
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from playguard_async.phase import PhaseContext, PhaseReport
-from playguard_async.phases._playgrounds import branch_heads, playspec_of
+from playguard_async.phase import PhaseReport
+from playguard_async.phases.toolkit import CycleContext, branch_gone_notices, branch_heads
 from playguard_async.remote import git
 from playguard_async.remote.ssh import RemoteSession
 
@@ -19,13 +19,12 @@ from playguard_async.remote.ssh import RemoteSession
 class SyncGit:
     name = "sync_git"
 
-    async def __call__(self, ctx: PhaseContext) -> PhaseReport:
+    async def __call__(self, ctx: CycleContext) -> PhaseReport:
         """Findings: ``heads`` (playground -> the commit its checkout is at, or would be at in
         dry-run; None when it has none) and ``branch_gone`` (playground -> missing branch)."""
-        session: RemoteSession = await ctx.remote()
-        mark = len(session.actions)
+        session = await ctx.remote()
         playgrounds = ctx.inventory.playgrounds_on(ctx.marquee.name)
-        specs = {pg.name: playspec_of(ctx.inventory, pg) for pg in playgrounds}
+        specs = {pg.name: ctx.inventory.playspec_of(pg) for pg in playgrounds}
         heads = await branch_heads(session, (spec.repo for spec in specs.values()))
         findings: dict[str, Any] = {"heads": {}, "branch_gone": {}}
         for playground in playgrounds:
@@ -48,7 +47,7 @@ class SyncGit:
                     git.update(checkout, repo, playground.branch),
                 )
             findings["heads"][playground.name] = wanted
-        return PhaseReport(actions=session.actions_since(mark), findings=findings)
+        return PhaseReport(findings=findings, notices=branch_gone_notices(findings["branch_gone"]))
 
 
 async def _local_head(session: RemoteSession, checkout: str) -> str | None:

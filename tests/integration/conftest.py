@@ -23,6 +23,7 @@ from playguard_async.remote.docker import MANAGED
 from playguard_async.remote.ssh import RemoteOptions, RemoteSession, open_session
 from tests.support.cli import LAB_SETTINGS, Playguard
 from tests.support.daemon import DaemonRunner
+from tests.support.edge import LabEdge
 from tests.support.playgrounds import use_own_branch
 from tests.support.world import LAB_OPTIONS, LabWorld, PhaseRun, PhaseRunner, lab_marquee_fields
 
@@ -122,6 +123,18 @@ async def lab_docker(docker_daemon: DockerDaemon) -> AsyncIterator[aiodocker.Doc
         for container in await docker.containers.list(all=True, filters=filters):
             await container.delete(force=True, v=True)
         await docker.close()
+
+
+@pytest.fixture
+def edge(
+    lab_world: LabWorld,
+    run_phase: PhaseRunner,
+    lab_docker: aiodocker.Docker,
+    git_origin: GitOrigin,
+    busybox_image: str,
+) -> LabEdge:
+    """The lab's Marquee with its world, dockerd client and phase runner, for the phase tests."""
+    return LabEdge(lab_world, run_phase, lab_docker, git_origin, busybox_image)
 
 
 @pytest.fixture

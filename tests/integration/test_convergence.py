@@ -24,8 +24,7 @@ from playguard_async.keys import marquee_lock_key
 from playguard_async.lab import DockerDaemon, GitOrigin, SshServer
 from playguard_async.observe import CycleRecords
 from playguard_async.phase import Phase, PhaseContext, resolve_phases
-from playguard_async.phases import BUILTIN_PHASES
-from playguard_async.phases.process_agent_chats import container_name
+from playguard_async.phases.process_agent_chats import chat_container_name
 from playguard_async.remote.docker import AGENT_CHAT, MANAGED, our_labels
 from playguard_async.remote.ssh import open_session
 from playguard_async.settings import DEFAULT_PHASES
@@ -41,7 +40,7 @@ from tests.support.world import LAB_OPTIONS, LabWorld, lab_marquee_fields
 
 pytestmark = pytest.mark.integration
 
-ALL_PHASES = resolve_phases(DEFAULT_PHASES, BUILTIN_PHASES)
+ALL_PHASES = resolve_phases(DEFAULT_PHASES)
 
 
 def lab_cycles(
@@ -76,7 +75,7 @@ def all_actions(result: CycleResult) -> list[str]:
 
 
 async def running_chat(docker: aiodocker.Docker, chat: str = "chat-1") -> dict[str, Any]:
-    info: dict[str, Any] = await docker.containers.container(container_name(chat)).show()
+    info: dict[str, Any] = await docker.containers.container(chat_container_name(chat)).show()
     return info
 
 
@@ -139,7 +138,7 @@ async def test_drift_is_found_and_fixed_in_the_next_cycle(
     assert (await cycles.cycle()).outcome is Outcome.OK
     [app] = await project_containers(lab_docker)
     await lab_docker.containers.container(app["Id"]).kill()
-    await lab_docker.containers.container(container_name("chat-1")).delete(force=True)
+    await lab_docker.containers.container(chat_container_name("chat-1")).delete(force=True)
     orphan, theirs = f"orphan-{uuid.uuid4().hex[:6]}", f"theirs-{uuid.uuid4().hex[:6]}"
     await start_by_hand(
         lab_docker, busybox_image, orphan, our_labels("edge-1", playground="gone-playground")
@@ -226,7 +225,7 @@ class StopServer:
 
 
 def phases_named(*names: str) -> list[Phase]:
-    return [BUILTIN_PHASES[name] for name in names]
+    return resolve_phases(names)
 
 
 async def test_sshd_stopped_mid_cycle_fails_that_cycle_and_releases(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 from redis.asyncio import Redis
@@ -16,7 +16,7 @@ from playguard_async.inventory import InventoryError, Marquee
 from playguard_async.keys import RESUME_KEY, marquee_lock_key, marquee_lock_name
 from playguard_async.lab import RedisServer
 from playguard_async.lock import Lease, ReleaseResult, TokenLock
-from playguard_async.phase import PhaseContext
+from playguard_async.phase import Notice, NoticeKind, Phase, PhaseContext, PhaseReport
 from tests.support.engine import EngineHarness, ScriptedPhase, inventory_of
 from tests.support.state import StaticState
 
@@ -352,6 +352,7 @@ async def test_remote_session_opens_on_first_use_and_closes_before_release(redis
     events: list[str] = []
 
     class Session:
+        actions: tuple[str, ...] = ()
         host_fence = None
 
         def __str__(self) -> str:
@@ -381,6 +382,51 @@ async def test_remote_session_opens_on_first_use_and_closes_before_release(redis
     events.clear()
     await EngineHarness(redis, ScriptedPhase("first"), ScriptedPhase("second")).cycle()
     assert events == [], "no phase asked for the remote session, so none was opened"
+
+
+async def test_each_phase_is_credited_with_the_actions_its_session_recorded_and_its_notices(
+    redis: Redis,
+) -> None:
+    class Session:
+        def __init__(self) -> None:
+            self.actions: list[str] = []
+            self.host_fence: int | None = None
+
+    @contextlib.asynccontextmanager
+    async def opener(marquee: Marquee, lease: Lease) -> AsyncIterator[Session]:
+        yield Session()
+
+    def acting(*done: str) -> Callable[[PhaseContext], Awaitable[None]]:
+        async def act(ctx: PhaseContext) -> None:
+            session = await ctx.remote()
+            assert isinstance(session, Session)
+            session.actions.extend(done)
+
+        return act
+
+    class Noticing:
+        name = "noticing"
+
+        async def __call__(self, ctx: PhaseContext) -> PhaseReport:
+            await acting("third change")(ctx)
+            return PhaseReport(notices=[Notice(NoticeKind.DRIFT, "web", "app: missing")])
+
+    phases: list[Phase] = [
+        ScriptedPhase("first", acting("first change", "second change")),
+        ScriptedPhase("quiet"),
+        Noticing(),
+    ]
+    harness = EngineHarness(redis, *phases)
+    harness.engine.open_session = opener
+    result = await harness.cycle()
+    assert result.actions == {
+        "first": ["first change", "second change", "first on m1"],
+        "quiet": ["quiet on m1"],
+        "noticing": ["third change"],
+    }
+    assert result.to_record()["notices"] == {
+        "noticing": [{"kind": "drift", "subject": "web", "detail": "app: missing"}]
+    }
 
 
 async def test_phase_never_starts_on_a_lease_that_lapsed_while_the_process_stalled(

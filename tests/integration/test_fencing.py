@@ -36,14 +36,14 @@ class AppendPhase:
         self.record = record
         self.entered = 0
 
-    async def __call__(self, ctx: PhaseContext) -> PhaseReport:
+    async def __call__(self, ctx: PhaseContext[RemoteSession]) -> PhaseReport:
         self.entered += 1
-        session: RemoteSession = await ctx.remote()
+        session = await ctx.remote()
         await session.change(
             f"{self.name} appends fence {ctx.lease.fence}",
             ["sh", "-c", 'echo "$2" >> "$1"', "sh", str(self.record), str(ctx.lease.fence)],
         )
-        return PhaseReport(actions=session.actions)
+        return PhaseReport()
 
 
 class Fleet:

@@ -54,6 +54,9 @@ FOREIGN_CYCLE_RECORDS: list[bytes] = [
     b'{"cycle": "c", "outcome": "ok", "finished_at": 1e300, "duration": -1}',
     b'{"cycle": "c", "outcome": "[/x]", "finished_at": 1, "duration": 1, "findings": 3}',
     b'{"cycle": 1, "outcome": ["ok"], "finished_at": 1, "duration": 1}',
+    b'{"cycle": "c", "outcome": "ok", "finished_at": 1, "duration": 1, "notices": {"p": 3}}',
+    b'{"cycle": "c", "outcome": "ok", "finished_at": 1, "duration": 1, "notices": {"p": '
+    b'[{"kind": "[/x]", "subject": "s", "detail": "d"}]}}',
     b"[1, 2]",
     b"[" * 5000 + b"]" * 5000,
 ]

@@ -175,24 +175,6 @@ async def test_release_while_redis_paused_is_unknown_and_key_expires_by_ttl(
     assert await wait_until_gone(redis, lock_key("marquee:edge-1"), 3.0)
 
 
-async def test_task_cancelled_inside_hold_leaves_no_key(redis: Redis) -> None:
-    entered = asyncio.Event()
-
-    async def worker() -> None:
-        async with make_lock(redis).hold() as lease:
-            assert lease is not None
-            entered.set()
-            await asyncio.sleep(60)
-
-    task = asyncio.create_task(worker())
-    await entered.wait()
-    assert await redis.exists(lock_key("marquee:edge-1")) == 1
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    assert await redis.exists(lock_key("marquee:edge-1")) == 0
-
-
 async def test_release_finishes_even_when_cancelled_twice(
     redis: Redis, redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -252,32 +234,6 @@ async def test_cancelled_acquire_before_sending_leaves_no_key(redis: Redis) -> N
     with pytest.raises(asyncio.CancelledError):
         await task
     assert await redis.exists(lock_key("marquee:edge-1")) == 0
-
-
-async def test_hold_releases_on_exception_without_hiding_it(redis: Redis) -> None:
-    with pytest.raises(ValueError, match="phase broke"):
-        async with make_lock(redis).hold() as lease:
-            assert lease is not None
-            raise ValueError("phase broke")
-    assert await redis.exists(lock_key("marquee:edge-1")) == 0
-
-
-async def test_hold_releases_after_lock_lost_and_keeps_the_new_owners_key(redis: Redis) -> None:
-    with pytest.raises(LockLost):
-        async with make_lock(redis).hold() as lease:
-            assert lease is not None
-            await redis.set(lock_key("marquee:edge-1"), "new-owner")
-            await lease.renew()
-    assert await redis.get(lock_key("marquee:edge-1")) == b"new-owner"
-
-
-async def test_hold_yields_none_when_held_elsewhere_and_touches_nothing(redis: Redis) -> None:
-    holder = await make_lock(redis).acquire()
-    assert holder is not None
-    async with make_lock(redis).hold() as lease:
-        assert lease is None
-    assert await redis.get(lock_key("marquee:edge-1")) == holder.record.encode()
-    assert await holder.release() is ReleaseResult.RELEASED
 
 
 async def test_holder_is_readable_by_operators(redis: Redis) -> None:

@@ -22,8 +22,8 @@ from structlog.testing import capture_logs
 from playguard_async.lab import DockerDaemon, LabCommandFailed, RegistryServer, push_image
 from playguard_async.phase import PartialFailure
 from playguard_async.phases.pull_images import pull_images
+from tests.support.edge import LabEdge
 from tests.support.phase_checks import everything_said, write_wrong_password
-from tests.support.world import LabWorld, PhaseRunner
 
 pytestmark = pytest.mark.integration
 
@@ -59,7 +59,7 @@ class PushedRepository:
 
 @pytest.fixture
 def pushed_repository(
-    docker_daemon: DockerDaemon, registry: RegistryServer, lab_world: LabWorld
+    docker_daemon: DockerDaemon, registry: RegistryServer, edge: LabEdge
 ) -> Iterator[PushedRepository]:
     """A fresh repository holding one pushed image, made the playspec's only image; the host's
     tags of it are removed after the test."""
@@ -67,11 +67,18 @@ def pushed_repository(
         docker_daemon, registry, f"playguard/pull-{uuid.uuid4().hex[:12]}", []
     )
     repository.push_new_image()
-    lab_world.data["playspecs"][0]["images"] = [repository.reference]
+    edge.world.data["playspecs"][0]["images"] = [repository.reference]
     yield repository
     for tag in [repository.reference, *repository.local_tags]:
         with contextlib.suppress(LabCommandFailed):
             docker_daemon.cli("rmi", tag)
+
+
+@pytest.fixture
+async def absent_image(edge: LabEdge, pushed_repository: PushedRepository) -> str:
+    """The pushed image's reference, the host's copy of it deleted."""
+    await edge.docker.images.delete(pushed_repository.reference)
+    return pushed_repository.reference
 
 
 async def image_id(docker: aiodocker.Docker, reference: str) -> str | None:
@@ -84,22 +91,16 @@ async def image_id(docker: aiodocker.Docker, reference: str) -> str | None:
     return str(image["Id"])
 
 
-async def test_absent_image_is_pulled_then_left_alone(
-    lab_world: LabWorld,
-    run_phase: PhaseRunner,
-    lab_docker: aiodocker.Docker,
-    pushed_repository: PushedRepository,
-) -> None:
-    reference = pushed_repository.reference
-    await lab_docker.images.delete(reference)
+async def test_absent_image_is_pulled_then_left_alone(edge: LabEdge, absent_image: str) -> None:
+    reference = absent_image
 
-    first = await run_phase(pull_images, lab_world)
-    second = await run_phase(pull_images, lab_world)
+    first = await edge.run(pull_images)
+    second = await edge.run(pull_images)
 
     assert first.actions == [f"pull {reference}"]
     pulled = first.report.findings["images"][reference]
     assert pulled["state"] == "pulled"
-    image = await lab_docker.images.inspect(reference)
+    image = await edge.docker.images.inspect(reference)
     assert f"{reference.rpartition(':')[0]}@{pulled['digest']}" in image["RepoDigests"]
     assert second.actions == []
     assert second.report.findings["images"][reference] == {
@@ -109,19 +110,16 @@ async def test_absent_image_is_pulled_then_left_alone(
 
 
 async def test_image_pushed_again_under_the_same_tag_is_pulled_again(
-    lab_world: LabWorld,
-    run_phase: PhaseRunner,
-    lab_docker: aiodocker.Docker,
-    pushed_repository: PushedRepository,
+    edge: LabEdge, pushed_repository: PushedRepository
 ) -> None:
     reference = pushed_repository.reference
     older = pushed_repository.local_tags[0]
-    current = await run_phase(pull_images, lab_world)
+    current = await edge.run(pull_images)
     newer = pushed_repository.push_new_image()
     pushed_repository.docker.cli("tag", older, reference)
-    assert await image_id(lab_docker, reference) == await image_id(lab_docker, older)
+    assert await image_id(edge.docker, reference) == await image_id(edge.docker, older)
 
-    moved = await run_phase(pull_images, lab_world)
+    moved = await edge.run(pull_images)
 
     assert current.actions == []
     assert moved.actions == [f"pull {reference}"]
@@ -130,41 +128,33 @@ async def test_image_pushed_again_under_the_same_tag_is_pulled_again(
         moved.report.findings["images"][reference]["digest"]
         != current.report.findings["images"][reference]["digest"]
     )
-    assert await image_id(lab_docker, reference) == await image_id(lab_docker, newer)
+    assert await image_id(edge.docker, reference) == await image_id(edge.docker, newer)
 
 
 async def test_wrong_password_fails_clearly_and_pulls_nothing(
-    lab_world: LabWorld,
-    run_phase: PhaseRunner,
-    lab_docker: aiodocker.Docker,
-    pushed_repository: PushedRepository,
+    edge: LabEdge, absent_image: str
 ) -> None:
-    reference = pushed_repository.reference
-    await lab_docker.images.delete(reference)
-    wrong = write_wrong_password(lab_world.password_file)
+    reference = absent_image
+    wrong = write_wrong_password(edge.world.password_file)
 
     with capture_logs() as logs, pytest.raises(PartialFailure) as failed:
-        await run_phase(pull_images, lab_world)
+        await edge.run(pull_images)
 
     assert list(failed.value.failed) == [reference]
     assert f"image {reference!r} failed" in str(failed.value)
     assert failed.value.report.findings["images"][reference]["state"] == "failed"
     assert failed.value.report.actions == []
-    assert await image_id(lab_docker, reference) is None
+    assert await image_id(edge.docker, reference) is None
     assert wrong not in everything_said(failed.value, logs)
 
 
 async def test_dry_run_says_it_would_pull_and_pulls_nothing(
-    lab_world: LabWorld,
-    run_phase: PhaseRunner,
-    lab_docker: aiodocker.Docker,
-    pushed_repository: PushedRepository,
+    edge: LabEdge, absent_image: str
 ) -> None:
-    reference = pushed_repository.reference
-    await lab_docker.images.delete(reference)
+    reference = absent_image
 
-    run = await run_phase(pull_images, lab_world, dry_run=True)
+    run = await edge.run(pull_images, dry_run=True)
 
     assert run.actions == [f"would pull {reference}"]
     assert run.report.findings["images"][reference]["state"] == "would pull"
-    assert await image_id(lab_docker, reference) is None
+    assert await image_id(edge.docker, reference) is None

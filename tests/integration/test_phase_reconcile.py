@@ -11,19 +11,18 @@ from typing import Any
 import aiodocker
 import pytest
 
-from playguard_async.lab import GitOrigin
 from playguard_async.phases.reconcile_playgrounds import reconcile_playgrounds
 from playguard_async.phases.sync_git import sync_git
 from playguard_async.remote.compose import CONFIG_HASH_LABEL
 from playguard_async.remote.docker import our_labels
+from tests.support.edge import LabEdge
 from tests.support.playgrounds import (
     compose_yaml,
     override_of,
     project_containers,
     set_playground,
-    use_own_branch,
 )
-from tests.support.world import LAB_OPTIONS, LabWorld, PhaseRun, PhaseRunner
+from tests.support.world import LAB_OPTIONS, PhaseRun
 
 pytestmark = pytest.mark.integration
 
@@ -34,27 +33,18 @@ def up(*drift: str) -> str:
     return f"compose up playground web-main ({'; '.join(drift)})"
 
 
-async def synced(
-    world: LabWorld, run_phase: PhaseRunner, git_origin: GitOrigin, image: str, **compose: Any
-) -> str:
+async def synced(edge: LabEdge, **compose: Any) -> str:
     """A playground on a branch of its own, cloned; returns the branch."""
-    branch = use_own_branch(world, git_origin, image, **compose)
-    await run_phase(sync_git, world)
+    branch = edge.own_branch(**compose)
+    await edge.run(sync_git)
     return branch
 
 
-async def brought_up(
-    world: LabWorld,
-    run_phase: PhaseRunner,
-    git_origin: GitOrigin,
-    image: str,
-    docker: aiodocker.Docker,
-    **compose: Any,
-) -> dict[str, Any]:
+async def brought_up(edge: LabEdge, **compose: Any) -> dict[str, Any]:
     """A synced playground after a first reconcile; returns its app container, inspected."""
-    await synced(world, run_phase, git_origin, image, **compose)
-    await run_phase(reconcile_playgrounds, world)
-    return await only_container(docker)
+    await synced(edge, **compose)
+    await edge.run(reconcile_playgrounds)
+    return await only_container(edge.docker)
 
 
 async def only_container(docker: aiodocker.Docker) -> dict[str, Any]:
@@ -68,17 +58,11 @@ def findings(run: PhaseRun) -> dict[str, Any]:
     return playgrounds["web-main"]  # type: ignore[no-any-return]
 
 
-async def test_fresh_playground_comes_up_with_our_labels_then_costs_nothing(
-    lab_world: LabWorld,
-    run_phase: PhaseRunner,
-    git_origin: GitOrigin,
-    busybox_image: str,
-    lab_docker: aiodocker.Docker,
-) -> None:
-    await synced(lab_world, run_phase, git_origin, busybox_image)
+async def test_fresh_playground_comes_up_with_our_labels_then_costs_nothing(edge: LabEdge) -> None:
+    await synced(edge)
 
-    first = await run_phase(reconcile_playgrounds, lab_world)
-    second = await run_phase(reconcile_playgrounds, lab_world)
+    first = await edge.run(reconcile_playgrounds)
+    second = await edge.run(reconcile_playgrounds)
 
     assert first.actions == [WRITE_OVERRIDE, up("override changed", "app: missing")]
     assert findings(first) == {
@@ -86,7 +70,7 @@ async def test_fresh_playground_comes_up_with_our_labels_then_costs_nothing(
         "drift": ["override changed", "app: missing"],
         "actions": first.actions,
     }
-    [container] = await project_containers(lab_docker)
+    [container] = await project_containers(edge.docker)
     assert container["State"]["Running"]
     assert (
         our_labels("edge-1", playground="web-main").items() <= container["Config"]["Labels"].items()
@@ -95,79 +79,55 @@ async def test_fresh_playground_comes_up_with_our_labels_then_costs_nothing(
     assert findings(second) == {"state": "running", "drift": [], "actions": []}
 
 
-async def test_killed_container_is_brought_back(
-    lab_world: LabWorld,
-    run_phase: PhaseRunner,
-    git_origin: GitOrigin,
-    busybox_image: str,
-    lab_docker: aiodocker.Docker,
-) -> None:
-    container = await brought_up(lab_world, run_phase, git_origin, busybox_image, lab_docker)
-    await lab_docker.containers.container(container["Id"]).kill()
+async def test_killed_container_is_brought_back(edge: LabEdge) -> None:
+    container = await brought_up(edge)
+    await edge.docker.containers.container(container["Id"]).kill()
     name = container["Name"].lstrip("/")
 
-    repaired = await run_phase(reconcile_playgrounds, lab_world)
+    repaired = await edge.run(reconcile_playgrounds)
 
     assert repaired.actions == [up(f"app: {name} exited")]
-    assert (await only_container(lab_docker))["State"]["Running"]
-    assert (await run_phase(reconcile_playgrounds, lab_world)).actions == []
+    assert (await only_container(edge.docker))["State"]["Running"]
+    assert (await edge.run(reconcile_playgrounds)).actions == []
 
 
-async def test_removed_container_is_brought_back(
-    lab_world: LabWorld,
-    run_phase: PhaseRunner,
-    git_origin: GitOrigin,
-    busybox_image: str,
-    lab_docker: aiodocker.Docker,
-) -> None:
-    container = await brought_up(lab_world, run_phase, git_origin, busybox_image, lab_docker)
-    await lab_docker.containers.container(container["Id"]).delete(force=True)
+async def test_removed_container_is_brought_back(edge: LabEdge) -> None:
+    container = await brought_up(edge)
+    await edge.docker.containers.container(container["Id"]).delete(force=True)
 
-    repaired = await run_phase(reconcile_playgrounds, lab_world)
+    repaired = await edge.run(reconcile_playgrounds)
 
     assert repaired.actions == [up("app: missing")]
-    replacement = await only_container(lab_docker)
+    replacement = await only_container(edge.docker)
     assert replacement["State"]["Running"]
     assert replacement["Id"] != container["Id"]
 
 
-async def test_compose_change_synced_from_origin_recreates_the_container(
-    lab_world: LabWorld,
-    run_phase: PhaseRunner,
-    git_origin: GitOrigin,
-    busybox_image: str,
-    lab_docker: aiodocker.Docker,
-) -> None:
-    container = await brought_up(lab_world, run_phase, git_origin, busybox_image, lab_docker)
-    branch = lab_world.data["playgrounds"][0]["branch"]
-    git_origin.commit(branch, {"compose.yaml": compose_yaml(busybox_image, sleep="86401")}, "Cmd")
-    await run_phase(sync_git, lab_world)
+async def test_compose_change_synced_from_origin_recreates_the_container(edge: LabEdge) -> None:
+    container = await brought_up(edge)
+    branch = edge.world.data["playgrounds"][0]["branch"]
+    edge.origin.commit(branch, {"compose.yaml": compose_yaml(edge.image, sleep="86401")}, "Cmd")
+    await edge.run(sync_git)
 
-    recreated = await run_phase(reconcile_playgrounds, lab_world)
+    recreated = await edge.run(reconcile_playgrounds)
 
     name = container["Name"].lstrip("/")
     assert recreated.actions == [up(f"app: {name} config changed")]
-    replacement = await only_container(lab_docker)
+    replacement = await only_container(edge.docker)
     assert replacement["Id"] != container["Id"]
     assert replacement["Config"]["Cmd"] == ["sleep", "86401"]
     labels = replacement["Config"]["Labels"]
     assert labels[CONFIG_HASH_LABEL] != container["Config"]["Labels"][CONFIG_HASH_LABEL]
-    assert (await run_phase(reconcile_playgrounds, lab_world)).actions == []
+    assert (await edge.run(reconcile_playgrounds)).actions == []
 
 
-async def test_expired_playground_is_taken_down_then_left_alone(
-    lab_world: LabWorld,
-    run_phase: PhaseRunner,
-    git_origin: GitOrigin,
-    busybox_image: str,
-    lab_docker: aiodocker.Docker,
-) -> None:
-    await brought_up(lab_world, run_phase, git_origin, busybox_image, lab_docker)
+async def test_expired_playground_is_taken_down_then_left_alone(edge: LabEdge) -> None:
+    await brought_up(edge)
     expired_at = datetime.now(UTC) - timedelta(minutes=1)
-    set_playground(lab_world, expires_at=expired_at.isoformat())
+    set_playground(edge.world, expires_at=expired_at.isoformat())
 
-    taken_down = await run_phase(reconcile_playgrounds, lab_world)
-    later = await run_phase(reconcile_playgrounds, lab_world)
+    taken_down = await edge.run(reconcile_playgrounds)
+    later = await edge.run(reconcile_playgrounds)
 
     reason = f"expired at {expired_at.isoformat()}"
     assert taken_down.actions == [f"take down playground web-main ({reason})"]
@@ -176,58 +136,44 @@ async def test_expired_playground_is_taken_down_then_left_alone(
         "drift": [reason],
         "actions": taken_down.actions,
     }
-    assert await project_containers(lab_docker) == []
-    networks = await lab_docker.networks.list()
+    assert await project_containers(edge.docker) == []
+    networks = await edge.docker.networks.list()
     assert not [network for network in networks if network["Name"].startswith("pg-web-main")]
     assert later.actions == []
     assert findings(later) == {"state": "expired", "drift": [], "actions": []}
 
 
-async def test_stopped_playground_is_stopped_then_left_alone(
-    lab_world: LabWorld,
-    run_phase: PhaseRunner,
-    git_origin: GitOrigin,
-    busybox_image: str,
-    lab_docker: aiodocker.Docker,
-) -> None:
-    container = await brought_up(lab_world, run_phase, git_origin, busybox_image, lab_docker)
-    set_playground(lab_world, state="stopped")
+async def test_stopped_playground_is_stopped_then_left_alone(edge: LabEdge) -> None:
+    container = await brought_up(edge)
+    set_playground(edge.world, state="stopped")
 
-    stopped = await run_phase(reconcile_playgrounds, lab_world)
-    later = await run_phase(reconcile_playgrounds, lab_world)
+    stopped = await edge.run(reconcile_playgrounds)
+    later = await edge.run(reconcile_playgrounds)
 
     assert stopped.actions == ["stop playground web-main (state is stopped)"]
-    after = await only_container(lab_docker)
+    after = await only_container(edge.docker)
     assert after["Id"] == container["Id"]
     assert after["State"]["Status"] == "exited"
     assert later.actions == []
     assert findings(later) == {"state": "stopped", "drift": [], "actions": []}
 
 
-async def reconcile_patient_then_impatient(
-    run_phase: PhaseRunner, world: LabWorld
-) -> tuple[PhaseRun, PhaseRun]:
+async def reconcile_patient_then_impatient(edge: LabEdge) -> tuple[PhaseRun, PhaseRun]:
     """Reconcile once with an hour's patience for stuck containers, then with none."""
-    patient = await run_phase(
-        reconcile_playgrounds, world, options=dataclasses.replace(LAB_OPTIONS, stuck_after=3600)
+    patient = await edge.run(
+        reconcile_playgrounds, options=dataclasses.replace(LAB_OPTIONS, stuck_after=3600)
     )
-    impatient = await run_phase(
-        reconcile_playgrounds, world, options=dataclasses.replace(LAB_OPTIONS, stuck_after=0)
+    impatient = await edge.run(
+        reconcile_playgrounds, options=dataclasses.replace(LAB_OPTIONS, stuck_after=0)
     )
     return patient, impatient
 
 
-async def test_container_created_but_never_started_is_recreated_once_stuck(
-    lab_world: LabWorld,
-    run_phase: PhaseRunner,
-    git_origin: GitOrigin,
-    busybox_image: str,
-    lab_docker: aiodocker.Docker,
-) -> None:
-    original = await brought_up(lab_world, run_phase, git_origin, busybox_image, lab_docker)
-    await lab_docker.containers.container(original["Id"]).delete(force=True)
+async def test_container_created_but_never_started_is_recreated_once_stuck(edge: LabEdge) -> None:
+    original = await brought_up(edge)
+    await edge.docker.containers.container(original["Id"]).delete(force=True)
     # What compose leaves when it dies between creating a container and starting it.
-    never_started = await lab_docker.containers.create(
+    never_started = await edge.docker.containers.create(
         {
             "Image": original["Config"]["Image"],
             "Cmd": original["Config"]["Cmd"],
@@ -237,7 +183,7 @@ async def test_container_created_but_never_started_is_recreated_once_stuck(
         name=original["Name"].lstrip("/"),
     )
 
-    patient, impatient = await reconcile_patient_then_impatient(run_phase, lab_world)
+    patient, impatient = await reconcile_patient_then_impatient(edge)
 
     assert patient.actions == []
     [action] = impatient.actions
@@ -245,24 +191,16 @@ async def test_container_created_but_never_started_is_recreated_once_stuck(
         "recreate stuck services of playground web-main "
         f"(app: {original['Name'].lstrip('/')} created for "
     )
-    replacement = await only_container(lab_docker)
+    replacement = await only_container(edge.docker)
     assert replacement["Id"] != never_started.id
     assert replacement["State"]["Running"]
 
 
-async def test_unhealthy_container_is_recreated_once_stuck(
-    lab_world: LabWorld,
-    run_phase: PhaseRunner,
-    git_origin: GitOrigin,
-    busybox_image: str,
-    lab_docker: aiodocker.Docker,
-) -> None:
-    original = await brought_up(
-        lab_world, run_phase, git_origin, busybox_image, lab_docker, healthcheck=True
-    )
-    await wait_unhealthy(lab_docker, original["Id"])
+async def test_unhealthy_container_is_recreated_once_stuck(edge: LabEdge) -> None:
+    original = await brought_up(edge, healthcheck=True)
+    await wait_unhealthy(edge.docker, original["Id"])
 
-    patient, impatient = await reconcile_patient_then_impatient(run_phase, lab_world)
+    patient, impatient = await reconcile_patient_then_impatient(edge)
 
     assert patient.actions == []
     [action] = impatient.actions
@@ -270,7 +208,7 @@ async def test_unhealthy_container_is_recreated_once_stuck(
     assert action.startswith(
         f"recreate stuck services of playground web-main (app: {name} unhealthy"
     )
-    assert (await only_container(lab_docker))["Id"] != original["Id"]
+    assert (await only_container(edge.docker))["Id"] != original["Id"]
 
 
 async def wait_unhealthy(
@@ -285,40 +223,32 @@ async def wait_unhealthy(
         await asyncio.sleep(0.1)
 
 
-async def test_dry_run_reports_would_and_changes_nothing(
-    lab_world: LabWorld,
-    run_phase: PhaseRunner,
-    git_origin: GitOrigin,
-    busybox_image: str,
-    lab_docker: aiodocker.Docker,
-) -> None:
-    await synced(lab_world, run_phase, git_origin, busybox_image)
+async def test_dry_run_reports_would_and_changes_nothing(edge: LabEdge) -> None:
+    await synced(edge)
 
-    fresh = await run_phase(reconcile_playgrounds, lab_world, dry_run=True)
+    fresh = await edge.run(reconcile_playgrounds, dry_run=True)
 
     assert fresh.actions == [
         f"would {WRITE_OVERRIDE}",
         f"would {up('override changed', 'app: missing')}",
     ]
-    assert not override_of(lab_world).exists()
-    assert await project_containers(lab_docker) == []
+    assert not override_of(edge.world).exists()
+    assert await project_containers(edge.docker) == []
 
-    await run_phase(reconcile_playgrounds, lab_world)
-    container = await only_container(lab_docker)
-    await lab_docker.containers.container(container["Id"]).kill()
-    killed = await run_phase(reconcile_playgrounds, lab_world, dry_run=True)
+    await edge.run(reconcile_playgrounds)
+    container = await only_container(edge.docker)
+    await edge.docker.containers.container(container["Id"]).kill()
+    killed = await edge.run(reconcile_playgrounds, dry_run=True)
 
     name = container["Name"].lstrip("/")
     assert killed.actions == [f"would {up(f'app: {name} exited')}"]
-    assert (await only_container(lab_docker))["State"]["Status"] == "exited"
+    assert (await only_container(edge.docker))["State"]["Status"] == "exited"
 
 
-async def test_playground_not_cloned_yet_is_reported_and_left_alone(
-    lab_world: LabWorld, run_phase: PhaseRunner, git_origin: GitOrigin, busybox_image: str
-) -> None:
-    use_own_branch(lab_world, git_origin, busybox_image)
+async def test_playground_not_cloned_yet_is_reported_and_left_alone(edge: LabEdge) -> None:
+    edge.own_branch()
 
-    run = await run_phase(reconcile_playgrounds, lab_world)
+    run = await edge.run(reconcile_playgrounds)
 
     assert run.actions == []
     assert findings(run) == {"state": "no_checkout", "drift": [], "actions": []}

@@ -14,7 +14,8 @@ import pytest
 
 from playguard_async.phases.sweep_orphans import sweep_orphans
 from playguard_async.remote.docker import our_labels
-from tests.support.world import LAB_OPTIONS, LabWorld, PhaseRunner
+from tests.support.edge import LabEdge
+from tests.support.world import LAB_OPTIONS
 
 pytestmark = pytest.mark.integration
 
@@ -23,9 +24,7 @@ StartContainer = Callable[[str, dict[str, str]], Awaitable[str]]
 
 
 @pytest.fixture
-async def start_container(
-    lab_docker: aiodocker.Docker, busybox_image: str
-) -> AsyncIterator[StartContainer]:
+async def start_container(edge: LabEdge) -> AsyncIterator[StartContainer]:
     """Starts containers under names unique to the test; removes them all afterwards, labelled
     or not (lab_docker only removes the labelled ones)."""
     suffix = uuid.uuid4().hex[:8]
@@ -34,19 +33,19 @@ async def start_container(
     async def start(name: str, labels: dict[str, str]) -> str:
         unique = f"{name}-{suffix}"
         config: dict[str, Any] = {
-            "Image": busybox_image,
+            "Image": edge.image,
             "Cmd": ["sleep", "3600"],
             "Labels": labels,
             "HostConfig": {"NetworkMode": "none"},
         }
-        await lab_docker.containers.run(config, name=unique)
+        await edge.docker.containers.run(config, name=unique)
         started.append(unique)
         return unique
 
     yield start
     for name in started:
         with contextlib.suppress(aiodocker.DockerError):
-            await lab_docker.containers.container(name).delete(force=True)
+            await edge.docker.containers.container(name).delete(force=True)
 
 
 async def exists(docker: aiodocker.Docker, name: str) -> bool:
@@ -60,9 +59,7 @@ async def exists(docker: aiodocker.Docker, name: str) -> bool:
 
 
 async def test_orphans_with_our_labels_are_removed_and_nothing_else(
-    lab_world: LabWorld,
-    run_phase: PhaseRunner,
-    lab_docker: aiodocker.Docker,
+    edge: LabEdge,
     start_container: StartContainer,
 ) -> None:
     orphan = await start_container("pg-ghost_app_1", our_labels("edge-1", playground="ghost"))
@@ -76,7 +73,7 @@ async def test_orphans_with_our_labels_are_removed_and_nothing_else(
     )
     other_marquee = await start_container("pg-far_app_1", our_labels("edge-2", playground="far"))
 
-    run = await run_phase(sweep_orphans, lab_world)
+    run = await edge.run(sweep_orphans)
 
     ages_cut = sorted(action.rsplit(", ", 1)[0] for action in run.actions)
     assert ages_cut == sorted(
@@ -86,40 +83,34 @@ async def test_orphans_with_our_labels_are_removed_and_nothing_else(
         ]
     )
     assert run.report.findings == {"removed": sorted([orphan, orphan_chat]), "in_grace": []}
-    assert not await exists(lab_docker, orphan)
-    assert not await exists(lab_docker, orphan_chat)
+    assert not await exists(edge.docker, orphan)
+    assert not await exists(edge.docker, orphan_chat)
     for kept in (lookalike, wanted, wanted_chat, other_marquee):
-        assert await exists(lab_docker, kept), kept
-    assert (await run_phase(sweep_orphans, lab_world)).actions == []
+        assert await exists(edge.docker, kept), kept
+    assert (await edge.run(sweep_orphans)).actions == []
 
 
 async def test_orphan_younger_than_the_grace_is_kept(
-    lab_world: LabWorld,
-    run_phase: PhaseRunner,
-    lab_docker: aiodocker.Docker,
+    edge: LabEdge,
     start_container: StartContainer,
 ) -> None:
     orphan = await start_container("pg-ghost_app_1", our_labels("edge-1", playground="ghost"))
 
-    run = await run_phase(
-        sweep_orphans, lab_world, options=dataclasses.replace(LAB_OPTIONS, orphan_grace=3600)
-    )
+    run = await edge.run(sweep_orphans, options=dataclasses.replace(LAB_OPTIONS, orphan_grace=3600))
 
     assert run.actions == []
     assert run.report.findings == {"removed": [], "in_grace": [orphan]}
-    assert await exists(lab_docker, orphan)
+    assert await exists(edge.docker, orphan)
 
 
 async def test_dry_run_reports_would_and_removes_nothing(
-    lab_world: LabWorld,
-    run_phase: PhaseRunner,
-    lab_docker: aiodocker.Docker,
+    edge: LabEdge,
     start_container: StartContainer,
 ) -> None:
     orphan = await start_container("pg-ghost_app_1", our_labels("edge-1", playground="ghost"))
 
-    run = await run_phase(sweep_orphans, lab_world, dry_run=True)
+    run = await edge.run(sweep_orphans, dry_run=True)
 
     [action] = run.actions
     assert action.startswith(f"would remove orphan container {orphan} of playground ghost, ")
-    assert await exists(lab_docker, orphan)
+    assert await exists(edge.docker, orphan)

@@ -4,106 +4,98 @@ from __future__ import annotations
 
 import pytest
 
-from playguard_async.lab import GitOrigin
 from playguard_async.phases.sync_git import sync_git
 from playguard_async.remote.errors import RemoteCommandFailed
-from tests.support.playgrounds import checkout_head, checkout_of, set_playground, use_own_branch
-from tests.support.world import LabWorld, PhaseRunner
+from tests.support.edge import LabEdge
+from tests.support.playgrounds import checkout_head, checkout_of, set_playground
 
 pytestmark = pytest.mark.integration
 
 
-def origin_head(git_origin: GitOrigin, branch: str) -> str:
-    return git_origin.git("rev-parse", f"refs/heads/{branch}", cwd=git_origin.path).strip()
+def origin_head(edge: LabEdge, branch: str) -> str:
+    return edge.origin.git("rev-parse", f"refs/heads/{branch}", cwd=edge.origin.path).strip()
 
 
-async def test_fresh_clone_converges_then_costs_nothing(
-    lab_world: LabWorld, run_phase: PhaseRunner, git_origin: GitOrigin, busybox_image: str
-) -> None:
-    branch = use_own_branch(lab_world, git_origin, busybox_image)
+async def test_fresh_clone_converges_then_costs_nothing(edge: LabEdge) -> None:
+    branch = edge.own_branch()
 
-    first = await run_phase(sync_git, lab_world)
-    second = await run_phase(sync_git, lab_world)
+    first = await edge.run(sync_git)
+    second = await edge.run(sync_git)
 
-    head = origin_head(git_origin, branch)
-    assert first.actions == [f"clone {git_origin.url} branch {branch} for playground web-main"]
-    assert checkout_head(git_origin, lab_world) == head
+    head = origin_head(edge, branch)
+    assert first.actions == [f"clone {edge.origin.url} branch {branch} for playground web-main"]
+    assert checkout_head(edge.origin, edge.world) == head
     assert first.report.findings == {"heads": {"web-main": head}, "branch_gone": {}}
     assert second.actions == []
     assert second.report.findings == first.report.findings
 
 
-async def test_new_commit_in_origin_is_picked_up(
-    lab_world: LabWorld, run_phase: PhaseRunner, git_origin: GitOrigin, busybox_image: str
-) -> None:
-    branch = use_own_branch(lab_world, git_origin, busybox_image)
-    await run_phase(sync_git, lab_world)
-    old = checkout_head(git_origin, lab_world)
-    (checkout_of(lab_world) / "compose.yaml").write_text("edited on the host\n")
-    new = git_origin.commit(branch, {"NOTES": "second commit\n"}, "Second commit")
+async def test_new_commit_in_origin_is_picked_up(edge: LabEdge) -> None:
+    branch = edge.own_branch()
+    await edge.run(sync_git)
+    old = checkout_head(edge.origin, edge.world)
+    (checkout_of(edge.world) / "compose.yaml").write_text("edited on the host\n")
+    new = edge.origin.commit(branch, {"NOTES": "second commit\n"}, "Second commit")
 
-    updated = await run_phase(sync_git, lab_world)
-    again = await run_phase(sync_git, lab_world)
+    updated = await edge.run(sync_git)
+    again = await edge.run(sync_git)
 
     assert updated.actions == [f"update playground web-main from {old[:12]} to {new[:12]}"]
-    assert checkout_head(git_origin, lab_world) == new
-    assert (checkout_of(lab_world) / "NOTES").read_text() == "second commit\n"
-    assert "edited on the host" not in (checkout_of(lab_world) / "compose.yaml").read_text()
+    assert checkout_head(edge.origin, edge.world) == new
+    assert (checkout_of(edge.world) / "NOTES").read_text() == "second commit\n"
+    assert "edited on the host" not in (checkout_of(edge.world) / "compose.yaml").read_text()
     assert updated.report.findings["heads"] == {"web-main": new}
     assert again.actions == []
 
 
-async def test_deleted_branch_is_reported_and_checkout_kept(
-    lab_world: LabWorld, run_phase: PhaseRunner, git_origin: GitOrigin, busybox_image: str
-) -> None:
-    branch = use_own_branch(lab_world, git_origin, busybox_image)
-    await run_phase(sync_git, lab_world)
-    head = checkout_head(git_origin, lab_world)
-    git_origin.delete_branch(branch)
+async def test_deleted_branch_is_reported_and_checkout_kept(edge: LabEdge) -> None:
+    branch = edge.own_branch()
+    await edge.run(sync_git)
+    head = checkout_head(edge.origin, edge.world)
+    edge.origin.delete_branch(branch)
 
-    gone = await run_phase(sync_git, lab_world)
+    gone = await edge.run(sync_git)
 
     assert gone.actions == []
     assert gone.report.findings == {
         "heads": {"web-main": head},
         "branch_gone": {"web-main": branch},
     }
-    assert checkout_head(git_origin, lab_world) == head
+    assert checkout_head(edge.origin, edge.world) == head
 
 
-async def test_dry_run_reports_would_and_changes_nothing(
-    lab_world: LabWorld, run_phase: PhaseRunner, git_origin: GitOrigin, busybox_image: str
-) -> None:
-    branch = use_own_branch(lab_world, git_origin, busybox_image)
+async def test_dry_run_reports_would_and_changes_nothing(edge: LabEdge) -> None:
+    branch = edge.own_branch()
 
-    fresh = await run_phase(sync_git, lab_world, dry_run=True)
+    fresh = await edge.run(sync_git, dry_run=True)
     assert fresh.actions == [
-        f"would clone {git_origin.url} branch {branch} for playground web-main"
+        f"would clone {edge.origin.url} branch {branch} for playground web-main"
     ]
-    assert not checkout_of(lab_world).exists()
+    assert not checkout_of(edge.world).exists()
 
-    await run_phase(sync_git, lab_world)
-    old = checkout_head(git_origin, lab_world)
-    new = git_origin.commit(branch, {"NOTES": "second commit\n"}, "Second commit")
-    behind = await run_phase(sync_git, lab_world, dry_run=True)
+    await edge.run(sync_git)
+    old = checkout_head(edge.origin, edge.world)
+    new = edge.origin.commit(branch, {"NOTES": "second commit\n"}, "Second commit")
+    behind = await edge.run(sync_git, dry_run=True)
 
     assert behind.actions == [f"would update playground web-main from {old[:12]} to {new[:12]}"]
-    assert checkout_head(git_origin, lab_world) == old
+    assert checkout_head(edge.origin, edge.world) == old
 
 
 async def test_repo_that_does_not_exist_fails_naming_host_status_and_stderr(
-    lab_world: LabWorld, run_phase: PhaseRunner, tmp_path_factory: pytest.TempPathFactory
+    edge: LabEdge,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
     missing = tmp_path_factory.mktemp("no-repo") / "missing.git"
-    lab_world.data["playspecs"][0]["repo"] = missing.as_uri()
-    set_playground(lab_world, branch="main")
+    edge.world.data["playspecs"][0]["repo"] = missing.as_uri()
+    set_playground(edge.world, branch="main")
 
     with pytest.raises(RemoteCommandFailed) as failed:
-        await run_phase(sync_git, lab_world)
+        await edge.run(sync_git)
 
     assert failed.value.argv[:2] == ["git", "ls-remote"]
     assert failed.value.exit_status == 128
     assert "does not appear to be a git repository" in failed.value.stderr_tail
     assert "edge-1" in str(failed.value)
     assert "exited 128" in str(failed.value)
-    assert not checkout_of(lab_world).exists()
+    assert not checkout_of(edge.world).exists()

@@ -17,13 +17,16 @@ from typing import Any
 
 from playguard_async.fence import FenceRefused
 from playguard_async.phase import PhaseContext, PhaseReport
+from playguard_async.remote.ssh import RemoteSession
 
 
-class WitnessPhase:
+class Witness:
+    """What every witnessing phase writes, and where."""
+
     def __init__(self, name: str) -> None:
         self.name = name
 
-    def _write(self, ctx: PhaseContext, event: str, **extra: Any) -> None:
+    def _write(self, ctx: PhaseContext[Any], event: str, **extra: Any) -> None:
         witness_dir = Path(os.environ["PLAYGUARD_TEST_WITNESS_DIR"])
         line = {
             "event": event,
@@ -38,6 +41,8 @@ class WitnessPhase:
         with (witness_dir / f"{os.getpid()}.jsonl").open("a", encoding="utf-8") as out:
             out.write(json.dumps(line) + "\n")
 
+
+class WitnessPhase(Witness):
     async def __call__(self, ctx: PhaseContext) -> PhaseReport:
         self._write(ctx, "enter")
         status = "cancelled"
@@ -49,7 +54,7 @@ class WitnessPhase:
         return PhaseReport(actions=[f"witnessed {ctx.marquee.name}"])
 
 
-class FencedWriteWitness(WitnessPhase):
+class FencedWriteWitness(Witness):
     """Takes its time, then writes to the host through the fenced funnel: a line "<fence> <pid>"
     appended to ``$PLAYGUARD_TEST_HOST_RECORD_DIR/<marquee>``, on the lab host.
 
@@ -59,7 +64,7 @@ class FencedWriteWitness(WitnessPhase):
     fate is witnessed as a ``write`` line (``accepted`` or ``refused`` with the host's fence).
     """
 
-    async def __call__(self, ctx: PhaseContext) -> PhaseReport:
+    async def __call__(self, ctx: PhaseContext[RemoteSession]) -> PhaseReport:
         self._write(ctx, "enter")
         status = "cancelled"
         late = asyncio.ensure_future(self._wait_then_write(ctx))
@@ -72,9 +77,9 @@ class FencedWriteWitness(WitnessPhase):
             raise
         finally:
             self._write(ctx, "exit", status=status)
-        return PhaseReport(actions=[f"wrote to {ctx.marquee.name}"])
+        return PhaseReport()
 
-    async def _wait_then_write(self, ctx: PhaseContext) -> None:
+    async def _wait_then_write(self, ctx: PhaseContext[RemoteSession]) -> None:
         await asyncio.sleep(float(os.environ.get("PLAYGUARD_TEST_PHASE_SECONDS", "0.2")))
         session = await ctx.remote()
         record = Path(os.environ["PLAYGUARD_TEST_HOST_RECORD_DIR"]) / ctx.marquee.name

@@ -1,13 +1,16 @@
-"""The docs match the code: every setting is in the README's reference, and the example loads."""
+"""The docs match the code: every setting is in the README's reference, the phase table and the
+cycle's steps list the built-in phases in their order, and the examples load."""
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
 
 from playguard_async.inventory import YamlInventorySource
+from playguard_async.phase import BUILTIN_PHASES
 from playguard_async.settings import ENV_PREFIX, Settings, load_settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,3 +32,18 @@ def test_example_settings_load(monkeypatch: pytest.MonkeyPatch) -> None:
 async def test_example_inventory_loads() -> None:
     inventory = await YamlInventorySource(ROOT / "config" / "inventory.yaml").load()
     assert inventory.marquees
+
+
+def readme_section(title: str) -> str:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    return readme.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_readme_phase_table_lists_the_builtin_phases_in_order() -> None:
+    rows = re.findall(r"^\| `(\w+)` \|", readme_section("The phases"), flags=re.MULTILINE)
+    assert tuple(rows) == BUILTIN_PHASES
+
+
+def test_readme_cycle_steps_name_the_builtin_phases_in_order() -> None:
+    phases_step = readme_section("What a cycle does").split("2. **Phases**", 1)[1].split("\n3.")[0]
+    assert tuple(re.findall(r"`(\w+)`", phases_step)[1:]) == BUILTIN_PHASES

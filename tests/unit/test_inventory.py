@@ -504,6 +504,119 @@ async def test_lookups_per_marquee_follow_chat_to_playground_to_marquee(tmp_path
         inventory.marquee("gone")
 
 
+def fleet(*, registries: list[str]) -> Inventory:
+    """Two Marquees; playspecs naming the registries in the order given (a registry-less one
+    too), so what a Marquee needs from them shows its order and its sharing."""
+    marquee = {"user": "pg", "identity_file": "/k/id", "known_hosts": "/k/kh"}
+    return Inventory.model_validate(
+        {
+            "marquees": [
+                {"name": "m1", "host": "m1.example", **marquee},
+                {"name": "m2", "host": "m2.example", **marquee},
+            ],
+            "registries": [
+                {"name": name, "server": f"{name}.example", "username": "u", "password_env": "P"}
+                for name in ("r-first", "r-second")
+            ],
+            "playspecs": [
+                {"name": "plain", "repo": "https://g.example/p.git", "images": ["base:1"]},
+                *(
+                    {
+                        "name": f"s-{registry}",
+                        "repo": "https://g.example/s.git",
+                        "images": [f"{registry}.example/app:1", "base:1"],
+                        "registry": registry,
+                    }
+                    for registry in registries
+                ),
+            ],
+            "playgrounds": [
+                {"name": "pg-plain", "playspec": "plain", "marquee": "m1", "branch": "main"},
+                *(
+                    {
+                        "name": f"pg-{registry}",
+                        "playspec": f"s-{registry}",
+                        "marquee": "m1",
+                        "branch": "main",
+                    }
+                    for registry in registries
+                ),
+                {"name": "pg-other", "playspec": "plain", "marquee": "m2", "branch": "main"},
+            ],
+            "agent_chats": [
+                {"name": "chat-1", "playground": "pg-plain", "image": "a:1", "command": []},
+                {"name": "chat-2", "playground": "pg-other", "image": "a:1", "command": []},
+            ],
+        }
+    )
+
+
+def test_registries_on_keep_inventory_order_whatever_order_the_playgrounds_use() -> None:
+    inventory = fleet(registries=["r-second", "r-first"])
+    assert [registry.name for registry in inventory.registries_on("m1")] == ["r-first", "r-second"]
+    assert inventory.registries_on("m2") == []
+    assert inventory.registries_on("unknown") == []
+
+
+def test_images_on_a_marquee_appear_once_with_the_registry_of_their_first_playspec() -> None:
+    inventory = fleet(registries=["r-second", "r-first"])
+    needed = {image: r and r.name for image, r in inventory.images_on("m1").items()}
+    assert needed == {
+        "base:1": None,
+        "r-second.example/app:1": "r-second",
+        "r-first.example/app:1": "r-first",
+    }
+    assert inventory.images_on("m2") == {"base:1": None}
+
+
+def test_references_resolve_through_the_index() -> None:
+    inventory = fleet(registries=["r-first"])
+    chat = inventory.agent_chats[0]
+    assert inventory.playground_of(chat).name == "pg-plain"
+    playspec = inventory.playspec_of(inventory.playground_of(chat))
+    assert (playspec.name, inventory.registry_of(playspec)) == ("plain", None)
+    registry = inventory.registry_of(inventory.playspec_of(inventory.playgrounds[1]))
+    assert registry is not None
+    assert registry.name == "r-first"
+
+
+@pytest.mark.parametrize(
+    ("marquee", "playground", "chat", "wanted"),
+    [
+        ("m1", "pg-plain", "chat-1", True),
+        ("m2", "pg-plain", "chat-1", False),
+        ("m2", "pg-other", "chat-2", True),
+        ("m1", "pg-other", "chat-2", False),
+        ("m1", "pg-unknown", "chat-unknown", False),
+        ("unknown", "pg-plain", "chat-1", False),
+    ],
+)
+def test_an_owner_is_wanted_only_on_the_marquee_of_its_playground(
+    marquee: str, playground: str, chat: str, wanted: bool
+) -> None:
+    inventory = fleet(registries=[])
+    assert inventory.wants_playground(marquee, playground) is wanted
+    assert inventory.wants_agent_chat(marquee, chat) is wanted
+
+
+def test_a_copy_answers_for_its_own_lists_not_the_originals() -> None:
+    inventory = fleet(registries=[])
+    assert [pg.name for pg in inventory.playgrounds_on("m2")] == ["pg-other"]
+    moved = [pg.model_copy(update={"marquee": "m2"}) for pg in inventory.playgrounds]
+    copied = inventory.model_copy(update={"playgrounds": moved})
+    assert len(copied.playgrounds_on("m2")) == len(moved)
+    assert copied.playgrounds_on("m1") == []
+    assert [pg.name for pg in inventory.playgrounds_on("m2")] == ["pg-other"]
+
+
+def test_answers_are_copies_a_caller_may_change() -> None:
+    inventory = fleet(registries=[])
+    inventory.playgrounds_on("m1").clear()
+    inventory.agent_chats_on("m1").clear()
+    assert [pg.name for pg in inventory.playgrounds_on("m1")] == ["pg-plain"]
+    assert [chat.name for chat in inventory.agent_chats_on("m1")] == ["chat-1"]
+
+
 async def test_models_are_frozen(tmp_path: Path) -> None:
     inventory = await load(tmp_path, VALID)
     with pytest.raises(ValidationError):

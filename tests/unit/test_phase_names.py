@@ -7,8 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from playguard_async.phase import UnknownPhase, resolve_phases
-from playguard_async.phases import BUILTIN_PHASES
+from playguard_async.phase import BUILTIN_PHASES, UnknownPhase, resolve_phases
 
 
 @pytest.mark.parametrize(
@@ -36,7 +35,7 @@ from playguard_async.phases import BUILTIN_PHASES
 )
 def test_a_bad_phase_name_is_one_line_naming_it(name: str) -> None:
     with pytest.raises(UnknownPhase) as error:
-        resolve_phases(["sync_git", name], BUILTIN_PHASES)
+        resolve_phases(["sync_git", name])
     message = str(error.value)
     assert message.startswith("phases: ")
     assert "\n" not in message
@@ -46,7 +45,11 @@ def test_a_bad_phase_name_is_one_line_naming_it(name: str) -> None:
 @given(st.text(max_size=40))
 def test_any_phase_name_resolves_or_is_one_unknown_phase_line(name: str) -> None:
     try:
-        said = [phase.name for phase in resolve_phases([name], BUILTIN_PHASES)]
+        said = [phase.name for phase in resolve_phases([name])]
     except UnknownPhase as error:
         said = str(error).splitlines()
-    assert said == [BUILTIN_PHASES[name].name] if name in BUILTIN_PHASES else len(said) == 1
+    assert said == [name] if name in BUILTIN_PHASES else len(said) == 1
+
+
+def test_every_builtin_phase_resolves_to_a_phase_of_its_registered_name() -> None:
+    assert [phase.name for phase in resolve_phases(list(BUILTIN_PHASES))] == list(BUILTIN_PHASES)
