@@ -146,6 +146,11 @@ async def child(args: argparse.Namespace) -> list[dict[str, Any]]:
                     **{name: done[name] for name in FIGURES[2:]},
                     "actions": sum(len(a) for r in results for a in r.actions.values()),
                     "outcomes": sorted({r.outcome.value for r in results}),
+                    "failures": sorted(
+                        f"{r.marquee}: {r.outcome.value} in {r.phase}: {r.reason}"[:300]
+                        for r in results
+                        if r.outcome.value != "ok"
+                    ),
                     "cycles": len(results),
                 }
             )
@@ -252,6 +257,10 @@ def report(title: str, unit: str, measured: dict[str, list[dict[str, Any]]]) -> 
     outcomes = sorted({o for rounds in measured.values() for r in rounds for o in r["outcomes"]})
     actions = sum(r["actions"] for rounds in measured.values() for r in rounds)
     print(f"outcomes: {', '.join(outcomes)}; actions in measured rounds: {actions}")
+    for label, rounds in measured.items():
+        failures = Counter(f for r in rounds for f in r["failures"])
+        for failure, times in failures.most_common(5):
+            print(f"  {label}, {times} x: {failure}")
 
 
 def main() -> None:

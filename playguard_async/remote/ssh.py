@@ -1,4 +1,8 @@
-"""One SSH connection per cycle: remote commands, the Docker API through it, and the write funnel.
+"""One remote session per cycle: remote commands, the Docker API through it, and the write funnel.
+
+The session's SSH connection is its own or lent by the replica's pool (``remote.pool``) across
+cycles of the same Marquee; the session itself, its lease, its tunnel and its reads are the
+cycle's alone.
 
 asyncssh's habits: one connection, many channels; ``async with`` for everything that must close;
 timeouts are arguments. Host keys are always checked against the Marquee's known_hosts file, and
