@@ -213,11 +213,6 @@ class ComposeState:
             )
         )  # fmt: skip
 
-    @property
-    def asked_compose(self) -> bool:
-        """Whether this cycle's answers come from compose (the memo had none for the inputs)."""
-        return self._remembered is None
-
     async def services(self) -> list[str] | None:
         """The project's service names; None when it has no checkout (``config --services``
         failed and there is no ``.git``). Raises ``RemoteCommandFailed`` otherwise."""

@@ -165,6 +165,7 @@ class ConnectionPool:
             idle.connection.close()  # wait_closed is not needed: nothing waits on it
 
     def idle(self) -> int:
+        """Idle connections kept now."""
         return len(self._idle)
 
     async def close(self) -> None:
