@@ -288,7 +288,8 @@ def main() -> None:
             "rev-parse", "--short", args.before or git_output("merge-base", "HEAD", "main")
         )
         before = extract(commit, workdir / "before")
-        with Lab(workdir / "lab", marquees=1) as lab:
+        # The one host stands for a fleet of hosts: it takes their handshakes all at once.
+        with Lab(workdir / "lab", marquees=1, ssh_max_startups=max(args.fleet, 10)) as lab:
             one = scenario(lab, workdir / "one", before, marquees=1,
                            playgrounds=args.playgrounds, rounds=args.cycles)  # fmt: skip
             fleet = (
