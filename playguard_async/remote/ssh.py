@@ -222,9 +222,15 @@ class RemoteSession:
                 await asyncio.sleep(0.05 * (attempt + 1))
         group = ""
         try:
-            if stdin is not None:
-                process.stdin.write(stdin)
-            process.stdin.write_eof()
+            try:
+                if stdin is not None:
+                    process.stdin.write(stdin)
+                process.stdin.write_eof()
+            except BrokenPipeError:
+                # The command ended before we sent it all (a read as fast as `test`, a guard
+                # refusing before it reads): the host already closed the channel, and the
+                # command's output and exit status, still to be read, say how it went.
+                pass
             group = (await process.stdout.readline()).strip()
             limit = self.options.output_limit
             (stdout, out_cut), (stderr, err_cut) = await asyncio.gather(
