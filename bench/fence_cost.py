@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import tempfile
 import time
 import uuid
@@ -32,11 +31,9 @@ from typing import Any
 
 from playguard_async.inventory import Marquee
 from playguard_async.lab import SshServer
-from playguard_async.lab.process import descendants
+from playguard_async.lab.process import tree_cpu_seconds as tree_cpu
 from playguard_async.observe import configure_logging
 from playguard_async.remote.ssh import RemoteOptions, RemoteSession, open_session
-
-_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass
@@ -54,18 +51,6 @@ class Tally:
     host_cpu: float = 0.0
     channels: int = 0
     calls: int = 0
-
-
-def tree_cpu(pid: int) -> float:
-    """CPU seconds of ``pid`` and its live descendants, each with the children it has reaped."""
-    total = 0
-    for process_id in [pid, *(proc.pid for proc in descendants([pid]))]:
-        try:
-            fields = Path(f"/proc/{process_id}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += sum(int(value) for value in fields[11:15])  # utime stime cutime cstime
-    return total / _TICKS
 
 
 class CountingConnection:

@@ -22,7 +22,7 @@ from playguard_async.observe import Liveness
 from playguard_async.redis_client import redis_answers
 from playguard_async.settings import Settings
 from playguard_async.systemd import Notifier, report_to_systemd, watchdog_interval
-from playguard_async.wiring import build_engine, stopping_on_signals
+from playguard_async.wiring import RemoteLayer, build_engine, stopping_on_signals
 
 
 async def serve(settings: Settings, *, stop_after: float | None = None) -> None:
@@ -32,7 +32,8 @@ async def serve(settings: Settings, *, stop_after: float | None = None) -> None:
     async def count(result: CycleResult) -> None:
         metrics.cycle_finished(result.outcome.value, result.durations)
 
-    engine = build_engine(settings, listeners=[count], observer=metrics)
+    remote = RemoteLayer(settings)
+    engine = build_engine(settings, listeners=[count], observer=metrics, remote=remote)
     metrics.count_in_flight(lambda: len(engine.cycles))
     if stop_after is not None:
         asyncio.get_running_loop().call_later(stop_after, engine.request_stop)
@@ -41,6 +42,7 @@ async def serve(settings: Settings, *, stop_after: float | None = None) -> None:
             async with watched(engine, metrics):
                 await engine.run()
     finally:
+        await remote.close()
         await engine.redis.aclose()
 
 

@@ -137,6 +137,23 @@ class Settings(BaseSettings):
     ssh_keepalive_interval: float = _seconds(
         15.0, description="Seconds between SSH keepalives; 3 unanswered drop the connection."
     )
+    ssh_pool_size: int = Field(
+        1024,
+        ge=0,
+        le=1_000_000,
+        description="Idle SSH connections kept for the next cycle of their Marquee (one per "
+        "Marquee; the least recently used is closed past it); 0 connects anew every cycle.",
+    )
+    ssh_pool_idle_timeout: float = _seconds(
+        300.0, description="Seconds an idle pooled SSH connection is kept before it is closed."
+    )
+    compose_memo_size: int = Field(
+        100_000,
+        ge=0,
+        le=10_000_000,
+        description="Compose projects whose config answers are remembered across cycles (one "
+        "entry per Playground, least recently used first out); 0 asks compose every cycle.",
+    )
     remote_command_timeout: float = _seconds(
         300.0, description="Seconds any remote command (git, compose) may run."
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import signal
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractAsyncContextManager
@@ -30,7 +31,9 @@ from playguard_async.lock import Lease
 from playguard_async.observe import CycleRecords
 from playguard_async.phase import resolve_phases
 from playguard_async.redis_client import connect_redis
-from playguard_async.remote.ssh import RemoteOptions, RemoteSession, open_session
+from playguard_async.remote.memo import ComposeMemo
+from playguard_async.remote.pool import ConnectionPool
+from playguard_async.remote.ssh import RemoteOptions, RemoteSession, connect, open_session
 from playguard_async.settings import Settings
 
 log = structlog.get_logger("playguard.wiring")
@@ -38,14 +41,39 @@ log = structlog.get_logger("playguard.wiring")
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
-def session_opener(settings: Settings) -> SessionOpener:
-    """Opens a cycle's remote session under its lease, as the settings say."""
-    options = remote_options(settings)
+class RemoteLayer:
+    """What the replica keeps of its hosts across cycles: the pool of SSH connections and the
+    memo of compose's answers. ``close()`` it when the replica stops (the daemon does)."""
 
-    def opener(marquee: Marquee, lease: Lease) -> AbstractAsyncContextManager[RemoteSession]:
-        return open_session(marquee, options, lease=lease, dry_run=settings.dry_run)
+    def __init__(self, settings: Settings, *, pooled: bool = True) -> None:
+        self.settings = settings
+        self.options = remote_options(settings)
+        self.pool = ConnectionPool(
+            functools.partial(connect, options=self.options),
+            size=settings.ssh_pool_size if pooled else 0,
+            idle_timeout=settings.ssh_pool_idle_timeout,
+            check_timeout=settings.ssh_connect_timeout,
+        )
+        self.compose_memo = ComposeMemo(settings.compose_memo_size)
 
-    return opener
+    def session_opener(self) -> SessionOpener:
+        """Opens a cycle's remote session under its lease, as the settings say: a session of
+        its own on a pooled connection."""
+
+        def opener(marquee: Marquee, lease: Lease) -> AbstractAsyncContextManager[RemoteSession]:
+            return open_session(
+                marquee,
+                self.options,
+                lease=lease,
+                dry_run=self.settings.dry_run,
+                connections=self.pool.connection,
+                compose_memo=self.compose_memo,
+            )
+
+        return opener
+
+    async def close(self) -> None:
+        await self.pool.close()
 
 
 def remote_options(settings: Settings) -> RemoteOptions:
@@ -86,10 +114,13 @@ def build_engine(
     *,
     listeners: Sequence[CycleListener] = (),
     observer: EngineObserver | None = None,
+    remote: RemoteLayer | None = None,
 ) -> Engine:
     """An engine for ``settings``; raises on an unknown phase before anything connects.
 
-    Finished cycles are recorded in Redis, then told to ``listeners``.
+    Finished cycles are recorded in Redis, then told to ``listeners``. ``remote`` keeps
+    connections and compose's answers across cycles; without it, each cycle connects anew and
+    keeps nothing (a one-off cycle has nothing to keep them for).
     """
     phases = resolve_phases(settings.phases)
     redis = redis_for(settings)
@@ -107,7 +138,7 @@ def build_engine(
         inventory_source(settings),
         redis,
         phases,
-        open_session=session_opener(settings),
+        open_session=(remote or RemoteLayer(settings, pooled=False)).session_opener(),
         listeners=[record, *listeners],
         observer=observer,
     )

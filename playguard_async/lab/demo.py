@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from playguard_async.lab.fleet import Lab
 from playguard_async.lab.process import free_port
+from playguard_async.lab.shared_host import marquee_entry, registry_entry, write_inventory
 
 
 def write_demo_config(lab: Lab, directory: Path, *, tick_interval: float = 10.0) -> Path:
@@ -17,32 +17,9 @@ def write_demo_config(lab: Lab, directory: Path, *, tick_interval: float = 10.0)
     endpoints listen on a free loopback port, named in the file and in the ``http.serving`` line.
     """
     directory.mkdir(parents=True, exist_ok=True)
-    password_file = directory / "registry-password"
-    password_file.write_text(lab.registry.password)
-    password_file.chmod(0o600)
     inventory: dict[str, object] = {
-        "marquees": [
-            {
-                "name": marquee.name,
-                "host": marquee.ssh.host,
-                "port": marquee.ssh.port,
-                "user": marquee.ssh.user,
-                "identity_file": str(marquee.ssh.client_key),
-                "known_hosts": str(marquee.ssh.known_hosts),
-                "docker_socket": str(marquee.docker.socket),
-                "workdir": str(directory / f"{marquee.name}-workdir"),
-                "state_dir": str(directory / f"{marquee.name}-state"),
-            }
-            for marquee in lab.marquees
-        ],
-        "registries": [
-            {
-                "name": "lab",
-                "server": lab.registry.address,
-                "username": lab.registry.username,
-                "password_file": str(password_file),
-            }
-        ],
+        "marquees": [marquee_entry(marquee, marquee.name, directory) for marquee in lab.marquees],
+        "registries": [registry_entry(lab, directory)],
         "playspecs": [
             {"name": "web", "repo": lab.git.url, "images": [lab.image], "registry": "lab"}
         ],
@@ -65,8 +42,7 @@ def write_demo_config(lab: Lab, directory: Path, *, tick_interval: float = 10.0)
             for marquee in lab.marquees
         ],
     }
-    inventory_path = directory / "inventory.yaml"
-    inventory_path.write_text(json.dumps(inventory, indent=2))  # JSON is YAML
+    inventory_path = write_inventory(inventory, directory / "inventory.yaml")
     settings_path = directory / "playguard.toml"
     settings_path.write_text(
         f'redis_url = "{lab.redis.url}"\n'

@@ -27,14 +27,16 @@ class Lab(StartStop):
 
     local_image_tag = "playguard-lab/busybox:local"
 
-    def __init__(self, workdir: Path, marquees: int = 1) -> None:
+    def __init__(
+        self, workdir: Path, marquees: int = 1, *, ssh_max_startups: int | None = None
+    ) -> None:
         self.workdir = workdir.absolute()
         self.redis = RedisServer(self.workdir / "redis")
         self.registry = RegistryServer(self.workdir / "registry")
         self.marquees = [
             MarqueeHost(
                 name=f"marquee-{i}",
-                ssh=SshServer(self.workdir / f"m{i}" / "ssh"),
+                ssh=SshServer(self.workdir / f"m{i}" / "ssh", max_startups=ssh_max_startups),
                 docker=DockerDaemon(self.workdir / f"m{i}" / "docker", index=i),
             )
             for i in range(marquees)

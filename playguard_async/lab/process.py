@@ -24,6 +24,7 @@ LOG_TAIL_LINES = 40
 _SBIN_DIRS = ("/usr/local/sbin", "/usr/sbin", "/sbin")
 _PROXY_VARIABLES = frozenset({"http_proxy", "https_proxy", "ftp_proxy", "all_proxy", "no_proxy"})
 _POLL_INTERVAL = 0.05
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 class MissingBinary(RuntimeError):
@@ -158,6 +159,20 @@ def descendants(pids: Iterable[int]) -> list[Proc]:
             found.append(child)
             todo.append(child.pid)
     return found
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU seconds of ``pid`` and its live descendants, each with the children it has reaped:
+    what a lab server (sshd with its sessions and their commands, dockerd with containerd) has
+    cost the machine so far, for the benchmarks."""
+    total = 0
+    for process_id in [pid, *(proc.pid for proc in descendants([pid]))]:
+        try:
+            fields = Path(f"/proc/{process_id}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += sum(int(value) for value in fields[11:15])  # utime stime cutime cstime
+    return total / _CLOCK_TICKS
 
 
 def _alive(proc: Proc) -> bool:

@@ -102,8 +102,14 @@ class SshServer(LabServer):
     name = "sshd"
     host = "127.0.0.1"
 
-    def __init__(self, workdir: Path, user: str | None = None) -> None:
+    def __init__(
+        self, workdir: Path, user: str | None = None, *, max_startups: int | None = None
+    ) -> None:
+        """``max_startups``: connections sshd lets be in their handshake at once before it
+        drops new ones (sshd's default starts dropping at 10); a host shared by many Marquees
+        (``lab.shared_host``) takes as many handshakes as their hosts would."""
         super().__init__(workdir)
+        self.max_startups = max_startups
         self._binary = find_binary("sshd", "openssh-server")
         keygen = find_binary("ssh-keygen", "openssh-client")
         self.user = user if user is not None else pwd.getpwuid(os.getuid()).pw_name
@@ -142,7 +148,7 @@ class SshServer(LabServer):
             "KbdInteractiveAuthentication no\n"
             "PermitRootLogin prohibit-password\n"
             "AllowStreamLocalForwarding yes\n"
-            "SetEnv SHLVL=1\n"
+            "SetEnv SHLVL=1\n" + (f"MaxStartups {self.max_startups}\n" if self.max_startups else "")
         )
 
     def _command(self) -> list[str]:

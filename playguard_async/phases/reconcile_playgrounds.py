@@ -6,8 +6,9 @@ a service no longer in the compose file, our override changed, or a container's 
 differs from the one compose computes now for the checkout and the override; the hashes are only
 asked for when nothing else already calls for ``up``. A container stuck (created but not
 started, restarting, or unhealthy) for longer than ``stuck_after`` is recreated on its own. A
-converged playground costs reads only: the listing, its service names, its override file and
-the hashes.
+converged Marquee costs reads only, and a constant number of them: the listing, one read of all
+its Playgrounds' files and one of its images (``remote.host_state``); compose is asked for the
+service names and hashes only when what they depend on changed (``ComposeState``).
 
 An expired playground is taken down with its volumes and nothing else is done for it; a stopped
 one (or a running one whose branch is gone and that asks to be stopped then, as fetch_branches
@@ -16,7 +17,6 @@ does) is stopped when anything of it is up.
 
 from __future__ import annotations
 
-import asyncio
 from collections import defaultdict
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -39,11 +39,9 @@ from playguard_async.remote.compose import (
     SERVICE_LABEL,
     ComposeProject,
     override_content,
-    parse_config_hashes,
-    parse_services,
 )
 from playguard_async.remote.docker import list_ours
-from playguard_async.remote.errors import RemoteCommandFailed
+from playguard_async.remote.host_state import ComposeState, compose_states
 from playguard_async.remote.ssh import RemoteSession
 
 # Docker's default health check interval, for containers whose config leaves it unset (0).
@@ -70,10 +68,12 @@ class ReconcilePlaygrounds:
             if pg.expires_at is not None and pg.expires_at <= now
         }
         gone = await _branch_gone(ctx, session, playgrounds, expired)
-        for playground in playgrounds:
+        projects = [compose_project(session, ctx.inventory, pg) for pg in playgrounds]
+        owned = {project.playground: containers_of(containers, project) for project in projects}
+        states = await compose_states(session, projects, owned)
+        for playground, project in zip(playgrounds, projects, strict=True):
             playground_mark = len(session.actions)
-            project = compose_project(session, ctx.inventory, playground)
-            own = containers_of(containers, project)
+            own = owned[playground.name]
             if playground.name in expired:
                 reason = f"expired at {expired[playground.name].isoformat()}"
                 state, drift = "expired", await _take_down(session, project, own, reason)
@@ -83,7 +83,9 @@ class ReconcilePlaygrounds:
                 reason = f"branch {playground.branch} is gone"
                 state, drift = "branch_gone", await _stop(session, project, own, reason)
             else:
-                state, drift = await _converge_running(session, project, own)
+                state, drift = await _converge_running(
+                    session, project, own, states[playground.name]
+                )
             report.findings["playgrounds"][playground.name] = {
                 "state": state,
                 "drift": drift,
@@ -131,28 +133,24 @@ async def _stop(
 
 
 async def _converge_running(
-    session: RemoteSession, project: ComposeProject, own: list[Container]
+    session: RemoteSession, project: ComposeProject, own: list[Container], compose: ComposeState
 ) -> tuple[str, list[str]]:
-    listing, current_override = await asyncio.gather(
-        session.run(project.services(), check=False), _read(session, project.override)
-    )
-    if listing.exit_status != 0:
-        if not await _exists(session, f"{project.checkout}/.git"):
-            return "no_checkout", []
-        raise RemoteCommandFailed(session.host, listing.argv, listing.exit_status, listing.stderr)
-    services = parse_services(listing.stdout)
+    services = await compose.services()
+    if services is None:
+        return "no_checkout", []
     drift: list[str] = []
     override = override_content(project.marquee.name, project.playground, services)
-    if override != current_override:
+    if not compose.override_current(override):
         await session.write_file(
             f"write the compose override of playground {project.playground}",
             project.override,
             override,
         )
+        compose.override_written(override)
         drift.append("override changed")
     drift += _container_drift(services, own)
     if not drift:
-        drift += await _config_drift(session, project, own)
+        drift += _config_drift(own, await compose.config_hashes())
     if drift:
         await session.change(
             f"compose up playground {project.playground} ({'; '.join(drift)})", project.up()
@@ -166,16 +164,6 @@ async def _converge_running(
         )
         drift += reasons
     return "running", drift
-
-
-async def _read(session: RemoteSession, path: str) -> str | None:
-    """A small file's content, or None when it cannot be read (not there yet)."""
-    result = await session.run(["cat", "--", path], check=False)
-    return result.stdout if result.exit_status == 0 else None
-
-
-async def _exists(session: RemoteSession, path: str) -> bool:
-    return (await session.run(["test", "-e", path], check=False)).exit_status == 0
 
 
 def _service(container: Container) -> str:
@@ -208,11 +196,8 @@ def _container_drift(services: list[str], own: list[Container]) -> list[str]:
     return drift
 
 
-async def _config_drift(
-    session: RemoteSession, project: ComposeProject, own: list[Container]
-) -> list[str]:
-    """Containers whose config hash is not the one compose computes now for the same files."""
-    hashes = parse_config_hashes((await session.run(project.config_hashes())).stdout)
+def _config_drift(own: list[Container], hashes: Mapping[str, str]) -> list[str]:
+    """Containers whose config hash label is not the one compose computes for the same files."""
     return [
         f"{service}: {listed_name(container)} config changed"
         for service, containers in sorted(_by_service(own).items())

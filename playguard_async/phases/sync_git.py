@@ -1,8 +1,9 @@
 """sync_git: every playground's checkout on this Marquee at the head of its branch.
 
-The branch heads come from one ``ls-remote`` per repo (a read) and the checkout's commit from a
-``rev-parse`` (a read), so a checkout already at its head costs no change at all; only a missing
-checkout (clone) or a moved head (fetch + hard reset) changes the host. A playground whose branch
+The branch heads come from one ``ls-remote`` per repo (a read) and the checkouts' commits from
+one read of all the Playgrounds' files (``host_state.playground_files``), so a checkout already
+at its head costs no change at all; only a missing checkout (clone) or a moved head (fetch +
+hard reset) changes the host. A playground whose branch
 is gone keeps its checkout as it is: fetch_branches reports it and stops it when asked.
 """
 
@@ -11,9 +12,14 @@ from __future__ import annotations
 from typing import Any
 
 from playguard_async.phase import PhaseReport
-from playguard_async.phases.toolkit import CycleContext, branch_gone_notices, branch_heads
+from playguard_async.phases.toolkit import (
+    CycleContext,
+    branch_gone_notices,
+    branch_heads,
+    compose_project,
+)
 from playguard_async.remote import git
-from playguard_async.remote.ssh import RemoteSession
+from playguard_async.remote.host_state import playground_files
 
 
 class SyncGit:
@@ -26,11 +32,14 @@ class SyncGit:
         playgrounds = ctx.inventory.playgrounds_on(ctx.marquee.name)
         specs = {pg.name: ctx.inventory.playspec_of(pg) for pg in playgrounds}
         heads = await branch_heads(session, (spec.repo for spec in specs.values()))
+        files = await playground_files(
+            session, [compose_project(session, ctx.inventory, pg) for pg in playgrounds]
+        )
         findings: dict[str, Any] = {"heads": {}, "branch_gone": {}}
         for playground in playgrounds:
             repo = specs[playground.name].repo
             checkout = git.checkout_dir(ctx.marquee, playground.name)
-            local = await _local_head(session, checkout)
+            local = files[playground.name].head
             wanted = heads[repo].get(playground.branch)
             if wanted is None:
                 findings["branch_gone"][playground.name] = playground.branch
@@ -48,11 +57,6 @@ class SyncGit:
                 )
             findings["heads"][playground.name] = wanted
         return PhaseReport(findings=findings, notices=branch_gone_notices(findings["branch_gone"]))
-
-
-async def _local_head(session: RemoteSession, checkout: str) -> str | None:
-    result = await session.run(git.head(checkout), check=False)
-    return result.stdout.strip() if result.exit_status == 0 else None
 
 
 sync_git = SyncGit()

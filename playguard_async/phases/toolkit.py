@@ -47,13 +47,18 @@ def compose_project(
 
 
 async def branch_heads(session: RemoteSession, repos: Iterable[str]) -> dict[str, dict[str, str]]:
-    """Branch -> commit for each distinct repo, one ``ls-remote`` each, side by side."""
+    """Branch -> commit for each distinct repo, side by side: one ``ls-remote`` per repo per
+    cycle, shared by every phase that asks (sync_git, fetch_branches, reconcile_playgrounds)."""
     distinct = sorted(set(repos))
-    listings = await asyncio.gather(*(session.run(git.ls_remote_heads(repo)) for repo in distinct))
-    return {
-        repo: git.parse_heads(listing.stdout)
-        for repo, listing in zip(distinct, listings, strict=True)
-    }
+    heads = await asyncio.gather(*(_heads_of(session, repo) for repo in distinct))
+    return dict(zip(distinct, heads, strict=True))
+
+
+async def _heads_of(session: RemoteSession, repo: str) -> dict[str, str]:
+    async def list_heads() -> dict[str, str]:
+        return git.parse_heads((await session.run(git.ls_remote_heads(repo))).stdout)
+
+    return dict(await session.read_once(("ls-remote", repo), list_heads, of_host=False))
 
 
 def containers_of(containers: Iterable[Container], project: ComposeProject) -> list[Container]:

@@ -72,9 +72,16 @@ async def inspect_or_none(session: RemoteSession, path: str) -> Any:
 
 
 async def list_ours(session: RemoteSession) -> list[dict[str, Any]]:
-    """All containers (running or not) carrying our labels for this Marquee, in one API call."""
+    """All containers (running or not) carrying our labels for this Marquee, in one API call,
+    shared by the phases of the cycle until the session writes."""
     filters = json.dumps({"label": [f"{MANAGED}=true", f"{MARQUEE}={session.marquee.name}"]})
-    return list(await query(session, "containers/json", params={"all": "1", "filters": filters}))
+
+    async def listing() -> list[dict[str, Any]]:
+        return list(
+            await query(session, "containers/json", params={"all": "1", "filters": filters})
+        )
+
+    return list(await session.read_once("our containers", listing))
 
 
 def docker_command(marquee: Marquee, *args: str) -> list[str]:

@@ -45,11 +45,6 @@ def clone(repo: str, branch: str, checkout: str) -> list[str]:
     return ["git", "clone", "--quiet", "--branch", branch, "--", repo, checkout]
 
 
-def head(checkout: str) -> list[str]:
-    """Prints the checked-out commit; exits non-zero (silently) when there is no checkout."""
-    return _in_checkout(checkout, "rev-parse", "--verify", "--quiet", "HEAD^{commit}")
-
-
 def update(checkout: str, repo: str, branch: str) -> list[str]:
     """One command (one fenced write) that points origin at ``repo`` again (the playspec's repo
     may have moved since the clone), fetches, and makes the working tree exactly the fetched

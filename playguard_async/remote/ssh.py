@@ -1,4 +1,8 @@
-"""One SSH connection per cycle: remote commands, the Docker API through it, and the write funnel.
+"""One remote session per cycle: remote commands, the Docker API through it, and the write funnel.
+
+The session's SSH connection is its own or lent by the replica's pool (``remote.pool``) across
+cycles of the same Marquee; the session itself, its lease, its tunnel and its reads are the
+cycle's alone.
 
 asyncssh's habits: one connection, many channels; ``async with`` for everything that must close;
 timeouts are arguments. Host keys are always checked against the Marquee's known_hosts file, and
@@ -23,11 +27,11 @@ import functools
 import shlex
 import shutil
 import tempfile
-from collections.abc import AsyncIterator, Awaitable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import aiodocker
 import aiohttp
@@ -50,6 +54,7 @@ from playguard_async.remote.errors import (
     RemoteCommandTimeout,
     UnfencedWrite,
 )
+from playguard_async.remote.memo import ComposeMemo
 
 log = structlog.get_logger("playguard.remote")
 
@@ -126,10 +131,31 @@ class RemoteSession:
     host_fence: int | None = None
     """The highest fence the host was last seen to hold: ours after an accepted write, the
     host's own after a refusal; None while this session wrote nothing."""
+    compose_memo: ComposeMemo = field(default_factory=lambda: ComposeMemo(0))
+    """What compose answered in earlier cycles (the replica's, shared by its sessions)."""
+    writes: int = 0
+    """Writes this session attempted: a read of the host made before the last one is stale."""
+    _reads: dict[Hashable, tuple[int | None, Any]] = field(default_factory=dict)
     _channels: asyncio.Semaphore = field(
         default_factory=lambda: asyncio.Semaphore(COMMAND_CHANNELS)
     )
     _kills: set[asyncio.Task[None]] = field(default_factory=set)
+
+    async def read_once(
+        self, key: Hashable, read: Callable[[], Awaitable[_T]], *, of_host: bool = True
+    ) -> _T:
+        """``read()``'s answer, made once per cycle and shared by the phases that need it.
+
+        A read ``of_host`` is made again after any write this session attempts (the write may
+        have changed what it read); one of something else (a git origin) stands for the cycle.
+        """
+        stamp = self.writes if of_host else None
+        cached = self._reads.get(key)
+        if cached is not None and cached[0] == stamp:
+            return cast(_T, cached[1])
+        value = await read()
+        self._reads[key] = (stamp, value)
+        return value
 
     def actions_since(self, mark: int) -> list[str]:
         """The actions recorded after ``mark`` (an earlier ``len(session.actions)``)."""
@@ -196,9 +222,15 @@ class RemoteSession:
                 await asyncio.sleep(0.05 * (attempt + 1))
         group = ""
         try:
-            if stdin is not None:
-                process.stdin.write(stdin)
-            process.stdin.write_eof()
+            try:
+                if stdin is not None:
+                    process.stdin.write(stdin)
+                process.stdin.write_eof()
+            except BrokenPipeError:
+                # The command ended before we sent it all (a read as fast as `test`, a guard
+                # refusing before it reads): the host already closed the channel, and the
+                # command's output and exit status, still to be read, say how it went.
+                pass
             group = (await process.stdout.readline()).strip()
             limit = self.options.output_limit
             (stdout, out_cut), (stderr, err_cut) = await asyncio.gather(
@@ -253,6 +285,7 @@ class RemoteSession:
             return None
         fence = self.fence
         assert self.lease is not None  # self.fence refused a session without one
+        self.writes += 1
         log.info("remote.change", action=action, fence=fence)
         result = await self.run(
             guard.guarded(self.lease, self.marquee, action, argv),
@@ -359,7 +392,7 @@ def _client_files(marquee: Marquee, host: str) -> tuple[asyncssh.SSHKey, asyncss
     return key, known_hosts
 
 
-async def _connect(marquee: Marquee, options: RemoteOptions) -> asyncssh.SSHClientConnection:
+async def connect(marquee: Marquee, options: RemoteOptions) -> asyncssh.SSHClientConnection:
     host = f"{marquee.name} ({marquee.host}:{marquee.port})"
     try:
         key, known_hosts = await in_thread(
@@ -415,13 +448,18 @@ async def open_session(
     *,
     lease: FencedLease | None = None,
     dry_run: bool = False,
+    connections: ConnectionSource | None = None,
+    compose_memo: ComposeMemo | None = None,
 ) -> AsyncIterator[RemoteSession]:
     """Connect, forward the remote Docker socket into a private directory, and close it all after.
 
     The forwarded socket lives in a fresh 0700 directory, so no other local user can reach the
     remote engine through it; the HTTP client on it is read-only (writes are fenced commands).
+    ``connections`` lends the SSH connection (``remote.pool``); without it the session makes its
+    own and closes it. Either way the session, its lease and its tunnel are this cycle's own.
     """
-    connection = await _connect(marquee, options)
+    lent = (connections or _own_connection(options))(marquee)
+    connection = await lent.__aenter__()
     private_dir = Path(tempfile.mkdtemp(prefix="playguard-docker-"))
     try:
         local_socket = private_dir / "docker.sock"
@@ -432,6 +470,8 @@ async def open_session(
         )
         docker = aiodocker.Docker(url="unix://localhost", session=http)
         session = RemoteSession(marquee, connection, docker, options, lease, dry_run=dry_run)
+        if compose_memo is not None:
+            session.compose_memo = compose_memo
         try:
             yield session
         finally:
@@ -442,6 +482,24 @@ async def open_session(
             listener.close()
             await listener.wait_closed()
     finally:
-        connection.close()
-        await connection.wait_closed()
         shutil.rmtree(private_dir, ignore_errors=True)
+        await lent.__aexit__(None, None, None)
+
+
+ConnectionSource = Callable[[Marquee], AbstractAsyncContextManager[asyncssh.SSHClientConnection]]
+"""Lends an SSH connection to a Marquee for one session (``ConnectionPool.connection``)."""
+
+
+def _own_connection(options: RemoteOptions) -> ConnectionSource:
+    """A connection made for one session and closed after it."""
+
+    @asynccontextmanager
+    async def own(marquee: Marquee) -> AsyncIterator[asyncssh.SSHClientConnection]:
+        connection = await connect(marquee, options)
+        try:
+            yield connection
+        finally:
+            connection.close()
+            await connection.wait_closed()
+
+    return own

@@ -5,7 +5,7 @@ that gives a phase a real remote session under a real lease."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ from playguard_async.lab import DockerDaemon, GitOrigin, RedisServer, RegistrySe
 from playguard_async.lock import TokenLock
 from playguard_async.phase import Phase, PhaseContext, PhaseReport
 from playguard_async.remote.docker import MANAGED
+from playguard_async.remote.memo import ComposeMemo
 from playguard_async.remote.ssh import RemoteOptions, RemoteSession, open_session
 from tests.support.cli import LAB_SETTINGS, Playguard
 from tests.support.daemon import DaemonRunner
@@ -80,9 +81,13 @@ def run_phase(redis: Redis) -> PhaseRunner:
     """Run one phase as the engine would: under a real lease, with a real remote session."""
 
     async def run(
-        phase: Phase, world: LabWorld, *, dry_run: bool = False,
-        options: RemoteOptions = LAB_OPTIONS,
+        phase: Phase | Sequence[Phase], world: LabWorld, *, dry_run: bool = False,
+        options: RemoteOptions = LAB_OPTIONS, compose_memo: ComposeMemo | None = None,
+        watch: Callable[[RemoteSession], None] | None = None,
     ) -> PhaseRun:  # fmt: skip
+        """Several phases run one after the other in one session, as in one cycle; the report
+        is the last one's. ``watch`` sees the session before any phase runs."""
+        phases = [phase] if isinstance(phase, Phase) else list(phase)
         inventory = world.inventory()
         marquee = inventory.marquee("edge-1")
         # The Marquee's own lock, as the engine takes it: fences grow run after run, which the
@@ -90,20 +95,26 @@ def run_phase(redis: Redis) -> PhaseRunner:
         lease = await TokenLock(redis, marquee_lock_name(marquee.name), ttl=120.0).acquire()
         assert lease is not None
         try:
-            async with open_session(marquee, options, lease=lease, dry_run=dry_run) as session:
+            async with open_session(
+                marquee, options, lease=lease, dry_run=dry_run, compose_memo=compose_memo
+            ) as session:
+                if watch is not None:
+                    watch(session)
 
                 async def remote() -> RemoteSession:
                     return session
 
-                ctx = PhaseContext(
-                    marquee=marquee,
-                    inventory=inventory,
-                    log=structlog.get_logger("test").bind(phase=phase.name),
-                    dry_run=dry_run,
-                    lease=lease,
-                    remote=remote,
-                )
-                report = await phase(ctx) or PhaseReport()
+                report = PhaseReport()
+                for each in phases:
+                    ctx = PhaseContext(
+                        marquee=marquee,
+                        inventory=inventory,
+                        log=structlog.get_logger("test").bind(phase=each.name),
+                        dry_run=dry_run,
+                        lease=lease,
+                        remote=remote,
+                    )
+                    report = await each(ctx) or PhaseReport()
                 return PhaseRun(report=report, actions=list(session.actions))
         finally:
             await lease.release()
