@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from playguard_async.aio import bounded
@@ -30,6 +29,7 @@ from playguard_async.lock import LockState, ReleaseResult, TokenLock, inspect_lo
 from playguard_async.observe import CycleRecords
 from playguard_async.phase import UnknownPhase, resolve_phases
 from playguard_async.phases import BUILTIN_PHASES
+from playguard_async.redis_client import RedisClient
 from playguard_async.remote import guard
 from playguard_async.remote.errors import AuthRefused, HostKeyMismatch, RemoteError
 from playguard_async.remote.ssh import RemoteOptions, open_session
@@ -75,7 +75,7 @@ class Fleet:
     and the inventory the settings name (read on demand: ``locks`` and ``unlock`` need none)."""
 
     settings: Settings
-    redis: Redis
+    redis: RedisClient
 
     async def inventory(self) -> Inventory:
         return await inventory_source(self.settings).load()
