@@ -203,6 +203,7 @@ async def _run_acknowledged_on_cluster(
     replicas: int,
     wait_ms: int,
 ) -> tuple[Any, int]:
+    await cluster.initialize()  # a no-op once the client knows the slots
     node = _owner(cluster, keys[0])
     asking = False
     for _ in range(_REDIRECTS):

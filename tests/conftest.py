@@ -126,11 +126,9 @@ def redis_cluster(lab_dir: Path) -> Iterator[ClusterLab]:
     yield from _served(lambda: ClusterLab(lab_dir / "cluster"))
 
 
-@pytest.fixture(params=TOPOLOGIES)
-async def topology(request: pytest.FixtureRequest) -> AsyncIterator[TopologyUnderTest]:
-    """Each test that takes it runs on a single server, a Sentinel group and a Cluster: whole
-    and emptied before the test, healed after it whatever the test did to the servers."""
-    name: str = request.param
+async def _topology_under_test(
+    request: pytest.FixtureRequest, name: str
+) -> AsyncIterator[TopologyUnderTest]:
     fixture = {"single": "redis_server", "sentinel": "sentinel_group", "cluster": "redis_cluster"}
     lab = request.getfixturevalue(fixture[name])
     heal(lab)
@@ -141,6 +139,21 @@ async def topology(request: pytest.FixtureRequest) -> AsyncIterator[TopologyUnde
     finally:
         await client.aclose()
         heal(lab)
+
+
+@pytest.fixture(params=TOPOLOGIES)
+async def topology(request: pytest.FixtureRequest) -> AsyncIterator[TopologyUnderTest]:
+    """Each test that takes it runs on a single server, a Sentinel group and a Cluster: whole
+    and emptied before the test, healed after it whatever the test did to the servers."""
+    async for topology in _topology_under_test(request, request.param):
+        yield topology
+
+
+@pytest.fixture(params=("sentinel", "cluster"))
+async def replicated(request: pytest.FixtureRequest) -> AsyncIterator[TopologyUnderTest]:
+    """As ``topology``, on the topologies whose primaries have replicas."""
+    async for topology in _topology_under_test(request, request.param):
+        yield topology
 
 
 @pytest.fixture

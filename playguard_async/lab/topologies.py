@@ -117,17 +117,22 @@ class RedisNode(RedisServer):
             at = command.index("--port")
             command[at : at + 2] = ["--port", "0", "--tls-port", str(self.port)]
             command += self.tls.server_args()
-        return command + self.extra_args
+        # A replica's first sync waits 5 s by default for others to share it: not in a lab.
+        return [*command, "--repl-diskless-sync-delay", "0", *self.extra_args]
 
     def _ready(self) -> bool:
         return self.answers_ping()
 
     def answers_ping(self) -> bool:
         try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as raw:
-                sock: socket.socket = raw
+            with contextlib.ExitStack() as stack:
+                sock = stack.enter_context(
+                    socket.create_connection(("127.0.0.1", self.port), timeout=0.5)
+                )
                 if self.tls is not None:
-                    sock = self.tls.context().wrap_socket(raw, server_hostname="127.0.0.1")
+                    sock = stack.enter_context(
+                        self.tls.context().wrap_socket(sock, server_hostname="127.0.0.1")
+                    )
                 sock.sendall(b"PING\r\n")
                 return sock.recv(5).startswith(b"+PONG")
         except OSError:
@@ -163,6 +168,20 @@ class RedisNode(RedisServer):
         self.extra_args = list(extra_args)
 
 
+def online_replicas(primary: RedisNode) -> int:
+    """Replicas the node says are in sync with it (state online); 0 when it does not answer."""
+    try:
+        with primary.client() as client:
+            info = client.info("replication")
+    except Exception:
+        return 0
+    return sum(
+        1
+        for key, value in info.items()
+        if key.startswith("slave") and isinstance(value, dict) and value.get("state") == "online"
+    )
+
+
 class SentinelServer(LabServer):
     """``redis-server CONFIG --sentinel`` watching one primary. Sentinel rewrites its config
     file as it learns; the file is written once, so a restarted sentinel keeps what it learnt."""
@@ -191,7 +210,7 @@ class SentinelServer(LabServer):
             f"bind 127.0.0.1\n{port}{tls}dir {self.workdir}\n"
             f"sentinel monitor {s} 127.0.0.1 {self.primary_port} 2\n"
             f"sentinel down-after-milliseconds {s} {DOWN_AFTER_MS}\n"
-            f"sentinel failover-timeout {s} 10000\n"
+            f"sentinel failover-timeout {s} 4000\n"
             f"sentinel parallel-syncs {s} 2\n"
         )
 
@@ -254,7 +273,7 @@ class SentinelGroup(StartStop):
         try:
             for node in self.nodes:
                 node.start()
-            wait_for(lambda: self._replicas_online(self.primary()) == 2, 20, "two replicas online")
+            wait_for(lambda: online_replicas(self.primary()) == 2, 20, "two replicas online")
             for sentinel in self.sentinels:
                 sentinel.start()
             wait_for(self._sentinels_agree, 20, "three sentinels that know each other")
@@ -303,14 +322,37 @@ class SentinelGroup(StartStop):
             return False
         return True
 
+    def cut_replicas(self) -> None:
+        """Stop replication without the sentinels noticing a failed primary: the replicas are
+        paused (SIGSTOP) and the primary drops their links, so writes from now on reach the
+        primary alone; ``fail_primary()`` then promotes a replica that never saw them."""
+        primary = self.primary()
+        for replica in self.replicas():
+            replica.pause()
+        primary.ask("CLIENT", "KILL", "TYPE", "replica")
+
     def fail_primary(self, timeout: float = 30.0) -> RedisNode:
-        """SIGKILL the primary; return the replica the sentinels promote in its place."""
+        """SIGKILL the primary, resume any paused replica, and return the replica the sentinels
+        promote in its place."""
         old = self.primary()
         old.kill()
-        wait_for(lambda: self.primary() is not old, timeout, "a failover to a replica")
-        new = self.primary()
-        wait_for(lambda: new.role() == "master", timeout, "the promoted replica as primary")
+        for node in self.nodes:
+            if node.paused:
+                node.resume()
+        wait_for(lambda: self._settled_primary() not in (None, old), timeout, "a failover")
+        new = self._settled_primary()
+        assert new is not None
         return new
+
+    def _settled_primary(self) -> RedisNode | None:
+        """The primary once every live sentinel names the same node and it says it is one (two
+        sentinels may promote two replicas in turn before they agree)."""
+        named = {s.primary_address() for s in self.sentinels if s.running and not s.paused}
+        if len(named) != 1 or None in named:
+            return None
+        [(_, port)] = named  # type: ignore[misc]
+        node = next(node for node in self.nodes if node.port == port)
+        return node if node.role() == "master" else None
 
     def heal(self, timeout: float = 30.0) -> None:
         """Every node running and online: a dead one restarts as a replica of the primary."""
@@ -321,7 +363,7 @@ class SentinelGroup(StartStop):
             if not node.running:
                 node.set_options(["--replicaof", "127.0.0.1", str(primary.port)])
                 node.start()
-        wait_for(lambda: self._replicas_online(self.primary()) == 2, timeout, "two replicas online")
+        wait_for(lambda: online_replicas(self.primary()) == 2, timeout, "two replicas online")
         wait_for(self._sentinels_agree, timeout, "sentinels agreeing again")
 
 
@@ -381,7 +423,9 @@ class ClusterLab(StartStop):
                 text = info.decode() if isinstance(info, bytes) else str(info)
                 if "cluster_state:ok" not in text:
                     return False
-            return len(self.replicas()) == 3
+            return len(self.replicas()) == 3 and all(
+                online_replicas(primary) >= 1 for primary in self.primaries()
+            )
         except Exception:
             return False
 

@@ -1,0 +1,272 @@
+"""Redis beyond one server, on real nodes: TLS, replica acknowledgement (``lock_min_replicas``),
+a Sentinel failover during a cycle and one that loses fences, a Cluster resharding mid-run."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from redis.crc import key_slot
+
+from playguard_async.engine import CycleResult, Engine, Outcome
+from playguard_async.inventory import Inventory, Marquee
+from playguard_async.keys import fence_key, lock_key, marquee_lock_name
+from playguard_async.lab import DockerDaemon, MissingBinary, SshServer
+from playguard_async.lab.topologies import ClusterLab, LabTls, RedisNode, SentinelGroup
+from playguard_async.lock import LockLost, LockUnavailable, ReleaseResult, TokenLock
+from playguard_async.phase import PhaseContext, PhaseReport
+from playguard_async.redis_client import RedisClient, connect_redis
+from playguard_async.remote.ssh import RemoteSession, open_session
+from tests.conftest import skip_or_fail
+from tests.support.engine import settings_for
+from tests.support.fencing import host_fence, journal
+from tests.support.state import StaticState
+from tests.support.topologies import TopologyUnderTest, client_for, heal
+from tests.support.world import LAB_OPTIONS, lab_marquee_fields
+
+pytestmark = pytest.mark.integration
+
+NAME = "marquee:edge-1"
+TIMEOUT = 1.0
+
+
+def replicated_lock(redis: RedisClient, ttl: float = 30.0) -> TokenLock:
+    return TokenLock(
+        redis, NAME, ttl=ttl, timeout=TIMEOUT, replica="test", min_replicas=1, replica_timeout=0.3
+    )
+
+
+@pytest.fixture(scope="module")
+def tls_redis(lab_dir: Path) -> Iterator[RedisNode]:
+    """A redis-server that speaks TLS only, with a certificate made for this run."""
+    try:
+        tls = LabTls(lab_dir / "tls")
+        node = RedisNode(lab_dir / "redis-tls", tls=tls)
+    except MissingBinary as missing:
+        skip_or_fail(missing)
+    with node:
+        yield node
+
+
+async def test_tls_server_serves_the_lock_and_refuses_an_unknown_certificate(
+    tls_redis: RedisNode,
+) -> None:
+    assert tls_redis.tls is not None
+    trusted = connect_redis(tls_redis.url, socket_timeout=2, tls_ca_file=tls_redis.tls.cert)
+    untrusted = connect_redis(tls_redis.url, socket_timeout=2)  # the system CAs: not ours
+    try:
+        lease = await TokenLock(trusted, NAME, timeout=2.0).acquire()
+        assert lease is not None
+        await lease.renew()
+        assert await lease.release() is ReleaseResult.RELEASED
+        with pytest.raises(LockUnavailable) as refused:
+            await TokenLock(untrusted, NAME, timeout=2.0).acquire()
+        assert "CERTIFICATE_VERIFY_FAILED" in str(refused.value.__cause__)
+    finally:
+        await trusted.aclose()
+        await untrusted.aclose()
+
+
+async def test_min_replicas_grants_and_renews_when_a_replica_acknowledges(
+    replicated: TopologyUnderTest,
+) -> None:
+    lease = await replicated_lock(replicated.redis).acquire()
+    assert lease is not None
+    await lease.renew()
+    assert await lease.release() is ReleaseResult.RELEASED
+
+
+async def test_min_replicas_refuses_a_lease_no_replica_acknowledged(
+    replicated: TopologyUnderTest,
+) -> None:
+    for replica in replicated.replicas(lock_key(NAME)):
+        replica.pause()
+    lease = await replicated_lock(replicated.redis).acquire()
+    assert lease is None, "an unreplicated lease is not granted"
+    assert await replicated.redis.exists(lock_key(NAME)) == 0, "what it wrote is deleted again"
+
+
+async def test_min_replicas_renewal_nobody_acknowledged_is_lost_unreplicated(
+    replicated: TopologyUnderTest,
+) -> None:
+    lease = await replicated_lock(replicated.redis).acquire()
+    assert lease is not None
+    for replica in replicated.replicas(lock_key(NAME)):
+        replica.pause()
+    with pytest.raises(LockLost) as lost:
+        await lease.renew()
+    assert lost.value.reason == "unreplicated"
+    assert await lease.release() is ReleaseResult.RELEASED
+
+
+class FencedProbe:
+    """A phase that writes its fence on the host, counts the holders inside it at once, and
+    holds its first holder at ``gate`` (so a failover can happen mid-cycle)."""
+
+    name = "probe"
+
+    def __init__(self) -> None:
+        self.inside: set[str] = set()
+        self.most = 0
+        self.entered = asyncio.Event()
+        self.gate = asyncio.Event()
+
+    async def __call__(self, ctx: PhaseContext) -> PhaseReport:
+        self.inside.add(ctx.lease.token)
+        self.most = max(self.most, len(self.inside))
+        try:
+            session: RemoteSession = await ctx.remote()
+            await session.change(f"probe writes fence {ctx.lease.fence}", ["true"])
+            self.entered.set()
+            await self.gate.wait()
+            return PhaseReport(actions=session.actions)
+        finally:
+            self.inside.discard(ctx.lease.token)
+
+
+@pytest.fixture
+def sentinel(sentinel_group: SentinelGroup) -> Iterator[SentinelGroup]:
+    """The session's Sentinel group, whole before the test and healed after it."""
+    heal(sentinel_group)
+    yield sentinel_group
+    heal(sentinel_group)
+
+
+@pytest.fixture
+def cluster(redis_cluster: ClusterLab) -> Iterator[ClusterLab]:
+    heal(redis_cluster)
+    yield redis_cluster
+    heal(redis_cluster)
+
+
+@pytest.fixture
+def marquee(ssh_server: SshServer, docker_daemon: DockerDaemon, tmp_path: Path) -> Marquee:
+    return Marquee.model_validate(lab_marquee_fields(ssh_server, docker_daemon, tmp_path / "w"))
+
+
+def engine_for(redis: RedisClient, marquee: Marquee, replica: str, probe: FencedProbe) -> Engine:
+    settings = settings_for(replica_id=replica, lock_ttl=30.0, redis_socket_timeout=2.0)
+    return Engine(
+        settings,
+        StaticState(Inventory(marquees=[marquee])),
+        redis,
+        [probe],
+        open_session=lambda marquee, lease: open_session(marquee, LAB_OPTIONS, lease=lease),
+    )
+
+
+async def cycle(engine: Engine, marquee: Marquee) -> CycleResult:
+    return await engine.cycle(marquee, await engine.load_inventory())
+
+
+async def test_sentinel_failover_mid_cycle_never_has_two_holders_and_converges(
+    sentinel: SentinelGroup, marquee: Marquee
+) -> None:
+    probe = FencedProbe()
+    clients = [client_for(sentinel.url, timeout=2.0) for _ in range(2)]
+    first, second = (engine_for(c, marquee, r, probe) for c, r in zip(clients, "ab", strict=True))
+    try:
+        await clients[0].flushall()
+        held = asyncio.create_task(cycle(first, marquee))
+        await probe.entered.wait()
+        failover = asyncio.create_task(asyncio.to_thread(sentinel.fail_primary))
+        during: list[CycleResult] = []
+        while not failover.done():  # the other replica keeps trying all through the failover
+            during.append(await cycle(second, marquee))
+            await asyncio.sleep(0.05)  # pacing, not synchronisation
+        await failover
+        probe.gate.set()
+        ended = await held
+        ticks = [[await cycle(first, marquee), await cycle(second, marquee)] for _ in range(2)]
+    finally:
+        probe.gate.set()
+        for client in clients:
+            await client.aclose()
+
+    assert ended.outcome in {Outcome.OK, Outcome.LOCK_LOST}, ended
+    assert {result.outcome for result in during} <= {Outcome.LOCKED, Outcome.REDIS_UNAVAILABLE}
+    assert probe.most == 1, "never two holders inside the phase at once"
+    assert any(result.outcome is Outcome.OK for result in ticks[0] + ticks[1]), ticks
+    assert marquee.state_dir is not None
+    fences = [entry.fence for entry in journal(Path(marquee.state_dir))]
+    assert fences == sorted(fences), "no write from an older lease after a newer one"
+
+
+async def test_sentinel_failover_to_a_replica_that_missed_fences_heals_at_the_host(
+    sentinel: SentinelGroup, marquee: Marquee
+) -> None:
+    probe = FencedProbe()
+    probe.gate.set()
+    redis = client_for(sentinel.url, timeout=2.0)
+    engine = engine_for(redis, marquee, "a", probe)
+    try:
+        await redis.flushall()
+        before = [await cycle(engine, marquee) for _ in range(2)]  # fences 1, 2 replicated
+        sentinel.cut_replicas()
+        missed = [await cycle(engine, marquee) for _ in range(2)]  # 3, 4 on the primary alone
+        await asyncio.to_thread(sentinel.fail_primary)
+        after = [await cycle(engine, marquee) for _ in range(2)]
+        counter = await redis.get(fence_key(marquee_lock_name(marquee.name)))
+    finally:
+        await redis.aclose()
+
+    assert [(r.outcome, r.fence) for r in before + missed] == [
+        (Outcome.OK, f) for f in (1, 2, 3, 4)
+    ]
+    # The promoted replica's counter stood at 2: its next fence (3) is refused by the host, which
+    # holds 4; the engine lifts the counter to 4 and the next lease (5) passes.
+    assert [(r.outcome, r.reason, r.fence) for r in after] == [
+        (Outcome.LOCK_LOST, "fenced", 3),
+        (Outcome.OK, None, 5),
+    ]
+    assert counter == b"5"
+    assert marquee.state_dir is not None
+    assert host_fence(Path(marquee.state_dir)) == 5
+    fences = [entry.fence for entry in journal(Path(marquee.state_dir))]
+    assert fences == [1, 2, 3, 4, 5], "the host never accepted the lower fence"
+
+
+async def test_cluster_resharding_of_a_marquees_slot_mid_run_loses_nothing(
+    cluster: ClusterLab, marquee: Marquee
+) -> None:
+    probe = FencedProbe()
+    probe.gate.set()
+    redis = client_for(cluster.url, timeout=2.0)
+    engine = engine_for(redis, marquee, "a", probe)
+    slot = key_slot(lock_key(marquee_lock_name(marquee.name)).encode())
+    try:
+        await redis.flushall()
+        results = [await cycle(engine, marquee) for _ in range(2)]
+        source = cluster.owner_of(slot)
+        target = next(node for node in cluster.primaries() if node is not source)
+        half_moved, cycled = threading.Event(), threading.Event()
+
+        def hold_half_moved() -> None:
+            half_moved.set()
+            cycled.wait(10)
+
+        moving = asyncio.create_task(
+            asyncio.to_thread(cluster.move_slot, slot, target, between=hold_half_moved)
+        )
+        while not moving.done():
+            results.append(await cycle(engine, marquee))
+            if half_moved.is_set():
+                cycled.set()  # a cycle ran while the slot was half moved
+        await moving
+        results += [await cycle(engine, marquee) for _ in range(2)]
+        counter = await redis.get(fence_key(marquee_lock_name(marquee.name)))
+    finally:
+        await redis.aclose()
+
+    assert cluster.owner_of(slot) is target
+    outcomes = [r.outcome for r in results]
+    # Mid-migration a two-key script may be told TRYAGAIN (one key moved, one not): that cycle
+    # takes no lease and writes nothing. No fence is lost or handed out twice.
+    assert set(outcomes) <= {Outcome.OK, Outcome.REDIS_UNAVAILABLE}, results
+    assert outcomes[-2:] == [Outcome.OK, Outcome.OK]
+    fences = [r.fence for r in results if r.outcome is Outcome.OK]
+    assert fences == list(range(1, len(fences) + 1)), fences
+    assert counter == str(len(fences)).encode()
