@@ -18,7 +18,9 @@ from playguard_async.lab import DockerDaemon, MissingBinary, SshServer
 from playguard_async.lab.topologies import ClusterLab, LabTls, RedisNode, SentinelGroup
 from playguard_async.lock import LockLost, LockUnavailable, ReleaseResult, TokenLock
 from playguard_async.phase import PhaseContext, PhaseReport
+from playguard_async.redis_address import parse_redis_url
 from playguard_async.redis_client import RedisClient, connect_redis
+from playguard_async.redis_topology import CLUSTER_SLOTS, read_topology
 from playguard_async.remote.ssh import RemoteSession, open_session
 from tests.conftest import skip_or_fail
 from tests.support.engine import settings_for
@@ -270,3 +272,23 @@ async def test_cluster_resharding_of_a_marquees_slot_mid_run_loses_nothing(
     fences = [r.fence for r in results if r.outcome is Outcome.OK]
     assert fences == list(range(1, len(fences) + 1)), fences
     assert counter == str(len(fences)).encode()
+
+
+async def test_topology_names_primaries_replicas_and_when_min_replicas_cannot_be_met(
+    topology: TopologyUnderTest,
+) -> None:
+    seen = await read_topology(topology.redis, parse_redis_url(topology.url), timeout=2.0)
+    expected = {"single": (1, 0), "sentinel": (1, 2), "cluster": (3, 1)}[topology.name]
+    assert seen.mode == topology.name
+    assert (len(seen.primaries), {p.in_sync() for p in seen.primaries}) == (
+        expected[0],
+        {expected[1]},
+    )
+    assert all(r.lag_seconds is not None for p in seen.primaries for r in p.replicas)
+    assert seen.slots_served == (CLUSTER_SLOTS if topology.name == "cluster" else None)
+    assert seen.problems(expected[1]) == []
+    [*problems] = seen.problems(expected[1] + 1)
+    assert len(problems) == expected[0]
+    assert all(f"lock_min_replicas = {expected[1] + 1} cannot be met" in p for p in problems)
+    served = {node.port for node in map(topology.node_serving, ["a", "b", "c"])}
+    assert served <= {int(p.address.rsplit(":", 1)[1]) for p in seen.primaries}

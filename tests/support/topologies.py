@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from redis import Redis as SyncRedis
 from redis.crc import key_slot
 
-from playguard_async.lab.process import LabServer
 from playguard_async.lab.servers import RedisServer
 from playguard_async.lab.topologies import ClusterLab, RedisNode, SentinelGroup, wait_for
 from playguard_async.redis_client import RedisClient, connect_redis
@@ -28,7 +27,7 @@ class TopologyUnderTest:
     lab: RedisServer | SentinelGroup | ClusterLab
     redis: RedisClient
 
-    def node_serving(self, key: str) -> LabServer:
+    def node_serving(self, key: str) -> RedisServer:
         """The server that answers writes of ``key`` now: the one server, Sentinel's primary, or
         the Cluster primary that owns the key's slot."""
         if isinstance(self.lab, SentinelGroup):
@@ -49,7 +48,7 @@ class TopologyUnderTest:
             with SyncRedis(host="127.0.0.1", port=node.port, socket_timeout=2) as client:
                 client.script_flush()
 
-    def replicas(self, key: str) -> list[LabServer]:
+    def replicas(self, key: str) -> list[RedisServer]:
         """The replicas of the node serving ``key`` (none for a single server)."""
         if isinstance(self.lab, SentinelGroup):
             return list(self.lab.replicas())
