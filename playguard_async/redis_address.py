@@ -16,7 +16,7 @@ Errors never quote the URL's credentials.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 from urllib.parse import unquote
 
@@ -59,7 +59,7 @@ class RedisAddress:
     service: str = ""
     """The Sentinel service (master) name; empty in the other modes."""
     username: str | None = None
-    password: str | None = None
+    password: str | None = field(default=None, repr=False)
 
     def display(self) -> str:
         """The mode and where, without credentials: for ``check`` and logs."""
