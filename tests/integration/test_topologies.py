@@ -1,5 +1,6 @@
 """Redis beyond one server, on real nodes: TLS, replica acknowledgement (``lock_min_replicas``),
-a Sentinel failover during a cycle and one that loses fences, a Cluster resharding mid-run."""
+a Sentinel failover during a cycle and one that loses fences, a Cluster resharding mid-run, the
+topology ``check`` reports, cycle records on each topology."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from playguard_async.keys import fence_key, lock_key, marquee_lock_name
 from playguard_async.lab import DockerDaemon, MissingBinary, SshServer
 from playguard_async.lab.topologies import ClusterLab, LabTls, RedisNode, SentinelGroup
 from playguard_async.lock import LockLost, LockUnavailable, ReleaseResult, TokenLock
+from playguard_async.observe import CycleRecords
 from playguard_async.phase import PhaseContext, PhaseReport
 from playguard_async.redis_address import parse_redis_url
 from playguard_async.redis_client import RedisClient, connect_redis
@@ -292,3 +294,14 @@ async def test_topology_names_primaries_replicas_and_when_min_replicas_cannot_be
     assert all(f"lock_min_replicas = {expected[1] + 1} cannot be met" in p for p in problems)
     served = {node.port for node in map(topology.node_serving, ["a", "b", "c"])}
     assert served <= {int(p.address.rsplit(":", 1)[1]) for p in seen.primaries}
+
+
+async def test_cycle_records_are_written_and_read_back_on_each_topology(
+    topology: TopologyUnderTest,
+) -> None:
+    records = CycleRecords(topology.redis, history_length=2, timeout=2.0)
+    for number in range(3):
+        await records.record("edge-1", {"cycle": number})
+    assert await records.last("edge-1") == {"cycle": 2}
+    assert await records.history("edge-1") == [{"cycle": 2}, {"cycle": 1}]
+    assert records.unwritten("edge-1") == 0
