@@ -126,6 +126,22 @@ def redis_cluster(lab_dir: Path) -> Iterator[ClusterLab]:
     yield from _served(lambda: ClusterLab(lab_dir / "cluster"))
 
 
+@pytest.fixture
+def sentinel(sentinel_group: SentinelGroup) -> Iterator[SentinelGroup]:
+    """The session's Sentinel group, whole before the test and healed after it."""
+    heal(sentinel_group)
+    yield sentinel_group
+    heal(sentinel_group)
+
+
+@pytest.fixture
+def cluster(redis_cluster: ClusterLab) -> Iterator[ClusterLab]:
+    """The session's Cluster, whole before the test and healed after it."""
+    heal(redis_cluster)
+    yield redis_cluster
+    heal(redis_cluster)
+
+
 async def _topology_under_test(
     request: pytest.FixtureRequest, name: str
 ) -> AsyncIterator[TopologyUnderTest]:

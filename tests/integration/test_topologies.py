@@ -28,7 +28,7 @@ from tests.conftest import skip_or_fail
 from tests.support.engine import settings_for
 from tests.support.fencing import host_fence, journal
 from tests.support.state import StaticState
-from tests.support.topologies import TopologyUnderTest, client_for, heal
+from tests.support.topologies import TopologyUnderTest, client_for
 from tests.support.world import LAB_OPTIONS, lab_marquee_fields
 
 pytestmark = pytest.mark.integration
@@ -129,21 +129,6 @@ class FencedProbe:
             return PhaseReport(actions=session.actions)
         finally:
             self.inside.discard(ctx.lease.token)
-
-
-@pytest.fixture
-def sentinel(sentinel_group: SentinelGroup) -> Iterator[SentinelGroup]:
-    """The session's Sentinel group, whole before the test and healed after it."""
-    heal(sentinel_group)
-    yield sentinel_group
-    heal(sentinel_group)
-
-
-@pytest.fixture
-def cluster(redis_cluster: ClusterLab) -> Iterator[ClusterLab]:
-    heal(redis_cluster)
-    yield redis_cluster
-    heal(redis_cluster)
 
 
 @pytest.fixture
