@@ -33,7 +33,7 @@ from redis.commands.core import AsyncScript
 
 from playguard_async.aio import bounded, detached
 from playguard_async.keys import fence_key, lock_key, once_key
-from playguard_async.redis_client import RedisClient, run_acknowledged
+from playguard_async.redis_client import AcknowledgedCall, RedisClient, run_acknowledged
 
 log = structlog.get_logger("playguard.lock")
 
@@ -349,10 +349,8 @@ class TokenLock:
         many replicas on the same connection and return how many acknowledged (else None)."""
         if not self.min_replicas:
             return await script(keys=keys, args=args), None
-        return await run_acknowledged(
-            self.redis, script, keys, args,
-            replicas=self.min_replicas, wait_ms=_ms(self.replica_timeout),
-        )  # fmt: skip
+        call = AcknowledgedCall(script, keys, args, self.min_replicas, _ms(self.replica_timeout))
+        return await run_acknowledged(self.redis, call)
 
     def replicated(self, acknowledged: int | None) -> bool:
         """Whether a write acknowledged by ``acknowledged`` replicas (None: not asked) counts."""

@@ -15,7 +15,9 @@ need not know.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeAlias
 
@@ -153,40 +155,36 @@ async def redis_answers(redis: RedisClient, timeout: float) -> bool:
         return False
 
 
-async def run_acknowledged(
-    redis: RedisClient,
-    script: AsyncScript,
-    keys: Sequence[str],
-    args: Sequence[str | int],
-    *,
-    replicas: int,
-    wait_ms: int,
-) -> tuple[Any, int]:
-    """Run ``script`` and then ``WAIT replicas wait_ms`` on the same connection, in one round trip;
-    returns the script's answer and how many replicas acknowledged it.
+@dataclass(frozen=True, slots=True)
+class AcknowledgedCall:
+    """A script call to be acknowledged: ``WAIT replicas wait_ms`` follows it."""
+
+    script: AsyncScript
+    keys: Sequence[str]
+    args: Sequence[str | int]
+    replicas: int
+    wait_ms: int
+
+
+async def run_acknowledged(redis: RedisClient, call: AcknowledgedCall) -> tuple[Any, int]:
+    """Run ``call.script`` and then WAIT on the same connection, in one round trip; returns the
+    script's answer and how many replicas acknowledged it.
 
     WAIT counts the replicas that have every write of *its own connection* so far, so it must
     follow the write on the connection that made it: a pooled ``redis.wait()`` could land on a
     connection that never wrote and count replicas that have nothing. A script missing from the
     server (a new primary after a failover, a node that took over the slot) is sent whole with
-    EVAL. On a Cluster the connection is one of the node that serves ``keys[0]``'s slot, and a
+    EVAL. On a Cluster the connection is one of the node that serves the first key's slot, and a
     MOVED or ASK answer (a resharding) is followed, as redis-py follows it for other commands.
     """
-    if isinstance(redis, BoundedCluster):
-        async with redis.in_flight:
-            return await _run_acknowledged_on_cluster(
-                redis, script, keys, args, replicas=replicas, wait_ms=wait_ms
-            )
     if isinstance(redis, RedisCluster):
-        return await _run_acknowledged_on_cluster(
-            redis, script, keys, args, replicas=replicas, wait_ms=wait_ms
-        )
+        queue = redis.in_flight if isinstance(redis, BoundedCluster) else contextlib.nullcontext()
+        async with queue:
+            return await _run_acknowledged_on_cluster(redis, call)
     pool = redis.connection_pool
     connection = await pool.get_connection()  # type: ignore[no-untyped-call]
     try:
-        return await _write_then_wait(
-            connection, script, keys, args, replicas=replicas, wait_ms=wait_ms
-        )
+        return await _write_then_wait(connection, call)
     except BaseException:
         await connection.disconnect()  # a half-read answer must not reach the next caller
         raise
@@ -195,23 +193,16 @@ async def run_acknowledged(
 
 
 async def _run_acknowledged_on_cluster(
-    cluster: RedisCluster,
-    script: AsyncScript,
-    keys: Sequence[str],
-    args: Sequence[str | int],
-    *,
-    replicas: int,
-    wait_ms: int,
+    cluster: RedisCluster, call: AcknowledgedCall
 ) -> tuple[Any, int]:
     await cluster.initialize()  # a no-op once the client knows the slots
-    node = _owner(cluster, keys[0])
+    key = call.keys[0]
+    node = _owner(cluster, key)
     asking = False
     for _ in range(_REDIRECTS):
         connection = node.acquire_connection()
         try:
-            return await _write_then_wait(
-                connection, script, keys, args, replicas=replicas, wait_ms=wait_ms, asking=asking
-            )
+            return await _write_then_wait(connection, call, asking=asking)
         except AskError as answer:  # MovedError is an AskError too
             redirect = answer
         except BaseException:
@@ -221,7 +212,7 @@ async def _run_acknowledged_on_cluster(
             node.release(connection)
         if isinstance(redirect, MovedError):
             await cluster.nodes_manager.move_slot(redirect)
-            node, asking = _owner(cluster, keys[0]), False
+            node, asking = _owner(cluster, key), False
             continue
         target = cluster.get_node(host=redirect.host, port=redirect.port)
         if target is None:
@@ -230,7 +221,7 @@ async def _run_acknowledged_on_cluster(
         if target is None:
             raise redirect
         node, asking = target, True
-    raise MovedError(f"{key_slot(keys[0].encode())} {node.host}:{node.port}")
+    raise MovedError(f"{key_slot(key.encode())} {node.host}:{node.port}")
 
 
 def _owner(cluster: RedisCluster, key: str) -> ClusterNode:
@@ -242,22 +233,16 @@ def _owner(cluster: RedisCluster, key: str) -> ClusterNode:
 
 
 async def _write_then_wait(
-    connection: Connection,
-    script: AsyncScript,
-    keys: Sequence[str],
-    args: Sequence[str | int],
-    *,
-    replicas: int,
-    wait_ms: int,
-    asking: bool = False,
+    connection: Connection, call: AcknowledgedCall, *, asking: bool = False
 ) -> tuple[Any, int]:
-    call = (len(keys), *keys, *args)
+    arguments = (len(call.keys), *call.keys, *call.args)
+    wait = ("WAIT", call.replicas, call.wait_ms)
     answer, acknowledged = await _send(
-        connection, ("EVALSHA", script.sha, *call), replicas, wait_ms, asking
+        connection, ("EVALSHA", call.script.sha, *arguments), wait, asking
     )
     if isinstance(answer, NoScriptError):
         answer, acknowledged = await _send(
-            connection, ("EVAL", script.script, *call), replicas, wait_ms, asking
+            connection, ("EVAL", call.script.script, *arguments), wait, asking
         )
     if isinstance(answer, ResponseError):
         raise answer
@@ -267,11 +252,11 @@ async def _write_then_wait(
 
 
 async def _send(
-    connection: Connection, command: tuple[Any, ...], replicas: int, wait_ms: int, asking: bool
+    connection: Connection, command: tuple[Any, ...], wait: tuple[Any, ...], asking: bool
 ) -> tuple[Any, Any]:
     """Send ``command`` and its WAIT in one write and read every answer, errors as values, so
     the connection is left with nothing unread whatever the server said."""
-    commands = [*([("ASKING",)] if asking else []), command, ("WAIT", replicas, wait_ms)]
+    commands = [*([("ASKING",)] if asking else []), command, wait]
     await connection.send_packed_command(connection.pack_commands(commands))
     answers: list[Any] = []
     for _ in commands:

@@ -94,6 +94,18 @@ class LabTls:
         return ssl.create_default_context(cafile=str(self.cert))
 
 
+def lab_client(port: int, tls: LabTls | None, timeout: float) -> SyncRedis:
+    """A synchronous client of one lab process on 127.0.0.1 (a node or a sentinel)."""
+    options = {"ssl": True, "ssl_ca_certs": str(tls.cert)} if tls else {}
+    return SyncRedis(
+        host="127.0.0.1",
+        port=port,
+        socket_timeout=timeout,
+        socket_connect_timeout=timeout,
+        **options,  # type: ignore[arg-type]
+    )
+
+
 class RedisNode(RedisServer):
     """A redis-server with options of its own (replicaof, cluster, TLS); with ``tls`` it listens
     for TLS only, on ``port``."""
@@ -140,14 +152,7 @@ class RedisNode(RedisServer):
 
     def client(self, timeout: float = 2.0) -> SyncRedis:
         """A plain client of this node alone, for the lab's own set-up and checks."""
-        options = {"ssl": True, "ssl_ca_certs": str(self.tls.cert)} if self.tls else {}
-        return SyncRedis(
-            host="127.0.0.1",
-            port=self.port,
-            socket_timeout=timeout,
-            socket_connect_timeout=timeout,
-            **options,  # type: ignore[arg-type]
-        )
+        return lab_client(self.port, self.tls, timeout)
 
     def ask(self, *command: str | int) -> object:
         with self.client() as client:
@@ -218,14 +223,7 @@ class SentinelServer(LabServer):
         return [self._binary, str(self.config), "--sentinel", "--daemonize", "no", "--logfile", ""]
 
     def client(self, timeout: float = 2.0) -> SyncRedis:
-        options = {"ssl": True, "ssl_ca_certs": str(self.tls.cert)} if self.tls else {}
-        return SyncRedis(
-            host="127.0.0.1",
-            port=self.port,
-            socket_timeout=timeout,
-            socket_connect_timeout=timeout,
-            **options,  # type: ignore[arg-type]
-        )
+        return lab_client(self.port, self.tls, timeout)
 
     def primary_address(self) -> tuple[str, int] | None:
         """Where this sentinel says the primary is now, or None when it does not answer."""

@@ -155,6 +155,14 @@ def engine_for(redis: RedisClient, marquee: Marquee, replica: str, probe: Fenced
     )
 
 
+def lone_engine(url: str, marquee: Marquee) -> tuple[RedisClient, Engine]:
+    """One replica's engine on ``url`` whose probe never waits: a client and the engine."""
+    probe = FencedProbe()
+    probe.gate.set()
+    redis = client_for(url, timeout=2.0)
+    return redis, engine_for(redis, marquee, "a", probe)
+
+
 async def cycle(engine: Engine, marquee: Marquee) -> CycleResult:
     return await engine.cycle(marquee, await engine.load_inventory())
 
@@ -195,10 +203,7 @@ async def test_sentinel_failover_mid_cycle_never_has_two_holders_and_converges(
 async def test_sentinel_failover_to_a_replica_that_missed_fences_heals_at_the_host(
     sentinel: SentinelGroup, marquee: Marquee
 ) -> None:
-    probe = FencedProbe()
-    probe.gate.set()
-    redis = client_for(sentinel.url, timeout=2.0)
-    engine = engine_for(redis, marquee, "a", probe)
+    redis, engine = lone_engine(sentinel.url, marquee)
     try:
         await redis.flushall()
         before = [await cycle(engine, marquee) for _ in range(2)]  # fences 1, 2 replicated
@@ -229,10 +234,7 @@ async def test_sentinel_failover_to_a_replica_that_missed_fences_heals_at_the_ho
 async def test_cluster_resharding_of_a_marquees_slot_mid_run_loses_nothing(
     cluster: ClusterLab, marquee: Marquee
 ) -> None:
-    probe = FencedProbe()
-    probe.gate.set()
-    redis = client_for(cluster.url, timeout=2.0)
-    engine = engine_for(redis, marquee, "a", probe)
+    redis, engine = lone_engine(cluster.url, marquee)
     slot = key_slot(lock_key(marquee_lock_name(marquee.name)).encode())
     try:
         await redis.flushall()
