@@ -5,6 +5,8 @@ topology ``check`` reports, cycle records on each topology."""
 from __future__ import annotations
 
 import asyncio
+import os
+import re
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +27,8 @@ from playguard_async.redis_client import RedisClient, connect_redis
 from playguard_async.redis_topology import CLUSTER_SLOTS, read_topology
 from playguard_async.remote.ssh import RemoteSession, open_session
 from tests.conftest import skip_or_fail
+from tests.support.cli import Playguard, hold_lock
+from tests.support.daemon import DaemonRunner, marquee_entry
 from tests.support.engine import settings_for
 from tests.support.fencing import host_fence, journal
 from tests.support.state import StaticState
@@ -301,3 +305,36 @@ async def test_cycle_records_are_written_and_read_back_on_each_topology(
     assert await records.last("edge-1") == {"cycle": 2}
     assert await records.history("edge-1") == [{"cycle": 2}, {"cycle": 1}]
     assert records.unwritten("edge-1") == 0
+
+
+@pytest.mark.parametrize("lab_fixture", ["sentinel", "cluster"])
+def test_cli_lists_locks_and_checks_the_topology_on_sentinel_and_cluster(
+    request: pytest.FixtureRequest, lab_fixture: str, tmp_path: Path
+) -> None:
+    lab: SentinelGroup | ClusterLab = request.getfixturevalue(lab_fixture)
+    playguard = Playguard(DaemonRunner(tmp_path, lab.url))
+    playguard.configure({"marquees": [marquee_entry("m1")]}, lock_min_replicas=2)
+    lease = hold_lock(lab.url, "m1")
+    try:
+        listed = playguard("locks")
+        checked = playguard("check")
+    finally:
+        asyncio.run(release(lab.url, lease.record))
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    assert re.search(
+        rf"^ *marquee:m1 +other-replica +\S+ +{os.getpid()} +\S+ +{lease.fence} +",
+        listed.stdout,
+        re.MULTILINE,
+    ), listed.stdout
+    [topology] = [line for line in checked.stdout.splitlines() if "redis topology" in line]
+    # Sentinel's primary has two replicas: 2 can be met. A Cluster's primaries have one each.
+    assert ("FAIL" in topology) is (lab_fixture == "cluster"), checked.stdout
+    assert checked.stdout.count("cannot be met") == (3 if lab_fixture == "cluster" else 0)
+
+
+async def release(url: str, record: str) -> None:
+    redis = connect_redis(url)
+    try:
+        await TokenLock(redis, marquee_lock_name("m1")).compare_and_delete(record)
+    finally:
+        await redis.aclose()
