@@ -322,10 +322,10 @@ class TokenLock:
             )
         if min_replicas < 0:
             raise ValueError(f"lock {name!r}: min_replicas must be 0 or more, got {min_replicas!r}")
-        if min_replicas and not 0 < replica_timeout < timeout:
+        if min_replicas and not 0 < replica_timeout * 2 < timeout:
             raise ValueError(
-                f"lock {name!r}: replica_timeout must be in (0, timeout={timeout!r}), "
-                f"got {replica_timeout!r}"
+                f"lock {name!r}: replica_timeout must be in (0, timeout/2={timeout / 2!r}) (a "
+                f"NOSCRIPT answer costs a second wait), got {replica_timeout!r}"
             )
         self.redis = redis
         self.name = name

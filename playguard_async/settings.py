@@ -108,7 +108,7 @@ class Settings(BaseSettings):
     lock_replica_timeout: float = _seconds(
         0.5,
         description="Seconds acquire and renew wait for lock_min_replicas acknowledgements; "
-        "must be below redis_socket_timeout when lock_min_replicas is above 0.",
+        "must be below half of redis_socket_timeout when lock_min_replicas is above 0.",
     )
     redis_socket_timeout: float = _seconds(
         5.0, description="Seconds any single Redis call may take; past it, a lease is lost."
@@ -237,10 +237,12 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _replica_wait_fits_in_call(self) -> Settings:
-        if self.lock_min_replicas and self.lock_replica_timeout >= self.redis_socket_timeout:
+        # A node that lacks the script answers NOSCRIPT and the call is sent again with its
+        # WAIT: twice the wait must fit in one call.
+        if self.lock_min_replicas and self.lock_replica_timeout * 2 >= self.redis_socket_timeout:
             raise ValueError(
-                f"lock_replica_timeout ({self.lock_replica_timeout}) must be less than "
-                f"redis_socket_timeout ({self.redis_socket_timeout}): the WAIT is part of one call"
+                f"lock_replica_timeout ({self.lock_replica_timeout}) must be less than half of "
+                f"redis_socket_timeout ({self.redis_socket_timeout}): a call may wait twice"
             )
         return self
 

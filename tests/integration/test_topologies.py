@@ -16,7 +16,7 @@ from redis.crc import key_slot
 
 from playguard_async.engine import CycleResult, Engine, Outcome
 from playguard_async.inventory import Inventory, Marquee
-from playguard_async.keys import fence_key, lock_key, marquee_lock_name
+from playguard_async.keys import fence_key, lock_key, marquee_lock_key, marquee_lock_name
 from playguard_async.lab import DockerDaemon, MissingBinary, SshServer
 from playguard_async.lab.topologies import ClusterLab, LabTls, RedisNode, SentinelGroup
 from playguard_async.lock import LockLost, LockUnavailable, ReleaseResult, TokenLock
@@ -29,7 +29,7 @@ from playguard_async.remote.ssh import RemoteSession, open_session
 from tests.conftest import skip_or_fail
 from tests.support.cli import Playguard, hold_lock
 from tests.support.daemon import DaemonRunner, marquee_entry
-from tests.support.engine import settings_for
+from tests.support.engine import EngineHarness, ScriptedPhase, settings_for
 from tests.support.fencing import host_fence, journal
 from tests.support.state import StaticState
 from tests.support.topologies import TopologyUnderTest, client_for
@@ -72,7 +72,7 @@ async def test_tls_serves_the_lock_and_refuses_an_unknown_certificate(
     untrusted = connect_redis(url, socket_timeout=2)  # the system CAs: not ours
     acks = 0 if url.startswith("rediss://") else 1  # replicas acknowledge over TLS too
     try:
-        lock = TokenLock(trusted, NAME, timeout=2.0, min_replicas=acks, replica_timeout=1.0)
+        lock = TokenLock(trusted, NAME, timeout=2.0, min_replicas=acks, replica_timeout=0.5)
         lease = await lock.acquire()
         assert lease is not None
         await lease.renew()
@@ -313,7 +313,9 @@ def test_cli_lists_locks_and_checks_the_topology_on_sentinel_and_cluster(
 ) -> None:
     lab: SentinelGroup | ClusterLab = request.getfixturevalue(lab_fixture)
     playguard = Playguard(DaemonRunner(tmp_path, lab.url))
-    playguard.configure({"marquees": [marquee_entry("m1")]}, lock_min_replicas=2)
+    playguard.configure(
+        {"marquees": [marquee_entry("m1")]}, lock_min_replicas=2, lock_replica_timeout=0.2
+    )
     lease = hold_lock(lab.url, "m1")
     try:
         listed = playguard("locks")
@@ -338,3 +340,19 @@ async def release(url: str, record: str) -> None:
         await TokenLock(redis, marquee_lock_name("m1")).compare_and_delete(record)
     finally:
         await redis.aclose()
+
+
+async def test_engine_with_min_replicas_runs_no_phase_on_an_unreplicated_lease(
+    replicated: TopologyUnderTest,
+) -> None:
+    phase = ScriptedPhase("probe")
+    harness = EngineHarness(replicated.redis, phase, lock_min_replicas=1, lock_replica_timeout=0.1)
+    for replica in replicated.replicas(marquee_lock_key("m1")):
+        replica.pause()
+    refused = await harness.cycle()
+    for replica in replicated.replicas(marquee_lock_key("m1")):
+        replica.resume()
+    granted = await harness.cycle()
+    assert refused.outcome is Outcome.LOCKED
+    assert granted.outcome is Outcome.OK
+    assert phase.entered == ["m1"], "the phase ran under the acknowledged lease only"
