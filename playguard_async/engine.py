@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import structlog
-from redis.asyncio import Redis
 
 from playguard_async.aio import bounded, detached, wait_or_stop
 from playguard_async.fence import FenceRefused
@@ -40,6 +39,7 @@ from playguard_async.lock import (
     TokenLock,
 )
 from playguard_async.phase import PartialFailure, Phase, PhaseContext, PhaseReport, RemoteView
+from playguard_async.redis_client import RedisClient
 from playguard_async.settings import Settings
 
 log = structlog.get_logger("playguard.engine")
@@ -226,7 +226,7 @@ class Engine:
         self,
         settings: Settings,
         desired_state: DesiredState,
-        redis: Redis,
+        redis: RedisClient,
         phases: Sequence[Phase[Any]],
         *,
         open_session: SessionOpener | None = None,
@@ -402,6 +402,8 @@ class Engine:
             ttl=self.settings.lock_ttl,
             timeout=self.settings.redis_socket_timeout,
             replica=self.settings.replica_id,
+            min_replicas=self.settings.lock_min_replicas,
+            replica_timeout=self.settings.lock_replica_timeout,
         )
         try:
             lease = await lock.acquire()

@@ -27,14 +27,15 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 import structlog
-from redis.asyncio import Redis
+from redis.commands.core import AsyncScript
 
 from playguard_async.aio import bounded, detached
 from playguard_async.keys import fence_key, lock_key, once_key
+from playguard_async.redis_client import AcknowledgedCall, RedisClient, run_acknowledged
 
 log = structlog.get_logger("playguard.lock")
 
-LossReason = Literal["expired", "stolen", "unreachable", "fenced"]
+LossReason = Literal["expired", "stolen", "unreachable", "fenced", "unreplicated"]
 
 # KEYS[1] lock key, KEYS[2] fence counter. ARGV[1] holder record, ARGV[2] ttl in ms.
 # Returns the new fence (integer) when the lock was free, nil when someone holds it. The counter is
@@ -112,8 +113,9 @@ class LockLost(LockError):
     """The lease can no longer be proven ours; no further guarded work may start.
 
     ``reason`` is ``expired`` (the key is gone), ``stolen`` (another token holds it),
-    ``unreachable`` (Redis did not answer correctly in time; the original error is chained) or
-    ``fenced`` (the host refused a write: it had accepted a newer fence than this lease's).
+    ``unreachable`` (Redis did not answer correctly in time; the original error is chained),
+    ``fenced`` (the host refused a write: it had accepted a newer fence than this lease's) or
+    ``unreplicated`` (fewer replicas than ``min_replicas`` acknowledged the renewal in time).
     """
 
     def __init__(self, name: str, reason: LossReason) -> None:
@@ -243,15 +245,21 @@ class Lease:
         lock = self.lock
         sent = time.monotonic()
         try:
-            outcome = await bounded(
+            outcome, acknowledged = await bounded(
                 lock.timeout,
-                lock._renew_script(keys=[lock.key], args=[self.record, _ms(lock.ttl)]),
+                lock._write(lock._renew_script, [lock.key], [self.record, _ms(lock.ttl)]),
             )
         except Exception as exc:
             log.warning(
                 "lock.lost", lock=self.name, fence=self.fence, reason="unreachable", error=repr(exc)
             )
             raise LockLost(self.name, "unreachable") from exc
+        if outcome == 1 and not lock.replicated(acknowledged):
+            log.warning(
+                "lock.lost", lock=self.name, fence=self.fence, reason="unreplicated",
+                acknowledged=acknowledged, wanted=lock.min_replicas,
+            )  # fmt: skip
+            raise LockLost(self.name, "unreplicated")
         if outcome == 1:
             self.deadline = lock.deadline_from(sent)
             log.debug(
@@ -292,13 +300,15 @@ class TokenLock:
 
     def __init__(
         self,
-        redis: Redis,
+        redis: RedisClient,
         name: str,
         ttl: float = 900.0,
         *,
         timeout: float = DEFAULT_TIMEOUT,
         drift_factor: float = DEFAULT_DRIFT_FACTOR,
         replica: str | None = None,
+        min_replicas: int = 0,
+        replica_timeout: float = 0.5,
     ) -> None:
         if ttl <= 0:
             raise ValueError(f"lock {name!r}: ttl must be positive seconds, got {ttl!r}")
@@ -308,8 +318,17 @@ class TokenLock:
             raise ValueError(
                 f"lock {name!r}: drift_factor must be in [0, 0.5), got {drift_factor!r}"
             )
+        if min_replicas < 0:
+            raise ValueError(f"lock {name!r}: min_replicas must be 0 or more, got {min_replicas!r}")
+        if min_replicas and not 0 < replica_timeout * 2 < timeout:
+            raise ValueError(
+                f"lock {name!r}: replica_timeout must be in (0, timeout/2={timeout / 2!r}) (a "
+                f"NOSCRIPT answer costs a second wait), got {replica_timeout!r}"
+            )
         self.redis = redis
         self.name = name
+        self.min_replicas = min_replicas
+        self.replica_timeout = replica_timeout
         self.ttl = ttl
         self.timeout = timeout
         self.drift = ttl * drift_factor + _DRIFT_FLOOR
@@ -320,6 +339,20 @@ class TokenLock:
         self._renew_script = redis.register_script(RENEW_SCRIPT)
         self._release_script = redis.register_script(RELEASE_SCRIPT)
         self._raise_fence_script = redis.register_script(RAISE_FENCE_SCRIPT)
+
+    async def _write(
+        self, script: AsyncScript, keys: list[str], args: list[str | int]
+    ) -> tuple[Any, int | None]:
+        """Run one of the scripts that write the lock key; with ``min_replicas``, WAIT for that
+        many replicas on the same connection and return how many acknowledged (else None)."""
+        if not self.min_replicas:
+            return await script(keys=keys, args=args), None
+        call = AcknowledgedCall(script, keys, args, self.min_replicas, _ms(self.replica_timeout))
+        return await run_acknowledged(self.redis, call)
+
+    def replicated(self, acknowledged: int | None) -> bool:
+        """Whether a write acknowledged by ``acknowledged`` replicas (None: not asked) counts."""
+        return acknowledged is None or acknowledged >= self.min_replicas
 
     def deadline_from(self, sent: float) -> float:
         return sent + self.ttl - self.drift
@@ -350,11 +383,13 @@ class TokenLock:
         attempt = asyncio.ensure_future(
             bounded(
                 self.timeout,
-                self._acquire_script(keys=[self.key, self.fence_key], args=[record, _ms(self.ttl)]),
+                self._write(
+                    self._acquire_script, [self.key, self.fence_key], [record, _ms(self.ttl)]
+                ),
             )
         )
         try:
-            fence = await asyncio.shield(attempt)
+            fence, acknowledged = await asyncio.shield(attempt)
         except asyncio.CancelledError:
             await detached(self._undo(attempt, record))
             raise
@@ -365,6 +400,14 @@ class TokenLock:
         if fence is None:
             log.info("lock.busy", lock=self.name)
             return None
+        if not self.replicated(acknowledged):
+            # Not held: a failover now could hand the name to a second holder. Take it back.
+            result = await detached(self.compare_and_delete(record))
+            log.warning(
+                "lock.unreplicated", lock=self.name, fence=int(fence), acknowledged=acknowledged,
+                wanted=self.min_replicas, result=result.value,
+            )  # fmt: skip
+            return None
         lease = Lease(
             self, token=token, fence=int(fence), deadline=self.deadline_from(sent), record=record
         )
@@ -374,7 +417,8 @@ class TokenLock:
     async def _undo(self, attempt: asyncio.Future[Any], record: str) -> None:
         """Delete what an abandoned acquisition may have written, once its answer is in."""
         with contextlib.suppress(Exception):
-            if await asyncio.shield(attempt) is None:
+            fence, _ = await asyncio.shield(attempt)
+            if fence is None:
                 return  # the lock was held by someone else: nothing of ours was written
         result = await self.compare_and_delete(record)
         log.info("lock.acquire_undone", lock=self.name, result=result.value)
@@ -414,7 +458,7 @@ class TokenLock:
 
 
 async def inspect_lock(
-    redis: Redis, name: str, *, timeout: float = DEFAULT_TIMEOUT
+    redis: RedisClient, name: str, *, timeout: float = DEFAULT_TIMEOUT
 ) -> LockState | None:
     """Read a lock's holder, fence and time left in one round trip."""
     async with redis.pipeline(transaction=False) as pipe:
@@ -438,7 +482,9 @@ async def inspect_lock(
     )
 
 
-async def once(redis: Redis, name: str, ttl: float, *, timeout: float = DEFAULT_TIMEOUT) -> bool:
+async def once(
+    redis: RedisClient, name: str, ttl: float, *, timeout: float = DEFAULT_TIMEOUT
+) -> bool:
     """True the first time ``name`` is seen within ``ttl`` seconds, False after that.
 
     The light guard for "don't fire this twice": a plain NX key, no token, no renewal. A Redis error

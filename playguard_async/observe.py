@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import structlog
-from redis.asyncio import Redis
 
 from playguard_async.keys import cycle_history_key, last_cycle_key
+from playguard_async.redis_client import RedisClient
 
 LogFormat = Literal["json", "console", "auto"]
 
@@ -123,7 +123,7 @@ class CycleRecords:
     Redis applied it may so be written twice: at least once, never lost.
     """
 
-    def __init__(self, redis: Redis, *, history_length: int, timeout: float) -> None:
+    def __init__(self, redis: RedisClient, *, history_length: int, timeout: float) -> None:
         self.redis = redis
         self.history_length = history_length
         self.timeout = timeout

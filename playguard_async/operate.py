@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from playguard_async.aio import bounded
@@ -29,6 +28,9 @@ from playguard_async.keys import fence_key, lock_key, marquee_lock_name
 from playguard_async.lock import LockState, ReleaseResult, TokenLock, inspect_lock
 from playguard_async.observe import CycleRecords
 from playguard_async.phase import NoticeKind, UnknownPhase, resolve_phases
+from playguard_async.redis_address import parse_redis_url
+from playguard_async.redis_client import RedisClient
+from playguard_async.redis_topology import read_topology
 from playguard_async.remote import guard
 from playguard_async.remote.errors import AuthRefused, HostKeyMismatch, RemoteError
 from playguard_async.remote.ssh import RemoteOptions, open_session
@@ -74,7 +76,7 @@ class Fleet:
     and the inventory the settings name (read on demand: ``locks`` and ``unlock`` need none)."""
 
     settings: Settings
-    redis: Redis
+    redis: RedisClient
 
     async def inventory(self) -> Inventory:
         return await inventory_source(self.settings).load()
@@ -405,10 +407,16 @@ async def check(config: Path | None, *, timeout: float) -> list[CheckRow]:
     rows = [CheckRow("settings", True, f"{source}: {len(phases)} phases")]
     async with open_fleet(settings) as fleet:
         redis_row = asyncio.create_task(_check_redis(fleet))
+        topology_row = asyncio.create_task(_check_topology(fleet))
         try:
             inventory = await fleet.inventory()
         except InventoryError as exc:
-            return [*rows, CheckRow("inventory", False, str(exc)), await redis_row]
+            return [
+                *rows,
+                CheckRow("inventory", False, str(exc)),
+                await redis_row,
+                await topology_row,
+            ]
         rows += [CheckRow("inventory", True, _inventory_summary(settings, inventory))]
         options = dataclasses.replace(
             remote_options(settings), command_timeout=timeout, docker_timeout=timeout
@@ -424,7 +432,7 @@ async def check(config: Path | None, *, timeout: float) -> list[CheckRow]:
             await _compare_fences(fleet, marquee, row)
             for marquee, row in zip(inventory.marquees, marquee_rows, strict=True)
         ]
-        return [*rows, await redis_row, *marquee_rows]
+        return [*rows, await redis_row, await topology_row, *marquee_rows]
 
 
 def _inventory_summary(settings: Settings, inventory: Inventory) -> str:
@@ -448,6 +456,22 @@ async def _check_redis(fleet: Fleet) -> CheckRow:
         return CheckRow("redis", False, str(exc))
     detail = f"{settings.redis_url_for_display()}: Redis {info['redis_version']}, {latency:.1f} ms"
     return CheckRow("redis", True, detail)
+
+
+async def _check_topology(fleet: Fleet) -> CheckRow:
+    """Mode, primaries, replicas and their lag, cluster slots; fails when the lock cannot work
+    as configured (unserved slots, fewer replicas in sync than ``lock_min_replicas``)."""
+    settings = fleet.settings
+    try:
+        with redis_errors(settings):
+            topology = await read_topology(
+                fleet.redis, parse_redis_url(settings.redis_url), settings.redis_socket_timeout
+            )
+    except RedisUnavailable as exc:
+        return CheckRow("redis topology", False, str(exc))
+    problems = topology.problems(settings.lock_min_replicas)
+    detail = topology.describe() + "".join(f"; {problem}" for problem in problems)
+    return CheckRow("redis topology", not problems, detail)
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from playguard_async.files import FileRefused, read_text_limited
 from playguard_async.inventory import INVENTORY_MAX_BYTES, INVENTORY_READ_TIMEOUT
 from playguard_async.lock import default_replica_id
 from playguard_async.phase import BUILTIN_PHASES
+from playguard_async.redis_address import parse_redis_url
 
 ENV_PREFIX = "PLAYGUARD_"
 
@@ -76,11 +77,32 @@ class Settings(BaseSettings):
 
     redis_url: str = Field(
         "redis://127.0.0.1:6379/0",
-        description="Redis to lock in: redis:// or rediss:// (TLS); may carry user and password.",
+        description="Redis to lock in: redis://, redis+sentinel://HOST:PORT,.../SERVICE or "
+        "redis+cluster://HOST:PORT,... (rediss... for TLS); may carry user and password.",
         repr=False,  # may hold a password; redis_url_for_display() is the safe form
     )
     redis_password: SecretStr | None = Field(
         None, description="Redis password, when not in redis_url (keeps it out of the URL)."
+    )
+    redis_sentinel_password: SecretStr | None = Field(
+        None, description="Password of the sentinels themselves (redis+sentinel:// only)."
+    )
+    redis_tls_ca_file: Path | None = Field(
+        None,
+        description="CA certificate (PEM) that signed the Redis servers' certificates, for "
+        "rediss... URLs; default: the system's trusted CAs.",
+    )
+    lock_min_replicas: int = Field(
+        0,
+        ge=0,
+        le=100,
+        description="Replicas that must acknowledge (WAIT) a lock's acquire and renew; a lease "
+        "they do not acknowledge within lock_replica_timeout is not held. 0: no wait.",
+    )
+    lock_replica_timeout: float = _seconds(
+        0.5,
+        description="Seconds acquire and renew wait for lock_min_replicas acknowledgements; "
+        "must be below half of redis_socket_timeout when lock_min_replicas is above 0.",
     )
     redis_socket_timeout: float = _seconds(
         5.0, description="Seconds any single Redis call may take; past it, a lease is lost."
@@ -197,27 +219,7 @@ class Settings(BaseSettings):
     @field_validator("redis_url")
     @classmethod
     def _redis_url_form(cls, value: str) -> str:
-        form = "must be redis://[USER:PASSWORD@]HOST[:PORT][/DB] (or rediss:// for TLS)"
-        authority = re.match(r"[^:/?#]*://[^/?#]*", value)
-        if authority is not None and "@" in value[authority.end() :]:
-            # Every URL parser (redis-py's too) splits such a password into path, query or
-            # fragment: the host and the password would both be wrong. Parser errors would
-            # quote pieces of the password, so none is shown.
-            raise ValueError(
-                f"{form}; a '#', '/', '?' or '@' in the user or password must be "
-                "percent-encoded (%23, %2F, %3F, %40)"
-            )
-        try:
-            parts = urlsplit(value)
-            port = parts.port
-        except ValueError:
-            raise ValueError(f"{form}; the port must be a number in 1..65535") from None
-        if parts.scheme not in ("redis", "rediss") or not parts.hostname:
-            raise ValueError(form)
-        if port == 0:
-            raise ValueError(f"{form}; the port must be a number in 1..65535")
-        if parts.query or parts.fragment or not re.fullmatch(r"(/[0-9]{0,5})?", parts.path):
-            raise ValueError(f"{form}; no query or fragment, and DB a number")
+        parse_redis_url(value)
         return value
 
     @field_validator("http_address")
@@ -241,6 +243,17 @@ class Settings(BaseSettings):
             raise ValueError(
                 f"lock_ttl ({self.lock_ttl}) must exceed twice redis_socket_timeout "
                 f"({self.redis_socket_timeout}), or a slow renewal could outlive the lease"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _replica_wait_fits_in_call(self) -> Settings:
+        # A node that lacks the script answers NOSCRIPT and the call is sent again with its
+        # WAIT: twice the wait must fit in one call.
+        if self.lock_min_replicas and self.lock_replica_timeout * 2 >= self.redis_socket_timeout:
+            raise ValueError(
+                f"lock_replica_timeout ({self.lock_replica_timeout}) must be less than half of "
+                f"redis_socket_timeout ({self.redis_socket_timeout}): a call may wait twice"
             )
         return self
 
@@ -374,7 +387,7 @@ _VALUE_REPR.maxother = 80
 
 def _shown(field: str, value: object) -> str:
     """The value as the reader typed it, bounded in length and depth; secrets masked."""
-    if field == "redis_password":
+    if field in ("redis_password", "redis_sentinel_password"):
         return "***"
     if field == "redis_url" and isinstance(value, str):
         return _VALUE_REPR.repr(mask_url(value))

@@ -16,7 +16,6 @@ from collections.abc import Iterator, Sequence
 from contextlib import AbstractAsyncContextManager
 
 import structlog
-from redis.asyncio import Redis
 
 from playguard_async.engine import (
     CycleListener,
@@ -30,7 +29,7 @@ from playguard_async.inventory import Marquee, YamlInventorySource
 from playguard_async.lock import Lease
 from playguard_async.observe import CycleRecords
 from playguard_async.phase import resolve_phases
-from playguard_async.redis_client import connect_redis
+from playguard_async.redis_client import RedisClient, connect_redis
 from playguard_async.remote.memo import ComposeMemo
 from playguard_async.remote.pool import ConnectionPool
 from playguard_async.remote.ssh import RemoteOptions, RemoteSession, connect, open_session
@@ -99,13 +98,19 @@ def inventory_source(settings: Settings) -> YamlInventorySource:
     )
 
 
-def redis_for(settings: Settings) -> Redis:
+def redis_for(settings: Settings) -> RedisClient:
     return connect_redis(
         settings.redis_url,
         socket_timeout=settings.redis_socket_timeout,
         connect_timeout=settings.redis_connect_timeout,
         max_connections=settings.redis_max_connections,
         password=settings.redis_password.get_secret_value() if settings.redis_password else None,
+        sentinel_password=(
+            settings.redis_sentinel_password.get_secret_value()
+            if settings.redis_sentinel_password
+            else None
+        ),
+        tls_ca_file=settings.redis_tls_ca_file,
     )
 
 

@@ -17,7 +17,6 @@ from redis.asyncio import Redis
 from playguard_async.lab import (
     DockerDaemon,
     GitOrigin,
-    LabServer,
     MissingBinary,
     RedisServer,
     RegistryServer,
@@ -26,11 +25,14 @@ from playguard_async.lab import (
     find_binary,
     push_image,
 )
+from playguard_async.lab.process import StartStop
+from playguard_async.lab.topologies import ClusterLab, SentinelGroup
 from playguard_async.redis_client import connect_redis
+from tests.support.topologies import TOPOLOGIES, TopologyUnderTest, client_for, heal
 
 INTEGRATION_DIR = Path(__file__).parent / "integration"
 
-ServerT = TypeVar("ServerT", bound=LabServer)
+ServerT = TypeVar("ServerT", bound=StartStop)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -112,6 +114,64 @@ def git_origin(lab_dir: Path, busybox_image: str) -> GitOrigin:
         skip_or_fail(missing)
 
 
+@pytest.fixture(scope="session")
+def sentinel_group(lab_dir: Path) -> Iterator[SentinelGroup]:
+    """One primary, two replicas, three sentinels, for the whole session (about 7 s to start)."""
+    yield from _served(lambda: SentinelGroup(lab_dir / "sentinel"))
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(lab_dir: Path) -> Iterator[ClusterLab]:
+    """Three primaries with a replica each, for the whole session (about 3 s to start)."""
+    yield from _served(lambda: ClusterLab(lab_dir / "cluster"))
+
+
+@pytest.fixture
+def sentinel(sentinel_group: SentinelGroup) -> Iterator[SentinelGroup]:
+    """The session's Sentinel group, whole before the test and healed after it."""
+    heal(sentinel_group)
+    yield sentinel_group
+    heal(sentinel_group)
+
+
+@pytest.fixture
+def cluster(redis_cluster: ClusterLab) -> Iterator[ClusterLab]:
+    """The session's Cluster, whole before the test and healed after it."""
+    heal(redis_cluster)
+    yield redis_cluster
+    heal(redis_cluster)
+
+
+async def _topology_under_test(
+    request: pytest.FixtureRequest, name: str
+) -> AsyncIterator[TopologyUnderTest]:
+    fixture = {"single": "redis_server", "sentinel": "sentinel_group", "cluster": "redis_cluster"}
+    lab = request.getfixturevalue(fixture[name])
+    heal(lab)
+    client = client_for(lab.url)
+    try:
+        await client.flushall()
+        yield TopologyUnderTest(name=name, url=lab.url, lab=lab, redis=client)
+    finally:
+        await client.aclose()
+        heal(lab)
+
+
+@pytest.fixture(params=TOPOLOGIES)
+async def topology(request: pytest.FixtureRequest) -> AsyncIterator[TopologyUnderTest]:
+    """Each test that takes it runs on a single server, a Sentinel group and a Cluster: whole
+    and emptied before the test, healed after it whatever the test did to the servers."""
+    async for topology in _topology_under_test(request, request.param):
+        yield topology
+
+
+@pytest.fixture(params=("sentinel", "cluster"))
+async def replicated(request: pytest.FixtureRequest) -> AsyncIterator[TopologyUnderTest]:
+    """As ``topology``, on the topologies whose primaries have replicas."""
+    async for topology in _topology_under_test(request, request.param):
+        yield topology
+
+
 @pytest.fixture
 def live_redis_server(redis_server: RedisServer) -> RedisServer:
     """The session's redis-server, running and not paused, whatever the previous test did to it."""
@@ -127,6 +187,7 @@ async def redis(live_redis_server: RedisServer) -> AsyncIterator[Redis]:
     for a connection instead of failing.
     """
     client = connect_redis(live_redis_server.url, socket_timeout=1, connect_timeout=1)
+    assert isinstance(client, Redis)
     try:
         await client.flushall()
         yield client

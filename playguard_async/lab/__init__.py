@@ -11,6 +11,8 @@ daemon never does, and the container image leaves it out.
 
 - ``process``: finding programs, set-up commands, a server process's life (``LabServer``)
 - ``servers``: ``RedisServer``, ``SshServer``, ``DockerDaemon``, ``RegistryServer``
+- ``topologies``: ``SentinelGroup``, ``ClusterLab``, ``RedisNode`` and ``LabTls`` (Redis beyond
+  one server, TLS on every link)
 - ``images``: the busybox image, built here and pushed to the lab registry
 - ``origin``: the git origin of the compose project (``GitOrigin``)
 - ``fleet``: the whole lab at once (``Lab`` of ``MarqueeHost``s)

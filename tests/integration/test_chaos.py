@@ -1,11 +1,12 @@
 """Three ``playguard run`` replicas on three real Marquees for over a minute of faults.
 
 Replicas are SIGKILLed and restarted, frozen past their ttl with SIGSTOP, and Redis is paused,
-restarted empty and FLUSHALLed under them. Every cycle writes to its Marquee through the fenced
-funnel (``tests.support.phases:fenced_write``), and each host keeps its own record of what ran
-there. Afterwards the hosts are the judges: on each, the fences of the writes that ran never went
-down, the guard's journal holds exactly those writes, no lock key is left, and every Marquee was
-written by a healthy cycle again once the faults ended.
+restarted empty and FLUSHALLed under them; once more on a Sentinel group whose primary is SIGKILLed
+twice, the second time after its replicas were cut off. Every cycle writes to its Marquee
+through the fenced funnel (``tests.support.phases:fenced_write``), and each host keeps its own
+record of what ran there. Afterwards the hosts are the judges: on each, the fences of the writes
+that ran never went down, the guard's journal holds exactly those writes, no lock key is left, and
+every Marquee was written by a healthy cycle again once the faults ended.
 """
 
 from __future__ import annotations
@@ -14,15 +15,19 @@ import signal
 import time
 from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 from redis import Redis
 
 from playguard_async.keys import marquee_lock_key
 from playguard_async.lab import RedisServer, SshServer
+from playguard_async.lab.topologies import SentinelGroup
 from tests.support.daemon import Daemon, DaemonRunner, witness_lines
 from tests.support.fencing import host_records, journal, stale_writes
+from tests.support.topologies import heal
 from tests.support.world import ssh_marquee
 
 pytestmark = pytest.mark.integration
@@ -34,6 +39,7 @@ TICK = 0.5
 PHASE_SECONDS = 0.2
 GRACE = 5.0
 RUN_FOR = 62.0
+SENTINEL_RUN_FOR = 38.0
 CALM_FOR = 12.0
 """The last seconds of the run have no faults: the fleet must have converged by their end."""
 
@@ -132,14 +138,77 @@ def test_hosts_never_accept_a_stale_write_through_kills_freezes_and_redis_faults
     chaos = Chaos(daemons, live_redis_server, store, tmp_path)
     for replica in REPLICAS:
         chaos.start(replica)
-    faults = schedule(chaos)
-    assert max(at for at, _ in faults) < RUN_FOR - CALM_FOR
+    calm_from = run(chaos, schedule(chaos), RUN_FOR)
+    judge(chaos, daemons, store, calm_from, tmp_path)
+
+
+@pytest.mark.timeout(150)
+def test_hosts_never_accept_a_stale_write_through_sentinel_failovers(
+    sentinel: SentinelGroup, ssh_server: SshServer, tmp_path: Path
+) -> None:
+    """The fleet on a Sentinel group: a primary SIGKILLed, then one that dies after its replicas
+    were cut off, so the promoted one hands out fences the hosts have seen; replicas killed and
+    frozen in between."""
+    daemons = DaemonRunner(tmp_path / "daemons", sentinel.url)
+    daemons.write_inventory(MARQUEES, lambda name: ssh_marquee(ssh_server, name, tmp_path / name))
+    # Only replica faults go through Chaos here; the Redis faults are the group's own.
+    chaos = Chaos(daemons, sentinel.primary(), sentinel.primary().client(), tmp_path)
+    failovers: list[Future[Any]] = []
+    try:
+        with ThreadPoolExecutor(max_workers=1) as executor:
+
+            def failover() -> None:  # the group is whole again before the next fault
+                failovers.append(executor.submit(fail_and_heal, sentinel))
+                chaos.note("primary SIGKILLed")
+
+            def cut() -> None:
+                failovers.append(executor.submit(sentinel.cut_replicas))
+                chaos.note("replicas cut off")
+
+            faults = [
+                (3.0, failover),
+                (5.0, lambda: chaos.freeze("r2")),
+                (5.0 + TTL + 2.5, lambda: chaos.thaw("r2")),
+                (11.0, cut),
+                (13.0, failover),
+                (15.0, lambda: chaos.kill("r1")),
+                (17.0, lambda: chaos.restart("r1")),
+                (20.0, lambda: chaos.freeze("r3")),
+                (20.0 + TTL + 2.5, lambda: chaos.thaw("r3")),
+            ]
+            for replica in REPLICAS:
+                chaos.start(replica)
+            calm_from = run(chaos, faults, SENTINEL_RUN_FOR)
+            for future in failovers:
+                future.result()  # a failover that failed raises here
+        with sentinel.primary().client() as store:
+            judge(chaos, daemons, store, calm_from, tmp_path)
+    finally:
+        daemons.kill_all()
+
+
+def fail_and_heal(sentinel: SentinelGroup) -> None:
+    sentinel.fail_primary()
+    heal(sentinel)
+
+
+def run(chaos: Chaos, faults: list[tuple[float, Callable[[], None]]], run_for: float) -> float:
+    """Do each fault at its time, then let the fleet run calm to ``run_for`` seconds from the
+    start; returns when the calm began (monotonic clock)."""
+    assert max(at for at, _ in faults) < run_for - CALM_FOR
     for at, fault in faults:
         time.sleep(max(0.0, chaos.started + at - time.monotonic()))
         fault()
     calm_from = time.monotonic()
-    time.sleep(max(0.0, chaos.started + RUN_FOR - time.monotonic()))
+    time.sleep(max(0.0, chaos.started + run_for - time.monotonic()))
+    return calm_from
 
+
+def judge(
+    chaos: Chaos, daemons: DaemonRunner, store: Redis, calm_from: float, states: Path
+) -> None:
+    """The hosts judge the run: fences that never went down, journals holding exactly what ran,
+    no lock key left, every Marquee written again by a healthy cycle once the faults ended."""
     statuses = daemons.stop_all(list(chaos.fleet.values()), timeout=GRACE + 5)
     assert statuses == {replica: 0 for replica in REPLICAS}
     assert list(store.scan_iter(match=marquee_lock_key("*"))) == [], "a lock key outlived the fleet"
@@ -148,7 +217,7 @@ def test_hosts_never_accept_a_stale_write_through_kills_freezes_and_redis_faults
     assert stale_writes(daemons.host_record_dir) == []
     for marquee in MARQUEES:
         fences = [fence for name, fence, _ in ran if name == marquee]
-        accepted = [entry.fence for entry in journal(tmp_path / f"{marquee}-state")]
+        accepted = [entry.fence for entry in journal(states / f"{marquee}-state")]
         assert fences == sorted(fences), f"{marquee}: fences went down on the host"
         assert accepted == fences, f"{marquee}: the journal and what ran disagree"
 

@@ -42,7 +42,9 @@ from tests.support.world import LabWorld
 pytestmark = pytest.mark.integration
 
 PHASE_LINE = re.compile(r"^  (\w+) +(\d+) actions? ", re.MULTILINE)
-CHECK_ROW = re.compile(r"^ *(settings|inventory|redis|marquee \S+) +(ok|FAIL) ", re.MULTILINE)
+CHECK_ROW = re.compile(
+    r"^ *(settings|inventory|redis topology|redis|marquee \S+) +(ok|FAIL) ", re.MULTILINE
+)
 
 
 def phase_counts(stdout: str) -> dict[str, int]:
@@ -189,11 +191,13 @@ def test_check_passes_on_the_lab(
     done = playguard("check")
     assert done.returncode == 0, done.stdout + done.stderr
     assert verdicts(done.stdout) == {
-        "settings": "ok", "inventory": "ok", "redis": "ok", "marquee edge-1": "ok",
+        "settings": "ok", "inventory": "ok", "redis": "ok", "redis topology": "ok",
+        "marquee edge-1": "ok",
     }  # fmt: skip
     assert f"host key {ssh_server.host_key_fingerprint};" in done.stdout
     assert re.search(r"Docker \S+ \(API 1\.\d+\); docker-compose version 1\.", done.stdout)
     assert re.search(r"Redis \d+\.\d+\.\d+, [\d.]+ ms", done.stdout)
+    assert re.search(r"single: primary 127\.0\.0\.1:\d+, replicas: none", done.stdout)
 
 
 def test_check_names_the_fingerprint_of_an_unknown_host_key(
@@ -221,7 +225,8 @@ def test_check_with_sshd_stopped_fails_that_marquee(
         ssh_server.restart()
     assert done.returncode == 1, done.stdout + done.stderr
     assert verdicts(done.stdout) == {
-        "settings": "ok", "inventory": "ok", "redis": "ok", "marquee edge-1": "FAIL",
+        "settings": "ok", "inventory": "ok", "redis": "ok", "redis topology": "ok",
+        "marquee edge-1": "FAIL",
     }  # fmt: skip
     assert "ssh: edge-1 (127.0.0.1:" in done.stdout
     assert "cannot connect over SSH" in done.stdout

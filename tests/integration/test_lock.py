@@ -1,4 +1,7 @@
-"""The token lock against the lab's real redis-server: exclusivity, fencing, loss, clean release."""
+"""The token lock against the lab's real redis-server: exclusivity, fencing, loss, clean release.
+
+The scenarios that take ``topology`` run on a single server, a Sentinel group and a Cluster alike.
+"""
 
 from __future__ import annotations
 
@@ -21,17 +24,19 @@ from playguard_async.lock import (
     inspect_lock,
     once,
 )
+from playguard_async.redis_client import RedisClient
+from tests.support.topologies import TopologyUnderTest
 
 pytestmark = pytest.mark.integration
 
 TIMEOUT = 0.5
 
 
-def make_lock(redis: Redis, name: str = "marquee:edge-1", ttl: float = 30.0) -> TokenLock:
+def make_lock(redis: RedisClient, name: str = "marquee:edge-1", ttl: float = 30.0) -> TokenLock:
     return TokenLock(redis, name, ttl=ttl, timeout=TIMEOUT, replica="test-replica")
 
 
-async def wait_until_gone(redis: Redis, key: str, limit: float) -> bool:
+async def wait_until_gone(redis: RedisClient, key: str, limit: float) -> bool:
     end = time.monotonic() + limit
     while time.monotonic() < end:
         if not await redis.exists(key):
@@ -40,7 +45,10 @@ async def wait_until_gone(redis: Redis, key: str, limit: float) -> bool:
     return False
 
 
-async def test_200_concurrent_acquirers_have_exactly_one_winner(redis: Redis) -> None:
+async def test_200_concurrent_acquirers_have_exactly_one_winner(
+    topology: TopologyUnderTest,
+) -> None:
+    redis = topology.redis
     locks = [make_lock(redis) for _ in range(200)]
     leases = await asyncio.gather(*(lock.acquire() for lock in locks))
     winners = [lease for lease in leases if lease is not None]
@@ -49,7 +57,10 @@ async def test_200_concurrent_acquirers_have_exactly_one_winner(redis: Redis) ->
     assert await redis.get(fence_key("marquee:edge-1")) == b"1"
 
 
-async def test_fences_strictly_increase_over_release_and_expiry(redis: Redis) -> None:
+async def test_fences_strictly_increase_over_release_and_expiry(
+    topology: TopologyUnderTest,
+) -> None:
+    redis = topology.redis
     fences: list[int] = []
     for _ in range(3):
         lease = await make_lock(redis).acquire()
@@ -66,7 +77,8 @@ async def test_fences_strictly_increase_over_release_and_expiry(redis: Redis) ->
     assert await redis.exists(fence_key("marquee:edge-1")) == 1, "the fence outlives the lock"
 
 
-async def test_stale_release_keeps_new_owners_key(redis: Redis) -> None:
+async def test_stale_release_keeps_new_owners_key(topology: TopologyUnderTest) -> None:
+    redis = topology.redis
     stale = await make_lock(redis, ttl=0.15).acquire()
     assert stale is not None
     assert await wait_until_gone(redis, lock_key("marquee:edge-1"), 2.0)
@@ -80,7 +92,8 @@ async def test_stale_release_keeps_new_owners_key(redis: Redis) -> None:
     assert await fresh.release() is ReleaseResult.RELEASED
 
 
-async def test_renew_after_expiry_raises_expired(redis: Redis) -> None:
+async def test_renew_after_expiry_raises_expired(topology: TopologyUnderTest) -> None:
+    redis = topology.redis
     lease = await make_lock(redis, ttl=0.15).acquire()
     assert lease is not None
     assert await wait_until_gone(redis, lock_key("marquee:edge-1"), 2.0)
@@ -90,7 +103,10 @@ async def test_renew_after_expiry_raises_expired(redis: Redis) -> None:
     assert await lease.release() is ReleaseResult.EXPIRED
 
 
-async def test_renew_when_another_token_holds_the_key_raises_stolen(redis: Redis) -> None:
+async def test_renew_when_another_token_holds_the_key_raises_stolen(
+    topology: TopologyUnderTest,
+) -> None:
+    redis = topology.redis
     lease = await make_lock(redis).acquire()
     assert lease is not None
     await redis.set(lock_key("marquee:edge-1"), "someone-else")
@@ -101,7 +117,8 @@ async def test_renew_when_another_token_holds_the_key_raises_stolen(redis: Redis
     assert await redis.get(lock_key("marquee:edge-1")) == b"someone-else"
 
 
-async def test_renew_restores_full_ttl_and_moves_the_deadline(redis: Redis) -> None:
+async def test_renew_restores_full_ttl_and_moves_the_deadline(topology: TopologyUnderTest) -> None:
+    redis = topology.redis
     lock = make_lock(redis, ttl=5.0)
     before = time.monotonic()
     lease = await lock.acquire()
@@ -117,18 +134,19 @@ async def test_renew_restores_full_ttl_and_moves_the_deadline(redis: Redis) -> N
 
 
 async def test_renew_while_redis_paused_is_lost_unreachable_in_bounded_time(
-    redis: Redis, redis_server: RedisServer
+    topology: TopologyUnderTest,
 ) -> None:
-    lease = await make_lock(redis).acquire()
+    lease = await make_lock(topology.redis).acquire()
     assert lease is not None
-    redis_server.pause()
+    server = topology.node_serving(lock_key("marquee:edge-1"))
+    server.pause()
     try:
         started = time.monotonic()
         with pytest.raises(LockLost) as lost:
             await lease.renew()
         elapsed = time.monotonic() - started
     finally:
-        redis_server.resume()
+        server.resume()
     assert lost.value.reason == "unreachable"
     assert lost.value.__cause__ is not None
     assert elapsed < TIMEOUT + 1.0, f"renew took {elapsed:.2f}s against a {TIMEOUT}s bound"
@@ -236,7 +254,8 @@ async def test_cancelled_acquire_before_sending_leaves_no_key(redis: Redis) -> N
     assert await redis.exists(lock_key("marquee:edge-1")) == 0
 
 
-async def test_holder_is_readable_by_operators(redis: Redis) -> None:
+async def test_holder_is_readable_by_operators(topology: TopologyUnderTest) -> None:
+    redis = topology.redis
     lease = await make_lock(redis, ttl=20.0).acquire()
     assert lease is not None
     state = await inspect_lock(redis, "marquee:edge-1")
@@ -251,11 +270,12 @@ async def test_holder_is_readable_by_operators(redis: Redis) -> None:
     assert await inspect_lock(redis, "marquee:edge-1") is None
 
 
-async def test_scripts_reload_after_script_flush(redis: Redis) -> None:
-    lock = make_lock(redis)
+async def test_scripts_reload_after_script_flush(topology: TopologyUnderTest) -> None:
+    """NOSCRIPT, as a new primary after a failover or a resharding answers it, is a reload."""
+    lock = make_lock(topology.redis)
     lease = await lock.acquire()
     assert lease is not None
-    await redis.script_flush()
+    topology.flush_scripts()
     await lease.renew()
     assert await lease.release() is ReleaseResult.RELEASED
 

@@ -8,12 +8,11 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from redis.asyncio import Redis
-
 from playguard_async.engine import CycleResult, Engine, EngineObserver, SessionOpener
 from playguard_async.inventory import DesiredState, Inventory, Marquee
 from playguard_async.observe import CycleRecords
 from playguard_async.phase import Phase, PhaseContext, PhaseReport
+from playguard_async.redis_client import RedisClient
 from playguard_async.settings import Settings, load_settings
 from tests.support.daemon import within_lease
 from tests.support.state import StaticState
@@ -77,7 +76,7 @@ class EngineHarness:
 
     def __init__(
         self,
-        redis: Redis,
+        redis: RedisClient,
         *phases: Phase,
         state: DesiredState | None = None,
         marquees: int = 1,

@@ -305,3 +305,9 @@ def test_any_environment_text_ends_in_settings_or_one_settings_error(
         except SettingsError as error:
             for problem in str(error).splitlines()[1:]:
                 assert problem.startswith("  environment PLAYGUARD_") or "lock_ttl" in problem
+
+
+def test_replica_wait_must_fit_in_one_call_only_when_replicas_are_awaited() -> None:
+    assert load_settings(None, redis_socket_timeout=0.5).lock_min_replicas == 0
+    with pytest.raises(SettingsError, match=r"lock_replica_timeout \(0.5\) must be less than half"):
+        load_settings(None, redis_socket_timeout=1.0, lock_min_replicas=1)
