@@ -131,15 +131,15 @@ class FencedProbe:
         self.entered = asyncio.Event()
         self.gate = asyncio.Event()
 
-    async def __call__(self, ctx: PhaseContext) -> PhaseReport:
+    async def __call__(self, ctx: PhaseContext[RemoteSession]) -> PhaseReport:
         self.inside.add(ctx.lease.token)
         self.most = max(self.most, len(self.inside))
         try:
-            session: RemoteSession = await ctx.remote()
+            session = await ctx.remote()
             await session.change(f"probe writes fence {ctx.lease.fence}", ["true"])
             self.entered.set()
             await self.gate.wait()
-            return PhaseReport(actions=session.actions)
+            return PhaseReport()
         finally:
             self.inside.discard(ctx.lease.token)
 
