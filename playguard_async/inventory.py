@@ -600,7 +600,7 @@ def _check_shape(root: Node) -> str | None:
 def _node_lines(root: Node, line: int) -> dict[_Loc, int]:
     """Each place in the document and its 1-based line; a mapping entry maps to its key's line
     (an empty value's own mark can point at the next line). Only for a tree whose expansion is
-    bounded (no anchors, or ``_check_shape`` accepted it); iterative, as the C parser allows
+    bounded (``_check_shape`` accepted it); iterative, as the C parser allows
     nesting deeper than Python's recursion limit."""
     lines: dict[_Loc, int] = {}
     stack: list[tuple[Node, _Loc, int]] = [(root, (), line)]
@@ -970,7 +970,7 @@ class YamlInventorySource:
                 loader.dispose()
         loader = _InventoryLoader(text)
         try:
-            node = self._checked_tree(loader, text)
+            node = self._checked_tree(loader)
             if node is None:
                 return {}
             document = loader.construct_document(node)
@@ -983,7 +983,7 @@ class YamlInventorySource:
         """Where each place of a document that parsed is, for its validation errors."""
         loader = _InventoryLoader(text)
         try:
-            node = self._checked_tree(loader, text)
+            node = self._checked_tree(loader)
             if node is None:
                 return {}
             lines = _node_lines(node, node.start_mark.line + 1)
@@ -993,9 +993,11 @@ class YamlInventorySource:
             loader.dispose()
 
     @staticmethod
-    def _checked_tree(loader: _InventoryLoader, text: str) -> Node | None:
+    def _checked_tree(loader: _InventoryLoader) -> Node | None:
+        """The node tree, refused when too deep or too expanded by aliases. Only documents the
+        event builder hands over (anchors, merge keys, tags) and failed validations get here."""
         node = loader.get_single_node()
-        if node is not None and "&" in text:
+        if node is not None:
             refused = _check_shape(node)
             if refused is not None:
                 raise _ShapeRefused(refused)
