@@ -22,6 +22,7 @@ from redis import Redis as SyncRedis
 
 from playguard_async.lab.process import (
     LabServer,
+    ServerStartFailed,
     StartStop,
     find_binary,
     free_port,
@@ -398,7 +399,9 @@ class ClusterLab(StartStop):
         try:
             for node in self.nodes:
                 (node.workdir / "nodes.conf").unlink(missing_ok=True)
-                node.start()
+                self._start_node(node)
+            scheme = "rediss+cluster" if self.tls else "redis+cluster"
+            self.url = f"{scheme}://" + ",".join(f"127.0.0.1:{node.port}" for node in self.nodes)
             tls = ["--tls", "--cacert", str(self.tls.cert)] if self.tls else []
             run_command([
                 self._cli, *tls, "--cluster", "create",
@@ -409,6 +412,23 @@ class ClusterLab(StartStop):
         except BaseException:
             self.stop()
             raise
+
+    @staticmethod
+    def _start_node(node: RedisNode, attempts: int = 3) -> None:
+        """Start ``node``; a port taken between choosing it and binding it (an outgoing
+        connection of another node can land on any ephemeral port) is chosen again. The
+        cluster is formed after its nodes start, so a node's port may still change here."""
+        for attempt in range(attempts):
+            try:
+                node.start()
+                return
+            except ServerStartFailed:
+                taken = "Address already in use" in node.log_path.read_text(errors="replace")
+                if not taken or attempt == attempts - 1:
+                    raise
+                node.log_path.unlink(missing_ok=True)
+                node.port = free_cluster_port()
+                node.url = f"{'rediss' if node.tls else 'redis'}://127.0.0.1:{node.port}/0"
 
     def stop(self) -> None:
         for node in self.nodes:
