@@ -40,6 +40,7 @@ from playguard_async.lock import (
 )
 from playguard_async.phase import PartialFailure, Phase, PhaseContext, PhaseReport, RemoteView
 from playguard_async.redis_client import RedisClient
+from playguard_async.replicas import ReplicaRoster
 from playguard_async.settings import Settings
 
 log = structlog.get_logger("playguard.engine")
@@ -129,6 +130,10 @@ class EngineObserver(Protocol):
     def tick_started(self, lag: float) -> None:
         """A tick starts ``lag`` seconds after its point on the tick grid."""
 
+    def fleet_shared(self, replicas: int, assigned: int) -> None:
+        """A tick found ``replicas`` live replicas (0: not sharing, attempting every Marquee) and
+        this one's share of the launchable Marquees to be ``assigned``."""
+
     def lease_renewing(self, headroom: float) -> None:
         """A lease is about to be renewed with ``headroom`` seconds left before its deadline."""
 
@@ -143,6 +148,9 @@ class _Unobserved:
     """The observer of an engine nobody watches."""
 
     def tick_started(self, lag: float) -> None:
+        pass
+
+    def fleet_shared(self, replicas: int, assigned: int) -> None:
         pass
 
     def lease_renewing(self, headroom: float) -> None:
@@ -247,6 +255,12 @@ class Engine:
         self.stopping = asyncio.Event()
         self.last_tick: float | None = None
         self._slots = asyncio.Semaphore(settings.max_concurrent_cycles)
+        self.roster = ReplicaRoster(
+            redis,
+            settings.replica_id,
+            ttl=settings.tick_interval,
+            timeout=settings.redis_socket_timeout,
+        )
         self._cancel_now = False
 
     # -- life --------------------------------------------------------------------------------
@@ -276,36 +290,48 @@ class Engine:
         return self.inventory
 
     async def run(self) -> None:
-        """Tick until asked to stop, then drain. The first tick runs at once."""
+        """Tick until asked to stop, then drain. The first tick runs at once, after this
+        replica has announced itself; a stop request hands its Marquees to the others at once."""
         await self.load_inventory()
+        await self.roster.announce()
+        announcing = asyncio.create_task(
+            self.roster.keep_announcing(self.stopping), name="replicas:announce"
+        )
         interval = self.settings.tick_interval
         next_tick = time.monotonic()
         log.info("engine.started", replica=self.settings.replica_id, phases=self.phase_names)
-        while not self.stopping.is_set():
-            self.observer.tick_started(time.monotonic() - next_tick)
-            await self.tick()
-            now = time.monotonic()
-            next_tick, skipped = next_tick_after(next_tick, now, interval)
-            if skipped:
-                log.warning("engine.ticks_skipped", skipped=skipped)
-            await wait_or_stop(self.stopping, next_tick - now)
-        await self.drain()
+        try:
+            while not self.stopping.is_set():
+                self.observer.tick_started(time.monotonic() - next_tick)
+                await self.tick()
+                now = time.monotonic()
+                next_tick, skipped = next_tick_after(next_tick, now, interval)
+                if skipped:
+                    log.warning("engine.ticks_skipped", skipped=skipped)
+                await wait_or_stop(self.stopping, next_tick - now)
+            await self.drain()
+        finally:
+            self.stopping.set()
+            await detached(announcing)
 
     @property
     def phase_names(self) -> list[str]:
         return [phase.name for phase in self.phases]
 
     async def tick(self) -> list[asyncio.Task[CycleResult]]:
-        """Start a cycle for every launchable Marquee not already in a cycle here."""
+        """Start a cycle for every launchable Marquee of this replica's share (``replicas``) not
+        already in a cycle here."""
         self.last_tick = time.monotonic()
         inventory = await self.load_inventory()
         resume_first = await self._resume_order()
         marquees = sorted(
-            inventory.launchable_marquees(), key=lambda m: (m.name not in resume_first, m.name)
+            (m for m in inventory.launchable_marquees() if self.roster.owns(m.name)),
+            key=lambda m: (m.name not in resume_first, m.name),
         )
-        # Replicas whose ticks line up would otherwise always find the same holder re-ticking just
-        # after its own release; a random start offset lets every replica win its share. Resumed
-        # Marquees start at once: they go first.
+        sharing_with = len(self.roster.live) if self.roster.sharing else 0
+        self.observer.fleet_shared(sharing_with, len(marquees))
+        # A random start offset spreads the share's starts over the tick (and lets replicas that
+        # briefly disagree about who is live both win some). Resumed Marquees start at once.
         spread = self.settings.tick_jitter * self.settings.tick_interval
         started = []
         for marquee in marquees:

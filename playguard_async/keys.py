@@ -14,6 +14,10 @@ PREFIX = "playguard"
 RESUME_KEY = f"{PREFIX}:resume"
 """Sorted set of Marquees whose cycle a shutdown interrupted; score: when (Unix seconds)."""
 
+REPLICAS_KEY = f"{PREFIX}:replicas"
+"""Sorted set of live replicas (``replica_id``); score: when the announcement expires (Redis's
+clock, Unix milliseconds). Read by every replica to split the fleet (``replicas``)."""
+
 
 def lock_key(name: str) -> str:
     """The lock itself: the holder's record, with the lease's TTL."""

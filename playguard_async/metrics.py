@@ -80,6 +80,17 @@ class Metrics:
             "Cycles started and not yet finished (waiting for their start offset or a slot, too).",
             registry=self.registry,
         )
+        self.replicas = Gauge(
+            "playguard_replicas",
+            "Live replicas sharing the fleet at the last tick (0: not sharing, Redis unreadable, "
+            "so this one attempts every Marquee).",
+            registry=self.registry,
+        )
+        self.marquees_assigned = Gauge(
+            "playguard_marquees_assigned",
+            "Launchable Marquees this replica attempted at the last tick (its share of the fleet).",
+            registry=self.registry,
+        )
         for outcome in outcomes:
             self.cycles.labels(outcome)
         for reason in typing.get_args(LossReason):
@@ -104,6 +115,10 @@ class Metrics:
 
     def tick_started(self, lag: float) -> None:
         self.tick_lag.observe(max(0.0, lag))
+
+    def fleet_shared(self, replicas: int, assigned: int) -> None:
+        self.replicas.set(replicas)
+        self.marquees_assigned.set(assigned)
 
     def lease_renewing(self, headroom: float) -> None:
         self.lease_headroom.observe(headroom)

@@ -120,7 +120,7 @@ class Settings(BaseSettings):
         ge=0,
         le=0.5,
         description="Share of tick_interval over which cycle starts are spread at random, so "
-        "replicas that tick together share the fleet.",
+        "a replica's share of the fleet does not start at one instant.",
     )
     lock_ttl: float = _seconds(900.0, description="Seconds a lease lasts without renewal.")
     max_concurrent_cycles: int = Field(16, ge=1, le=100_000, description="Cycles running at once.")
@@ -152,7 +152,8 @@ class Settings(BaseSettings):
     replica_id: str = Field(
         default_factory=default_replica_id,
         min_length=1,
-        description="This replica's name in locks and records (default host:pid).",
+        description="This replica's name in locks, records and the replicas that split the "
+        "fleet; unique per process (default host:pid).",
     )
     event_loop: Literal["uvloop", "asyncio"] = Field("uvloop")
     ssh_connect_timeout: float = _seconds(10.0, description="Seconds to open an SSH connection.")
