@@ -15,6 +15,7 @@ import functools
 from collections.abc import AsyncIterator, Callable
 
 from playguard_async.aio import background
+from playguard_async.capacity import raise_open_files_limit
 from playguard_async.endpoints import application, serving
 from playguard_async.engine import CycleResult, Engine, Outcome
 from playguard_async.metrics import Metrics
@@ -27,6 +28,8 @@ from playguard_async.wiring import RemoteLayer, build_engine, stopping_on_signal
 
 async def serve(settings: Settings, *, stop_after: float | None = None) -> None:
     """Run the daemon until SIGTERM or SIGINT (or ``stop_after`` seconds), then drain and return."""
+    # Before the engine sizes its slots from it (``max_concurrent_cycles = "auto"``).
+    raise_open_files_limit()
     metrics = Metrics(outcomes=[outcome.value for outcome in Outcome], lock_ttl=settings.lock_ttl)
 
     async def count(result: CycleResult) -> None:

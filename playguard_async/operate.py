@@ -421,7 +421,7 @@ async def check(config: Path | None, *, timeout: float) -> list[CheckRow]:
         options = dataclasses.replace(
             remote_options(settings), command_timeout=timeout, docker_timeout=timeout
         )
-        slots = asyncio.Semaphore(settings.max_concurrent_cycles)
+        slots = asyncio.Semaphore(settings.cycle_slots())
 
         async def bounded_check(marquee: Marquee) -> CheckRow:
             async with slots:

@@ -13,7 +13,7 @@ import re
 import reprlib
 import tomllib
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 from urllib.parse import urlsplit
 
 import pydantic_settings
@@ -27,6 +27,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from playguard_async.capacity import cycle_slots
 from playguard_async.files import FileRefused, read_text_limited
 from playguard_async.inventory import INVENTORY_MAX_BYTES, INVENTORY_READ_TIMEOUT
 from playguard_async.lock import default_replica_id
@@ -123,7 +124,11 @@ class Settings(BaseSettings):
         "a replica's share of the fleet does not start at one instant.",
     )
     lock_ttl: float = _seconds(900.0, description="Seconds a lease lasts without renewal.")
-    max_concurrent_cycles: int = Field(16, ge=1, le=100_000, description="Cycles running at once.")
+    max_concurrent_cycles: Annotated[int, Field(ge=1, le=100_000)] | Literal["auto"] = Field(
+        "auto",
+        description="Cycles running at once; auto: what the open-files limit leaves beside the "
+        "SSH and Redis pools, 4 files a cycle, 16 to 1024.",
+    )
     shutdown_grace: float = _seconds(
         30.0, zero=True, description="Seconds a draining cycle may take before it is cancelled."
     )
@@ -267,6 +272,14 @@ class Settings(BaseSettings):
                     f"({self.lock_ttl}), or one remote call could outlast the lease"
                 )
         return self
+
+    def cycle_slots(self) -> int:
+        """``max_concurrent_cycles``, with ``auto`` sized from the open-files limit now."""
+        if self.max_concurrent_cycles != "auto":
+            return self.max_concurrent_cycles
+        return cycle_slots(
+            ssh_pool_size=self.ssh_pool_size, redis_connections=self.redis_max_connections
+        )
 
     def http_bind(self) -> tuple[str, int] | None:
         """The host and port to serve HTTP on, or None when ``http_address`` is empty."""

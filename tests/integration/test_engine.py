@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -446,3 +447,27 @@ async def test_phase_never_starts_on_a_lease_that_lapsed_while_the_process_stall
     result = await harness.cycle()
     assert (result.outcome, result.phase) == (Outcome.DEADLINE, "second")
     assert second.entered == [], "not even the phase's first synchronous steps ran"
+
+
+def tracked(thing: object) -> bool:
+    """Whether the collector's generations hold ``thing`` (frozen objects are in none)."""
+    return any(candidate is thing for candidate in gc.get_objects())
+
+
+async def test_a_new_desired_state_is_kept_out_of_the_collectors_generations(
+    redis: Redis,
+) -> None:
+    state = StaticState(inventory_of("m1", "m2"))
+    harness = EngineHarness(redis, state=state)
+    try:
+        first = await harness.engine.load_inventory()
+        assert not tracked(first)
+        assert not tracked(first.marquees[0])
+        state.inventory = inventory_of("m3")
+        second = await harness.engine.load_inventory()
+        assert not tracked(second)
+        frozen = gc.get_freeze_count()
+        assert await harness.engine.load_inventory() is second
+        assert gc.get_freeze_count() == frozen, "an unchanged state is not frozen again"
+    finally:
+        gc.unfreeze()
