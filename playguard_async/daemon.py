@@ -19,6 +19,7 @@ from playguard_async.capacity import raise_open_files_limit
 from playguard_async.endpoints import application, serving
 from playguard_async.engine import CycleResult, Engine, Outcome
 from playguard_async.metrics import Metrics
+from playguard_async.notify import ChangeNotifier, news_of
 from playguard_async.observe import Liveness
 from playguard_async.redis_client import redis_answers
 from playguard_async.settings import Settings
@@ -34,15 +35,19 @@ async def serve(settings: Settings, *, stop_after: float | None = None) -> None:
 
     async def count(result: CycleResult) -> None:
         metrics.cycle_finished(result.outcome.value, result.durations)
+        health, _ = news_of(result)
+        metrics.marquee_finished(result.marquee, result.outcome.value, health, result.finished_at)
 
     remote = RemoteLayer(settings)
     engine = build_engine(settings, listeners=[count], observer=metrics, remote=remote)
+    changes = ChangeNotifier(settings, engine.redis)
+    engine.listeners.append(changes.notify_cycle)
     metrics.count_in_flight(lambda: len(engine.cycles))
     if stop_after is not None:
         asyncio.get_running_loop().call_later(stop_after, engine.request_stop)
     try:
         with stopping_on_signals(engine):
-            async with watched(engine, metrics):
+            async with watched(engine, metrics), changes.sending(drain=settings.webhook_timeout):
                 await engine.run()
     finally:
         await remote.close()

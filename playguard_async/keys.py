@@ -52,3 +52,9 @@ def last_cycle_key(marquee: str) -> str:
 def cycle_history_key(marquee: str) -> str:
     """A Marquee's recent cycle records, newest first, capped at ``history_length``."""
     return f"{PREFIX}:cycles:{{{marquee}}}:history"
+
+
+def health_key(marquee: str) -> str:
+    """A Marquee's health as its last telling cycle left it (``ok`` or ``failing``), swapped at
+    the end of each cycle so exactly one cycle sees each change (``notify``)."""
+    return f"{PREFIX}:cycles:{{{marquee}}}:health"

@@ -12,6 +12,7 @@ import os
 import re
 import reprlib
 import tomllib
+import typing
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 from urllib.parse import urlsplit
@@ -219,6 +220,27 @@ class Settings(BaseSettings):
         "for IPv6; port 0 picks a free one); empty: no HTTP server.",
     )
 
+    webhook_url: SecretStr | None = Field(
+        None,
+        description="http(s) URL that Marquee health changes, lost locks and refused writes are "
+        "POSTed to as JSON; a secret (tokens live in such URLs): only its origin is ever logged. "
+        "Unset: logged only.",
+    )
+    webhook_secret: SecretStr | None = Field(
+        None,
+        description="Key of the HMAC-SHA256 signature of each webhook body, sent as "
+        "X-Playguard-Signature: sha256=<hex>; unset: unsigned.",
+    )
+    webhook_timeout: float = _seconds(5.0, description="Seconds one webhook POST may take.")
+    webhook_retries: int = Field(
+        3, ge=0, le=10, description="Retries of a webhook POST that failed (timeout, 5xx, 429)."
+    )
+    notify_window: float = _seconds(
+        600.0,
+        description="Seconds within which the same lost lock or refused write of a Marquee (same "
+        "reason) is told once, however many replicas saw it.",
+    )
+
     _file_data: ClassVar[dict[str, Any]] = {}
     """The settings file's values, read and bounded by ``load_settings``."""
 
@@ -233,6 +255,15 @@ class Settings(BaseSettings):
     def _http_address_form(cls, value: str) -> str:
         if value:
             parse_http_address(value)
+        return value
+
+    @field_validator("webhook_url")
+    @classmethod
+    def _webhook_url_form(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            url = urlsplit(value.get_secret_value())
+            if url.scheme not in ("http", "https") or not url.hostname:
+                raise ValueError("must be an http:// or https:// URL with a host")
         return value
 
     @field_validator("phases")
@@ -399,9 +430,17 @@ _VALUE_REPR.maxstring = 80
 _VALUE_REPR.maxother = 80
 
 
+def _is_secret(field: str) -> bool:
+    """Whether ``field`` holds a ``SecretStr`` (passwords, the webhook's URL and key)."""
+    known = Settings.model_fields.get(field)
+    if known is None:
+        return False
+    return known.annotation is SecretStr or SecretStr in typing.get_args(known.annotation)
+
+
 def _shown(field: str, value: object) -> str:
     """The value as the reader typed it, bounded in length and depth; secrets masked."""
-    if field in ("redis_password", "redis_sentinel_password"):
+    if _is_secret(field):
         return "***"
     if field == "redis_url" and isinstance(value, str):
         return _VALUE_REPR.repr(mask_url(value))
