@@ -145,10 +145,12 @@ def main() -> None:
         for fleet in fleets:
             child = subprocess.run(
                 [sys.executable, __file__, "--child", str(fleet), server.url, workdir],
-                check=True,
+                check=False,
                 capture_output=True,
                 text=True,
             )
+            if child.returncode:
+                sys.exit(f"the child measuring {fleet} Marquees failed:\n{child.stderr[-3000:]}")
             rows.append(json.loads(child.stdout.strip().splitlines()[-1]))
     print(
         f"{'marquees':>8} {'cpu/tick s':>10} {'cpu/cycle ms':>12} {'wall/tick s':>11} "

@@ -8,7 +8,11 @@ converged 20-Playground Marquees at 39 cycles a minute while the CPU idled.
 
 The daemon first lifts its soft limit of open files to the hard one (systemd's default soft limit
 is 1024, its hard one far higher), then gives cycles what the idle SSH pool, the Redis pool and a
-reserve leave, ``FILES_PER_CYCLE`` each, between ``MIN_SLOTS`` and ``MAX_SLOTS``.
+reserve leave, ``FILES_PER_CYCLE`` each, between ``MIN_SLOTS`` and ``MAX_SLOTS``, and no more than
+the Redis pool has connections: more cycles than connections queue for them, and redis-py's pool
+is not fair (a woken waiter can lose its turn to a newcomer), so with 1,024 no-op cycles on 50
+connections some waited past ``redis_socket_timeout`` and their leases read as lost
+(``bench/dispatch.py``).
 """
 
 from __future__ import annotations
@@ -52,4 +56,4 @@ def cycle_slots(
         if open_files == resource.RLIM_INFINITY:
             open_files = OPEN_FILES_CEILING
     spare = open_files - ssh_pool_size - redis_connections - RESERVED_FILES
-    return max(MIN_SLOTS, min(MAX_SLOTS, spare // FILES_PER_CYCLE))
+    return max(MIN_SLOTS, min(MAX_SLOTS, redis_connections, spare // FILES_PER_CYCLE))

@@ -128,7 +128,7 @@ class Settings(BaseSettings):
     max_concurrent_cycles: Annotated[int, Field(ge=1, le=100_000)] | Literal["auto"] = Field(
         "auto",
         description="Cycles running at once; auto: what the open-files limit leaves beside the "
-        "SSH and Redis pools, 4 files a cycle, 16 to 1024.",
+        "SSH and Redis pools, 4 files a cycle, at most redis_max_connections, 16 to 1024.",
     )
     shutdown_grace: float = _seconds(
         30.0, zero=True, description="Seconds a draining cycle may take before it is cancelled."

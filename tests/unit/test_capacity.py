@@ -19,10 +19,11 @@ from tests.support.engine import settings_for
 SIZING = [
     # open files, ssh pool, redis pool -> slots
     (1024, 1024, 50, MIN_SLOTS),  # systemd's default soft limit: the idle pool takes it all
-    (4096, 1024, 50, (4096 - 1024 - 50 - RESERVED_FILES) // FILES_PER_CYCLE),
-    (65536, 1024, 50, MAX_SLOTS),
+    (65536, 1024, 50, 50),  # the defaults under the unit's limit: one cycle per Redis connection
+    (2048, 1024, 500, (2048 - 1024 - 500 - RESERVED_FILES) // FILES_PER_CYCLE),
+    (65536, 1024, 800, 800),
     (1 << 20, 0, 10_000, MAX_SLOTS),
-    (256, 0, 1, (256 - 1 - RESERVED_FILES) // FILES_PER_CYCLE),
+    (512, 0, 100, (512 - 100 - RESERVED_FILES) // FILES_PER_CYCLE),
     (100, 0, 1, MIN_SLOTS),
     (0, 0, 0, MIN_SLOTS),
 ]
@@ -41,10 +42,13 @@ def test_a_number_set_by_the_operator_is_used_as_it_is() -> None:
 
 
 def test_auto_reads_the_limit_in_force(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(resource, "getrlimit", lambda _: (4096, 4096))
-    settings = settings_for(max_concurrent_cycles="auto", ssh_pool_size=100)
-    expected = (4096 - 100 - settings.redis_max_connections - RESERVED_FILES) // FILES_PER_CYCLE
-    assert settings.cycle_slots() == expected
+    monkeypatch.setattr(resource, "getrlimit", lambda _: (2048, 2048))
+    settings = settings_for(
+        max_concurrent_cycles="auto", ssh_pool_size=1000, redis_max_connections=1000
+    )
+    expected = (2048 - 1000 - 1000 - RESERVED_FILES) // FILES_PER_CYCLE
+    assert expected < MIN_SLOTS
+    assert settings.cycle_slots() == MIN_SLOTS
 
 
 @pytest.mark.parametrize(
