@@ -22,4 +22,5 @@ run bench/inventory_load.py --fleets 1000,10000 --rounds 1
 run bench/inventory_queries.py --rounds 2
 run bench/dispatch.py --fleets 100,1000,10000
 run bench/scale_out.py --fleet 1000 --replicas 1,2,4
-run bench/converged_marquee.py --playgrounds 20 --cycles 2 --fleet 10 --ticks 1
+# "before": the code before the remote layer kept connections and compose answers (issue 10b)
+run bench/converged_marquee.py --playgrounds 20 --cycles 2 --fleet 10 --ticks 1 --before 6434802

@@ -158,7 +158,7 @@ def test_systemd_unit_notifies_watches_and_outlasts_the_drain(example_grace: flo
     assert service["Type"] == ["notify"]
     assert service["NotifyAccess"] == ["main"]
     assert service["ExecStart"] == [
-        "/usr/local/bin/playguard run --config /etc/playguard/playguard.toml"
+        "/opt/playguard/bin/playguard run --config /etc/playguard/playguard.toml"
     ]
     assert service["KillSignal"] == ["SIGTERM"]
     assert service["Restart"] == ["on-failure"]
@@ -177,7 +177,7 @@ def test_systemd_unit_passes_systemd_analyze_verify(
     analyze = require_binary("systemd-analyze", "systemd")
     # verify insists that ExecStart's program exists: point it at this installation's.
     unit = tmp_path / "playguard.service"
-    unit.write_text(UNIT.read_text().replace("/usr/local/bin/playguard", str(PLAYGUARD)))
+    unit.write_text(UNIT.read_text().replace("/opt/playguard/bin/playguard", str(PLAYGUARD)))
     done = subprocess.run(
         [analyze, "verify", "--man=no", str(unit)],
         capture_output=True,
