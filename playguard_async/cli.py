@@ -202,8 +202,13 @@ def status(ctx: click.Context, config: Path | None, as_json: bool) -> None:
         history: list[str | Text] = [_text("never"), "-", "-", "-", "-"]
         if last is not None:
             where = f" in {last.phase}" if last.phase else ""
+            style = _outcome_style(last.outcome)
+            if last.dry_run:
+                # Nothing was changed: drift it found is still there.
+                where += " (dry run)"
+                style = "yellow" if last.drift and last.outcome == "ok" else style
             history = [
-                _text((last.outcome + where, _outcome_style(last.outcome))),
+                _text((last.outcome + where, style)),
                 "-" if last.finished_at is None else f"{_span(now - last.finished_at)} ago",
                 "-" if last.duration is None else _span(last.duration),
                 str(last.actions),

@@ -93,7 +93,13 @@ class CycleResult:
     findings: dict[str, dict[str, Any]] = field(default_factory=dict)
     notices: dict[str, list[dict[str, str]]] = field(default_factory=dict)
     """Phase -> its ``Notice``s, as JSON objects: what an operator should look at."""
+    replica: str = ""
+    dry_run: bool = False
     started: float = field(default_factory=time.monotonic)
+    """When the cycle began: its task's start, then (once it has a slot) its acquisition's."""
+    waited: float = 0.0
+    """Seconds between the task's start and the acquisition: its start offset and the wait for a
+    slot, kept apart so that ``duration`` is the cycle's own work."""
     finished_at: float = 0.0
     duration: float = 0.0
 
@@ -111,7 +117,10 @@ class CycleResult:
             "actions": self.actions,
             "findings": self.findings,
             "notices": self.notices,
+            "replica": self.replica,
+            "dry_run": self.dry_run,
             "finished_at": self.finished_at,
+            "waited": self.waited,
             "duration": self.duration,
         }
 
@@ -417,7 +426,12 @@ class Engine:
     ) -> CycleResult:
         """Wait ``delay`` (unless stopping), then lock, walk the phases, release; always ends in
         exactly one classified outcome."""
-        result = CycleResult(marquee=marquee.name, cycle_id=uuid.uuid4().hex[:12])
+        result = CycleResult(
+            marquee=marquee.name,
+            cycle_id=uuid.uuid4().hex[:12],
+            replica=self.settings.replica_id,
+            dry_run=self.settings.dry_run,
+        )
         with structlog.contextvars.bound_contextvars(
             marquee=marquee.name, cycle=result.cycle_id, replica=self.settings.replica_id
         ):
@@ -425,6 +439,8 @@ class Engine:
                 if delay > 0:
                     await wait_or_stop(self.stopping, delay)
                 async with self._slots:
+                    now = time.monotonic()
+                    result.waited, result.started = round(now - result.started, 4), now
                     await self._locked_cycle(marquee, inventory, result)
             except asyncio.CancelledError:
                 result.outcome = Outcome.INTERRUPTED
@@ -610,6 +626,8 @@ class Engine:
             actions=sum(len(taken) for taken in result.actions.values()),
             durations=result.durations,
             duration=result.duration,
+            waited=result.waited,
+            dry_run=result.dry_run,
         )
         for listener in self.listeners:
             try:

@@ -144,6 +144,12 @@ class LastCycle:
     drift: dict[str, list[str]]
     branch_gone: dict[str, str]
     failed: list[str]
+    replica: str | None = None
+    """The replica that ran it (records older than this field: None)."""
+    dry_run: bool = False
+    """A dry run changes nothing: an ``ok`` one with drift is not a converged Marquee."""
+    waited: float | None = None
+    """Seconds it waited for its start offset and a slot before taking the lock."""
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> LastCycle:
@@ -176,6 +182,9 @@ class LastCycle:
             finished_at=_seconds(record["finished_at"]),
             duration=_seconds(record["duration"]),
             actions=sum(len(taken) for taken in (record.get("actions") or {}).values()),
+            replica=_optional(record.get("replica"), str),
+            dry_run=_optional(record.get("dry_run"), bool) or False,
+            waited=None if record.get("waited") is None else _seconds(record["waited"]),
             drift=drift,
             branch_gone={
                 subject: detail

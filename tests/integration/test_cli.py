@@ -62,6 +62,9 @@ def test_cycle_converges_a_fresh_marquee_then_takes_no_action(
     assert dry.returncode == 0, dry.stdout + dry.stderr
     assert "would clone" in dry.stdout
     assert not checkout_of(lab).exists(), "a dry run changes nothing"
+    [dry_edge] = json.loads(playguard("status", "--json").stdout)["marquees"]
+    assert dry_edge["last"]["dry_run"] is True
+    assert "ok (dry run)" in playguard("status").stdout, "a dry run reads as converged"
 
     first = playguard("cycle", "edge-1")
     assert first.returncode == 0, first.stdout + first.stderr
@@ -87,6 +90,8 @@ def test_cycle_converges_a_fresh_marquee_then_takes_no_action(
     last = edge["last"]
     assert (last["outcome"], last["fence"], last["actions"]) == ("ok", 3, 0)
     assert (last["drift"], last["failed"]) == ({}, [])
+    assert last["dry_run"] is False
+    assert last["replica"]
     assert 0 <= last["age"] < 60
     table = playguard("status")
     assert re.search(r"^ *edge-1 +- +3 +- +ok ", table.stdout, re.MULTILINE), table.stdout

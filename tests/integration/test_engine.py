@@ -471,3 +471,23 @@ async def test_a_new_desired_state_is_kept_out_of_the_collectors_generations(
         assert gc.get_freeze_count() == frozen, "an unchanged state is not frozen again"
     finally:
         gc.unfreeze()
+
+
+async def test_a_cycles_duration_starts_at_its_acquisition_and_its_wait_is_apart(
+    redis: Redis,
+) -> None:
+    async def busy(ctx: PhaseContext) -> None:
+        await asyncio.sleep(0.3)
+
+    harness = EngineHarness(
+        redis, ScriptedPhase("only", busy), marquees=2, max_concurrent_cycles=1, dry_run=True
+    )
+    first, second = sorted(await harness.tick(), key=lambda result: result.waited)
+    assert first.waited < 0.1
+    assert second.waited >= first.duration * 0.9, "it waited for the first one's slot"
+    assert second.duration < second.waited + 0.3, "its wait counted in its duration"
+    assert 0.3 <= second.duration < 1.0
+    for result in (first, second):
+        record = result.to_record()
+        assert (record["replica"], record["dry_run"]) == ("test-replica", True)
+        assert record["waited"] == result.waited
