@@ -220,9 +220,11 @@ def status(ctx: click.Context, config: Path | None, as_json: bool) -> None:
 
 def _findings_text(last: operate.LastCycle) -> str:
     notes = [f"reason: {last.reason}"] if last.reason else []
-    notes += [f"drift {name}: {', '.join(why)}" for name, why in last.drift.items()]
+    # Drift a cycle found is drift it repaired, unless it was a dry run: only that is still wrong.
+    drift = "drift, not fixed (dry run)" if last.dry_run else "fixed drift"
+    notes += [f"{drift} {name}: {', '.join(why)}" for name, why in last.drift.items()]
     notes += [f"branch gone: {name} ({branch})" for name, branch in last.branch_gone.items()]
-    notes += [f"failed {item}" for item in last.failed]
+    notes += [f"still failing: {item}" for item in last.failed]
     return "; ".join(notes) or "none"
 
 

@@ -111,7 +111,7 @@ def test_failed_phase_exits_4_and_status_names_phase_and_item(
     last = edge["last"]
     assert (last["outcome"], last["phase"]) == ("phase_failed", "refresh_credentials")
     assert last["failed"] == ["refresh_credentials: lab"]
-    assert "failed refresh_credentials: lab" in playguard("status").stdout
+    assert "still failing: refresh_credentials: lab" in playguard("status").stdout
 
 
 def test_cycle_on_a_locked_marquee_names_the_holder_and_exits_3(
