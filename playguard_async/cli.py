@@ -19,10 +19,11 @@ from typing import Any, NoReturn
 
 import click
 from rich.console import Console
+from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from playguard_async import __version__, daemon, operate
+from playguard_async import __version__, daemon, operate, story
 from playguard_async.engine import CycleCancelled, CycleResult, Outcome
 from playguard_async.inventory import InventoryError
 from playguard_async.lock import LockState, ReleaseResult
@@ -170,18 +171,58 @@ def _cycle_summary(result: CycleResult, settings: Settings) -> Text:
 @cli.command()
 @CONFIG_OPTION
 @JSON_OPTION
+@click.option("--watch", is_flag=True, help="Refresh every --interval seconds until Ctrl-C.")
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0.5),
+    default=2.0,
+    show_default=True,
+    help="Seconds between refreshes of --watch.",
+)
 @click.pass_context
-def status(ctx: click.Context, config: Path | None, as_json: bool) -> None:
+def status(
+    ctx: click.Context, config: Path | None, as_json: bool, watch: bool, interval: float
+) -> None:
     """Each Marquee of the inventory: who holds its lock, and how its last cycle went.
 
-    FENCE is the holder's while the lock is held, else the last cycle's.
+    FENCE is the holder's while the lock is held, else the last cycle's. With --watch the table
+    is redrawn in place on a terminal (in a pipe, each refresh is printed after the last).
     """
-    with _readable_errors(ctx):
-        statuses = asyncio.run(operate.fleet_status(load_settings(config)))
-    now = time.time()
+    settings = _settings(ctx, config)
+
+    def read() -> list[operate.MarqueeStatus]:
+        with _readable_errors(ctx):
+            return asyncio.run(operate.fleet_status(settings))
+
     if as_json:
+        if watch:
+            _fail("--watch draws a table; leave out --json", 2)
+        statuses = read()
+        now = time.time()
         click.echo(json.dumps({"marquees": [s.to_json(now) for s in statuses]}, indent=2))
         return
+    console = _console()
+    if not watch:
+        console.print(_status_table(read(), time.time()))
+        return
+    with contextlib.suppress(KeyboardInterrupt):
+        if console.is_terminal:
+            with Live(console=console, auto_refresh=False) as live:
+                while True:
+                    live.update(_status_table(read(), time.time()), refresh=True)
+                    time.sleep(interval)
+        while True:
+            console.print(_status_table(read(), time.time()))
+            console.print()
+            time.sleep(interval)
+
+
+def _settings(ctx: click.Context, config: Path | None) -> Settings:
+    with _readable_errors(ctx):
+        return load_settings(config)
+
+
+def _status_table(statuses: list[operate.MarqueeStatus], now: float) -> Table:
     columns = ("MARQUEE", "HOLDER", "FENCE", "TTL LEFT", "LAST", "WHEN", "DURATION", "ACTIONS")
     table = Table(*columns, "FINDINGS", box=None, header_style="bold")
     for marquee in statuses:
@@ -201,21 +242,130 @@ def status(ctx: click.Context, config: Path | None, as_json: bool) -> None:
             holding[1] = str(last.fence)
         history: list[str | Text] = [_text("never"), "-", "-", "-", "-"]
         if last is not None:
-            where = f" in {last.phase}" if last.phase else ""
-            style = _outcome_style(last.outcome)
-            if last.dry_run:
-                # Nothing was changed: drift it found is still there.
-                where += " (dry run)"
-                style = "yellow" if last.drift and last.outcome == "ok" else style
             history = [
-                _text((last.outcome + where, style)),
+                _last_text(last),
                 "-" if last.finished_at is None else f"{_span(now - last.finished_at)} ago",
                 "-" if last.duration is None else _span(last.duration),
                 str(last.actions),
                 _findings_text(last),
             ]
         table.add_row(name, *holding, *history)
-    _console().print(table)
+    return table
+
+
+def _last_text(last: operate.LastCycle) -> Text:
+    where = f" in {last.phase}" if last.phase else ""
+    style = _outcome_style(last.outcome)
+    if last.dry_run:
+        # Nothing was changed: drift it found is still there.
+        where += " (dry run)"
+        style = "yellow" if last.drift and last.outcome == "ok" else style
+    return _text((last.outcome + where, style))
+
+
+@cli.command()
+@click.argument("marquee")
+@CONFIG_OPTION
+@JSON_OPTION
+@click.option(
+    "--limit",
+    type=click.IntRange(1, 1000),
+    default=10,
+    show_default=True,
+    help="Recent cycles shown.",
+)
+@click.pass_context
+def describe(
+    ctx: click.Context, marquee: str, config: Path | None, as_json: bool, limit: int
+) -> None:
+    """MARQUEE in depth: its lock and fences, its last cycle phase by phase, what is still
+    wrong and what that cycle fixed, its recent cycles. Read from Redis; nothing connects to
+    the host (``check`` does)."""
+    settings = _settings(ctx, config)
+    with _readable_errors(ctx):
+        told = asyncio.run(story.marquee_story(settings, marquee, limit=limit))
+    now = time.time()
+    if as_json:
+        click.echo(json.dumps(told.to_json(now), indent=2))
+        return
+    console = _console()
+    lock = told.lock
+    console.print(_text(("Marquee ", "bold"), told.name))
+    console.print(_text("  lock: ", "not held" if lock is None else _holder_text(lock)))
+    host = None if told.last is None else told.last.host_fence
+    console.print(
+        _text(f"  fence: Redis {_fence(told.fence_counter)}, host {_fence(host)} (last seen)")
+    )
+    if told.last is None:
+        console.print(_text("  last cycle: never"))
+        return
+    last = told.last
+    ended = "-" if last.finished_at is None else f"{_span(now - last.finished_at)} ago"
+    console.print(
+        _text("  last cycle: ", _last_text(last).plain, f", {ended}, by {last.replica or '?'}")
+    )
+    for step in told.steps:
+        seconds = "?" if step.seconds is None else _span(step.seconds)
+        console.print(_text(f"    {step.phase}: {seconds}, {_actions(len(step.actions))}"))
+        for action in step.actions:
+            console.print(_text(f"      did {action}"))
+        for kind, subject, detail in step.notices:
+            console.print(_text(f"      {kind} {subject}: {detail}"))
+        if step.more:
+            console.print(_text(f"      ... {step.more} more"))
+    for heading, items in (("still wrong", told.still_wrong), ("fixed", told.fixed)):
+        console.print(_text(f"  {heading}: ", "none" if not items else ""))
+        for item in items:
+            console.print(_text(f"    {item}"))
+    console.print(_text(f"  recent cycles ({len(told.history)}):"))
+    _print_history(console, told.history, now)
+
+
+@cli.command()
+@click.argument("marquee")
+@CONFIG_OPTION
+@JSON_OPTION
+@click.option(
+    "--limit",
+    type=click.IntRange(1, 1000),
+    default=20,
+    show_default=True,
+    help="Cycles shown, newest first.",
+)
+@click.pass_context
+def history(
+    ctx: click.Context, marquee: str, config: Path | None, as_json: bool, limit: int
+) -> None:
+    """MARQUEE's recorded cycles, newest first, as every replica recorded them."""
+    settings = _settings(ctx, config)
+    with _readable_errors(ctx):
+        told = asyncio.run(story.marquee_story(settings, marquee, limit=limit))
+    now = time.time()
+    if as_json:
+        cycles = [cycle.to_json(now) for cycle in told.history]
+        click.echo(json.dumps({"name": told.name, "cycles": cycles}, indent=2))
+        return
+    console = _console()
+    if not told.history:
+        console.print(_text(f"{told.name}: no cycle recorded"))
+        return
+    _print_history(console, told.history, now)
+
+
+def _print_history(console: Console, cycles: list[operate.LastCycle], now: float) -> None:
+    table = Table("WHEN", "OUTCOME", "REPLICA", "FENCE", "DURATION", "ACTIONS", "FINDINGS",
+                  box=None, header_style="bold")  # fmt: skip
+    for cycle in cycles:
+        table.add_row(
+            "-" if cycle.finished_at is None else f"{_span(now - cycle.finished_at)} ago",
+            _last_text(cycle),
+            _clean(cycle.replica or "?"),
+            _fence(cycle.fence),
+            "-" if cycle.duration is None else _span(cycle.duration),
+            str(cycle.actions),
+            _clean(_findings_text(cycle)),
+        )
+    console.print(table)
 
 
 def _findings_text(last: operate.LastCycle) -> str:
