@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import json
 import re
 import tempfile
@@ -112,16 +113,22 @@ def run(ctx: click.Context, config: Path | None, dry_run: bool | None) -> None:
 @click.argument("marquee")
 @CONFIG_OPTION
 @DRY_RUN_OPTION
+@JSON_OPTION
 @click.pass_context
-def cycle(ctx: click.Context, marquee: str, config: Path | None, dry_run: bool | None) -> None:
+def cycle(
+    ctx: click.Context, marquee: str, config: Path | None, dry_run: bool | None, as_json: bool
+) -> None:
     """Run one cycle of MARQUEE now, in the foreground, under its lock as the daemon does.
 
     Prints a line as each phase ends and records the cycle like the daemon. Ctrl-C lets the
     running phase finish and starts no other; a second Ctrl-C cancels it. Exit status 0 when the
     cycle ends ok, 3 when another holder has the Marquee's lock (nothing is done), 4 when it ends
-    otherwise (failed phase, lost lease, deadline, interrupted).
+    otherwise (failed phase, lost lease, deadline, interrupted). With --json, one JSON object
+    at the end instead: the cycle's record and, when it was locked, the holder.
     """
     console = _console()
+    if as_json:
+        console = Console(file=io.StringIO())  # the phase lines and the spinner go nowhere
     with _readable_errors(ctx):
         settings = load_settings(config, **_dry_run(dry_run))
         if settings.dry_run:
@@ -137,6 +144,12 @@ def cycle(ctx: click.Context, marquee: str, config: Path | None, dry_run: bool |
 
             outcome = asyncio.run(operate.run_cycle(settings, marquee, show_phase))
     result = outcome.result
+    if as_json:
+        holder = None if outcome.holder is None else operate.holder_json(outcome.holder)
+        click.echo(json.dumps({"cycle": result.to_record(), "holder": holder}, indent=2))
+        if result.outcome is not Outcome.OK:
+            ctx.exit(EXIT_LOCKED if result.outcome is Outcome.LOCKED else EXIT_NOT_OK)
+        return
     if result.outcome is Outcome.LOCKED:
         held = _holder_text(outcome.holder) if outcome.holder else "another holder (gone since)"
         _fail(f"{marquee} is locked by {held}; no cycle ran", EXIT_LOCKED)
@@ -450,15 +463,23 @@ def unlock(ctx: click.Context, marquee: str, config: Path | None, force: bool) -
     show_default=True,
     help="Seconds each Marquee's checks may take.",
 )
+@JSON_OPTION
 @click.pass_context
-def check(ctx: click.Context, config: Path | None, timeout: float) -> None:
-    """Check settings, inventory, Redis and every Marquee (SSH host key, login, Docker API
-    through the tunnel, compose) without changing anything; exit status 1 if any check fails.
+def check(ctx: click.Context, config: Path | None, timeout: float, as_json: bool) -> None:
+    """Check settings, inventory, Redis, every Marquee (SSH host key, login, Docker API
+    through the tunnel, compose) and every registry (its password source, a login from a
+    Marquee that pulls from it) without changing anything; exit status 1 if any check fails.
 
-    Marquees are checked at once, max_concurrent_cycles at a time.
+    Marquees and registries are checked at once, max_concurrent_cycles at a time.
     """
     with _readable_errors(ctx):
         rows = asyncio.run(operate.check(config, timeout=timeout))
+    if as_json:
+        checks = [{"subject": row.subject, "ok": row.ok, "detail": row.detail} for row in rows]
+        click.echo(json.dumps({"ok": all(row.ok for row in rows), "checks": checks}, indent=2))
+        if not all(row.ok for row in rows):
+            ctx.exit(1)
+        return
     table = Table("CHECK", "VERDICT", "DETAIL", box=None, header_style="bold")
     table.columns[2].overflow = "fold"
     for row in rows:

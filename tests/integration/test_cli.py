@@ -43,7 +43,8 @@ pytestmark = pytest.mark.integration
 
 PHASE_LINE = re.compile(r"^  (\w+) +(\d+) actions? ", re.MULTILINE)
 CHECK_ROW = re.compile(
-    r"^ *(settings|inventory|redis topology|redis|marquee \S+) +(ok|FAIL) ", re.MULTILINE
+    r"^ *(settings|inventory|redis topology|redis|marquee \S+|registry \S+) +(ok|FAIL) ",
+    re.MULTILINE,
 )
 
 
@@ -197,12 +198,41 @@ def test_check_passes_on_the_lab(
     assert done.returncode == 0, done.stdout + done.stderr
     assert verdicts(done.stdout) == {
         "settings": "ok", "inventory": "ok", "redis": "ok", "redis topology": "ok",
-        "marquee edge-1": "ok",
+        "marquee edge-1": "ok", "registry lab": "ok",
     }  # fmt: skip
+    assert "logged in from edge-1" in done.stdout
     assert f"host key {ssh_server.host_key_fingerprint};" in done.stdout
     assert re.search(r"Docker \S+ \(API 1\.\d+\); docker-compose version 1\.", done.stdout)
     assert re.search(r"Redis \d+\.\d+\.\d+, [\d.]+ ms", done.stdout)
     assert re.search(r"single: primary 127\.0\.0\.1:\d+, replicas: none", done.stdout)
+
+
+def test_check_json_and_a_refused_registry_password_never_shown(
+    playguard: Playguard, lab_world: LabWorld
+) -> None:
+    lab_world.password_file.write_text("not-the-password\n")
+    playguard.configure(lab_world.data, **LAB_SETTINGS)
+    done = playguard("check", "--json")
+    assert done.returncode == 1, done.stdout + done.stderr
+    report = json.loads(done.stdout)
+    verdict = {check["subject"]: check["ok"] for check in report["checks"]}
+    assert report["ok"] is False
+    assert (verdict["marquee edge-1"], verdict["registry lab"]) == (True, False)
+    [registry] = [check for check in report["checks"] if check["subject"] == "registry lab"]
+    assert "login to 127.0.0.1:" in registry["detail"]
+    assert "not-the-password" not in done.stdout + done.stderr
+
+
+def test_check_names_a_registry_password_file_that_is_missing(
+    playguard: Playguard, lab_world: LabWorld, tmp_path: Path
+) -> None:
+    missing = tmp_path / "gone" / "password"
+    lab_world.data["registries"][0]["password_file"] = str(missing)
+    playguard.configure(lab_world.data, **LAB_SETTINGS)
+    done = playguard("check")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert verdicts(done.stdout)["registry lab"] == "FAIL"
+    assert str(missing) in done.stdout
 
 
 def test_check_names_the_fingerprint_of_an_unknown_host_key(
@@ -231,7 +261,7 @@ def test_check_with_sshd_stopped_fails_that_marquee(
     assert done.returncode == 1, done.stdout + done.stderr
     assert verdicts(done.stdout) == {
         "settings": "ok", "inventory": "ok", "redis": "ok", "redis topology": "ok",
-        "marquee edge-1": "FAIL",
+        "marquee edge-1": "FAIL", "registry lab": "FAIL",
     }  # fmt: skip
     assert "ssh: edge-1 (127.0.0.1:" in done.stdout
     assert "cannot connect over SSH" in done.stdout

@@ -107,3 +107,19 @@ def test_status_watch_redraws_until_interrupted(two_cycles: Playguard) -> None:
 def store_url(store: SyncRedis) -> str:
     kwargs = store.connection_pool.connection_kwargs
     return f"redis://{kwargs['host']}:{kwargs['port']}/0"
+
+
+def test_cycle_json_is_one_object_with_the_record_and_a_holder_when_locked(
+    two_cycles: Playguard, store: SyncRedis
+) -> None:
+    done = two_cycles("cycle", "m2", "--json")
+    assert done.returncode == 0, done.stderr
+    ran = json.loads(done.stdout)
+    assert (ran["cycle"]["outcome"], ran["cycle"]["fence"], ran["holder"]) == ("ok", 1, None)
+    assert list(ran["cycle"]["durations"]) == ["first", "second"]
+    hold_lock(store_url(store), "m2", replica="holder-elsewhere")
+    locked = two_cycles("cycle", "m2", "--json")
+    assert locked.returncode == 3
+    refused = json.loads(locked.stdout)
+    assert refused["cycle"]["outcome"] == "locked"
+    assert refused["holder"]["replica"] == "holder-elsewhere"
