@@ -14,9 +14,9 @@ import json
 import re
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import click
 from rich.console import Console
@@ -31,6 +31,8 @@ from playguard_async.lock import LockState, ReleaseResult
 from playguard_async.observe import configure_logging
 from playguard_async.phase import UnknownPhase
 from playguard_async.settings import Settings, SettingsError, load_settings
+
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 EXIT_LOCKED = 3
 EXIT_NOT_OK = 4
@@ -51,6 +53,14 @@ DRY_RUN_OPTION = click.option(
 JSON_OPTION = click.option(
     "--json", "as_json", is_flag=True, help="Print JSON with stable keys, for scripts."
 )
+
+
+def _limit_option(default: int, help_text: str) -> Callable[[_F], _F]:
+    """``--limit N`` of the commands that read a Marquee's recorded cycles."""
+    return click.option(
+        "--limit", type=click.IntRange(1, 1000), default=default, show_default=True, help=help_text
+    )
+
 
 _ONE_LINE_ERRORS = (
     SettingsError,
@@ -280,13 +290,7 @@ def _last_text(last: operate.LastCycle) -> Text:
 @click.argument("marquee")
 @CONFIG_OPTION
 @JSON_OPTION
-@click.option(
-    "--limit",
-    type=click.IntRange(1, 1000),
-    default=10,
-    show_default=True,
-    help="Recent cycles shown.",
-)
+@_limit_option(10, "Recent cycles shown.")
 @click.pass_context
 def describe(
     ctx: click.Context, marquee: str, config: Path | None, as_json: bool, limit: int
@@ -338,13 +342,7 @@ def describe(
 @click.argument("marquee")
 @CONFIG_OPTION
 @JSON_OPTION
-@click.option(
-    "--limit",
-    type=click.IntRange(1, 1000),
-    default=20,
-    show_default=True,
-    help="Cycles shown, newest first.",
-)
+@_limit_option(20, "Cycles shown, newest first.")
 @click.pass_context
 def history(
     ctx: click.Context, marquee: str, config: Path | None, as_json: bool, limit: int

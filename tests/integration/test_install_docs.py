@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from playguard_async.lab import SshServer
+from tests.support.packaging import systemd_verify
 
 pytestmark = pytest.mark.integration
 
@@ -101,12 +102,4 @@ def test_the_documented_systemd_install_runs_and_leaves_a_verified_unit(
     assert "ConfigurationDirectoryMode=0750" in unit
     checked = tmp_path / "playguard.service"
     checked.write_text(unit.replace("/opt/playguard/bin/playguard", str(playguard)))
-    verify = subprocess.run(
-        [analyze, "verify", "--man=no", str(checked)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        cwd=tmp_path,
-    )
-    assert (verify.returncode, verify.stderr.strip()) == (0, "")
+    assert systemd_verify(analyze, checked) == (0, "")
