@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from playguard_async.lab import RedisServer, free_port
+from tests.support.cli import hold_lock
 from tests.support.daemon import Daemon, DaemonRunner, wait_for
 from tests.support.packaging import healthcheck_command
 from tests.support.probes import Scrape, http_get, notify_socket, scrape
@@ -104,18 +105,25 @@ def test_metrics_count_cycles_phases_releases_ticks_and_headroom(daemons: Daemon
     assert daemons.stop_all([daemon], timeout=10) == {"r1": 0}
 
 
-def test_second_replica_on_the_same_marquees_counts_locked_cycles(daemons: DaemonRunner) -> None:
-    daemons.write_inventory(["alpha", "beta"])
+def test_a_marquee_held_elsewhere_counts_as_locked_and_replicas_split_the_rest(
+    daemons: DaemonRunner,
+) -> None:
+    names = ["alpha", "beta", "gamma", "delta"]
+    daemons.write_inventory(names)
+    hold_lock(daemons.redis_url, "alpha", replica="a-holder-elsewhere")
     replicas = [
-        start_serving(daemons, name, tick_interval=1.0, phase_seconds=0.5) for name in ("r1", "r2")
+        start_serving(daemons, name, tick_interval=1.0, phase_seconds=0.2) for name in ("r1", "r2")
     ]
 
-    def both_outcomes() -> list[Scrape] | None:
+    def settled() -> list[Scrape] | None:
         scrapes = [scrape(f"{base}/metrics") for _, base in replicas]
         ok, locked = (sum(m.value(CYCLES, outcome=o) for m in scrapes) for o in ("ok", "locked"))
-        return scrapes if ok >= 2 and locked >= 2 else None
+        sharing = all(m.value("playguard_replicas") == 2 for m in scrapes)
+        return scrapes if sharing and ok >= 3 and locked >= 1 else None
 
-    scrapes = wait_for(both_outcomes, timeout=20, what="ok and locked cycles", interval=0.2)
+    scrapes = wait_for(settled, timeout=30, what="both sharing, ok and locked cycles", interval=0.2)
+    assigned = [metrics.value("playguard_marquees_assigned") for metrics in scrapes]
+    assert sum(assigned) == len(names), assigned  # disjoint shares covering the fleet
     for metrics in scrapes:
         assert metrics.value("playguard_lock_lost_total") == 0
         assert metrics.value("playguard_lock_releases_total", result="released") == metrics.value(
