@@ -23,6 +23,7 @@ from rich.table import Table
 from rich.text import Text
 
 from playguard_async import __version__, daemon, operate
+from playguard_async.db_cli import db
 from playguard_async.engine import CycleCancelled, CycleResult, Outcome
 from playguard_async.inventory import InventoryError
 from playguard_async.lock import LockState, ReleaseResult
@@ -417,6 +418,9 @@ def lab(marquees: int, workdir: Path | None, duration: float | None, tick: float
         settings = load_settings(config)
         configure_logging(settings.log_format, settings.log_level)
         daemon.run(settings, stop_after=duration)
+
+
+cli.add_command(db)
 
 
 def main() -> None:

@@ -25,7 +25,7 @@ from playguard_async.engine import (
     Outcome,
     SessionOpener,
 )
-from playguard_async.inventory import Marquee, YamlInventorySource
+from playguard_async.inventory import DesiredState, Marquee, YamlInventorySource
 from playguard_async.lock import Lease
 from playguard_async.observe import CycleRecords
 from playguard_async.phase import resolve_phases
@@ -89,8 +89,12 @@ def remote_options(settings: Settings) -> RemoteOptions:
     )
 
 
-def inventory_source(settings: Settings) -> YamlInventorySource:
+def inventory_source(settings: Settings) -> DesiredState:
     """The desired state the settings name, read within their size and time bounds."""
+    if settings.desired_state != "yaml":
+        from playguard_async.desired_state_pg import postgres_source  # noqa: PLC0415 - asyncpg
+
+        return postgres_source(settings)
     return YamlInventorySource(
         settings.inventory,
         max_bytes=settings.inventory_max_bytes,

@@ -1,0 +1,316 @@
+"""The desired state from PostgreSQL: each ``load`` reads one consistent snapshot (one REPEATABLE
+READ READ ONLY transaction) and validates every row with the inventory's own models.
+
+The database's CHECK constraints mirror the models, but another tool may have written around
+them (constraints dropped, a restore from elsewhere): every row is validated again. A refused row
+takes out only the Marquees whose desired state it is part of (a playground's Marquee, every
+Marquee using a playspec or registry), since a cycle that saw a Marquee without one of its
+playgrounds would remove that playground from the host; the rest of the fleet reconciles. Each
+refusal names table, key, column and value, and is logged when the set of refusals changes.
+
+The database unreachable: ``load`` returns the last good snapshot, logs once when reachability
+changes, and ``reachable`` says so for /readyz and the metrics; the next tick tries again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import structlog
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+from playguard_async.aio import in_thread
+from playguard_async.inventory import (
+    AgentChat,
+    Inventory,
+    InventoryError,
+    Marquee,
+    Playground,
+    Playspec,
+    Registry,
+    _reason,
+    _shown_value,
+)
+from playguard_async.pg import (
+    DatabaseError,
+    PasswordSource,
+    PgAddress,
+    connect,
+    password_from,
+    redacted,
+)
+from playguard_async.settings import Settings
+
+log = structlog.get_logger("playguard.desired_state")
+
+
+@dataclass(frozen=True)
+class Table:
+    """One list of the inventory and the table holding it; columns are the model's fields."""
+
+    name: str
+    field: str
+    model: type[BaseModel]
+
+    @property
+    def columns(self) -> list[str]:
+        return list(self.model.model_fields)
+
+    @property
+    def select(self) -> str:
+        quoted = ", ".join(f'"{column}"' for column in self.columns)
+        return f"SELECT {quoted} FROM {self.name} ORDER BY name"
+
+
+TABLES = (
+    Table("marquees", "marquees", Marquee),
+    Table("registries", "registries", Registry),
+    Table("playspecs", "playspecs", Playspec),
+    Table("playgrounds", "playgrounds", Playground),
+    Table("agent_chats", "agent_chats", AgentChat),
+)
+"""In foreign-key order: a table only refers to tables before it."""
+
+Rows = dict[str, list[dict[str, Any]]]
+"""A snapshot as read: table name -> rows as column -> value, in name order."""
+
+
+async def read_snapshot(connection: asyncpg.Connection) -> Rows:
+    """Every table's rows, from one REPEATABLE READ READ ONLY transaction."""
+    async with connection.transaction(isolation="repeatable_read", readonly=True):
+        return {
+            table.name: [dict(record) for record in await connection.fetch(table.select)]
+            for table in TABLES
+        }
+
+
+@dataclass
+class Validated:
+    """A snapshot's inventory and why some rows (and what depends on them) were left out."""
+
+    inventory: Inventory
+    problems: list[str] = field(default_factory=list)
+
+
+def _valid_rows(table: Table, rows: list[dict[str, Any]], problems: list[str]) -> list[Any]:
+    """The table's rows as models; each refused row is one problem line and is left out."""
+    adapter: TypeAdapter[list[Any]] = TypeAdapter(list[table.model])  # type: ignore[name-defined]
+    try:
+        return adapter.validate_python(rows)
+    except ValidationError as exc:
+        refused: dict[int, list[str]] = {}
+        for error in exc.errors(include_url=False):
+            index, column = error["loc"][0], ".".join(str(part) for part in error["loc"][1:])
+            assert isinstance(index, int)
+            key = rows[index].get("name")
+            refused.setdefault(index, []).append(
+                f"{table.name} {key!r}: column {column or '(row)'}: "
+                f"{_reason(error)}{_shown_value(error)}"
+            )
+    for lines in refused.values():
+        problems.extend(lines)
+    kept = [row for index, row in enumerate(rows) if index not in refused]
+    return adapter.validate_python(kept)
+
+
+def validate_snapshot(rows: Rows) -> Validated:
+    """The inventory of the rows the models accept, without the Marquees a refused row concerns."""
+    problems: list[str] = []
+    valid = {table.name: _valid_rows(table, rows[table.name], problems) for table in TABLES}
+    names = {table: {item.name for item in valid[table]} for table in valid}
+    # Which Marquees each refused row concerns, read from the raw values (a refused row's
+    # columns are still strings to compare, whatever else is wrong with them).
+    bad_registries = {row["name"] for row in rows["registries"]} - names["registries"]
+    bad_playspecs = {row["name"] for row in rows["playspecs"]} - names["playspecs"]
+    bad_playspecs |= {spec.name for spec in valid["playspecs"] if spec.registry in bad_registries}
+    bad_playspecs |= {
+        row["name"] for row in rows["playspecs"] if row.get("registry") in bad_registries
+    }
+    bad_playgrounds = {row["name"] for row in rows["playgrounds"]} - names["playgrounds"]
+    bad_chat_playgrounds = {
+        row.get("playground")
+        for row in rows["agent_chats"]
+        if row["name"] not in names["agent_chats"]
+    }
+    excluded = {row["name"] for row in rows["marquees"]} - names["marquees"]
+    for row in rows["playgrounds"]:
+        if (
+            row["name"] in bad_playgrounds
+            or row.get("playspec") in bad_playspecs
+            or row["name"] in bad_chat_playgrounds
+        ):
+            excluded.add(row.get("marquee"))
+    for marquee in sorted(name for name in excluded if name in names["marquees"]):
+        problems.append(f"marquees {marquee!r}: left out of this snapshot (a row it needs is bad)")
+    playgrounds = [
+        playground
+        for playground in valid["playgrounds"]
+        if playground.marquee not in excluded and playground.playspec not in bad_playspecs
+    ]
+    kept_playgrounds = {playground.name for playground in playgrounds}
+    try:
+        inventory = Inventory(
+            marquees=[m for m in valid["marquees"] if m.name not in excluded],
+            registries=valid["registries"],
+            playspecs=[spec for spec in valid["playspecs"] if spec.name not in bad_playspecs],
+            playgrounds=playgrounds,
+            agent_chats=[
+                chat for chat in valid["agent_chats"] if chat.playground in kept_playgrounds
+            ],
+        )
+    except ValidationError as exc:  # references the foreign keys should have kept
+        raise InventoryError(*_reference_problems(exc)) from None
+    return Validated(inventory, problems)
+
+
+def _reference_problems(exc: ValidationError) -> Iterable[str]:
+    for error in exc.errors(include_url=False):
+        where = ".".join(str(part) for part in error["loc"])
+        yield f"{where}: {_reason(error)}{_shown_value(error)}"
+
+
+def rows_of(inventory: Inventory) -> dict[str, list[tuple[Any, ...]]]:
+    """The inventory as rows per table, in each table's column order (paths as text)."""
+    return {
+        table.name: [
+            tuple(_column_value(getattr(item, column)) for column in table.columns)
+            for item in getattr(inventory, table.field)
+        ]
+        for table in TABLES
+    }
+
+
+def _column_value(value: object) -> object:
+    return str(value) if isinstance(value, Path) else value
+
+
+SNAPSHOT_TIMEOUT = 10.0
+"""Default seconds connecting and reading one snapshot may take."""
+
+
+class PostgresDesiredState:
+    """A ``DesiredState`` that reads PostgreSQL; keeps one connection between ticks."""
+
+    def __init__(
+        self,
+        address: PgAddress,
+        password: PasswordSource,
+        *,
+        timeout: float = SNAPSHOT_TIMEOUT,
+        validate_timeout: float = 30.0,
+    ) -> None:
+        self.address = address
+        self._password = password
+        self._timeout = timeout
+        self._validate_timeout = validate_timeout
+        self._connection: asyncpg.Connection | None = None
+        self._last: Inventory | None = None
+        self._problems: Sequence[str] = ()
+        self.reachable: bool | None = None
+        """None before the first read; then whether the last read reached the database."""
+        self.last_error: str | None = None
+        self.last_snapshot_at: float | None = None
+        """``time.monotonic()`` of the last good snapshot."""
+
+    def describe(self) -> str:
+        return self.address.describe()
+
+    async def load(self) -> Inventory:
+        try:
+            rows = await asyncio.wait_for(self._read(), self._timeout)
+        except (DatabaseError, OSError, TimeoutError, asyncpg.PostgresError,
+                asyncpg.InterfaceError) as exc:  # fmt: skip
+            await self._drop_connection()
+            self._unreachable(self._why(exc))
+            if self._last is None:
+                raise InventoryError(f"{self.describe()}: {self.last_error}") from None
+            return self._last
+        self._now_reachable()
+        validated = await in_thread(
+            lambda: validate_snapshot(rows), self._validate_timeout, name="desired-state-validate"
+        )
+        if list(self._problems) != validated.problems:
+            for problem in validated.problems:
+                log.error("desired_state.row_refused", source=self.describe(), error=problem)
+            if not validated.problems:
+                log.info("desired_state.rows_all_valid", source=self.describe())
+            self._problems = validated.problems
+        self._last = validated.inventory
+        self.last_snapshot_at = time.monotonic()
+        return validated.inventory
+
+    @property
+    def problems(self) -> Sequence[str]:
+        """The refused rows of the last snapshot, one line each."""
+        return self._problems
+
+    async def _read(self) -> Rows:
+        if self._connection is None or self._connection.is_closed():
+            self._connection = await connect(self.address, self._password, timeout=self._timeout)
+        return await read_snapshot(self._connection)
+
+    def _why(self, exc: BaseException) -> str:
+        if isinstance(exc, DatabaseError):
+            return str(exc).removeprefix(f"{self.describe()}: ")
+        if isinstance(exc, asyncpg.UndefinedTableError):
+            return f"no desired-state tables ({exc}); run `playguard db migrate`"
+        if isinstance(exc, TimeoutError):
+            return f"no snapshot within {self._timeout:g} s"
+        return redacted(f"{type(exc).__name__}: {exc}", None)
+
+    def _unreachable(self, reason: str) -> None:
+        if self.reachable is not False or reason != self.last_error:
+            log.error(
+                "desired_state.unreachable",
+                source=self.describe(),
+                error=reason,
+                keeping="last snapshot" if self._last is not None else "nothing",
+            )
+        self.reachable = False
+        self.last_error = reason
+
+    def _now_reachable(self) -> None:
+        if self.reachable is False:
+            log.info("desired_state.reachable", source=self.describe())
+        self.reachable = True
+        self.last_error = None
+
+    async def _drop_connection(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            connection.terminate()
+
+    async def close(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None and not connection.is_closed():
+            await connection.close(timeout=self._timeout)
+
+
+def snapshot_age(source: PostgresDesiredState) -> float | None:
+    """Seconds since the source's last good snapshot, or None before the first."""
+    if source.last_snapshot_at is None:
+        return None
+    return time.monotonic() - source.last_snapshot_at
+
+
+def postgres_source(settings: Settings) -> PostgresDesiredState:
+    """The PostgreSQL source ``settings.desired_state`` names, with its password source."""
+    return PostgresDesiredState(
+        PgAddress.parse(settings.desired_state),
+        database_password(settings),
+        timeout=settings.desired_state_timeout,
+        validate_timeout=settings.inventory_read_timeout,
+    )
+
+
+def database_password(settings: Settings) -> PasswordSource:
+    secret = settings.desired_state_password
+    return password_from(
+        secret.get_secret_value() if secret else None, settings.desired_state_password_file
+    )
