@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Callable
 from playguard_async.aio import background
 from playguard_async.endpoints import application, serving
 from playguard_async.engine import CycleResult, Engine, Outcome
+from playguard_async.inventory import RemoteDesiredState
 from playguard_async.metrics import Metrics
 from playguard_async.observe import Liveness
 from playguard_async.redis_client import redis_answers
@@ -35,6 +36,9 @@ async def serve(settings: Settings, *, stop_after: float | None = None) -> None:
     remote = RemoteLayer(settings)
     engine = build_engine(settings, listeners=[count], observer=metrics, remote=remote)
     metrics.count_in_flight(lambda: len(engine.cycles))
+    source = engine.desired_state
+    if isinstance(source, RemoteDesiredState):
+        metrics.watch_desired_state(lambda: source.reachable, source.snapshot_age)
     if stop_after is not None:
         asyncio.get_running_loop().call_later(stop_after, engine.request_stop)
     try:
@@ -44,6 +48,8 @@ async def serve(settings: Settings, *, stop_after: float | None = None) -> None:
     finally:
         await remote.close()
         await engine.redis.aclose()
+        if isinstance(source, RemoteDesiredState):
+            await source.close()
 
 
 @contextlib.asynccontextmanager
@@ -73,6 +79,7 @@ async def watched(engine: Engine, metrics: Metrics) -> AsyncIterator[None]:
                 ready=ready,
                 ready_timeout=settings.redis_socket_timeout,
                 metrics=metrics.handler(),
+                not_ready_because=functools.partial(desired_state_unreachable, engine),
             )
             await around.enter_async_context(serving(app, *bind))
         notifier = Notifier.from_environment()
@@ -87,6 +94,14 @@ async def watched(engine: Engine, metrics: Metrics) -> AsyncIterator[None]:
             )
             await around.enter_async_context(background("systemd", report))
         yield
+
+
+def desired_state_unreachable(engine: Engine) -> str | None:
+    """Why the desired state is out of reach, while the engine runs on its last snapshot."""
+    source = engine.desired_state
+    if isinstance(source, RemoteDesiredState) and source.reachable is False:
+        return f"desired state {source.describe()} unreachable: {source.last_error}"
+    return None
 
 
 def run(settings: Settings, *, stop_after: float | None = None) -> None:

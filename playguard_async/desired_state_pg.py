@@ -265,7 +265,7 @@ class PostgresDesiredState:
         return redacted(f"{type(exc).__name__}: {exc}", None)
 
     def _unreachable(self, reason: str) -> None:
-        if self.reachable is not False or reason != self.last_error:
+        if self.reachable is not False:  # once per change; last_error keeps the latest reason
             log.error(
                 "desired_state.unreachable",
                 source=self.describe(),
@@ -286,17 +286,16 @@ class PostgresDesiredState:
         if connection is not None:
             connection.terminate()
 
+    def snapshot_age(self) -> float | None:
+        """Seconds since the last good snapshot, or None before the first."""
+        if self.last_snapshot_at is None:
+            return None
+        return time.monotonic() - self.last_snapshot_at
+
     async def close(self) -> None:
         connection, self._connection = self._connection, None
         if connection is not None and not connection.is_closed():
             await connection.close(timeout=self._timeout)
-
-
-def snapshot_age(source: PostgresDesiredState) -> float | None:
-    """Seconds since the source's last good snapshot, or None before the first."""
-    if source.last_snapshot_at is None:
-        return None
-    return time.monotonic() - source.last_snapshot_at
 
 
 def postgres_source(settings: Settings) -> PostgresDesiredState:

@@ -8,6 +8,7 @@ cycles in through a cycle listener.
 
 from __future__ import annotations
 
+import math
 import typing
 from collections.abc import Callable, Iterable, Mapping
 
@@ -91,6 +92,24 @@ class Metrics:
         """Read the gauge of cycles in flight from ``cycles`` at every scrape."""
         self.cycles_in_flight.set_function(cycles)
 
+    def watch_desired_state(
+        self, reachable: Callable[[], bool | None], age: Callable[[], float | None]
+    ) -> None:
+        """Gauges of a desired state behind a network, read at every scrape: whether its last
+        read reached it (NaN before the first) and the age of the snapshot in force."""
+        reachable_gauge = Gauge(
+            "playguard_desired_state_reachable",
+            "1 when the last read of the desired state (PostgreSQL) reached it, else 0.",
+            registry=self.registry,
+        )
+        age_gauge = Gauge(
+            "playguard_desired_state_snapshot_age_seconds",
+            "Seconds since the last good snapshot of the desired state (the one in force).",
+            registry=self.registry,
+        )
+        reachable_gauge.set_function(lambda: _gauge_value(reachable()))
+        age_gauge.set_function(lambda: _gauge_value(age()))
+
     def cycle_finished(self, outcome: str, durations: Mapping[str, float]) -> None:
         self.cycles.labels(outcome).inc()
         for phase, seconds in durations.items():
@@ -113,3 +132,7 @@ class Metrics:
 
     def lease_released(self, result: ReleaseResult) -> None:
         self.lock_releases.labels(result.value).inc()
+
+
+def _gauge_value(value: bool | float | None) -> float:
+    return math.nan if value is None else float(value)

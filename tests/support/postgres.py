@@ -29,13 +29,19 @@ class LabDatabase:
 async def fresh_database(server: PostgresServer) -> AsyncIterator[LabDatabase]:
     """Create an empty database, yield it, drop it (its sessions too) on every way out."""
     name = f"test_{secrets.token_hex(6)}"
-    admin = await asyncpg.connect(server.url, password=server.password)
+    await _as_admin(server, f"CREATE DATABASE {name}")
     try:
-        await admin.execute(f"CREATE DATABASE {name}")
         yield LabDatabase(server, name, server.url_of(name), server.password)
     finally:
-        server.ensure_running()
-        if admin.is_closed():
-            admin = await asyncpg.connect(server.url, password=server.password)
-        await admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        server.ensure_running()  # the test may have stopped it
+        await _as_admin(server, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+async def _as_admin(server: PostgresServer, statement: str) -> None:
+    """Run ``statement`` on a connection of its own: one kept across the test would not survive
+    a test that restarts the server."""
+    admin = await asyncpg.connect(server.url, password=server.password)
+    try:
+        await admin.execute(statement)
+    finally:
         await admin.close()

@@ -1,0 +1,62 @@
+"""A real ``playguard run`` reading its desired state from the lab's PostgreSQL: cycles from the
+database, and through a database outage the last snapshot in force, /readyz and the metrics
+saying so, one log line each way, and the password in none of its output."""
+
+from __future__ import annotations
+
+import math
+
+from playguard_async.pg_schema import migrate
+from playguard_async.pg_transfer import import_inventory
+from tests.integration.test_observability import CYCLES, answer_once, scrape_until, start_serving
+from tests.support.daemon import DaemonRunner
+from tests.support.postgres import LabDatabase
+
+REACHABLE = "playguard_desired_state_reachable"
+
+
+async def test_daemon_runs_from_the_database_and_rides_out_its_outage(
+    daemons: DaemonRunner, postgres: LabDatabase
+) -> None:
+    connection = await postgres.connect()
+    try:
+        await migrate(connection)
+        await import_inventory(connection, daemons.write_inventory(["alpha", "beta"]))
+    finally:
+        await connection.close()
+    daemons.inventory.unlink()  # the database is the only desired state
+    daemon, base = start_serving(
+        daemons,
+        tick_interval=1.0,
+        phase_seconds=0.05,
+        desired_state=postgres.url,
+        desired_state_timeout=1.0,
+        env={"PLAYGUARD_DESIRED_STATE_PASSWORD": postgres.password},
+    )
+    first = scrape_until(base, lambda m: m.value(CYCLES, outcome="ok") >= 2, what="ok cycles")
+    assert first.value(REACHABLE) == 1
+    assert answer_once(base, "/readyz", 200) == "ready: Redis answers\n"
+
+    postgres.server.stop()
+    try:
+        body = answer_once(base, "/readyz", 503)
+        assert body.startswith(f"not ready: desired state {postgres.url} unreachable: ")
+        during = scrape_until(
+            base,
+            lambda m: m.value(CYCLES, outcome="ok") >= first.value(CYCLES, outcome="ok") + 2,
+            what="cycles on the last snapshot",
+        )
+        assert during.value(REACHABLE) == 0
+        age = during.value("playguard_desired_state_snapshot_age_seconds")
+        assert not math.isnan(age)
+        assert age > 0
+    finally:
+        postgres.server.start()
+    answer_once(base, "/readyz", 200)
+    scrape_until(base, lambda m: m.value(REACHABLE) == 1, what="the database reachable again")
+    assert daemons.stop_all([daemon], timeout=15) == {"r1": 0}
+
+    assert len(daemon.events("desired_state.unreachable")) == 1
+    assert len(daemon.events("desired_state.reachable")) == 1
+    assert {line["marquee"] for line in daemon.events("cycle.finished")} >= {"alpha", "beta"}
+    assert postgres.password not in daemon.stderr()
