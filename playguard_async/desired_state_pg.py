@@ -63,6 +63,14 @@ class Table:
         return list(self.model.model_fields)
 
     @property
+    def has_arrays(self) -> bool:
+        """Whether a column holds a list (an array, unhashable as read)."""
+        return any(
+            getattr(info.annotation, "__origin__", None) is list
+            for info in self.model.model_fields.values()
+        )
+
+    @property
     def select(self) -> str:
         quoted = ", ".join(f'"{column}"' for column in self.columns)
         return f"SELECT {quoted} FROM {self.name} ORDER BY name"
@@ -98,31 +106,89 @@ class Validated:
     problems: list[str] = field(default_factory=list)
 
 
-def _valid_rows(table: Table, rows: list[dict[str, Any]], problems: list[str]) -> list[Any]:
-    """The table's rows as models; each refused row is one problem line and is left out."""
-    adapter: TypeAdapter[list[Any]] = TypeAdapter(list[table.model])  # type: ignore[name-defined]
+_ADAPTERS: dict[str, TypeAdapter[list[Any]]] = {
+    table.name: TypeAdapter(list[table.model])  # type: ignore[name-defined]
+    for table in TABLES
+}
+"""One validator per table, built once: building one costs more than validating a small table."""
+
+RowKey = tuple[Any, ...]
+
+
+def _row_key(row: dict[str, Any]) -> RowKey:
+    """A row's values, hashable (arrays as tuples): equal keys validate to equal models."""
+    return tuple(tuple(value) if isinstance(value, list) else value for value in row.values())
+
+
+def _row_keys(table: Table, rows: list[dict[str, Any]]) -> tuple[RowKey, ...]:
+    if table.has_arrays:
+        return tuple(_row_key(row) for row in rows)
+    return tuple(tuple(row.values()) for row in rows)  # the common tables: at C speed
+
+
+@dataclass
+class RowMemo:
+    """The models of the last snapshot's valid rows, by row: a tick whose rows did not change
+    (the common case) validates nothing again, and one row changed validates that row only.
+    Holds the last snapshot's rows only, so it never outgrows the fleet."""
+
+    models: dict[str, dict[RowKey, Any]] = field(default_factory=dict)
+    keys: tuple[tuple[RowKey, ...], ...] | None = None
+    validated: Validated | None = None
+
+
+def _valid_rows(
+    table: Table,
+    rows: list[dict[str, Any]],
+    keys: tuple[RowKey, ...],
+    known: dict[RowKey, Any],
+    problems: list[str],
+) -> dict[RowKey, Any]:
+    """The table's valid rows as models by row key, in row order; each refused row is a
+    problem line and is left out. Rows ``known`` from the last snapshot are not validated again."""
+    adapter = _ADAPTERS[table.name]
+    fresh = [index for index, key in enumerate(keys) if key not in known]
+    refused: dict[int, list[str]] = {}
     try:
-        return adapter.validate_python(rows)
+        models = adapter.validate_python([rows[index] for index in fresh])
     except ValidationError as exc:
-        refused: dict[int, list[str]] = {}
         for error in exc.errors(include_url=False):
-            index, column = error["loc"][0], ".".join(str(part) for part in error["loc"][1:])
-            assert isinstance(index, int)
-            key = rows[index].get("name")
+            position, column = error["loc"][0], ".".join(str(part) for part in error["loc"][1:])
+            assert isinstance(position, int)
+            index = fresh[position]
             refused.setdefault(index, []).append(
-                f"{table.name} {key!r}: column {column or '(row)'}: "
+                f"{table.name} {rows[index].get('name')!r}: column {column or '(row)'}: "
                 f"{_reason(error)}{_shown_value(error)}"
             )
-    for lines in refused.values():
-        problems.extend(lines)
-    kept = [row for index, row in enumerate(rows) if index not in refused]
-    return adapter.validate_python(kept)
+        for lines in refused.values():
+            problems.extend(lines)
+        fresh = [index for index in fresh if index not in refused]
+        models = adapter.validate_python([rows[index] for index in fresh])
+    validated = dict(zip((keys[index] for index in fresh), models, strict=True))
+    return {
+        key: known[key] if key in known else validated[key]
+        for index, key in enumerate(keys)
+        if index not in refused
+    }
 
 
-def validate_snapshot(rows: Rows) -> Validated:
-    """The inventory of the rows the models accept, without the Marquees a refused row concerns."""
+def validate_snapshot(rows: Rows, memo: RowMemo | None = None) -> Validated:
+    """The inventory of the rows the models accept, without the Marquees a refused row concerns.
+
+    With ``memo`` (kept by the caller across snapshots) unchanged rows are not validated again,
+    and an unchanged snapshot returns the last result itself, its inventory's index built."""
+    memo = memo if memo is not None else RowMemo()
+    keys = tuple(_row_keys(table, rows[table.name]) for table in TABLES)
+    if memo.validated is not None and keys == memo.keys:
+        return memo.validated
     problems: list[str] = []
-    valid = {table.name: _valid_rows(table, rows[table.name], problems) for table in TABLES}
+    by_key = {
+        table.name: _valid_rows(
+            table, rows[table.name], table_keys, memo.models.get(table.name, {}), problems
+        )
+        for table, table_keys in zip(TABLES, keys, strict=True)
+    }
+    valid = {name: list(models.values()) for name, models in by_key.items()}
     names = {table: {item.name for item in valid[table]} for table in valid}
     # Which Marquees each refused row concerns, read from the raw values (a refused row's
     # columns are still strings to compare, whatever else is wrong with them).
@@ -166,7 +232,10 @@ def validate_snapshot(rows: Rows) -> Validated:
         )
     except ValidationError as exc:  # references the foreign keys should have kept
         raise InventoryError(*_reference_problems(exc)) from None
-    return Validated(inventory, problems)
+    inventory._index  # noqa: B018 - built here, in the validating thread, not on the loop
+    memo.models, memo.keys = by_key, keys
+    memo.validated = Validated(inventory, problems)
+    return memo.validated
 
 
 def _reference_problems(exc: ValidationError) -> Iterable[str]:
@@ -212,6 +281,7 @@ class PostgresDesiredState:
         self._connection: asyncpg.Connection | None = None
         self._last: Inventory | None = None
         self._problems: Sequence[str] = ()
+        self._memo = RowMemo()
         self.reachable: bool | None = None
         """None before the first read; then whether the last read reached the database."""
         self.last_error: str | None = None
@@ -233,7 +303,9 @@ class PostgresDesiredState:
             return self._last
         self._now_reachable()
         validated = await in_thread(
-            lambda: validate_snapshot(rows), self._validate_timeout, name="desired-state-validate"
+            lambda: validate_snapshot(rows, self._memo),
+            self._validate_timeout,
+            name="desired-state-validate",
         )
         if list(self._problems) != validated.problems:
             for problem in validated.problems:
