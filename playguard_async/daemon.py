@@ -43,13 +43,25 @@ async def serve(settings: Settings, *, stop_after: float | None = None) -> None:
         asyncio.get_running_loop().call_later(stop_after, engine.request_stop)
     try:
         with stopping_on_signals(engine):
-            async with watched(engine, metrics):
+            async with watched(engine, metrics), listening(engine):
                 await engine.run()
     finally:
         await remote.close()
         await engine.redis.aclose()
         if isinstance(source, RemoteDesiredState):
             await source.close()
+
+
+@contextlib.asynccontextmanager
+async def listening(engine: Engine) -> AsyncIterator[None]:
+    """While the block runs, a desired state that can tell of changes (PostgreSQL's
+    LISTEN/NOTIFY) wakes the changed Marquees' cycles early and resyncs after a reconnect."""
+    source = engine.desired_state
+    if not isinstance(source, RemoteDesiredState):
+        yield
+        return
+    async with background("desired-state-listener", source.listen(engine.wake, engine.resync)):
+        yield
 
 
 @contextlib.asynccontextmanager

@@ -15,8 +15,9 @@ changes, and ``reachable`` says so for /readyz and the metrics; the next tick tr
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -282,6 +283,7 @@ class PostgresDesiredState:
         self._last: Inventory | None = None
         self._problems: Sequence[str] = ()
         self._memo = RowMemo()
+        self._loading = asyncio.Lock()  # a tick and a wake-up share the one connection
         self.reachable: bool | None = None
         """None before the first read; then whether the last read reached the database."""
         self.last_error: str | None = None
@@ -292,6 +294,10 @@ class PostgresDesiredState:
         return self.address.describe()
 
     async def load(self) -> Inventory:
+        async with self._loading:
+            return await self._load()
+
+    async def _load(self) -> Inventory:
         try:
             rows = await asyncio.wait_for(self._read(), self._timeout)
         except (DatabaseError, OSError, TimeoutError, asyncpg.PostgresError,
@@ -358,6 +364,12 @@ class PostgresDesiredState:
         if connection is not None:
             connection.terminate()
 
+    async def listen(self, wake: Wake, resync: Resync) -> None:
+        """Until cancelled: wake Marquees whose rows change (LISTEN/NOTIFY, one connection of
+        its own), and ``resync`` after the listener had to reconnect."""
+        listener = NotificationListener(self.address, self._password, timeout=self._timeout)
+        await listener.run(wake, resync)
+
     def snapshot_age(self) -> float | None:
         """Seconds since the last good snapshot, or None before the first."""
         if self.last_snapshot_at is None:
@@ -385,3 +397,105 @@ def database_password(settings: Settings) -> PasswordSource:
     return password_from(
         secret.get_secret_value() if secret else None, settings.desired_state_password_file
     )
+
+
+NOTIFY_CHANNEL = "playguard_desired_state"
+"""The channel the migrations' triggers send a changed Marquee's name on."""
+
+WAKE_DEBOUNCE = 1.0
+"""Seconds of quiet gathered after a first notification: an edit of several rows (or several
+edits in a row) starts each Marquee's cycle once, not once per row."""
+
+RECONNECT_DELAY = 1.0
+"""Seconds between attempts to get the listening connection back."""
+
+Wake = Callable[[set[str]], Awaitable[object]]
+Resync = Callable[[], Awaitable[object]]
+
+
+class NotificationListener:
+    """One dedicated connection (never a pooled one: LISTEN belongs to its session) that LISTENs
+    on ``NOTIFY_CHANNEL`` and hands the changed Marquees' names to ``wake``, debounced.
+
+    Notifications sent while it is disconnected are lost, so after every reconnect it LISTENs
+    again and calls ``resync`` (a full tick). PgBouncer in transaction mode cannot carry a LISTEN
+    (the session it was sent on is handed to others): point ``desired_state`` at PostgreSQL or a
+    session-mode pool.
+    """
+
+    def __init__(
+        self,
+        address: PgAddress,
+        password: PasswordSource,
+        *,
+        timeout: float,
+        debounce: float = WAKE_DEBOUNCE,
+    ) -> None:
+        self.address = address
+        self._password = password
+        self._timeout = timeout
+        self._debounce = debounce
+        self._pending: set[str] = set()
+        self._arrived = asyncio.Event()
+        self.connected: bool | None = None
+        """None before the first attempt; then whether the listening connection is up."""
+
+    def _notified(self, connection: object, pid: int, channel: str, payload: str) -> None:
+        self._pending.add(payload)
+        self._arrived.set()
+
+    async def run(self, wake: Wake, resync: Resync) -> None:
+        """Listen until cancelled: reconnects on its own, wakes Marquees as their rows change."""
+        waking = asyncio.create_task(self._wake_loop(wake), name="desired-state-wake")
+        try:
+            first = True
+            while True:
+                lost = await self._listen_once(resync if not first else None)
+                first = first and not lost
+                await asyncio.sleep(RECONNECT_DELAY)
+        finally:
+            waking.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await waking
+
+    async def _listen_once(self, resync: Resync | None) -> bool:
+        """One connection's life; True once it had been listening (so the next is a reconnect)."""
+        try:
+            connection = await connect(self.address, self._password, timeout=self._timeout)
+        except DatabaseError as exc:
+            if self.connected is not False:  # once per change
+                log.warning(
+                    "desired_state.listener_down",
+                    source=self.address.describe(),
+                    error=str(exc).removeprefix(f"{self.address.describe()}: "),
+                )
+            self.connected = False
+            return False
+        closed = asyncio.Event()
+        connection.add_termination_listener(lambda _: closed.set())
+        try:
+            await connection.add_listener(NOTIFY_CHANNEL, self._notified)
+            self.connected = True
+            log.info("desired_state.listening", source=self.address.describe())
+            if resync is not None:
+                await resync()  # what changed while nobody listened
+            await closed.wait()
+            log.warning("desired_state.listener_lost", source=self.address.describe())
+            return True
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            log.warning("desired_state.listener_lost", source=self.address.describe(),
+                        error=redacted(f"{type(exc).__name__}: {exc}", None))  # fmt: skip
+            return True
+        finally:
+            self.connected = False
+            connection.terminate()
+
+    async def _wake_loop(self, wake: Wake) -> None:
+        while True:
+            await self._arrived.wait()
+            await asyncio.sleep(self._debounce)  # gather the rest of the edit
+            self._arrived.clear()
+            names, self._pending = self._pending, set()
+            if names:
+                log.debug("desired_state.notified", marquees=sorted(names))
+                await wake(names)

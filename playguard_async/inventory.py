@@ -19,7 +19,7 @@ import reprlib
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Hashable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Hashable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import date
 from functools import cached_property
@@ -535,6 +535,15 @@ class RemoteDesiredState(DesiredState, Protocol):
 
     def snapshot_age(self) -> float | None:
         """Seconds since the last good snapshot, or None before the first."""
+        ...
+
+    async def listen(
+        self,
+        wake: Callable[[set[str]], Awaitable[object]],
+        resync: Callable[[], Awaitable[object]],
+    ) -> None:
+        """Until cancelled: ``wake`` the Marquees whose desired state changed, and ``resync``
+        when changes may have been missed."""
         ...
 
     async def close(self) -> None: ...

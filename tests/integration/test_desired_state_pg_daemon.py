@@ -9,7 +9,7 @@ import math
 from playguard_async.pg_schema import migrate
 from playguard_async.pg_transfer import import_inventory
 from tests.integration.test_observability import CYCLES, answer_once, scrape_until, start_serving
-from tests.support.daemon import DaemonRunner
+from tests.support.daemon import Daemon, DaemonRunner, wait_for
 from tests.support.postgres import LabDatabase
 
 REACHABLE = "playguard_desired_state_reachable"
@@ -60,3 +60,50 @@ async def test_daemon_runs_from_the_database_and_rides_out_its_outage(
     assert len(daemon.events("desired_state.reachable")) == 1
     assert {line["marquee"] for line in daemon.events("cycle.finished")} >= {"alpha", "beta"}
     assert postgres.password not in daemon.stderr()
+
+
+def _cycles_of(daemon: Daemon, marquee: str) -> int:
+    return len(daemon.events("cycle.finished", marquee=marquee))
+
+
+async def test_a_row_changed_in_sql_starts_its_marquees_cycle_before_the_tick(
+    daemons: DaemonRunner, postgres: LabDatabase
+) -> None:
+    connection = await postgres.connect()
+    try:
+        await migrate(connection)
+        await import_inventory(connection, daemons.write_inventory(["alpha", "beta"]))
+        daemon, _ = start_serving(
+            daemons,
+            tick_interval=600.0,  # no second tick during the test: any later cycle was woken
+            tick_jitter=0.0,
+            phase_seconds=0.05,
+            desired_state=postgres.url,
+            env={"PLAYGUARD_DESIRED_STATE_PASSWORD": postgres.password},
+        )
+        wait_for(
+            lambda: (
+                _cycles_of(daemon, "alpha") == _cycles_of(daemon, "beta") == 1
+                and daemon.events("desired_state.listening")
+            ),
+            timeout=20,
+            what="the first tick's cycles and the listener",
+        )
+
+        await connection.execute("UPDATE marquees SET port = 2222 WHERE name = 'alpha'")
+        wait_for(lambda: _cycles_of(daemon, "alpha") == 2, timeout=10, what="alpha woken")
+        assert _cycles_of(daemon, "beta") == 1, "only the changed Marquee is woken"
+        [woken] = daemon.events("engine.woken")
+        assert woken["started"] == ["cycle:alpha"]
+
+        postgres.server.stop()
+        postgres.server.start()  # notifications sent meanwhile would be lost: a full tick
+        wait_for(
+            lambda: _cycles_of(daemon, "beta") == 2 and _cycles_of(daemon, "alpha") == 3,
+            timeout=20,
+            what="a full tick after the listener reconnected",
+        )
+        assert len(daemon.events("desired_state.listening")) == 2
+        assert daemons.stop_all([daemon], timeout=15) == {"r1": 0}
+    finally:
+        await connection.close()

@@ -9,6 +9,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
+from playguard_async.desired_state_pg import NOTIFY_CHANNEL
 from playguard_async.inventory import InventoryError
 from playguard_async.pg_schema import migrate, schema_version, shipped_migrations
 from playguard_async.pg_transfer import ImportRefused, export_inventory, import_inventory
@@ -160,3 +161,38 @@ async def test_import_into_a_database_that_has_a_fleet_needs_replace(
 
     await import_inventory(connection, smaller, replace=True)
     assert await _exported(connection, tmp_path) == by_name(await load_yaml(smaller))
+
+
+# (statement changing one row, the Marquees whose desired state it changes)
+NOTIFYING_CHANGES = [
+    ("UPDATE marquees SET port = 1 WHERE name = 'edge-1'", {"edge-1"}),
+    ("UPDATE playgrounds SET branch = 'b' WHERE name = 'shop-2-0'", {"edge-2"}),
+    ("UPDATE playgrounds SET marquee = 'edge-0' WHERE name = 'shop-1-0'", {"edge-0", "edge-1"}),
+    ("UPDATE agent_chats SET state = 'closed' WHERE name = 'chat-0'", {"edge-0"}),
+    ("UPDATE playspecs SET images = '{}' WHERE name = 'blog'", {"edge-0", "edge-1", "edge-2"}),
+    ("UPDATE registries SET username = 'w' WHERE name = 'lab'", {"edge-0", "edge-1", "edge-2"}),
+    ("UPDATE registries SET username = 'w' WHERE name = 'corp'", set()),
+    ("DELETE FROM agent_chats WHERE name = 'chat-1'", {"edge-1"}),
+]
+
+
+@pytest.mark.parametrize(("statement", "marquees"), NOTIFYING_CHANGES)
+async def test_a_changed_row_notifies_the_marquees_it_concerns(
+    connection: asyncpg.Connection, postgres: LabDatabase, tmp_path: Path,
+    statement: str, marquees: set[str],
+) -> None:  # fmt: skip
+    await migrate(connection)
+    await import_inventory(connection, write_inventory(tmp_path, full_document()))
+    listener = await postgres.connect()
+    heard: asyncio.Queue[str] = asyncio.Queue()
+    await listener.add_listener(NOTIFY_CHANNEL, lambda *args: heard.put_nowait(args[3]))
+    try:
+        await connection.execute(statement)
+        await connection.execute("NOTIFY playguard_desired_state, 'end-of-test'")
+        names = set()
+        async with asyncio.timeout(5):
+            while (name := await heard.get()) != "end-of-test":
+                names.add(name)
+    finally:
+        await listener.close()
+    assert names == marquees
