@@ -38,7 +38,9 @@ async def serve(settings: Settings, *, stop_after: float | None = None) -> None:
     metrics.count_in_flight(lambda: len(engine.cycles))
     source = engine.desired_state
     if isinstance(source, RemoteDesiredState):
-        metrics.watch_desired_state(lambda: source.reachable, source.snapshot_age)
+        metrics.watch_desired_state(
+            lambda: source.reachable, source.snapshot_age, source.write_failures
+        )
     if stop_after is not None:
         asyncio.get_running_loop().call_later(stop_after, engine.request_stop)
     try:

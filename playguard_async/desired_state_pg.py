@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +38,7 @@ from playguard_async.inventory import (
     _reason,
     _shown_value,
 )
+from playguard_async.observed_state_pg import ObservedStateWriter
 from playguard_async.pg import (
     DatabaseError,
     PasswordSource,
@@ -274,8 +275,10 @@ class PostgresDesiredState:
         *,
         timeout: float = SNAPSHOT_TIMEOUT,
         validate_timeout: float = 30.0,
+        observed: ObservedStateWriter | None = None,
     ) -> None:
         self.address = address
+        self._observed = observed
         self._password = password
         self._timeout = timeout
         self._validate_timeout = validate_timeout
@@ -376,19 +379,33 @@ class PostgresDesiredState:
             return None
         return time.monotonic() - self.last_snapshot_at
 
+    async def record_cycle(self, record: Mapping[str, Any]) -> None:
+        """Write a finished cycle's observed state back (never raises: logged and counted)."""
+        if self._observed is not None:
+            await self._observed.record(record)
+
+    def write_failures(self) -> int:
+        return self._observed.failures if self._observed is not None else 0
+
     async def close(self) -> None:
         connection, self._connection = self._connection, None
         if connection is not None and not connection.is_closed():
             await connection.close(timeout=self._timeout)
+        if self._observed is not None:
+            await self._observed.close()
 
 
 def postgres_source(settings: Settings) -> PostgresDesiredState:
     """The PostgreSQL source ``settings.desired_state`` names, with its password source."""
+    address, password = PgAddress.parse(settings.desired_state), database_password(settings)
     return PostgresDesiredState(
-        PgAddress.parse(settings.desired_state),
-        database_password(settings),
+        address,
+        password,
         timeout=settings.desired_state_timeout,
         validate_timeout=settings.inventory_read_timeout,
+        observed=ObservedStateWriter(
+            address, password, replica=settings.replica_id, timeout=settings.desired_state_timeout
+        ),
     )
 
 

@@ -546,6 +546,14 @@ class RemoteDesiredState(DesiredState, Protocol):
         when changes may have been missed."""
         ...
 
+    async def record_cycle(self, record: Mapping[str, Any]) -> None:
+        """Write a finished cycle's observed state (a cycle record) back; never raises."""
+        ...
+
+    def write_failures(self) -> int:
+        """Observed-state writes that failed since start."""
+        ...
+
     async def close(self) -> None: ...
 
 

@@ -93,7 +93,10 @@ class Metrics:
         self.cycles_in_flight.set_function(cycles)
 
     def watch_desired_state(
-        self, reachable: Callable[[], bool | None], age: Callable[[], float | None]
+        self,
+        reachable: Callable[[], bool | None],
+        age: Callable[[], float | None],
+        write_failures: Callable[[], int],
     ) -> None:
         """Gauges of a desired state behind a network, read at every scrape: whether its last
         read reached it (NaN before the first) and the age of the snapshot in force."""
@@ -107,6 +110,13 @@ class Metrics:
             "Seconds since the last good snapshot of the desired state (the one in force).",
             registry=self.registry,
         )
+        failures_gauge = Gauge(
+            "playguard_observed_state_write_failures",
+            "Observed-state writes back to the database that failed since start (never rises "
+            "in a healthy replica).",
+            registry=self.registry,
+        )
+        failures_gauge.set_function(write_failures)
         reachable_gauge.set_function(lambda: _gauge_value(reachable()))
         age_gauge.set_function(lambda: _gauge_value(age()))
 
