@@ -20,7 +20,7 @@ daemon never does, and the container image leaves it out.
 - ``demo``: settings and an inventory pointing the daemon at a lab
 """
 
-from playguard_async.lab.demo import write_demo_config
+from playguard_async.lab.demo import move_desired_state_to_postgres, write_demo_config
 from playguard_async.lab.fleet import Lab, MarqueeHost
 from playguard_async.lab.images import BUSYBOX_REPOSITORY, build_busybox_image, push_image
 from playguard_async.lab.origin import GitOrigin, compose_file
@@ -53,6 +53,7 @@ __all__ = [
     "compose_file",
     "find_binary",
     "free_port",
+    "move_desired_state_to_postgres",
     "push_image",
     "write_demo_config",
 ]
