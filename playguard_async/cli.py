@@ -9,20 +9,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import json
 import re
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import click
 from rich.console import Console
+from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from playguard_async import __version__, daemon, operate
+from playguard_async import __version__, daemon, operate, story
 from playguard_async.db_cli import db
 from playguard_async.engine import CycleCancelled, CycleResult, Outcome
 from playguard_async.inventory import InventoryError
@@ -30,6 +32,8 @@ from playguard_async.lock import LockState, ReleaseResult
 from playguard_async.observe import configure_logging
 from playguard_async.phase import UnknownPhase
 from playguard_async.settings import Settings, SettingsError, load_settings
+
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 EXIT_LOCKED = 3
 EXIT_NOT_OK = 4
@@ -50,6 +54,14 @@ DRY_RUN_OPTION = click.option(
 JSON_OPTION = click.option(
     "--json", "as_json", is_flag=True, help="Print JSON with stable keys, for scripts."
 )
+
+
+def _limit_option(default: int, help_text: str) -> Callable[[_F], _F]:
+    """``--limit N`` of the commands that read a Marquee's recorded cycles."""
+    return click.option(
+        "--limit", type=click.IntRange(1, 1000), default=default, show_default=True, help=help_text
+    )
+
 
 _ONE_LINE_ERRORS = (
     SettingsError,
@@ -112,16 +124,22 @@ def run(ctx: click.Context, config: Path | None, dry_run: bool | None) -> None:
 @click.argument("marquee")
 @CONFIG_OPTION
 @DRY_RUN_OPTION
+@JSON_OPTION
 @click.pass_context
-def cycle(ctx: click.Context, marquee: str, config: Path | None, dry_run: bool | None) -> None:
+def cycle(
+    ctx: click.Context, marquee: str, config: Path | None, dry_run: bool | None, as_json: bool
+) -> None:
     """Run one cycle of MARQUEE now, in the foreground, under its lock as the daemon does.
 
     Prints a line as each phase ends and records the cycle like the daemon. Ctrl-C lets the
     running phase finish and starts no other; a second Ctrl-C cancels it. Exit status 0 when the
     cycle ends ok, 3 when another holder has the Marquee's lock (nothing is done), 4 when it ends
-    otherwise (failed phase, lost lease, deadline, interrupted).
+    otherwise (failed phase, lost lease, deadline, interrupted). With --json, one JSON object
+    at the end instead: the cycle's record and, when it was locked, the holder.
     """
     console = _console()
+    if as_json:
+        console = Console(file=io.StringIO())  # the phase lines and the spinner go nowhere
     with _readable_errors(ctx):
         settings = load_settings(config, **_dry_run(dry_run))
         if settings.dry_run:
@@ -137,6 +155,12 @@ def cycle(ctx: click.Context, marquee: str, config: Path | None, dry_run: bool |
 
             outcome = asyncio.run(operate.run_cycle(settings, marquee, show_phase))
     result = outcome.result
+    if as_json:
+        holder = None if outcome.holder is None else operate.holder_json(outcome.holder)
+        click.echo(json.dumps({"cycle": result.to_record(), "holder": holder}, indent=2))
+        if result.outcome is not Outcome.OK:
+            ctx.exit(EXIT_LOCKED if result.outcome is Outcome.LOCKED else EXIT_NOT_OK)
+        return
     if result.outcome is Outcome.LOCKED:
         held = _holder_text(outcome.holder) if outcome.holder else "another holder (gone since)"
         _fail(f"{marquee} is locked by {held}; no cycle ran", EXIT_LOCKED)
@@ -171,18 +195,58 @@ def _cycle_summary(result: CycleResult, settings: Settings) -> Text:
 @cli.command()
 @CONFIG_OPTION
 @JSON_OPTION
+@click.option("--watch", is_flag=True, help="Refresh every --interval seconds until Ctrl-C.")
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0.5),
+    default=2.0,
+    show_default=True,
+    help="Seconds between refreshes of --watch.",
+)
 @click.pass_context
-def status(ctx: click.Context, config: Path | None, as_json: bool) -> None:
+def status(
+    ctx: click.Context, config: Path | None, as_json: bool, watch: bool, interval: float
+) -> None:
     """Each Marquee of the inventory: who holds its lock, and how its last cycle went.
 
-    FENCE is the holder's while the lock is held, else the last cycle's.
+    FENCE is the holder's while the lock is held, else the last cycle's. With --watch the table
+    is redrawn in place on a terminal (in a pipe, each refresh is printed after the last).
     """
-    with _readable_errors(ctx):
-        statuses = asyncio.run(operate.fleet_status(load_settings(config)))
-    now = time.time()
+    settings = _settings(ctx, config)
+
+    def read() -> list[operate.MarqueeStatus]:
+        with _readable_errors(ctx):
+            return asyncio.run(operate.fleet_status(settings))
+
     if as_json:
+        if watch:
+            _fail("--watch draws a table; leave out --json", 2)
+        statuses = read()
+        now = time.time()
         click.echo(json.dumps({"marquees": [s.to_json(now) for s in statuses]}, indent=2))
         return
+    console = _console()
+    if not watch:
+        console.print(_status_table(read(), time.time()))
+        return
+    with contextlib.suppress(KeyboardInterrupt):
+        if console.is_terminal:
+            with Live(console=console, auto_refresh=False) as live:
+                while True:
+                    live.update(_status_table(read(), time.time()), refresh=True)
+                    time.sleep(interval)
+        while True:
+            console.print(_status_table(read(), time.time()))
+            console.print()
+            time.sleep(interval)
+
+
+def _settings(ctx: click.Context, config: Path | None) -> Settings:
+    with _readable_errors(ctx):
+        return load_settings(config)
+
+
+def _status_table(statuses: list[operate.MarqueeStatus], now: float) -> Table:
     columns = ("MARQUEE", "HOLDER", "FENCE", "TTL LEFT", "LAST", "WHEN", "DURATION", "ACTIONS")
     table = Table(*columns, "FINDINGS", box=None, header_style="bold")
     for marquee in statuses:
@@ -202,23 +266,127 @@ def status(ctx: click.Context, config: Path | None, as_json: bool) -> None:
             holding[1] = str(last.fence)
         history: list[str | Text] = [_text("never"), "-", "-", "-", "-"]
         if last is not None:
-            where = f" in {last.phase}" if last.phase else ""
             history = [
-                _text((last.outcome + where, _outcome_style(last.outcome))),
+                _last_text(last),
                 "-" if last.finished_at is None else f"{_span(now - last.finished_at)} ago",
                 "-" if last.duration is None else _span(last.duration),
                 str(last.actions),
                 _findings_text(last),
             ]
         table.add_row(name, *holding, *history)
-    _console().print(table)
+    return table
+
+
+def _last_text(last: operate.LastCycle) -> Text:
+    where = f" in {last.phase}" if last.phase else ""
+    style = _outcome_style(last.outcome)
+    if last.dry_run:
+        # Nothing was changed: drift it found is still there.
+        where += " (dry run)"
+        style = "yellow" if last.drift and last.outcome == "ok" else style
+    return _text((last.outcome + where, style))
+
+
+@cli.command()
+@click.argument("marquee")
+@CONFIG_OPTION
+@JSON_OPTION
+@_limit_option(10, "Recent cycles shown.")
+@click.pass_context
+def describe(
+    ctx: click.Context, marquee: str, config: Path | None, as_json: bool, limit: int
+) -> None:
+    """MARQUEE in depth: its lock and fences, its last cycle phase by phase, what is still
+    wrong and what that cycle fixed, its recent cycles. Read from Redis; nothing connects to
+    the host (``check`` does)."""
+    settings = _settings(ctx, config)
+    with _readable_errors(ctx):
+        told = asyncio.run(story.marquee_story(settings, marquee, limit=limit))
+    now = time.time()
+    if as_json:
+        click.echo(json.dumps(told.to_json(now), indent=2))
+        return
+    console = _console()
+    lock = told.lock
+    console.print(_text(("Marquee ", "bold"), told.name))
+    console.print(_text("  lock: ", "not held" if lock is None else _holder_text(lock)))
+    host = None if told.last is None else told.last.host_fence
+    console.print(
+        _text(f"  fence: Redis {_fence(told.fence_counter)}, host {_fence(host)} (last seen)")
+    )
+    if told.last is None:
+        console.print(_text("  last cycle: never"))
+        return
+    last = told.last
+    ended = "-" if last.finished_at is None else f"{_span(now - last.finished_at)} ago"
+    console.print(
+        _text("  last cycle: ", _last_text(last).plain, f", {ended}, by {last.replica or '?'}")
+    )
+    for step in told.steps:
+        seconds = "?" if step.seconds is None else _span(step.seconds)
+        console.print(_text(f"    {step.phase}: {seconds}, {_actions(len(step.actions))}"))
+        for action in step.actions:
+            console.print(_text(f"      did {action}"))
+        for kind, subject, detail in step.notices:
+            console.print(_text(f"      {kind} {subject}: {detail}"))
+        if step.more:
+            console.print(_text(f"      ... {step.more} more"))
+    for heading, items in (("still wrong", told.still_wrong), ("fixed", told.fixed)):
+        console.print(_text(f"  {heading}: ", "none" if not items else ""))
+        for item in items:
+            console.print(_text(f"    {item}"))
+    console.print(_text(f"  recent cycles ({len(told.history)}):"))
+    _print_history(console, told.history, now)
+
+
+@cli.command()
+@click.argument("marquee")
+@CONFIG_OPTION
+@JSON_OPTION
+@_limit_option(20, "Cycles shown, newest first.")
+@click.pass_context
+def history(
+    ctx: click.Context, marquee: str, config: Path | None, as_json: bool, limit: int
+) -> None:
+    """MARQUEE's recorded cycles, newest first, as every replica recorded them."""
+    settings = _settings(ctx, config)
+    with _readable_errors(ctx):
+        told = asyncio.run(story.marquee_story(settings, marquee, limit=limit))
+    now = time.time()
+    if as_json:
+        cycles = [cycle.to_json(now) for cycle in told.history]
+        click.echo(json.dumps({"name": told.name, "cycles": cycles}, indent=2))
+        return
+    console = _console()
+    if not told.history:
+        console.print(_text(f"{told.name}: no cycle recorded"))
+        return
+    _print_history(console, told.history, now)
+
+
+def _print_history(console: Console, cycles: list[operate.LastCycle], now: float) -> None:
+    table = Table("WHEN", "OUTCOME", "REPLICA", "FENCE", "DURATION", "ACTIONS", "FINDINGS",
+                  box=None, header_style="bold")  # fmt: skip
+    for cycle in cycles:
+        table.add_row(
+            "-" if cycle.finished_at is None else f"{_span(now - cycle.finished_at)} ago",
+            _last_text(cycle),
+            _clean(cycle.replica or "?"),
+            _fence(cycle.fence),
+            "-" if cycle.duration is None else _span(cycle.duration),
+            str(cycle.actions),
+            _clean(_findings_text(cycle)),
+        )
+    console.print(table)
 
 
 def _findings_text(last: operate.LastCycle) -> str:
     notes = [f"reason: {last.reason}"] if last.reason else []
-    notes += [f"drift {name}: {', '.join(why)}" for name, why in last.drift.items()]
+    # Drift a cycle found is drift it repaired, unless it was a dry run: only that is still wrong.
+    drift = "drift, not fixed (dry run)" if last.dry_run else "fixed drift"
+    notes += [f"{drift} {name}: {', '.join(why)}" for name, why in last.drift.items()]
     notes += [f"branch gone: {name} ({branch})" for name, branch in last.branch_gone.items()]
-    notes += [f"failed {item}" for item in last.failed]
+    notes += [f"still failing: {item}" for item in last.failed]
     return "; ".join(notes) or "none"
 
 
@@ -294,15 +462,23 @@ def unlock(ctx: click.Context, marquee: str, config: Path | None, force: bool) -
     show_default=True,
     help="Seconds each Marquee's checks may take.",
 )
+@JSON_OPTION
 @click.pass_context
-def check(ctx: click.Context, config: Path | None, timeout: float) -> None:
-    """Check settings, inventory, Redis and every Marquee (SSH host key, login, Docker API
-    through the tunnel, compose) without changing anything; exit status 1 if any check fails.
+def check(ctx: click.Context, config: Path | None, timeout: float, as_json: bool) -> None:
+    """Check settings, inventory, Redis, every Marquee (SSH host key, login, Docker API
+    through the tunnel, compose) and every registry (its password source, a login from a
+    Marquee that pulls from it) without changing anything; exit status 1 if any check fails.
 
-    Marquees are checked at once, max_concurrent_cycles at a time.
+    Marquees and registries are checked at once, max_concurrent_cycles at a time.
     """
     with _readable_errors(ctx):
         rows = asyncio.run(operate.check(config, timeout=timeout))
+    if as_json:
+        checks = [{"subject": row.subject, "ok": row.ok, "detail": row.detail} for row in rows]
+        click.echo(json.dumps({"ok": all(row.ok for row in rows), "checks": checks}, indent=2))
+        if not all(row.ok for row in rows):
+            ctx.exit(1)
+        return
     table = Table("CHECK", "VERDICT", "DETAIL", box=None, header_style="bold")
     table.columns[2].overflow = "fold"
     for row in rows:

@@ -15,10 +15,12 @@ import functools
 from collections.abc import AsyncIterator, Callable
 
 from playguard_async.aio import background
+from playguard_async.capacity import raise_open_files_limit
 from playguard_async.endpoints import application, serving
 from playguard_async.engine import CycleResult, Engine, Outcome
 from playguard_async.inventory import RemoteDesiredState
 from playguard_async.metrics import Metrics
+from playguard_async.notify import ChangeNotifier, news_of
 from playguard_async.observe import Liveness
 from playguard_async.redis_client import redis_answers
 from playguard_async.settings import Settings
@@ -28,13 +30,19 @@ from playguard_async.wiring import RemoteLayer, build_engine, stopping_on_signal
 
 async def serve(settings: Settings, *, stop_after: float | None = None) -> None:
     """Run the daemon until SIGTERM or SIGINT (or ``stop_after`` seconds), then drain and return."""
+    # Before the engine sizes its slots from it (``max_concurrent_cycles = "auto"``).
+    raise_open_files_limit()
     metrics = Metrics(outcomes=[outcome.value for outcome in Outcome], lock_ttl=settings.lock_ttl)
 
     async def count(result: CycleResult) -> None:
         metrics.cycle_finished(result.outcome.value, result.durations)
+        health, _ = news_of(result)
+        metrics.marquee_finished(result.marquee, result.outcome.value, health, result.finished_at)
 
     remote = RemoteLayer(settings)
     engine = build_engine(settings, listeners=[count], observer=metrics, remote=remote)
+    changes = ChangeNotifier(settings, engine.redis)
+    engine.listeners.append(changes.notify_cycle)
     metrics.count_in_flight(lambda: len(engine.cycles))
     source = engine.desired_state
     if isinstance(source, RemoteDesiredState):
@@ -45,7 +53,11 @@ async def serve(settings: Settings, *, stop_after: float | None = None) -> None:
         asyncio.get_running_loop().call_later(stop_after, engine.request_stop)
     try:
         with stopping_on_signals(engine):
-            async with watched(engine, metrics), listening(engine):
+            async with (
+                watched(engine, metrics),
+                changes.sending(drain=settings.webhook_timeout),
+                listening(engine),
+            ):
                 await engine.run()
     finally:
         await remote.close()

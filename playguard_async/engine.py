@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import gc
 import math
 import random
 import time
@@ -40,6 +41,7 @@ from playguard_async.lock import (
 )
 from playguard_async.phase import PartialFailure, Phase, PhaseContext, PhaseReport, RemoteView
 from playguard_async.redis_client import RedisClient
+from playguard_async.replicas import ReplicaRoster
 from playguard_async.settings import Settings
 
 log = structlog.get_logger("playguard.engine")
@@ -91,7 +93,13 @@ class CycleResult:
     findings: dict[str, dict[str, Any]] = field(default_factory=dict)
     notices: dict[str, list[dict[str, str]]] = field(default_factory=dict)
     """Phase -> its ``Notice``s, as JSON objects: what an operator should look at."""
+    replica: str = ""
+    dry_run: bool = False
     started: float = field(default_factory=time.monotonic)
+    """When the cycle began: its task's start, then (once it has a slot) its acquisition's."""
+    waited: float = 0.0
+    """Seconds between the task's start and the acquisition: its start offset and the wait for a
+    slot, kept apart so that ``duration`` is the cycle's own work."""
     finished_at: float = 0.0
     duration: float = 0.0
 
@@ -109,7 +117,10 @@ class CycleResult:
             "actions": self.actions,
             "findings": self.findings,
             "notices": self.notices,
+            "replica": self.replica,
+            "dry_run": self.dry_run,
             "finished_at": self.finished_at,
+            "waited": self.waited,
             "duration": self.duration,
         }
 
@@ -129,6 +140,10 @@ class EngineObserver(Protocol):
     def tick_started(self, lag: float) -> None:
         """A tick starts ``lag`` seconds after its point on the tick grid."""
 
+    def fleet_shared(self, replicas: int, assigned: int) -> None:
+        """A tick found ``replicas`` live replicas (0: not sharing, attempting every Marquee) and
+        this one's share of the launchable Marquees to be ``assigned``."""
+
     def lease_renewing(self, headroom: float) -> None:
         """A lease is about to be renewed with ``headroom`` seconds left before its deadline."""
 
@@ -143,6 +158,9 @@ class _Unobserved:
     """The observer of an engine nobody watches."""
 
     def tick_started(self, lag: float) -> None:
+        pass
+
+    def fleet_shared(self, replicas: int, assigned: int) -> None:
         pass
 
     def lease_renewing(self, headroom: float) -> None:
@@ -206,6 +224,16 @@ def one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+def _keep_out_of_collections() -> None:
+    """Move what is alive now (the desired state just loaded, its index, the engine) out of the
+    collector's generations: at 10,000 Marquees it is hundreds of thousands of objects that live
+    until the next change, and every full collection walked all of them again (16 % of a tick).
+    The previous state's objects go back first, so the collector frees them once they are garbage.
+    """
+    gc.unfreeze()
+    gc.freeze()
+
+
 def next_tick_after(scheduled: float, now: float, interval: float) -> tuple[float, int]:
     """The first point of the tick grid (``scheduled`` + k * ``interval``, k >= 1) after ``now``.
 
@@ -246,7 +274,14 @@ class Engine:
         self.cycles: dict[str, asyncio.Task[CycleResult]] = {}
         self.stopping = asyncio.Event()
         self.last_tick: float | None = None
-        self._slots = asyncio.Semaphore(settings.max_concurrent_cycles)
+        self.slots = settings.cycle_slots()
+        self._slots = asyncio.Semaphore(self.slots)
+        self.roster = ReplicaRoster(
+            redis,
+            settings.replica_id,
+            ttl=settings.tick_interval,
+            timeout=settings.redis_socket_timeout,
+        )
         self._cancel_now = False
 
     # -- life --------------------------------------------------------------------------------
@@ -265,7 +300,7 @@ class Engine:
     async def load_inventory(self) -> Inventory:
         """Read the desired state; keep the last good one (and say why) when the new one is bad."""
         try:
-            self.inventory = await self.desired_state.load()
+            inventory = await self.desired_state.load()
         except Exception as exc:
             # Whatever the source raises is a bad desired state, never the end of the daemon.
             if not isinstance(exc, InventoryError):
@@ -273,39 +308,60 @@ class Engine:
             if self.inventory is None:
                 raise exc from None
             log.error("inventory.invalid", source=self.desired_state.describe(), error=str(exc))
-        return self.inventory
+            return self.inventory
+        if inventory is not self.inventory:
+            self.inventory = inventory
+            _keep_out_of_collections()
+        return inventory
 
     async def run(self) -> None:
-        """Tick until asked to stop, then drain. The first tick runs at once."""
+        """Tick until asked to stop, then drain. The first tick runs at once, after this
+        replica has announced itself; a stop request hands its Marquees to the others at once."""
         await self.load_inventory()
+        await self.roster.announce()
+        announcing = asyncio.create_task(
+            self.roster.keep_announcing(self.stopping), name="replicas:announce"
+        )
         interval = self.settings.tick_interval
         next_tick = time.monotonic()
-        log.info("engine.started", replica=self.settings.replica_id, phases=self.phase_names)
-        while not self.stopping.is_set():
-            self.observer.tick_started(time.monotonic() - next_tick)
-            await self.tick()
-            now = time.monotonic()
-            next_tick, skipped = next_tick_after(next_tick, now, interval)
-            if skipped:
-                log.warning("engine.ticks_skipped", skipped=skipped)
-            await wait_or_stop(self.stopping, next_tick - now)
-        await self.drain()
+        log.info(
+            "engine.started",
+            replica=self.settings.replica_id,
+            phases=self.phase_names,
+            slots=self.slots,
+        )
+        try:
+            while not self.stopping.is_set():
+                self.observer.tick_started(time.monotonic() - next_tick)
+                await self.tick()
+                now = time.monotonic()
+                next_tick, skipped = next_tick_after(next_tick, now, interval)
+                if skipped:
+                    log.warning("engine.ticks_skipped", skipped=skipped)
+                await wait_or_stop(self.stopping, next_tick - now)
+            await self.drain()
+        finally:
+            self.stopping.set()
+            await detached(announcing)
 
     @property
     def phase_names(self) -> list[str]:
         return [phase.name for phase in self.phases]
 
     async def tick(self) -> list[asyncio.Task[CycleResult]]:
-        """Start a cycle for every launchable Marquee not already in a cycle here."""
+        """Start a cycle for every launchable Marquee of this replica's share (``replicas``) not
+        already in a cycle here."""
         self.last_tick = time.monotonic()
         inventory = await self.load_inventory()
         resume_first = await self._resume_order()
         marquees = sorted(
-            inventory.launchable_marquees(), key=lambda m: (m.name not in resume_first, m.name)
+            (m for m in inventory.launchable_marquees() if self.roster.owns(m.name)),
+            key=lambda m: (m.name not in resume_first, m.name),
         )
-        # Replicas whose ticks line up would otherwise always find the same holder re-ticking just
-        # after its own release; a random start offset lets every replica win its share. Resumed
-        # Marquees start at once: they go first.
+        sharing_with = len(self.roster.live) if self.roster.sharing else 0
+        self.observer.fleet_shared(sharing_with, len(marquees))
+        # A random start offset spreads the share's starts over the tick (and lets replicas that
+        # briefly disagree about who is live both win some). Resumed Marquees start at once.
         spread = self.settings.tick_jitter * self.settings.tick_interval
         started = []
         for marquee in marquees:
@@ -318,8 +374,9 @@ class Engine:
 
     async def wake(self, names: Collection[str]) -> list[asyncio.Task[CycleResult]]:
         """Start cycles now for the named Marquees, whose desired state changed (a database's
-        notification), from a freshly read inventory; one already in a cycle here is left to
-        it, so a Marquee never has two cycles in one replica. Its lock still decides."""
+        notification), from a freshly read inventory: those of this replica's share, as a tick
+        would; one already in a cycle here is left to it, so a Marquee never has two cycles in
+        one replica. Its lock still decides."""
         if self.stopping.is_set():
             return []
         inventory = await self.load_inventory()
@@ -329,7 +386,7 @@ class Engine:
                 marquee = inventory.marquee(name)
             except KeyError:  # gone, or left out of the snapshot: nothing to start
                 continue
-            if marquee.launchable and name not in self.cycles:
+            if marquee.launchable and self.roster.owns(name) and name not in self.cycles:
                 started.append(self._start_cycle(marquee, inventory))
         log.info("engine.woken", started=[t.get_name() for t in started], asked=len(names))
         return started
@@ -393,7 +450,12 @@ class Engine:
     ) -> CycleResult:
         """Wait ``delay`` (unless stopping), then lock, walk the phases, release; always ends in
         exactly one classified outcome."""
-        result = CycleResult(marquee=marquee.name, cycle_id=uuid.uuid4().hex[:12])
+        result = CycleResult(
+            marquee=marquee.name,
+            cycle_id=uuid.uuid4().hex[:12],
+            replica=self.settings.replica_id,
+            dry_run=self.settings.dry_run,
+        )
         with structlog.contextvars.bound_contextvars(
             marquee=marquee.name, cycle=result.cycle_id, replica=self.settings.replica_id
         ):
@@ -401,6 +463,8 @@ class Engine:
                 if delay > 0:
                     await wait_or_stop(self.stopping, delay)
                 async with self._slots:
+                    now = time.monotonic()
+                    result.waited, result.started = round(now - result.started, 4), now
                     await self._locked_cycle(marquee, inventory, result)
             except asyncio.CancelledError:
                 result.outcome = Outcome.INTERRUPTED
@@ -586,6 +650,8 @@ class Engine:
             actions=sum(len(taken) for taken in result.actions.values()),
             durations=result.durations,
             duration=result.duration,
+            waited=result.waited,
+            dry_run=result.dry_run,
         )
         for listener in self.listeners:
             try:

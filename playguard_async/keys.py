@@ -14,6 +14,10 @@ PREFIX = "playguard"
 RESUME_KEY = f"{PREFIX}:resume"
 """Sorted set of Marquees whose cycle a shutdown interrupted; score: when (Unix seconds)."""
 
+REPLICAS_KEY = f"{PREFIX}:replicas"
+"""Sorted set of live replicas (``replica_id``); score: when the announcement expires (Redis's
+clock, Unix milliseconds). Read by every replica to split the fleet (``replicas``)."""
+
 
 def lock_key(name: str) -> str:
     """The lock itself: the holder's record, with the lease's TTL."""
@@ -48,3 +52,9 @@ def last_cycle_key(marquee: str) -> str:
 def cycle_history_key(marquee: str) -> str:
     """A Marquee's recent cycle records, newest first, capped at ``history_length``."""
     return f"{PREFIX}:cycles:{{{marquee}}}:history"
+
+
+def health_key(marquee: str) -> str:
+    """A Marquee's health as its last telling cycle left it (``ok`` or ``failing``), swapped at
+    the end of each cycle so exactly one cycle sees each change (``notify``)."""
+    return f"{PREFIX}:cycles:{{{marquee}}}:health"

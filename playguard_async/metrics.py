@@ -13,10 +13,21 @@ import typing
 from collections.abc import Callable, Iterable, Mapping
 
 from aiohttp.typedefs import Handler
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Enum,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+)
 from prometheus_client.aiohttp import make_aiohttp_handler
 
 from playguard_async.lock import LossReason, ReleaseResult
+
+# Every counter and histogram would also carry a ``_created`` series: when this process made it,
+# which no alert or graph here reads.
+disable_created_metrics()  # type: ignore[no-untyped-call]
 
 PHASE_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)
 """Phases range from a cheap "nothing to do" (milliseconds) to image pulls (minutes)."""
@@ -37,6 +48,7 @@ class Metrics:
     """
 
     def __init__(self, *, outcomes: Iterable[str], lock_ttl: float) -> None:
+        outcomes = list(outcomes)
         self.registry = CollectorRegistry(auto_describe=True)
         self.cycles = Counter(
             "playguard_cycles",
@@ -79,6 +91,36 @@ class Metrics:
         self.cycles_in_flight = Gauge(
             "playguard_cycles_in_flight",
             "Cycles started and not yet finished (waiting for their start offset or a slot, too).",
+            registry=self.registry,
+        )
+        self.replicas = Gauge(
+            "playguard_replicas",
+            "Live replicas sharing the fleet at the last tick (0: not sharing, Redis unreadable, "
+            "so this one attempts every Marquee).",
+            registry=self.registry,
+        )
+        self.marquees_assigned = Gauge(
+            "playguard_marquees_assigned",
+            "Launchable Marquees this replica attempted at the last tick (its share of the fleet).",
+            registry=self.registry,
+        )
+        self.marquee_last_success = Gauge(
+            "playguard_marquee_last_success_timestamp_seconds",
+            "When this replica last finished an ok cycle of the Marquee (Unix seconds).",
+            ["marquee"],
+            registry=self.registry,
+        )
+        self.marquee_failures = Gauge(
+            "playguard_marquee_consecutive_failures",
+            "Failed cycles of the Marquee in a row, as this replica ran them (0 after an ok one).",
+            ["marquee"],
+            registry=self.registry,
+        )
+        self.marquee_outcome = Enum(
+            "playguard_marquee_last_outcome",
+            "Outcome of the Marquee's last cycle this replica ran (1 for it, 0 for the others).",
+            ["marquee"],
+            states=outcomes,
             registry=self.registry,
         )
         for outcome in outcomes:
@@ -125,6 +167,18 @@ class Metrics:
         for phase, seconds in durations.items():
             self.phase_duration.labels(phase).observe(seconds)
 
+    def marquee_finished(
+        self, marquee: str, outcome: str, health: str | None, finished_at: float
+    ) -> None:
+        """A cycle of ``marquee`` ended; ``health`` is what it says of the Marquee (``ok``,
+        ``failing``, or None when it says nothing: another replica held it, we stopped)."""
+        self.marquee_outcome.labels(marquee).state(outcome)
+        if health == "ok":
+            self.marquee_last_success.labels(marquee).set(finished_at)
+            self.marquee_failures.labels(marquee).set(0)
+        elif health == "failing":
+            self.marquee_failures.labels(marquee).inc()
+
     def handler(self) -> Handler:
         """An aiohttp handler serving this registry in the Prometheus text (or OpenMetrics) form."""
         return make_aiohttp_handler(self.registry)
@@ -133,6 +187,10 @@ class Metrics:
 
     def tick_started(self, lag: float) -> None:
         self.tick_lag.observe(max(0.0, lag))
+
+    def fleet_shared(self, replicas: int, assigned: int) -> None:
+        self.replicas.set(replicas)
+        self.marquees_assigned.set(assigned)
 
     def lease_renewing(self, headroom: float) -> None:
         self.lease_headroom.observe(headroom)

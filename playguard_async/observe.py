@@ -153,9 +153,13 @@ class CycleRecords:
             raw = await self.redis.get(last_cycle_key(marquee))
         return None if raw is None else decoded_record(raw)
 
-    async def history(self, marquee: str) -> list[dict[str, Any]]:
+    async def history(self, marquee: str, *, limit: int | None = None) -> list[dict[str, Any]]:
+        """The newest ``limit`` records (all kept ones by default), newest first."""
+        last = (limit if limit is not None else self.history_length) - 1
+        if last < 0:
+            return []  # LRANGE 0 -1 would be the whole list
         async with asyncio.timeout(self.timeout):
-            raw = await self.redis.lrange(cycle_history_key(marquee), 0, -1)
+            raw = await self.redis.lrange(cycle_history_key(marquee), 0, last)
         return [decoded_record(item) for item in raw]
 
 

@@ -23,7 +23,7 @@ from redis.exceptions import RedisError
 
 from playguard_async.aio import bounded
 from playguard_async.engine import CycleResult, Outcome, PhaseListener
-from playguard_async.inventory import Inventory, InventoryError, Marquee
+from playguard_async.inventory import Inventory, InventoryError, Marquee, Registry
 from playguard_async.keys import fence_key, lock_key, marquee_lock_name
 from playguard_async.lock import LockState, ReleaseResult, TokenLock, inspect_lock
 from playguard_async.observe import CycleRecords
@@ -32,7 +32,9 @@ from playguard_async.redis_address import parse_redis_url
 from playguard_async.redis_client import RedisClient
 from playguard_async.redis_topology import read_topology
 from playguard_async.remote import guard
+from playguard_async.remote.docker import registry_auth
 from playguard_async.remote.errors import AuthRefused, HostKeyMismatch, RemoteError
+from playguard_async.remote.registry import check_login
 from playguard_async.remote.ssh import RemoteOptions, open_session
 from playguard_async.settings import Settings, SettingsError, load_settings
 from playguard_async.wiring import (
@@ -144,6 +146,12 @@ class LastCycle:
     drift: dict[str, list[str]]
     branch_gone: dict[str, str]
     failed: list[str]
+    replica: str | None = None
+    """The replica that ran it (records older than this field: None)."""
+    dry_run: bool = False
+    """A dry run changes nothing: an ``ok`` one with drift is not a converged Marquee."""
+    waited: float | None = None
+    """Seconds it waited for its start offset and a slot before taking the lock."""
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> LastCycle:
@@ -176,6 +184,9 @@ class LastCycle:
             finished_at=_seconds(record["finished_at"]),
             duration=_seconds(record["duration"]),
             actions=sum(len(taken) for taken in (record.get("actions") or {}).values()),
+            replica=_optional(record.get("replica"), str),
+            dry_run=_optional(record.get("dry_run"), bool) or False,
+            waited=None if record.get("waited") is None else _seconds(record["waited"]),
             drift=drift,
             branch_gone={
                 subject: detail
@@ -421,18 +432,25 @@ async def check(config: Path | None, *, timeout: float) -> list[CheckRow]:
         options = dataclasses.replace(
             remote_options(settings), command_timeout=timeout, docker_timeout=timeout
         )
-        slots = asyncio.Semaphore(settings.max_concurrent_cycles)
+        slots = asyncio.Semaphore(settings.cycle_slots())
 
         async def bounded_check(marquee: Marquee) -> CheckRow:
             async with slots:
                 return await _check_marquee(marquee, options, timeout)
 
-        marquee_rows = await asyncio.gather(*map(bounded_check, inventory.marquees))
+        async def bounded_registry_check(registry: Registry) -> CheckRow:
+            async with slots:
+                return await _check_registry(registry, inventory, options, timeout)
+
+        marquee_rows, registry_rows = await asyncio.gather(
+            asyncio.gather(*map(bounded_check, inventory.marquees)),
+            asyncio.gather(*map(bounded_registry_check, inventory.registries)),
+        )
         marquee_rows = [
             await _compare_fences(fleet, marquee, row)
             for marquee, row in zip(inventory.marquees, marquee_rows, strict=True)
         ]
-        return [*rows, await redis_row, await topology_row, *marquee_rows]
+        return [*rows, await redis_row, await topology_row, *marquee_rows, *registry_rows]
 
 
 def _inventory_summary(settings: Settings, inventory: Inventory) -> str:
@@ -542,6 +560,46 @@ async def _check_marquee(marquee: Marquee, options: RemoteOptions, timeout: floa
         f"{marquee.user}@{marquee.host}:{marquee.port}: host key {fingerprint}; "
         f"Docker {version['Version']} (API {version['ApiVersion']}); {compose_version}",
         host_fence=int(recorded[0]) if recorded else None,
+    )
+
+
+async def _check_registry(
+    registry: Registry, inventory: Inventory, options: RemoteOptions, timeout: float
+) -> CheckRow:
+    """The password source present and readable here, then a login (``POST /auth``, which stores
+    nothing) from the first launchable Marquee whose playgrounds pull from the registry: the
+    login a cycle makes, from where it makes it."""
+    subject = f"registry {registry.name}"
+    try:
+        auth = registry_auth(registry)
+    except InventoryError as exc:
+        return CheckRow(subject, False, str(exc))
+    via = next(
+        (
+            marquee
+            for marquee in inventory.launchable_marquees()
+            if registry in inventory.registries_on(marquee.name)
+        ),
+        None,
+    )
+    if via is None:
+        return CheckRow(subject, True, f"{registry.server}: password readable; no Marquee uses it")
+    try:
+        async with (
+            asyncio.timeout(timeout),
+            open_session(via, options, dry_run=True) as session,
+        ):
+            await check_login(session, auth)
+    except RemoteError as exc:
+        return CheckRow(subject, False, f"login to {registry.server} from {via.name}: {exc}")
+    except TimeoutError:
+        return CheckRow(
+            subject,
+            False,
+            f"login to {registry.server} from {via.name}: no answer in {timeout:g} s",
+        )
+    return CheckRow(
+        subject, True, f"{registry.server}: {registry.username} logged in from {via.name}"
     )
 
 

@@ -12,8 +12,9 @@ import os
 import re
 import reprlib
 import tomllib
+import typing
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 from urllib.parse import urlsplit
 
 import pydantic_settings
@@ -27,6 +28,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from playguard_async.capacity import cycle_slots
 from playguard_async.files import FileRefused, read_text_limited
 from playguard_async.inventory import INVENTORY_MAX_BYTES, INVENTORY_READ_TIMEOUT
 from playguard_async.lock import default_replica_id
@@ -121,10 +123,14 @@ class Settings(BaseSettings):
         ge=0,
         le=0.5,
         description="Share of tick_interval over which cycle starts are spread at random, so "
-        "replicas that tick together share the fleet.",
+        "a replica's share of the fleet does not start at one instant.",
     )
     lock_ttl: float = _seconds(900.0, description="Seconds a lease lasts without renewal.")
-    max_concurrent_cycles: int = Field(16, ge=1, le=100_000, description="Cycles running at once.")
+    max_concurrent_cycles: Annotated[int, Field(ge=1, le=100_000)] | Literal["auto"] = Field(
+        "auto",
+        description="Cycles running at once; auto: what the open-files limit leaves beside the "
+        "SSH and Redis pools, 4 files a cycle, at most redis_max_connections, 16 to 1024.",
+    )
     shutdown_grace: float = _seconds(
         30.0, zero=True, description="Seconds a draining cycle may take before it is cancelled."
     )
@@ -171,7 +177,8 @@ class Settings(BaseSettings):
     replica_id: str = Field(
         default_factory=default_replica_id,
         min_length=1,
-        description="This replica's name in locks and records (default host:pid).",
+        description="This replica's name in locks, records and the replicas that split the "
+        "fleet; unique per process (default host:pid).",
     )
     event_loop: Literal["uvloop", "asyncio"] = Field("uvloop")
     ssh_connect_timeout: float = _seconds(10.0, description="Seconds to open an SSH connection.")
@@ -232,6 +239,27 @@ class Settings(BaseSettings):
         "for IPv6; port 0 picks a free one); empty: no HTTP server.",
     )
 
+    webhook_url: SecretStr | None = Field(
+        None,
+        description="http(s) URL that Marquee health changes, lost locks and refused writes are "
+        "POSTed to as JSON; a secret (tokens live in such URLs): only its origin is ever logged. "
+        "Unset: logged only.",
+    )
+    webhook_secret: SecretStr | None = Field(
+        None,
+        description="Key of the HMAC-SHA256 signature of each webhook body, sent as "
+        "X-Playguard-Signature: sha256=<hex>; unset: unsigned.",
+    )
+    webhook_timeout: float = _seconds(5.0, description="Seconds one webhook POST may take.")
+    webhook_retries: int = Field(
+        3, ge=0, le=10, description="Retries of a webhook POST that failed (timeout, 5xx, 429)."
+    )
+    notify_window: float = _seconds(
+        600.0,
+        description="Seconds within which the same lost lock or refused write of a Marquee (same "
+        "reason) is told once, however many replicas saw it.",
+    )
+
     _file_data: ClassVar[dict[str, Any]] = {}
     """The settings file's values, read and bounded by ``load_settings``."""
 
@@ -253,6 +281,15 @@ class Settings(BaseSettings):
     def _http_address_form(cls, value: str) -> str:
         if value:
             parse_http_address(value)
+        return value
+
+    @field_validator("webhook_url")
+    @classmethod
+    def _webhook_url_form(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            url = urlsplit(value.get_secret_value())
+            if url.scheme not in ("http", "https") or not url.hostname:
+                raise ValueError("must be an http:// or https:// URL with a host")
         return value
 
     @field_validator("phases")
@@ -292,6 +329,14 @@ class Settings(BaseSettings):
                     f"({self.lock_ttl}), or one remote call could outlast the lease"
                 )
         return self
+
+    def cycle_slots(self) -> int:
+        """``max_concurrent_cycles``, with ``auto`` sized from the open-files limit now."""
+        if self.max_concurrent_cycles != "auto":
+            return self.max_concurrent_cycles
+        return cycle_slots(
+            ssh_pool_size=self.ssh_pool_size, redis_connections=self.redis_max_connections
+        )
 
     def http_bind(self) -> tuple[str, int] | None:
         """The host and port to serve HTTP on, or None when ``http_address`` is empty."""
@@ -411,9 +456,17 @@ _VALUE_REPR.maxstring = 80
 _VALUE_REPR.maxother = 80
 
 
+def _is_secret(field: str) -> bool:
+    """Whether ``field`` holds a ``SecretStr`` (passwords, the webhook's URL and key)."""
+    known = Settings.model_fields.get(field)
+    if known is None:
+        return False
+    return known.annotation is SecretStr or SecretStr in typing.get_args(known.annotation)
+
+
 def _shown(field: str, value: object) -> str:
     """The value as the reader typed it, bounded in length and depth; secrets masked."""
-    if field in ("redis_password", "redis_sentinel_password", "desired_state_password"):
+    if _is_secret(field):
         return "***"
     if field in ("redis_url", "desired_state") and isinstance(value, str):
         return _VALUE_REPR.repr(mask_url(value))

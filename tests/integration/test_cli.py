@@ -43,7 +43,8 @@ pytestmark = pytest.mark.integration
 
 PHASE_LINE = re.compile(r"^  (\w+) +(\d+) actions? ", re.MULTILINE)
 CHECK_ROW = re.compile(
-    r"^ *(settings|inventory|redis topology|redis|marquee \S+) +(ok|FAIL) ", re.MULTILINE
+    r"^ *(settings|inventory|redis topology|redis|marquee \S+|registry \S+) +(ok|FAIL) ",
+    re.MULTILINE,
 )
 
 
@@ -62,6 +63,9 @@ def test_cycle_converges_a_fresh_marquee_then_takes_no_action(
     assert dry.returncode == 0, dry.stdout + dry.stderr
     assert "would clone" in dry.stdout
     assert not checkout_of(lab).exists(), "a dry run changes nothing"
+    [dry_edge] = json.loads(playguard("status", "--json").stdout)["marquees"]
+    assert dry_edge["last"]["dry_run"] is True
+    assert "ok (dry run)" in playguard("status").stdout, "a dry run reads as converged"
 
     first = playguard("cycle", "edge-1")
     assert first.returncode == 0, first.stdout + first.stderr
@@ -87,6 +91,8 @@ def test_cycle_converges_a_fresh_marquee_then_takes_no_action(
     last = edge["last"]
     assert (last["outcome"], last["fence"], last["actions"]) == ("ok", 3, 0)
     assert (last["drift"], last["failed"]) == ({}, [])
+    assert last["dry_run"] is False
+    assert last["replica"]
     assert 0 <= last["age"] < 60
     table = playguard("status")
     assert re.search(r"^ *edge-1 +- +3 +- +ok ", table.stdout, re.MULTILINE), table.stdout
@@ -106,7 +112,7 @@ def test_failed_phase_exits_4_and_status_names_phase_and_item(
     last = edge["last"]
     assert (last["outcome"], last["phase"]) == ("phase_failed", "refresh_credentials")
     assert last["failed"] == ["refresh_credentials: lab"]
-    assert "failed refresh_credentials: lab" in playguard("status").stdout
+    assert "still failing: refresh_credentials: lab" in playguard("status").stdout
 
 
 def test_cycle_on_a_locked_marquee_names_the_holder_and_exits_3(
@@ -192,12 +198,41 @@ def test_check_passes_on_the_lab(
     assert done.returncode == 0, done.stdout + done.stderr
     assert verdicts(done.stdout) == {
         "settings": "ok", "inventory": "ok", "redis": "ok", "redis topology": "ok",
-        "marquee edge-1": "ok",
+        "marquee edge-1": "ok", "registry lab": "ok",
     }  # fmt: skip
+    assert "logged in from edge-1" in done.stdout
     assert f"host key {ssh_server.host_key_fingerprint};" in done.stdout
     assert re.search(r"Docker \S+ \(API 1\.\d+\); docker-compose version 1\.", done.stdout)
     assert re.search(r"Redis \d+\.\d+\.\d+, [\d.]+ ms", done.stdout)
     assert re.search(r"single: primary 127\.0\.0\.1:\d+, replicas: none", done.stdout)
+
+
+def test_check_json_and_a_refused_registry_password_never_shown(
+    playguard: Playguard, lab_world: LabWorld
+) -> None:
+    lab_world.password_file.write_text("not-the-password\n")
+    playguard.configure(lab_world.data, **LAB_SETTINGS)
+    done = playguard("check", "--json")
+    assert done.returncode == 1, done.stdout + done.stderr
+    report = json.loads(done.stdout)
+    verdict = {check["subject"]: check["ok"] for check in report["checks"]}
+    assert report["ok"] is False
+    assert (verdict["marquee edge-1"], verdict["registry lab"]) == (True, False)
+    [registry] = [check for check in report["checks"] if check["subject"] == "registry lab"]
+    assert "login to 127.0.0.1:" in registry["detail"]
+    assert "not-the-password" not in done.stdout + done.stderr
+
+
+def test_check_names_a_registry_password_file_that_is_missing(
+    playguard: Playguard, lab_world: LabWorld, tmp_path: Path
+) -> None:
+    missing = tmp_path / "gone" / "password"
+    lab_world.data["registries"][0]["password_file"] = str(missing)
+    playguard.configure(lab_world.data, **LAB_SETTINGS)
+    done = playguard("check")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert verdicts(done.stdout)["registry lab"] == "FAIL"
+    assert str(missing) in done.stdout
 
 
 def test_check_names_the_fingerprint_of_an_unknown_host_key(
@@ -226,7 +261,7 @@ def test_check_with_sshd_stopped_fails_that_marquee(
     assert done.returncode == 1, done.stdout + done.stderr
     assert verdicts(done.stdout) == {
         "settings": "ok", "inventory": "ok", "redis": "ok", "redis topology": "ok",
-        "marquee edge-1": "FAIL",
+        "marquee edge-1": "FAIL", "registry lab": "FAIL",
     }  # fmt: skip
     assert "ssh: edge-1 (127.0.0.1:" in done.stdout
     assert "cannot connect over SSH" in done.stdout

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -446,3 +447,47 @@ async def test_phase_never_starts_on_a_lease_that_lapsed_while_the_process_stall
     result = await harness.cycle()
     assert (result.outcome, result.phase) == (Outcome.DEADLINE, "second")
     assert second.entered == [], "not even the phase's first synchronous steps ran"
+
+
+def tracked(thing: object) -> bool:
+    """Whether the collector's generations hold ``thing`` (frozen objects are in none)."""
+    return any(candidate is thing for candidate in gc.get_objects())
+
+
+async def test_a_new_desired_state_is_kept_out_of_the_collectors_generations(
+    redis: Redis,
+) -> None:
+    state = StaticState(inventory_of("m1", "m2"))
+    harness = EngineHarness(redis, state=state)
+    try:
+        first = await harness.engine.load_inventory()
+        assert not tracked(first)
+        assert not tracked(first.marquees[0])
+        state.inventory = inventory_of("m3")
+        second = await harness.engine.load_inventory()
+        assert not tracked(second)
+        frozen = gc.get_freeze_count()
+        assert await harness.engine.load_inventory() is second
+        assert gc.get_freeze_count() == frozen, "an unchanged state is not frozen again"
+    finally:
+        gc.unfreeze()
+
+
+async def test_a_cycles_duration_starts_at_its_acquisition_and_its_wait_is_apart(
+    redis: Redis,
+) -> None:
+    async def busy(ctx: PhaseContext) -> None:
+        await asyncio.sleep(0.3)
+
+    harness = EngineHarness(
+        redis, ScriptedPhase("only", busy), marquees=2, max_concurrent_cycles=1, dry_run=True
+    )
+    first, second = sorted(await harness.tick(), key=lambda result: result.waited)
+    assert first.waited < 0.1
+    assert second.waited >= first.duration * 0.9, "it waited for the first one's slot"
+    assert second.duration < second.waited + 0.3, "its wait counted in its duration"
+    assert 0.3 <= second.duration < 1.0
+    for result in (first, second):
+        record = result.to_record()
+        assert (record["replica"], record["dry_run"]) == ("test-replica", True)
+        assert record["waited"] == result.waited

@@ -29,6 +29,9 @@ class Recorder:
     def tick_started(self, lag: float) -> None:
         self.heard.append(("tick", lag))
 
+    def fleet_shared(self, replicas: int, assigned: int) -> None:
+        self.heard.append(("shared", (replicas, assigned)))
+
     def lease_renewing(self, headroom: float) -> None:
         self.heard.append(("renewing", headroom))
 
@@ -101,3 +104,5 @@ async def test_each_tick_is_heard_with_how_late_it_started(redis: Redis) -> None
     lags = [value for kind, value in recorder.heard if kind == "tick"]
     assert len(lags) >= 3
     assert all(lag < 0.1 for lag in lags), lags  # late by far less than an interval
+    shares = {value for kind, value in recorder.heard if kind == "shared"}
+    assert shares == {(1, 1)}, "alone, the replica attempts its whole fleet of one"

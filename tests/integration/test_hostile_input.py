@@ -202,6 +202,9 @@ class BrokenObserver:
     def tick_started(self, lag: float) -> None:
         pass
 
+    def fleet_shared(self, replicas: int, assigned: int) -> None:
+        pass
+
     def lease_renewing(self, headroom: float) -> None:
         pass
 

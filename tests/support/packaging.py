@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import subprocess
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -66,3 +67,16 @@ def systemd_unit(path: Path) -> dict[str, dict[str, list[str]]]:
         key, _, value = line.partition("=")
         current.setdefault(key.strip(), []).append(value.strip())
     return sections
+
+
+def systemd_verify(analyze: str, unit: Path) -> tuple[int, str]:
+    """``systemd-analyze verify`` of ``unit``: its exit status and what it said on stderr."""
+    done = subprocess.run(
+        [analyze, "verify", "--man=no", str(unit)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=unit.parent,
+    )
+    return done.returncode, done.stderr.strip()

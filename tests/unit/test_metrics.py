@@ -54,7 +54,7 @@ def test_engine_moments_reach_their_metrics(metrics: Metrics) -> None:
 
 
 def test_headroom_buckets_are_shares_of_the_lock_ttl() -> None:
-    text = generate_latest(Metrics(outcomes=[], lock_ttl=900.0).registry).decode()
+    text = generate_latest(Metrics(outcomes=["ok"], lock_ttl=900.0).registry).decode()
     for bound in ("45.0", "90.0", "225.0", "450.0", "675.0", "810.0", "900.0"):
         assert f'playguard_lease_headroom_seconds_bucket{{le="{bound}"}} 0.0' in text
 
@@ -72,3 +72,25 @@ def test_registry_is_its_own_not_the_global_one(metrics: Metrics) -> None:
     assert REGISTRY.get_sample_value("playguard_cycles_total", {"outcome": "ok"}) is None
     second = Metrics(outcomes=["ok"], lock_ttl=1.0)  # a second one in the same process is fine
     assert value(second, "playguard_cycles_total", outcome="ok") == 0
+
+
+def test_per_marquee_metrics_follow_its_health(metrics: Metrics) -> None:
+    for outcome, health, at in [
+        ("ok", "ok", 100.0),
+        ("phase_failed", "failing", 160.0),
+        ("locked", None, 200.0),
+        ("deadline", "failing", 220.0),
+    ]:
+        metrics.marquee_finished("m1", outcome, health, at)
+    assert value(metrics, "playguard_marquee_last_success_timestamp_seconds", marquee="m1") == 100
+    assert value(metrics, "playguard_marquee_consecutive_failures", marquee="m1") == 2
+    last = {"marquee": "m1", "playguard_marquee_last_outcome": "deadline"}
+    assert value(metrics, "playguard_marquee_last_outcome", **last) == 1
+    metrics.marquee_finished("m1", "ok", "ok", 280.0)
+    assert value(metrics, "playguard_marquee_consecutive_failures", marquee="m1") == 0
+    assert value(metrics, "playguard_marquee_last_success_timestamp_seconds", marquee="m1") == 280
+
+
+def test_no_created_series(metrics: Metrics) -> None:
+    metrics.cycle_finished("ok", {"sync_git": 0.1})
+    assert "_created" not in generate_latest(metrics.registry).decode()

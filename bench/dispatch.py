@@ -1,0 +1,175 @@
+"""What one replica's tick costs as the fleet grows: in-sync Marquees, no-op phases, real Redis.
+
+For each fleet size (a generated inventory, 5 Playgrounds per Marquee, as ``inventory_load.py``
+writes it) a fresh process builds the daemon's engine (``wiring.build_engine``: the lock, the
+cycle records, the resume bookkeeping) with the seven built-in phases replaced by seven no-op ones,
+runs one tick to warm up (scripts loaded, inventory read), then measures the next one, awaited to
+its last cycle:
+
+- ``cpu/tick`` and ``cpu/cycle``: this process's CPU (user + system) for the whole tick;
+- ``gc``: seconds spent in garbage collections during that tick, and how many were full ones;
+- ``rss``: resident memory after it (VmRSS), and the peak;
+- ``redis cmds/cycle`` and ``redis cpu/cycle``: from ``INFO`` before and after, Redis's own side.
+
+A flat ``cpu/cycle`` from 100 to 10,000 Marquees means no per-cycle work grows with the fleet.
+
+    .venv/bin/python bench/dispatch.py [--fleets 100,1000,10000]
+
+Starts its own redis-server from the lab on an ephemeral loopback port. Never part of the tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import uvloop
+from inventory_load import write_inventory
+
+from playguard_async.lab import RedisServer
+from playguard_async.observe import configure_logging
+from playguard_async.phase import BUILTIN_PHASES, PhaseContext, PhaseReport
+from playguard_async.redis_client import RedisClient
+from playguard_async.settings import Settings
+from playguard_async.wiring import build_engine
+
+
+class NoOpPhase:
+    """A phase that finds nothing to do, so a cycle costs only what the engine adds."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    async def __call__(self, ctx: PhaseContext[Any]) -> PhaseReport:
+        return PhaseReport()
+
+
+def noop_settings(inventory: Path, redis_url: str, **overrides: Any) -> Settings:
+    return Settings(
+        inventory=inventory,
+        redis_url=redis_url,
+        tick_jitter=0.0,
+        log_level="warning",
+        **overrides,
+    )
+
+
+async def redis_counters(redis: RedisClient) -> tuple[int, float]:
+    stats = await redis.info("stats")
+    cpu = await redis.info("cpu")
+    return int(stats["total_commands_processed"]), cpu["used_cpu_user"] + cpu["used_cpu_sys"]
+
+
+def rss_mib() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+async def measure(settings: Settings) -> dict[str, float]:
+    engine = build_engine(settings)
+    engine.phases = [NoOpPhase(name) for name in BUILTIN_PHASES]
+    gc_seconds = [0.0]
+    full_collections = [0]
+    started_at = [0.0]
+
+    def on_gc(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            started_at[0] = time.perf_counter()
+        else:
+            gc_seconds[0] += time.perf_counter() - started_at[0]
+            full_collections[0] += info["generation"] == 2
+
+    try:
+        await asyncio.gather(*await engine.tick())
+        commands, redis_cpu = await redis_counters(engine.redis)
+        gc.callbacks.append(on_gc)
+        cpu = time.process_time()
+        wall = time.perf_counter()
+        cycles = await asyncio.gather(*await engine.tick())
+        wall = time.perf_counter() - wall
+        cpu = time.process_time() - cpu
+        gc.callbacks.remove(on_gc)
+        commands_after, redis_cpu_after = await redis_counters(engine.redis)
+    finally:
+        await engine.redis.aclose()
+    outcomes = {result.outcome.value for result in cycles}
+    assert outcomes == {"ok"}, outcomes
+    count = len(cycles)
+    return {
+        "marquees": count,
+        "cpu_tick": cpu,
+        "cpu_cycle_ms": 1000 * cpu / count,
+        "wall_tick": wall,
+        "gc_seconds": gc_seconds[0],
+        "gc_full": full_collections[0],
+        "rss_mib": rss_mib(),
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        # the two INFO calls of the first reading are counted in the second
+        "redis_cmds_cycle": (commands_after - commands - 2) / count,
+        "redis_cpu_cycle_ms": 1000 * (redis_cpu_after - redis_cpu) / count,
+    }
+
+
+def one_fleet(fleet: int, redis_url: str, workdir: Path) -> None:
+    """The child: one fleet size in a process of its own, so memory figures are its alone."""
+    configure_logging("json", "warning")
+    settings = noop_settings(write_inventory(workdir, fleet), redis_url)
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        print(json.dumps(runner.run(measure(settings))))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--fleets", default="100,1000,10000")
+    parser.add_argument(
+        "--child", nargs=3, metavar=("FLEET", "REDIS_URL", "DIR"), help=argparse.SUPPRESS
+    )
+    args = parser.parse_args()
+    if args.child:
+        one_fleet(int(args.child[0]), args.child[1], Path(args.child[2]))
+        return
+    fleets = [int(size) for size in args.fleets.split(",")]
+    with tempfile.TemporaryDirectory() as workdir, RedisServer(Path(workdir) / "redis") as server:
+        rows = []
+        for fleet in fleets:
+            child = subprocess.run(
+                [sys.executable, __file__, "--child", str(fleet), server.url, workdir],
+                check=False,
+                capture_output=True,
+                text=True,
+            )
+            if child.returncode:
+                sys.exit(f"the child measuring {fleet} Marquees failed:\n{child.stderr[-3000:]}")
+            rows.append(json.loads(child.stdout.strip().splitlines()[-1]))
+    print(
+        f"{'marquees':>8} {'cpu/tick s':>10} {'cpu/cycle ms':>12} {'wall/tick s':>11} "
+        f"{'gc s':>6} {'gc full':>7} {'rss MiB':>8} {'peak MiB':>8} "
+        f"{'redis cmds/cycle':>16} {'redis cpu/cycle ms':>18}"
+    )
+    for row in rows:
+        print(
+            f"{row['marquees']:>8} {row['cpu_tick']:>10.2f} {row['cpu_cycle_ms']:>12.3f} "
+            f"{row['wall_tick']:>11.2f} {row['gc_seconds']:>6.2f} {row['gc_full']:>7} "
+            f"{row['rss_mib']:>8.0f} {row['peak_rss_mib']:>8.0f} "
+            f"{row['redis_cmds_cycle']:>16.1f} {row['redis_cpu_cycle_ms']:>18.3f}"
+        )
+    first, last = rows[0], rows[-1]
+    print(
+        f"cpu/cycle at {last['marquees']} / at {first['marquees']}: "
+        f"{last['cpu_cycle_ms'] / first['cpu_cycle_ms']:.2f}x (1.00x: flat)"
+    )
+
+
+if __name__ == "__main__":
+    main()

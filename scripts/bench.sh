@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Runs every benchmark in bench/ with settings that keep the whole run under 10 minutes on a
+# two-core machine, and prints each one's figures and wall time. Needs what scripts/install.sh
+# installs (the lab's servers and .venv); each benchmark starts its own servers on loopback.
+# bench/README.md says what each one measures and the larger settings its figures were taken with.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python=.venv/bin/python
+
+run() {
+  local started=$SECONDS
+  echo "== $*"
+  "$python" "$@"
+  echo "   ($((SECONDS - started)) s)"
+  echo
+}
+
+run bench/lock_cycle.py --seconds 1 --fanout 2000
+run bench/lock_topologies.py --seconds 0.5 --rounds 2
+run bench/fence_cost.py --rounds 50
+run bench/inventory_load.py --fleets 1000,10000 --rounds 1
+run bench/inventory_queries.py --rounds 2
+run bench/dispatch.py --fleets 100,1000,10000
+run bench/scale_out.py --fleet 1000 --replicas 1,2,4
+# "before": the code before the remote layer kept connections and compose answers (issue 10b)
+run bench/converged_marquee.py --playgrounds 20 --cycles 2 --fleet 10 --ticks 1 --before 6434802

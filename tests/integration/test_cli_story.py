@@ -1,0 +1,125 @@
+"""``describe``, ``history`` and ``status --watch``, run as real processes against the lab Redis.
+
+The Marquees here run the witness phases (they never connect anywhere), so each cycle is quick
+and what the commands show is what ``playguard cycle`` recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+
+import pytest
+from redis import Redis as SyncRedis
+
+from playguard_async.keys import cycle_history_key, fence_key, marquee_lock_name
+from tests.support.cli import Playguard, assert_one_line_error, hold_lock
+from tests.support.daemon import marquee_entry
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def two_cycles(playguard: Playguard) -> Playguard:
+    playguard.configure({"marquees": [marquee_entry("m1"), marquee_entry("m2")]})
+    for _ in range(2):
+        done = playguard("cycle", "m1")
+        assert done.returncode == 0, done.stdout + done.stderr
+    return playguard
+
+
+def test_describe_tells_the_lock_the_fences_the_phases_and_the_recent_cycles(
+    two_cycles: Playguard, store: SyncRedis
+) -> None:
+    hold_lock(store_url(store), "m1", replica="holder-elsewhere")
+    told = two_cycles("describe", "m1", "--json")
+    assert told.returncode == 0, told.stderr
+    story = json.loads(told.stdout)
+    assert story["lock"]["replica"] == "holder-elsewhere"
+    assert story["fence_counter"] == 3  # two cycles, then the lock held now
+    assert story["last"]["outcome"] == "ok"
+    assert [step["phase"] for step in story["phases"]] == ["first", "second"]
+    assert all(step["seconds"] is not None for step in story["phases"])
+    assert [cycle["fence"] for cycle in story["history"]] == [2, 1]
+    assert (story["still_wrong"], story["fixed"]) == ([], [])
+
+    text = two_cycles("describe", "m1")
+    assert text.returncode == 0, text.stderr
+    assert "holder-elsewhere" in text.stdout
+    assert "fence: Redis 3" in text.stdout
+    assert "    first: " in text.stdout
+    assert "recent cycles (2)" in text.stdout
+
+
+def test_history_lists_the_records_newest_first_within_the_limit(two_cycles: Playguard) -> None:
+    done = two_cycles("history", "m1", "--json", "--limit", "1")
+    assert done.returncode == 0, done.stderr
+    [cycle] = json.loads(done.stdout)["cycles"]
+    assert cycle["fence"] == 2
+    assert cycle["replica"]
+    never = two_cycles("history", "m2")
+    assert (never.returncode, never.stdout.strip()) == (0, "m2: no cycle recorded")
+
+
+@pytest.mark.parametrize("command", ["describe", "history"])
+def test_a_marquee_not_in_the_inventory_is_one_line_and_exit_1(
+    two_cycles: Playguard, command: str
+) -> None:
+    done = two_cycles(command, "nosuch")
+    assert done.returncode == 1
+    assert_one_line_error(done, "no Marquee named 'nosuch'")
+
+
+GARBAGE = [b"not json", b"[1, 2]", b'{"outcome": 5}', b"\xff\xfe", b"{" * 5000, b'{"cycle": "x"}']
+
+
+def test_records_this_project_did_not_write_read_as_unknown(
+    two_cycles: Playguard, store: SyncRedis
+) -> None:
+    store.lpush(cycle_history_key("m1"), *GARBAGE)
+    store.set(fence_key(marquee_lock_name("m1")), b"9" * 5000)
+    for command in ("history", "describe"):
+        done = two_cycles(command, "m1", "--json", "--limit", "20")
+        assert done.returncode == 0, done.stderr
+    history = json.loads(two_cycles("history", "m1", "--json", "--limit", "20").stdout)["cycles"]
+    assert [cycle["outcome"] for cycle in history] == ["unknown"] * len(GARBAGE) + ["ok", "ok"]
+    assert json.loads(two_cycles("describe", "m1", "--json").stdout)["fence_counter"] is None
+    assert two_cycles("history", "m1", "--limit", "20").returncode == 0
+
+
+def test_status_watch_redraws_until_interrupted(two_cycles: Playguard) -> None:
+    watching = two_cycles.start("status", "--watch", "--interval", "0.5", phase_seconds=0.1)
+    deadline = time.monotonic() + 30
+    seen = ""
+    assert watching.stdout is not None
+    while seen.count("MARQUEE") < 2:
+        assert time.monotonic() < deadline, f"no second table: {seen!r}"
+        seen += watching.stdout.readline()
+    watching.send_signal(signal.SIGINT)
+    _, err = watching.communicate(timeout=10)
+    assert watching.returncode == 0, err
+    assert "Traceback" not in err
+    refused = two_cycles("status", "--watch", "--json")
+    assert refused.returncode == 2
+
+
+def store_url(store: SyncRedis) -> str:
+    kwargs = store.connection_pool.connection_kwargs
+    return f"redis://{kwargs['host']}:{kwargs['port']}/0"
+
+
+def test_cycle_json_is_one_object_with_the_record_and_a_holder_when_locked(
+    two_cycles: Playguard, store: SyncRedis
+) -> None:
+    done = two_cycles("cycle", "m2", "--json")
+    assert done.returncode == 0, done.stderr
+    ran = json.loads(done.stdout)
+    assert (ran["cycle"]["outcome"], ran["cycle"]["fence"], ran["holder"]) == ("ok", 1, None)
+    assert list(ran["cycle"]["durations"]) == ["first", "second"]
+    hold_lock(store_url(store), "m2", replica="holder-elsewhere")
+    locked = two_cycles("cycle", "m2", "--json")
+    assert locked.returncode == 3
+    refused = json.loads(locked.stdout)
+    assert refused["cycle"]["outcome"] == "locked"
+    assert refused["holder"]["replica"] == "holder-elsewhere"

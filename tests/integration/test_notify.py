@@ -1,0 +1,285 @@
+"""Told once: three replicas, one real Redis, a real HTTP receiver on loopback.
+
+Each replica is an engine of its own with its own ``ChangeNotifier``; they take turns on one
+Marquee as replicas do when the fleet moves between them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import threading
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+from aiohttp import web
+from redis.asyncio import Redis
+from structlog.testing import capture_logs
+
+from playguard_async import notify
+from playguard_async.engine import CycleResult, Outcome
+from playguard_async.keys import health_key, marquee_lock_key
+from playguard_async.notify import ChangeNotifier
+from playguard_async.phase import PhaseContext
+from tests.support.daemon import DaemonRunner, wait_for
+from tests.support.engine import EngineHarness, ScriptedPhase, settings_for
+
+pytestmark = pytest.mark.integration
+
+SECRET = "hook-secret-\u00e9"
+TOKEN_PATH = "/hooks/T0KEN-in-the-path"
+
+
+@dataclass
+class Receiver:
+    """An HTTP server on loopback that answers with ``statuses`` in turn (then 200)."""
+
+    statuses: list[int] = field(default_factory=list)
+    delay: float = 0.0
+    received: list[tuple[dict[str, str], bytes]] = field(default_factory=list)
+    url: str = ""
+
+    async def handle(self, request: web.Request) -> web.Response:
+        body = await request.read()
+        self.received.append((dict(request.headers), body))
+        await asyncio.sleep(self.delay)
+        return web.Response(status=self.statuses.pop(0) if self.statuses else 200)
+
+    def news(self) -> list[dict[str, Any]]:
+        return [json.loads(body) for _, body in self.received]
+
+
+@pytest.fixture
+async def receiver() -> AsyncIterator[Receiver]:
+    got = Receiver()
+    app = web.Application()
+    app.router.add_post(TOKEN_PATH, got.handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    got.url = f"http://127.0.0.1:{port}{TOKEN_PATH}"
+    try:
+        yield got
+    finally:
+        await runner.cleanup()
+
+
+class Replica:
+    """An engine whose one phase fails while ``failing`` is set, with its notifier."""
+
+    def __init__(self, redis: Redis, name: str, url: str, **settings: Any) -> None:
+        self.failing = False
+        self.steal = False
+
+        async def act(ctx: PhaseContext) -> None:
+            if self.steal:
+                await redis.set(marquee_lock_key("m1"), "intruder")
+            if self.failing:
+                raise RuntimeError("compose refused: port 80 taken")
+
+        self.harness = EngineHarness(redis, ScriptedPhase("only", act), replica_id=name)
+        self.notifier = ChangeNotifier(
+            settings_for(
+                replica_id=name,
+                webhook_url=url,
+                webhook_secret=SECRET,
+                webhook_timeout=1.0,
+                **settings,
+            ),
+            redis,
+        )
+        self.harness.engine.listeners.append(self.notifier.notify_cycle)
+
+    async def cycle(self) -> CycleResult:
+        return await self.harness.cycle()
+
+
+async def until(condition: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.02)
+
+
+async def test_three_replicas_tell_each_change_once_signed(
+    redis: Redis, receiver: Receiver
+) -> None:
+    replicas = [Replica(redis, f"r{n}", receiver.url) for n in (1, 2, 3)]
+    async with (
+        replicas[0].notifier.sending(drain=5),
+        replicas[1].notifier.sending(drain=5),
+        replicas[2].notifier.sending(drain=5),
+    ):
+        for replica in replicas:
+            replica.failing = True
+            assert (await replica.cycle()).outcome is Outcome.PHASE_FAILED
+        replicas[1].failing = False
+        assert (await replicas[1].cycle()).outcome is Outcome.OK
+        for replica in (replicas[0], replicas[2]):
+            replica.failing = False
+            assert (await replica.cycle()).outcome is Outcome.OK
+        for replica in replicas[:2]:
+            replica.steal = True
+            assert (await replica.cycle()).outcome is Outcome.LOCK_LOST
+            replica.steal = False
+            await redis.delete(marquee_lock_key("m1"))  # the intruder's, left by the release
+        await until(lambda: len(receiver.received) >= 3, "three notifications")
+    news = receiver.news()
+    assert [(n["marquee"], n["transition"]) for n in news] == [
+        ("m1", "failing"),
+        ("m1", "recovered"),
+        ("m1", "lock_lost"),
+    ]
+    assert [n["replica"] for n in news] == ["r1", "r2", "r1"]
+    assert "port 80 taken" in news[0]["reason"]
+    for headers, body in receiver.received:
+        expected = hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
+        assert headers["X-Playguard-Signature"] == f"sha256={expected}"
+        assert headers["Content-Type"] == "application/json"
+        assert headers["User-Agent"].startswith("playguard/")
+
+
+async def test_a_failing_receiver_is_retried_and_a_refusing_one_is_not(
+    redis: Redis, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(notify, "BACKOFF", 0.01)
+    replica = Replica(redis, "r1", receiver.url, webhook_retries=3)
+    receiver.statuses = [500, 503, 429]
+    with capture_logs() as logs:
+        async with replica.notifier.sending(drain=5):
+            replica.failing = True
+            await replica.cycle()
+            await until(lambda: len(receiver.received) == 4, "four attempts")
+            receiver.statuses = [400]
+            replica.failing = False
+            await replica.cycle()
+            await until(lambda: len(receiver.received) == 5, "one attempt")
+            await until(lambda: not replica.notifier.waiting, "the queue drained")
+    sent = [entry for entry in logs if entry["event"] == "notify.sent"]
+    failed = [entry for entry in logs if entry["event"] == "notify.failed"]
+    assert [entry["attempts"] for entry in sent] == [4]
+    refused = [(entry["transition"], entry["error"]) for entry in failed]
+    assert refused == [("recovered", "HTTP 400")]
+    assert TOKEN_PATH not in repr(logs), "the webhook URL's token reached a log line"
+
+
+async def test_a_hanging_receiver_never_holds_up_a_cycle(
+    redis: Redis, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(notify, "BACKOFF", 0.01)
+    receiver.delay = 30.0
+    replica = Replica(redis, "r1", receiver.url, webhook_retries=1)
+    with capture_logs() as logs:
+        async with replica.notifier.sending(drain=0.2):
+            replica.failing = True
+            async with asyncio.timeout(2.0):  # the cycle, not the 30 s answer
+                assert (await replica.cycle()).outcome is Outcome.PHASE_FAILED
+            await until(
+                lambda: any(entry["event"] == "notify.failed" for entry in logs),
+                "the timed-out post given up",
+            )
+    failed = [entry for entry in logs if entry["event"] == "notify.failed"]
+    assert failed[0]["url"] == receiver.url.removesuffix(TOKEN_PATH)
+    assert len(receiver.received) == 2
+
+
+async def test_news_beyond_the_queue_limit_drops_the_oldest_and_says_so(
+    redis: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(notify, "QUEUE_LIMIT", 3)
+    replica = Replica(redis, "r1", "http://127.0.0.1:9/never")
+    with capture_logs() as logs:
+        for n in range(5):  # not sending: nothing drains the queue
+            replica.failing = n % 2 == 0
+            await replica.cycle()
+    assert len(replica.notifier.waiting) == 3
+    assert replica.notifier.dropped == 2
+    assert [entry["dropped"] for entry in logs if entry["event"] == "notify.dropped"] == [1, 2]
+
+
+@pytest.mark.parametrize(
+    "garbage", [b"", b"\xff\xfe", b"failing\n", b"x" * 10_000, b"\x1b[31mok\x1b[0m"]
+)
+async def test_a_health_value_this_project_did_not_write_reads_as_unknown(
+    redis: Redis, garbage: bytes
+) -> None:
+    replica = Replica(redis, "r1", "http://127.0.0.1:9/never")
+    await redis.set(health_key("m1"), garbage)
+    replica.failing = True
+    await replica.cycle()
+    assert [news["transition"] for news in replica.notifier.waiting] == ["failing"]
+    assert await redis.get(health_key("m1")) == b"failing"
+
+
+@pytest.mark.parametrize(
+    "url", ["ftp://127.0.0.1/x", "127.0.0.1:8080/x", "http:///nohost", "file:///etc/passwd"]
+)
+def test_a_webhook_url_that_is_not_http_is_refused_without_echoing_it(url: str) -> None:
+    with pytest.raises(Exception, match="webhook_url") as refused:
+        settings_for(webhook_url=url)
+    assert url not in str(refused.value)
+
+
+class _Collecting(BaseHTTPRequestHandler):
+    received: list[tuple[dict[str, str], bytes]]
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        self.received.append((dict(self.headers), body))
+        self.send_response(204)
+        self.end_headers()
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.mark.timeout(60)
+def test_replica_processes_tell_each_failing_marquee_once(daemons: DaemonRunner) -> None:
+    handler = type("Handler", (_Collecting,), {"received": []})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    serving = threading.Thread(target=server.serve_forever, daemon=True)
+    serving.start()
+    url = f"http://127.0.0.1:{server.server_address[1]}{TOKEN_PATH}"
+    try:
+        daemons.write_inventory(["m1", "m2"])
+        fleet = [
+            daemons.start(
+                replica,
+                phases=["sync_git"],  # its first step connects: refused by the missing key
+                tick_interval=0.5,
+                webhook_url=url,
+                webhook_secret=SECRET,
+            )
+            for replica in ("r1", "r2")
+        ]
+
+        def failed_cycles() -> int:
+            return sum(
+                line["outcome"] not in ("ok", "locked")
+                for daemon in fleet
+                for line in daemon.events("cycle.finished")
+            )
+
+        wait_for(lambda: failed_cycles() >= 8, timeout=30, what="four failed cycles a Marquee")
+        statuses = daemons.stop_all(fleet, timeout=15)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert statuses == {"r1": 0, "r2": 0}
+    news = sorted(
+        (body["marquee"], body["transition"]) for body in map(json.loads, bodies(handler))
+    )
+    assert news == [("m1", "failing"), ("m2", "failing")]
+    for daemon in fleet:
+        assert TOKEN_PATH not in daemon.stderr_path.read_text(), "the webhook token was logged"
+
+
+def bodies(handler: type[_Collecting]) -> list[bytes]:
+    return [body for _, body in handler.received]

@@ -1,0 +1,198 @@
+"""Replicas split the fleet through their announcements in the real lab redis-server.
+
+Assignment is a hint: these tests show that live replicas attempt disjoint shares covering the
+whole fleet, that a replica stopping or dying hands its share on, and that an unreadable or
+hostile roster makes a replica attempt everything rather than nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+import pytest
+from redis.asyncio import Redis
+from structlog.testing import capture_logs
+
+from playguard_async.engine import Outcome
+from playguard_async.keys import REPLICAS_KEY
+from playguard_async.lab.process import free_port
+from playguard_async.redis_client import connect_redis
+from playguard_async.replicas import MAX_REPLICAS, ReplicaRoster
+from playguard_async.settings import MAX_SECONDS
+from tests.support.engine import EngineHarness, ScriptedPhase
+
+pytestmark = pytest.mark.integration
+
+FLEET = [f"m{i}" for i in range(1, 201)]
+TTL = 0.5
+
+
+def roster(redis: Redis, replica: str, *, ttl: float = TTL) -> ReplicaRoster:
+    return ReplicaRoster(redis, replica, ttl=ttl, timeout=1.0)
+
+
+def share(of: ReplicaRoster) -> set[str]:
+    return {marquee for marquee in FLEET if of.owns(marquee)}
+
+
+async def poll(condition: Callable[[], bool], *, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.02)
+
+
+async def test_live_replicas_attempt_disjoint_shares_that_cover_the_fleet(redis: Redis) -> None:
+    rosters = [roster(redis, f"r{n}") for n in range(1, 4)]
+    for _ in range(2):  # the first ones announced before the others existed
+        for each in rosters:
+            await each.announce()
+    shares = [share(each) for each in rosters]
+    assert set().union(*shares) == set(FLEET)
+    assert sum(len(each) for each in shares) == len(FLEET)
+    assert all(len(each) > len(FLEET) / 6 for each in shares), [len(each) for each in shares]
+
+
+async def test_a_replica_that_leaves_hands_its_share_over_at_the_next_announcement(
+    redis: Redis,
+) -> None:
+    staying, leaving = roster(redis, "staying"), roster(redis, "leaving")
+    await leaving.announce()
+    await staying.announce()
+    assert share(staying) != set(FLEET)
+    await leaving.leave()
+    assert share(leaving) == set(FLEET), "a replica that left no longer trusts its old view"
+    await staying.announce()
+    assert share(staying) == set(FLEET)
+
+
+async def test_a_replica_that_stops_announcing_drops_out_after_its_ttl(redis: Redis) -> None:
+    survivor, dead = roster(redis, "survivor"), roster(redis, "dead")
+    await dead.announce()
+    await survivor.announce()
+    orphaned = set(FLEET) - share(survivor)
+    assert orphaned
+    died = time.monotonic()
+
+    async def announce_and_check() -> bool:
+        await survivor.announce()
+        return share(survivor) == set(FLEET)
+
+    while not await announce_and_check():
+        assert time.monotonic() - died < 5 * TTL, "the dead replica's share was never taken"
+        await asyncio.sleep(TTL / 10)
+    assert time.monotonic() - died >= TTL * 0.9, "taken before its announcement ran out"
+
+
+async def test_a_view_older_than_its_ttl_is_not_trusted(redis: Redis) -> None:
+    now = [100.0]
+    first = ReplicaRoster(redis, "first", ttl=60.0, timeout=1.0, clock=lambda: now[0])
+    await roster(redis, "other", ttl=60.0).announce()
+    await first.announce()
+    assert first.sharing
+    assert share(first) != set(FLEET)
+    now[0] += 60.0
+    assert not first.sharing
+    assert share(first) == set(FLEET)
+
+
+async def test_an_unreachable_redis_means_attempting_every_marquee_logged_once_per_change() -> None:
+    client = connect_redis(f"redis://127.0.0.1:{free_port()}/0", socket_timeout=0.5)
+    try:
+        alone = roster(client, "alone")  # type: ignore[arg-type]
+        with capture_logs() as logs:
+            for _ in range(3):
+                await alone.announce()
+        assert share(alone) == set(FLEET)
+        assert [entry["event"] for entry in logs] == ["replicas.unreachable"]
+    finally:
+        await client.aclose()
+
+
+HOSTILE_MEMBERS: dict[str, tuple[bytes, float | str]] = {
+    "not UTF-8": (b"\xff\xfe\x00garbage", 10_000),
+    "terminal markup": (b"\x1b[31mred\x1b[0m\r\n", 10_000),
+    "a megabyte": (b"x" * 1_000_000, 10_000),
+    "announced for ever": (b"squatter", "+inf"),
+    "past any replica's ttl": (b"squatter", MAX_SECONDS * 1000 + 3_600_000),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE_MEMBERS))
+async def test_members_this_project_did_not_write_neither_crash_nor_strand_the_fleet(
+    redis: Redis, case: str
+) -> None:
+    member, expires_in = HOSTILE_MEMBERS[case]
+    now_ms = (await redis.time())[0] * 1000
+    score = expires_in if isinstance(expires_in, str) else now_ms + expires_in
+    await redis.zadd(REPLICAS_KEY, {member: score})
+    ours = roster(redis, "ours")
+    await ours.announce()
+    if case in ("announced for ever", "past any replica's ttl"):
+        assert share(ours) == set(FLEET), "a squatter kept a share of the fleet unattempted"
+    else:
+        assert ours.sharing
+        assert member in ours.live
+
+
+async def test_the_roster_read_is_bounded_whatever_the_set_holds(redis: Redis) -> None:
+    now_ms = (await redis.time())[0] * 1000
+    fillers = {f"filler-{n}": now_ms + 60_000 for n in range(3 * MAX_REPLICAS)}
+    await redis.zadd(REPLICAS_KEY, fillers)
+    ours = roster(redis, "ours")
+    await ours.announce()
+    assert len(ours.live) == MAX_REPLICAS
+    # the soonest to expire come first: a live replica's own short announcement makes the cut
+    assert ours.sharing
+    assert b"ours" in ours.live
+
+
+async def test_two_engines_tick_disjoint_shares_and_one_takes_all_when_the_other_left(
+    redis: Redis,
+) -> None:
+    marquees = 12
+    fleet = {f"m{i}" for i in range(1, marquees + 1)}
+    phases = {name: ScriptedPhase("only") for name in ("a", "b")}
+    harnesses = {
+        name: EngineHarness(redis, phases[name], marquees=marquees, replica_id=name)
+        for name in ("a", "b")
+    }
+    for _ in range(2):
+        for harness in harnesses.values():
+            await harness.engine.roster.announce()
+    for harness in harnesses.values():
+        await harness.tick()
+    entered = {name: set(phase.entered) for name, phase in phases.items()}
+    assert entered["a"]
+    assert entered["b"]
+    assert entered["a"].isdisjoint(entered["b"]), entered
+    assert entered["a"] | entered["b"] == fleet
+
+    await harnesses["b"].engine.roster.leave()
+    await harnesses["a"].engine.roster.announce()
+    phases["a"].entered.clear()
+    await harnesses["a"].tick()
+    assert set(phases["a"].entered) == fleet
+    assert {r.outcome for h in harnesses.values() for r in h.results} == {Outcome.OK}
+
+
+async def test_a_running_engine_announces_itself_and_leaves_when_asked_to_stop(
+    redis: Redis,
+) -> None:
+    harness = EngineHarness(redis, ScriptedPhase("only"), replica_id="runner", tick_interval=0.3)
+    running = asyncio.create_task(harness.engine.run())
+    try:
+        await poll(lambda: bool(harness.results), timeout=5, what="a first cycle")
+        assert await redis.zscore(REPLICAS_KEY, "runner") is not None
+        # announced again before the first announcement expires
+        first = await redis.zscore(REPLICAS_KEY, "runner")
+        deadline = time.monotonic() + 3.0
+        while await redis.zscore(REPLICAS_KEY, "runner") == first:
+            assert time.monotonic() < deadline, "the announcement was never renewed"
+            await asyncio.sleep(0.02)
+    finally:
+        harness.engine.request_stop()
+        await running
+    assert await redis.zscore(REPLICAS_KEY, "runner") is None
