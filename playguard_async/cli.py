@@ -25,6 +25,7 @@ from rich.table import Table
 from rich.text import Text
 
 from playguard_async import __version__, daemon, operate, story
+from playguard_async.db_cli import db
 from playguard_async.engine import CycleCancelled, CycleResult, Outcome
 from playguard_async.inventory import InventoryError
 from playguard_async.lock import LockState, ReleaseResult
@@ -572,14 +573,28 @@ def _span(seconds: float) -> str:
 )
 @click.option("--duration", type=float, default=None, help="Stop after this many seconds.")
 @click.option("--tick", type=float, default=10.0, show_default=True, help="Tick interval.")
-def lab(marquees: int, workdir: Path | None, duration: float | None, tick: float) -> None:
+@click.option(
+    "--desired-state",
+    type=click.Choice(["yaml", "postgres"]),
+    default="yaml",
+    show_default=True,
+    help="Read the desired state from the YAML file or from a lab PostgreSQL.",
+)
+def lab(
+    marquees: int, workdir: Path | None, duration: float | None, tick: float, desired_state: str
+) -> None:
     """Start a lab of real servers on loopback and run the daemon against it.
 
     Redis, one sshd + dockerd per Marquee, a registry with auth and a git origin; everything
     is stopped on exit. Needs root and the Debian packages that scripts/install.sh installs.
     """
     try:
-        from playguard_async.lab import Lab, write_demo_config  # noqa: PLC0415 - not the daemon's
+        from playguard_async.lab import (  # noqa: PLC0415 - not the daemon's
+            Lab,
+            PostgresServer,
+            move_desired_state_to_postgres,
+            write_demo_config,
+        )
     except ModuleNotFoundError as missing:
         if missing.name != "playguard_async.lab":
             raise
@@ -589,10 +604,16 @@ def lab(marquees: int, workdir: Path | None, duration: float | None, tick: float
         root = workdir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="pg-lab-")))
         running = stack.enter_context(Lab(root / "servers", marquees=marquees))
         config = write_demo_config(running, root / "config", tick_interval=tick)
+        if desired_state == "postgres":
+            database = stack.enter_context(PostgresServer(root / "servers" / "postgres"))
+            move_desired_state_to_postgres(database, config)
         _echo(f"lab up in {root}; settings {config}", err=True)
         settings = load_settings(config)
         configure_logging(settings.log_format, settings.log_level)
         daemon.run(settings, stop_after=duration)
+
+
+cli.add_command(db)
 
 
 def main() -> None:

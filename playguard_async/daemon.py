@@ -18,6 +18,7 @@ from playguard_async.aio import background
 from playguard_async.capacity import raise_open_files_limit
 from playguard_async.endpoints import application, serving
 from playguard_async.engine import CycleResult, Engine, Outcome
+from playguard_async.inventory import RemoteDesiredState
 from playguard_async.metrics import Metrics
 from playguard_async.notify import ChangeNotifier, news_of
 from playguard_async.observe import Liveness
@@ -43,15 +44,38 @@ async def serve(settings: Settings, *, stop_after: float | None = None) -> None:
     changes = ChangeNotifier(settings, engine.redis)
     engine.listeners.append(changes.notify_cycle)
     metrics.count_in_flight(lambda: len(engine.cycles))
+    source = engine.desired_state
+    if isinstance(source, RemoteDesiredState):
+        metrics.watch_desired_state(
+            lambda: source.reachable, source.snapshot_age, source.write_failures
+        )
     if stop_after is not None:
         asyncio.get_running_loop().call_later(stop_after, engine.request_stop)
     try:
         with stopping_on_signals(engine):
-            async with watched(engine, metrics), changes.sending(drain=settings.webhook_timeout):
+            async with (
+                watched(engine, metrics),
+                changes.sending(drain=settings.webhook_timeout),
+                listening(engine),
+            ):
                 await engine.run()
     finally:
         await remote.close()
         await engine.redis.aclose()
+        if isinstance(source, RemoteDesiredState):
+            await source.close()
+
+
+@contextlib.asynccontextmanager
+async def listening(engine: Engine) -> AsyncIterator[None]:
+    """While the block runs, a desired state that can tell of changes (PostgreSQL's
+    LISTEN/NOTIFY) wakes the changed Marquees' cycles early and resyncs after a reconnect."""
+    source = engine.desired_state
+    if not isinstance(source, RemoteDesiredState):
+        yield
+        return
+    async with background("desired-state-listener", source.listen(engine.wake, engine.resync)):
+        yield
 
 
 @contextlib.asynccontextmanager
@@ -81,6 +105,7 @@ async def watched(engine: Engine, metrics: Metrics) -> AsyncIterator[None]:
                 ready=ready,
                 ready_timeout=settings.redis_socket_timeout,
                 metrics=metrics.handler(),
+                not_ready_because=functools.partial(desired_state_unreachable, engine),
             )
             await around.enter_async_context(serving(app, *bind))
         notifier = Notifier.from_environment()
@@ -95,6 +120,14 @@ async def watched(engine: Engine, metrics: Metrics) -> AsyncIterator[None]:
             )
             await around.enter_async_context(background("systemd", report))
         yield
+
+
+def desired_state_unreachable(engine: Engine) -> str | None:
+    """Why the desired state is out of reach, while the engine runs on its last snapshot."""
+    source = engine.desired_state
+    if isinstance(source, RemoteDesiredState) and source.reachable is False:
+        return f"desired state {source.describe()} unreachable: {source.last_error}"
+    return None
 
 
 def run(settings: Settings, *, stop_after: float | None = None) -> None:

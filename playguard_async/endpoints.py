@@ -31,14 +31,19 @@ def application(
     ready: Callable[[], Awaitable[bool]],
     ready_timeout: float,
     metrics: Handler,
+    not_ready_because: Callable[[], str | None] = lambda: None,
 ) -> web.Application:
-    """The endpoints as an aiohttp application; ``ready`` answers within ``ready_timeout``."""
+    """The endpoints as an aiohttp application; ``ready`` answers within ``ready_timeout``;
+    ``not_ready_because`` names another reason to be unready (the desired state out of reach)."""
 
     async def healthz(request: web.Request) -> web.Response:
         pulse = liveness.check()
         return web.Response(status=200 if pulse.alive else 503, text=pulse.describe() + "\n")
 
     async def readyz(request: web.Request) -> web.Response:
+        reason = not_ready_because()
+        if reason is not None:
+            return web.Response(status=503, text=f"not ready: {reason}\n")
         if await ready():
             return web.Response(text="ready: Redis answers\n")
         return web.Response(

@@ -20,7 +20,7 @@ import math
 import random
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -371,6 +371,30 @@ class Engine:
             started.append(self._start_cycle(marquee, inventory, delay=delay))
         log.debug("engine.tick", started=[t.get_name() for t in started], running=len(self.cycles))
         return started
+
+    async def wake(self, names: Collection[str]) -> list[asyncio.Task[CycleResult]]:
+        """Start cycles now for the named Marquees, whose desired state changed (a database's
+        notification), from a freshly read inventory: those of this replica's share, as a tick
+        would; one already in a cycle here is left to it, so a Marquee never has two cycles in
+        one replica. Its lock still decides."""
+        if self.stopping.is_set():
+            return []
+        inventory = await self.load_inventory()
+        started = []
+        for name in sorted(names):
+            try:
+                marquee = inventory.marquee(name)
+            except KeyError:  # gone, or left out of the snapshot: nothing to start
+                continue
+            if marquee.launchable and self.roster.owns(name) and name not in self.cycles:
+                started.append(self._start_cycle(marquee, inventory))
+        log.info("engine.woken", started=[t.get_name() for t in started], asked=len(names))
+        return started
+
+    async def resync(self) -> None:
+        """A full tick now, off the tick grid: notifications may have been lost."""
+        if not self.stopping.is_set():
+            await self.tick()
 
     async def run_one(self, marquee: Marquee, inventory: Inventory) -> CycleResult:
         """One cycle of ``marquee`` now, started as a tick starts one (without a start offset), for

@@ -19,12 +19,12 @@ import reprlib
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Hashable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Hashable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import date
 from functools import cached_property
 from pathlib import Path, PurePosixPath
-from typing import Annotated, Any, Literal, Protocol, Self
+from typing import Annotated, Any, Literal, Protocol, Self, runtime_checkable
 
 import yaml
 from pydantic import (
@@ -522,6 +522,39 @@ class DesiredState(Protocol):
     def describe(self) -> str:
         """Where the state comes from, for log lines (a file path, a URL)."""
         ...
+
+
+@runtime_checkable
+class RemoteDesiredState(DesiredState, Protocol):
+    """A source behind a network (a database): it can be out of reach while the daemon runs on
+    its last good snapshot, which /readyz and the metrics show."""
+
+    reachable: bool | None
+    """None before the first read; then whether the last read reached the source."""
+    last_error: str | None
+
+    def snapshot_age(self) -> float | None:
+        """Seconds since the last good snapshot, or None before the first."""
+        ...
+
+    async def listen(
+        self,
+        wake: Callable[[set[str]], Awaitable[object]],
+        resync: Callable[[], Awaitable[object]],
+    ) -> None:
+        """Until cancelled: ``wake`` the Marquees whose desired state changed, and ``resync``
+        when changes may have been missed."""
+        ...
+
+    async def record_cycle(self, record: Mapping[str, Any]) -> None:
+        """Write a finished cycle's observed state (a cycle record) back; never raises."""
+        ...
+
+    def write_failures(self) -> int:
+        """Observed-state writes that failed since start."""
+        ...
+
+    async def close(self) -> None: ...
 
 
 class _InventoryLoader(_SafeLoader):

@@ -8,6 +8,7 @@ cycles in through a cycle listener.
 
 from __future__ import annotations
 
+import math
 import typing
 from collections.abc import Callable, Iterable, Mapping
 
@@ -133,6 +134,34 @@ class Metrics:
         """Read the gauge of cycles in flight from ``cycles`` at every scrape."""
         self.cycles_in_flight.set_function(cycles)
 
+    def watch_desired_state(
+        self,
+        reachable: Callable[[], bool | None],
+        age: Callable[[], float | None],
+        write_failures: Callable[[], int],
+    ) -> None:
+        """Gauges of a desired state behind a network, read at every scrape: whether its last
+        read reached it (NaN before the first) and the age of the snapshot in force."""
+        reachable_gauge = Gauge(
+            "playguard_desired_state_reachable",
+            "1 when the last read of the desired state (PostgreSQL) reached it, else 0.",
+            registry=self.registry,
+        )
+        age_gauge = Gauge(
+            "playguard_desired_state_snapshot_age_seconds",
+            "Seconds since the last good snapshot of the desired state (the one in force).",
+            registry=self.registry,
+        )
+        failures_gauge = Gauge(
+            "playguard_observed_state_write_failures",
+            "Observed-state writes back to the database that failed since start (never rises "
+            "in a healthy replica).",
+            registry=self.registry,
+        )
+        failures_gauge.set_function(write_failures)
+        reachable_gauge.set_function(lambda: _gauge_value(reachable()))
+        age_gauge.set_function(lambda: _gauge_value(age()))
+
     def cycle_finished(self, outcome: str, durations: Mapping[str, float]) -> None:
         self.cycles.labels(outcome).inc()
         for phase, seconds in durations.items():
@@ -171,3 +200,7 @@ class Metrics:
 
     def lease_released(self, result: ReleaseResult) -> None:
         self.lock_releases.labels(result.value).inc()
+
+
+def _gauge_value(value: bool | float | None) -> float:
+    return math.nan if value is None else float(value)

@@ -32,6 +32,7 @@ from playguard_async.capacity import cycle_slots
 from playguard_async.files import FileRefused, read_text_limited
 from playguard_async.inventory import INVENTORY_MAX_BYTES, INVENTORY_READ_TIMEOUT
 from playguard_async.lock import default_replica_id
+from playguard_async.pg import PgAddress
 from playguard_async.phase import BUILTIN_PHASES
 from playguard_async.redis_address import parse_redis_url
 
@@ -147,6 +148,24 @@ class Settings(BaseSettings):
         description="Seconds reading, parsing and validating the inventory may take; past it the "
         "read is abandoned and the last good inventory stays in force.",
     )
+    desired_state: str = Field(
+        "yaml",
+        description="Where the desired state is: 'yaml' (the inventory file) or "
+        "postgresql://user@host:port/database (no password in the URL).",
+    )
+    desired_state_password: SecretStr | None = Field(
+        None, description="PostgreSQL password for desired_state (never in the URL or argv)."
+    )
+    desired_state_password_file: Path | None = Field(
+        None,
+        description="File holding the PostgreSQL password, read at each connect (a rotated "
+        "secret is picked up); used when desired_state_password is not set.",
+    )
+    desired_state_timeout: float = _seconds(
+        10.0,
+        description="Seconds connecting to PostgreSQL and reading one snapshot may take; past "
+        "it the last good snapshot stays in force.",
+    )
     phases: tuple[str, ...] = Field(
         DEFAULT_PHASES, min_length=1, description="Enabled phases, in the order they run."
     )
@@ -248,6 +267,13 @@ class Settings(BaseSettings):
     @classmethod
     def _redis_url_form(cls, value: str) -> str:
         parse_redis_url(value)
+        return value
+
+    @field_validator("desired_state")
+    @classmethod
+    def _desired_state_form(cls, value: str) -> str:
+        if value != "yaml":
+            PgAddress.parse(value)
         return value
 
     @field_validator("http_address")
@@ -442,7 +468,7 @@ def _shown(field: str, value: object) -> str:
     """The value as the reader typed it, bounded in length and depth; secrets masked."""
     if _is_secret(field):
         return "***"
-    if field == "redis_url" and isinstance(value, str):
+    if field in ("redis_url", "desired_state") and isinstance(value, str):
         return _VALUE_REPR.repr(mask_url(value))
     return _VALUE_REPR.repr(value)
 

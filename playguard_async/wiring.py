@@ -25,7 +25,12 @@ from playguard_async.engine import (
     Outcome,
     SessionOpener,
 )
-from playguard_async.inventory import Marquee, YamlInventorySource
+from playguard_async.inventory import (
+    DesiredState,
+    Marquee,
+    RemoteDesiredState,
+    YamlInventorySource,
+)
 from playguard_async.lock import Lease
 from playguard_async.observe import CycleRecords
 from playguard_async.phase import resolve_phases
@@ -89,8 +94,12 @@ def remote_options(settings: Settings) -> RemoteOptions:
     )
 
 
-def inventory_source(settings: Settings) -> YamlInventorySource:
+def inventory_source(settings: Settings) -> DesiredState:
     """The desired state the settings name, read within their size and time bounds."""
+    if settings.desired_state != "yaml":
+        from playguard_async.desired_state_pg import postgres_source  # noqa: PLC0415 - asyncpg
+
+        return postgres_source(settings)
     return YamlInventorySource(
         settings.inventory,
         max_bytes=settings.inventory_max_bytes,
@@ -138,13 +147,22 @@ def build_engine(
         if result.outcome is not Outcome.LOCKED:
             await records.record(result.marquee, result.to_record())
 
+    source = inventory_source(settings)
+    write_back: list[CycleListener] = []
+    if isinstance(source, RemoteDesiredState):
+
+        async def write_observed(result: CycleResult) -> None:
+            if result.outcome is not Outcome.LOCKED:
+                await source.record_cycle(result.to_record())
+
+        write_back.append(write_observed)
     return Engine(
         settings,
-        inventory_source(settings),
+        source,
         redis,
         phases,
         open_session=(remote or RemoteLayer(settings, pooled=False)).session_opener(),
-        listeners=[record, *listeners],
+        listeners=[record, *write_back, *listeners],
         observer=observer,
     )
 

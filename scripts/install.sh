@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything playguard_async and its lab need on Debian 12, as root: the real servers the
 # tests and the demo start (redis-server, sshd, dockerd, docker-registry, docker-compose, git;
-# redis-tools for redis-cli --cluster create, openssl for the lab's TLS certificate),
+# redis-tools for redis-cli --cluster create, openssl for the lab's TLS certificate, postgresql
+# for the PostgreSQL desired state),
 # systemd-analyze to check the unit file, and a virtual environment in .venv with the package, its
 # test and dev extras, at the versions CI tested.
 set -euo pipefail
@@ -10,7 +11,7 @@ cd "$(dirname "$0")/.."
 packages=(
   redis-server redis-tools openssl openssh-server openssh-client docker.io docker-registry docker-compose
   busybox-static apache2-utils iptables git ca-certificates python3 python3-venv python3-pip
-  systemd
+  systemd postgresql
 )
 missing=()
 for package in "${packages[@]}"; do

@@ -18,6 +18,7 @@ from playguard_async.lab import (
     DockerDaemon,
     GitOrigin,
     MissingBinary,
+    PostgresServer,
     RedisServer,
     RegistryServer,
     SshServer,
@@ -28,6 +29,7 @@ from playguard_async.lab import (
 from playguard_async.lab.process import StartStop
 from playguard_async.lab.topologies import ClusterLab, SentinelGroup
 from playguard_async.redis_client import connect_redis
+from tests.support.postgres import LabDatabase, fresh_database
 from tests.support.topologies import TOPOLOGIES, TopologyUnderTest, client_for, heal
 
 INTEGRATION_DIR = Path(__file__).parent / "integration"
@@ -93,6 +95,20 @@ def docker_daemon(lab_dir: Path) -> Iterator[DockerDaemon]:
 @pytest.fixture(scope="session")
 def registry(lab_dir: Path) -> Iterator[RegistryServer]:
     yield from _served(lambda: RegistryServer(lab_dir / "registry"))
+
+
+@pytest.fixture(scope="session")
+def postgres_server(lab_dir: Path) -> Iterator[PostgresServer]:
+    """Debian's PostgreSQL for the whole session (about 2 s to initdb and start)."""
+    yield from _served(lambda: PostgresServer(lab_dir / "postgres"))
+
+
+@pytest.fixture
+async def postgres(postgres_server: PostgresServer) -> AsyncIterator[LabDatabase]:
+    """An empty database of its own on the session's running server, dropped after the test."""
+    postgres_server.ensure_running()
+    async with fresh_database(postgres_server) as database:
+        yield database
 
 
 @pytest.fixture(scope="session")

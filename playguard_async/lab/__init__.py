@@ -11,6 +11,7 @@ daemon never does, and the container image leaves it out.
 
 - ``process``: finding programs, set-up commands, a server process's life (``LabServer``)
 - ``servers``: ``RedisServer``, ``SshServer``, ``DockerDaemon``, ``RegistryServer``
+- ``postgres``: ``PostgresServer`` (Debian's PostgreSQL, run as its own system user when root)
 - ``topologies``: ``SentinelGroup``, ``ClusterLab``, ``RedisNode`` and ``LabTls`` (Redis beyond
   one server, TLS on every link)
 - ``images``: the busybox image, built here and pushed to the lab registry
@@ -19,10 +20,11 @@ daemon never does, and the container image leaves it out.
 - ``demo``: settings and an inventory pointing the daemon at a lab
 """
 
-from playguard_async.lab.demo import write_demo_config
+from playguard_async.lab.demo import move_desired_state_to_postgres, write_demo_config
 from playguard_async.lab.fleet import Lab, MarqueeHost
 from playguard_async.lab.images import BUSYBOX_REPOSITORY, build_busybox_image, push_image
 from playguard_async.lab.origin import GitOrigin, compose_file
+from playguard_async.lab.postgres import PostgresServer
 from playguard_async.lab.process import (
     LabCommandFailed,
     LabServer,
@@ -42,6 +44,7 @@ __all__ = [
     "LabServer",
     "MarqueeHost",
     "MissingBinary",
+    "PostgresServer",
     "RedisServer",
     "RegistryServer",
     "ServerStartFailed",
@@ -50,6 +53,7 @@ __all__ = [
     "compose_file",
     "find_binary",
     "free_port",
+    "move_desired_state_to_postgres",
     "push_image",
     "write_demo_config",
 ]

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 from playguard_async.lab.fleet import Lab
+from playguard_async.lab.postgres import PostgresServer
 from playguard_async.lab.process import free_port
 from playguard_async.lab.shared_host import marquee_entry, registry_entry, write_inventory
 
@@ -57,3 +59,30 @@ def write_demo_config(lab: Lab, directory: Path, *, tick_interval: float = 10.0)
         f'http_address = "127.0.0.1:{free_port()}"\n'
     )
     return settings_path
+
+
+def move_desired_state_to_postgres(server: PostgresServer, settings_path: Path) -> None:
+    """Point the demo's settings at ``server``: migrate its ``postgres`` database, import the
+    demo inventory written next to the settings, and name a password file (0600), never the
+    password itself, in the settings."""
+    from playguard_async.pg import PgAddress, connect, password_from  # noqa: PLC0415 - asyncpg
+    from playguard_async.pg_schema import migrate  # noqa: PLC0415
+    from playguard_async.pg_transfer import import_inventory  # noqa: PLC0415
+
+    async def load() -> None:
+        address = PgAddress.parse(server.url)
+        connection = await connect(address, password_from(server.password, None), timeout=10)
+        try:
+            await migrate(connection)
+            await import_inventory(connection, settings_path.parent / "inventory.yaml")
+        finally:
+            await connection.close()
+
+    asyncio.run(load())
+    password_file = settings_path.parent / "pg-password"
+    password_file.touch(mode=0o600)
+    password_file.write_text(server.password + "\n")
+    with settings_path.open("a") as settings:
+        settings.write(
+            f'desired_state = "{server.url}"\ndesired_state_password_file = "{password_file}"\n'
+        )

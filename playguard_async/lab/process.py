@@ -239,6 +239,8 @@ class LabServer(StartStop):
     name = "server"
     start_timeout = 10.0
     stop_timeout = 10.0
+    stop_signal = signal.SIGTERM
+    """What ``stop()`` sends first; PostgreSQL's SIGTERM waits for every client to leave."""
 
     def __init__(self, workdir: Path) -> None:
         self.workdir = workdir.absolute()
@@ -323,7 +325,7 @@ class LabServer(StartStop):
         _signal(descendants([process.pid]), signal.SIGCONT)
         self._before_terminate()
         family = descendants([process.pid])
-        process.terminate()
+        process.send_signal(self.stop_signal)
         try:
             process.wait(self.stop_timeout)
         except subprocess.TimeoutExpired:

@@ -349,10 +349,11 @@ def test_second_interrupt_cancels_the_running_phase(playguard: Playguard, store:
 
 
 def test_version_help_on_every_command_and_bad_usage(playguard: Playguard) -> None:
-    commands = ("run", "cycle", "status", "locks", "unlock", "check", "lab")
+    commands = ("run", "cycle", "status", "locks", "unlock", "check", "lab", "db", "db migrate",
+                "db import", "db export")  # fmt: skip
     invocations: dict[tuple[str, ...], int] = {
         ("--version",): 0,
-        **{(command, "--help"): 0 for command in commands},
+        **{(*command.split(), "--help"): 0 for command in commands},
         ("cycle",): 2,
         ("status", "--bogus"): 2,
         ("check", "--timeout", "0"): 2,

@@ -117,6 +117,9 @@ def test_build_context_leaves_out_the_virtualenv_tests_and_lab() -> None:
     assert {".venv", ".git", "tests", "playguard_async/lab"} <= set(ignored)
 
 
+MIGRATIONS = REPO_ROOT / "playguard_async" / "migrations"
+
+
 def test_wheel_ships_the_typing_marker(tmp_path: Path) -> None:
     """Type checkers of the package's users read its hints only when py.typed is in the wheel.
     Built offline, with the build backend the test extra installs."""
@@ -131,6 +134,9 @@ def test_wheel_ships_the_typing_marker(tmp_path: Path) -> None:
         names = set(archive.namelist())
     assert "playguard_async/py.typed" in names
     assert "playguard_async/lab/__init__.py" in names, "`playguard lab` works from a pip install"
+    shipped = {f"playguard_async/migrations/{m.name}" for m in MIGRATIONS.glob("*.sql")}
+    assert shipped, "the PostgreSQL schema's migrations"
+    assert shipped <= names, "`playguard db migrate` works from a pip install"
 
 
 def test_every_dependency_is_pinned_in_ci_at_a_version_it_allows() -> None:

@@ -1,0 +1,126 @@
+"""What one tick's desired state costs from PostgreSQL and from the YAML file, side by side in
+one run, for the same fleet (N Marquees with 5 Playgrounds each, ``inventory_load``'s fleet).
+
+Interleaved round after round:
+- ``yaml``: ``YamlInventorySource.load()`` of the file, read, parsed and validated (a fresh
+  source each round, so nothing is remembered);
+- ``pg cold``: a fresh ``PostgresDesiredState.load()``: connect, the five tables read in one
+  REPEATABLE READ READ ONLY transaction, every row validated by the same models, index built;
+- ``unchanged``: ``load()`` again on the kept source, nothing changed (the common tick);
+- ``1% changed``: ``load()`` after about 1% of the Playgrounds changed branch (only those rows
+  are validated again);
+- ``pg read``: the snapshot's read alone (asyncpg, no validation).
+
+Prints the best wall-clock milliseconds per operation (the target: under 1 s at 10,000
+Marquees), our process's CPU ms for the cold load, and ratios to the YAML source. Starts the lab's
+PostgreSQL (Debian's, as the tests do) in a temporary directory and stops it at the end.
+
+    .venv/bin/python bench/desired_state_pg.py [--fleets 1000,10000] [--rounds 3]
+
+Never part of the tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+from inventory_load import PLAYGROUNDS_PER_MARQUEE, write_inventory  # bench/ is on sys.path
+
+from playguard_async.desired_state_pg import PostgresDesiredState, read_snapshot
+from playguard_async.inventory import YamlInventorySource
+from playguard_async.lab import PostgresServer
+from playguard_async.pg import PgAddress, password_from
+from playguard_async.pg_schema import migrate
+from playguard_async.pg_transfer import import_inventory
+
+
+async def timed(operation: Callable[[], Awaitable[object]]) -> tuple[float, float]:
+    """Wall-clock and process CPU milliseconds of one awaited operation."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    await operation()
+    return (time.perf_counter() - wall) * 1000, (time.process_time() - cpu) * 1000
+
+
+async def measure(server: PostgresServer, path: Path, rounds: int) -> dict[str, float]:
+    address, password = PgAddress.parse(server.url), password_from(server.password, None)
+    warm = PostgresDesiredState(address, password, timeout=600)
+    connection = await connect_to(server)
+    best: dict[str, float] = {}
+
+    def keep(name: str, value: float) -> None:
+        best[name] = min(best.get(name, value), value)
+
+    try:
+        await import_inventory(connection, path, replace=True)
+        expected = await YamlInventorySource(path, max_bytes=64 << 20, timeout=600).load()
+        loaded = await warm.load()
+        assert len(loaded.marquees) == len(expected.marquees)
+        assert len(loaded.playgrounds) == len(expected.playgrounds)
+        for round_number in range(rounds):
+            yaml_source = YamlInventorySource(path, max_bytes=64 << 20, timeout=600)
+            keep("yaml", (await timed(yaml_source.load))[0])
+            cold = PostgresDesiredState(address, password, timeout=600)
+            try:
+                wall, cpu = await timed(cold.load)
+            finally:
+                await cold.close()
+            keep("pg cold", wall)
+            keep("pg cold cpu", cpu)
+            keep("pg unchanged", (await timed(warm.load))[0])
+            await connection.execute(
+                "UPDATE playgrounds SET branch = $1 WHERE name LIKE '%-0' AND random() < 0.05",
+                f"feature/round-{round_number}",
+            )
+            keep("pg 1% changed", (await timed(warm.load))[0])
+            keep("pg read", (await timed(lambda: read_snapshot(connection)))[0])
+    finally:
+        await warm.close()
+        await connection.close()
+    return best
+
+
+async def connect_to(server: PostgresServer) -> Any:
+    return await asyncpg.connect(server.url, password=server.password)
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--fleets", default="1000,10000")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    with (
+        tempfile.TemporaryDirectory(prefix="pg-bench-") as workdir,
+        PostgresServer(Path(workdir) / "postgres") as server,
+    ):
+        connection = await connect_to(server)
+        await migrate(connection)
+        await connection.close()
+        print(
+            f"best of {args.rounds} rounds, wall ms per load, "
+            f"{PLAYGROUNDS_PER_MARQUEE} Playgrounds per Marquee"
+        )
+        print(
+            f"{'marquees':>8} {'yaml':>7} {'pg cold':>8} {'(cpu)':>6} {'unchanged':>9} "
+            f"{'1% changed':>10} {'pg read':>8} {'cold/yaml':>9} {'1%/yaml':>8}"
+        )
+        for marquees in (int(part) for part in args.fleets.split(",")):
+            path = write_inventory(Path(workdir), marquees)
+            figures = await measure(server, path, args.rounds)
+            print(
+                f"{marquees:>8} {figures['yaml']:>7.0f} {figures['pg cold']:>8.0f} "
+                f"{figures['pg cold cpu']:>6.0f} {figures['pg unchanged']:>9.0f} "
+                f"{figures['pg 1% changed']:>10.0f} {figures['pg read']:>8.0f} "
+                f"{figures['pg cold'] / figures['yaml']:>9.2f} "
+                f"{figures['pg 1% changed'] / figures['yaml']:>8.2f}"
+            )
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

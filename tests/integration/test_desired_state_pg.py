@@ -1,0 +1,179 @@
+"""The PostgreSQL desired state against the lab's server: one validated snapshot per load, a bad
+row taking out only the Marquees it concerns, the last snapshot kept while the server is down."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+from structlog.testing import capture_logs
+
+from playguard_async.desired_state_pg import PostgresDesiredState
+from playguard_async.inventory import InventoryError, RemoteDesiredState
+from playguard_async.pg import PgAddress, password_from
+from playguard_async.pg_schema import migrate
+from playguard_async.pg_transfer import import_inventory
+from playguard_async.settings import load_settings
+from playguard_async.wiring import inventory_source
+from tests.support.pg_inventory import by_name, full_document, load_yaml, write_inventory
+from tests.support.postgres import LabDatabase
+
+
+@pytest.fixture
+async def fleet(postgres: LabDatabase, tmp_path: Path) -> AsyncIterator[asyncpg.Connection]:
+    """The test's database, migrated and holding ``full_document()`` (edge-0..2)."""
+    connection = await postgres.connect()
+    await migrate(connection)
+    await import_inventory(connection, write_inventory(tmp_path, full_document()))
+    yield connection
+    await connection.close()
+
+
+@pytest.fixture
+async def source(postgres: LabDatabase) -> AsyncIterator[PostgresDesiredState]:
+    source = PostgresDesiredState(
+        PgAddress.parse(postgres.url), password_from(postgres.password, None), timeout=3.0
+    )
+    yield source
+    await source.close()
+
+
+def _names(items: Any) -> list[str]:
+    return [item.name for item in items]
+
+
+async def test_the_settings_url_selects_the_database_and_loads_the_yaml_fleet(
+    fleet: asyncpg.Connection, postgres: LabDatabase, tmp_path: Path
+) -> None:
+    settings = load_settings(desired_state=postgres.url, desired_state_password=postgres.password)
+    source = inventory_source(settings)
+    assert isinstance(source, RemoteDesiredState)
+    try:
+        inventory = await source.load()
+    finally:
+        await source.close()
+    assert inventory == by_name(await load_yaml(tmp_path / "inv.yaml"))
+    assert source.reachable is True
+    assert source.describe() == postgres.url
+
+
+# (table, key, column, value written around the dropped CHECK, Marquees left out)
+BAD_ROWS = [
+    ("marquees", "edge-1", "host", "-oProxyCommand=sh", ["edge-1"]),
+    ("marquees", "edge-2", "port", 70000, ["edge-2"]),
+    ("playgrounds", "shop-1-2", "branch", "x;rm -rf /", ["edge-1"]),
+    ("playgrounds", "shop-0-1", "state", "exploded", ["edge-0"]),
+    ("agent_chats", "chat-2", "image", "$(id)", ["edge-2"]),
+    ("playspecs", "blog", "compose_file", "../../etc/passwd", ["edge-0", "edge-1", "edge-2"]),
+    ("registries", "lab", "server", "evil host", ["edge-0", "edge-1", "edge-2"]),
+]
+
+
+@pytest.mark.parametrize(("table", "key", "column", "value", "left_out"), BAD_ROWS)
+async def test_a_bad_row_takes_out_only_the_marquees_it_concerns(
+    fleet: asyncpg.Connection,
+    source: PostgresDesiredState,
+    table: str,
+    key: str,
+    column: str,
+    value: object,
+    left_out: list[str],
+) -> None:
+    constraint = f"{table}_{column}_check"
+    await fleet.execute(f"ALTER TABLE {table} DROP CONSTRAINT {constraint}")
+    await fleet.execute(f'UPDATE {table} SET "{column}" = $1 WHERE name = $2', value, key)
+
+    with capture_logs() as logs:
+        inventory = await source.load()
+        again = await source.load()
+
+    kept = sorted({"edge-0", "edge-1", "edge-2"} - set(left_out))
+    assert _names(inventory.marquees) == kept
+    assert again == inventory
+    assert {p.marquee for p in inventory.playgrounds} <= set(kept)
+    assert {inventory.playground_of(chat).marquee for chat in inventory.agent_chats} <= set(kept)
+    refused = [entry["error"] for entry in logs if entry["event"] == "desired_state.row_refused"]
+    assert refused[0].startswith(f"{table} {key!r}: column {column}: ")
+    assert refused[0].endswith(f"(value {value!r})")
+    assert refused[1:] == [
+        f"marquees {name!r}: left out of this snapshot (a row it needs is bad)"
+        for name in left_out
+        if (table, key) != ("marquees", name)  # a bad Marquee row is its own line
+    ]  # logged once, though loaded twice
+
+
+async def test_a_fixed_row_brings_its_marquee_back_and_says_so(
+    fleet: asyncpg.Connection, source: PostgresDesiredState
+) -> None:
+    await fleet.execute("ALTER TABLE playgrounds DROP CONSTRAINT playgrounds_branch_check")
+    await fleet.execute("UPDATE playgrounds SET branch = '..' WHERE name = 'shop-1-0'")
+    assert _names((await source.load()).marquees) == ["edge-0", "edge-2"]
+
+    await fleet.execute("UPDATE playgrounds SET branch = 'main' WHERE name = 'shop-1-0'")
+    with capture_logs() as logs:
+        inventory = await source.load()
+
+    assert _names(inventory.marquees) == ["edge-0", "edge-1", "edge-2"]
+    assert [entry["event"] for entry in logs] == ["desired_state.rows_all_valid"]
+    assert source.problems == []
+
+
+async def test_server_down_keeps_the_last_snapshot_and_back_reads_a_fresh_one(
+    fleet: asyncpg.Connection, source: PostgresDesiredState, postgres: LabDatabase
+) -> None:
+    before = await source.load()
+    postgres.server.stop()
+    try:
+        with capture_logs() as down_logs:
+            during = [await source.load(), await source.load()]
+        assert during == [before, before]
+        assert source.reachable is False
+        assert source.last_error is not None
+        assert postgres.password not in source.last_error
+        assert [entry["event"] for entry in down_logs] == ["desired_state.unreachable"]
+    finally:
+        postgres.server.start()
+    changer = await postgres.connect()
+    try:
+        await changer.execute("UPDATE playgrounds SET branch = 'fresh' WHERE name = 'shop-0-0'")
+    finally:
+        await changer.close()
+
+    with capture_logs() as up_logs:
+        after = await source.load()
+
+    assert source.reachable is True
+    assert [entry["event"] for entry in up_logs] == ["desired_state.reachable"]
+    assert after.playgrounds_on("edge-0")[0].branch == "fresh"
+    age = source.snapshot_age()
+    assert age is not None
+    assert age < 5
+
+
+async def test_an_unreachable_database_at_the_first_read_is_an_inventory_error(
+    postgres: LabDatabase,
+) -> None:
+    address = PgAddress.parse(postgres.url)
+    source = PostgresDesiredState(
+        PgAddress(address.user, address.host, address.port, address.database),
+        password_from("wrong-Pa55word", None),
+        timeout=3.0,
+    )
+    with pytest.raises(InventoryError) as refused:
+        await source.load()
+    assert str(refused.value).startswith(f"{address.describe()}: cannot connect: ")
+    assert "wrong-Pa55word" not in str(refused.value)
+
+
+async def test_an_unmigrated_database_says_to_migrate(postgres: LabDatabase) -> None:
+    source = PostgresDesiredState(
+        PgAddress.parse(postgres.url), password_from(postgres.password, None), timeout=3.0
+    )
+    try:
+        with pytest.raises(InventoryError, match="run `playguard db migrate`"):
+            await source.load()
+    finally:
+        await source.close()

@@ -1,0 +1,153 @@
+"""A real ``playguard run`` reading its desired state from the lab's PostgreSQL: cycles from the
+database, and through a database outage the last snapshot in force, /readyz and the metrics
+saying so, one log line each way, and the password in none of its output."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+
+import pytest
+
+from playguard_async.pg_schema import migrate
+from playguard_async.pg_transfer import import_inventory
+from tests.integration.test_observability import CYCLES, answer_once, scrape_until, start_serving
+from tests.support.daemon import PLAYGUARD, Daemon, DaemonRunner, wait_for
+from tests.support.postgres import LabDatabase
+
+REACHABLE = "playguard_desired_state_reachable"
+
+
+async def test_daemon_runs_from_the_database_and_rides_out_its_outage(
+    daemons: DaemonRunner, postgres: LabDatabase
+) -> None:
+    connection = await postgres.connect()
+    try:
+        await migrate(connection)
+        await import_inventory(connection, daemons.write_inventory(["alpha", "beta"]))
+    finally:
+        await connection.close()
+    daemons.inventory.unlink()  # the database is the only desired state
+    daemon, base = start_serving(
+        daemons,
+        tick_interval=1.0,
+        phase_seconds=0.05,
+        desired_state=postgres.url,
+        desired_state_timeout=1.0,
+        env={"PLAYGUARD_DESIRED_STATE_PASSWORD": postgres.password},
+    )
+    first = scrape_until(base, lambda m: m.value(CYCLES, outcome="ok") >= 2, what="ok cycles")
+    assert first.value(REACHABLE) == 1
+    assert answer_once(base, "/readyz", 200) == "ready: Redis answers\n"
+
+    postgres.server.stop()
+    try:
+        body = answer_once(base, "/readyz", 503)
+        assert body.startswith(f"not ready: desired state {postgres.url} unreachable: ")
+        during = scrape_until(
+            base,
+            lambda m: m.value(CYCLES, outcome="ok") >= first.value(CYCLES, outcome="ok") + 2,
+            what="cycles on the last snapshot",
+        )
+        assert during.value(REACHABLE) == 0
+        assert during.value("playguard_observed_state_write_failures") >= 1, "counted"
+        age = during.value("playguard_desired_state_snapshot_age_seconds")
+        assert not math.isnan(age)
+        assert age > 0
+    finally:
+        postgres.server.start()
+    answer_once(base, "/readyz", 200)
+    scrape_until(base, lambda m: m.value(REACHABLE) == 1, what="the database reachable again")
+    assert daemons.stop_all([daemon], timeout=15) == {"r1": 0}
+
+    assert len(daemon.events("desired_state.unreachable")) == 1
+    assert len(daemon.events("desired_state.reachable")) == 1
+    assert {line["marquee"] for line in daemon.events("cycle.finished")} >= {"alpha", "beta"}
+    assert postgres.password not in daemon.stderr()
+
+
+def _cycles_of(daemon: Daemon, marquee: str) -> int:
+    return len(daemon.events("cycle.finished", marquee=marquee))
+
+
+async def test_a_row_changed_in_sql_starts_its_marquees_cycle_before_the_tick(
+    daemons: DaemonRunner, postgres: LabDatabase
+) -> None:
+    connection = await postgres.connect()
+    try:
+        await migrate(connection)
+        await import_inventory(connection, daemons.write_inventory(["alpha", "beta"]))
+        daemon, _ = start_serving(
+            daemons,
+            tick_interval=600.0,  # no second tick during the test: any later cycle was woken
+            tick_jitter=0.0,
+            phase_seconds=0.05,
+            desired_state=postgres.url,
+            env={"PLAYGUARD_DESIRED_STATE_PASSWORD": postgres.password},
+        )
+        wait_for(
+            lambda: (
+                _cycles_of(daemon, "alpha") == _cycles_of(daemon, "beta") == 1
+                and daemon.events("desired_state.listening")
+            ),
+            timeout=20,
+            what="the first tick's cycles and the listener",
+        )
+
+        await connection.execute("UPDATE marquees SET port = 2222 WHERE name = 'alpha'")
+        wait_for(lambda: _cycles_of(daemon, "alpha") == 2, timeout=10, what="alpha woken")
+        assert _cycles_of(daemon, "beta") == 1, "only the changed Marquee is woken"
+        [woken] = daemon.events("engine.woken")
+        assert woken["started"] == ["cycle:alpha"]
+
+        postgres.server.stop()
+        postgres.server.start()  # notifications sent meanwhile would be lost: a full tick
+        wait_for(
+            lambda: _cycles_of(daemon, "beta") == 2 and _cycles_of(daemon, "alpha") == 3,
+            timeout=20,
+            what="a full tick after the listener reconnected",
+        )
+        assert len(daemon.events("desired_state.listening")) == 2
+        assert daemons.stop_all([daemon], timeout=15) == {"r1": 0}
+    finally:
+        await connection.close()
+
+
+async def test_status_rows_match_playguard_status_json(
+    daemons: DaemonRunner, postgres: LabDatabase
+) -> None:
+    connection = await postgres.connect()
+    try:
+        await migrate(connection)
+        await import_inventory(connection, daemons.write_inventory(["alpha", "beta"]))
+        env = {"PLAYGUARD_DESIRED_STATE_PASSWORD": postgres.password}
+        daemon, base = start_serving(
+            daemons, tick_interval=1.0, phase_seconds=0.05, desired_state=postgres.url, env=env
+        )
+        scrape_until(base, lambda m: m.value(CYCLES, outcome="ok") >= 2, what="ok cycles")
+        assert daemons.stop_all([daemon], timeout=15) == {"r1": 0}
+        rows = {
+            row["marquee"]: row
+            for row in await connection.fetch("SELECT * FROM marquee_status ORDER BY marquee")
+        }
+    finally:
+        await connection.close()
+    shown = subprocess.run(  # noqa: ASYNC221 - the daemon is stopped; nothing else runs
+        [str(PLAYGUARD), "status", "--json", "--config", str(daemon.config)],
+        env={**daemons.environment(0.05), **env}, capture_output=True, text=True, timeout=60,
+        check=False,
+    )  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    statuses = {entry["name"]: entry["last"] for entry in json.loads(shown.stdout)["marquees"]}
+
+    assert sorted(rows) == sorted(statuses) == ["alpha", "beta"]
+    for name, last in statuses.items():
+        row = rows[name]
+        assert (row["cycle"], row["outcome"], row["fence"], row["phase"], row["reason"]) == (
+            last["cycle"], last["outcome"], last["fence"], last["phase"], last["reason"],
+        )  # fmt: skip
+        assert row["actions"] == last["actions"]
+        assert row["replica"] == "r1"
+        assert row["finished_at"].timestamp() == pytest.approx(last["finished_at"], abs=1e-3)
+        assert set(json.loads(row["durations"])) == {"first", "second"}

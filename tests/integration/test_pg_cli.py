@@ -1,0 +1,71 @@
+"""``playguard db migrate | import | export`` as an operator runs them: the installed command,
+the database from the settings, the password from the environment, never from argv."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from tests.support.daemon import PLAYGUARD
+from tests.support.pg_inventory import by_name, full_document, load_yaml, write_inventory
+from tests.support.postgres import LabDatabase
+
+
+def _playguard(
+    database: LabDatabase, *args: str, password: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    env = {key: value for key, value in os.environ.items() if not key.startswith("PLAYGUARD_")}
+    env["PLAYGUARD_DESIRED_STATE"] = database.url
+    env["PLAYGUARD_DESIRED_STATE_PASSWORD"] = password or database.password
+    return subprocess.run(
+        [str(PLAYGUARD), *args], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+async def test_migrate_import_export_from_the_command_line(
+    postgres: LabDatabase, tmp_path: Path
+) -> None:
+    source = write_inventory(tmp_path, full_document())
+
+    first = _playguard(postgres, "db", "migrate")
+    again = _playguard(postgres, "db", "migrate")
+    imported = _playguard(postgres, "db", "import", str(source))
+    exported = _playguard(postgres, "db", "export", "-o", str(tmp_path / "out.yaml"))
+
+    assert (first.returncode, first.stdout) == (
+        0,
+        "applied 0001_desired_state, 0002_notify, 0003_observed_state; schema version 3\n",
+    )
+    assert (again.returncode, again.stdout) == (0, "schema up to date (version 3)\n")
+    assert imported.returncode == 0, imported.stderr
+    assert imported.stdout.startswith("imported 3 marquees, 2 registries")
+    assert exported.returncode == 0, exported.stderr
+    assert await load_yaml(tmp_path / "out.yaml") == by_name(await load_yaml(source))
+
+
+def test_a_wrong_password_is_one_line_without_the_password(postgres: LabDatabase) -> None:
+    wrong = "Wr0ng-secret-value"
+
+    done = _playguard(postgres, "db", "migrate", password=wrong)
+
+    assert done.returncode == 1
+    assert done.stderr.startswith(f"Error: {postgres.url.replace('/' + postgres.name, '')}")
+    assert "password authentication failed" in done.stderr
+    assert done.stderr.count("\n") == 1
+    assert wrong not in done.stderr + done.stdout
+
+
+def test_a_password_in_the_url_is_refused_without_echoing_it(postgres: LabDatabase) -> None:
+    url = postgres.url.replace("playguard@", "playguard:Sup3r-secret@")
+    env = {key: value for key, value in os.environ.items() if not key.startswith("PLAYGUARD_")}
+    env["PLAYGUARD_DESIRED_STATE"] = url
+
+    done = subprocess.run(
+        [str(PLAYGUARD), "db", "migrate"], env=env, capture_output=True, text=True, timeout=60,
+        check=False,
+    )  # fmt: skip
+
+    assert done.returncode == 1
+    assert "must not carry a password" in done.stderr
+    assert "Sup3r-secret" not in done.stderr + done.stdout

@@ -1,0 +1,198 @@
+"""The shipped migrations and ``db import`` / ``db export`` against the lab's PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from playguard_async.desired_state_pg import NOTIFY_CHANNEL
+from playguard_async.inventory import InventoryError
+from playguard_async.pg_schema import migrate, schema_version, shipped_migrations
+from playguard_async.pg_transfer import ImportRefused, export_inventory, import_inventory
+from tests.support.pg_inventory import by_name, full_document, load_yaml, write_inventory
+from tests.support.postgres import LabDatabase
+
+SCHEMA_QUERY = """
+SELECT c.relname, a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull
+FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid
+WHERE c.relnamespace = 'public'::regnamespace AND a.attnum > 0
+UNION ALL
+SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid), true
+FROM pg_constraint WHERE connamespace = 'public'::regnamespace
+ORDER BY 1, 2
+"""
+
+# Values that would do harm if pasted into SQL or a shell anywhere on the way; each must come
+# back byte for byte.
+METACHARACTER_VALUES = [
+    "'; DROP TABLE marquees; --",
+    'a"b\\c',
+    "$(touch /tmp/pwned) `id` ${HOME}",
+    "x; rm -rf / #",
+    "%s %(name)s {0} $1",
+    "line\nbreak\ttab\r",
+    "\u202eright-to-left \U0001f600",
+    "-rf",
+    "",
+]
+
+
+@pytest.fixture
+async def connection(postgres: LabDatabase) -> AsyncIterator[asyncpg.Connection]:
+    connection = await postgres.connect()
+    yield connection
+    await connection.close()
+
+
+async def test_migrate_twice_is_a_no_op(connection: asyncpg.Connection) -> None:
+    assert await schema_version(connection) is None
+    applied = await migrate(connection)
+    assert [m.version for m in applied] == [m.version for m in shipped_migrations()]
+    schema = await connection.fetch(SCHEMA_QUERY)
+    versions = await connection.fetch("SELECT version, sha256, applied_at FROM schema_version")
+
+    assert await migrate(connection) == []
+    assert await connection.fetch(SCHEMA_QUERY) == schema
+    assert await connection.fetch("SELECT version, sha256, applied_at FROM schema_version") == (
+        versions
+    )
+    assert await schema_version(connection) == shipped_migrations()[-1].version
+
+
+async def test_concurrent_migrations_apply_each_file_once(postgres: LabDatabase) -> None:
+    connections = [await postgres.connect() for _ in range(3)]
+    try:
+        results = await asyncio.gather(*(migrate(c) for c in connections))
+    finally:
+        for connection in connections:
+            await connection.close()
+    assert sorted(len(applied) for applied in results) == [0, 0, len(shipped_migrations())]
+
+
+async def test_import_then_export_loads_back_equal(
+    connection: asyncpg.Connection, tmp_path: Path
+) -> None:
+    await migrate(connection)
+    original_path = write_inventory(tmp_path, full_document())
+    original = await load_yaml(original_path)
+
+    counts = await import_inventory(connection, original_path)
+    exported = write_inventory(tmp_path, {}, "exported.yaml")
+    exported.write_text(await export_inventory(connection), encoding="utf-8")
+
+    assert counts == {"marquees": 3, "registries": 2, "playspecs": 2, "playgrounds": 9,
+                      "agent_chats": 3}  # fmt: skip
+    assert await load_yaml(exported) == by_name(original)
+
+
+@pytest.mark.parametrize("value", METACHARACTER_VALUES)
+async def test_sql_and_shell_metacharacters_stay_data(
+    connection: asyncpg.Connection, tmp_path: Path, value: str
+) -> None:
+    await migrate(connection)
+    document = full_document(1, command=[value, "--", value])
+    document["marquees"][0]["user"] = value or "x"
+    path = write_inventory(tmp_path, document)
+
+    await import_inventory(connection, path)
+
+    assert await connection.fetchval("SELECT command FROM agent_chats") == [value, "--", value]
+    assert await connection.fetchval('SELECT "user" FROM marquees') == (value or "x")
+    assert by_name(await load_yaml(path)) == await _exported(connection, tmp_path)
+
+
+async def _exported(connection: asyncpg.Connection, directory: Path) -> object:
+    exported = directory / "exported.yaml"
+    exported.write_text(await export_inventory(connection), encoding="utf-8")
+    return await load_yaml(exported)
+
+
+async def test_import_names_errors_as_the_yaml_loader_and_imports_nothing(
+    connection: asyncpg.Connection, tmp_path: Path
+) -> None:
+    await migrate(connection)
+    document = full_document()
+    document["playgrounds"][4]["branch"] = "a..b"
+    path = write_inventory(tmp_path, document)
+    with pytest.raises(InventoryError) as from_yaml:
+        await load_yaml(path)
+
+    with pytest.raises(InventoryError) as from_import:
+        await import_inventory(connection, path)
+
+    assert str(from_import.value) == str(from_yaml.value)
+    assert "playgrounds[4].branch: must not contain '..'" in str(from_import.value)
+    assert await connection.fetchval("SELECT count(*) FROM marquees") == 0
+
+
+async def test_a_row_only_the_database_refuses_is_named_and_nothing_is_imported(
+    connection: asyncpg.Connection, tmp_path: Path
+) -> None:
+    await migrate(connection)
+    document = full_document()
+    document["agent_chats"][2]["command"] = ["agent", "nul\x00byte"]
+    path = write_inventory(tmp_path, document)
+
+    with pytest.raises(ImportRefused) as refused:
+        await import_inventory(connection, path)
+
+    assert str(refused.value).startswith(f"{path}: agent_chats[2]: refused by the database: ")
+    assert str(refused.value).endswith("; nothing imported")
+    assert "\n" not in str(refused.value)
+
+    for table in ("marquees", "playgrounds", "agent_chats"):
+        assert await connection.fetchval(f"SELECT count(*) FROM {table}") == 0
+
+
+async def test_import_into_a_database_that_has_a_fleet_needs_replace(
+    connection: asyncpg.Connection, tmp_path: Path
+) -> None:
+    await migrate(connection)
+    await import_inventory(connection, write_inventory(tmp_path, full_document(3)))
+    smaller = write_inventory(tmp_path, full_document(1), "smaller.yaml")
+
+    with pytest.raises(ImportRefused, match="table marquees is not empty"):
+        await import_inventory(connection, smaller)
+    assert await connection.fetchval("SELECT count(*) FROM marquees") == 3
+
+    await import_inventory(connection, smaller, replace=True)
+    assert await _exported(connection, tmp_path) == by_name(await load_yaml(smaller))
+
+
+# (statement changing one row, the Marquees whose desired state it changes)
+NOTIFYING_CHANGES = [
+    ("UPDATE marquees SET port = 1 WHERE name = 'edge-1'", {"edge-1"}),
+    ("UPDATE playgrounds SET branch = 'b' WHERE name = 'shop-2-0'", {"edge-2"}),
+    ("UPDATE playgrounds SET marquee = 'edge-0' WHERE name = 'shop-1-0'", {"edge-0", "edge-1"}),
+    ("UPDATE agent_chats SET state = 'closed' WHERE name = 'chat-0'", {"edge-0"}),
+    ("UPDATE playspecs SET images = '{}' WHERE name = 'blog'", {"edge-0", "edge-1", "edge-2"}),
+    ("UPDATE registries SET username = 'w' WHERE name = 'lab'", {"edge-0", "edge-1", "edge-2"}),
+    ("UPDATE registries SET username = 'w' WHERE name = 'corp'", set()),
+    ("DELETE FROM agent_chats WHERE name = 'chat-1'", {"edge-1"}),
+]
+
+
+@pytest.mark.parametrize(("statement", "marquees"), NOTIFYING_CHANGES)
+async def test_a_changed_row_notifies_the_marquees_it_concerns(
+    connection: asyncpg.Connection, postgres: LabDatabase, tmp_path: Path,
+    statement: str, marquees: set[str],
+) -> None:  # fmt: skip
+    await migrate(connection)
+    await import_inventory(connection, write_inventory(tmp_path, full_document()))
+    listener = await postgres.connect()
+    heard: asyncio.Queue[str] = asyncio.Queue()
+    await listener.add_listener(NOTIFY_CHANNEL, lambda *args: heard.put_nowait(args[3]))
+    try:
+        await connection.execute(statement)
+        await connection.execute("NOTIFY playguard_desired_state, 'end-of-test'")
+        names = set()
+        async with asyncio.timeout(5):
+            while (name := await heard.get()) != "end-of-test":
+                names.add(name)
+    finally:
+        await listener.close()
+    assert names == marquees

@@ -1,0 +1,88 @@
+"""Inventories for the PostgreSQL tests: every list and every optional column used, written as
+a YAML file so the YAML source (and its path resolution) is what the database is compared with."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from playguard_async.inventory import Inventory, YamlInventorySource
+
+
+def full_document(marquees: int = 3, *, command: list[str] | None = None) -> dict[str, Any]:
+    """An inventory using every column: defaults overridden, nulls, arrays, a timestamp."""
+    return {
+        "marquees": [
+            {
+                "name": f"edge-{index}",
+                "host": "127.0.0.1" if index % 2 else "edge.example.com",
+                "port": 2200 + index,
+                "user": "playguard",
+                "identity_file": "keys/id",
+                "known_hosts": "/etc/playguard/known_hosts",
+                "docker_socket": "/run/docker.sock",
+                "workdir": f"/srv/pg-{index}",
+                "state_dir": "~/state/pg" if index % 2 else None,
+                "launchable": index != 2,
+            }
+            for index in range(marquees)
+        ],
+        "registries": [
+            {"name": "lab", "server": "127.0.0.1:5000", "username": "u", "password_env": "REG_PW"},
+            {"name": "corp", "server": "[::1]:5001", "username": "v", "password_file": "pw"},
+        ],
+        "playspecs": [
+            {
+                "name": "shop",
+                "repo": "https://git.example.com/shop.git",
+                "images": ["shop:1"],
+                "registry": "lab",
+            },
+            {"name": "blog", "repo": "git@example.com:blog.git", "compose_file": "deploy/c.yaml"},
+        ],
+        "playgrounds": [
+            {
+                "name": f"shop-{index}-{slot}",
+                "playspec": "shop" if slot else "blog",
+                "marquee": f"edge-{index}",
+                "branch": f"feature/x-{slot}",
+                "state": "stopped" if slot == 2 else "running",
+                "expires_at": "2030-01-02T03:04:05+02:00" if slot == 1 else None,
+                "stop_when_branch_gone": slot == 1,
+            }
+            for index in range(marquees)
+            for slot in range(3)
+        ],
+        "agent_chats": [
+            {
+                "name": f"chat-{index}",
+                "playground": f"shop-{index}-1",
+                "image": "127.0.0.1:5000/agent:2",
+                "command": command if command is not None else ["agent", "--chat", str(index)],
+                "state": "closed" if index == 1 else "active",
+            }
+            for index in range(marquees)
+        ],
+    }
+
+
+def write_inventory(directory: Path, document: dict[str, Any], name: str = "inv.yaml") -> Path:
+    path = directory / name
+    path.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
+    return path
+
+
+async def load_yaml(path: Path) -> Inventory:
+    return await YamlInventorySource(path).load()
+
+
+def by_name(inventory: Inventory) -> Inventory:
+    """The same inventory with every list in name order: the database keeps no other order."""
+    return inventory.model_copy(
+        update={
+            field: sorted(getattr(inventory, field), key=lambda item: item.name)
+            for field in type(inventory).model_fields
+        }
+    )
