@@ -39,6 +39,7 @@ from playguard_async.lock import (
     TokenLock,
 )
 from playguard_async.phase import PartialFailure, Phase, PhaseContext, PhaseReport, RemoteView
+from playguard_async.reach import Unreachable
 from playguard_async.redis_client import RedisClient
 from playguard_async.settings import Settings
 
@@ -70,6 +71,8 @@ class Outcome(enum.Enum):
     DEADLINE = "deadline"
     INTERRUPTED = "interrupted"
     REDIS_UNAVAILABLE = "redis_unavailable"
+    UNREACHABLE = "unreachable"
+    """The Marquee could not be reached or used over SSH; ``reason`` says why, in words."""
     ERROR = "error"
     """Something outside any phase failed unexpectedly; logged with its traceback."""
 
@@ -540,6 +543,9 @@ class Engine:
             result.outcome, result.phase, result.reason = Outcome.LOCK_LOST, step, "fenced"
             result.host_fence = exc.host_fence
             log.error("lock.fenced", fence=exc.fence, host_fence=exc.host_fence, why=exc.why)
+        except Unreachable as exc:
+            # The host, not the phase that happened to open the connection: no phase is blamed.
+            result.outcome, result.reason = Outcome.UNREACHABLE, exc.reason
         except Exception as exc:
             result.outcome, result.phase, result.reason = Outcome.PHASE_FAILED, step, repr(exc)
             log.exception("phase.failed")
