@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import logging
 import math
 import random
 import time
@@ -75,6 +76,20 @@ class Outcome(enum.Enum):
     """The Marquee could not be reached or used over SSH; ``reason`` says why, in words."""
     ERROR = "error"
     """Something outside any phase failed unexpectedly; logged with its traceback."""
+
+
+FINISHED_LEVELS: dict[Outcome, int] = {
+    Outcome.OK: logging.INFO,
+    Outcome.LOCKED: logging.DEBUG,  # the loser's `marquee.locked` line already said so
+    Outcome.INTERRUPTED: logging.WARNING,
+    Outcome.PHASE_FAILED: logging.WARNING,
+    Outcome.UNREACHABLE: logging.WARNING,
+    Outcome.REDIS_UNAVAILABLE: logging.WARNING,
+    Outcome.DEADLINE: logging.ERROR,
+    Outcome.LOCK_LOST: logging.ERROR,
+    Outcome.ERROR: logging.ERROR,
+}
+"""The level of each outcome's ``cycle.finished`` line: a failed cycle stands out in the log."""
 
 
 @dataclass
@@ -560,12 +575,13 @@ class Engine:
             await self._record_interrupted(result.marquee)
         elif result.outcome is not Outcome.INTERRUPTED and result.fence is not None:
             await self._clear_interrupted(result.marquee)
-        log.info(
+        log.log(
+            FINISHED_LEVELS[result.outcome],
             "cycle.finished",
             outcome=result.outcome.value,
-            fence=result.fence,
-            failed_phase=result.phase,
             reason=result.reason,
+            failed_phase=result.phase,
+            fence=result.fence,
             actions=sum(len(taken) for taken in result.actions.values()),
             durations=result.durations,
             duration=result.duration,
