@@ -39,6 +39,7 @@ from playguard_async.lock import (
     ReleaseResult,
     TokenLock,
 )
+from playguard_async.outage import RedisOutage
 from playguard_async.phase import PartialFailure, Phase, PhaseContext, PhaseReport, RemoteView
 from playguard_async.reach import Unreachable
 from playguard_async.redis_client import RedisClient
@@ -84,7 +85,7 @@ FINISHED_LEVELS: dict[Outcome, int] = {
     Outcome.INTERRUPTED: logging.WARNING,
     Outcome.PHASE_FAILED: logging.WARNING,
     Outcome.UNREACHABLE: logging.WARNING,
-    Outcome.REDIS_UNAVAILABLE: logging.WARNING,
+    Outcome.REDIS_UNAVAILABLE: logging.DEBUG,  # told once per outage: `outage.RedisOutage`
     Outcome.DEADLINE: logging.ERROR,
     Outcome.LOCK_LOST: logging.ERROR,
     Outcome.ERROR: logging.ERROR,
@@ -265,6 +266,9 @@ class Engine:
         self.stopping = asyncio.Event()
         self.last_tick: float | None = None
         self._slots = asyncio.Semaphore(settings.max_concurrent_cycles)
+        self.redis_outage = RedisOutage(
+            settings.redis_url_for_display(), remind_every=settings.redis_down_log_interval
+        )
         self._cancel_now = False
 
     # -- life --------------------------------------------------------------------------------
@@ -427,9 +431,10 @@ class Engine:
             lease = await lock.acquire()
         except LockUnavailable as exc:
             result.outcome = Outcome.REDIS_UNAVAILABLE
-            cause = exc.__cause__
-            result.reason = f"{type(cause).__name__}: {cause}" if cause else str(exc)
+            result.reason = one_line(exc.__cause__ or exc)
+            self.redis_outage.failed(result.reason)
             return
+        self.redis_outage.answered()
         if lease is None:
             log.info("marquee.locked")
             result.outcome = Outcome.LOCKED
@@ -590,8 +595,10 @@ class Engine:
             try:
                 await detached(listener(result))
             except Exception as exc:
-                # Expected while Redis is slow or away: one line, no traceback to drown it.
-                log.error("cycle.listener_failed", error=one_line(exc))
+                # Expected while Redis is slow or away: one line, no traceback to drown it, and
+                # none at all past debug level while an outage is already told.
+                log.log(self._unless_redis_down(logging.ERROR), "cycle.listener_failed",
+                        error=one_line(exc))  # fmt: skip
 
     # -- resume records ----------------------------------------------------------------------
 
@@ -601,8 +608,10 @@ class Engine:
                 self.settings.redis_socket_timeout, self.redis.zrange(RESUME_KEY, 0, -1)
             )
         except Exception as exc:
-            log.warning("resume.unreadable", error=repr(exc))
+            self.redis_outage.failed(one_line(exc))
+            log.debug("resume.unreadable", error=one_line(exc))
             return set()
+        self.redis_outage.answered()
         return {name.decode() if isinstance(name, bytes) else str(name) for name in names}
 
     async def _record_interrupted(self, marquee: str) -> None:
@@ -617,4 +626,9 @@ class Engine:
         try:
             await detached(bounded(self.settings.redis_socket_timeout, write))
         except Exception as exc:
-            log.warning("resume.write_failed", error=repr(exc))
+            log.log(self._unless_redis_down(logging.WARNING), "resume.write_failed",
+                    error=one_line(exc))  # fmt: skip
+
+    def _unless_redis_down(self, level: int) -> int:
+        """``level`` for a line about a failed Redis call; debug while an outage is told."""
+        return logging.DEBUG if self.redis_outage.down else level

@@ -115,6 +115,11 @@ class Settings(BaseSettings):
         description="Connections in the Redis pool; callers beyond it wait their turn.",
     )
     tick_interval: float = _seconds(60.0, description="Seconds between ticks.")
+    redis_down_log_interval: float = _seconds(
+        300.0,
+        description="Seconds between the redis.still_down lines while Redis stays away (it is "
+        "told once when it goes, and once when it is back).",
+    )
     tick_jitter: float = Field(
         0.1,
         ge=0,

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from playguard_async.lab import SshServer
+from playguard_async.lab import RedisServer, SshServer
 from tests.support.cli import hold_lock
 from tests.support.daemon import Daemon, DaemonRunner, marquee_entry, wait_for
 from tests.support.world import ssh_marquee
@@ -55,3 +55,50 @@ def test_cycle_finished_is_logged_at_the_level_of_its_outcome_with_the_outcome_f
         assert next(iter(line)) == "outcome", f"the outcome comes first: {line}"
     assert str(finished["gone-1"]["reason"]).startswith("identity_file /nonexistent/id: ")
     assert finished["failing-1"]["failed_phase"] == "probe"
+
+
+OUTAGE_EVENTS = {"redis.down", "redis.still_down", "redis.back"}
+
+
+def test_a_redis_outage_is_told_once_per_change_of_state_not_per_marquee_per_tick(
+    daemons: DaemonRunner, live_redis_server: RedisServer
+) -> None:
+    names = [f"m{index}" for index in range(4)]
+    daemons.write_inventory(names)
+    run = daemons.start(
+        "r1", phase_seconds=0.05, tick_interval=0.5, redis_down_log_interval=1.0, tick_jitter=0.0
+    )
+    wait_for(lambda: len(run.events("cycle.finished", outcome="ok")) >= 4, timeout=20, what="ok")
+    live_redis_server.kill()
+    try:
+        wait_for(lambda: len(run.events("redis.still_down")) >= 2, timeout=20, what="reminders")
+    finally:
+        live_redis_server.restart()
+    [back] = wait_for(lambda: run.events("redis.back"), timeout=20, what="redis.back")
+    served = len(run.events("cycle.finished", outcome="ok"))
+    wait_for(
+        lambda: len(run.events("cycle.finished", outcome="ok")) >= served + len(names),
+        timeout=20,
+        what="ok cycles after the outage",
+    )
+
+    lines = run.events()
+    told = [line for line in lines if line["event"] in OUTAGE_EVENTS]
+    down = next(index for index, line in enumerate(lines) if line["event"] == "redis.down")
+    assert [line["event"] for line in told][:1] == ["redis.down"]
+    assert [line["event"] for line in told].count("redis.down") == 1
+    assert told[-1] == back, "nothing is told after Redis is back"
+    assert back["down_for"] >= 2.0, back
+    assert back["failed_calls"] >= 2 * len(names), "the outage lasted several ticks"
+    reminders = [line for line in told if line["event"] == "redis.still_down"]
+    assert all(line["down_for"] >= 1.0 for line in reminders), reminders
+    assert len(reminders) <= back["down_for"] / 1.0 + 1, "a reminder every interval, no more"
+    # Besides the outage's own lines, only the cycles in flight when Redis went may say they
+    # lost their lease (lost, released unknown, finished): nothing per Marquee per tick.
+    loud = [
+        line["event"]
+        for line in lines[down:]
+        if line["level"] in ("warning", "error") and line["event"] not in OUTAGE_EVENTS
+    ]
+    assert len(loud) <= 3 * len(names), loud
+    assert "Traceback" not in run.stderr()
