@@ -2,7 +2,9 @@
 
 Exit statuses: 0 done (a cycle ended ok, every check passed); 1 an error a person can fix, a
 failed check, or ``unlock`` that deleted nothing; 2 bad usage; 3 ``cycle`` found the Marquee
-locked by another holder; 4 ``cycle`` ran but did not end ok.
+locked by another holder; 4 ``cycle`` ran but did not end ok; 78 (sysexits' EX_CONFIG) ``run``
+could not start on its configuration (settings, inventory, phases), which the systemd unit does
+not restart on. A crash (a bug) is Python's own 1 with a traceback.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import json
 import re
 import tempfile
 import time
+import traceback
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NoReturn
@@ -32,6 +35,7 @@ from playguard_async.settings import Settings, SettingsError, load_settings
 
 EXIT_LOCKED = 3
 EXIT_NOT_OK = 4
+EXIT_CONFIG = 78
 
 _PIPE_WIDTH = 500
 
@@ -50,13 +54,8 @@ JSON_OPTION = click.option(
     "--json", "as_json", is_flag=True, help="Print JSON with stable keys, for scripts."
 )
 
-_ONE_LINE_ERRORS = (
-    SettingsError,
-    InventoryError,
-    UnknownPhase,
-    operate.OperateError,
-    CycleCancelled,
-)
+_CONFIG_ERRORS = (SettingsError, InventoryError, UnknownPhase)
+_ONE_LINE_ERRORS = (*_CONFIG_ERRORS, operate.OperateError, CycleCancelled)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -74,14 +73,20 @@ def cli(ctx: click.Context, debug: bool) -> None:
 
 
 @contextlib.contextmanager
-def _readable_errors(ctx: click.Context) -> Iterator[None]:
-    """Errors a person can fix (settings, inventory, Redis...) as one line, unless ``--debug``."""
+def _readable_errors(ctx: click.Context, *, config_status: int = 1) -> Iterator[None]:
+    """Errors a person can fix (settings, inventory, Redis...) as one line, unless ``--debug``;
+    a configuration error exits ``config_status``."""
     try:
         yield
     except _ONE_LINE_ERRORS as exc:
+        if isinstance(exc, CycleCancelled):
+            status = EXIT_NOT_OK
+        else:
+            status = config_status if isinstance(exc, _CONFIG_ERRORS) else 1
         if ctx.obj["debug"]:
-            raise
-        _fail(str(exc), EXIT_NOT_OK if isinstance(exc, CycleCancelled) else 1)
+            traceback.print_exc()
+            raise click.exceptions.Exit(status) from None
+        _fail(str(exc), status)
 
 
 def _fail(message: str, exit_code: int) -> NoReturn:
@@ -100,8 +105,9 @@ def _dry_run(dry_run: bool | None) -> dict[str, bool]:
 @DRY_RUN_OPTION
 @click.pass_context
 def run(ctx: click.Context, config: Path | None, dry_run: bool | None) -> None:
-    """Run the daemon until SIGTERM or SIGINT; exit 0 after a clean drain."""
-    with _readable_errors(ctx):
+    """Run the daemon until SIGTERM or SIGINT; exit 0 after a clean drain, 78 when the settings,
+    the inventory or the phases they name cannot be used (so systemd does not restart it)."""
+    with _readable_errors(ctx, config_status=EXIT_CONFIG):
         settings = load_settings(config, **_dry_run(dry_run))
         configure_logging(settings.log_format, settings.log_level)
         daemon.run(settings)

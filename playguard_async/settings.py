@@ -367,6 +367,14 @@ def _describe(
         field = str(error["loc"][0])
         source = _source_of(field, config, file_data, overrides)
         problems.append(f"{source}: {field} = {_shown(field, error.get('input'))}: {reason}")
+    return invalid_settings(problems)
+
+
+def invalid_settings(problems: list[str]) -> str:
+    """One problem is one line (``invalid settings: environment PLAYGUARD_PHASES: ...``);
+    several are a heading and one line each."""
+    if len(problems) == 1:
+        return f"invalid settings: {problems[0]}"
     return "invalid settings:\n  " + "\n  ".join(problems)
 
 
@@ -379,10 +387,8 @@ def _undecodable(exc: pydantic_settings.SettingsError) -> str:
     value = os.environ.get(name, "") if name else ""
     cause = exc.__cause__
     why = f"not JSON ({' '.join(str(cause).split())})" if cause else "not JSON"
-    return (
-        f"invalid settings:\n  environment {name or ENV_PREFIX + field.upper()}: "
-        f"{field} = {_shown(field, value)}: {why}"
-    )
+    variable = name or ENV_PREFIX + field.upper()
+    return invalid_settings([f"environment {variable}: {field} = {_shown(field, value)}: {why}"])
 
 
 _VALUE_REPR = reprlib.Repr()
