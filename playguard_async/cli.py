@@ -269,7 +269,8 @@ def unlock(ctx: click.Context, marquee: str, config: Path | None, force: bool) -
     holder keeps working until its next renewal fails. With --force the key is deleted only if
     it still holds the record shown, never another holder's. The fence counter is never deleted,
     so the next holder's fence is still higher. Exit status 0 when the Marquee is not locked (any
-    more), 1 when the lock is still held (without --force, or taken by another holder meanwhile).
+    more), 1 when the lock is still held (without --force, or taken by another holder meanwhile)
+    or MARQUEE is not in the inventory.
     """
     with _readable_errors(ctx):
         done = asyncio.run(operate.unlock(load_settings(config), marquee, force=force))
