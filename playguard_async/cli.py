@@ -2,43 +2,33 @@
 
 Exit statuses: 0 done (a cycle ended ok, every check passed); 1 an error a person can fix, a
 failed check, or ``unlock`` that deleted nothing; 2 bad usage; 3 ``cycle`` found the Marquee
-locked by another holder; 4 ``cycle`` ran but did not end ok.
+locked by another holder; 4 ``cycle`` ran but did not end ok; 78 (sysexits' EX_CONFIG) ``run``
+could not start on its configuration (settings, inventory, phases), which the systemd unit does
+not restart on. A crash (a bug) is Python's own 1 with a traceback.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import io
-import json
-import re
-import tempfile
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
-from rich.console import Console
-from rich.live import Live
-from rich.table import Table
-from rich.text import Text
 
-from playguard_async import __version__, daemon, operate, story
+from playguard_async import __version__
 from playguard_async.db_cli import db
-from playguard_async.engine import CycleCancelled, CycleResult, Outcome
-from playguard_async.inventory import InventoryError
-from playguard_async.lock import LockState, ReleaseResult
-from playguard_async.observe import configure_logging
-from playguard_async.phase import UnknownPhase
-from playguard_async.settings import Settings, SettingsError, load_settings
+from playguard_async.textclean import clean
 
-_F = TypeVar("_F", bound=Callable[..., Any])
+if TYPE_CHECKING:
+    from playguard_async.settings import Settings
+
+# Everything else is imported by the command that needs it: `--version` and `--help` load click
+# and nothing of the engine, Redis, SSH or rich (1.1 s of imports before; bench/cli_startup.py).
 
 EXIT_LOCKED = 3
 EXIT_NOT_OK = 4
-
-_PIPE_WIDTH = 500
+EXIT_CONFIG = 78
 
 CONFIG_OPTION = click.option(
     "--config",
@@ -55,21 +45,14 @@ JSON_OPTION = click.option(
     "--json", "as_json", is_flag=True, help="Print JSON with stable keys, for scripts."
 )
 
+_F = TypeVar("_F", bound=Callable[..., Any])
+
 
 def _limit_option(default: int, help_text: str) -> Callable[[_F], _F]:
     """``--limit N`` of the commands that read a Marquee's recorded cycles."""
     return click.option(
         "--limit", type=click.IntRange(1, 1000), default=default, show_default=True, help=help_text
     )
-
-
-_ONE_LINE_ERRORS = (
-    SettingsError,
-    InventoryError,
-    UnknownPhase,
-    operate.OperateError,
-    CycleCancelled,
-)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -81,20 +64,37 @@ _ONE_LINE_ERRORS = (
 def cli(ctx: click.Context, debug: bool) -> None:
     """Keep a fleet of Docker hosts true to their desired state, one leased reconciler per host."""
     ctx.obj = {"debug": debug}
-    # The operator commands print for a person; the engine's own log would only repeat it.
-    # `run` and `lab` set the log up again from their settings.
-    configure_logging("console", "debug" if debug else "critical")
 
 
 @contextlib.contextmanager
-def _readable_errors(ctx: click.Context) -> Iterator[None]:
-    """Errors a person can fix (settings, inventory, Redis...) as one line, unless ``--debug``."""
+def _readable_errors(ctx: click.Context, *, config_status: int = 1) -> Iterator[None]:
+    """Errors a person can fix (settings, inventory, Redis...) as one line, unless ``--debug``;
+    a configuration error exits ``config_status``.
+
+    Also quiets the log: the operator commands print for a person, and the engine's own log
+    would only repeat it (`run` and `lab` set the log up again from their settings)."""
+    from playguard_async import operate
+    from playguard_async.engine import CycleCancelled
+    from playguard_async.inventory import InventoryError
+    from playguard_async.observe import configure_logging
+    from playguard_async.phase import UnknownPhase
+    from playguard_async.settings import SettingsError
+
+    configure_logging("console", "debug" if ctx.obj["debug"] else "critical")
+    config_errors = (SettingsError, InventoryError, UnknownPhase)
     try:
         yield
-    except _ONE_LINE_ERRORS as exc:
+    except (*config_errors, operate.OperateError, CycleCancelled) as exc:
+        if isinstance(exc, CycleCancelled):
+            status = EXIT_NOT_OK
+        else:
+            status = config_status if isinstance(exc, config_errors) else 1
         if ctx.obj["debug"]:
-            raise
-        _fail(str(exc), EXIT_NOT_OK if isinstance(exc, CycleCancelled) else 1)
+            import traceback
+
+            traceback.print_exc()
+            raise click.exceptions.Exit(status) from None
+        _fail(str(exc), status)
 
 
 def _fail(message: str, exit_code: int) -> NoReturn:
@@ -103,9 +103,19 @@ def _fail(message: str, exit_code: int) -> NoReturn:
     raise click.exceptions.Exit(exit_code)
 
 
+def _echo(message: str, *, err: bool = False) -> None:
+    click.echo(clean(message), err=err)
+
+
 def _dry_run(dry_run: bool | None) -> dict[str, bool]:
     """The settings override of ``--dry-run``: only when given, so settings can turn it on too."""
     return {"dry_run": True} if dry_run else {}
+
+
+def _settings(config: Path | None, **overrides: bool) -> Settings:
+    from playguard_async.settings import load_settings
+
+    return load_settings(config, **overrides)
 
 
 @cli.command()
@@ -113,9 +123,13 @@ def _dry_run(dry_run: bool | None) -> dict[str, bool]:
 @DRY_RUN_OPTION
 @click.pass_context
 def run(ctx: click.Context, config: Path | None, dry_run: bool | None) -> None:
-    """Run the daemon until SIGTERM or SIGINT; exit 0 after a clean drain."""
-    with _readable_errors(ctx):
-        settings = load_settings(config, **_dry_run(dry_run))
+    """Run the daemon until SIGTERM or SIGINT; exit 0 after a clean drain, 78 when the settings,
+    the inventory or the phases they name cannot be used (so systemd does not restart it)."""
+    with _readable_errors(ctx, config_status=EXIT_CONFIG):
+        from playguard_async import daemon
+        from playguard_async.observe import configure_logging
+
+        settings = _settings(config, **_dry_run(dry_run))
         configure_logging(settings.log_format, settings.log_level)
         daemon.run(settings)
 
@@ -134,24 +148,32 @@ def cycle(
     Prints a line as each phase ends and records the cycle like the daemon. Ctrl-C lets the
     running phase finish and starts no other; a second Ctrl-C cancels it. Exit status 0 when the
     cycle ends ok, 3 when another holder has the Marquee's lock (nothing is done), 4 when it ends
-    otherwise (failed phase, lost lease, deadline, interrupted). With --json, one JSON object
-    at the end instead: the cycle's record and, when it was locked, the holder.
+    otherwise (failed phase, unreachable, lost lease, deadline, interrupted). With --json, one
+    JSON object at the end instead: the cycle's record and, when it was locked, the holder.
     """
-    console = _console()
-    if as_json:
-        console = Console(file=io.StringIO())  # the phase lines and the spinner go nowhere
     with _readable_errors(ctx):
-        settings = load_settings(config, **_dry_run(dry_run))
+        import asyncio
+        import io
+        import json
+
+        from rich.console import Console
+
+        from playguard_async import display, operate
+        from playguard_async.engine import CycleResult, Outcome
+
+        # With --json the phase lines and the spinner go nowhere.
+        console = Console(file=io.StringIO()) if as_json else display.console()
+        settings = _settings(config, **_dry_run(dry_run))
         if settings.dry_run:
             console.print(f"{marquee}: dry run, nothing is changed; actions are what would be done")
-        with console.status(_text(f"{marquee}: taking the lock")) as spinner:
+        with console.status(display.text(f"{marquee}: taking the lock")) as spinner:
 
             def show_phase(result: CycleResult, phase: str) -> None:
-                console.print(_phase_line(result, phase))
+                console.print(display.phase_line(result, phase))
                 for action in result.actions.get(phase, []):
-                    console.print(_text((f"      {action}", "dim")), soft_wrap=True)
+                    console.print(display.text((f"      {action}", "dim")), soft_wrap=True)
                 done = f"{len(result.durations)} of {len(settings.phases)} phases done"
-                spinner.update(_text(f"{marquee}: {done}"))
+                spinner.update(display.text(f"{marquee}: {done}"))
 
             outcome = asyncio.run(operate.run_cycle(settings, marquee, show_phase))
     result = outcome.result
@@ -162,34 +184,13 @@ def cycle(
             ctx.exit(EXIT_LOCKED if result.outcome is Outcome.LOCKED else EXIT_NOT_OK)
         return
     if result.outcome is Outcome.LOCKED:
-        held = _holder_text(outcome.holder) if outcome.holder else "another holder (gone since)"
+        held = (
+            display.holder_text(outcome.holder) if outcome.holder else "another holder (gone since)"
+        )
         _fail(f"{marquee} is locked by {held}; no cycle ran", EXIT_LOCKED)
-    console.print(_cycle_summary(result, settings), soft_wrap=True)
+    console.print(display.cycle_summary(result, settings), soft_wrap=True)
     if result.outcome is not Outcome.OK:
         ctx.exit(EXIT_NOT_OK)
-
-
-def _phase_line(result: CycleResult, phase: str) -> Text:
-    duration = _span(result.durations.get(phase, 0.0))
-    if result.outcome is not Outcome.OK and result.phase == phase:
-        reason = f"  {result.reason}" if result.reason else ""
-        failed = (f"{result.outcome.value:<12}", "bold red")
-        return _text(f"  {phase:<24}", failed, f"{duration:>9}{reason}")
-    actions = _actions(len(result.actions.get(phase, [])))
-    return _text(f"  {phase:<24}{actions:<12}{duration:>9}")
-
-
-def _cycle_summary(result: CycleResult, settings: Settings) -> Text:
-    actions = _actions(sum(len(taken) for taken in result.actions.values()))
-    where = f" in {result.phase}" if result.phase else ""
-    reason = f": {result.reason}" if result.reason else ""
-    verb = "would be taken" if settings.dry_run else "taken"
-    fence = "" if result.fence is None else f", fence {result.fence}"
-    return _text(
-        f"{result.marquee}: ",
-        (f"{result.outcome.value}{where}{reason}", _outcome_style(result.outcome.value)),
-        f"; {actions} {verb} in {_span(result.duration)}{fence}",
-    )
 
 
 @cli.command()
@@ -212,79 +213,43 @@ def status(
     FENCE is the holder's while the lock is held, else the last cycle's. With --watch the table
     is redrawn in place on a terminal (in a pipe, each refresh is printed after the last).
     """
-    settings = _settings(ctx, config)
+    if as_json and watch:
+        _fail("--watch draws a table; leave out --json", 2)
+    with _readable_errors(ctx):
+        import asyncio
+        import json
+        import time
 
-    def read() -> list[operate.MarqueeStatus]:
-        with _readable_errors(ctx):
-            return asyncio.run(operate.fleet_status(settings))
+        from rich.live import Live
 
-    if as_json:
-        if watch:
-            _fail("--watch draws a table; leave out --json", 2)
+        from playguard_async import display, operate
+
+        settings = _settings(config)
+
+        def read() -> list[operate.MarqueeStatus]:
+            with _readable_errors(ctx):
+                return asyncio.run(operate.fleet_status(settings))
+
         statuses = read()
+    if as_json:
         now = time.time()
         click.echo(json.dumps({"marquees": [s.to_json(now) for s in statuses]}, indent=2))
         return
-    console = _console()
+    console = display.console()
+    console.print(display.status_table(statuses, time.time()))
     if not watch:
-        console.print(_status_table(read(), time.time()))
         return
     with contextlib.suppress(KeyboardInterrupt):
         if console.is_terminal:
+            console.clear()
             with Live(console=console, auto_refresh=False) as live:
                 while True:
-                    live.update(_status_table(read(), time.time()), refresh=True)
                     time.sleep(interval)
+                    live.update(display.status_table(read(), time.time()), refresh=True)
         while True:
-            console.print(_status_table(read(), time.time()))
-            console.print()
             time.sleep(interval)
-
-
-def _settings(ctx: click.Context, config: Path | None) -> Settings:
-    with _readable_errors(ctx):
-        return load_settings(config)
-
-
-def _status_table(statuses: list[operate.MarqueeStatus], now: float) -> Table:
-    columns = ("MARQUEE", "HOLDER", "FENCE", "TTL LEFT", "LAST", "WHEN", "DURATION", "ACTIONS")
-    table = Table(*columns, "FINDINGS", box=None, header_style="bold")
-    for marquee in statuses:
-        lock, last = marquee.lock, marquee.last
-        name = marquee.name if marquee.launchable else f"{marquee.name} (not launchable)"
-        holding: list[str | Text] = ["-", "-", "-"]
-        if lock is not None:
-            holder = lock.holder
-            holding = [
-                f"{holder.replica} ({holder.host}, pid {holder.pid})"
-                if holder
-                else f"unknown record {operate.shown_record(lock.record)}",
-                _fence(lock.fence),
-                _span(lock.ttl_left),
-            ]
-        elif last is not None and last.fence is not None:
-            holding[1] = str(last.fence)
-        history: list[str | Text] = [_text("never"), "-", "-", "-", "-"]
-        if last is not None:
-            history = [
-                _last_text(last),
-                "-" if last.finished_at is None else f"{_span(now - last.finished_at)} ago",
-                "-" if last.duration is None else _span(last.duration),
-                str(last.actions),
-                _findings_text(last),
-            ]
-        table.add_row(name, *holding, *history)
-    return table
-
-
-def _last_text(last: operate.LastCycle) -> Text:
-    where = f" in {last.phase}" if last.phase else ""
-    style = _outcome_style(last.outcome)
-    if last.dry_run:
-        # Nothing was changed: drift it found is still there.
-        where += " (dry run)"
-        style = "yellow" if last.drift and last.outcome == "ok" else style
-    return _text((last.outcome + where, style))
+            console.print()
+            console.print(display.status_table(read(), time.time()))
 
 
 @cli.command()
@@ -299,44 +264,19 @@ def describe(
     """MARQUEE in depth: its lock and fences, its last cycle phase by phase, what is still
     wrong and what that cycle fixed, its recent cycles. Read from Redis; nothing connects to
     the host (``check`` does)."""
-    settings = _settings(ctx, config)
     with _readable_errors(ctx):
-        told = asyncio.run(story.marquee_story(settings, marquee, limit=limit))
+        import asyncio
+        import json
+        import time
+
+        from playguard_async import display, story
+
+        told = asyncio.run(story.marquee_story(_settings(config), marquee, limit=limit))
     now = time.time()
     if as_json:
         click.echo(json.dumps(told.to_json(now), indent=2))
         return
-    console = _console()
-    lock = told.lock
-    console.print(_text(("Marquee ", "bold"), told.name))
-    console.print(_text("  lock: ", "not held" if lock is None else _holder_text(lock)))
-    host = None if told.last is None else told.last.host_fence
-    console.print(
-        _text(f"  fence: Redis {_fence(told.fence_counter)}, host {_fence(host)} (last seen)")
-    )
-    if told.last is None:
-        console.print(_text("  last cycle: never"))
-        return
-    last = told.last
-    ended = "-" if last.finished_at is None else f"{_span(now - last.finished_at)} ago"
-    console.print(
-        _text("  last cycle: ", _last_text(last).plain, f", {ended}, by {last.replica or '?'}")
-    )
-    for step in told.steps:
-        seconds = "?" if step.seconds is None else _span(step.seconds)
-        console.print(_text(f"    {step.phase}: {seconds}, {_actions(len(step.actions))}"))
-        for action in step.actions:
-            console.print(_text(f"      did {action}"))
-        for kind, subject, detail in step.notices:
-            console.print(_text(f"      {kind} {subject}: {detail}"))
-        if step.more:
-            console.print(_text(f"      ... {step.more} more"))
-    for heading, items in (("still wrong", told.still_wrong), ("fixed", told.fixed)):
-        console.print(_text(f"  {heading}: ", "none" if not items else ""))
-        for item in items:
-            console.print(_text(f"    {item}"))
-    console.print(_text(f"  recent cycles ({len(told.history)}):"))
-    _print_history(console, told.history, now)
+    display.print_story(told, now)
 
 
 @cli.command()
@@ -349,45 +289,24 @@ def history(
     ctx: click.Context, marquee: str, config: Path | None, as_json: bool, limit: int
 ) -> None:
     """MARQUEE's recorded cycles, newest first, as every replica recorded them."""
-    settings = _settings(ctx, config)
     with _readable_errors(ctx):
-        told = asyncio.run(story.marquee_story(settings, marquee, limit=limit))
+        import asyncio
+        import json
+        import time
+
+        from playguard_async import display, story
+
+        told = asyncio.run(story.marquee_story(_settings(config), marquee, limit=limit))
     now = time.time()
     if as_json:
         cycles = [cycle.to_json(now) for cycle in told.history]
         click.echo(json.dumps({"name": told.name, "cycles": cycles}, indent=2))
         return
-    console = _console()
+    console = display.console()
     if not told.history:
-        console.print(_text(f"{told.name}: no cycle recorded"))
+        console.print(display.text(f"{told.name}: no cycle recorded"))
         return
-    _print_history(console, told.history, now)
-
-
-def _print_history(console: Console, cycles: list[operate.LastCycle], now: float) -> None:
-    table = Table("WHEN", "OUTCOME", "REPLICA", "FENCE", "DURATION", "ACTIONS", "FINDINGS",
-                  box=None, header_style="bold")  # fmt: skip
-    for cycle in cycles:
-        table.add_row(
-            "-" if cycle.finished_at is None else f"{_span(now - cycle.finished_at)} ago",
-            _last_text(cycle),
-            _clean(cycle.replica or "?"),
-            _fence(cycle.fence),
-            "-" if cycle.duration is None else _span(cycle.duration),
-            str(cycle.actions),
-            _clean(_findings_text(cycle)),
-        )
-    console.print(table)
-
-
-def _findings_text(last: operate.LastCycle) -> str:
-    notes = [f"reason: {last.reason}"] if last.reason else []
-    # Drift a cycle found is drift it repaired, unless it was a dry run: only that is still wrong.
-    drift = "drift, not fixed (dry run)" if last.dry_run else "fixed drift"
-    notes += [f"{drift} {name}: {', '.join(why)}" for name, why in last.drift.items()]
-    notes += [f"branch gone: {name} ({branch})" for name, branch in last.branch_gone.items()]
-    notes += [f"still failing: {item}" for item in last.failed]
-    return "; ".join(notes) or "none"
+    console.print(display.history_table(told.history, now))
 
 
 @cli.command()
@@ -397,11 +316,18 @@ def _findings_text(last: operate.LastCycle) -> str:
 def locks(ctx: click.Context, config: Path | None, as_json: bool) -> None:
     """Every lock held now: its name, holder, fence and time left."""
     with _readable_errors(ctx):
-        held = asyncio.run(operate.held_locks(load_settings(config)))
+        import asyncio
+        import json
+
+        from rich.table import Table
+
+        from playguard_async import display, operate
+
+        held = asyncio.run(operate.held_locks(_settings(config)))
     if as_json:
         click.echo(json.dumps({"locks": [operate.holder_json(state) for state in held]}, indent=2))
         return
-    console = _console()
+    console = display.console()
     if not held:
         console.print("no lock is held")
         return
@@ -414,7 +340,9 @@ def locks(ctx: click.Context, config: Path | None, as_json: bool) -> None:
             if holder
             else (f"unknown record {operate.shown_record(state.record)}", "-", "-", "-")
         )
-        table.add_row(state.name, *fields, _fence(state.fence), _span(state.ttl_left))
+        table.add_row(
+            state.name, *fields, display.fence_text(state.fence), display.span(state.ttl_left)
+        )
     console.print(table)
 
 
@@ -432,15 +360,21 @@ def unlock(ctx: click.Context, marquee: str, config: Path | None, force: bool) -
     holder keeps working until its next renewal fails. With --force the key is deleted only if
     it still holds the record shown, never another holder's. The fence counter is never deleted,
     so the next holder's fence is still higher. Exit status 0 when the Marquee is not locked (any
-    more), 1 when the lock is still held (without --force, or taken by another holder meanwhile).
+    more), 1 when the lock is still held (without --force, or taken by another holder meanwhile)
+    or MARQUEE is not in the inventory.
     """
     with _readable_errors(ctx):
-        done = asyncio.run(operate.unlock(load_settings(config), marquee, force=force))
+        import asyncio
+
+        from playguard_async import display, operate
+        from playguard_async.lock import ReleaseResult
+
+        done = asyncio.run(operate.unlock(_settings(config), marquee, force=force))
     if done.found is None:
         _echo(f"{marquee} is not locked (no key {done.key}); nothing to delete")
         return
-    shown = f"{done.key}: held by {_holder_text(done.found)}"
-    kept = f"the fence counter {done.fence_key} stays at {_fence(done.found.fence)}"
+    shown = f"{done.key}: held by {display.holder_text(done.found)}"
+    kept = f"the fence counter {done.fence_key} stays at {display.fence_text(done.found.fence)}"
     if done.result is None:
         _echo(f"would delete {shown}\n{kept}\nnothing deleted: add --force to delete it")
         ctx.exit(1)
@@ -472,8 +406,16 @@ def check(ctx: click.Context, config: Path | None, timeout: float, as_json: bool
     Marquees and registries are checked at once, max_concurrent_cycles at a time.
     """
     with _readable_errors(ctx):
+        import asyncio
+
+        from rich.table import Table
+
+        from playguard_async import display, operate
+
         rows = asyncio.run(operate.check(config, timeout=timeout))
     if as_json:
+        import json
+
         checks = [{"subject": row.subject, "ok": row.ok, "detail": row.detail} for row in rows]
         click.echo(json.dumps({"ok": all(row.ok for row in rows), "checks": checks}, indent=2))
         if not all(row.ok for row in rows):
@@ -482,85 +424,11 @@ def check(ctx: click.Context, config: Path | None, timeout: float, as_json: bool
     table = Table("CHECK", "VERDICT", "DETAIL", box=None, header_style="bold")
     table.columns[2].overflow = "fold"
     for row in rows:
-        verdict = _text(("ok", "green") if row.ok else ("FAIL", "bold red"))
+        verdict = display.text(("ok", "green") if row.ok else ("FAIL", "bold red"))
         table.add_row(row.subject, verdict, row.detail)
-    _console().print(table)
+    display.console().print(table)
     if not all(row.ok for row in rows):
         ctx.exit(1)
-
-
-class _DataConsole(Console):
-    """A console that prints data as data: no rich markup (``[/x]`` in a name would end a style
-    that was never opened and crash), no emoji codes, and control characters (a terminal escape
-    in a host's output, a record in Redis) shown escaped rather than sent to the terminal."""
-
-    def __init__(self, **options: Any) -> None:
-        super().__init__(highlight=False, markup=False, emoji=False, **options)
-
-    def render_str(self, text: str, **options: Any) -> Text:
-        return super().render_str(_clean(text), **options)
-
-
-def _console() -> Console:
-    """Output fitted to a terminal's width; in a pipe or a file, whole lines that grep can find."""
-    console = _DataConsole()
-    return console if console.is_terminal else _DataConsole(width=_PIPE_WIDTH)
-
-
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-def _clean(text: str) -> str:
-    """``text`` with every control character but newline and tab written as ``\\xNN``."""
-    return _CONTROL.sub(lambda match: f"\\x{ord(match[0]):02x}", text)
-
-
-def _text(*parts: str | tuple[str, str]) -> Text:
-    """Styled text from data: each part (a string, or a string and its style) cleaned."""
-    return Text.assemble(
-        *(_clean(part) if isinstance(part, str) else (_clean(part[0]), part[1]) for part in parts)
-    )
-
-
-def _echo(message: str, *, err: bool = False) -> None:
-    click.echo(_clean(message), err=err)
-
-
-def _fence(fence: int | None) -> str:
-    return "?" if fence is None else str(fence)
-
-
-def _holder_text(state: LockState) -> str:
-    holder = state.holder
-    held = (
-        f"replica {holder.replica} (host {holder.host}, pid {holder.pid}, since "
-        f"{holder.acquired_at})"
-        if holder
-        else f"an unknown record {operate.shown_record(state.record)}"
-    )
-    return f"{held}, fence {_fence(state.fence)}, {_span(state.ttl_left)} left"
-
-
-def _actions(count: int) -> str:
-    return f"{count} action" + ("" if count == 1 else "s")
-
-
-def _outcome_style(outcome: str) -> str:
-    return {"ok": "green", "locked": "yellow", "interrupted": "yellow"}.get(outcome, "bold red")
-
-
-def _span(seconds: float) -> str:
-    """A duration for people: ``0.4 s``, ``14 min 59 s``, ``2 h 5 min``, ``3 d 4 h``."""
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    minutes, secs = divmod(int(seconds), 60)
-    if minutes < 60:
-        return f"{minutes} min {secs} s"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 24:
-        return f"{hours} h {minutes} min"
-    days, hours = divmod(hours, 24)
-    return f"{days} d {hours} h"
 
 
 @cli.command()
@@ -589,7 +457,7 @@ def lab(
     is stopped on exit. Needs root and the Debian packages that scripts/install.sh installs.
     """
     try:
-        from playguard_async.lab import (  # noqa: PLC0415 - not the daemon's
+        from playguard_async.lab import (
             Lab,
             PostgresServer,
             move_desired_state_to_postgres,
@@ -600,6 +468,11 @@ def lab(
             raise
         _fail("the lab is not part of this installation (the container image leaves it out)", 1)
 
+    import tempfile
+
+    from playguard_async import daemon
+    from playguard_async.observe import configure_logging
+
     with contextlib.ExitStack() as stack:
         root = workdir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="pg-lab-")))
         running = stack.enter_context(Lab(root / "servers", marquees=marquees))
@@ -608,7 +481,7 @@ def lab(
             database = stack.enter_context(PostgresServer(root / "servers" / "postgres"))
             move_desired_state_to_postgres(database, config)
         _echo(f"lab up in {root}; settings {config}", err=True)
-        settings = load_settings(config)
+        settings = _settings(config)
         configure_logging(settings.log_format, settings.log_level)
         daemon.run(settings, stop_after=duration)
 

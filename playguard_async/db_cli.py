@@ -15,9 +15,6 @@ from typing import TYPE_CHECKING, TypeVar
 
 import click
 
-from playguard_async.inventory import InventoryError
-from playguard_async.settings import SettingsError, load_settings
-
 if TYPE_CHECKING:
     import asyncpg
 
@@ -40,8 +37,11 @@ def db() -> None:
 
 def _run(config: Path | None, work: Callable[[asyncpg.Connection], Awaitable[_T]]) -> _T:
     """Run ``work`` on a connection to the settings' database; one-line errors, exit 1."""
+    # Imported here, not at the top: `playguard --help` loads this module (cli's lazy imports).
     from playguard_async.desired_state_pg import database_password  # noqa: PLC0415 - asyncpg
+    from playguard_async.inventory import InventoryError  # noqa: PLC0415
     from playguard_async.pg import DatabaseError, PgAddress, connect, redacted  # noqa: PLC0415
+    from playguard_async.settings import SettingsError, load_settings  # noqa: PLC0415
 
     async def main() -> _T:
         settings = load_settings(config)

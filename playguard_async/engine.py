@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import enum
 import gc
+import logging
 import math
 import random
 import time
@@ -39,7 +40,9 @@ from playguard_async.lock import (
     ReleaseResult,
     TokenLock,
 )
+from playguard_async.outage import RedisOutage
 from playguard_async.phase import PartialFailure, Phase, PhaseContext, PhaseReport, RemoteView
+from playguard_async.reach import Unreachable
 from playguard_async.redis_client import RedisClient
 from playguard_async.replicas import ReplicaRoster
 from playguard_async.settings import Settings
@@ -72,8 +75,24 @@ class Outcome(enum.Enum):
     DEADLINE = "deadline"
     INTERRUPTED = "interrupted"
     REDIS_UNAVAILABLE = "redis_unavailable"
+    UNREACHABLE = "unreachable"
+    """The Marquee could not be reached or used over SSH; ``reason`` says why, in words."""
     ERROR = "error"
     """Something outside any phase failed unexpectedly; logged with its traceback."""
+
+
+FINISHED_LEVELS: dict[Outcome, int] = {
+    Outcome.OK: logging.INFO,
+    Outcome.LOCKED: logging.DEBUG,  # the loser's `marquee.locked` line already said so
+    Outcome.INTERRUPTED: logging.WARNING,
+    Outcome.PHASE_FAILED: logging.WARNING,
+    Outcome.UNREACHABLE: logging.WARNING,
+    Outcome.REDIS_UNAVAILABLE: logging.DEBUG,  # told once per outage: `outage.RedisOutage`
+    Outcome.DEADLINE: logging.ERROR,
+    Outcome.LOCK_LOST: logging.ERROR,
+    Outcome.ERROR: logging.ERROR,
+}
+"""The level of each outcome's ``cycle.finished`` line: a failed cycle stands out in the log."""
 
 
 @dataclass
@@ -281,6 +300,9 @@ class Engine:
             settings.replica_id,
             ttl=settings.tick_interval,
             timeout=settings.redis_socket_timeout,
+        )
+        self.redis_outage = RedisOutage(
+            settings.redis_url_for_display(), remind_every=settings.redis_down_log_interval
         )
         self._cancel_now = False
 
@@ -496,9 +518,10 @@ class Engine:
             lease = await lock.acquire()
         except LockUnavailable as exc:
             result.outcome = Outcome.REDIS_UNAVAILABLE
-            cause = exc.__cause__
-            result.reason = f"{type(cause).__name__}: {cause}" if cause else str(exc)
+            result.reason = one_line(exc.__cause__ or exc)
+            self.redis_outage.failed(result.reason)
             return
+        self.redis_outage.answered()
         if lease is None:
             log.info("marquee.locked")
             result.outcome = Outcome.LOCKED
@@ -627,6 +650,9 @@ class Engine:
             result.outcome, result.phase, result.reason = Outcome.LOCK_LOST, step, "fenced"
             result.host_fence = exc.host_fence
             log.error("lock.fenced", fence=exc.fence, host_fence=exc.host_fence, why=exc.why)
+        except Unreachable as exc:
+            # The host, not the phase that happened to open the connection: no phase is blamed.
+            result.outcome, result.reason = Outcome.UNREACHABLE, exc.reason
         except Exception as exc:
             result.outcome, result.phase, result.reason = Outcome.PHASE_FAILED, step, repr(exc)
             log.exception("phase.failed")
@@ -641,12 +667,13 @@ class Engine:
             await self._record_interrupted(result.marquee)
         elif result.outcome is not Outcome.INTERRUPTED and result.fence is not None:
             await self._clear_interrupted(result.marquee)
-        log.info(
+        log.log(
+            FINISHED_LEVELS[result.outcome],
             "cycle.finished",
             outcome=result.outcome.value,
-            fence=result.fence,
-            failed_phase=result.phase,
             reason=result.reason,
+            failed_phase=result.phase,
+            fence=result.fence,
             actions=sum(len(taken) for taken in result.actions.values()),
             durations=result.durations,
             duration=result.duration,
@@ -657,8 +684,10 @@ class Engine:
             try:
                 await detached(listener(result))
             except Exception as exc:
-                # Expected while Redis is slow or away: one line, no traceback to drown it.
-                log.error("cycle.listener_failed", error=one_line(exc))
+                # Expected while Redis is slow or away: one line, no traceback to drown it, and
+                # none at all past debug level while an outage is already told.
+                log.log(self._unless_redis_down(logging.ERROR), "cycle.listener_failed",
+                        error=one_line(exc))  # fmt: skip
 
     # -- resume records ----------------------------------------------------------------------
 
@@ -668,8 +697,10 @@ class Engine:
                 self.settings.redis_socket_timeout, self.redis.zrange(RESUME_KEY, 0, -1)
             )
         except Exception as exc:
-            log.warning("resume.unreadable", error=repr(exc))
+            self.redis_outage.failed(one_line(exc))
+            log.debug("resume.unreadable", error=one_line(exc))
             return set()
+        self.redis_outage.answered()
         return {name.decode() if isinstance(name, bytes) else str(name) for name in names}
 
     async def _record_interrupted(self, marquee: str) -> None:
@@ -684,4 +715,9 @@ class Engine:
         try:
             await detached(bounded(self.settings.redis_socket_timeout, write))
         except Exception as exc:
-            log.warning("resume.write_failed", error=repr(exc))
+            log.log(self._unless_redis_down(logging.WARNING), "resume.write_failed",
+                    error=one_line(exc))  # fmt: skip
+
+    def _unless_redis_down(self, level: int) -> int:
+        """``level`` for a line about a failed Redis call; debug while an outage is told."""
+        return logging.DEBUG if self.redis_outage.down else level

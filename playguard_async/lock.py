@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import enum
 import json
+import logging
 import os
 import socket
 import time
@@ -287,7 +288,11 @@ class Lease:
     async def _release(self) -> ReleaseResult:
         result = await self.lock.compare_and_delete(self.record)
         self._released = result
-        log.info("lock.released", lock=self.name, fence=self.fence, result=result.value)
+        # Unknown: the key may stand until its ttl, holding the name that long.
+        log.log(
+            logging.WARNING if result is ReleaseResult.UNKNOWN else logging.INFO,
+            "lock.released", lock=self.name, fence=self.fence, result=result.value,
+        )  # fmt: skip
         return result
 
 
@@ -395,7 +400,8 @@ class TokenLock:
             raise
         except Exception as exc:
             await self._undo(attempt, record)
-            log.warning("lock.unavailable", lock=self.name, error=repr(exc))
+            # Raised to the caller, who says it (the engine once per outage): debug only here.
+            log.debug("lock.unavailable", lock=self.name, error=repr(exc))
             raise LockUnavailable(self.name) from exc
         if fence is None:
             log.info("lock.busy", lock=self.name)
@@ -421,7 +427,11 @@ class TokenLock:
             if fence is None:
                 return  # the lock was held by someone else: nothing of ours was written
         result = await self.compare_and_delete(record)
-        log.info("lock.acquire_undone", lock=self.name, result=result.value)
+        # Unknown: Redis is away, which the caller hears as LockUnavailable and says itself.
+        log.log(
+            logging.DEBUG if result is ReleaseResult.UNKNOWN else logging.INFO,
+            "lock.acquire_undone", lock=self.name, result=result.value,
+        )  # fmt: skip
 
     async def compare_and_delete(self, record: str | bytes) -> ReleaseResult:
         try:
@@ -429,7 +439,8 @@ class TokenLock:
                 self.timeout, self._release_script(keys=[self.key], args=[record])
             )
         except Exception as exc:
-            log.warning("lock.release_unknown", lock=self.name, error=repr(exc))
+            # Returned as UNKNOWN, which each caller says in its own words.
+            log.debug("lock.release_unknown", lock=self.name, error=repr(exc))
             return ReleaseResult.UNKNOWN
         return {1: ReleaseResult.RELEASED, 0: ReleaseResult.EXPIRED}.get(
             outcome, ReleaseResult.STOLEN

@@ -35,7 +35,10 @@ def configure_logging(log_format: LogFormat = "auto", level: str = "info") -> No
     if log_format == "auto":
         log_format = "console" if sys.stderr.isatty() else "json"
     renderer: structlog.typing.Processor = (
-        structlog.dev.ConsoleRenderer(exception_formatter=structlog.dev.plain_traceback)
+        # Fields in the order logged (the outcome of a cycle first), not sorted by name.
+        structlog.dev.ConsoleRenderer(
+            exception_formatter=structlog.dev.plain_traceback, sort_keys=False
+        )
         if log_format == "console"
         else structlog.processors.JSONRenderer()
     )

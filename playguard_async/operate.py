@@ -320,8 +320,12 @@ class Unlock:
 
 async def unlock(settings: Settings, marquee: str, *, force: bool) -> Unlock:
     """Read the Marquee's lock; with ``force``, delete exactly the record read, never another one
-    (compare-and-delete), and never the fence counter, so fences keep growing after it."""
+    (compare-and-delete), and never the fence counter, so fences keep growing after it.
+
+    A name the inventory does not hold is an ``OperateError`` (a typo would otherwise read as
+    "not locked, nothing to delete" and exit 0)."""
     async with open_fleet(settings) as fleet:
+        _known(await fleet.inventory(), marquee, inventory_source(settings).describe())
         lock = TokenLock(
             fleet.redis, marquee_lock_name(marquee), timeout=settings.redis_socket_timeout
         )
@@ -378,12 +382,16 @@ async def run_cycle(settings: Settings, marquee: str, on_phase: PhaseListener) -
         await engine.redis.aclose()
 
 
-def _launchable(inventory: Inventory, name: str, source: str) -> Marquee:
+def _known(inventory: Inventory, name: str, source: str) -> Marquee:
     try:
-        marquee = inventory.marquee(name)
+        return inventory.marquee(name)
     except KeyError:
         known = ", ".join(m.name for m in inventory.marquees) or "none"
         raise OperateError(f"{source}: no marquee named {name!r} (known: {known})") from None
+
+
+def _launchable(inventory: Inventory, name: str, source: str) -> Marquee:
+    marquee = _known(inventory, name, source)
     if not marquee.launchable:
         raise OperateError(
             f"{source}: marquee {name!r} has launchable: false, so no cycle runs on it"

@@ -118,6 +118,11 @@ class Settings(BaseSettings):
         description="Connections in the Redis pool; callers beyond it wait their turn.",
     )
     tick_interval: float = _seconds(60.0, description="Seconds between ticks.")
+    redis_down_log_interval: float = _seconds(
+        300.0,
+        description="Seconds between the redis.still_down lines while Redis stays away (it is "
+        "told once when it goes, and once when it is back).",
+    )
     tick_jitter: float = Field(
         0.1,
         ge=0,
@@ -433,6 +438,14 @@ def _describe(
         field = str(error["loc"][0])
         source = _source_of(field, config, file_data, overrides)
         problems.append(f"{source}: {field} = {_shown(field, error.get('input'))}: {reason}")
+    return invalid_settings(problems)
+
+
+def invalid_settings(problems: list[str]) -> str:
+    """One problem is one line (``invalid settings: environment PLAYGUARD_PHASES: ...``);
+    several are a heading and one line each."""
+    if len(problems) == 1:
+        return f"invalid settings: {problems[0]}"
     return "invalid settings:\n  " + "\n  ".join(problems)
 
 
@@ -445,10 +458,8 @@ def _undecodable(exc: pydantic_settings.SettingsError) -> str:
     value = os.environ.get(name, "") if name else ""
     cause = exc.__cause__
     why = f"not JSON ({' '.join(str(cause).split())})" if cause else "not JSON"
-    return (
-        f"invalid settings:\n  environment {name or ENV_PREFIX + field.upper()}: "
-        f"{field} = {_shown(field, value)}: {why}"
-    )
+    variable = name or ENV_PREFIX + field.upper()
+    return invalid_settings([f"environment {variable}: {field} = {_shown(field, value)}: {why}"])
 
 
 _VALUE_REPR = reprlib.Repr()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from playguard_async.reach import Unreachable
+
 
 def command_name(argv: Sequence[str]) -> str:
     """The program and its first word, past any ``env NAME=value`` prefix: "git clone"."""
@@ -21,30 +23,46 @@ class RemoteError(Exception):
         self.host = host
 
 
-class HostUnreachable(RemoteError):
-    """No SSH connection could be made or kept (refused, timed out, lost)."""
+class HostUnreachable(RemoteError, Unreachable):
+    """No SSH connection could be made or kept (refused, timed out, lost). ``reason`` is what
+    happened and to which address, in words: ``connection refused (127.0.0.1:22)``."""
+
+    def __init__(self, host: str, message: str, *, reason: str) -> None:
+        super().__init__(host, message)
+        self.reason = reason
 
 
-class MarqueeMisconfigured(RemoteError):
+class MarqueeMisconfigured(RemoteError, Unreachable):
     """The Marquee's own entry cannot be used (its identity file, known_hosts file or user name);
-    nothing was sent to the host. The message names the field and the file."""
+    nothing was sent to the host. The message names the field and the file; ``reason`` names
+    them and the Marquee."""
+
+    def __init__(self, host: str, message: str, *, marquee: str) -> None:
+        super().__init__(host, message)
+        self.reason = f"{message} (marquee {marquee})"
 
 
-class AuthRefused(RemoteError):
+class AuthRefused(RemoteError, Unreachable):
     """The host refused our key."""
 
+    def __init__(self, host: str, message: str, *, address: str) -> None:
+        super().__init__(host, message)
+        self.reason = f"auth refused ({address}): {message}"
 
-class HostKeyMismatch(RemoteError):
+
+class HostKeyMismatch(RemoteError, Unreachable):
     """The host's key is not the one known_hosts holds for it (unknown or changed)."""
 
-    def __init__(self, host: str, fingerprint: str | None, known_hosts: str) -> None:
+    def __init__(
+        self, host: str, fingerprint: str | None, known_hosts: str, *, address: str
+    ) -> None:
         shown = fingerprint or "unknown (the host did not show its key again)"
+        trusted = f"host key {shown} is not trusted by {known_hosts}"
         super().__init__(
-            host,
-            f"host key {shown} is not trusted by {known_hosts}; if the host was really "
-            "re-keyed, replace its line there",
+            host, f"{trusted}; if the host was really re-keyed, replace its line there"
         )
         self.fingerprint = fingerprint
+        self.reason = f"host key mismatch ({address}): {trusted}"
 
 
 class RemoteCommandFailed(RemoteError):

@@ -26,6 +26,7 @@ import asyncio
 import functools
 import shlex
 import shutil
+import socket
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -202,7 +203,11 @@ class RemoteSession:
         except TimeoutError:
             raise RemoteCommandTimeout(self.host, argv, budget) from None
         except (OSError, asyncssh.Error) as exc:
-            raise HostUnreachable(self.host, f"connection failed during {argv[0]}: {exc}") from exc
+            raise HostUnreachable(
+                self.host,
+                f"connection failed during {argv[0]}: {exc}",
+                reason=f"connection lost ({address_of(self.marquee)})",
+            ) from exc
         if result.exit_status == _TIMED_OUT:
             raise RemoteCommandTimeout(self.host, argv, budget)
         if check and result.exit_status != 0:
@@ -325,7 +330,11 @@ class RemoteSession:
         except TimeoutError:
             raise DockerApiError(self.host, 504, "no answer in time") from None
         except (aiohttp.ClientError, OSError) as exc:
-            raise HostUnreachable(self.host, f"Docker API unreachable: {exc}") from exc
+            raise HostUnreachable(
+                self.host,
+                f"Docker API unreachable: {exc}",
+                reason=f"Docker API unreachable through SSH ({address_of(self.marquee)})",
+            ) from exc
 
 
 def _read_only(host: str) -> Any:
@@ -367,27 +376,31 @@ def _client_files(marquee: Marquee, host: str) -> tuple[asyncssh.SSHKey, asyncss
         saslprep(marquee.user)
     except SASLPrepError as exc:
         raise MarqueeMisconfigured(
-            host, f"user {marquee.user!r}: not a usable SSH user name ({exc})"
+            host, f"user {marquee.user!r}: not a usable SSH user name ({exc})", marquee=marquee.name
         ) from None
     try:
         key = asyncssh.import_private_key(
             read_limited(marquee.identity_file, CLIENT_FILE_LIMIT).data
         )
     except FileRefused as exc:
-        raise MarqueeMisconfigured(host, f"identity_file {exc}") from None
+        raise MarqueeMisconfigured(host, f"identity_file {exc}", marquee=marquee.name) from None
     except (asyncssh.KeyImportError, ValueError) as exc:
         raise MarqueeMisconfigured(
-            host, f"identity_file {marquee.identity_file}: not a usable private key ({exc})"
+            host,
+            f"identity_file {marquee.identity_file}: not a usable private key ({exc})",
+            marquee=marquee.name,
         ) from None
     try:
         known_hosts = asyncssh.import_known_hosts(
             read_text_limited(marquee.known_hosts, CLIENT_FILE_LIMIT)
         )
     except FileRefused as exc:
-        raise MarqueeMisconfigured(host, f"known_hosts {exc}") from None
+        raise MarqueeMisconfigured(host, f"known_hosts {exc}", marquee=marquee.name) from None
     except ValueError as exc:
         raise MarqueeMisconfigured(
-            host, f"known_hosts {marquee.known_hosts}: not a known_hosts file ({exc})"
+            host,
+            f"known_hosts {marquee.known_hosts}: not a known_hosts file ({exc})",
+            marquee=marquee.name,
         ) from None
     return key, known_hosts
 
@@ -402,7 +415,9 @@ async def connect(marquee: Marquee, options: RemoteOptions) -> asyncssh.SSHClien
         )
     except TimeoutError:
         raise MarqueeMisconfigured(
-            host, f"identity_file or known_hosts not read within {options.connect_timeout:g} s"
+            host,
+            f"identity_file or known_hosts not read within {options.connect_timeout:g} s",
+            marquee=marquee.name,
         ) from None
     try:
         return await asyncssh.connect(
@@ -420,13 +435,48 @@ async def connect(marquee: Marquee, options: RemoteOptions) -> asyncssh.SSHClien
         )
     except asyncssh.HostKeyNotVerifiable:
         raise HostKeyMismatch(
-            host, await _fingerprint(marquee, options), str(marquee.known_hosts)
+            host,
+            await _fingerprint(marquee, options),
+            str(marquee.known_hosts),
+            address=address_of(marquee),
         ) from None
     except asyncssh.PermissionDenied as exc:
-        raise AuthRefused(host, f"key {marquee.identity_file} refused for user "
-                          f"{marquee.user!r}: {exc.reason}") from exc  # fmt: skip
+        raise AuthRefused(
+            host,
+            f"key {marquee.identity_file} refused for user {marquee.user!r}: {exc.reason}",
+            address=f"{marquee.user}@{address_of(marquee)}",
+        ) from exc
     except (OSError, TimeoutError, asyncssh.Error) as exc:
-        raise HostUnreachable(host, f"cannot connect over SSH: {exc!r}") from exc
+        words = connect_failure(exc, options.connect_timeout)
+        raise HostUnreachable(
+            host,
+            f"cannot connect over SSH: {words}",
+            reason=f"{words} ({address_of(marquee)})",
+        ) from exc
+
+
+def address_of(marquee: Marquee) -> str:
+    """``HOST:PORT`` as an operator would type it (``[::1]:22`` for IPv6)."""
+    host = f"[{marquee.host}]" if ":" in marquee.host else marquee.host
+    return f"{host}:{marquee.port}"
+
+
+def connect_failure(exc: BaseException, timeout: float) -> str:
+    """Why an SSH connect failed, in a few words and never a repr: ``connection refused``,
+    ``timeout (no answer within 5 s)``, ``host name not resolved``, ``connection lost``..."""
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(exc, TimeoutError):
+        return f"timeout (no answer within {timeout:g} s)"
+    if isinstance(exc, socket.gaierror):
+        return f"host name not resolved ({exc.strerror or exc})"
+    if isinstance(exc, ConnectionError | asyncssh.ConnectionLost):
+        return "connection lost"
+    if isinstance(exc, asyncssh.Error):
+        reason = " ".join(exc.reason.split())
+        return f"SSH: {reason}" if reason else type(exc).__name__
+    words = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    return " ".join(words.split()).lower() or type(exc).__name__
 
 
 async def _fingerprint(marquee: Marquee, options: RemoteOptions) -> str | None:

@@ -307,6 +307,19 @@ def test_unknown_marquee_is_one_line_naming_the_known_ones(
     assert "(known: m1, m2)" in done.stderr
 
 
+@pytest.mark.parametrize("force", [(), ("--force",)], ids=["shown", "forced"])
+def test_unlock_of_a_name_not_in_the_inventory_says_so_and_exits_1(
+    playguard: Playguard, store: SyncRedis, live_redis_server: RedisServer, force: tuple[str, ...]
+) -> None:
+    playguard.configure({"marquees": [marquee_entry("m1"), marquee_entry("m2")]})
+    hold_lock(live_redis_server.url, "m3")  # a lock of that name is not reason to touch it
+    done = playguard("unlock", "m3", *force)
+    assert_one_line_error(done, f"{playguard.runner.inventory}: no marquee named 'm3' ")
+    assert "(known: m1, m2)" in done.stderr
+    assert done.stdout == ""
+    assert store.exists(marquee_lock_key("m3")) == 1, "nothing deleted"
+
+
 def test_first_interrupt_lets_the_phase_finish_and_starts_no_other(
     playguard: Playguard, store: SyncRedis
 ) -> None:

@@ -236,8 +236,8 @@ async def test_sshd_stopped_mid_cycle_fails_that_cycle_and_releases(
         result = await lab_cycles(redis, world, phases).cycle()
     finally:
         ssh_server.restart()
-    assert (result.outcome, result.phase) == (Outcome.PHASE_FAILED, "sync_git")
-    assert "HostUnreachable" in str(result.reason)
+    assert (result.outcome, result.phase) == (Outcome.UNREACHABLE, None)
+    assert f"(127.0.0.1:{ssh_server.port})" in str(result.reason)
     assert await redis.exists(marquee_lock_key("edge-1")) == 0
     assert (await lab_cycles(redis, world).cycle()).outcome is Outcome.OK
 
@@ -261,7 +261,8 @@ async def test_unknown_host_key_fails_the_cycle_naming_the_fingerprint(
     empty.write_text("")
     world.data["marquees"][0]["known_hosts"] = str(empty)
     result = await lab_cycles(redis, world).cycle()
-    assert (result.outcome, result.phase) == (Outcome.PHASE_FAILED, "sync_git")
+    assert (result.outcome, result.phase) == (Outcome.UNREACHABLE, None)
+    assert str(result.reason).startswith(f"host key mismatch (127.0.0.1:{ssh_server.port}): ")
     assert ssh_server.host_key_fingerprint in str(result.reason)
     assert not checkout_of(world).exists()
 
@@ -344,7 +345,7 @@ async def test_a_failing_marquee_does_not_stop_another_in_the_same_tick(
     empty.write_text("")
     add_second_marquee(world, second_host, tmp_path / "workdir-2", known_hosts=str(empty))
     results = await tick_all(lab_cycles(redis, world))
-    assert results["edge-2"].outcome is Outcome.PHASE_FAILED
-    assert "HostKeyMismatch" in str(results["edge-2"].reason)
+    assert results["edge-2"].outcome is Outcome.UNREACHABLE
+    assert str(results["edge-2"].reason).startswith("host key mismatch (127.0.0.1:")
     assert results["edge-1"].outcome is Outcome.OK
     assert len(await project_containers(lab_docker)) == 1

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from redis import Redis
 
+from playguard_async.cli import EXIT_CONFIG
 from playguard_async.keys import RESUME_KEY, marquee_lock_key
 from tests.support.daemon import DaemonRunner, wait_for
 
@@ -115,7 +116,7 @@ def test_unusable_start_exits_non_zero_with_one_readable_error(
     config = daemons.write_settings("bad", daemons.settings("bad", **overrides))
 
     plain = daemons.start("bad", config=config)
-    assert plain.wait(15) != 0
+    assert plain.wait(15) == EXIT_CONFIG, "a configuration error, not a crash"
     stderr = plain.stderr()
     assert "Traceback" not in stderr
     lines = stderr.splitlines()
@@ -126,12 +127,38 @@ def test_unusable_start_exits_non_zero_with_one_readable_error(
     assert len(naming) == 1, f"no single line names {names}:\n{stderr}"
 
     debug = daemons.start("bad", config=config, debug=True)
-    assert debug.wait(15) != 0
+    assert debug.wait(15) == EXIT_CONFIG
     assert "Traceback (most recent call last)" in debug.stderr()
     assert exception in debug.stderr_tail(3)
 
     assert not list(daemons.witness_dir.iterdir()), "no phase ran"
     assert store.dbsize() == 0, "nothing was written to Redis"
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "says"),
+    [
+        ("PLAYGUARD_PHASES", "sync_git", "phases = 'sync_git': not JSON"),
+        ("PLAYGUARD_PHASES", '{"a": 1}', "phases = "),
+        ("PLAYGUARD_LOCK_TTL", "abc", "lock_ttl = 'abc': "),
+        ("PLAYGUARD_TICK_INTERVAL", "inf", "tick_interval = 'inf': "),
+        ("PLAYGUARD_LOG_FORMAT", "xml", "log_format = 'xml': "),
+        ("playguard_redis_url", "http://h", "redis_url = 'http://h': "),
+    ],
+)
+def test_a_bad_value_from_the_environment_is_one_line_blaming_the_variable_and_exits_78(
+    daemons: DaemonRunner, store: Redis, variable: str, value: str, says: str
+) -> None:
+    daemons.write_inventory(["zeta"])
+    # The settings file sets every one of these fields well: the environment's value is bad.
+    config = daemons.write_settings("file", daemons.settings("file", log_format="json"))
+    run = daemons.start("file", config=config, env={variable: value})
+    assert run.wait(15) == EXIT_CONFIG
+    [line] = run.stderr().splitlines()
+    assert line.startswith(f"Error: invalid settings: environment {variable}: {says}"), line
+    assert str(config) not in line, "the file is not to blame"
+    assert not list(daemons.witness_dir.iterdir()), "no phase ran"
+    assert store.dbsize() == 0
 
 
 def test_second_sigterm_cancels_a_long_phase_at_once_and_still_cleans_up(

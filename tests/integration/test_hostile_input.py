@@ -22,7 +22,7 @@ from playguard_async.keys import fence_key, last_cycle_key, lock_key, marquee_lo
 from playguard_async.lab import RedisServer
 from playguard_async.lock import ReleaseResult, TokenLock
 from playguard_async.observe import CycleRecords
-from tests.support.cli import Playguard, assert_one_line_error, hold_lock
+from tests.support.cli import EXIT_LOCKED, Playguard, assert_one_line_error, hold_lock
 from tests.support.daemon import DaemonRunner, marquee_entry
 from tests.support.engine import ScriptedPhase, inventory_of, settings_for
 from tests.support.hostile import HOSTILE
@@ -100,6 +100,11 @@ def test_foreign_lock_values_read_as_unknown_and_force_unlock_removes_exactly_th
     ]
     assert playguard("locks").stdout.count("unknown record") == len(names)
 
+    for name in names:  # a cycle finds the Marquee held, as by any other holder
+        held = playguard("cycle", name)
+        assert_clean(held, EXIT_LOCKED)
+        assert held.stderr.startswith(f"Error: {name} is locked by an unknown record "), held.stderr
+        assert held.stdout == "", "no phase ran"
     shown = playguard("unlock", names[0])
     assert_clean(shown, 1)
     assert "unknown record" in shown.stdout

@@ -93,9 +93,20 @@ class FencedWriteWitness(Witness):
         self._write(ctx, "write", outcome="accepted")
 
 
+class RemoteProbe(Witness):
+    """Opens the cycle's session and runs one read on the Marquee: ``false`` on a Marquee whose
+    name starts with ``failing`` (the phase fails), ``true`` on any other."""
+
+    async def __call__(self, ctx: PhaseContext[RemoteSession]) -> PhaseReport:
+        session = await ctx.remote()
+        await session.run(["false" if ctx.marquee.name.startswith("failing") else "true"])
+        return PhaseReport()
+
+
 first = WitnessPhase("first")
 second = WitnessPhase("second")
 fenced_write = FencedWriteWitness("write")
+remote_probe = RemoteProbe("probe")
 
 
 def read_witness(witness_dir: Path) -> list[dict[str, Any]]:

@@ -21,6 +21,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
+from playguard_async.cli import EXIT_CONFIG
 from playguard_async.settings import load_settings
 from tests.support.packaging import (
     DOCKERFILE,
@@ -202,6 +203,8 @@ def test_systemd_unit_notifies_watches_and_outlasts_the_drain(example_grace: flo
     ]
     assert service["KillSignal"] == ["SIGTERM"]
     assert service["Restart"] == ["on-failure"]
+    # A configuration that cannot be used is not mended by restarting every RestartSec.
+    assert service["RestartPreventExitStatus"] == [str(EXIT_CONFIG)]
     assert service["User"] == ["playguard"]
     assert seconds(service["TimeoutStopSec"][0]) > example_grace
     assert seconds(service["WatchdogSec"][0]) > 0

@@ -57,7 +57,7 @@ def test_each_form_names_its_mode_nodes_and_credentials(url: str, expected: Redi
 def test_malformed_topology_urls_are_one_line_naming_the_url(url: str, reason: str) -> None:
     with pytest.raises(SettingsError) as error:
         load_settings(None, redis_url=url)
-    [problem] = str(error.value).splitlines()[1:]
+    [problem] = str(error.value).removeprefix("invalid settings: ").splitlines()
     assert "redis_url = " in problem
     assert reason in problem
 

@@ -154,7 +154,8 @@ def test_every_duration_from_the_environment_is_bounded_and_blamed_on_the_variab
     with pytest.raises(SettingsError) as error:
         load_settings(config)
     [line] = [line for line in str(error.value).splitlines() if field in line]
-    assert line.strip().startswith(f"environment PLAYGUARD_{field.upper()}: {field} = '{text}'")
+    problem = line.removeprefix("invalid settings: ").strip()
+    assert problem.startswith(f"environment PLAYGUARD_{field.upper()}: {field} = '{text}'")
     assert str(config) not in line
 
 
@@ -195,7 +196,7 @@ def test_a_remote_call_that_could_outlast_the_lease_is_refused_naming_both(
 def test_malformed_redis_url_is_one_line_naming_the_url(url: str, reason: str) -> None:
     with pytest.raises(SettingsError) as error:
         load_settings(None, redis_url=url)
-    [problem] = str(error.value).splitlines()[1:]
+    [problem] = str(error.value).removeprefix("invalid settings: ").splitlines()
     assert "redis_url = " in problem
     assert reason in problem
 
@@ -303,8 +304,9 @@ def test_any_environment_text_ends_in_settings_or_one_settings_error(
         try:
             load_settings()
         except SettingsError as error:
-            for problem in str(error).splitlines()[1:]:
-                assert problem.startswith("  environment PLAYGUARD_") or "lock_ttl" in problem
+            text = str(error).removeprefix("invalid settings:")
+            for problem in filter(None, (line.strip() for line in text.splitlines())):
+                assert problem.startswith("environment PLAYGUARD_") or "lock_ttl" in problem
 
 
 def test_replica_wait_must_fit_in_one_call_only_when_replicas_are_awaited() -> None:
