@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 import click
 
 from playguard_async import __version__
+from playguard_async.cli_options import CONFIG_OPTION
 from playguard_async.db_cli import db
 from playguard_async.textclean import clean
 
@@ -30,14 +31,6 @@ EXIT_LOCKED = 3
 EXIT_NOT_OK = 4
 EXIT_CONFIG = 78
 
-CONFIG_OPTION = click.option(
-    "--config",
-    "config",
-    type=click.Path(path_type=Path, dir_okay=False),
-    envvar="PLAYGUARD_CONFIG",
-    default=None,
-    help="Settings file (TOML). PLAYGUARD_* environment variables override it.",
-)
 DRY_RUN_OPTION = click.option(
     "--dry-run", is_flag=True, default=None, help="Report what would change; change nothing."
 )

@@ -15,19 +15,12 @@ from typing import TYPE_CHECKING, TypeVar
 
 import click
 
+from playguard_async.cli_options import CONFIG_OPTION
+
 if TYPE_CHECKING:
     import asyncpg
 
 _T = TypeVar("_T")
-
-CONFIG_OPTION = click.option(
-    "--config",
-    "config",
-    type=click.Path(path_type=Path, dir_okay=False),
-    envvar="PLAYGUARD_CONFIG",
-    default=None,
-    help="Settings file (TOML). PLAYGUARD_* environment variables override it.",
-)
 
 
 @click.group()
