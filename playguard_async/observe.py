@@ -20,7 +20,7 @@ from typing import Any, Literal
 import structlog
 
 from playguard_async.keys import cycle_history_key, last_cycle_key
-from playguard_async.redis_client import RedisClient
+from playguard_async.redis_client import RedisClient, RedisPipeline
 
 LogFormat = Literal["json", "console", "auto"]
 
@@ -134,15 +134,34 @@ class CycleRecords:
         return len(self._unwritten.get(marquee, ()))
 
     async def record(self, marquee: str, record: Mapping[str, Any]) -> None:
+        """Write ``record`` (and any an earlier call could not) in a round trip of its own."""
+        batch = self.pending(marquee, record)
+        async with asyncio.timeout(self.timeout), self.redis.pipeline(transaction=True) as pipe:
+            self.queue_writes(pipe, marquee, batch)
+            await pipe.execute()
+        self.written(marquee, batch)
+
+    def pending(self, marquee: str, record: Mapping[str, Any]) -> list[str]:
+        """Keep ``record`` as unwritten; the batch to write now, oldest first: what earlier
+        writes left behind, then ``record``. Hand it to ``queue_writes``, then ``written``."""
         waiting = self._unwritten.setdefault(marquee, deque(maxlen=self.history_length))
         waiting.append(json.dumps(record, default=str, separators=(",", ":")))
-        batch = list(waiting)
-        async with asyncio.timeout(self.timeout), self.redis.pipeline(transaction=True) as pipe:
-            pipe.set(last_cycle_key(marquee), batch[-1])
-            pipe.lpush(cycle_history_key(marquee), *batch)
-            pipe.ltrim(cycle_history_key(marquee), 0, self.history_length - 1)
-            await pipe.execute()
-        for _ in batch:
+        return list(waiting)
+
+    def queue_writes(self, pipe: RedisPipeline, marquee: str, batch: list[str]) -> int:
+        """Add the writes of ``batch`` to ``pipe``; how many commands that added. They touch one
+        slot (``{marquee}``), so they may share a pipeline with keys of other slots."""
+        pipe.set(last_cycle_key(marquee), batch[-1])
+        pipe.lpush(cycle_history_key(marquee), *batch)
+        pipe.ltrim(cycle_history_key(marquee), 0, self.history_length - 1)
+        return 3
+
+    def written(self, marquee: str, batch: list[str]) -> None:
+        """Redis took ``batch``: it is no longer unwritten."""
+        waiting = self._unwritten.get(marquee)
+        if waiting is None:
+            return
+        for _ in range(min(len(batch), len(waiting))):
             waiting.popleft()
         if not waiting:
             del self._unwritten[marquee]

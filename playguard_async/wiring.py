@@ -19,10 +19,8 @@ import structlog
 
 from playguard_async.engine import (
     CycleListener,
-    CycleResult,
     Engine,
     EngineObserver,
-    Outcome,
     SessionOpener,
 )
 from playguard_async.inventory import Marquee, YamlInventorySource
@@ -123,7 +121,8 @@ def build_engine(
 ) -> Engine:
     """An engine for ``settings``; raises on an unknown phase before anything connects.
 
-    Finished cycles are recorded in Redis, then told to ``listeners``. ``remote`` keeps
+    Finished cycles are recorded in Redis (in the round trip that releases their lease), then
+    told to ``listeners``. ``remote`` keeps
     connections and compose's answers across cycles; without it, each cycle connects anew and
     keeps nothing (a one-off cycle has nothing to keep them for).
     """
@@ -133,19 +132,15 @@ def build_engine(
         redis, history_length=settings.history_length, timeout=settings.redis_socket_timeout
     )
 
-    async def record(result: CycleResult) -> None:
-        # A cycle that found the Marquee locked did nothing there; the holder's record stands.
-        if result.outcome is not Outcome.LOCKED:
-            await records.record(result.marquee, result.to_record())
-
     return Engine(
         settings,
         inventory_source(settings),
         redis,
         phases,
         open_session=(remote or RemoteLayer(settings, pooled=False)).session_opener(),
-        listeners=[record, *listeners],
+        listeners=listeners,
         observer=observer,
+        records=records,
     )
 
 
