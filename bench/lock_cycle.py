@@ -93,8 +93,8 @@ async def measure(url: str, seconds: float, rounds: int, holders: int) -> dict[s
 
     figures: dict[str, float] = {}
     try:
-        for cycle in CYCLES.values():
-            await cycle(redis, "bench")  # loads the scripts
+        for cycle in CYCLES.values():  # loads the scripts and opens the pool's connections
+            await concurrent_rate(seconds / 4, holders, redis, cycle)
         figures["ping/s"] = await rate(seconds, redis.ping)
         figures["set_nx/s"] = await rate(seconds, set_nx)
         for _ in range(rounds):

@@ -12,7 +12,9 @@ judged on its own, and a write that fails is reported, never taken for done:
 - the release is the lock's Lua compare-and-delete, as ever; an error or a timeout of its
   command or of the whole pipeline is ``ReleaseResult.UNKNOWN``, never ``RELEASED`` (``Lease``
   settles it, and asks again by itself only when Redis lost the script);
-- a record Redis did not take stays unwritten in ``CycleRecords`` and goes out with the next;
+- a record Redis did not take stays unwritten in ``CycleRecords`` and goes out with the next
+  (its write is one script on the Marquee's slot: set the last record, push, trim by count and
+  bytes);
 - every failure comes back in ``Ending``, so the engine logs it beside the cycle's own outcome.
 """
 
@@ -40,7 +42,7 @@ class Resume(enum.Enum):
     """The cycle ran to an end of its own: no longer owed a resume."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Ending:
     """What the ending's round trip found; errors are values, for the engine to log."""
 
@@ -78,27 +80,22 @@ class CycleEnd:
         async with self.redis.pipeline(transaction=False) as pipe:
             if lease is not None:
                 lease.queue_release(pipe)
-            record_commands = 0
             if batch and self.records is not None:
-                record_commands = self.records.queue_writes(pipe, marquee, batch)
+                self.records.queue_write(pipe, marquee, batch)
             if resume is Resume.RECORD:
                 pipe.zadd(RESUME_KEY, {marquee: time.time()})
             elif resume is Resume.CLEAR:
                 pipe.zrem(RESUME_KEY, marquee)
-            count = (lease is not None) + record_commands + (resume is not None)
+            count = (lease is not None) + bool(batch) + (resume is not None)
             try:
                 answers: list[Any] = await bounded(self.timeout, pipe.execute(raise_on_error=False))
             except Exception as exc:  # the whole round trip failed: every write is unknown
                 answers = [exc] * count
-        released = None
+        ending = Ending()
         if lease is not None:
-            released = await lease.settle_release(answers.pop(0))
-        record_error = _first_error(answers[:record_commands])
-        if batch and self.records is not None and record_error is None:
-            self.records.written(marquee, batch)
-        resume_error = _first_error(answers[record_commands:])
-        return Ending(released=released, record_error=record_error, resume_error=resume_error)
-
-
-def _first_error(answers: list[Any]) -> BaseException | None:
-    return next((answer for answer in answers if isinstance(answer, BaseException)), None)
+            ending.released = await lease.settle_release(answers.pop(0))
+        if batch and self.records is not None:
+            ending.record_error = await self.records.settle(marquee, batch, answers.pop(0))
+        if resume is not None and isinstance(answers[0], BaseException):
+            ending.resume_error = answers[0]
+        return ending

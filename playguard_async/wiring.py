@@ -129,7 +129,11 @@ def build_engine(
     phases = resolve_phases(settings.phases)
     redis = redis_for(settings)
     records = CycleRecords(
-        redis, history_length=settings.history_length, timeout=settings.redis_socket_timeout
+        redis,
+        history_length=settings.history_length,
+        history_max_bytes=settings.history_max_bytes,
+        record_max_bytes=settings.record_max_bytes,
+        timeout=settings.redis_socket_timeout,
     )
 
     return Engine(
