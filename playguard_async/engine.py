@@ -29,6 +29,7 @@ from typing import Any, Protocol
 import structlog
 
 from playguard_async.aio import bounded, detached, wait_or_stop
+from playguard_async.cycle_end import CycleEnd, Resume
 from playguard_async.fence import FenceRefused
 from playguard_async.inventory import DesiredState, Inventory, InventoryError, Marquee
 from playguard_async.keys import RESUME_KEY, marquee_lock_name
@@ -40,6 +41,7 @@ from playguard_async.lock import (
     ReleaseResult,
     TokenLock,
 )
+from playguard_async.observe import CycleRecords
 from playguard_async.outage import RedisOutage
 from playguard_async.phase import PartialFailure, Phase, PhaseContext, PhaseReport, RemoteView
 from playguard_async.reach import Unreachable
@@ -280,6 +282,7 @@ class Engine:
         listeners: Sequence[CycleListener] = (),
         phase_listeners: Sequence[PhaseListener] = (),
         observer: EngineObserver | None = None,
+        records: CycleRecords | None = None,
     ) -> None:
         self.settings = settings
         self.desired_state = desired_state
@@ -304,6 +307,8 @@ class Engine:
         self.redis_outage = RedisOutage(
             settings.redis_url_for_display(), remind_every=settings.redis_down_log_interval
         )
+        self.records = records
+        self._ending = CycleEnd(redis, records, settings.redis_socket_timeout)
         self._cancel_now = False
 
     # -- life --------------------------------------------------------------------------------
@@ -470,7 +475,7 @@ class Engine:
     async def cycle(
         self, marquee: Marquee, inventory: Inventory, *, delay: float = 0.0
     ) -> CycleResult:
-        """Wait ``delay`` (unless stopping), then lock, walk the phases, release; always ends in
+        """Wait ``delay`` (unless stopping), then lock, walk the phases, end; always ends in
         exactly one classified outcome."""
         result = CycleResult(
             marquee=marquee.name,
@@ -484,27 +489,52 @@ class Engine:
             try:
                 if delay > 0:
                     await wait_or_stop(self.stopping, delay)
-                async with self._slots:
-                    now = time.monotonic()
-                    result.waited, result.started = round(now - result.started, 4), now
-                    await self._locked_cycle(marquee, inventory, result)
+                await self._slots.acquire()
+                now = time.monotonic()
+                result.waited, result.started = round(now - result.started, 4), now
             except asyncio.CancelledError:
                 result.outcome = Outcome.INTERRUPTED
-                await self._finish(result)
+                await self._end(result, None)
                 raise
-            except Exception as exc:
-                # A task's exception nobody retrieves is lost; the cycle's ending never is.
-                result.outcome, result.reason = Outcome.ERROR, one_line(exc)
-                log.exception("cycle.error")
-            await self._finish(result)
+            try:
+                await self._locked_cycle(marquee, inventory, result)
+            finally:
+                self._slots.release()
         return result
 
     async def _locked_cycle(
         self, marquee: Marquee, inventory: Inventory, result: CycleResult
     ) -> None:
-        if self.stopping.is_set():
+        """Take the lease, walk the phases, end the cycle (the lease's release included) on
+        every way out, cancellation too."""
+        lease: Lease | None = None
+        try:
+            if self.stopping.is_set():
+                result.outcome = Outcome.INTERRUPTED
+            else:
+                lease = await self._acquire(marquee, result)
+            if lease is not None:
+                result.fence = lease.fence
+                with structlog.contextvars.bound_contextvars(fence=lease.fence):
+                    await self._walk_phases(marquee, inventory, lease, result)
+        except asyncio.CancelledError:
             result.outcome = Outcome.INTERRUPTED
-            return
+            await self._end(result, lease)
+            raise
+        except Exception as exc:
+            # A task's exception nobody retrieves is lost; the cycle's ending never is.
+            result.outcome, result.reason = Outcome.ERROR, one_line(exc)
+            log.exception("cycle.error")
+        await self._end(result, lease)
+        if (
+            lease is not None
+            and result.reason == "fenced"
+            and (result.host_fence or 0) >= lease.fence
+        ):
+            await self._catch_up_fence(lease.lock, result.host_fence or 0)
+
+    async def _acquire(self, marquee: Marquee, result: CycleResult) -> Lease | None:
+        """The Marquee's lease, or None with the outcome that says why not."""
         lock = TokenLock(
             self.redis,
             marquee_lock_name(marquee.name),
@@ -520,21 +550,12 @@ class Engine:
             result.outcome = Outcome.REDIS_UNAVAILABLE
             result.reason = one_line(exc.__cause__ or exc)
             self.redis_outage.failed(result.reason)
-            return
+            return None
         self.redis_outage.answered()
         if lease is None:
             log.info("marquee.locked")
             result.outcome = Outcome.LOCKED
-            return
-        result.fence = lease.fence
-        try:
-            with structlog.contextvars.bound_contextvars(fence=lease.fence):
-                await self._walk_phases(marquee, inventory, lease, result)
-        finally:
-            # Detached as a whole, so a cancelled cycle's release is still observed.
-            await detached(self._release(lease))
-        if result.reason == "fenced" and (result.host_fence or 0) >= lease.fence:
-            await self._catch_up_fence(lock, result.host_fence or 0)
+        return lease
 
     async def _catch_up_fence(self, lock: TokenLock, accepted: int) -> None:
         """The host accepted a fence at least as new as the one Redis handed out: Redis's
@@ -547,9 +568,6 @@ class Engine:
             log.warning("fence.raise_failed", host_fence=accepted)
             return
         log.warning("fence.raised", host_fence=accepted, counter=counter)
-
-    async def _release(self, lease: Lease) -> None:
-        self.observer.lease_released(await lease.release())
 
     async def _walk_phases(
         self, marquee: Marquee, inventory: Inventory, lease: Lease, result: CycleResult
@@ -660,13 +678,50 @@ class Engine:
                 return exc.report
         return None
 
-    async def _finish(self, result: CycleResult) -> None:
+    async def _end(self, result: CycleResult, lease: Lease | None) -> None:
+        """Release, record and resume bookkeeping in one round trip (``CycleEnd``), run to its
+        end even if the cycle is cancelled again meanwhile; then ``_finish``."""
         result.duration = round(time.monotonic() - result.started, 4)
         result.finished_at = time.time()
-        if result.outcome is Outcome.INTERRUPTED and result.fence is not None:
-            await self._record_interrupted(result.marquee)
-        elif result.outcome is not Outcome.INTERRUPTED and result.fence is not None:
-            await self._clear_interrupted(result.marquee)
+        try:
+            await detached(self._write_ending(result, lease))
+        except Exception as exc:  # the observer's bug, told of the release
+            result.outcome, result.reason = Outcome.ERROR, one_line(exc)
+            log.exception("cycle.error")
+            if self.records is not None:
+                await self._record_again(self.records, result)
+        await self._finish(result)
+
+    async def _write_ending(self, result: CycleResult, lease: Lease | None) -> None:
+        resume = None
+        if lease is not None:
+            interrupted = result.outcome is Outcome.INTERRUPTED
+            resume = Resume.RECORD if interrupted else Resume.CLEAR
+        # A cycle that found the Marquee locked did nothing there; the holder's record stands.
+        record = None if result.outcome is Outcome.LOCKED else result.to_record()
+        ending = await self._ending.write(result.marquee, lease=lease, record=record, resume=resume)
+        # Expected while Redis is slow or away: one line each, none past debug level while an
+        # outage is already told.
+        if ending.record_error is not None:
+            log.log(self._unless_redis_down(logging.ERROR), "cycle.record_failed",
+                    error=one_line(ending.record_error))  # fmt: skip
+        if ending.resume_error is not None:
+            log.log(self._unless_redis_down(logging.WARNING), "resume.write_failed",
+                    error=one_line(ending.resume_error))  # fmt: skip
+        elif resume is Resume.RECORD:
+            log.info("resume.recorded")
+        if ending.released is not None:
+            self.observer.lease_released(ending.released)
+
+    @staticmethod
+    async def _record_again(records: CycleRecords, result: CycleResult) -> None:
+        """Record a cycle whose outcome changed after its ending went out (an observer's bug)."""
+        try:
+            await detached(records.record(result.marquee, result.to_record()))
+        except Exception as exc:
+            log.error("cycle.record_failed", error=one_line(exc))
+
+    async def _finish(self, result: CycleResult) -> None:
         log.log(
             FINISHED_LEVELS[result.outcome],
             "cycle.finished",
@@ -702,21 +757,6 @@ class Engine:
             return set()
         self.redis_outage.answered()
         return {name.decode() if isinstance(name, bytes) else str(name) for name in names}
-
-    async def _record_interrupted(self, marquee: str) -> None:
-        await self._resume_write(self.redis.zadd(RESUME_KEY, {marquee: time.time()}))
-        log.info("resume.recorded")
-
-    async def _clear_interrupted(self, marquee: str) -> None:
-        await self._resume_write(self.redis.zrem(RESUME_KEY, marquee))
-
-    async def _resume_write(self, write: Awaitable[Any]) -> None:
-        """Write a resume record even while the cycle is being cancelled, within a bound."""
-        try:
-            await detached(bounded(self.settings.redis_socket_timeout, write))
-        except Exception as exc:
-            log.log(self._unless_redis_down(logging.WARNING), "resume.write_failed",
-                    error=one_line(exc))  # fmt: skip
 
     def _unless_redis_down(self, level: int) -> int:
         """``level`` for a line about a failed Redis call; debug while an outage is told."""

@@ -29,10 +29,16 @@ from typing import Any, Literal
 
 import structlog
 from redis.commands.core import AsyncScript
+from redis.exceptions import NoScriptError
 
 from playguard_async.aio import bounded, detached
 from playguard_async.keys import fence_key, lock_key, once_key
-from playguard_async.redis_client import AcknowledgedCall, RedisClient, run_acknowledged
+from playguard_async.redis_client import (
+    AcknowledgedCall,
+    RedisClient,
+    RedisPipeline,
+    run_acknowledged,
+)
 
 log = structlog.get_logger("playguard.lock")
 
@@ -203,6 +209,13 @@ class LockState:
     record: bytes = field(repr=False)
 
 
+def release_result(answer: object) -> ReleaseResult:
+    """RELEASE_SCRIPT's answer as a ``ReleaseResult``: only a 1 is a release."""
+    if answer == 1:
+        return ReleaseResult.RELEASED
+    return ReleaseResult.EXPIRED if answer == 0 else ReleaseResult.STOLEN
+
+
 def default_replica_id() -> str:
     """This process's name in lock records when none is configured: ``host:pid``."""
     return f"{socket.gethostname()}:{os.getpid()}"
@@ -286,11 +299,36 @@ class Lease:
         return await detached(self._release())
 
     async def _release(self) -> ReleaseResult:
-        result = await self.lock.compare_and_delete(self.record)
+        return self._settled(await self.lock.compare_and_delete(self.record))
+
+    def queue_release(self, pipe: RedisPipeline) -> None:
+        """Add this lease's compare-and-delete to ``pipe`` (a pipeline that ends the cycle in one
+        round trip); hand the command's answer to ``settle_release``. Sent as a plain command:
+        redis-py's Cluster pipeline refuses its ``evalsha`` method (for fear of a script missing
+        on some node), a case ``settle_release`` handles itself."""
+        lock = self.lock
+        pipe.execute_command("EVALSHA", lock._release_script.sha, 1, lock.key, self.record)
+
+    async def settle_release(self, answer: object) -> ReleaseResult:
+        """What the compare-and-delete queued by ``queue_release`` found, from its answer: the
+        script's number, or the exception of the command or of the whole pipeline (then
+        ``UNKNOWN``: it may have landed or not, and never reads as released). A Redis that lost
+        the script (restarted, failed over) is asked once more on its own, script sent whole.
+        Never raises; a second call returns the first result."""
+        if self._released is not None:
+            return self._released
+        if isinstance(answer, NoScriptError):
+            return await detached(self._release())
+        if isinstance(answer, BaseException):
+            log.debug("lock.release_unknown", lock=self.name, error=repr(answer))
+            return self._settled(ReleaseResult.UNKNOWN)
+        return self._settled(release_result(answer))
+
+    def _settled(self, result: ReleaseResult) -> ReleaseResult:
         self._released = result
         # Unknown: the key may stand until its ttl, holding the name that long.
         log.log(
-            logging.WARNING if result is ReleaseResult.UNKNOWN else logging.INFO,
+            logging.WARNING if result is ReleaseResult.UNKNOWN else logging.DEBUG,
             "lock.released", lock=self.name, fence=self.fence, result=result.value,
         )  # fmt: skip
         return result
@@ -442,9 +480,7 @@ class TokenLock:
             # Returned as UNKNOWN, which each caller says in its own words.
             log.debug("lock.release_unknown", lock=self.name, error=repr(exc))
             return ReleaseResult.UNKNOWN
-        return {1: ReleaseResult.RELEASED, 0: ReleaseResult.EXPIRED}.get(
-            outcome, ReleaseResult.STOLEN
-        )
+        return release_result(outcome)
 
     async def raise_fence(self, accepted: int) -> int:
         """Lift the fence counter to ``accepted``, a fence a host has already accepted, so the

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any, TypeAlias
 
 from redis.asyncio import BlockingConnectionPool, Redis, RedisCluster, Sentinel
-from redis.asyncio.cluster import ClusterNode
+from redis.asyncio.client import Pipeline
+from redis.asyncio.cluster import ClusterNode, ClusterPipeline
 from redis.asyncio.connection import Connection
 from redis.asyncio.sentinel import SentinelConnectionPool
 from redis.commands.core import AsyncScript
@@ -34,6 +35,9 @@ from playguard_async.redis_address import RedisAddress, parse_redis_url
 
 RedisClient: TypeAlias = Redis | RedisCluster
 """What every module holds: a client of one server or Sentinel's primary, or of a Cluster."""
+
+RedisPipeline: TypeAlias = Pipeline | ClusterPipeline
+"""``RedisClient.pipeline()`` of either kind."""
 
 _REDIRECTS = 3
 """MOVED/ASK answers followed by one acknowledged write before it gives up (a resharding)."""

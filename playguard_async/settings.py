@@ -238,6 +238,20 @@ class Settings(BaseSettings):
     history_length: int = Field(
         50, ge=1, le=10_000, description="Cycle records kept per Marquee in Redis for operators."
     )
+    history_max_bytes: int = Field(
+        32_768,
+        ge=1_024,
+        le=16 * 2**20,
+        description="Bytes of cycle records a Marquee's history keeps in Redis at most (the "
+        "newest record always stays); the older ones beyond it are trimmed.",
+    )
+    record_max_bytes: int = Field(
+        4_096,
+        ge=1_024,
+        le=2**20,
+        description="Bytes one cycle record takes at most: a bigger one loses notice details, "
+        "then notices, findings and actions (counted in its `truncated` field), never its outcome.",
+    )
     http_address: str = Field(
         "",
         description="HOST:PORT of the HTTP endpoints /healthz, /readyz and /metrics ([::1]:PORT "

@@ -132,20 +132,20 @@ def build_engine(
 ) -> Engine:
     """An engine for ``settings``; raises on an unknown phase before anything connects.
 
-    Finished cycles are recorded in Redis, then told to ``listeners``. ``remote`` keeps
+    Finished cycles are recorded in Redis (in the round trip that releases their lease), then
+    told to ``listeners``. ``remote`` keeps
     connections and compose's answers across cycles; without it, each cycle connects anew and
     keeps nothing (a one-off cycle has nothing to keep them for).
     """
     phases = resolve_phases(settings.phases)
     redis = redis_for(settings)
     records = CycleRecords(
-        redis, history_length=settings.history_length, timeout=settings.redis_socket_timeout
+        redis,
+        history_length=settings.history_length,
+        history_max_bytes=settings.history_max_bytes,
+        record_max_bytes=settings.record_max_bytes,
+        timeout=settings.redis_socket_timeout,
     )
-
-    async def record(result: CycleResult) -> None:
-        # A cycle that found the Marquee locked did nothing there; the holder's record stands.
-        if result.outcome is not Outcome.LOCKED:
-            await records.record(result.marquee, result.to_record())
 
     source = inventory_source(settings)
     write_back: list[CycleListener] = []
@@ -162,8 +162,9 @@ def build_engine(
         redis,
         phases,
         open_session=(remote or RemoteLayer(settings, pooled=False)).session_opener(),
-        listeners=[record, *write_back, *listeners],
+        listeners=[*write_back, *listeners],
         observer=observer,
+        records=records,
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from redis.asyncio import Redis
 
+from playguard_async.keys import cycle_history_key, last_cycle_key
 from playguard_async.observe import CycleRecords
 
 pytestmark = pytest.mark.integration
@@ -18,3 +19,31 @@ async def test_history_is_capped_and_newest_first(redis: Redis) -> None:
     assert await records.last("edge-1") == {"cycle": 6, "outcome": "ok"}
     assert await records.last("edge-2") is None
     assert await records.history("edge-2") == []
+
+
+async def test_history_is_trimmed_to_its_bytes_keeping_the_newest_whole(redis: Redis) -> None:
+    records = CycleRecords(
+        redis, history_length=50, timeout=1.0, history_max_bytes=2_048, record_max_bytes=1_024
+    )
+    for number in range(12):
+        await records.record("edge-1", {"cycle": number, "outcome": "ok", "pad": "x" * 450})
+    stored = await redis.lrange(cycle_history_key("edge-1"), 0, -1)
+    assert sum(map(len, stored)) <= 2_048
+    assert [r["cycle"] for r in await records.history("edge-1")] == [11, 10, 9, 8]
+
+    await records.record("edge-1", {"cycle": 12, "outcome": "ok", "pad": "y" * 3_000})
+    newest = (await records.history("edge-1"))[0]
+    assert (newest["cycle"], newest["outcome"]) == (12, "ok"), "cut to its own bound, kept"
+    assert "pad" not in newest
+    assert len(await redis.get(last_cycle_key("edge-1")) or b"") <= 1_024
+
+
+async def test_the_newest_record_stays_even_when_it_alone_is_over_the_history_bound(
+    redis: Redis,
+) -> None:
+    records = CycleRecords(
+        redis, history_length=50, timeout=1.0, history_max_bytes=1_024, record_max_bytes=4_096
+    )
+    for number in range(3):
+        await records.record("edge-1", {"cycle": number, "outcome": "ok", "pad": "x" * 2_000})
+    assert [r["cycle"] for r in await records.history("edge-1")] == [2]

@@ -97,12 +97,11 @@ class EngineHarness:
             open_session=open_session,
             listeners=[self._record],
             observer=observer,
+            records=records,
         )
 
     async def _record(self, result: CycleResult) -> None:
         self.results.append(result)
-        if self.records is not None:
-            await self.records.record(result.marquee, result.to_record())
 
     async def cycle(self, name: str | None = None) -> CycleResult:
         """One cycle of Marquee ``name`` (the inventory's first by default), as a tick runs it."""
