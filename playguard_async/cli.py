@@ -424,8 +424,56 @@ def check(ctx: click.Context, config: Path | None, timeout: float, as_json: bool
         ctx.exit(1)
 
 
-@cli.command()
-@click.option("--marquees", default=2, show_default=True, help="Simulated Docker hosts.")
+MARQUEES_OPTION = click.option(
+    "--marquees",
+    type=click.IntRange(1, 55),
+    default=2,
+    show_default=True,
+    help="Simulated Docker hosts (marquee-0, marquee-1, ...).",
+)
+TICK_OPTION = click.option(
+    "--tick",
+    type=click.FloatRange(min=0, min_open=True),
+    default=10.0,
+    show_default=True,
+    help="The daemon's tick interval, in the settings written.",
+)
+DESIRED_STATE_OPTION = click.option(
+    "--desired-state",
+    type=click.Choice(["yaml", "postgres"]),
+    default="yaml",
+    show_default=True,
+    help="Read the desired state from the YAML file or from a lab PostgreSQL.",
+)
+LAB_DIR_OPTION = click.option(
+    "--dir",
+    "directory",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="The lab's directory: servers, settings, state  [default: ~/.local/state/playguard-lab]",
+)
+
+
+def _require_lab() -> None:
+    """The container image leaves the lab out: say so, instead of a traceback."""
+    import importlib.util
+
+    if importlib.util.find_spec("playguard_async.lab") is None:
+        _fail("the lab is not part of this installation (the container image leaves it out)", 1)
+
+
+@cli.group()
+def lab() -> None:
+    """A lab of real servers on loopback: Redis, one sshd + dockerd per Marquee, a registry
+    with auth and a git origin. Needs root and the Debian packages scripts/install.sh installs.
+
+    `lab up` starts it and leaves it running for commands typed by hand, `lab down` stops it;
+    `lab run` starts it, runs the daemon against it and stops everything on exit.
+    """
+
+
+@lab.command("run")
+@MARQUEES_OPTION
 @click.option(
     "--workdir",
     type=click.Path(path_type=Path, file_okay=False),
@@ -433,37 +481,22 @@ def check(ctx: click.Context, config: Path | None, timeout: float, as_json: bool
     help="Where the lab keeps its servers' files (default: a new temporary directory).",
 )
 @click.option("--duration", type=float, default=None, help="Stop after this many seconds.")
-@click.option("--tick", type=float, default=10.0, show_default=True, help="Tick interval.")
-@click.option(
-    "--desired-state",
-    type=click.Choice(["yaml", "postgres"]),
-    default="yaml",
-    show_default=True,
-    help="Read the desired state from the YAML file or from a lab PostgreSQL.",
-)
-def lab(
+@TICK_OPTION
+@DESIRED_STATE_OPTION
+def lab_run(
     marquees: int, workdir: Path | None, duration: float | None, tick: float, desired_state: str
 ) -> None:
-    """Start a lab of real servers on loopback and run the daemon against it.
-
-    Redis, one sshd + dockerd per Marquee, a registry with auth and a git origin; everything
-    is stopped on exit. Needs root and the Debian packages that scripts/install.sh installs.
-    """
-    try:
-        from playguard_async.lab import (
-            Lab,
-            PostgresServer,
-            move_desired_state_to_postgres,
-            write_demo_config,
-        )
-    except ModuleNotFoundError as missing:
-        if missing.name != "playguard_async.lab":
-            raise
-        _fail("the lab is not part of this installation (the container image leaves it out)", 1)
-
+    """Start the lab, run the daemon against it until --duration or Ctrl-C, stop everything."""
+    _require_lab()
     import tempfile
 
     from playguard_async import daemon
+    from playguard_async.lab import (
+        Lab,
+        PostgresServer,
+        move_desired_state_to_postgres,
+        write_demo_config,
+    )
     from playguard_async.observe import configure_logging
 
     with contextlib.ExitStack() as stack:
@@ -477,6 +510,88 @@ def lab(
         settings = _settings(config)
         configure_logging(settings.log_format, settings.log_level)
         daemon.run(settings, stop_after=duration)
+
+
+@contextlib.contextmanager
+def _lab_errors() -> Iterator[None]:
+    """What stops ``lab up``/``down`` (a missing program, a server that would not start, a
+    directory or state file it cannot use) as ``Error: ...`` and exit status 1."""
+    from playguard_async.lab import LabCommandFailed, MissingBinary, ServerStartFailed
+    from playguard_async.lab.detached import LabStateError
+
+    try:
+        yield
+    except (LabStateError, MissingBinary, ServerStartFailed, LabCommandFailed) as exc:
+        _fail(str(exc), 1)
+    except OSError as exc:
+        _fail(f"{exc.filename or 'lab'}: {exc.strerror or exc}", 1)
+
+
+@lab.command("up")
+@LAB_DIR_OPTION
+@MARQUEES_OPTION
+@TICK_OPTION
+@DESIRED_STATE_OPTION
+def lab_up(directory: Path | None, marquees: int, tick: float, desired_state: str) -> None:
+    """Start the lab's servers and leave them running; print the settings to export.
+
+    Writes the daemon's settings and a state file (each server's PID and start time) into
+    --dir. On stdout only the `export PLAYGUARD_CONFIG=...` line, so `eval "$(playguard lab
+    up)"` works; what to try next goes to stderr. Exit status 1 when a lab already runs there.
+    """
+    _require_lab()
+    import shlex
+
+    from playguard_async.lab.detached import default_directory
+    from playguard_async.lab.detached import lab_up as start_lab
+
+    where = directory or default_directory()
+    with _lab_errors():
+        started = start_lab(
+            where, marquees=marquees, tick_interval=tick, postgres=desired_state == "postgres"
+        )
+    names = [marquee.name for marquee in started.lab.marquees]
+    down = "playguard lab down" + ("" if directory is None else f" --dir {shlex.quote(str(where))}")
+    pids = ", ".join(server.label for server in started.state.servers)
+    _echo(f"export PLAYGUARD_CONFIG={shlex.quote(str(started.settings))}")
+    _echo(
+        f"lab up in {where}: Redis {started.lab.redis.url}, Marquees {', '.join(names)}, "
+        f"registry {started.lab.registry.address}, git origin {started.lab.git.url}\n"
+        f"servers (pid): {pids}\n"
+        "type the export line above, then try:\n"
+        "  playguard check\n"
+        f"  playguard cycle {names[0]}\n"
+        "  playguard status\n"
+        f"  playguard describe {names[0]}\n"
+        f"  playguard history {names[0]}\n"
+        "  playguard run          # the daemon, every Marquee each tick; Ctrl-C to stop\n"
+        f"  {down}",
+        err=True,
+    )
+
+
+@lab.command("down")
+@LAB_DIR_OPTION
+def lab_down(directory: Path | None) -> None:
+    """Stop the servers `lab up` started in --dir and remove its servers, settings and state.
+
+    A PID that is no longer the process `lab up` started (it exited, or the PID was reused) is
+    not signalled. With no lab there, says so and exits 0.
+    """
+    _require_lab()
+    from playguard_async.lab.detached import default_directory
+    from playguard_async.lab.detached import lab_down as stop_lab
+
+    where = directory or default_directory()
+    with _lab_errors():
+        done = stop_lab(where)
+    if not done.found:
+        _echo(f"no lab is running in {where}; nothing to stop")
+        return
+    for server in done.gone:
+        _echo(f"{server.label}: no longer the process `lab up` started; not signalled")
+    stopped = ", ".join(server.label for server in done.stopped) or "none"
+    _echo(f"lab down: stopped {stopped}; removed its state from {where}")
 
 
 cli.add_command(db)

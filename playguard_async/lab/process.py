@@ -15,7 +15,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import NamedTuple, Self
@@ -205,6 +205,30 @@ def end_processes(procs: Sequence[Proc], grace: float) -> None:
         _wait_gone(procs, 5.0)
 
 
+def terminate_server(
+    server: Proc,
+    stop_signal: signal.Signals,
+    timeout: float,
+    before_terminate: Callable[[], None] = lambda: None,
+) -> None:
+    """End a lab server and everything it started, whether or not it is our child: resume it
+    (a paused server cannot exit), ``before_terminate`` while it still answers, its
+    ``stop_signal``, up to ``timeout`` seconds for it to exit, then SIGKILL to its process group,
+    and at last its descendants. Nothing is signalled once ``server`` is no longer the process
+    that was seen (its PID reused): the start time is compared before every signal."""
+    _signal([server, *descendants([server.pid])], signal.SIGCONT)
+    before_terminate()
+    family = descendants([server.pid])
+    _signal([server], stop_signal)
+    if not _wait_gone([server], timeout) and _alive(server):
+        # Last resort. The server leads a session and group of its own, so this reaches
+        # nothing outside the lab.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(server.pid, signal.SIGKILL)
+        _wait_gone([server], 5.0)
+    end_processes(family, grace=2.0)
+
+
 class StartStop:
     """``with`` starts what ``start()`` starts and stops it on every way out, errors included."""
 
@@ -321,20 +345,19 @@ class LabServer(StartStop):
         self._clean_up()
 
     def _terminate(self, process: subprocess.Popen[bytes]) -> None:
-        process.send_signal(signal.SIGCONT)
-        _signal(descendants([process.pid]), signal.SIGCONT)
-        self._before_terminate()
-        family = descendants([process.pid])
-        process.send_signal(self.stop_signal)
-        try:
-            process.wait(self.stop_timeout)
-        except subprocess.TimeoutExpired:
-            # Last resort. The server leads a session and group of its own, so this reaches
-            # nothing outside the lab.
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-        end_processes(family, grace=2.0)
+        server = read_proc(process.pid)
+        if server is not None:
+            terminate_server(server, self.stop_signal, self.stop_timeout, self._before_terminate)
+        process.wait()
+
+    def stop_recorded(self, recorded: Proc | None) -> None:
+        """Stop the server that an earlier process started here and left running (``lab up``),
+        known by the identity it recorded, then clean up as ``stop()`` does. ``None``, or a
+        process that is no longer the one recorded, is not signalled: only what it left behind
+        in this server's directories is cleaned up."""
+        if recorded is not None and _alive(recorded):
+            terminate_server(recorded, self.stop_signal, self.stop_timeout, self._before_terminate)
+        self._clean_up()
 
     def pause(self) -> None:
         """SIGSTOP the server and its descendants: it still holds its port but answers nothing,

@@ -251,7 +251,7 @@ class DockerDaemon(LabServer):
         strays = [proc for proc in processes() if marker in proc.cmdline]
         strays += descendants(proc.pid for proc in strays)
         end_processes(strays, grace=0.0)
-        for mount_point in _mount_points_under(self.data_root, self.exec_root):
+        for mount_point in mount_points_under(self.data_root, self.exec_root):
             run_command([self._umount, "--lazy", mount_point])
 
     def cli(self, *args: str, stdin: bytes = b"") -> str:
@@ -260,7 +260,7 @@ class DockerDaemon(LabServer):
         return run_command([self._cli, *args], stdin=stdin, env=env)
 
 
-def _mount_points_under(*roots: Path) -> list[str]:
+def mount_points_under(*roots: Path) -> list[str]:
     """Deepest first, once per stacked mount, so unmounting them in order empties the roots."""
     prefixes = [str(root) for root in roots]
     found: list[str] = []
