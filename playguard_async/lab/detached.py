@@ -242,10 +242,16 @@ def lab_up(
                 f"{directory}: not empty ({', '.join(others[:5])}); `lab up` needs an empty or new "
                 "directory, since `lab down` removes what it made there"
             )
-        lab = Lab(directory / "servers", marquees=marquees)
-        servers: list[LabServer] = lab.servers()
         with contextlib.ExitStack() as on_failure:
+            # A lab that did not come up is removed whole, so the next `up` finds the
+            # directory as it was; the servers are stopped first (callbacks run last first).
+            on_failure.callback(_remove_layout, directory)
+            try:
+                lab = Lab(directory / "servers", marquees=marquees)
+            except ValueError as exc:  # a directory too long for dockerd's sockets
+                raise LabStateError(str(exc)) from None
             on_failure.callback(lab.stop)
+            servers: list[LabServer] = lab.servers()
             lab.start()
             settings = write_demo_config(lab, directory / "config", tick_interval=tick_interval)
             if postgres:
@@ -313,6 +319,10 @@ def _remove_runtime_state(directory: Path, state: LabState) -> None:
     for server in state.servers:
         if server.name == DockerDaemon.name:
             DockerDaemon(directory / server.workdir, index=0).stop_recorded(None)
+    _remove_layout(directory)
+
+
+def _remove_layout(directory: Path) -> None:
     mounted = mount_points_under(directory)
     if mounted:
         raise LabStateError(f"{directory}: still mounted inside, not removed: {mounted[0]}")

@@ -208,3 +208,18 @@ def test_lab_up_refuses_a_directory_holding_something_else(tmp_path: Path) -> No
     assert result.returncode == 1
     assert result.stderr.startswith(f"Error: {directory}: not empty (notes.txt)")
     assert [entry.name for entry in directory.iterdir()] == ["notes.txt"]
+
+
+def test_a_lab_that_cannot_come_up_is_one_line_and_leaves_the_directory_empty(
+    tmp_path: Path, require_binary: Callable[[str, str], str]
+) -> None:
+    for program, package in LAB_PROGRAMS:
+        require_binary(program, package)
+    directory = tmp_path / ("d" * 60) / "lab"  # too long for dockerd's unix sockets
+    result = playguard("lab", "up", "--dir", str(directory), "--marquees", "1")
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.startswith(f"Error: {directory}/servers/m0/docker is too long"), (
+        result.stderr
+    )
+    assert len(result.stderr.splitlines()) == 1
+    assert list(directory.iterdir()) == [], "what it made before the failure is removed"
