@@ -56,12 +56,14 @@ class LabStateError(RuntimeError):
 
 @dataclass(frozen=True)
 class RecordedServer:
-    """One server as ``up`` recorded it: its kind, directory (relative to the lab's), identity."""
+    """One server as ``up`` recorded it: its kind, directory (relative to the lab's), identity,
+    and where it answers (for a person: ``down`` needs no address)."""
 
     name: str
     workdir: str
     pid: int
     started: int
+    address: str | None = None
 
     @property
     def label(self) -> str:
@@ -154,7 +156,10 @@ def _server(entry: object, where: str) -> RecordedServer:
         raise LabStateError(f"{where}.pid {_shown(pid)} is not a process id")
     if not _is_int(started) or started < 0:
         raise LabStateError(f"{where}.started {_shown(started)} is not a start time")
-    return RecordedServer(name, workdir, pid, started)
+    address = entry.get("address")
+    if address is not None and (not isinstance(address, str) or len(address) > 256):
+        raise LabStateError(f"{where}.address {_shown(address)} is not an address")
+    return RecordedServer(name, workdir, pid, started, address)
 
 
 def _is_int(value: object) -> TypeGuard[int]:
@@ -270,8 +275,10 @@ def _recorded(server: LabServer, directory: Path) -> RecordedServer:
     proc = None if server.pid is None else read_proc(server.pid)
     if proc is None:
         raise LabStateError(f"{server.name} in {server.workdir} exited right after it started")
+    port = getattr(server, "port", None)
+    address = server.url if isinstance(server, DockerDaemon) else f"127.0.0.1:{port}"
     return RecordedServer(
-        server.name, str(server.workdir.relative_to(directory)), proc.pid, proc.started
+        server.name, str(server.workdir.relative_to(directory)), proc.pid, proc.started, address
     )
 
 

@@ -27,7 +27,8 @@ from playguard_async.lab.process import (
     run_command,
 )
 
-UNIX_SOCKET_PATH_MAX = 107
+UNIX_SOCKET_PATH_MAX = 104
+"""containerd refuses a socket path past 104 bytes (its debug socket first); Linux takes 107."""
 
 
 def _probe_tcp(port: int, payload: bytes, expect: bytes) -> bool:

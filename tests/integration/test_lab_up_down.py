@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -48,8 +50,12 @@ def playguard(*args: str, **extra_env: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def up_state(directory: Path) -> str:
+    return (directory / STATE_FILE).read_text()
+
+
 def recorded_processes(directory: Path) -> list[Proc]:
-    state = json.loads((directory / STATE_FILE).read_text())
+    state = json.loads(up_state(directory))
     return [Proc(server["pid"], 0, server["started"], "") for server in state["servers"]]
 
 
@@ -63,17 +69,22 @@ def still_running(procs: list[Proc]) -> list[Proc]:
 
 
 @pytest.fixture
-def lab_directory(tmp_path: Path, require_binary: Callable[[str, str], str]) -> Iterator[Path]:
-    """A directory for ``lab up``; whatever a failing test leaves running there is ended."""
+def lab_directory(require_binary: Callable[[str, str], str]) -> Iterator[Path]:
+    """A directory for ``lab up``, short enough for containerd's sockets (104 bytes) whatever
+    pytest's temp root; whatever a failing test leaves running there is ended."""
     for program, package in LAB_PROGRAMS:
         require_binary(program, package)
-    directory = tmp_path / "lab"
-    yield directory
-    if (directory / STATE_FILE).exists():
-        procs = recorded_processes(directory)
-        playguard("lab", "down", "--dir", str(directory))
-        for proc in still_running(procs):
-            terminate_server(proc, signal.SIGTERM, 10.0)
+    parent = Path(tempfile.mkdtemp(prefix="pg-up-"))
+    directory = parent / "lab"
+    try:
+        yield directory
+    finally:
+        if (directory / STATE_FILE).exists():
+            procs = recorded_processes(directory)
+            playguard("lab", "down", "--dir", str(directory))
+            for proc in still_running(procs):
+                terminate_server(proc, signal.SIGTERM, 10.0)
+        shutil.rmtree(parent)
 
 
 def test_lab_up_prints_the_export_line_and_down_stops_every_server_it_started(
@@ -88,6 +99,8 @@ def test_lab_up_prints_the_export_line_and_down_stops_every_server_it_started(
     assert f"playguard lab down --dir {lab_directory}" in up.stderr
     procs = recorded_processes(lab_directory)
     assert len(procs) == 4, "Redis, the registry, the Marquee's sshd and dockerd"
+    addresses = [server["address"] for server in json.loads(up_state(lab_directory))["servers"]]
+    assert f"unix://{lab_directory}/servers/m0/docker/docker.sock" in addresses
     assert still_running(procs) == procs, "they outlive the command that started them"
 
     config = {"PLAYGUARD_CONFIG": str(settings)}

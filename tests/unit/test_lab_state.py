@@ -61,6 +61,8 @@ def test_a_state_as_lab_up_writes_it_parses() -> None:
         (state_with(pid=10**40), "is not a process id"),
         (state_with(started=-1), "started -1 is not a start time"),
         (state_with(started=None), "started null is not a start time"),
+        (state_with(address=5), "address 5 is not an address"),
+        (state_with(address="x" * 300), 'address "xxxxx'),
     ],
 )
 def test_a_garbage_state_is_one_line_naming_the_file_and_the_field(
