@@ -506,7 +506,7 @@ def lab_run(
         if desired_state == "postgres":
             database = stack.enter_context(PostgresServer(root / "servers" / "postgres"))
             move_desired_state_to_postgres(database, config)
-        _echo(f"lab up in {root}; settings {config}", err=True)
+        _echo(f"lab running in {root}; settings {config}", err=True)
         settings = _settings(config)
         configure_logging(settings.log_format, settings.log_level)
         daemon.run(settings, stop_after=duration)
