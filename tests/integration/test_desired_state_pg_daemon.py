@@ -10,11 +10,9 @@ import subprocess
 
 import pytest
 
-from playguard_async.pg_schema import migrate
-from playguard_async.pg_transfer import import_inventory
-from tests.integration.test_observability import CYCLES, answer_once, scrape_until, start_serving
 from tests.support.daemon import PLAYGUARD, Daemon, DaemonRunner, wait_for
-from tests.support.postgres import LabDatabase
+from tests.support.postgres import LabDatabase, migrated_fleet
+from tests.support.probes import CYCLES, answer_once, scrape_until, start_serving
 
 REACHABLE = "playguard_desired_state_reachable"
 
@@ -22,12 +20,8 @@ REACHABLE = "playguard_desired_state_reachable"
 async def test_daemon_runs_from_the_database_and_rides_out_its_outage(
     daemons: DaemonRunner, postgres: LabDatabase
 ) -> None:
-    connection = await postgres.connect()
-    try:
-        await migrate(connection)
-        await import_inventory(connection, daemons.write_inventory(["alpha", "beta"]))
-    finally:
-        await connection.close()
+    connection = await migrated_fleet(postgres, daemons.write_inventory(["alpha", "beta"]))
+    await connection.close()
     daemons.inventory.unlink()  # the database is the only desired state
     daemon, base = start_serving(
         daemons,
@@ -74,10 +68,8 @@ def _cycles_of(daemon: Daemon, marquee: str) -> int:
 async def test_a_row_changed_in_sql_starts_its_marquees_cycle_before_the_tick(
     daemons: DaemonRunner, postgres: LabDatabase
 ) -> None:
-    connection = await postgres.connect()
+    connection = await migrated_fleet(postgres, daemons.write_inventory(["alpha", "beta"]))
     try:
-        await migrate(connection)
-        await import_inventory(connection, daemons.write_inventory(["alpha", "beta"]))
         daemon, _ = start_serving(
             daemons,
             tick_interval=600.0,  # no second tick during the test: any later cycle was woken
@@ -117,10 +109,8 @@ async def test_a_row_changed_in_sql_starts_its_marquees_cycle_before_the_tick(
 async def test_status_rows_match_playguard_status_json(
     daemons: DaemonRunner, postgres: LabDatabase
 ) -> None:
-    connection = await postgres.connect()
+    connection = await migrated_fleet(postgres, daemons.write_inventory(["alpha", "beta"]))
     try:
-        await migrate(connection)
-        await import_inventory(connection, daemons.write_inventory(["alpha", "beta"]))
         env = {"PLAYGUARD_DESIRED_STATE_PASSWORD": postgres.password}
         daemon, base = start_serving(
             daemons, tick_interval=1.0, phase_seconds=0.05, desired_state=postgres.url, env=env

@@ -11,60 +11,28 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from playguard_async.lab import RedisServer, free_port
 from tests.support.cli import hold_lock
-from tests.support.daemon import Daemon, DaemonRunner, wait_for
+from tests.support.daemon import DaemonRunner, wait_for
 from tests.support.packaging import healthcheck_command
-from tests.support.probes import Scrape, http_get, notify_socket, scrape
+from tests.support.probes import (
+    CYCLES,
+    Scrape,
+    answer_once,
+    http_get,
+    notify_socket,
+    scrape,
+    scrape_until,
+    start_serving,
+)
 
 pytestmark = pytest.mark.integration
 
-CYCLES = "playguard_cycles_total"
 WATCHDOG_USEC = "1000000"  # a heartbeat every 0.5 s
-
-
-def start_serving(
-    daemons: DaemonRunner, replica: str = "r1", **settings: Any
-) -> tuple[Daemon, str]:
-    """Start a daemon with its HTTP endpoints on a free loopback port: it and their base URL."""
-    address = f"127.0.0.1:{free_port()}"
-    daemon = daemons.start(replica, http_address=address, **settings)
-    base = f"http://{address}"
-    wait_for(lambda: _serving(daemon, base), timeout=20, what=f"HTTP endpoints of {replica}")
-    return daemon, base
-
-
-def _serving(daemon: Daemon, base: str) -> bool:
-    assert daemon.process.poll() is None, f"daemon exited:\n{daemon.stderr_tail()}"
-    try:
-        http_get(f"{base}/healthz", timeout=1)
-    except OSError:
-        return False
-    return True
-
-
-def scrape_until(base: str, done: Callable[[Scrape], bool], *, what: str) -> Scrape:
-    def probe() -> Scrape | None:
-        metrics = scrape(f"{base}/metrics")
-        return metrics if done(metrics) else None
-
-    return wait_for(probe, timeout=20, what=what, interval=0.2)
-
-
-def answer_once(base: str, path: str, status: int) -> str:
-    """The body ``path`` answers once it answers with ``status``."""
-
-    def probe() -> str | None:
-        answered, body = http_get(f"{base}{path}")
-        return body if answered == status else None
-
-    return wait_for(probe, timeout=10, what=f"{path} answering {status}", interval=0.1)
 
 
 def kind(message: dict[str, str]) -> str:

@@ -6,10 +6,13 @@ import secrets
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import asyncpg
 
 from playguard_async.lab import PostgresServer
+from playguard_async.pg_schema import migrate
+from playguard_async.pg_transfer import import_inventory
 
 
 @dataclass(frozen=True)
@@ -45,3 +48,16 @@ async def _as_admin(server: PostgresServer, statement: str) -> None:
         await admin.execute(statement)
     finally:
         await admin.close()
+
+
+async def migrated_fleet(postgres: LabDatabase, inventory: Path) -> asyncpg.Connection:
+    """A connection to ``postgres`` once it is migrated and holds ``inventory``'s fleet; the
+    caller closes it (it is closed here if the set-up fails)."""
+    connection = await postgres.connect()
+    try:
+        await migrate(connection)
+        await import_inventory(connection, inventory)
+    except BaseException:
+        await connection.close()
+        raise
+    return connection

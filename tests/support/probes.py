@@ -11,12 +11,18 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
+from playguard_async.lab import free_port
+from tests.support.daemon import Daemon, DaemonRunner, wait_for
+
 # Probes go to 127.0.0.1 only: a proxy from the environment must never see them.
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+CYCLES = "playguard_cycles_total"
 
 
 def http_get(url: str, *, timeout: float = 5.0) -> tuple[int, str]:
@@ -99,3 +105,41 @@ def notify_socket(path: Path) -> Iterator[NotifySocket]:
         yield listener
     finally:
         listener.close()
+
+
+def start_serving(
+    daemons: DaemonRunner, replica: str = "r1", **settings: Any
+) -> tuple[Daemon, str]:
+    """Start a daemon with its HTTP endpoints on a free loopback port: it and their base URL."""
+    address = f"127.0.0.1:{free_port()}"
+    daemon = daemons.start(replica, http_address=address, **settings)
+    base = f"http://{address}"
+    wait_for(lambda: _serving(daemon, base), timeout=20, what=f"HTTP endpoints of {replica}")
+    return daemon, base
+
+
+def _serving(daemon: Daemon, base: str) -> bool:
+    assert daemon.process.poll() is None, f"daemon exited:\n{daemon.stderr_tail()}"
+    try:
+        http_get(f"{base}/healthz", timeout=1)
+    except OSError:
+        return False
+    return True
+
+
+def scrape_until(base: str, done: Callable[[Scrape], bool], *, what: str) -> Scrape:
+    def probe() -> Scrape | None:
+        metrics = scrape(f"{base}/metrics")
+        return metrics if done(metrics) else None
+
+    return wait_for(probe, timeout=20, what=what, interval=0.2)
+
+
+def answer_once(base: str, path: str, status: int) -> str:
+    """The body ``path`` answers once it answers with ``status``."""
+
+    def probe() -> str | None:
+        answered, body = http_get(f"{base}{path}")
+        return body if answered == status else None
+
+    return wait_for(probe, timeout=10, what=f"{path} answering {status}", interval=0.1)
