@@ -28,18 +28,9 @@ from playguard_async.engine import CycleResult, Outcome
 from playguard_async.keys import cycle_history_key, last_cycle_key
 from playguard_async.lab import RedisServer
 from playguard_async.observe import CycleRecords, encode_record
+from playguard_async.phase import BUILTIN_PHASES as PHASES
 from playguard_async.redis_client import connect_redis
 from playguard_async.settings import load_settings
-
-PHASES = (
-    "sync_git",
-    "fetch_branches",
-    "refresh_credentials",
-    "pull_images",
-    "reconcile_playgrounds",
-    "process_agent_chats",
-    "sweep_orphans",
-)
 
 
 def in_sync(marquee: str, number: int) -> CycleResult:
