@@ -33,10 +33,16 @@ async def detached(clean_up: Awaitable[_T]) -> _T:
     Cancelling the waiter does not cancel the clean-up: it runs to its end (each clean-up is bounded
     by a timeout of its own) while the cancellation propagates to the caller at once.
     """
-    task = asyncio.ensure_future(clean_up)
+    return await asyncio.shield(kept(clean_up))
+
+
+def kept(work: Awaitable[_T]) -> asyncio.Future[_T]:
+    """Start ``work`` as a task that is referenced until it ends, whoever waits for it or not
+    (the loop holds tasks only weakly)."""
+    task = asyncio.ensure_future(work)
     _DETACHED.add(task)
     task.add_done_callback(_DETACHED.discard)
-    return await asyncio.shield(task)
+    return task
 
 
 @contextlib.asynccontextmanager

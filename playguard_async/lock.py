@@ -15,7 +15,6 @@ All keys of one name share the hash tag ``{name}``, so every script touches a si
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import enum
 import json
 import logging
@@ -23,6 +22,7 @@ import os
 import socket
 import time
 import uuid
+import weakref
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -31,8 +31,9 @@ import structlog
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError
 
-from playguard_async.aio import bounded, detached
+from playguard_async.aio import bounded, detached, kept
 from playguard_async.keys import fence_key, lock_key, once_key
+from playguard_async.redis_channel import ChannelledRedis, CommandChannel, run_script, then
 from playguard_async.redis_client import (
     AcknowledgedCall,
     RedisClient,
@@ -239,6 +240,7 @@ class Lease:
     deadline: float
     record: str = field(repr=False)
     _released: ReleaseResult | None = field(default=None, init=False, repr=False)
+    _releasing: asyncio.Future[Any] | None = field(default=None, init=False, repr=False)
 
     @property
     def name(self) -> str:
@@ -290,16 +292,31 @@ class Lease:
     async def release(self) -> ReleaseResult:
         """Delete the key if it still holds our record. Never raises an error.
 
-        The round trip runs in its own task, so cancelling the caller does not cancel the release:
-        the release finishes (bounded by the lock's timeout) and the cancellation still propagates.
-        A second call returns the first call's result without asking Redis again.
+        The compare-and-delete goes out whatever the caller does (on the client's channel, or
+        in a task of its own), so cancelling the caller does not cancel the release: it finishes,
+        bounded by the lock's timeout, and the cancellation still propagates. A second call
+        waits for the same answer; once settled, it returns the result without asking Redis.
         """
         if self._released is not None:
             return self._released
-        return await detached(self._release())
+        if self._releasing is None:
+            lock = self.lock
+            self._releasing = lock._call(lock._release_script, [lock.key], [self.record])
+            self._releasing.add_done_callback(self._settle_late)
+        try:
+            await bounded(self.lock.timeout, asyncio.shield(self._releasing))
+        except Exception as exc:
+            log.debug("lock.release_unknown", lock=self.name, error=repr(exc))
+        return self._released or self._settled(ReleaseResult.UNKNOWN)
 
-    async def _release(self) -> ReleaseResult:
-        return self._settled(await self.lock.compare_and_delete(self.record))
+    def _settle_late(self, answer: asyncio.Future[Any]) -> None:
+        """Settle from the release's answer, also when nobody waits for it any more."""
+        if answer.cancelled() or answer.exception() is not None:
+            result = ReleaseResult.UNKNOWN
+        else:
+            result = release_result(answer.result())
+        if self._released is None:
+            self._settled(result)
 
     def queue_release(self, pipe: RedisPipeline) -> None:
         """Add this lease's compare-and-delete to ``pipe`` (a pipeline that ends the cycle in one
@@ -318,7 +335,7 @@ class Lease:
         if self._released is not None:
             return self._released
         if isinstance(answer, NoScriptError):
-            return await detached(self._release())
+            return await self.release()
         if isinstance(answer, BaseException):
             log.debug("lock.release_unknown", lock=self.name, error=repr(answer))
             return self._settled(ReleaseResult.UNKNOWN)
@@ -332,6 +349,40 @@ class Lease:
             "lock.released", lock=self.name, fence=self.fence, result=result.value,
         )  # fmt: skip
         return result
+
+
+@dataclass(frozen=True, slots=True)
+class _Scripts:
+    """The lock's scripts as registered with one client."""
+
+    acquire: AsyncScript
+    renew: AsyncScript
+    release: AsyncScript
+    raise_fence: AsyncScript
+
+
+# A TokenLock is made per cycle; registering (hashing) four scripts each time was a tenth of a
+# lock cycle's CPU. Weak keys: a closed client's scripts go with it.
+_SCRIPTS: weakref.WeakKeyDictionary[RedisClient, _Scripts] = weakref.WeakKeyDictionary()
+
+_HOST = socket.gethostname()
+"""Read once: a lock record names the machine, and asking the kernel per acquire costs."""
+
+
+def _scripts_of(redis: RedisClient) -> _Scripts:
+    scripts = _SCRIPTS.get(redis)
+    if scripts is None:
+        scripts = _SCRIPTS[redis] = _Scripts(
+            acquire=redis.register_script(ACQUIRE_SCRIPT),
+            renew=redis.register_script(RENEW_SCRIPT),
+            release=redis.register_script(RELEASE_SCRIPT),
+            raise_fence=redis.register_script(RAISE_FENCE_SCRIPT),
+        )
+    return scripts
+
+
+def _unacknowledged(answer: Any) -> tuple[Any, None]:
+    return answer, None
 
 
 class TokenLock:
@@ -378,10 +429,22 @@ class TokenLock:
         self.replica = replica or default_replica_id()
         self.key = lock_key(name)
         self.fence_key = fence_key(name)
-        self._acquire_script = redis.register_script(ACQUIRE_SCRIPT)
-        self._renew_script = redis.register_script(RENEW_SCRIPT)
-        self._release_script = redis.register_script(RELEASE_SCRIPT)
-        self._raise_fence_script = redis.register_script(RAISE_FENCE_SCRIPT)
+        scripts = _scripts_of(redis)
+        self._acquire_script = scripts.acquire
+        self._renew_script = scripts.renew
+        self._release_script = scripts.release
+        self._raise_fence_script = scripts.raise_fence
+        # Writes acknowledged by replicas need WAIT on the writing connection: the pool's path.
+        self._channel: CommandChannel | None = (
+            redis.channel if isinstance(redis, ChannelledRedis) and not min_replicas else None
+        )
+
+    def _call(self, script: AsyncScript, keys: list[str], args: list[Any]) -> asyncio.Future[Any]:
+        """Start one script call that runs to its end whatever its caller does, bounded by the
+        lock's timeout: on the client's channel when it has one, else in a kept task."""
+        if self._channel is not None:
+            return run_script(self._channel, script, keys, args)
+        return kept(bounded(self.timeout, script(keys=keys, args=args)))
 
     async def _write(
         self, script: AsyncScript, keys: list[str], args: list[str | int]
@@ -389,7 +452,7 @@ class TokenLock:
         """Run one of the scripts that write the lock key; with ``min_replicas``, WAIT for that
         many replicas on the same connection and return how many acknowledged (else None)."""
         if not self.min_replicas:
-            return await script(keys=keys, args=args), None
+            return await asyncio.shield(self._call(script, keys, args)), None
         call = AcknowledgedCall(script, keys, args, self.min_replicas, _ms(self.replica_timeout))
         return await run_acknowledged(self.redis, call)
 
@@ -401,11 +464,11 @@ class TokenLock:
         return sent + self.ttl - self.drift
 
     def _new_record(self) -> tuple[str, str]:
-        token = str(uuid.uuid4())
+        token = uuid.uuid4().hex
         holder = Holder(
             token=token,
             replica=self.replica,
-            host=socket.gethostname(),
+            host=_HOST,
             pid=os.getpid(),
             acquired_at=datetime.now(UTC).isoformat(timespec="milliseconds"),
         )
@@ -420,29 +483,22 @@ class TokenLock:
         """
         token, record = self._new_record()
         sent = time.monotonic()
-        # The round trip runs in its own task so that a cancellation can wait for its answer: only
-        # then do we know whether the SET landed, and a compare-and-delete sent afterwards cannot
-        # overtake it on another connection.
-        attempt = asyncio.ensure_future(
-            bounded(
-                self.timeout,
-                self._write(
-                    self._acquire_script, [self.key, self.fence_key], [record, _ms(self.ttl)]
-                ),
-            )
-        )
+        # The round trip runs on regardless of this caller, so that an abandoned acquisition can
+        # be undone once its answer shows whether the SET landed: a compare-and-delete sent
+        # before that answer could overtake the SET on another connection.
+        attempt = self._attempt(record)
         try:
-            fence, acknowledged = await asyncio.shield(attempt)
+            fence, acknowledged = await bounded(self.timeout, asyncio.shield(attempt))
         except asyncio.CancelledError:
-            await detached(self._undo(attempt, record))
+            attempt.add_done_callback(lambda done: self._undo(done, record))
             raise
         except Exception as exc:
-            await self._undo(attempt, record)
+            attempt.add_done_callback(lambda done: self._undo(done, record))
             # Raised to the caller, who says it (the engine once per outage): debug only here.
             log.debug("lock.unavailable", lock=self.name, error=repr(exc))
             raise LockUnavailable(self.name) from exc
         if fence is None:
-            log.info("lock.busy", lock=self.name)
+            log.debug("lock.busy", lock=self.name)
             return None
         if not self.replicated(acknowledged):
             # Not held: a failover now could hand the name to a second holder. Take it back.
@@ -455,26 +511,36 @@ class TokenLock:
         lease = Lease(
             self, token=token, fence=int(fence), deadline=self.deadline_from(sent), record=record
         )
-        log.info("lock.acquired", lock=self.name, fence=lease.fence, ttl=self.ttl)
+        log.debug("lock.acquired", lock=self.name, fence=lease.fence, ttl=self.ttl)
         return lease
 
-    async def _undo(self, attempt: asyncio.Future[Any], record: str) -> None:
-        """Delete what an abandoned acquisition may have written, once its answer is in."""
-        with contextlib.suppress(Exception):
-            fence, _ = await asyncio.shield(attempt)
-            if fence is None:
-                return  # the lock was held by someone else: nothing of ours was written
-        result = await self.compare_and_delete(record)
-        # Unknown: Redis is away, which the caller hears as LockUnavailable and says itself.
-        log.log(
-            logging.DEBUG if result is ReleaseResult.UNKNOWN else logging.INFO,
-            "lock.acquire_undone", lock=self.name, result=result.value,
-        )  # fmt: skip
+    def _attempt(self, record: str) -> asyncio.Future[tuple[Any, int | None]]:
+        keys = [self.key, self.fence_key]
+        args: list[str | int] = [record, _ms(self.ttl)]
+        if self._channel is None:
+            return kept(bounded(self.timeout, self._write(self._acquire_script, keys, args)))
+        return then(run_script(self._channel, self._acquire_script, keys, args), _unacknowledged)
+
+    def _undo(self, attempt: asyncio.Future[tuple[Any, int | None]], record: str) -> None:
+        """Delete what an abandoned acquisition may have written, now that its answer is in."""
+        if not attempt.cancelled() and attempt.exception() is None and attempt.result()[0] is None:
+            return  # the lock was held by someone else: nothing of ours was written
+        undo = self._call(self._release_script, [self.key], [record])
+        undo.add_done_callback(self._log_undone)
+
+    def _log_undone(self, undo: asyncio.Future[Any]) -> None:
+        if undo.cancelled() or undo.exception() is not None:
+            # Unknown: Redis is away, which the caller heard as LockUnavailable and said itself.
+            log.debug("lock.acquire_undone", lock=self.name, result=ReleaseResult.UNKNOWN.value)
+        else:
+            result = release_result(undo.result())
+            log.info("lock.acquire_undone", lock=self.name, result=result.value)
 
     async def compare_and_delete(self, record: str | bytes) -> ReleaseResult:
         try:
             outcome = await bounded(
-                self.timeout, self._release_script(keys=[self.key], args=[record])
+                self.timeout,
+                asyncio.shield(self._call(self._release_script, [self.key], [record])),
             )
         except Exception as exc:
             # Returned as UNKNOWN, which each caller says in its own words.

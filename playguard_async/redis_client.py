@@ -32,6 +32,7 @@ from redis.exceptions import AskError, MovedError, NoScriptError, ResponseError
 
 from playguard_async.aio import bounded
 from playguard_async.redis_address import RedisAddress, parse_redis_url
+from playguard_async.redis_channel import ChannelledRedis
 
 RedisClient: TypeAlias = Redis | RedisCluster
 """What every module holds: a client of one server or Sentinel's primary, or of a Cluster."""
@@ -63,7 +64,7 @@ class _BlockingSentinelPool(SentinelConnectionPool, BlockingConnectionPool):
     """Sentinel's primary discovery with the blocking pool's queueing (see the module's doc)."""
 
 
-class _SentinelPrimary(Redis):
+class _SentinelPrimary(ChannelledRedis):
     """The primary's client, which also closes its connections to the sentinels (redis-py's
     closes only the primary's pool and leaves those to the garbage collector)."""
 
@@ -117,7 +118,7 @@ def connect_redis(
         password=options["password"],
         **({"ssl_ca_certs": tls["ssl_ca_certs"]} if tls else {}),
     )
-    return Redis.from_pool(pool)
+    return ChannelledRedis.from_pool(pool)
 
 
 def _sentinel_primary(

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable
 from typing import Any
 
 import pytest
@@ -24,6 +23,7 @@ from playguard_async.lock import (
     inspect_lock,
     once,
 )
+from playguard_async.redis_channel import ChannelledRedis
 from playguard_async.redis_client import RedisClient
 from tests.support.topologies import TopologyUnderTest
 
@@ -193,19 +193,28 @@ async def test_release_while_redis_paused_is_unknown_and_key_expires_by_ttl(
     assert await wait_until_gone(redis, lock_key("marquee:edge-1"), 3.0)
 
 
+def spy_on_channel(redis: Redis, monkeypatch: pytest.MonkeyPatch) -> asyncio.Event:
+    """An event set when the next lock command is handed to the client's channel: from then on
+    it goes out whatever its caller does."""
+    assert isinstance(redis, ChannelledRedis), "the daemon's client carries lock commands"
+    channel = redis.channel
+    handed = asyncio.Event()
+    send = channel.send
+
+    def spy(*command: Any) -> asyncio.Future[Any]:
+        handed.set()
+        return send(*command)
+
+    monkeypatch.setattr(channel, "send", spy)
+    return handed
+
+
 async def test_release_finishes_even_when_cancelled_twice(
     redis: Redis, redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     lease = await make_lock(redis).acquire()
     assert lease is not None
-    sending = asyncio.Event()
-    delete = lease.lock.compare_and_delete
-
-    async def compare_and_delete(record: str) -> ReleaseResult:
-        sending.set()
-        return await delete(record)
-
-    monkeypatch.setattr(lease.lock, "compare_and_delete", compare_and_delete)
+    sending = spy_on_channel(redis, monkeypatch)
     redis_server.pause()
     try:
         task = asyncio.create_task(lease.release())
@@ -218,21 +227,17 @@ async def test_release_finishes_even_when_cancelled_twice(
     finally:
         redis_server.resume()
     assert await wait_until_gone(redis, lock_key("marquee:edge-1"), 2.0)
+    assert await lease.release() is ReleaseResult.RELEASED, "settled by the late answer"
 
 
 async def test_cancelled_acquire_whose_set_landed_leaves_no_key(
     redis: Redis, redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     lock = make_lock(redis)
-    sent = asyncio.Event()
-    script = lock._acquire_script
-
-    def acquire_script(**arguments: Any) -> Awaitable[Any]:
-        sent.set()
-        return script(**arguments)
-
-    monkeypatch.setattr(lock, "_acquire_script", acquire_script)
-    await redis.ping()  # a pooled connection exists, so the SET is written before the pause bites
+    warm = await make_lock(redis, name="marquee:warm-up").acquire()  # the channel is connected,
+    assert warm is not None  # so the SET is written before the pause bites
+    await warm.release()
+    sent = spy_on_channel(redis, monkeypatch)
     redis_server.pause()
     try:
         task = asyncio.create_task(lock.acquire())
@@ -242,8 +247,8 @@ async def test_cancelled_acquire_whose_set_landed_leaves_no_key(
         redis_server.resume()
     with pytest.raises(asyncio.CancelledError):
         await task
+    assert await wait_until_gone(redis, lock_key("marquee:edge-1"), 2.0)
     assert int(await redis.get(fence_key("marquee:edge-1")) or 0) == 1, "the SET did land"
-    assert await redis.exists(lock_key("marquee:edge-1")) == 0
 
 
 async def test_cancelled_acquire_before_sending_leaves_no_key(redis: Redis) -> None:
