@@ -2,9 +2,11 @@
 
 Three writes end every cycle that held a lease: the lock's compare-and-delete, the cycle record
 (last + history) and the resume bookkeeping (the Marquee added to ``playguard:resume`` when a stop
-cut its cycle short, removed otherwise). They go out in one pipeline, not three round trips.
+cut its cycle short, removed otherwise). They go out in one round trip, not three: one batch on
+the client's command channel (``redis_channel``, shared with the endings of concurrent cycles), or
+one pipeline on a Cluster.
 
-The pipeline is not a transaction: the keys live in three Cluster slots (``{marquee:NAME}``,
+The batch is not a transaction: the keys live in three Cluster slots (``{marquee:NAME}``,
 ``{NAME}`` and the resume set's own), and MULTI/EXEC may not span slots. On a Cluster redis-py
 sends each node its share at once. Nothing here needs atomicity across the three: each answer is
 judged on its own, and a write that fails is reported, never taken for done:
@@ -20,6 +22,7 @@ judged on its own, and a write that fails is reported, never taken for done:
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import time
 from collections.abc import Mapping
@@ -30,6 +33,7 @@ from playguard_async.aio import bounded
 from playguard_async.keys import RESUME_KEY
 from playguard_async.lock import Lease, ReleaseResult
 from playguard_async.observe import CycleRecords
+from playguard_async.redis_channel import ChannelledRedis
 from playguard_async.redis_client import RedisClient
 
 
@@ -68,7 +72,7 @@ class CycleEnd:
         record: Mapping[str, Any] | None,
         resume: Resume | None,
     ) -> Ending:
-        """Send what applies of release, ``record`` and ``resume`` in one pipeline. Never raises
+        """Send what applies of release, ``record`` and ``resume`` in one round trip. Never raises
         for Redis's sake: a failure is in the ``Ending``."""
         batch = (
             self.records.pending(marquee, record)
@@ -77,20 +81,19 @@ class CycleEnd:
         )
         if lease is None and not batch and resume is None:
             return Ending()
-        async with self.redis.pipeline(transaction=False) as pipe:
-            if lease is not None:
-                lease.queue_release(pipe)
-            if batch and self.records is not None:
-                self.records.queue_write(pipe, marquee, batch)
-            if resume is Resume.RECORD:
-                pipe.zadd(RESUME_KEY, {marquee: time.time()})
-            elif resume is Resume.CLEAR:
-                pipe.zrem(RESUME_KEY, marquee)
-            count = (lease is not None) + bool(batch) + (resume is not None)
-            try:
-                answers: list[Any] = await bounded(self.timeout, pipe.execute(raise_on_error=False))
-            except Exception as exc:  # the whole round trip failed: every write is unknown
-                answers = [exc] * count
+        commands: list[tuple[str | int | float, ...]] = []
+        if lease is not None:
+            commands.append(lease.release_command())
+        if batch and self.records is not None:
+            commands.append(self.records.write_command(marquee, batch))
+        if resume is Resume.RECORD:
+            commands.append(("ZADD", RESUME_KEY, time.time(), marquee))
+        elif resume is Resume.CLEAR:
+            commands.append(("ZREM", RESUME_KEY, marquee))
+        try:
+            answers = await bounded(self.timeout, self._send(commands))
+        except Exception as exc:  # the whole round trip failed: every write is unknown
+            answers = [exc] * len(commands)
         ending = Ending()
         if lease is not None:
             ending.released = await lease.settle_release(answers.pop(0))
@@ -99,3 +102,15 @@ class CycleEnd:
         if resume is not None and isinstance(answers[0], BaseException):
             ending.resume_error = answers[0]
         return ending
+
+    async def _send(self, commands: list[tuple[Any, ...]]) -> list[Any]:
+        """Every command's answer or error, in order, from one round trip: on the client's
+        channel, where concurrent cycles' endings share the write, else in a pipeline."""
+        if isinstance(self.redis, ChannelledRedis):
+            channel = self.redis.channel
+            sent = [channel.send(*command) for command in commands]
+            return await asyncio.gather(*sent, return_exceptions=True)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for command in commands:
+                pipe.execute_command(*command)
+            return list(await pipe.execute(raise_on_error=False))

@@ -37,7 +37,6 @@ from playguard_async.redis_channel import ChannelledRedis, CommandChannel, run_s
 from playguard_async.redis_client import (
     AcknowledgedCall,
     RedisClient,
-    RedisPipeline,
     run_acknowledged,
 )
 
@@ -318,16 +317,16 @@ class Lease:
         if self._released is None:
             self._settled(result)
 
-    def queue_release(self, pipe: RedisPipeline) -> None:
-        """Add this lease's compare-and-delete to ``pipe`` (a pipeline that ends the cycle in one
-        round trip); hand the command's answer to ``settle_release``. Sent as a plain command:
-        redis-py's Cluster pipeline refuses its ``evalsha`` method (for fear of a script missing
-        on some node), a case ``settle_release`` handles itself."""
+    def release_command(self) -> tuple[str | int, ...]:
+        """This lease's compare-and-delete as a command for a batch that ends the cycle in one
+        round trip; hand its answer to ``settle_release``. A plain EVALSHA: redis-py's Cluster
+        pipeline refuses its ``evalsha`` method (for fear of a script missing on some node), a
+        case ``settle_release`` handles itself."""
         lock = self.lock
-        pipe.execute_command("EVALSHA", lock._release_script.sha, 1, lock.key, self.record)
+        return ("EVALSHA", lock._release_script.sha, 1, lock.key, self.record)
 
     async def settle_release(self, answer: object) -> ReleaseResult:
-        """What the compare-and-delete queued by ``queue_release`` found, from its answer: the
+        """What the compare-and-delete of ``release_command`` found, from its answer: the
         script's number, or the exception of the command or of the whole pipeline (then
         ``UNKNOWN``: it may have landed or not, and never reads as released). A Redis that lost
         the script (restarted, failed over) is asked once more on its own, script sent whole.

@@ -22,7 +22,7 @@ from redis.exceptions import NoScriptError
 
 from playguard_async.aio import bounded
 from playguard_async.keys import cycle_history_key, last_cycle_key
-from playguard_async.redis_client import RedisClient, RedisPipeline
+from playguard_async.redis_client import RedisClient
 
 LogFormat = Literal["json", "console", "auto"]
 
@@ -183,20 +183,20 @@ class CycleRecords:
 
     def pending(self, marquee: str, record: Mapping[str, Any]) -> list[str]:
         """Keep ``record`` as unwritten; the batch to write now, oldest first: what earlier
-        writes left behind, then ``record``. Hand it to ``queue_write``, then ``settle``."""
+        writes left behind, then ``record``. Send ``write_command``, then ``settle``."""
         waiting = self._unwritten.setdefault(marquee, deque(maxlen=self.history_length))
         waiting.append(encode_record(record, self.record_max_bytes))
         return list(waiting)
 
-    def queue_write(self, pipe: RedisPipeline, marquee: str, batch: list[str]) -> None:
-        """Add the write of ``batch`` to ``pipe``, as one command on one slot (``{marquee}``), so
-        it may share a pipeline with keys of other slots. Sent as a plain EVALSHA (redis-py's
-        Cluster pipeline refuses its ``evalsha`` method); ``settle`` handles a lost script."""
+    def write_command(self, marquee: str, batch: list[str]) -> tuple[str | int, ...]:
+        """The write of ``batch`` as one command on one slot (``{marquee}``), so it may share a
+        batch with keys of other slots. A plain EVALSHA (redis-py's Cluster pipeline refuses its
+        ``evalsha`` method); ``settle`` handles a lost script."""
         keys, args = self._arguments(marquee, batch)
-        pipe.execute_command("EVALSHA", self._script.sha, len(keys), *keys, *args)
+        return ("EVALSHA", self._script.sha, len(keys), *keys, *args)
 
     async def settle(self, marquee: str, batch: list[str], answer: object) -> BaseException | None:
-        """Judge the answer to ``queue_write``'s command: None when Redis took ``batch``, else the
+        """Judge the answer to ``write_command``: None when Redis took ``batch``, else the
         error (the batch stays unwritten). A Redis that lost the script gets it whole, once."""
         if isinstance(answer, NoScriptError):
             try:
