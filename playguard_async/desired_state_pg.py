@@ -9,7 +9,9 @@ playgrounds would remove that playground from the host; the rest of the fleet re
 refusal names table, key, column and value, and is logged when the set of refusals changes.
 
 The database unreachable: ``load`` returns the last good snapshot, logs once when reachability
-changes, and ``reachable`` says so for /readyz and the metrics; the next tick tries again.
+changes, and ``reachable`` says so for /readyz and the metrics; the next tick tries again. With
+no snapshot yet (out of reach since start) it raises ``DesiredStateUnavailable``, which the engine
+waits out (no cycles, /readyz not ready) rather than treating as a configuration error.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from playguard_async.aio import in_thread
 from playguard_async.inventory import (
     AgentChat,
+    DesiredStateUnavailable,
     Inventory,
     InventoryError,
     Marquee,
@@ -47,7 +50,7 @@ from playguard_async.pg import (
     password_from,
     redacted,
 )
-from playguard_async.settings import Settings
+from playguard_async.settings import Settings, SettingsError
 
 log = structlog.get_logger("playguard.desired_state")
 
@@ -307,8 +310,8 @@ class PostgresDesiredState:
                 asyncpg.InterfaceError) as exc:  # fmt: skip
             await self._drop_connection()
             self._unreachable(self._why(exc))
-            if self._last is None:
-                raise InventoryError(f"{self.describe()}: {self.last_error}") from None
+            if self._last is None:  # not a configuration error: the engine waits and retries
+                raise DesiredStateUnavailable(f"{self.describe()}: {self.last_error}") from None
             return self._last
         self._now_reachable()
         validated = await in_thread(
@@ -396,8 +399,15 @@ class PostgresDesiredState:
 
 
 def postgres_source(settings: Settings) -> PostgresDesiredState:
-    """The PostgreSQL source ``settings.desired_state`` names, with its password source."""
+    """The PostgreSQL source ``settings.desired_state`` names, with its password source.
+
+    A password file that cannot be read is a configuration error now (``SettingsError``), as a
+    malformed URL is: only the database itself being out of reach is waited out."""
     address, password = PgAddress.parse(settings.desired_state), database_password(settings)
+    try:
+        password()
+    except DatabaseError as exc:
+        raise SettingsError(str(exc)) from None
     return PostgresDesiredState(
         address,
         password,

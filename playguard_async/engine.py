@@ -31,7 +31,13 @@ import structlog
 from playguard_async.aio import bounded, detached, wait_or_stop
 from playguard_async.cycle_end import CycleEnd, Resume
 from playguard_async.fence import FenceRefused
-from playguard_async.inventory import DesiredState, Inventory, InventoryError, Marquee
+from playguard_async.inventory import (
+    DesiredState,
+    DesiredStateUnavailable,
+    Inventory,
+    InventoryError,
+    Marquee,
+)
 from playguard_async.keys import RESUME_KEY, marquee_lock_name
 from playguard_async.lock import (
     Lease,
@@ -293,6 +299,9 @@ class Engine:
         self.phase_listeners = list(phase_listeners)
         self.observer: EngineObserver = observer or _Unobserved()
         self.inventory: Inventory | None = None
+        self.waiting_for_desired_state: str | None = None
+        """Why the engine has no desired state yet (its source unavailable since start), while it
+        runs no cycles; None once it has one, or before the first read."""
         self.cycles: dict[str, asyncio.Task[CycleResult]] = {}
         self.stopping = asyncio.Event()
         self.last_tick: float | None = None
@@ -325,9 +334,17 @@ class Engine:
         self.stopping.set()
 
     async def load_inventory(self) -> Inventory:
-        """Read the desired state; keep the last good one (and say why) when the new one is bad."""
+        """Read the desired state; keep the last good one (and say why) when the new one is bad.
+
+        Raises when there is none to keep (``DesiredStateUnavailable`` while the source is out of
+        reach); the tick loop uses ``_desired_inventory``, which waits that out instead."""
         try:
             inventory = await self.desired_state.load()
+        except DesiredStateUnavailable as exc:
+            if self.inventory is None:
+                self.waiting_for_desired_state = str(exc)
+                raise
+            return self.inventory  # the source logs its outage itself, once per change
         except Exception as exc:
             # Whatever the source raises is a bad desired state, never the end of the daemon.
             if not isinstance(exc, InventoryError):
@@ -338,13 +355,27 @@ class Engine:
             return self.inventory
         if inventory is not self.inventory:
             self.inventory = inventory
+            self.waiting_for_desired_state = None
             _keep_out_of_collections()
         return inventory
 
+    async def _desired_inventory(self) -> Inventory | None:
+        """``load_inventory``, or None while the source has never been available (a database out
+        of reach since start): no cycle runs without a desired state, and the next tick asks
+        again. The source logs the outage once per change, not here per tick."""
+        try:
+            return await self.load_inventory()
+        except DesiredStateUnavailable:
+            return None
+
     async def run(self) -> None:
         """Tick until asked to stop, then drain. The first tick runs at once, after this
-        replica has announced itself; a stop request hands its Marquees to the others at once."""
-        await self.load_inventory()
+        replica has announced itself; a stop request hands its Marquees to the others at once.
+
+        A desired state that cannot be read at start raises (a configuration error), except one
+        out of reach for now (``DesiredStateUnavailable``): then the ticks run no cycles and ask
+        again each time, until one is read."""
+        await self._desired_inventory()
         await self.roster.announce()
         announcing = asyncio.create_task(
             self.roster.keep_announcing(self.stopping), name="replicas:announce"
@@ -356,6 +387,7 @@ class Engine:
             replica=self.settings.replica_id,
             phases=self.phase_names,
             slots=self.slots,
+            waiting_for_desired_state=self.waiting_for_desired_state,
         )
         try:
             while not self.stopping.is_set():
@@ -379,7 +411,10 @@ class Engine:
         """Start a cycle for every launchable Marquee of this replica's share (``replicas``) not
         already in a cycle here."""
         self.last_tick = time.monotonic()
-        inventory = await self.load_inventory()
+        inventory = await self._desired_inventory()
+        if inventory is None:
+            log.debug("engine.tick", started=[], waiting_for=self.desired_state.describe())
+            return []
         resume_first = await self._resume_order()
         marquees = sorted(
             (m for m in inventory.launchable_marquees() if self.roster.owns(m.name)),
@@ -406,7 +441,9 @@ class Engine:
         one replica. Its lock still decides."""
         if self.stopping.is_set():
             return []
-        inventory = await self.load_inventory()
+        inventory = await self._desired_inventory()
+        if inventory is None:
+            return []
         started = []
         for name in sorted(names):
             try:

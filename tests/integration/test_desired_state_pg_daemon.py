@@ -10,11 +10,14 @@ import subprocess
 
 import pytest
 
+from playguard_async.cli import EXIT_CONFIG
 from tests.support.daemon import PLAYGUARD, Daemon, DaemonRunner, wait_for
 from tests.support.postgres import LabDatabase, migrated_fleet
 from tests.support.probes import CYCLES, answer_once, scrape_until, start_serving
 
 REACHABLE = "playguard_desired_state_reachable"
+LOADED = "playguard_desired_state_loaded"
+TICKS = "playguard_tick_lag_seconds_count"
 
 
 async def test_daemon_runs_from_the_database_and_rides_out_its_outage(
@@ -59,6 +62,62 @@ async def test_daemon_runs_from_the_database_and_rides_out_its_outage(
     assert len(daemon.events("desired_state.reachable")) == 1
     assert {line["marquee"] for line in daemon.events("cycle.finished")} >= {"alpha", "beta"}
     assert postgres.password not in daemon.stderr()
+
+
+async def test_daemon_started_while_the_database_is_down_waits_then_cycles_once_it_is_up(
+    daemons: DaemonRunner, postgres: LabDatabase
+) -> None:
+    connection = await migrated_fleet(postgres, daemons.write_inventory(["alpha", "beta"]))
+    await connection.close()
+    daemons.inventory.unlink()  # the database is the only desired state
+    postgres.server.stop()
+    try:
+        daemon, base = start_serving(  # fails at once if the daemon exits
+            daemons,
+            tick_interval=1.0,
+            phase_seconds=0.05,
+            desired_state=postgres.url,
+            desired_state_timeout=1.0,
+            env={"PLAYGUARD_DESIRED_STATE_PASSWORD": postgres.password},
+        )
+        body = answer_once(base, "/readyz", 503)
+        assert body.startswith(f"not ready: desired state {postgres.url} unreachable: "), body
+        assert body.endswith("; no snapshot yet: no cycles\n"), body
+        waiting = scrape_until(
+            base, lambda m: m.value(TICKS) >= 3, what="three ticks without a desired state"
+        )
+        assert waiting.value(CYCLES) == 0
+        assert waiting.value(LOADED) == 0
+        assert waiting.value(REACHABLE) == 0
+        assert math.isnan(waiting.value("playguard_desired_state_snapshot_age_seconds"))
+        assert daemon.process.poll() is None
+    finally:
+        postgres.server.start()
+    up = scrape_until(base, lambda m: m.value(CYCLES, outcome="ok") >= 2, what="ok cycles")
+    assert (up.value(LOADED), up.value(REACHABLE)) == (1, 1)
+    assert answer_once(base, "/readyz", 200) == "ready: Redis answers\n"
+    assert daemons.stop_all([daemon], timeout=15) == {"r1": 0}
+
+    events = [line["event"] for line in daemon.events()]
+    assert events.count("desired_state.unreachable") == 1, "once, not once per tick"
+    assert events.count("desired_state.reachable") == 1
+    assert "inventory.invalid" not in events
+    assert events.index("desired_state.reachable") < events.index("cycle.finished")
+    [started] = daemon.events("engine.started")
+    assert started["waiting_for_desired_state"].startswith(f"{postgres.url}: cannot connect: ")
+    assert {line["marquee"] for line in daemon.events("cycle.finished")} == {"alpha", "beta"}
+    assert postgres.password not in daemon.stderr()
+
+
+def test_a_missing_password_file_is_still_a_configuration_error_at_start(
+    daemons: DaemonRunner, postgres: LabDatabase
+) -> None:
+    missing = daemons.workdir / "no-such-password-file"
+    daemon = daemons.start(
+        desired_state=postgres.url, desired_state_password_file=missing, tick_interval=1.0
+    )
+    assert daemon.wait(30) == EXIT_CONFIG
+    assert f"desired_state_password_file {missing}: " in daemon.stderr()
 
 
 def _cycles_of(daemon: Daemon, marquee: str) -> int:
