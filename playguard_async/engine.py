@@ -303,6 +303,8 @@ class Engine:
         """Why the engine has no desired state yet (its source unavailable since start), while it
         runs no cycles; None once it has one, or before the first read."""
         self.cycles: dict[str, asyncio.Task[CycleResult]] = {}
+        self._follow_ups: set[str] = set()
+        """Marquees woken while in a cycle here: each gets one more cycle when that one ends."""
         self.stopping = asyncio.Event()
         self.last_tick: float | None = None
         self.slots = settings.cycle_slots()
@@ -437,22 +439,35 @@ class Engine:
     async def wake(self, names: Collection[str]) -> list[asyncio.Task[CycleResult]]:
         """Start cycles now for the named Marquees, whose desired state changed (a database's
         notification), from a freshly read inventory: those of this replica's share, as a tick
-        would; one already in a cycle here is left to it, so a Marquee never has two cycles in
-        one replica. Its lock still decides."""
+        would. Its lock still decides.
+
+        A Marquee already in a cycle here may have read its desired state before the change: it
+        gets one follow-up cycle when that cycle ends (however many wake-ups came meanwhile, and
+        never two cycles of one Marquee at once in one replica)."""
         if self.stopping.is_set():
             return []
         inventory = await self._desired_inventory()
         if inventory is None:
             return []
-        started = []
+        started, following = [], []
         for name in sorted(names):
             try:
                 marquee = inventory.marquee(name)
             except KeyError:  # gone, or left out of the snapshot: nothing to start
                 continue
-            if marquee.launchable and self.roster.owns(name) and name not in self.cycles:
+            if not (marquee.launchable and self.roster.owns(name)):
+                continue
+            if name in self.cycles:
+                self._follow_ups.add(name)
+                following.append(name)
+            else:
                 started.append(self._start_cycle(marquee, inventory))
-        log.info("engine.woken", started=[t.get_name() for t in started], asked=len(names))
+        log.info(
+            "engine.woken",
+            started=[t.get_name() for t in started],
+            after_running=following,
+            asked=len(names),
+        )
         return started
 
     async def resync(self) -> None:
@@ -494,8 +509,26 @@ class Engine:
         name = task.get_name().removeprefix("cycle:")
         if self.cycles.get(name) is task:
             del self.cycles[name]
+            if name in self._follow_ups:
+                self._follow_ups.discard(name)
+                self._follow_up(name)
         if not task.cancelled() and (error := task.exception()) is not None:
             log.error("cycle.crashed", marquee=name, error=repr(error), exc_info=error)
+
+    def _follow_up(self, name: str) -> None:
+        """The one cycle owed to a Marquee woken during its last one, from the newest desired
+        state (read by that wake-up or since); none once stopping, or if the Marquee is no longer
+        this replica's to run."""
+        inventory = self.inventory
+        if self.stopping.is_set() or inventory is None:
+            return
+        try:
+            marquee = inventory.marquee(name)
+        except KeyError:
+            return
+        if marquee.launchable and self.roster.owns(name):
+            log.info("engine.follow_up", marquee=name)
+            self._start_cycle(marquee, inventory)
 
     async def drain(self) -> None:
         """Let running cycles reach a phase boundary within the grace, then cancel the rest."""
