@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -290,6 +291,9 @@ class PostgresDesiredState:
         self._problems: Sequence[str] = ()
         self._memo = RowMemo()
         self._loading = asyncio.Lock()  # a tick and a wake-up share the one connection
+        self._validating = threading.Lock()
+        """Held by the validating thread until it ends, past its timeout too: one at a time."""
+        self._validation_late = False
         self.reachable: bool | None = None
         """None before the first read; then whether the last read reached the database."""
         self.last_error: str | None = None
@@ -304,6 +308,10 @@ class PostgresDesiredState:
             return await self._load()
 
     async def _load(self) -> Inventory:
+        if self._validating.locked():  # an abandoned validation still runs: start no other
+            log.debug("desired_state.still_validating", source=self.describe())
+            return self._late(f"a snapshot read earlier is still being validated, past "
+                              f"{self._validate_timeout:g} s (inventory_read_timeout)")  # fmt: skip
         try:
             rows = await asyncio.wait_for(self._read(), self._timeout)
         except (DatabaseError, OSError, TimeoutError, asyncpg.PostgresError,
@@ -314,11 +322,16 @@ class PostgresDesiredState:
                 raise DesiredStateUnavailable(f"{self.describe()}: {self.last_error}") from None
             return self._last
         self._now_reachable()
-        validated = await in_thread(
-            lambda: validate_snapshot(rows, self._memo),
-            self._validate_timeout,
-            name="desired-state-validate",
-        )
+        try:
+            validated = await self._validate(rows)
+        except TimeoutError:
+            return self._late(
+                f"snapshot not validated within {self._validate_timeout:g} s "
+                "(inventory_read_timeout)"
+            )
+        if self._validation_late:
+            log.info("desired_state.validation_caught_up", source=self.describe())
+            self._validation_late = False
         if list(self._problems) != validated.problems:
             for problem in validated.problems:
                 log.error("desired_state.row_refused", source=self.describe(), error=problem)
@@ -328,6 +341,48 @@ class PostgresDesiredState:
         self._last = validated.inventory
         self.last_snapshot_at = time.monotonic()
         return validated.inventory
+
+    async def _validate(self, rows: Rows) -> Validated:
+        """``validate_snapshot`` in a thread, bounded by the validation timeout. A thread past it
+        is abandoned (it cannot be stopped) but keeps ``_validating`` until it ends, so the loads
+        meanwhile start no other: threads never pile up, and the memo has one writer."""
+        if not self._validating.acquire(blocking=False):
+            raise TimeoutError  # not reached: ``_load`` checked it on this loop
+        ran = False
+
+        def validate_and_unlock() -> Validated:
+            nonlocal ran
+            ran = True
+            try:
+                return validate_snapshot(rows, self._memo)
+            finally:
+                self._validating.release()
+
+        try:
+            return await in_thread(
+                validate_and_unlock, self._validate_timeout, name="desired-state-validate"
+            )
+        except TimeoutError:
+            raise
+        except Exception:
+            if not ran:  # the thread did not start: nobody else will release it
+                self._validating.release()
+            raise
+
+    def _late(self, reason: str) -> Inventory:
+        """The last snapshot while validation lags (logged once until one is validated in time
+        again), or ``DesiredStateUnavailable`` when there is none yet."""
+        if not self._validation_late:
+            log.error(
+                "desired_state.validation_late",
+                source=self.describe(),
+                error=reason,
+                keeping="last snapshot" if self._last is not None else "nothing",
+            )
+            self._validation_late = True
+        if self._last is None:
+            raise DesiredStateUnavailable(f"{self.describe()}: {reason}")
+        return self._last
 
     @property
     def problems(self) -> Sequence[str]:
