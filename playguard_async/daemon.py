@@ -96,7 +96,9 @@ async def watched(engine: Engine, metrics: Metrics) -> AsyncIterator[None]:
     ready = functools.partial(redis_answers, engine.redis, settings.redis_socket_timeout)
 
     def status_text() -> str:
-        return f"{len(engine.cycles)} cycles in flight; {liveness.check().describe()}"
+        text = f"{len(engine.cycles)} cycles in flight; {liveness.check().describe()}"
+        missing = desired_state_missing(engine)
+        return text if missing is None else f"{text}; {missing}"
 
     async with contextlib.AsyncExitStack() as around:
         bind = settings.http_bind()
