@@ -142,15 +142,29 @@ def _wait_out_the_database(
     return daemon, base
 
 
-def test_a_missing_password_file_is_still_a_configuration_error_at_start(
-    daemons: DaemonRunner, postgres: LabDatabase
+@pytest.mark.parametrize("mistake", ["missing password file", "password in the URL"])
+def test_what_the_settings_get_wrong_is_still_a_configuration_error_at_start(
+    daemons: DaemonRunner, postgres: LabDatabase, mistake: str
 ) -> None:
     missing = daemons.workdir / "no-such-password-file"
-    daemon = daemons.start(
-        desired_state=postgres.url, desired_state_password_file=missing, tick_interval=1.0
-    )
-    assert daemon.wait(30) == EXIT_CONFIG
-    assert f"desired_state_password_file {missing}: " in daemon.stderr()
+    if mistake == "missing password file":
+        settings: dict[str, object] = {
+            "desired_state": postgres.url,
+            "desired_state_password_file": missing,
+        }
+        said = f"desired_state_password_file {missing}: "
+    else:
+        url = postgres.url.replace("@", f":{postgres.password}@", 1)
+        settings, said = {"desired_state": url}, "must not carry a password"
+    postgres.server.stop()  # the database's absence changes nothing: the settings are wrong
+    try:
+        config = daemons.write_settings("r1", daemons.settings("r1", **settings))
+        daemon = daemons.start(config=config)
+        assert daemon.wait(30) == EXIT_CONFIG
+    finally:
+        postgres.server.start()
+    assert said in daemon.stderr()
+    assert postgres.password not in daemon.stderr()
 
 
 def _cycles_of(daemon: Daemon, marquee: str) -> int:
