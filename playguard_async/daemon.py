@@ -44,6 +44,7 @@ async def serve(settings: Settings, *, stop_after: float | None = None) -> None:
     changes = ChangeNotifier(settings, engine.redis)
     engine.listeners.append(changes.notify_cycle)
     metrics.count_in_flight(lambda: len(engine.cycles))
+    metrics.watch_desired_state_loaded(lambda: engine.inventory is not None)
     source = engine.desired_state
     if isinstance(source, RemoteDesiredState):
         metrics.watch_desired_state(
@@ -95,7 +96,9 @@ async def watched(engine: Engine, metrics: Metrics) -> AsyncIterator[None]:
     ready = functools.partial(redis_answers, engine.redis, settings.redis_socket_timeout)
 
     def status_text() -> str:
-        return f"{len(engine.cycles)} cycles in flight; {liveness.check().describe()}"
+        text = f"{len(engine.cycles)} cycles in flight; {liveness.check().describe()}"
+        missing = desired_state_missing(engine)
+        return text if missing is None else f"{text}; {missing}"
 
     async with contextlib.AsyncExitStack() as around:
         bind = settings.http_bind()
@@ -105,7 +108,7 @@ async def watched(engine: Engine, metrics: Metrics) -> AsyncIterator[None]:
                 ready=ready,
                 ready_timeout=settings.redis_socket_timeout,
                 metrics=metrics.handler(),
-                not_ready_because=functools.partial(desired_state_unreachable, engine),
+                not_ready_because=functools.partial(desired_state_missing, engine),
             )
             await around.enter_async_context(serving(app, *bind))
         notifier = Notifier.from_environment()
@@ -122,11 +125,15 @@ async def watched(engine: Engine, metrics: Metrics) -> AsyncIterator[None]:
         yield
 
 
-def desired_state_unreachable(engine: Engine) -> str | None:
-    """Why the desired state is out of reach, while the engine runs on its last snapshot."""
+def desired_state_missing(engine: Engine) -> str | None:
+    """Why the desired state is out of reach (while the engine runs on its last snapshot), or
+    why there is none yet (while the engine runs no cycles); None when neither."""
     source = engine.desired_state
     if isinstance(source, RemoteDesiredState) and source.reachable is False:
-        return f"desired state {source.describe()} unreachable: {source.last_error}"
+        reason = f"desired state {source.describe()} unreachable: {source.last_error}"
+        return reason if engine.inventory is not None else f"{reason}; no snapshot yet: no cycles"
+    if engine.inventory is None and engine.waiting_for_desired_state is not None:
+        return f"no desired state yet: no cycles: {engine.waiting_for_desired_state}"
     return None
 
 

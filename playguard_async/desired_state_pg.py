@@ -9,13 +9,16 @@ playgrounds would remove that playground from the host; the rest of the fleet re
 refusal names table, key, column and value, and is logged when the set of refusals changes.
 
 The database unreachable: ``load`` returns the last good snapshot, logs once when reachability
-changes, and ``reachable`` says so for /readyz and the metrics; the next tick tries again.
+changes, and ``reachable`` says so for /readyz and the metrics; the next tick tries again. With
+no snapshot yet (out of reach since start) it raises ``DesiredStateUnavailable``, which the engine
+waits out (no cycles, /readyz not ready) rather than treating as a configuration error.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -29,6 +32,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from playguard_async.aio import in_thread
 from playguard_async.inventory import (
     AgentChat,
+    DesiredStateUnavailable,
     Inventory,
     InventoryError,
     Marquee,
@@ -47,7 +51,7 @@ from playguard_async.pg import (
     password_from,
     redacted,
 )
-from playguard_async.settings import Settings
+from playguard_async.settings import Settings, SettingsError
 
 log = structlog.get_logger("playguard.desired_state")
 
@@ -287,6 +291,9 @@ class PostgresDesiredState:
         self._problems: Sequence[str] = ()
         self._memo = RowMemo()
         self._loading = asyncio.Lock()  # a tick and a wake-up share the one connection
+        self._validating = threading.Lock()
+        """Held by the validating thread until it ends, past its timeout too: one at a time."""
+        self._validation_late = False
         self.reachable: bool | None = None
         """None before the first read; then whether the last read reached the database."""
         self.last_error: str | None = None
@@ -301,21 +308,30 @@ class PostgresDesiredState:
             return await self._load()
 
     async def _load(self) -> Inventory:
+        if self._validating.locked():  # an abandoned validation still runs: start no other
+            log.debug("desired_state.still_validating", source=self.describe())
+            return self._late(f"a snapshot read earlier is still being validated, past "
+                              f"{self._validate_timeout:g} s (inventory_read_timeout)")  # fmt: skip
         try:
             rows = await asyncio.wait_for(self._read(), self._timeout)
         except (DatabaseError, OSError, TimeoutError, asyncpg.PostgresError,
                 asyncpg.InterfaceError) as exc:  # fmt: skip
             await self._drop_connection()
             self._unreachable(self._why(exc))
-            if self._last is None:
-                raise InventoryError(f"{self.describe()}: {self.last_error}") from None
+            if self._last is None:  # not a configuration error: the engine waits and retries
+                raise DesiredStateUnavailable(f"{self.describe()}: {self.last_error}") from None
             return self._last
         self._now_reachable()
-        validated = await in_thread(
-            lambda: validate_snapshot(rows, self._memo),
-            self._validate_timeout,
-            name="desired-state-validate",
-        )
+        try:
+            validated = await self._validate(rows)
+        except TimeoutError:
+            return self._late(
+                f"snapshot not validated within {self._validate_timeout:g} s "
+                "(inventory_read_timeout)"
+            )
+        if self._validation_late:
+            log.info("desired_state.validation_caught_up", source=self.describe())
+            self._validation_late = False
         if list(self._problems) != validated.problems:
             for problem in validated.problems:
                 log.error("desired_state.row_refused", source=self.describe(), error=problem)
@@ -325,6 +341,48 @@ class PostgresDesiredState:
         self._last = validated.inventory
         self.last_snapshot_at = time.monotonic()
         return validated.inventory
+
+    async def _validate(self, rows: Rows) -> Validated:
+        """``validate_snapshot`` in a thread, bounded by the validation timeout. A thread past it
+        is abandoned (it cannot be stopped) but keeps ``_validating`` until it ends, so the loads
+        meanwhile start no other: threads never pile up, and the memo has one writer."""
+        if not self._validating.acquire(blocking=False):
+            raise TimeoutError  # not reached: ``_load`` checked it on this loop
+        ran = False
+
+        def validate_and_unlock() -> Validated:
+            nonlocal ran
+            ran = True
+            try:
+                return validate_snapshot(rows, self._memo)
+            finally:
+                self._validating.release()
+
+        try:
+            return await in_thread(
+                validate_and_unlock, self._validate_timeout, name="desired-state-validate"
+            )
+        except TimeoutError:
+            raise
+        except Exception:
+            if not ran:  # the thread did not start: nobody else will release it
+                self._validating.release()
+            raise
+
+    def _late(self, reason: str) -> Inventory:
+        """The last snapshot while validation lags (logged once until one is validated in time
+        again), or ``DesiredStateUnavailable`` when there is none yet."""
+        if not self._validation_late:
+            log.error(
+                "desired_state.validation_late",
+                source=self.describe(),
+                error=reason,
+                keeping="last snapshot" if self._last is not None else "nothing",
+            )
+            self._validation_late = True
+        if self._last is None:
+            raise DesiredStateUnavailable(f"{self.describe()}: {reason}")
+        return self._last
 
     @property
     def problems(self) -> Sequence[str]:
@@ -396,8 +454,15 @@ class PostgresDesiredState:
 
 
 def postgres_source(settings: Settings) -> PostgresDesiredState:
-    """The PostgreSQL source ``settings.desired_state`` names, with its password source."""
+    """The PostgreSQL source ``settings.desired_state`` names, with its password source.
+
+    A password file that cannot be read is a configuration error now (``SettingsError``), as a
+    malformed URL is: only the database itself being out of reach is waited out."""
     address, password = PgAddress.parse(settings.desired_state), database_password(settings)
+    try:
+        password()
+    except DatabaseError as exc:
+        raise SettingsError(str(exc)) from None
     return PostgresDesiredState(
         address,
         password,

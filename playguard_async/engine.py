@@ -31,7 +31,13 @@ import structlog
 from playguard_async.aio import bounded, detached, wait_or_stop
 from playguard_async.cycle_end import CycleEnd, Resume
 from playguard_async.fence import FenceRefused
-from playguard_async.inventory import DesiredState, Inventory, InventoryError, Marquee
+from playguard_async.inventory import (
+    DesiredState,
+    DesiredStateUnavailable,
+    Inventory,
+    InventoryError,
+    Marquee,
+)
 from playguard_async.keys import RESUME_KEY, marquee_lock_name
 from playguard_async.lock import (
     Lease,
@@ -293,7 +299,12 @@ class Engine:
         self.phase_listeners = list(phase_listeners)
         self.observer: EngineObserver = observer or _Unobserved()
         self.inventory: Inventory | None = None
+        self.waiting_for_desired_state: str | None = None
+        """Why the engine has no desired state yet (its source unavailable since start), while it
+        runs no cycles; None once it has one, or before the first read."""
         self.cycles: dict[str, asyncio.Task[CycleResult]] = {}
+        self._follow_ups: set[str] = set()
+        """Marquees woken while in a cycle here: each gets one more cycle when that one ends."""
         self.stopping = asyncio.Event()
         self.last_tick: float | None = None
         self.slots = settings.cycle_slots()
@@ -325,9 +336,17 @@ class Engine:
         self.stopping.set()
 
     async def load_inventory(self) -> Inventory:
-        """Read the desired state; keep the last good one (and say why) when the new one is bad."""
+        """Read the desired state; keep the last good one (and say why) when the new one is bad.
+
+        Raises when there is none to keep (``DesiredStateUnavailable`` while the source is out of
+        reach); the tick loop uses ``_desired_inventory``, which waits that out instead."""
         try:
             inventory = await self.desired_state.load()
+        except DesiredStateUnavailable as exc:
+            if self.inventory is None:
+                self.waiting_for_desired_state = str(exc)
+                raise
+            return self.inventory  # the source logs its outage itself, once per change
         except Exception as exc:
             # Whatever the source raises is a bad desired state, never the end of the daemon.
             if not isinstance(exc, InventoryError):
@@ -338,13 +357,27 @@ class Engine:
             return self.inventory
         if inventory is not self.inventory:
             self.inventory = inventory
+            self.waiting_for_desired_state = None
             _keep_out_of_collections()
         return inventory
 
+    async def _desired_inventory(self) -> Inventory | None:
+        """``load_inventory``, or None while the source has never been available (a database out
+        of reach since start): no cycle runs without a desired state, and the next tick asks
+        again. The source logs the outage once per change, not here per tick."""
+        try:
+            return await self.load_inventory()
+        except DesiredStateUnavailable:
+            return None
+
     async def run(self) -> None:
         """Tick until asked to stop, then drain. The first tick runs at once, after this
-        replica has announced itself; a stop request hands its Marquees to the others at once."""
-        await self.load_inventory()
+        replica has announced itself; a stop request hands its Marquees to the others at once.
+
+        A desired state that cannot be read at start raises (a configuration error), except one
+        out of reach for now (``DesiredStateUnavailable``): then the ticks run no cycles and ask
+        again each time, until one is read."""
+        await self._desired_inventory()
         await self.roster.announce()
         announcing = asyncio.create_task(
             self.roster.keep_announcing(self.stopping), name="replicas:announce"
@@ -356,6 +389,7 @@ class Engine:
             replica=self.settings.replica_id,
             phases=self.phase_names,
             slots=self.slots,
+            waiting_for_desired_state=self.waiting_for_desired_state,
         )
         try:
             while not self.stopping.is_set():
@@ -379,7 +413,10 @@ class Engine:
         """Start a cycle for every launchable Marquee of this replica's share (``replicas``) not
         already in a cycle here."""
         self.last_tick = time.monotonic()
-        inventory = await self.load_inventory()
+        inventory = await self._desired_inventory()
+        if inventory is None:
+            log.debug("engine.tick", started=[], waiting_for=self.desired_state.describe())
+            return []
         resume_first = await self._resume_order()
         marquees = sorted(
             (m for m in inventory.launchable_marquees() if self.roster.owns(m.name)),
@@ -402,20 +439,35 @@ class Engine:
     async def wake(self, names: Collection[str]) -> list[asyncio.Task[CycleResult]]:
         """Start cycles now for the named Marquees, whose desired state changed (a database's
         notification), from a freshly read inventory: those of this replica's share, as a tick
-        would; one already in a cycle here is left to it, so a Marquee never has two cycles in
-        one replica. Its lock still decides."""
+        would. Its lock still decides.
+
+        A Marquee already in a cycle here may have read its desired state before the change: it
+        gets one follow-up cycle when that cycle ends (however many wake-ups came meanwhile, and
+        never two cycles of one Marquee at once in one replica)."""
         if self.stopping.is_set():
             return []
-        inventory = await self.load_inventory()
-        started = []
+        inventory = await self._desired_inventory()
+        if inventory is None:
+            return []
+        started, following = [], []
         for name in sorted(names):
             try:
                 marquee = inventory.marquee(name)
             except KeyError:  # gone, or left out of the snapshot: nothing to start
                 continue
-            if marquee.launchable and self.roster.owns(name) and name not in self.cycles:
+            if not (marquee.launchable and self.roster.owns(name)):
+                continue
+            if name in self.cycles:
+                self._follow_ups.add(name)
+                following.append(name)
+            else:
                 started.append(self._start_cycle(marquee, inventory))
-        log.info("engine.woken", started=[t.get_name() for t in started], asked=len(names))
+        log.info(
+            "engine.woken",
+            started=[t.get_name() for t in started],
+            after_running=following,
+            asked=len(names),
+        )
         return started
 
     async def resync(self) -> None:
@@ -457,8 +509,26 @@ class Engine:
         name = task.get_name().removeprefix("cycle:")
         if self.cycles.get(name) is task:
             del self.cycles[name]
+            if name in self._follow_ups:
+                self._follow_ups.discard(name)
+                self._follow_up(name)
         if not task.cancelled() and (error := task.exception()) is not None:
             log.error("cycle.crashed", marquee=name, error=repr(error), exc_info=error)
+
+    def _follow_up(self, name: str) -> None:
+        """The one cycle owed to a Marquee woken during its last one, from the newest desired
+        state (read by that wake-up or since); none once stopping, or if the Marquee is no longer
+        this replica's to run."""
+        inventory = self.inventory
+        if self.stopping.is_set() or inventory is None:
+            return
+        try:
+            marquee = inventory.marquee(name)
+        except KeyError:
+            return
+        if marquee.launchable and self.roster.owns(name):
+            log.info("engine.follow_up", marquee=name)
+            self._start_cycle(marquee, inventory)
 
     async def drain(self) -> None:
         """Let running cycles reach a phase boundary within the grace, then cancel the rest."""

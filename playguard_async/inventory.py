@@ -63,6 +63,12 @@ class InventoryError(ValueError):
         self.problems = problems
 
 
+class DesiredStateUnavailable(InventoryError):
+    """The source cannot give a desired state now (a database out of reach) and has none to keep:
+    not a configuration error. The engine runs no cycles until it has one and asks again every
+    tick, rather than stopping."""
+
+
 # A place in the document, as pydantic reports it: ("marquees", 1, "name").
 _Loc = tuple[str | int, ...]
 

@@ -134,6 +134,16 @@ class Metrics:
         """Read the gauge of cycles in flight from ``cycles`` at every scrape."""
         self.cycles_in_flight.set_function(cycles)
 
+    def watch_desired_state_loaded(self, loaded: Callable[[], bool]) -> None:
+        """A gauge read at every scrape: whether the engine has a desired state to cycle on."""
+        gauge = Gauge(
+            "playguard_desired_state_loaded",
+            "1 while a desired state is in force; 0 while none could be read since start (a "
+            "database out of reach): no cycles run until one is.",
+            registry=self.registry,
+        )
+        gauge.set_function(lambda: float(loaded()))
+
     def watch_desired_state(
         self,
         reachable: Callable[[], bool | None],

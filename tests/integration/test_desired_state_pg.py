@@ -12,7 +12,11 @@ import pytest
 from structlog.testing import capture_logs
 
 from playguard_async.desired_state_pg import PostgresDesiredState
-from playguard_async.inventory import InventoryError, RemoteDesiredState
+from playguard_async.inventory import (
+    DesiredStateUnavailable,
+    InventoryError,
+    RemoteDesiredState,
+)
 from playguard_async.pg import PgAddress, password_from
 from playguard_async.pg_schema import migrate
 from playguard_async.pg_transfer import import_inventory
@@ -153,7 +157,7 @@ async def test_server_down_keeps_the_last_snapshot_and_back_reads_a_fresh_one(
     assert age < 5
 
 
-async def test_an_unreachable_database_at_the_first_read_is_an_inventory_error(
+async def test_an_unreachable_database_at_the_first_read_is_unavailable_not_misconfigured(
     postgres: LabDatabase,
 ) -> None:
     address = PgAddress.parse(postgres.url)
@@ -162,7 +166,7 @@ async def test_an_unreachable_database_at_the_first_read_is_an_inventory_error(
         password_from("wrong-Pa55word", None),
         timeout=3.0,
     )
-    with pytest.raises(InventoryError) as refused:
+    with pytest.raises(DesiredStateUnavailable) as refused:  # the engine waits it out
         await source.load()
     assert str(refused.value).startswith(f"{address.describe()}: cannot connect: ")
     assert "wrong-Pa55word" not in str(refused.value)

@@ -7,14 +7,25 @@ from __future__ import annotations
 import json
 import math
 import subprocess
+from pathlib import Path
 
 import pytest
 
+from playguard_async.cli import EXIT_CONFIG
 from tests.support.daemon import PLAYGUARD, Daemon, DaemonRunner, wait_for
 from tests.support.postgres import LabDatabase, migrated_fleet
-from tests.support.probes import CYCLES, answer_once, scrape_until, start_serving
+from tests.support.probes import (
+    CYCLES,
+    NotifySocket,
+    answer_once,
+    notify_socket,
+    scrape_until,
+    start_serving,
+)
 
 REACHABLE = "playguard_desired_state_reachable"
+LOADED = "playguard_desired_state_loaded"
+TICKS = "playguard_tick_lag_seconds_count"
 
 
 async def test_daemon_runs_from_the_database_and_rides_out_its_outage(
@@ -58,6 +69,101 @@ async def test_daemon_runs_from_the_database_and_rides_out_its_outage(
     assert len(daemon.events("desired_state.unreachable")) == 1
     assert len(daemon.events("desired_state.reachable")) == 1
     assert {line["marquee"] for line in daemon.events("cycle.finished")} >= {"alpha", "beta"}
+    assert postgres.password not in daemon.stderr()
+
+
+async def test_daemon_started_while_the_database_is_down_waits_then_cycles_once_it_is_up(
+    daemons: DaemonRunner, postgres: LabDatabase, tmp_path: Path
+) -> None:
+    connection = await migrated_fleet(postgres, daemons.write_inventory(["alpha", "beta"]))
+    await connection.close()
+    daemons.inventory.unlink()  # the database is the only desired state
+    with notify_socket(tmp_path / "notify") as manager:
+        daemon, base = _wait_out_the_database(daemons, postgres, manager)
+        up_at = len(manager.receive())
+        manager.wait_for(
+            lambda messages: any(
+                "STATUS" in m and "desired state" not in m["STATUS"] for m in messages[up_at:]
+            ),
+            timeout=20,
+            what="a STATUS line without the outage",
+        )
+    up = scrape_until(base, lambda m: m.value(CYCLES, outcome="ok") >= 2, what="ok cycles")
+    assert (up.value(LOADED), up.value(REACHABLE)) == (1, 1)
+    assert answer_once(base, "/readyz", 200) == "ready: Redis answers\n"
+    assert daemons.stop_all([daemon], timeout=15) == {"r1": 0}
+
+    events = [line["event"] for line in daemon.events()]
+    assert events.count("desired_state.unreachable") == 1, "once, not once per tick"
+    assert events.count("desired_state.reachable") == 1
+    assert "inventory.invalid" not in events
+    assert events.index("desired_state.reachable") < events.index("cycle.finished")
+    [started] = daemon.events("engine.started")
+    assert started["waiting_for_desired_state"].startswith(f"{postgres.url}: cannot connect: ")
+    assert {line["marquee"] for line in daemon.events("cycle.finished")} == {"alpha", "beta"}
+    assert postgres.password not in daemon.stderr()
+
+
+def _wait_out_the_database(
+    daemons: DaemonRunner, postgres: LabDatabase, manager: NotifySocket
+) -> tuple[Daemon, str]:
+    """Start a daemon while the database is down; see it tick without cycles and say why on
+    /readyz, the metrics and systemd's STATUS; start the database again."""
+    postgres.server.stop()
+    try:
+        daemon, base = start_serving(  # fails at once if the daemon exits
+            daemons,
+            tick_interval=1.0,
+            phase_seconds=0.05,
+            desired_state=postgres.url,
+            desired_state_timeout=1.0,
+            env={
+                "PLAYGUARD_DESIRED_STATE_PASSWORD": postgres.password,
+                "NOTIFY_SOCKET": str(manager.path),
+                "WATCHDOG_USEC": "2000000",
+            },
+        )
+        body = answer_once(base, "/readyz", 503)
+        assert body.startswith(f"not ready: desired state {postgres.url} unreachable: "), body
+        assert body.endswith("; no snapshot yet: no cycles\n"), body
+        waiting = scrape_until(
+            base, lambda m: m.value(TICKS) >= 3, what="three ticks without a desired state"
+        )
+        assert waiting.value(CYCLES) == 0
+        assert waiting.value(LOADED) == 0
+        assert waiting.value(REACHABLE) == 0
+        assert math.isnan(waiting.value("playguard_desired_state_snapshot_age_seconds"))
+        assert daemon.process.poll() is None
+        statuses = [m["STATUS"] for m in manager.receive() if "STATUS" in m]
+        assert statuses, "systemd heard from it"
+        assert statuses[-1].endswith("; no snapshot yet: no cycles"), statuses[-1]
+    finally:
+        postgres.server.start()
+    return daemon, base
+
+
+@pytest.mark.parametrize("mistake", ["missing password file", "password in the URL"])
+def test_what_the_settings_get_wrong_is_still_a_configuration_error_at_start(
+    daemons: DaemonRunner, postgres: LabDatabase, mistake: str
+) -> None:
+    missing = daemons.workdir / "no-such-password-file"
+    if mistake == "missing password file":
+        settings: dict[str, object] = {
+            "desired_state": postgres.url,
+            "desired_state_password_file": missing,
+        }
+        said = f"desired_state_password_file {missing}: "
+    else:
+        url = postgres.url.replace("@", f":{postgres.password}@", 1)
+        settings, said = {"desired_state": url}, "must not carry a password"
+    postgres.server.stop()  # the database's absence changes nothing: the settings are wrong
+    try:
+        config = daemons.write_settings("r1", daemons.settings("r1", **settings))
+        daemon = daemons.start(config=config)
+        assert daemon.wait(30) == EXIT_CONFIG
+    finally:
+        postgres.server.start()
+    assert said in daemon.stderr()
     assert postgres.password not in daemon.stderr()
 
 

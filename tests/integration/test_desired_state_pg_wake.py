@@ -1,0 +1,159 @@
+"""Wake-ups from the lab's PostgreSQL meeting a cycle already running: one coalesced follow-up
+cycle after it, never none, never one per notification, never two cycles of a Marquee at once."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections import Counter
+from collections.abc import AsyncIterator, Collection
+from pathlib import Path
+
+import asyncpg
+import pytest
+from redis.asyncio import Redis
+from structlog.testing import capture_logs
+
+from playguard_async.aio import background
+from playguard_async.desired_state_pg import PostgresDesiredState
+from playguard_async.engine import CycleResult
+from playguard_async.pg import PgAddress, password_from
+from playguard_async.pg_schema import migrate
+from playguard_async.pg_transfer import import_inventory
+from playguard_async.phase import PhaseContext
+from tests.support.engine import EngineHarness, ScriptedPhase
+from tests.support.fencing import eventually
+from tests.support.pg_inventory import full_document, write_inventory
+from tests.support.postgres import LabDatabase
+
+
+@pytest.fixture
+async def fleet(postgres: LabDatabase, tmp_path: Path) -> AsyncIterator[asyncpg.Connection]:
+    """The test's database, migrated and holding ``full_document()``: edge-0 and edge-1 are
+    launchable, each with playgrounds shop-<n>-0..2."""
+    connection = await postgres.connect()
+    await migrate(connection)
+    await import_inventory(connection, write_inventory(tmp_path, full_document()))
+    yield connection
+    await connection.close()
+
+
+@pytest.fixture
+async def source(postgres: LabDatabase) -> AsyncIterator[PostgresDesiredState]:
+    source = PostgresDesiredState(
+        PgAddress.parse(postgres.url), password_from(postgres.password, None), timeout=3.0
+    )
+    yield source
+    await source.close()
+
+
+class HeldPhase:
+    """A phase that holds edge-0's first cycle until ``release`` is set, and records what every
+    cycle saw and how many cycles of one Marquee ran at once."""
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.entered = asyncio.Event()
+        self.running: Counter[str] = Counter()
+        self.most_at_once: Counter[str] = Counter()
+        self.branches_seen: list[str] = []
+
+    async def __call__(self, ctx: PhaseContext) -> None:
+        name = ctx.marquee.name
+        self.running[name] += 1
+        self.most_at_once[name] = max(self.most_at_once[name], self.running[name])
+        try:
+            if name == "edge-0":
+                [watched] = (p for p in ctx.inventory.playgrounds_on(name) if p.name == "shop-0-0")
+                self.branches_seen.append(watched.branch)
+                self.entered.set()
+                await self.release.wait()
+        finally:
+            self.running[name] -= 1
+
+
+def _cycles(results: list[CycleResult], marquee: str) -> int:
+    return sum(result.marquee == marquee for result in results)
+
+
+async def test_notifications_during_a_cycle_give_exactly_one_follow_up_after_it(
+    redis: Redis, fleet: asyncpg.Connection, source: PostgresDesiredState
+) -> None:
+    held = HeldPhase()
+    harness = EngineHarness(redis, ScriptedPhase("held", held), state=source)
+    engine = harness.engine
+    wakes: list[set[str]] = []
+
+    async def wake(names: Collection[str]) -> object:
+        started = await engine.wake(names)
+        wakes.append(set(names))  # once the wake-up has done all it will
+        return started
+
+    with capture_logs() as logs:
+        async with background("listener", source.listen(wake, engine.resync)):
+            await eventually(
+                lambda: any(entry["event"] == "desired_state.listening" for entry in logs),
+                timeout=10,
+                what="the listener LISTENing",
+            )
+            result = await _held_cycle_meets_wake_ups(harness, held, fleet, wakes)
+
+    assert result.outcome.value == "ok"
+    assert held.branches_seen == ["feature/x-0", "edit-3"], "the follow-up saw the last edit"
+    assert "edge-0" not in engine.cycles, "exactly one follow-up, not one per wake-up"
+    assert _cycles(harness.results, "edge-0") == 2
+    assert _cycles(harness.results, "edge-1") == 1, "Marquees nobody woke get none"
+    assert held.most_at_once == Counter({"edge-0": 1, "edge-1": 1})
+
+
+async def _held_cycle_meets_wake_ups(
+    harness: EngineHarness,
+    held: HeldPhase,
+    fleet: asyncpg.Connection,
+    wakes: list[set[str]],
+) -> CycleResult:
+    """Hold edge-0's first cycle, edit its rows three times (a notification each) and wake it
+    once more directly, release it: the follow-up cycle's result."""
+    engine = harness.engine
+    first = await engine.tick()  # edge-0 and edge-1 (edge-2 is not launchable)
+    assert sorted(task.get_name() for task in first) == ["cycle:edge-0", "cycle:edge-1"]
+    await asyncio.wait_for(held.entered.wait(), 10)
+    running = engine.cycles["edge-0"]
+
+    # Three edits, in separate debounce windows: three notifications, three wake-ups, while
+    # edge-0's first cycle still runs on the snapshot from before them.
+    for branch in ("edit-1", "edit-2", "edit-3"):
+        wanted = len(wakes) + 1
+        await fleet.execute("UPDATE playgrounds SET branch = $1 WHERE name = 'shop-0-0'", branch)
+        reached = functools.partial(lambda n: len(wakes) >= n, wanted)
+        await eventually(reached, timeout=10, what=f"the wake-up for {branch}")
+    await engine.wake({"edge-0"})  # and one more, as a direct call
+    assert wakes == [{"edge-0"}] * 3
+    assert not running.done(), "the held cycle is still running"
+    assert _cycles(harness.results, "edge-0") == 0
+
+    held.release.set()
+    await running
+    follow_up = engine.cycles["edge-0"]  # started as the first one ended, not later
+    assert follow_up is not running
+    return await follow_up
+
+
+async def test_a_wake_up_during_a_cycle_gives_no_follow_up_once_stopping(
+    redis: Redis, fleet: asyncpg.Connection, source: PostgresDesiredState
+) -> None:
+    held = HeldPhase()
+    harness = EngineHarness(redis, ScriptedPhase("held", held), state=source)
+    engine = harness.engine
+    await engine.tick()
+    await asyncio.wait_for(held.entered.wait(), 10)
+    running = engine.cycles["edge-0"]
+    await engine.wake({"edge-0"})
+
+    engine.request_stop()
+    held.release.set()
+    await running
+    await engine.drain()
+
+    assert engine.cycles == {}
+    assert _cycles(harness.results, "edge-0") == 1
