@@ -25,7 +25,7 @@ import uuid
 import weakref
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import structlog
 from redis.commands.core import AsyncScript
@@ -33,7 +33,7 @@ from redis.exceptions import NoScriptError
 
 from playguard_async.aio import bounded, detached, kept
 from playguard_async.keys import fence_key, lock_key, once_key
-from playguard_async.redis_channel import ChannelledRedis, CommandChannel, run_script, then
+from playguard_async.redis_channel import ChannelledRedis, CommandChannel, run_script
 from playguard_async.redis_client import (
     AcknowledgedCall,
     RedisClient,
@@ -110,6 +110,8 @@ DEFAULT_DRIFT_FACTOR = 0.01
 """Share of the ttl subtracted from a lease's deadline for clock-rate drift between us and Redis."""
 
 _DRIFT_FLOOR = 0.002
+
+_A = TypeVar("_A")
 
 
 class LockError(Exception):
@@ -306,6 +308,8 @@ class Lease:
             await bounded(self.lock.timeout, asyncio.shield(self._releasing))
         except Exception as exc:
             log.debug("lock.release_unknown", lock=self.name, error=repr(exc))
+        if self._releasing.done():
+            self._settle_late(self._releasing)  # an answer in whose callback has not yet run
         return self._released or self._settled(ReleaseResult.UNKNOWN)
 
     def _settle_late(self, answer: asyncio.Future[Any]) -> None:
@@ -380,10 +384,6 @@ def _scripts_of(redis: RedisClient) -> _Scripts:
     return scripts
 
 
-def _unacknowledged(answer: Any) -> tuple[Any, None]:
-    return answer, None
-
-
 class TokenLock:
     """A named lock in Redis taken with ``acquire()`` and held through a ``Lease``.
 
@@ -445,13 +445,20 @@ class TokenLock:
             return run_script(self._channel, script, keys, args)
         return kept(bounded(self.timeout, script(keys=keys, args=args)))
 
+    def _outlasting(self, call: asyncio.Future[_A]) -> asyncio.Future[_A]:
+        """What to await for ``call`` (from ``_call``) so that the waiter's cancellation leaves
+        the call running: a channel's command goes out anyway, a task needs a shield."""
+        return call if self._channel is not None else asyncio.shield(call)
+
     async def _write(
         self, script: AsyncScript, keys: list[str], args: list[str | int]
     ) -> tuple[Any, int | None]:
         """Run one of the scripts that write the lock key; with ``min_replicas``, WAIT for that
         many replicas on the same connection and return how many acknowledged (else None)."""
+        if self._channel is not None:
+            return await run_script(self._channel, script, keys, args), None
         if not self.min_replicas:
-            return await asyncio.shield(self._call(script, keys, args)), None
+            return await script(keys=keys, args=args), None
         call = AcknowledgedCall(script, keys, args, self.min_replicas, _ms(self.replica_timeout))
         return await run_acknowledged(self.redis, call)
 
@@ -487,7 +494,9 @@ class TokenLock:
         # before that answer could overtake the SET on another connection.
         attempt = self._attempt(record)
         try:
-            fence, acknowledged = await bounded(self.timeout, asyncio.shield(attempt))
+            fence, acknowledged = self._acknowledged(
+                await bounded(self.timeout, self._outlasting(attempt))
+            )
         except asyncio.CancelledError:
             attempt.add_done_callback(lambda done: self._undo(done, record))
             raise
@@ -513,17 +522,26 @@ class TokenLock:
         log.debug("lock.acquired", lock=self.name, fence=lease.fence, ttl=self.ttl)
         return lease
 
-    def _attempt(self, record: str) -> asyncio.Future[tuple[Any, int | None]]:
+    def _attempt(self, record: str) -> asyncio.Future[Any]:
+        """The acquiring script's call, whose answer ``_acknowledged`` reads. On the channel a
+        cancelled attempt's command still goes out, ahead of anything sent after it."""
         keys = [self.key, self.fence_key]
         args: list[str | int] = [record, _ms(self.ttl)]
-        if self._channel is None:
-            return kept(bounded(self.timeout, self._write(self._acquire_script, keys, args)))
-        return then(run_script(self._channel, self._acquire_script, keys, args), _unacknowledged)
+        if self._channel is not None:
+            return run_script(self._channel, self._acquire_script, keys, args)
+        return kept(bounded(self.timeout, self._write(self._acquire_script, keys, args)))
 
-    def _undo(self, attempt: asyncio.Future[tuple[Any, int | None]], record: str) -> None:
-        """Delete what an abandoned acquisition may have written, now that its answer is in."""
-        if not attempt.cancelled() and attempt.exception() is None and attempt.result()[0] is None:
-            return  # the lock was held by someone else: nothing of ours was written
+    def _acknowledged(self, answer: Any) -> tuple[Any, int | None]:
+        """An ``_attempt``'s answer as (fence or None, replicas that acknowledged or None)."""
+        return (answer, None) if self._channel is not None else answer
+
+    def _undo(self, attempt: asyncio.Future[Any], record: str) -> None:
+        """Delete what an abandoned acquisition may have written, once its answer is in (on the
+        channel: at once, since the delete cannot overtake the SET there)."""
+        if not attempt.cancelled() and attempt.exception() is None:
+            fence, _ = self._acknowledged(attempt.result())
+            if fence is None:
+                return  # the lock was held by someone else: nothing of ours was written
         undo = self._call(self._release_script, [self.key], [record])
         undo.add_done_callback(self._log_undone)
 
@@ -539,7 +557,7 @@ class TokenLock:
         try:
             outcome = await bounded(
                 self.timeout,
-                asyncio.shield(self._call(self._release_script, [self.key], [record])),
+                self._outlasting(self._call(self._release_script, [self.key], [record])),
             )
         except Exception as exc:
             # Returned as UNKNOWN, which each caller says in its own words.

@@ -24,8 +24,9 @@ Answers are RESP values as read (bytes, int, None, lists), without redis-py's re
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from redis.asyncio import Redis
 from redis.asyncio.connection import AbstractConnection, ConnectionPool
@@ -38,10 +39,15 @@ DEFAULT_TIMEOUT = 5.0
 MAX_BATCH = 1024
 """Commands in one write at most, so one burst cannot hold every other caller behind it."""
 
-_T = TypeVar("_T")
-_U = TypeVar("_U")
-
 _Command = tuple[Any, ...]
+
+
+@dataclass(slots=True)
+class _Queued:
+    command: _Command
+    answer: asyncio.Future[Any]
+    fallback: _Command | None = None
+    """Sent instead, with the same ``answer``, when Redis answers NOSCRIPT (see ``run_script``)."""
 
 
 class CommandChannel:
@@ -51,57 +57,77 @@ class CommandChannel:
         self._pool = pool
         configured = pool.connection_kwargs.get("socket_timeout")
         self.timeout: float = timeout or configured or DEFAULT_TIMEOUT
-        self._queue: list[tuple[_Command, asyncio.Future[Any]]] = []
+        self._queue: list[_Queued] = []
         self._connection: AbstractConnection | None = None
         self._sender: asyncio.Task[None] | None = None
+        self._idle: asyncio.Future[None] | None = None
         self._closed = False
         self.batches = 0
         """Batches written so far: what benchmarks divide commands by."""
 
-    def send(self, *command: Any) -> asyncio.Future[Any]:
-        """Queue ``command``; the future holds its answer or its error. Never blocks."""
+    def send(self, *command: Any, fallback: _Command | None = None) -> asyncio.Future[Any]:
+        """Queue ``command``; the future holds its answer or its error. Never blocks.
+
+        A caller that stops waiting may cancel the future: the command goes out all the same,
+        but its ``fallback`` (if any) does not, since nobody wants its answer."""
         if self._closed:
             raise ConnectionError("Redis command channel is closed")
         loop = asyncio.get_running_loop()
         answer: asyncio.Future[Any] = loop.create_future()
-        self._queue.append((command, answer))
+        self._queue.append(_Queued(command, answer, fallback))
         if self._sender is None:
             self._sender = loop.create_task(self._send_queued(), name="redis-channel")
+        elif self._idle is not None and not self._idle.done():
+            self._idle.set_result(None)
         return answer
 
     async def aclose(self) -> None:
         """Refuse new commands, let the queued ones go out, then close the connection."""
         self._closed = True
         if self._sender is not None:
+            if self._idle is not None and not self._idle.done():
+                self._idle.set_result(None)
             await asyncio.wait([self._sender])
         if self._connection is not None:
             await self._connection.disconnect()
             self._connection = None
 
     async def _send_queued(self) -> None:
+        """The one sender: a batch whenever commands wait, else idle until ``send`` wakes it
+        (cheaper than a task per batch when callers come one at a time)."""
+        loop = asyncio.get_running_loop()
         try:
-            while self._queue:
+            while self._queue or not self._closed:
+                if not self._queue:
+                    self._idle = loop.create_future()
+                    await self._idle
+                    continue
                 batch, self._queue = self._queue[:MAX_BATCH], self._queue[MAX_BATCH:]
                 await self._exchange(batch)
         finally:
-            # No await between the empty queue and this: a send() now starts a new sender.
-            self._sender = None
+            self._sender = self._idle = None
 
-    async def _exchange(self, batch: list[tuple[_Command, asyncio.Future[Any]]]) -> None:
+    async def _exchange(self, batch: list[_Queued]) -> None:
         answered = 0
+        retries: list[_Queued] = []
         try:
             async with asyncio.timeout(self.timeout):
                 connection = await self._connected()
-                packed = connection.pack_commands([command for command, _ in batch])
+                packed = connection.pack_commands([queued.command for queued in batch])
                 await connection.send_packed_command(packed, check_health=False)
                 self.batches += 1
-                for _, answer in batch:
+                for queued in batch:
                     try:
                         value = await connection.read_response()
+                    except NoScriptError as error:  # the script did not run: safe to resend
+                        if queued.fallback is not None and not queued.answer.done():
+                            retries.append(_Queued(queued.fallback, queued.answer))
+                        else:
+                            _settle(queued.answer, error=error)
                     except ResponseError as error:  # read whole: the stream stays in step
-                        _settle(answer, error=error)
+                        _settle(queued.answer, error=error)
                     else:
-                        _settle(answer, value=value)
+                        _settle(queued.answer, value=value)
                     answered += 1
         except BaseException as error:
             # The connection's state is unknown (half a batch read, a primary demoted): drop it.
@@ -109,10 +135,14 @@ class CommandChannel:
             if broken is not None:
                 await asyncio.shield(broken.disconnect(nowait=True))
             failure = error if isinstance(error, Exception) else ConnectionError(repr(error))
-            for _, answer in batch[answered:]:
-                _settle(answer, error=failure)
+            for queued in [*retries, *batch[answered:]]:
+                _settle(queued.answer, error=failure)
             if not isinstance(error, Exception):
                 raise
+        else:
+            # Ahead of what was queued meanwhile: a clean-up sent after a command whose
+            # script was missing must still follow it.
+            self._queue[:0] = retries
 
     async def _connected(self) -> AbstractConnection:
         """The channel's connection, made anew when it is closed or holds bytes nobody asked
@@ -150,54 +180,15 @@ def _settle(
         answer.set_result(value)
 
 
-def then(source: asyncio.Future[_T], transform: Callable[[_T], _U]) -> asyncio.Future[_U]:
-    """A future of ``transform(source's result)``, or of its error; cancelling it leaves
-    ``source`` alone."""
-    result: asyncio.Future[_U] = source.get_loop().create_future()
-
-    def forward(done: asyncio.Future[_T]) -> None:
-        if result.done():
-            done.cancelled() or done.exception()  # retrieved: its caller has gone
-            return
-        if done.cancelled():
-            result.cancel()
-        elif (error := done.exception()) is not None:
-            result.set_exception(error)
-        else:
-            result.set_result(transform(done.result()))
-
-    source.add_done_callback(forward)
-    return result
-
-
 def run_script(
     channel: CommandChannel, script: AsyncScript, keys: Sequence[Any], args: Sequence[Any]
 ) -> asyncio.Future[Any]:
     """``script``'s answer by EVALSHA, sent whole by EVAL when Redis lost it (a restart, a new
-    primary): NOSCRIPT means the script did not run, so sending it again is safe. Both go out
-    whatever the caller does: the future resolves without the caller's task."""
+    primary): NOSCRIPT means the script did not run, so sending it again is safe."""
     arguments = (len(keys), *keys, *args)
-    result: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-
-    def forward(done: asyncio.Future[Any]) -> None:
-        error = done.exception()
-        if isinstance(error, NoScriptError) and not retried:
-            retried.append(True)
-            try:
-                channel.send("EVAL", script.script, *arguments).add_done_callback(forward)
-                return
-            except ConnectionError as closed:
-                error = closed
-        if result.done():
-            return
-        if error is not None:
-            result.set_exception(error)
-        else:
-            result.set_result(done.result())
-
-    retried: list[bool] = []
-    channel.send("EVALSHA", script.sha, *arguments).add_done_callback(forward)
-    return result
+    return channel.send(
+        "EVALSHA", script.sha, *arguments, fallback=("EVAL", script.script, *arguments)
+    )
 
 
 class ChannelledRedis(Redis):
@@ -218,4 +209,4 @@ class ChannelledRedis(Redis):
         await super().aclose(close_connection_pool)
 
 
-__all__ = ["ChannelledRedis", "CommandChannel", "run_script", "then"]
+__all__ = ["ChannelledRedis", "CommandChannel", "run_script"]

@@ -178,9 +178,10 @@ async def test_acquire_while_redis_down_raises_unavailable(
         redis_server.restart()
 
 
-async def test_release_while_redis_paused_is_unknown_and_key_expires_by_ttl(
+async def test_release_while_redis_paused_is_unknown_and_the_key_does_not_outlive_its_ttl(
     redis: Redis, redis_server: RedisServer
 ) -> None:
+    """Unknown, never released: the delete may land once Redis resumes, or the ttl ends it."""
     lease = await make_lock(redis, ttl=1.5).acquire()
     assert lease is not None
     redis_server.pause()
@@ -189,7 +190,6 @@ async def test_release_while_redis_paused_is_unknown_and_key_expires_by_ttl(
     finally:
         redis_server.resume()
     assert result is ReleaseResult.UNKNOWN
-    assert await redis.exists(lock_key("marquee:edge-1")) == 1
     assert await wait_until_gone(redis, lock_key("marquee:edge-1"), 3.0)
 
 
@@ -201,9 +201,9 @@ def spy_on_channel(redis: Redis, monkeypatch: pytest.MonkeyPatch) -> asyncio.Eve
     handed = asyncio.Event()
     send = channel.send
 
-    def spy(*command: Any) -> asyncio.Future[Any]:
+    def spy(*command: Any, **options: Any) -> asyncio.Future[Any]:
         handed.set()
-        return send(*command)
+        return send(*command, **options)
 
     monkeypatch.setattr(channel, "send", spy)
     return handed
