@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import date
 from functools import cached_property
 from pathlib import Path
-from typing import Annotated, Any, Literal, Protocol, Self, runtime_checkable
+from typing import Annotated, Any, Literal, Protocol, Self, cast, runtime_checkable
 
 import yaml
 from pydantic import (
@@ -36,6 +36,8 @@ from pydantic import (
     SecretStr,
     ValidationError,
     ValidationInfo,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
     field_validator,
     model_validator,
 )
@@ -247,7 +249,29 @@ def _resolve_local_path(value: Path, info: ValidationInfo) -> Path:
     return base_dir / value
 
 
-LocalPath = Annotated[Path, AfterValidator(_resolve_local_path)]
+# Validation context key: the local paths one validation has resolved, by the text it was given.
+_PATHS_RESOLVED = "paths_resolved"
+
+
+def _remembered_local_path(
+    value: object, resolve: ValidatorFunctionWrapHandler, info: ValidationInfo
+) -> Path:
+    """Resolve each distinct path text once per validation: ten thousand Marquees name the same
+    two key files, and a ``Path`` costs more to make than the rest of a Marquee's checks. A
+    ``Path`` is immutable, so Marquees may share one; a text that fails is not remembered, so it
+    fails again in every place it appears."""
+    paths: dict[str, Path] | None = info.context.get(_PATHS_RESOLVED) if info.context else None
+    if paths is None or type(value) is not str:
+        return cast(Path, resolve(value))
+    path = paths.get(value)
+    if path is None:
+        path = paths[value] = resolve(value)
+    return path
+
+
+LocalPath = Annotated[
+    Path, AfterValidator(_resolve_local_path), WrapValidator(_remembered_local_path)
+]
 
 
 class _Model(BaseModel):
@@ -1050,7 +1074,9 @@ class YamlInventorySource:
         except RecursionError:  # the pure-Python parser, without libyaml's own depth limit
             raise InventoryError(f"{self._path}: invalid YAML: nested too deeply") from None
         try:
-            return Inventory.model_validate(document, context={_BASE_DIR: self._path.parent})
+            return Inventory.model_validate(
+                document, context={_BASE_DIR: self._path.parent, _PATHS_RESOLVED: {}}
+            )
         except ValidationError as exc:
             lines = self._lines(text)
             located = sorted(
