@@ -945,12 +945,12 @@ INVENTORY_READ_TIMEOUT = 30.0
 
 @contextlib.contextmanager
 def _collector_paused() -> Iterator[None]:
-    """Hold off the cyclic garbage collector while a document is parsed and validated.
+    """Hold off the cyclic garbage collector while a document is parsed, validated and indexed.
 
     A large inventory allocates hundreds of thousands of nodes at once, none of them in a
     reference cycle (refcounting frees the tree), yet each allocation burst starts collections
-    that walk everything alive: two thirds of a 10,000-Marquee parse. Process-wide, but for the
-    parse only (one at a time), and left off if someone else turned it off.
+    that walk everything alive: two thirds of a 10,000-Marquee parse. Process-wide, but for one
+    read only (one at a time), and left off if someone else turned it off.
     """
     enabled = gc.isenabled()
     gc.disable()
@@ -1047,13 +1047,16 @@ class YamlInventorySource:
             inventory = loaded.inventory
         else:
             inventory = self._validated(content.data)
-            inventory._index  # noqa: B018 - built here, in the reading thread, not on the loop
         self._loaded = _Loaded(inventory, content.signature, digest, trusted)
         return inventory
 
     def _validated(self, data: bytes) -> Inventory:
         with _collector_paused():
-            return self._parsed_and_validated(data)
+            inventory = self._parsed_and_validated(data)
+            # Built here, in the reading thread, not on the loop; with the collector still
+            # paused, as its 100,000 entries would start collections that walk the whole state.
+            inventory._index  # noqa: B018
+            return inventory
 
     def _parsed_and_validated(self, data: bytes) -> Inventory:
         try:
