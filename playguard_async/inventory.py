@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable, Hashable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import date
 from functools import cached_property
+from operator import attrgetter
 from pathlib import Path
 from typing import Annotated, Any, Literal, Protocol, Self, cast, runtime_checkable
 
@@ -380,6 +381,9 @@ def _problem(loc: _Loc, kind: str, reason: str, value: str) -> InitErrorDetails:
     return InitErrorDetails(type=PydanticCustomError(kind, reason), loc=loc, input=value)
 
 
+_NAME_OF = attrgetter("name")
+
+
 class Inventory(_Model):
     """The whole desired state; names are unique per list and every reference resolves."""
 
@@ -408,6 +412,8 @@ class Inventory(_Model):
 
     def _duplicate_names(self) -> Iterator[InitErrorDetails]:
         for field, items in self._lists().items():
+            if len(set(map(_NAME_OF, items))) == len(items):
+                continue  # every name once, the common case, found without a loop of ours
             first_index: dict[str, int] = {}
             for index, item in enumerate(items):
                 first = first_index.setdefault(item.name, index)
@@ -421,8 +427,12 @@ class Inventory(_Model):
 
     def _unresolved_references(self) -> Iterator[InitErrorDetails]:
         lists = self._lists()
-        names = {field: {item.name for item in items} for field, items in lists.items()}
+        names = {field: set(map(_NAME_OF, items)) for field, items in lists.items()}
         for source, field, target in _REFERENCES:
+            references = set(map(attrgetter(field), lists[source]))
+            references.discard(None)
+            if references <= names[target]:
+                continue  # every reference resolves (or is absent): nothing to name
             for index, item in enumerate(lists[source]):
                 reference = getattr(item, field)
                 if reference is not None and reference not in names[target]:
