@@ -23,8 +23,9 @@ from collections.abc import Awaitable, Callable, Hashable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import date
 from functools import cached_property
+from operator import attrgetter
 from pathlib import Path
-from typing import Annotated, Any, Literal, Protocol, Self, runtime_checkable
+from typing import Annotated, Any, Literal, Protocol, Self, cast, runtime_checkable
 
 import yaml
 from pydantic import (
@@ -36,6 +37,8 @@ from pydantic import (
     SecretStr,
     ValidationError,
     ValidationInfo,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
     field_validator,
     model_validator,
 )
@@ -253,7 +256,29 @@ def _resolve_local_path(value: Path, info: ValidationInfo) -> Path:
     return base_dir / value
 
 
-LocalPath = Annotated[Path, AfterValidator(_resolve_local_path)]
+# Validation context key: the local paths one validation has resolved, by the text it was given.
+_PATHS_RESOLVED = "paths_resolved"
+
+
+def _remembered_local_path(
+    value: object, resolve: ValidatorFunctionWrapHandler, info: ValidationInfo
+) -> Path:
+    """Resolve each distinct path text once per validation: ten thousand Marquees name the same
+    two key files, and a ``Path`` costs more to make than the rest of a Marquee's checks. A
+    ``Path`` is immutable, so Marquees may share one; a text that fails is not remembered, so it
+    fails again in every place it appears."""
+    paths: dict[str, Path] | None = info.context.get(_PATHS_RESOLVED) if info.context else None
+    if paths is None or type(value) is not str:
+        return cast(Path, resolve(value))
+    path = paths.get(value)
+    if path is None:
+        path = paths[value] = resolve(value)
+    return path
+
+
+LocalPath = Annotated[
+    Path, AfterValidator(_resolve_local_path), WrapValidator(_remembered_local_path)
+]
 
 
 class _Model(BaseModel):
@@ -362,6 +387,9 @@ def _problem(loc: _Loc, kind: str, reason: str, value: str) -> InitErrorDetails:
     return InitErrorDetails(type=PydanticCustomError(kind, reason), loc=loc, input=value)
 
 
+_NAME_OF = attrgetter("name")
+
+
 class Inventory(_Model):
     """The whole desired state; names are unique per list and every reference resolves."""
 
@@ -390,6 +418,8 @@ class Inventory(_Model):
 
     def _duplicate_names(self) -> Iterator[InitErrorDetails]:
         for field, items in self._lists().items():
+            if len(set(map(_NAME_OF, items))) == len(items):
+                continue  # every name once, the common case, found without a loop of ours
             first_index: dict[str, int] = {}
             for index, item in enumerate(items):
                 first = first_index.setdefault(item.name, index)
@@ -403,8 +433,12 @@ class Inventory(_Model):
 
     def _unresolved_references(self) -> Iterator[InitErrorDetails]:
         lists = self._lists()
-        names = {field: {item.name for item in items} for field, items in lists.items()}
+        names = {field: set(map(_NAME_OF, items)) for field, items in lists.items()}
         for source, field, target in _REFERENCES:
+            references = set(map(attrgetter(field), lists[source]))
+            references.discard(None)
+            if references <= names[target]:
+                continue  # every reference resolves (or is absent): nothing to name
             for index, item in enumerate(lists[source]):
                 reference = getattr(item, field)
                 if reference is not None and reference not in names[target]:
@@ -680,116 +714,179 @@ class _NeedsNodeTree(Exception):
     collection, a collection as a key): parse it again the slow way."""
 
 
-@dataclass
-class _Open:
-    """A collection being built from events; a mapping's key waits here for its value."""
-
-    data: dict[Any, Any] | list[Any]
-    start: Any  # a parser mark: the C and Python parsers have classes of their own
-    key: Any = None
-    awaiting_value: bool = False
-
-    @property
-    def wants_key(self) -> bool:
-        return isinstance(self.data, dict) and not self.awaiting_value
-
-
 _NODE_TREE_TAGS = ("tag:yaml.org,2002:merge", "tag:yaml.org,2002:value")
 """Implicit tags whose meaning depends on the mapping they are keys of (``<<``, ``=``)."""
 _STR_TAG = "tag:yaml.org,2002:str"
 _PLAIN_TAGS = (None, "!", "tag:yaml.org,2002:map", "tag:yaml.org,2002:seq")
 
+# The event classes, dispatched on by identity: the C parser makes exactly these, never subclasses.
+_SCALAR = yaml.ScalarEvent
+_MAPPING_START = yaml.MappingStartEvent
+_MAPPING_END = yaml.MappingEndEvent
+_SEQUENCE_START = yaml.SequenceStartEvent
+_SEQUENCE_END = yaml.SequenceEndEvent
+_STREAM_END = yaml.StreamEndEvent
 
-PLAIN_TAGS_KEPT = 4096
-"""Plain scalars whose resolved tag one parse remembers: an inventory repeats its keys and most
-values (users, paths, branches) thousands of times, and PyYAML resolves each by regular
-expressions."""
+PLAIN_SCALARS_KEPT = 4096
+"""Plain scalars whose value one parse remembers: an inventory repeats its keys and most values
+(users, paths, booleans) thousands of times, and PyYAML resolves each by regular expressions."""
+
+_MISSING = object()
 
 
 class _EventBuilder:
     """Builds a document straight from the parser's events, without PyYAML's node tree: a
-    tenth of the memory (a 10,000-Marquee tree is 300 MiB of nodes) and less time.
+    tenth of the memory (a 10,000-Marquee tree is 300 MiB of nodes) and a fraction of the time.
+
+    One loop per open collection, each taking its own events and dispatching on their class:
+    a mapping knows that it wants a key or a value from where it is in its loop, so nothing per
+    event is allocated but what the parser makes. A plain scalar that no implicit resolver could
+    claim (its first character starts none of their patterns) is a string without a regular
+    expression; any other plain scalar is resolved and constructed once per distinct text.
 
     Only for text without anchors, hence without aliases. Refuses duplicate keys and depth as
-    the node path does; what only the node path handles (a merge key, a tag on a collection, a
-    collection as a key, an alias) raises ``_NeedsNodeTree``.
+    the node path does; what only the node path handles (a merge key, a tag on a collection or
+    an explicit one on a scalar, a collection as a key, an alias) raises ``_NeedsNodeTree``.
     """
 
     def __init__(self, loader: _InventoryLoader) -> None:
         # PyYAML's stubs know neither the C parser's marks nor its resolve's types.
         self.loader: Any = loader
-        self.stack: list[_Open] = []
-        self.result: object = None
-        self.plain_tags: dict[str, str] = {}
+        self.next_event: Callable[[], Any] = loader.get_event
+        self.plain: dict[str, object] = {}
+        resolvers: dict[str | None, object] = loader.yaml_implicit_resolvers
+        # A plain text whose first character no implicit resolver is registered for resolves to
+        # a string; that holds as long as no resolver claims every first character (None) and
+        # none goes by path, which the safe loader's never do (else: the node tree).
+        self.universal = None in resolvers or bool(getattr(loader, "yaml_path_resolvers", None))
+        self.resolvable_firsts = frozenset(key for key in resolvers if key is not None)
 
     def build(self) -> object:
-        loader = self.loader
-        loader.get_event()  # the stream's start
-        if loader.check_event(yaml.StreamEndEvent):
+        if self.universal:
+            raise _NeedsNodeTree
+        next_event = self.next_event
+        next_event()  # the stream's start
+        event = next_event()
+        if type(event) is _STREAM_END:
             return {}  # an empty file, or only comments
-        document_start = loader.get_event().start_mark
-        while not loader.check_event(yaml.DocumentEndEvent):
-            self.take(loader.get_event())
-        loader.get_event()
-        if not loader.check_event(yaml.StreamEndEvent):
+        document_start = event.start_mark
+        result = self.node(next_event(), 0)
+        next_event()  # the document's end: a document has exactly one root node
+        event = next_event()
+        if type(event) is not _STREAM_END:
             raise ComposerError(
                 "expected a single document in the stream",
                 document_start,
                 "but found another document",
-                loader.get_event().start_mark,
+                event.start_mark,
             )
-        return self.result
+        return result
 
-    def take(self, event: Any) -> None:
-        if isinstance(event, yaml.ScalarEvent):
-            self.add(self.scalar(event), event.start_mark)
-        elif isinstance(event, yaml.MappingStartEvent | yaml.SequenceStartEvent):
-            if event.tag not in _PLAIN_TAGS or (self.stack and self.stack[-1].wants_key):
-                raise _NeedsNodeTree
-            if len(self.stack) >= MAX_DEPTH:
-                raise _ShapeRefused(f"nested more than {MAX_DEPTH} levels deep")
-            empty: dict[Any, Any] | list[Any] = (
-                {} if isinstance(event, yaml.MappingStartEvent) else []
-            )
-            self.stack.append(_Open(empty, event.start_mark))
-        elif isinstance(event, yaml.MappingEndEvent | yaml.SequenceEndEvent):
-            self.add(self.stack.pop().data, event.start_mark)
-        else:  # an alias without an anchor: the composer names that error
-            raise _NeedsNodeTree
+    def node(self, event: Any, depth: int) -> object:
+        """The value of the node ``event`` starts, ``depth`` collections deep."""
+        kind = type(event)
+        if kind is _SCALAR:
+            return self.scalar(event)
+        if kind is _MAPPING_START:
+            return self.mapping(event, depth + 1)
+        if kind is _SEQUENCE_START:
+            return self.sequence(event, depth + 1)
+        raise _NeedsNodeTree  # an alias without an anchor: the composer names that error
+
+    def opened(self, event: Any, depth: int) -> None:
+        if event.tag not in _PLAIN_TAGS:
+            raise _NeedsNodeTree  # !!omap, !!set, !!pairs or a local tag: the constructor's
+        if depth > MAX_DEPTH:
+            raise _ShapeRefused(f"nested more than {MAX_DEPTH} levels deep")
+
+    def mapping(self, start: Any, depth: int) -> dict[Any, Any]:
+        self.opened(start, depth)
+        data: dict[Any, Any] = {}
+        next_event = self.next_event
+        plain = self.plain
+        firsts = self.resolvable_firsts
+        # The scalar fast path, written out for key and value: an untagged scalar that is quoted
+        # or that no resolver could claim is its text; otherwise remembered or resolved.
+        while True:
+            event = next_event()
+            kind = type(event)
+            if kind is not _SCALAR:
+                if kind is _MAPPING_END:
+                    return data
+                raise _NeedsNodeTree  # a collection or an alias as a key
+            key = event.value
+            if event.tag is not None:
+                key = self.scalar(event)
+            elif event.implicit[0] and key[:1] in firsts:
+                key = plain.get(key, _MISSING)
+                if key is _MISSING:
+                    key = self.resolved(event)
+            if key in data:
+                raise ConstructorError(
+                    "while constructing a mapping",
+                    start.start_mark,
+                    f"found duplicate key {key!r}",
+                    event.start_mark,
+                )
+            event = next_event()
+            kind = type(event)
+            if kind is not _SCALAR:
+                data[key] = self.node(event, depth)
+                continue
+            value = event.value
+            if event.tag is not None:
+                value = self.scalar(event)
+            elif event.implicit[0] and value[:1] in firsts:
+                value = plain.get(value, _MISSING)
+                if value is _MISSING:
+                    value = self.resolved(event)
+            data[key] = value
+
+    def sequence(self, start: Any, depth: int) -> list[Any]:
+        self.opened(start, depth)
+        items: list[Any] = []
+        append = items.append
+        next_event = self.next_event
+        while True:
+            event = next_event()
+            kind = type(event)
+            if kind is _SCALAR:
+                append(self.scalar(event))
+            elif kind is _SEQUENCE_END:
+                return items
+            else:
+                append(self.node(event, depth))
 
     def scalar(self, event: Any) -> object:
-        if event.tag is not None and event.tag != "!":
+        tag = event.tag
+        value: str = event.value
+        if tag is not None and tag != "!":
             raise _NeedsNodeTree  # an explicit tag: the constructor's checks apply
         if not event.implicit[0]:  # quoted: a string
-            return event.value
-        tag = self.plain_tags.get(event.value)
+            return value
         if tag is None:
-            tag = self.loader.resolve(ScalarNode, event.value, event.implicit)
-            if len(self.plain_tags) < PLAIN_TAGS_KEPT:
-                self.plain_tags[event.value] = tag
-        if tag == _STR_TAG:
-            return event.value
-        if tag in _NODE_TREE_TAGS:
-            raise _NeedsNodeTree
-        node = ScalarNode(tag, event.value, event.start_mark, event.end_mark, event.style)
-        return self.loader.construct_object(node)
+            if value[:1] not in self.resolvable_firsts:
+                return value  # what resolve says, without its regular expressions
+            known = self.plain.get(value, _MISSING)
+            if known is not _MISSING:
+                return known
+        return self.resolved(event)
 
-    def add(self, value: object, mark: Any) -> None:
-        if not self.stack:
-            self.result = value
-            return
-        top = self.stack[-1]
-        if isinstance(top.data, list):
-            top.data.append(value)
-        elif top.awaiting_value:
-            top.data[top.key] = value
-            top.awaiting_value = False
-        elif value in top.data:
-            raise ConstructorError(
-                "while constructing a mapping", top.start, f"found duplicate key {value!r}", mark
-            )
+    def resolved(self, event: Any) -> object:
+        """A plain scalar's value as the composer and constructor make it (``!`` resolves as no
+        tag does); remembered for the next scalar of the same text without a tag."""
+        value: str = event.value
+        tag = self.loader.resolve(ScalarNode, value, event.implicit)
+        if tag == _STR_TAG:
+            data: object = value
+        elif tag in _NODE_TREE_TAGS:
+            raise _NeedsNodeTree
         else:
-            top.key, top.awaiting_value = value, True
+            node = ScalarNode(tag, value, event.start_mark, event.end_mark, event.style)
+            data = self.loader.construct_object(node)
+        if event.tag is None and len(self.plain) < PLAIN_SCALARS_KEPT:
+            self.plain[value] = data
+        return data
 
 
 RELEASE_SLICE = 256
@@ -864,12 +961,12 @@ INVENTORY_READ_TIMEOUT = 30.0
 
 @contextlib.contextmanager
 def _collector_paused() -> Iterator[None]:
-    """Hold off the cyclic garbage collector while a document is parsed and validated.
+    """Hold off the cyclic garbage collector while a document is parsed, validated and indexed.
 
     A large inventory allocates hundreds of thousands of nodes at once, none of them in a
     reference cycle (refcounting frees the tree), yet each allocation burst starts collections
-    that walk everything alive: two thirds of a 10,000-Marquee parse. Process-wide, but for the
-    parse only (one at a time), and left off if someone else turned it off.
+    that walk everything alive: two thirds of a 10,000-Marquee parse. Process-wide, but for one
+    read only (one at a time), and left off if someone else turned it off.
     """
     enabled = gc.isenabled()
     gc.disable()
@@ -966,13 +1063,16 @@ class YamlInventorySource:
             inventory = loaded.inventory
         else:
             inventory = self._validated(content.data)
-            inventory._index  # noqa: B018 - built here, in the reading thread, not on the loop
         self._loaded = _Loaded(inventory, content.signature, digest, trusted)
         return inventory
 
     def _validated(self, data: bytes) -> Inventory:
         with _collector_paused():
-            return self._parsed_and_validated(data)
+            inventory = self._parsed_and_validated(data)
+            # Built here, in the reading thread, not on the loop; with the collector still
+            # paused, as its 100,000 entries would start collections that walk the whole state.
+            inventory._index  # noqa: B018
+            return inventory
 
     def _parsed_and_validated(self, data: bytes) -> Inventory:
         try:
@@ -993,7 +1093,9 @@ class YamlInventorySource:
         except RecursionError:  # the pure-Python parser, without libyaml's own depth limit
             raise InventoryError(f"{self._path}: invalid YAML: nested too deeply") from None
         try:
-            return Inventory.model_validate(document, context={_BASE_DIR: self._path.parent})
+            return Inventory.model_validate(
+                document, context={_BASE_DIR: self._path.parent, _PATHS_RESOLVED: {}}
+            )
         except ValidationError as exc:
             lines = self._lines(text)
             located = sorted(

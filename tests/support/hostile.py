@@ -73,3 +73,10 @@ HOSTILE: dict[str, bytes] = {
     "list-document": b"- 1\n- 2\n",
     "markup-key": b"'[/x]': 1\n'[bold]': 2\n",
 }
+
+# Pieces of YAML that the property tests string together into text a parser must survive.
+YAML_PIECE_TEXTS = [
+    "marquees:", "\n", "  ", "- ", "name: m1", "&a ", "*a", "[", "]", "{", "}", ",", ": ",
+    "<<: ", "!!str ", "!!map ", "? ", "'", '"', "#", "---", "...", "|", ">", "%YAML 1.1",
+    "host: 127.0.0.1", "user: x", "\t", "\\", "\x85", "\ufeff", "\u2028", "1e999", "~",
+]  # fmt: skip

@@ -4,17 +4,24 @@ check never lets through (or refuses) a value the rules judge otherwise."""
 from __future__ import annotations
 
 import ipaddress
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 
 from hypothesis import given
 from hypothesis import strategies as st
+from pydantic import ValidationError
+from yaml.nodes import ScalarNode
 
 from playguard_async.inventory import (
+    _BASE_DIR,
     _BRANCH_RULES,
     _HOSTNAME,
+    _PATHS_RESOLVED,
     _VALID_BRANCH,
+    Inventory,
     _check_host,
     _check_safe_chars,
+    _EventBuilder,
+    _InventoryLoader,
 )
 
 BRANCHY = st.text(alphabet="ab-._/lock0@ ~", max_size=16)
@@ -57,3 +64,55 @@ def test_host_check_order_changes_nothing(value: str) -> None:
 @given(st.text(alphabet="a./", max_size=12))
 def test_dot_dot_found_by_split_as_by_posix_parts(path: str) -> None:
     assert (".." in path.split("/")) == (".." in PurePosixPath(path).parts)
+
+
+@given(st.text(max_size=12) | st.sampled_from(["", "yes", "~", "<<", "=", "1e3", ".inf", "0x1"]))
+def test_a_plain_scalar_no_resolver_claims_resolves_to_a_string(text: str) -> None:
+    loader = _InventoryLoader("")
+    try:
+        builder = _EventBuilder(loader)
+        resolved = builder.loader.resolve(ScalarNode, text, (True, False))
+    finally:
+        loader.dispose()
+    assert not builder.universal
+    if text[:1] not in builder.resolvable_firsts:
+        assert resolved == "tag:yaml.org,2002:str"
+
+
+PATH_INPUTS = st.sampled_from(
+    ["id", "keys/id", "/k/id", "~/id", "../id", "", ".", "a\x00b", 7, None, ["id"], {"a": 1}]
+)
+
+
+def _validated(document: dict[str, object], context: dict[str, object]) -> object:
+    try:
+        return Inventory.model_validate(document, context=context)
+    except ValidationError as exc:
+        return [(error["loc"], error["type"], error["msg"]) for error in exc.errors()]
+
+
+@given(st.lists(st.tuples(PATH_INPUTS, PATH_INPUTS), min_size=1, max_size=6))
+def test_remembered_local_paths_validate_as_each_resolved_alone(
+    paths: list[tuple[object, object]],
+) -> None:
+    """Marquees sharing a key file's text share its resolved Path, and nothing else changes: the
+    same inventory, or the same errors in the same places."""
+    document: dict[str, object] = {
+        "marquees": [
+            {
+                "name": f"m{index}",
+                "host": "h",
+                "user": "u",
+                "identity_file": identity,
+                "known_hosts": known_hosts,
+            }
+            for index, (identity, known_hosts) in enumerate(paths)
+        ]
+    }
+    base: dict[str, object] = {_BASE_DIR: Path("/srv/inventory")}
+    remembered = _validated(document, {**base, _PATHS_RESOLVED: {}})
+    assert remembered == _validated(document, base)
+    if isinstance(remembered, Inventory):
+        first: dict[object, Path] = {}
+        for (identity, _), marquee in zip(paths, remembered.marquees, strict=True):
+            assert first.setdefault(identity, marquee.identity_file) is marquee.identity_file

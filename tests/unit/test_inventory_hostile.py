@@ -25,7 +25,7 @@ from playguard_async.inventory import (
     InventoryError,
     YamlInventorySource,
 )
-from tests.support.hostile import GOOD, HOSTILE, laughs
+from tests.support.hostile import GOOD, HOSTILE, YAML_PIECE_TEXTS, laughs
 
 
 def write(tmp_path: Path, data: bytes) -> Path:
@@ -108,11 +108,7 @@ def test_any_bytes_load_or_fail_as_one_inventory_error(data: bytes) -> None:
     assert_loads_or_refuses(data)
 
 
-YAML_PIECES = st.sampled_from(
-    ["marquees:", "\n", "  ", "- ", "name: m1", "&a ", "*a", "[", "]", "{", "}", ",", ": ",
-     "<<: ", "!!str ", "!!map ", "? ", "'", '"', "#", "---", "...", "|", ">", "%YAML 1.1",
-     "host: 127.0.0.1", "user: x", "\t", "\\", "\x85", "\ufeff", "\u2028", "1e999", "~"]
-)  # fmt: skip
+YAML_PIECES = st.sampled_from(YAML_PIECE_TEXTS)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
