@@ -450,6 +450,8 @@ LAB_DIR_OPTION = click.option(
     "directory",
     type=click.Path(path_type=Path, file_okay=False),
     default=None,
+    envvar="PLAYGUARD_LAB_DIR",
+    show_envvar=True,
     help="The lab's directory: servers, settings, state  [default: ~/.local/state/playguard-lab]",
 )
 
@@ -518,10 +520,14 @@ def _lab_errors() -> Iterator[None]:
     directory or state file it cannot use) as ``Error: ...`` and exit status 1."""
     from playguard_async.lab import LabCommandFailed, MissingBinary, ServerStartFailed
     from playguard_async.lab.detached import LabStateError
+    from playguard_async.lab.postgres import ClusterUnreachable
 
+    refused = (
+        LabStateError, MissingBinary, ServerStartFailed, LabCommandFailed, ClusterUnreachable
+    )  # fmt: skip
     try:
         yield
-    except (LabStateError, MissingBinary, ServerStartFailed, LabCommandFailed) as exc:
+    except refused as exc:
         _fail(str(exc), 1)
     except OSError as exc:
         _fail(f"{exc.filename or 'lab'}: {exc.strerror or exc}", 1)
