@@ -229,13 +229,17 @@ def status(
         click.echo(json.dumps({"marquees": [s.to_json(now) for s in statuses]}, indent=2))
         return
     console = display.console()
-    console.print(display.status_table(statuses, time.time()))
+    table = display.status_table(statuses, time.time())
+    if not (watch and console.is_terminal):
+        console.print(table)
     if not watch:
         return
     with contextlib.suppress(KeyboardInterrupt):
         if console.is_terminal:
+            # The first table is drawn at once, then each refresh over it: never a blank screen
+            # for an interval, and the scrollback is not filled with copies.
             console.clear()
-            with Live(console=console, auto_refresh=False) as live:
+            with Live(table, console=console, auto_refresh=False) as live:
                 while True:
                     time.sleep(interval)
                     live.update(display.status_table(read(), time.time()), refresh=True)

@@ -7,7 +7,11 @@ and what the commands show is what ``playguard cycle`` recorded.
 from __future__ import annotations
 
 import json
+import os
+import pty
+import select
 import signal
+import subprocess
 import time
 
 import pytest
@@ -102,6 +106,59 @@ def test_status_watch_redraws_until_interrupted(two_cycles: Playguard) -> None:
     assert "Traceback" not in err
     refused = two_cycles("status", "--watch", "--json")
     assert refused.returncode == 2
+
+
+CLEAR_SCREEN = "\x1b[2J"
+LINE_UP = "\x1b[1A"
+ERASE_LINE = "\x1b[2K"
+
+
+def read_terminal(fd: int, until: str, count: int, deadline: float) -> str:
+    """What the program wrote to its terminal, read until ``until`` appears ``count`` times."""
+    seen = ""
+    while seen.count(until) < count:
+        assert time.monotonic() < deadline, f"{until!r} not seen {count} times: {seen[-2000:]!r}"
+        ready, _, _ = select.select([fd], [], [], 1.0)
+        if ready:
+            seen += os.read(fd, 65536).decode(errors="replace")
+    return seen
+
+
+@pytest.mark.parametrize("interval", ["0.5", "3600"])
+def test_status_watch_on_a_terminal_draws_at_once_then_redraws_in_place(
+    two_cycles: Playguard, interval: str
+) -> None:
+    """On a terminal the first table is there at once (not after an interval of blank screen),
+    and each refresh is drawn over it (cursor up, erase line), not scrolled below it."""
+    controller, terminal = pty.openpty()
+    env = two_cycles.runner.environment(0.1) | {"TERM": "xterm", "COLUMNS": "160", "LINES": "50"}
+    watching = subprocess.Popen(
+        two_cycles.argv(("status", "--watch", "--interval", interval)),
+        stdin=terminal, stdout=terminal, stderr=subprocess.PIPE, env=env,
+        cwd=two_cycles.runner.workdir, start_new_session=True, text=True,
+    )  # fmt: skip
+    os.close(terminal)
+    try:
+        deadline = time.monotonic() + 30
+        drawn = read_terminal(controller, "MARQUEE", 1, deadline)
+        assert drawn.count(CLEAR_SCREEN) == 1
+        assert drawn.index(CLEAR_SCREEN) < drawn.index("MARQUEE"), "cleared, then drawn at once"
+        if interval == "0.5":
+            drawn += read_terminal(controller, "MARQUEE", 3 - drawn.count("MARQUEE"), deadline)
+            redraw = drawn[drawn.index("MARQUEE") :]
+            assert LINE_UP in redraw, "drawn over the last table"
+            assert ERASE_LINE in redraw
+            assert drawn.count(CLEAR_SCREEN) == 1, "the screen is cleared once, at the start"
+            assert "m1" in redraw[redraw.index(LINE_UP) :]
+        watching.send_signal(signal.SIGINT)
+        _, err = watching.communicate(timeout=10)
+    finally:
+        if watching.poll() is None:
+            watching.kill()
+            watching.wait()
+        os.close(controller)
+    assert watching.returncode == 0, err
+    assert "Traceback" not in err
 
 
 def store_url(store: SyncRedis) -> str:
