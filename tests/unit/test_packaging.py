@@ -267,3 +267,17 @@ def test_the_demo_installs_runtime_dependencies_only() -> None:
     demo = (REPO_ROOT / "scripts" / "demo.sh").read_text().splitlines()
     installs = [line for line in demo if "install.sh" in line and not line.startswith("#")]
     assert installs == ["bash scripts/install.sh --runtime"]
+
+
+def test_the_base_image_is_one_build_argument_whose_digest_pin_is_documented() -> None:
+    """A tag in the file, and the comment above it says how to pin the digest one checked: the
+    one ``FROM`` takes the ``BASE`` argument, so ``--build-arg BASE=...@sha256:...`` pins it."""
+    assert instruction("FROM") == "${BASE}"
+    assert instruction("ARG") == "BASE=python:3.11-slim-bookworm"
+    text = DOCKERFILE.read_text(encoding="utf-8")
+    assert [keyword for keyword, _ in dockerfile_instructions(text)][:2] == ["ARG", "FROM"]
+    comment = text.split("ARG BASE=", 1)[0]
+    assert "docker buildx imagetools inspect python:3.11-slim-bookworm" in comment
+    assert "--build-arg BASE=python:3.11-slim-bookworm@sha256:" in comment
+    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    assert "--build-arg BASE=python:3.11-slim-bookworm@sha256:" in readme
