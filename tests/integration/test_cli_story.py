@@ -17,7 +17,12 @@ import time
 import pytest
 from redis import Redis as SyncRedis
 
-from playguard_async.keys import cycle_history_key, fence_key, marquee_lock_name
+from playguard_async.keys import (
+    cycle_history_key,
+    fence_key,
+    last_cycle_key,
+    marquee_lock_name,
+)
 from tests.support.cli import Playguard, assert_one_line_error, hold_lock
 from tests.support.daemon import marquee_entry
 
@@ -54,6 +59,27 @@ def test_describe_tells_the_lock_the_fences_the_phases_and_the_recent_cycles(
     assert "fence: Redis 3" in text.stdout
     assert "    first: " in text.stdout
     assert "recent cycles (2)" in text.stdout
+
+
+def test_describe_and_history_tell_a_cycles_own_time_apart_from_its_wait(
+    two_cycles: Playguard, store: SyncRedis
+) -> None:
+    """A cycle of 1.8 s that waited 51.8 s for its start offset and a slot reads as 1.8 s, with
+    the wait beside it, never as 53.6 s."""
+    record = json.loads(store.get(last_cycle_key("m1")) or b"")
+    record.update(duration=1.8, waited=51.8)
+    store.set(last_cycle_key("m1"), json.dumps(record))
+    store.lpush(cycle_history_key("m1"), json.dumps(record))
+    told = two_cycles("describe", "m1")
+    assert told.returncode == 0, told.stderr
+    assert "  took 1.8 s, after waiting 51.8 s to start\n" in told.stdout
+    assert "53.6" not in told.stdout
+    history = two_cycles("history", "m1", "--limit", "1")
+    assert history.returncode == 0, history.stderr
+    header, row = history.stdout.splitlines()[:2]
+    assert header.split()[4:6] == ["DURATION", "WAITED"]
+    assert "1.8 s" in row
+    assert "51.8 s" in row
 
 
 def test_history_lists_the_records_newest_first_within_the_limit(two_cycles: Playguard) -> None:
