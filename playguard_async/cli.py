@@ -229,13 +229,17 @@ def status(
         click.echo(json.dumps({"marquees": [s.to_json(now) for s in statuses]}, indent=2))
         return
     console = display.console()
-    console.print(display.status_table(statuses, time.time()))
+    table = display.status_table(statuses, time.time())
+    if not (watch and console.is_terminal):
+        console.print(table)
     if not watch:
         return
     with contextlib.suppress(KeyboardInterrupt):
         if console.is_terminal:
+            # The first table is drawn at once, then each refresh over it: never a blank screen
+            # for an interval, and the scrollback is not filled with copies.
             console.clear()
-            with Live(console=console, auto_refresh=False) as live:
+            with Live(table, console=console, auto_refresh=False) as live:
                 while True:
                     time.sleep(interval)
                     live.update(display.status_table(read(), time.time()), refresh=True)
@@ -450,6 +454,8 @@ LAB_DIR_OPTION = click.option(
     "directory",
     type=click.Path(path_type=Path, file_okay=False),
     default=None,
+    envvar="PLAYGUARD_LAB_DIR",
+    show_envvar=True,
     help="The lab's directory: servers, settings, state  [default: ~/.local/state/playguard-lab]",
 )
 
@@ -518,10 +524,14 @@ def _lab_errors() -> Iterator[None]:
     directory or state file it cannot use) as ``Error: ...`` and exit status 1."""
     from playguard_async.lab import LabCommandFailed, MissingBinary, ServerStartFailed
     from playguard_async.lab.detached import LabStateError
+    from playguard_async.lab.postgres import ClusterUnreachable
 
+    refused = (
+        LabStateError, MissingBinary, ServerStartFailed, LabCommandFailed, ClusterUnreachable
+    )  # fmt: skip
     try:
         yield
-    except (LabStateError, MissingBinary, ServerStartFailed, LabCommandFailed) as exc:
+    except refused as exc:
         _fail(str(exc), 1)
     except OSError as exc:
         _fail(f"{exc.filename or 'lab'}: {exc.strerror or exc}", 1)

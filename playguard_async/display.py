@@ -123,8 +123,8 @@ def status_table(statuses: list[operate.MarqueeStatus], now: float) -> Table:
 
 
 def history_table(cycles: list[operate.LastCycle], now: float) -> Table:
-    table = Table("WHEN", "OUTCOME", "REPLICA", "FENCE", "DURATION", "ACTIONS", "FINDINGS",
-                  box=None, header_style="bold")  # fmt: skip
+    table = Table("WHEN", "OUTCOME", "REPLICA", "FENCE", "DURATION", "WAITED", "ACTIONS",
+                  "FINDINGS", box=None, header_style="bold")  # fmt: skip
     for cycle in cycles:
         table.add_row(
             "-" if cycle.finished_at is None else f"{span(now - cycle.finished_at)} ago",
@@ -132,6 +132,7 @@ def history_table(cycles: list[operate.LastCycle], now: float) -> Table:
             clean(cycle.replica or "?"),
             fence_text(cycle.fence),
             "-" if cycle.duration is None else span(cycle.duration),
+            "-" if cycle.waited is None else span(cycle.waited),
             str(cycle.actions),
             clean(findings_text(cycle)),
         )
@@ -156,6 +157,10 @@ def print_story(told: story.MarqueeStory, now: float) -> None:
     last = told.last
     ended = "-" if last.finished_at is None else f"{span(now - last.finished_at)} ago"
     out.print(text("  last cycle: ", last_text(last).plain, f", {ended}, by {last.replica or '?'}"))
+    if last.duration is not None:
+        # Its own work, from the lock on; the start offset and the wait for a slot come apart.
+        waited = "" if last.waited is None else f", after waiting {span(last.waited)} to start"
+        out.print(text(f"  took {span(last.duration)}{waited}"))
     for step in told.steps:
         seconds = "?" if step.seconds is None else span(step.seconds)
         out.print(text(f"    {step.phase}: {seconds}, {actions(len(step.actions))}"))

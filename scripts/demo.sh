@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Installs everything, then starts a lab of real servers on loopback (Redis, two sshd + dockerd
-# Marquees, a registry with auth, a git origin) with `playguard lab up` and runs the daemon against
-# it for 45 seconds: the first tick converges both Marquees, later ticks show the cheap "nothing to
+# Installs the lab's servers and the package with its runtime dependencies only (no test or dev
+# extras), then starts a lab of real servers on loopback (Redis, two sshd + dockerd Marquees, a
+# registry with auth, a git origin) with `playguard lab up` and runs the daemon against it for 45
+# seconds: the first tick converges both Marquees, later ticks show the cheap "nothing to
 # do" path. Then it prints what each Marquee's cycles did, stops the lab (`playguard lab down`, also
 # on Ctrl-C or an error) and says how to try it by hand.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install.sh
+bash scripts/install.sh --runtime
 playguard=.venv/bin/playguard
 lab_dir=$(mktemp -d "${TMPDIR:-/tmp}/pg-demo-XXXXXX")
 trap '"$playguard" lab down --dir "$lab_dir"' EXIT

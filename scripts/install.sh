@@ -4,9 +4,17 @@
 # redis-tools for redis-cli --cluster create, openssl for the lab's TLS certificate, postgresql
 # for the PostgreSQL desired state),
 # systemd-analyze to check the unit file, and a virtual environment in .venv with the package, its
-# test and dev extras, at the versions CI tested.
+# test and dev extras, at the versions CI tested. With --runtime (the demo): the package and its
+# runtime dependencies only, no test or dev extras.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+extras="[test,dev]"
+case "${1:-}" in
+  "") ;;
+  --runtime) extras="" ;;
+  *) echo "usage: $0 [--runtime]" >&2; exit 2 ;;
+esac
 
 packages=(
   redis-server redis-tools openssl openssh-server openssh-client docker.io docker-registry docker-compose
@@ -28,4 +36,4 @@ fi
 
 python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -c .ci/constraints.txt -e '.[test,dev]'
+.venv/bin/python -m pip install -q -c .ci/constraints.txt -e ".${extras}"

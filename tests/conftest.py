@@ -26,6 +26,7 @@ from playguard_async.lab import (
     find_binary,
     push_image,
 )
+from playguard_async.lab.postgres import postgres_binaries
 from playguard_async.lab.process import StartStop
 from playguard_async.lab.topologies import ClusterLab, SentinelGroup
 from playguard_async.redis_client import connect_redis
@@ -60,6 +61,15 @@ def require_binary() -> Callable[[str, str], str]:
             skip_or_fail(missing)
 
     return require
+
+
+@pytest.fixture(scope="session")
+def require_postgres() -> Path:
+    """For a test that has the lab start PostgreSQL itself: the server's programs' directory."""
+    try:
+        return postgres_binaries()
+    except MissingBinary as missing:
+        skip_or_fail(missing)
 
 
 @pytest.fixture(scope="session")

@@ -27,7 +27,7 @@ from typing import Any, TypeGuard
 from playguard_async.files import FileRefused, read_text_limited
 from playguard_async.lab.demo import move_desired_state_to_postgres, write_demo_config
 from playguard_async.lab.fleet import Lab
-from playguard_async.lab.postgres import PostgresServer
+from playguard_async.lab.postgres import PostgresServer, remove_relocated_cluster
 from playguard_async.lab.process import LabServer, Proc, read_proc, terminate_server
 from playguard_async.lab.servers import (
     DockerDaemon,
@@ -261,6 +261,7 @@ def lab_up(
             settings = write_demo_config(lab, directory / "config", tick_interval=tick_interval)
             if postgres:
                 database = PostgresServer(lab.workdir / "postgres")
+                on_failure.callback(database.remove_cluster)  # after the stop below
                 on_failure.callback(database.stop)
                 servers.append(database)
                 database.start()
@@ -322,10 +323,13 @@ def lab_down(directory: Path) -> LabDown:
 def _remove_runtime_state(directory: Path, state: LabState) -> None:
     """Remove what ``up`` made, once no recorded server runs; never into a mount left inside
     (removing through a bind mount would delete what it shows). A dockerd's containers and
-    mounts outlive it, so they are swept first, also when it was gone already."""
+    mounts outlive it, so they are swept first, also when it was gone already; a PostgreSQL
+    cluster that lives outside the lab's directory (its user could not reach it) goes too."""
     for server in state.servers:
         if server.name == DockerDaemon.name:
             DockerDaemon(directory / server.workdir, index=0).stop_recorded(None)
+        elif server.name == PostgresServer.name:
+            remove_relocated_cluster(directory / server.workdir)
     _remove_layout(directory)
 
 

@@ -3,20 +3,26 @@
 
 PostgreSQL refuses to run as root, so when the lab runs as root the cluster belongs to the
 ``postgres`` system user (Debian's package makes it) and both ``initdb`` and the server are started
-through ``setpriv`` as that user; the lab's directories on the way to the data directory get the
-search bit for others (never read), or the server could not reach its own files. Password logins
-over TCP (scram-sha-256) are required, so clients are tested with the password they will need.
+through ``setpriv`` as that user. That user cannot reach a lab directory under ``/root`` (0700), and
+the lab changes the mode of no directory it did not make: the cluster (data and socket directories)
+then lives in a new directory of its own under the temporary directory (``mkdtemp``: an unguessable
+name), which ``cluster`` in the server's directory links to, so a restart finds the same data and
+``lab down`` removes it. A temporary directory that user cannot reach either is refused in one
+line naming the directory that blocks it. Password logins over TCP (scram-sha-256) are required, so
+clients are tested with the password they will need.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import pwd
 import secrets
+import shutil
 import signal
 import stat
+import tempfile
 from pathlib import Path
+from types import TracebackType
 
 from playguard_async.lab.process import (
     LabCommandFailed,
@@ -43,14 +49,59 @@ def postgres_binaries() -> Path:
     return found[-1].parent
 
 
-def _open_ancestors_for_search(path: Path) -> None:
-    """Give others the search bit (x, not r) on our own directories from ``path`` up, so the
-    server's user can walk to its data directory under a test's private temp directory."""
-    for directory in [path, *path.parents]:
-        with contextlib.suppress(OSError):
+CLUSTER_LINK = "cluster"
+"""In the server's directory: the symbolic link to a cluster that lives outside it."""
+CLUSTER_PREFIX = "playguard-lab-postgres-"
+
+
+class ClusterUnreachable(RuntimeError):
+    """The server's user cannot reach any directory the lab may put its cluster in; one line."""
+
+
+def first_unsearchable(path: Path, user: pwd.struct_passwd) -> Path | None:
+    """The first directory from ``/`` down to ``path`` that ``user`` (its primary group only, as
+    ``setpriv --clear-groups`` runs it) may not search by its mode bits; None when it reaches it."""
+    for directory in [*reversed(path.parents), path]:
+        try:
             info = directory.stat()
-            if info.st_uid == os.getuid() and not info.st_mode & stat.S_IXOTH:
-                directory.chmod(stat.S_IMODE(info.st_mode) | stat.S_IXOTH)
+        except OSError:
+            return directory
+        if info.st_uid == user.pw_uid:
+            allowed = info.st_mode & stat.S_IXUSR
+        elif info.st_gid == user.pw_gid:
+            allowed = info.st_mode & stat.S_IXGRP
+        else:
+            allowed = info.st_mode & stat.S_IXOTH
+        if not allowed:
+            return directory
+    return None
+
+
+def relocated_cluster(workdir: Path) -> Path | None:
+    """The cluster directory ``workdir``'s link names, when it is one the lab made: an absolute
+    path named ``playguard-lab-postgres-*``, a real directory (not a link) that we own."""
+    link = workdir / CLUSTER_LINK
+    if not link.is_symlink():
+        return None
+    target = Path(os.readlink(link))
+    if not target.is_absolute() or not target.name.startswith(CLUSTER_PREFIX):
+        return None
+    try:
+        info = target.lstat()
+    except OSError:
+        return None
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+        return None
+    return target
+
+
+def remove_relocated_cluster(workdir: Path) -> None:
+    """Remove the cluster outside ``workdir`` that its link names (once the server has stopped),
+    and the link; nothing when there is none."""
+    target = relocated_cluster(workdir)
+    if target is not None:
+        shutil.rmtree(target)
+    (workdir / CLUSTER_LINK).unlink(missing_ok=True)
 
 
 class PostgresServer(LabServer):
@@ -78,8 +129,8 @@ class PostgresServer(LabServer):
         self.user = user
         self.password = secrets.token_urlsafe(18)
         self.port = free_port()
-        self.data_dir = self.workdir / "data"
-        self.socket_dir = self.workdir / "socket"
+        self.cluster_dir = self.workdir
+        """Where ``data`` and ``socket`` are: ``workdir`` unless the server runs as another user."""
         self.url = f"postgresql://{user}@127.0.0.1:{self.port}/postgres"
 
     @staticmethod
@@ -97,17 +148,63 @@ class PostgresServer(LabServer):
         """The URL of another database of this server (no password: it is ``password``)."""
         return f"postgresql://{self.user}@127.0.0.1:{self.port}/{database}"
 
+    @property
+    def data_dir(self) -> Path:
+        return self.cluster_dir / "data"
+
+    @property
+    def socket_dir(self) -> Path:
+        return self.cluster_dir / "socket"
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        """Stop, and remove a cluster outside ``workdir`` (one inside it goes with it)."""
+        self.stop()
+        self.remove_cluster()
+
+    def remove_cluster(self) -> None:
+        """Remove the cluster if it lives outside ``workdir``; call it once the server stopped."""
+        remove_relocated_cluster(self.workdir)
+
     def _owned_directory(self, path: Path) -> None:
         path.mkdir(mode=0o700, parents=True, exist_ok=True)
         os.chown(path, self._owner.pw_uid, self._owner.pw_gid)
 
+    def _locate_cluster(self) -> Path:
+        """``workdir`` when the server runs as us; else the directory its link names, or a new
+        one under the temporary directory: no mode of a directory the lab did not make changes."""
+        if self._owner.pw_uid == os.getuid():
+            return self.workdir
+        existing = relocated_cluster(self.workdir)
+        if existing is not None:
+            return existing
+        parent = Path(tempfile.gettempdir()).absolute()
+        blocked = first_unsearchable(parent, self._owner)
+        if blocked is not None:
+            mode = stat.filemode(blocked.stat().st_mode) if blocked.exists() else "missing"
+            raise ClusterUnreachable(
+                f"postgres: its user {self._owner.pw_name!r} cannot reach {parent} for the "
+                f"lab's cluster ({blocked} is {mode}) and the lab changes no directory it did "
+                "not make; set TMPDIR to a directory that user can reach, such as /tmp"
+            )
+        cluster = Path(tempfile.mkdtemp(prefix=CLUSTER_PREFIX, dir=parent))
+        cluster.chmod(0o711)  # ours and new: its user may pass through to its 0700 directories
+        link = self.workdir / CLUSTER_LINK
+        link.unlink(missing_ok=True)
+        link.symlink_to(cluster)
+        return cluster
+
     def _prepare(self) -> None:
-        _open_ancestors_for_search(self.workdir)
+        self.cluster_dir = self._locate_cluster()
         self._owned_directory(self.socket_dir)
         if (self.data_dir / "PG_VERSION").exists():
             return
         self._owned_directory(self.data_dir)
-        password_file = self.workdir / "initdb-password"
+        password_file = self.cluster_dir / "initdb-password"
         password_file.write_text(self.password + "\n")
         password_file.chmod(0o600)
         os.chown(password_file, self._owner.pw_uid, self._owner.pw_gid)
@@ -122,7 +219,7 @@ class PostgresServer(LabServer):
                 "--encoding=UTF8",
                 "--locale=C",
                 "--no-sync",
-            ], cwd=self.workdir)  # fmt: skip
+            ], cwd=self.cluster_dir)  # fmt: skip
         except LabCommandFailed:
             # A half-made data directory would make every later start fail the same odd way.
             run_command(["rm", "-rf", "--", str(self.data_dir)])
@@ -137,6 +234,9 @@ class PostgresServer(LabServer):
             "-p", str(self.port),
             "-k", str(self.socket_dir),
             "-c", "listen_addresses=127.0.0.1",
+            # Names the server's directory on its command line, where `lab down` looks for it
+            # when the cluster (its working directory) lives outside the lab's directory.
+            "-c", f"playguard.lab_workdir={self.workdir}",
             # A throwaway cluster: durability costs time and buys nothing here.
             "-c", "fsync=off",
             "-c", "synchronous_commit=off",

@@ -7,13 +7,22 @@ and what the commands show is what ``playguard cycle`` recorded.
 from __future__ import annotations
 
 import json
+import os
+import pty
+import select
 import signal
+import subprocess
 import time
 
 import pytest
 from redis import Redis as SyncRedis
 
-from playguard_async.keys import cycle_history_key, fence_key, marquee_lock_name
+from playguard_async.keys import (
+    cycle_history_key,
+    fence_key,
+    last_cycle_key,
+    marquee_lock_name,
+)
 from tests.support.cli import Playguard, assert_one_line_error, hold_lock
 from tests.support.daemon import marquee_entry
 
@@ -50,6 +59,27 @@ def test_describe_tells_the_lock_the_fences_the_phases_and_the_recent_cycles(
     assert "fence: Redis 3" in text.stdout
     assert "    first: " in text.stdout
     assert "recent cycles (2)" in text.stdout
+
+
+def test_describe_and_history_tell_a_cycles_own_time_apart_from_its_wait(
+    two_cycles: Playguard, store: SyncRedis
+) -> None:
+    """A cycle of 1.8 s that waited 51.8 s for its start offset and a slot reads as 1.8 s, with
+    the wait beside it, never as 53.6 s."""
+    record = json.loads(store.get(last_cycle_key("m1")) or b"")
+    record.update(duration=1.8, waited=51.8)
+    store.set(last_cycle_key("m1"), json.dumps(record))
+    store.lpush(cycle_history_key("m1"), json.dumps(record))
+    told = two_cycles("describe", "m1")
+    assert told.returncode == 0, told.stderr
+    assert "  took 1.8 s, after waiting 51.8 s to start\n" in told.stdout
+    assert "53.6" not in told.stdout
+    history = two_cycles("history", "m1", "--limit", "1")
+    assert history.returncode == 0, history.stderr
+    header, row = history.stdout.splitlines()[:2]
+    assert header.split()[4:6] == ["DURATION", "WAITED"]
+    assert "1.8 s" in row
+    assert "51.8 s" in row
 
 
 def test_history_lists_the_records_newest_first_within_the_limit(two_cycles: Playguard) -> None:
@@ -102,6 +132,59 @@ def test_status_watch_redraws_until_interrupted(two_cycles: Playguard) -> None:
     assert "Traceback" not in err
     refused = two_cycles("status", "--watch", "--json")
     assert refused.returncode == 2
+
+
+CLEAR_SCREEN = "\x1b[2J"
+LINE_UP = "\x1b[1A"
+ERASE_LINE = "\x1b[2K"
+
+
+def read_terminal(fd: int, until: str, count: int, deadline: float) -> str:
+    """What the program wrote to its terminal, read until ``until`` appears ``count`` times."""
+    seen = ""
+    while seen.count(until) < count:
+        assert time.monotonic() < deadline, f"{until!r} not seen {count} times: {seen[-2000:]!r}"
+        ready, _, _ = select.select([fd], [], [], 1.0)
+        if ready:
+            seen += os.read(fd, 65536).decode(errors="replace")
+    return seen
+
+
+@pytest.mark.parametrize("interval", ["0.5", "3600"])
+def test_status_watch_on_a_terminal_draws_at_once_then_redraws_in_place(
+    two_cycles: Playguard, interval: str
+) -> None:
+    """On a terminal the first table is there at once (not after an interval of blank screen),
+    and each refresh is drawn over it (cursor up, erase line), not scrolled below it."""
+    controller, terminal = pty.openpty()
+    env = two_cycles.runner.environment(0.1) | {"TERM": "xterm", "COLUMNS": "160", "LINES": "50"}
+    watching = subprocess.Popen(
+        two_cycles.argv(("status", "--watch", "--interval", interval)),
+        stdin=terminal, stdout=terminal, stderr=subprocess.PIPE, env=env,
+        cwd=two_cycles.runner.workdir, start_new_session=True, text=True,
+    )  # fmt: skip
+    os.close(terminal)
+    try:
+        deadline = time.monotonic() + 30
+        drawn = read_terminal(controller, "MARQUEE", 1, deadline)
+        assert drawn.count(CLEAR_SCREEN) == 1
+        assert drawn.index(CLEAR_SCREEN) < drawn.index("MARQUEE"), "cleared, then drawn at once"
+        if interval == "0.5":
+            drawn += read_terminal(controller, "MARQUEE", 3 - drawn.count("MARQUEE"), deadline)
+            redraw = drawn[drawn.index("MARQUEE") :]
+            assert LINE_UP in redraw, "drawn over the last table"
+            assert ERASE_LINE in redraw
+            assert drawn.count(CLEAR_SCREEN) == 1, "the screen is cleared once, at the start"
+            assert "m1" in redraw[redraw.index(LINE_UP) :]
+        watching.send_signal(signal.SIGINT)
+        _, err = watching.communicate(timeout=10)
+    finally:
+        if watching.poll() is None:
+            watching.kill()
+            watching.wait()
+        os.close(controller)
+    assert watching.returncode == 0, err
+    assert "Traceback" not in err
 
 
 def store_url(store: SyncRedis) -> str:

@@ -8,6 +8,7 @@ import os
 import shlex
 import shutil
 import signal
+import stat
 import subprocess
 import tempfile
 from collections.abc import Callable, Iterator
@@ -125,6 +126,53 @@ def test_lab_up_prints_the_export_line_and_down_stops_every_server_it_started(
     again = playguard("lab", "down", "--dir", str(lab_directory))
     assert (again.returncode, again.stderr) == (0, "")
     assert again.stdout == f"no lab is running in {lab_directory}; nothing to stop\n"
+
+
+def modes_above(path: Path) -> dict[Path, str]:
+    return {directory: stat.filemode(directory.stat().st_mode) for directory in path.parents}
+
+
+def test_lab_up_with_postgres_changes_no_mode_above_the_lab_and_down_removes_its_cluster(
+    lab_directory: Path, require_postgres: Path
+) -> None:
+    """The lab's directory under a 0700 one, as ``~/.local/state`` is under ``/root``: the
+    ``postgres`` user cannot reach it, so the cluster lives in a directory of its own under the
+    temporary directory, and nothing above the lab is opened. ``PLAYGUARD_LAB_DIR`` names the
+    lab's directory for ``up`` and ``down`` alike."""
+    before = modes_above(lab_directory)
+    assert before[lab_directory.parent] == "drwx------"
+    where = {"PLAYGUARD_LAB_DIR": str(lab_directory)}
+    up = playguard("lab", "up", "--marquees", "1", "--desired-state", "postgres", **where)
+    assert up.returncode == 0, up.stderr
+    assert modes_above(lab_directory) == before, "no directory above the lab was changed"
+    link = lab_directory / "servers" / "postgres" / "cluster"
+    cluster = Path(os.readlink(link)) if os.geteuid() == 0 else link.parent
+    assert cluster.is_relative_to(tempfile.gettempdir()) or os.geteuid() != 0, cluster
+    procs = recorded_processes(lab_directory)
+    assert len(procs) == 5, "Redis, the registry, sshd, dockerd and PostgreSQL"
+
+    config = {"PLAYGUARD_CONFIG": str(lab_directory / "config" / "playguard.toml")}
+    status = playguard("status", "--json", **config)
+    assert status.returncode == 0, status.stderr
+    [marquee] = json.loads(status.stdout)["marquees"]
+    assert marquee["name"] == "marquee-0", "the inventory came from the lab's PostgreSQL"
+
+    down = playguard("lab", "down", **where)
+    assert down.returncode == 0, down.stderr
+    assert down.stdout.startswith("lab down: stopped postgres"), down.stdout
+    assert still_running(procs) == []
+    assert not cluster.exists(), "the cluster outside the lab's directory is removed too"
+    assert not lab_directory.exists()
+    assert modes_above(lab_directory) == before
+
+
+def test_lab_dir_variable_names_the_directory_when_dir_is_not_given(tmp_path: Path) -> None:
+    directory = tmp_path / "from-the-environment"
+    down = playguard("lab", "down", PLAYGUARD_LAB_DIR=str(directory))
+    assert (down.returncode, down.stderr) == (0, "")
+    assert down.stdout == f"no lab is running in {directory}; nothing to stop\n"
+    given = playguard("lab", "down", "--dir", str(tmp_path / "given"), PLAYGUARD_LAB_DIR="x")
+    assert given.stdout == f"no lab is running in {tmp_path / 'given'}; nothing to stop\n"
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ Every daemon here is a real process against the lab's redis-server, running the 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -15,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from playguard_async.lab import RedisServer, free_port
+from playguard_async.lab import RedisServer, SshServer, free_port
 from tests.support.cli import hold_lock
-from tests.support.daemon import DaemonRunner, wait_for
+from tests.support.daemon import DaemonRunner, marquee_entry, wait_for
 from tests.support.packaging import healthcheck_command
 from tests.support.probes import (
     CYCLES,
@@ -29,6 +30,7 @@ from tests.support.probes import (
     scrape_until,
     start_serving,
 )
+from tests.support.world import ssh_marquee
 
 pytestmark = pytest.mark.integration
 
@@ -71,6 +73,56 @@ def test_metrics_count_cycles_phases_releases_ticks_and_headroom(daemons: Daemon
     assert metrics.value("playguard_lease_headroom_seconds_bucket", le="10.0") == renewals
     assert metrics.value("playguard_cycles_in_flight") >= 0
     assert daemons.stop_all([daemon], timeout=10) == {"r1": 0}
+
+
+LAST_SUCCESS = "playguard_marquee_last_success_timestamp_seconds"
+FAILURES = "playguard_marquee_consecutive_failures"
+LAST_OUTCOME = "playguard_marquee_last_outcome"
+
+
+def test_per_marquee_metrics_tell_last_success_outcome_and_consecutive_failures(
+    daemons: DaemonRunner, ssh_server: SshServer, tmp_path: Path
+) -> None:
+    """What alerting needs per Marquee, scraped from a running daemon: one that converges, one
+    whose phase fails, one out of reach and one another replica holds (which says nothing of
+    its health, so it counts no failure). Labels are the inventory's Marquee names only."""
+    entries = [
+        ssh_marquee(ssh_server, "reachable", tmp_path / "reachable"),
+        ssh_marquee(ssh_server, "failing-1", tmp_path / "failing"),
+        marquee_entry("gone-1"),  # its identity file does not exist
+        marquee_entry("held-1"),
+    ]
+    daemons.inventory.write_text(json.dumps({"marquees": entries}), encoding="utf-8")
+    hold_lock(daemons.redis_url, "held-1")
+    daemon, base = start_serving(
+        daemons, phases=["tests.support.phases:remote_probe"], tick_interval=0.5, tick_jitter=0.0
+    )
+
+    def settled(metrics: Scrape) -> bool:
+        seen = {s.labels.get("marquee"): s.value for s in metrics.samples if s.name == FAILURES}
+        return min(seen.get("failing-1", 0), seen.get("gone-1", 0)) >= 2
+
+    names = {"reachable", "failing-1", "gone-1", "held-1"}
+    metrics = scrape_until(base, settled, what="two failed cycles of each failing Marquee")
+    assert daemons.stop_all([daemon], timeout=10) == {"r1": 0}
+    assert metrics.label_values(LAST_OUTCOME, "marquee") == names
+    # A lock held elsewhere says nothing of the Marquee's health: no failure counted, nor reset.
+    assert metrics.label_values(FAILURES, "marquee") == names - {"held-1"}
+    assert metrics.label_values(LAST_SUCCESS, "marquee") == {"reachable"}, "only it ever succeeded"
+    assert metrics.value(LAST_SUCCESS, marquee="reachable") > time.time() - 60
+    assert metrics.value(FAILURES, marquee="reachable") == 0
+    for name, outcome in [
+        ("reachable", "ok"),
+        ("failing-1", "phase_failed"),
+        ("gone-1", "unreachable"),
+        ("held-1", "locked"),
+    ]:
+        states = {
+            sample.labels[LAST_OUTCOME]
+            for sample in metrics.samples
+            if sample.name == LAST_OUTCOME and sample.labels["marquee"] == name and sample.value
+        }
+        assert states == {outcome}, (name, states)
 
 
 def test_a_marquee_held_elsewhere_counts_as_locked_and_replicas_split_the_rest(

@@ -222,3 +222,62 @@ def test_systemd_unit_passes_systemd_analyze_verify(
     unit = tmp_path / "playguard.service"
     unit.write_text(UNIT.read_text().replace("/opt/playguard/bin/playguard", str(PLAYGUARD)))
     assert systemd_verify(analyze, unit) == (0, "")
+
+
+STUB_PYTHON = """#!/bin/sh
+echo "python3 $*" >> "$INSTALL_LOG"
+if [ "$1 $2" = "-m venv" ]; then
+  mkdir -p "$3/bin"
+  printf '#!/bin/sh\\necho "venv-python $*" >> "$INSTALL_LOG"\\n' > "$3/bin/python"
+  chmod +x "$3/bin/python"
+fi
+"""
+
+
+@pytest.mark.parametrize(("args", "installed"), [((), "-e .[test,dev]"), (("--runtime",), "-e .")])
+def test_install_script_adds_the_extras_unless_runtime_only(
+    tmp_path: Path, args: tuple[str, ...], installed: str
+) -> None:
+    """The real script in a scratch copy of the repository, with stand-ins for apt (every
+    package already installed) and python3 (it records what it is asked), so nothing is
+    installed on this machine."""
+    (tmp_path / "scripts").mkdir()
+    shutil.copy(REPO_ROOT / "scripts" / "install.sh", tmp_path / "scripts")
+    stubs = tmp_path / "bin"
+    stubs.mkdir()
+    (stubs / "dpkg-query").write_text("#!/bin/sh\necho 'install ok installed'\n")
+    (stubs / "python3").write_text(STUB_PYTHON)
+    for stub in stubs.iterdir():
+        stub.chmod(0o755)
+    log = tmp_path / "install.log"
+    done = subprocess.run(
+        ["bash", str(tmp_path / "scripts" / "install.sh"), *args],
+        env={"PATH": f"{stubs}:/usr/bin:/bin", "INSTALL_LOG": str(log)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    last = log.read_text().splitlines()[-1]
+    assert last == f"venv-python -m pip install -q -c .ci/constraints.txt {installed}"
+
+
+def test_the_demo_installs_runtime_dependencies_only() -> None:
+    demo = (REPO_ROOT / "scripts" / "demo.sh").read_text().splitlines()
+    installs = [line for line in demo if "install.sh" in line and not line.startswith("#")]
+    assert installs == ["bash scripts/install.sh --runtime"]
+
+
+def test_the_base_image_is_one_build_argument_whose_digest_pin_is_documented() -> None:
+    """A tag in the file, and the comment above it says how to pin the digest one checked: the
+    one ``FROM`` takes the ``BASE`` argument, so ``--build-arg BASE=...@sha256:...`` pins it."""
+    assert instruction("FROM") == "${BASE}"
+    assert instruction("ARG") == "BASE=python:3.11-slim-bookworm"
+    text = DOCKERFILE.read_text(encoding="utf-8")
+    assert [keyword for keyword, _ in dockerfile_instructions(text)][:2] == ["ARG", "FROM"]
+    comment = text.split("ARG BASE=", 1)[0]
+    assert "docker buildx imagetools inspect python:3.11-slim-bookworm" in comment
+    assert "--build-arg BASE=python:3.11-slim-bookworm@sha256:" in comment
+    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    assert "--build-arg BASE=python:3.11-slim-bookworm@sha256:" in readme
