@@ -14,6 +14,7 @@ import threading
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,11 +24,15 @@ from structlog.testing import capture_logs
 
 from playguard_async import notify
 from playguard_async.engine import CycleResult, Outcome
+from playguard_async.inventory import Marquee
 from playguard_async.keys import health_key, marquee_lock_key
+from playguard_async.lab import DockerDaemon, SshServer
 from playguard_async.notify import ChangeNotifier
 from playguard_async.phase import PhaseContext
 from tests.support.daemon import DaemonRunner, wait_for
 from tests.support.engine import EngineHarness, ScriptedPhase, settings_for
+from tests.support.fencing import Fleet
+from tests.support.world import lab_marquee_fields
 
 pytestmark = pytest.mark.integration
 
@@ -144,6 +149,42 @@ async def test_three_replicas_tell_each_change_once_signed(
         assert headers["X-Playguard-Signature"] == f"sha256={expected}"
         assert headers["Content-Type"] == "application/json"
         assert headers["User-Agent"].startswith("playguard/")
+
+
+async def test_a_write_the_host_refused_is_told_once_whichever_replica_saw_it(
+    redis: Redis,
+    receiver: Receiver,
+    ssh_server: SshServer,
+    docker_daemon: DockerDaemon,
+    tmp_path: Path,
+) -> None:
+    """Two replicas each have a write refused by the lab host's real fence guard (its fence ahead
+    of Redis's counter, as after a lost INCR): one ``fenced`` notification, from the first."""
+    marquee = Marquee.model_validate(lab_marquee_fields(ssh_server, docker_daemon, tmp_path / "w"))
+    assert marquee.state_dir is not None
+    state = Path(marquee.state_dir)
+    state.mkdir(mode=0o700)
+    (state / "journal").write_text("")
+    replicas = []
+    for name in ("r1", "r2"):
+        fleet = Fleet(redis, marquee, tmp_path / name, replica_id=name)
+        notifier = ChangeNotifier(
+            settings_for(replica_id=name, webhook_url=receiver.url, webhook_timeout=1.0), redis
+        )
+        fleet.engine.listeners.append(notifier.notify_cycle)
+        replicas.append((fleet, notifier))
+    async with replicas[0][1].sending(drain=5), replicas[1][1].sending(drain=5):
+        for host_fence, (fleet, _) in zip((100, 200), replicas, strict=True):
+            (state / "fence").write_text(f"{host_fence}\n")  # ahead of the lifted counter too
+            refused = await fleet.cycle()
+            assert (refused.outcome, refused.reason) == (Outcome.LOCK_LOST, "fenced")
+            assert fleet.second.entered == 0
+        await until(lambda: len(receiver.received) >= 1, "the fenced notification")
+    news = receiver.news()
+    assert [(n["marquee"], n["transition"], n["replica"]) for n in news] == [
+        (marquee.name, "fenced", "r1")
+    ]
+    assert news[0]["reason"] == "fenced"
 
 
 async def test_a_failing_receiver_is_retried_and_a_refusing_one_is_not(

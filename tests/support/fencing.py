@@ -1,5 +1,6 @@
 """A lease as the remote layer sees it (a fence and a deadline), for tests of that layer alone,
-and readers of what a host's fence guard keeps in its state directory."""
+readers of what a host's fence guard keeps in its state directory, and an engine whose phases
+make fenced writes on a real lab Marquee."""
 
 from __future__ import annotations
 
@@ -9,6 +10,17 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from redis.asyncio import Redis
+
+from playguard_async.engine import CycleResult, Engine, Outcome
+from playguard_async.inventory import Inventory, Marquee
+from playguard_async.metrics import Metrics
+from playguard_async.phase import PhaseContext, PhaseReport
+from playguard_async.remote.ssh import RemoteSession, open_session
+from tests.support.engine import settings_for
+from tests.support.state import StaticState
+from tests.support.world import LAB_OPTIONS
 
 
 @dataclass
@@ -80,3 +92,54 @@ def stale_writes(record_dir: Path) -> list[tuple[str, int, int]]:
             stale.append((marquee, fence, pid))
         highest[marquee] = max(fence, highest.get(marquee, 0))
     return stale
+
+
+class AppendPhase:
+    """Appends its fence to a file on the host, as a fenced write."""
+
+    def __init__(self, name: str, record: Path) -> None:
+        self.name = name
+        self.record = record
+        self.entered = 0
+
+    async def __call__(self, ctx: PhaseContext[RemoteSession]) -> PhaseReport:
+        self.entered += 1
+        session = await ctx.remote()
+        await session.change(
+            f"{self.name} appends fence {ctx.lease.fence}",
+            ["sh", "-c", 'echo "$2" >> "$1"', "sh", str(self.record), str(ctx.lease.fence)],
+        )
+        return PhaseReport()
+
+
+class Fleet:
+    """One lab Marquee, an engine whose sessions are real, and the metrics it feeds."""
+
+    def __init__(
+        self, redis: Redis, marquee: Marquee, tmp_path: Path, replica_id: str = "fencing"
+    ) -> None:
+        self.marquee = marquee
+        self.record = tmp_path / "record"
+        self.first = AppendPhase("first", self.record)
+        self.second = AppendPhase("second", self.record)
+        settings = settings_for(replica_id=replica_id, lock_ttl=30.0, redis_socket_timeout=2.0)
+        self.metrics = Metrics(outcomes=[outcome.value for outcome in Outcome], lock_ttl=30.0)
+        self.engine = Engine(
+            settings,
+            StaticState(Inventory(marquees=[marquee])),
+            redis,
+            [self.first, self.second],
+            open_session=lambda marquee, lease: open_session(marquee, LAB_OPTIONS, lease=lease),
+            observer=self.metrics,
+        )
+
+    async def cycle(self) -> CycleResult:
+        inventory = await self.engine.load_inventory()
+        return await self.engine.cycle(self.marquee, inventory)
+
+    def fenced_losses(self) -> float:
+        value = self.metrics.registry.get_sample_value(
+            "playguard_lock_lost_total", {"reason": "fenced"}
+        )
+        assert value is not None, "the fenced reason is exported from the start"
+        return value
