@@ -31,24 +31,22 @@ import os
 import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
-from io import BytesIO
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import asyncssh
+from code_versions import ROOT, extract, git_output
 
 from playguard_async.lab import Lab
 from playguard_async.lab.process import descendants, tree_cpu_seconds
 from playguard_async.lab.shared_host import shared_host_inventory, write_inventory
 
-ROOT = Path(__file__).resolve().parent.parent
 FIGURES = ("wall", "host_cpu", "channels", "connections", "compose", "ls_remote", "docker_api")
 
 
@@ -164,28 +162,6 @@ async def child(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 # ---- the parent: the lab, the two code versions, the table ------------------------------------
-
-
-def git_output(*args: str) -> str:
-    return subprocess.run(
-        ["git", "-C", str(ROOT), *args], check=True, capture_output=True, text=True
-    ).stdout.strip()
-
-
-def extract(ref: str, into: Path) -> Path:
-    """The package as it is at ``ref``, with the current lab package over it."""
-    archive = subprocess.run(
-        ["git", "-C", str(ROOT), "archive", "--format=tar", ref, "playguard_async"],
-        check=True,
-        capture_output=True,
-    ).stdout
-    with tarfile.open(fileobj=BytesIO(archive)) as tar:
-        tar.extractall(into, filter="data")
-    subprocess.run(
-        ["cp", "-r", "--", str(ROOT / "playguard_async" / "lab"), str(into / "playguard_async")],
-        check=True,
-    )
-    return into
 
 
 def run_child(

@@ -12,8 +12,11 @@ its last cycle:
 - ``redis cmds/cycle`` and ``redis cpu/cycle``: from ``INFO`` before and after, Redis's own side.
 
 A flat ``cpu/cycle`` from 100 to 10,000 Marquees means no per-cycle work grows with the fleet.
+With ``--before REF`` each fleet is also measured with the code of git ref ``REF``, the two taking
+turns ``--rounds`` times, and the ratio of their median ``cpu/cycle`` is printed: on a machine
+whose load swings between runs, only figures from the same minutes compare.
 
-    .venv/bin/python bench/dispatch.py [--fleets 100,1000,10000]
+    .venv/bin/python bench/dispatch.py [--fleets 100,1000,10000] [--before REF [--rounds 3]]
 
 Starts its own redis-server from the lab on an ephemeral loopback port. Never part of the tests.
 """
@@ -23,8 +26,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import inspect
 import json
+import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -33,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import uvloop
+from code_versions import ROOT, extract, git_output
 from inventory_load import write_inventory
 
 from playguard_async.lab import RedisServer
@@ -123,15 +130,33 @@ async def measure(settings: Settings) -> dict[str, float]:
 
 def one_fleet(fleet: int, redis_url: str, workdir: Path) -> None:
     """The child: one fleet size in a process of its own, so memory figures are its alone."""
-    configure_logging("json", "warning")
+    # As `playguard run` sets it up; code from before ``final`` had no such option.
+    final = {"final": True} if "final" in inspect.signature(configure_logging).parameters else {}
+    configure_logging("json", "warning", **final)
     settings = noop_settings(write_inventory(workdir, fleet), redis_url)
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         print(json.dumps(runner.run(measure(settings))))
 
 
+def run_child(code: Path, fleet: int, redis_url: str, workdir: Path) -> dict[str, Any]:
+    child = subprocess.run(
+        [sys.executable, __file__, "--child", str(fleet), redis_url, str(workdir)],
+        check=False,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(code)},
+    )
+    if child.returncode:
+        sys.exit(f"the child measuring {fleet} Marquees failed:\n{child.stderr[-3000:]}")
+    row: dict[str, Any] = json.loads(child.stdout.strip().splitlines()[-1])
+    return row
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fleets", default="100,1000,10000")
+    parser.add_argument("--before", help="git ref of code to measure beside this checkout")
+    parser.add_argument("--rounds", type=int, default=1, help="turns of each code per fleet")
     parser.add_argument(
         "--child", nargs=3, metavar=("FLEET", "REDIS_URL", "DIR"), help=argparse.SUPPRESS
     )
@@ -140,35 +165,46 @@ def main() -> None:
         one_fleet(int(args.child[0]), args.child[1], Path(args.child[2]))
         return
     fleets = [int(size) for size in args.fleets.split(",")]
-    with tempfile.TemporaryDirectory() as workdir, RedisServer(Path(workdir) / "redis") as server:
-        rows = []
+    with tempfile.TemporaryDirectory() as scratch, RedisServer(Path(scratch) / "redis") as server:
+        workdir = Path(scratch)
+        codes = {"now": ROOT}
+        if args.before:
+            before = git_output("rev-parse", "--short", args.before)
+            codes = {before: extract(before, workdir / "before"), **codes}
+        rows: dict[str, list[dict[str, Any]]] = {label: [] for label in codes}
         for fleet in fleets:
-            child = subprocess.run(
-                [sys.executable, __file__, "--child", str(fleet), server.url, workdir],
-                check=False,
-                capture_output=True,
-                text=True,
-            )
-            if child.returncode:
-                sys.exit(f"the child measuring {fleet} Marquees failed:\n{child.stderr[-3000:]}")
-            rows.append(json.loads(child.stdout.strip().splitlines()[-1]))
+            for _ in range(args.rounds):
+                for label, code in codes.items():
+                    rows[label].append(run_child(code, fleet, server.url, workdir))
+    print(f"load average {os.getloadavg()[0]:.1f}, {os.cpu_count()} cores")
     print(
-        f"{'marquees':>8} {'cpu/tick s':>10} {'cpu/cycle ms':>12} {'wall/tick s':>11} "
+        f"{'code':>8} {'marquees':>8} {'cpu/tick s':>10} {'cpu/cycle ms':>12} {'wall/tick s':>11} "
         f"{'gc s':>6} {'gc full':>7} {'rss MiB':>8} {'peak MiB':>8} "
         f"{'redis cmds/cycle':>16} {'redis cpu/cycle ms':>18}"
     )
-    for row in rows:
+    for label, measured in rows.items():
+        for row in measured:
+            print(
+                f"{label:>8} {row['marquees']:>8} {row['cpu_tick']:>10.2f} "
+                f"{row['cpu_cycle_ms']:>12.3f} {row['wall_tick']:>11.2f} {row['gc_seconds']:>6.2f} "
+                f"{row['gc_full']:>7} {row['rss_mib']:>8.0f} {row['peak_rss_mib']:>8.0f} "
+                f"{row['redis_cmds_cycle']:>16.1f} {row['redis_cpu_cycle_ms']:>18.3f}"
+            )
+    for label, measured in rows.items():
+        first, last = _median_cycle(measured, fleets[0]), _median_cycle(measured, fleets[-1])
         print(
-            f"{row['marquees']:>8} {row['cpu_tick']:>10.2f} {row['cpu_cycle_ms']:>12.3f} "
-            f"{row['wall_tick']:>11.2f} {row['gc_seconds']:>6.2f} {row['gc_full']:>7} "
-            f"{row['rss_mib']:>8.0f} {row['peak_rss_mib']:>8.0f} "
-            f"{row['redis_cmds_cycle']:>16.1f} {row['redis_cpu_cycle_ms']:>18.3f}"
+            f"{label}: cpu/cycle at {fleets[-1]} / at {fleets[0]}: "
+            f"{last / first:.2f}x (1.00x: flat)"
         )
-    first, last = rows[0], rows[-1]
-    print(
-        f"cpu/cycle at {last['marquees']} / at {first['marquees']}: "
-        f"{last['cpu_cycle_ms'] / first['cpu_cycle_ms']:.2f}x (1.00x: flat)"
-    )
+    if args.before:
+        old, new = rows[before], rows["now"]
+        for fleet in fleets:
+            ratio = _median_cycle(new, fleet) / _median_cycle(old, fleet)
+            print(f"{fleet} Marquees: cpu/cycle now / {before}: {ratio:.2f}x")
+
+
+def _median_cycle(rows: list[dict[str, Any]], fleet: int) -> float:
+    return statistics.median(float(row["cpu_cycle_ms"]) for row in rows if row["marquees"] == fleet)
 
 
 if __name__ == "__main__":

@@ -129,7 +129,8 @@ def main() -> None:
     parser.add_argument("--holders", type=int, default=100)
     parser.add_argument("--fanout", type=int, default=10_000)
     args = parser.parse_args()
-    configure_logging("json", "warning")  # what a daemon logs per cycle at info is not timed here
+    # As `playguard run` sets it up; what a daemon logs per cycle at info is not timed here.
+    configure_logging("json", "warning", final=True)
     with tempfile.TemporaryDirectory() as workdir, RedisServer(Path(workdir)) as server:
         for name, factory in (("asyncio", None), ("uvloop", uvloop.new_event_loop)):
             with asyncio.Runner(loop_factory=factory) as runner:

@@ -123,7 +123,7 @@ def run(ctx: click.Context, config: Path | None, dry_run: bool | None) -> None:
         from playguard_async.observe import configure_logging
 
         settings = _settings(config, **_dry_run(dry_run))
-        configure_logging(settings.log_format, settings.log_level)
+        configure_logging(settings.log_format, settings.log_level, final=True)
         daemon.run(settings)
 
 
@@ -514,7 +514,7 @@ def lab_run(
             move_desired_state_to_postgres(database, config)
         _echo(f"lab running in {root}; settings {config}", err=True)
         settings = _settings(config)
-        configure_logging(settings.log_format, settings.log_level)
+        configure_logging(settings.log_format, settings.log_level, final=True)
         daemon.run(settings, stop_after=duration)
 
 

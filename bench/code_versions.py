@@ -1,0 +1,34 @@
+"""The package as it was at a git ref, for benchmarks that run the code before and after a change
+side by side in one run (child processes with ``PYTHONPATH`` naming the extracted copy)."""
+
+from __future__ import annotations
+
+import subprocess
+import tarfile
+from io import BytesIO
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def git_output(*args: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(ROOT), *args], check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
+def extract(ref: str, into: Path) -> Path:
+    """The package as it is at ``ref``, with the current lab package over it (the servers a
+    benchmark starts are the same for both versions)."""
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", "--format=tar", ref, "playguard_async"],
+        check=True,
+        capture_output=True,
+    ).stdout
+    with tarfile.open(fileobj=BytesIO(archive)) as tar:
+        tar.extractall(into, filter="data")
+    subprocess.run(
+        ["cp", "-r", "--", str(ROOT / "playguard_async" / "lab"), str(into / "playguard_async")],
+        check=True,
+    )
+    return into
