@@ -9,6 +9,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
+import structlog
 from redis.asyncio import Redis
 from structlog.testing import capture_logs
 
@@ -33,6 +34,30 @@ async def test_full_cycle_runs_every_phase_and_releases(redis: Redis) -> None:
     assert set(result.durations) == {"first", "second"}
     assert result.actions == {"first": ["first on m1"], "second": ["second on m1"]}
     assert await redis.exists(marquee_lock_key("m1")) == 0
+
+
+@pytest.mark.parametrize("failing", [None, "first", "second"])
+async def test_each_phase_logs_under_its_name_and_the_walk_leaves_the_context_as_it_was(
+    redis: Redis, failing: str | None
+) -> None:
+    seen: list[object] = []
+
+    async def note(ctx: PhaseContext) -> None:
+        seen.append(structlog.contextvars.get_contextvars().get("phase"))
+        if failing == seen[-1]:
+            raise RuntimeError("refused")
+
+    structlog.contextvars.bind_contextvars(phase="the caller's")
+    try:
+        result = await EngineHarness(
+            redis, ScriptedPhase("first", note), ScriptedPhase("second", note)
+        ).cycle()
+        after = structlog.contextvars.get_contextvars().get("phase")
+    finally:
+        structlog.contextvars.unbind_contextvars("phase")
+    assert seen == (["first"] if failing == "first" else ["first", "second"])
+    assert result.outcome is (Outcome.OK if failing is None else Outcome.PHASE_FAILED)
+    assert after == "the caller's"
 
 
 async def test_loser_returns_at_once_and_logs_locked(redis: Redis) -> None:
