@@ -91,7 +91,7 @@ class CycleEnd:
         elif resume is Resume.CLEAR:
             commands.append(("ZREM", RESUME_KEY, marquee))
         try:
-            answers = await bounded(self.timeout, self._send(commands))
+            answers = await self._send(commands)
         except Exception as exc:  # the whole round trip failed: every write is unknown
             answers = [exc] * len(commands)
         ending = Ending()
@@ -104,13 +104,23 @@ class CycleEnd:
         return ending
 
     async def _send(self, commands: list[tuple[Any, ...]]) -> list[Any]:
-        """Every command's answer or error, in order, from one round trip: on the client's
-        channel, where concurrent cycles' endings share the write, else in a pipeline."""
+        """Every command's answer or error, in order, from one round trip within ``timeout``: on
+        the client's channel, where concurrent cycles' endings share the write, else in a
+        pipeline."""
         if isinstance(self.redis, ChannelledRedis):
             channel = self.redis.channel
-            sent = [channel.send(*command) for command in commands]
-            return await asyncio.gather(*sent, return_exceptions=True)
+            sent = [channel.send(*command, timeout=self.timeout) for command in commands]
+            return [await _answer(answer) for answer in sent]
         async with self.redis.pipeline(transaction=False) as pipe:
             for command in commands:
                 pipe.execute_command(*command)
-            return list(await pipe.execute(raise_on_error=False))
+            return list(await bounded(self.timeout, pipe.execute(raise_on_error=False)))
+
+
+async def _answer(sent: asyncio.Future[Any]) -> Any:
+    """``sent``'s answer, or its error as a value (a gather of three answers cost more than the
+    three awaits)."""
+    try:
+        return await sent
+    except Exception as exc:
+        return exc

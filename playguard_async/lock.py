@@ -262,9 +262,8 @@ class Lease:
         lock = self.lock
         sent = time.monotonic()
         try:
-            outcome, acknowledged = await bounded(
-                lock.timeout,
-                lock._write(lock._renew_script, [lock.key], [self.record, _ms(lock.ttl)]),
+            outcome, acknowledged = await lock._write(
+                lock._renew_script, [lock.key], [self.record, _ms(lock.ttl)]
             )
         except Exception as exc:
             log.warning(
@@ -453,14 +452,16 @@ class TokenLock:
     async def _write(
         self, script: AsyncScript, keys: list[str], args: list[str | int]
     ) -> tuple[Any, int | None]:
-        """Run one of the scripts that write the lock key; with ``min_replicas``, WAIT for that
-        many replicas on the same connection and return how many acknowledged (else None)."""
+        """Run one of the scripts that write the lock key, answered within the lock's timeout
+        (else ``TimeoutError``); with ``min_replicas``, WAIT for that many replicas on the same
+        connection and return how many acknowledged (else None)."""
         if self._channel is not None:
-            return await run_script(self._channel, script, keys, args), None
+            answer = run_script(self._channel, script, keys, args, timeout=self.timeout)
+            return await answer, None
         if not self.min_replicas:
-            return await script(keys=keys, args=args), None
+            return await bounded(self.timeout, script(keys=keys, args=args)), None
         call = AcknowledgedCall(script, keys, args, self.min_replicas, _ms(self.replica_timeout))
-        return await run_acknowledged(self.redis, call)
+        return await bounded(self.timeout, run_acknowledged(self.redis, call))
 
     def replicated(self, acknowledged: int | None) -> bool:
         """Whether a write acknowledged by ``acknowledged`` replicas (None: not asked) counts."""
@@ -494,9 +495,7 @@ class TokenLock:
         # before that answer could overtake the SET on another connection.
         attempt = self._attempt(record)
         try:
-            fence, acknowledged = self._acknowledged(
-                await bounded(self.timeout, self._outlasting(attempt))
-            )
+            fence, acknowledged = self._acknowledged(await self._outlasting(attempt))
         except asyncio.CancelledError:
             attempt.add_done_callback(lambda done: self._undo(done, record))
             raise
@@ -528,8 +527,8 @@ class TokenLock:
         keys = [self.key, self.fence_key]
         args: list[str | int] = [record, _ms(self.ttl)]
         if self._channel is not None:
-            return run_script(self._channel, self._acquire_script, keys, args)
-        return kept(bounded(self.timeout, self._write(self._acquire_script, keys, args)))
+            return run_script(self._channel, self._acquire_script, keys, args, timeout=self.timeout)
+        return kept(self._write(self._acquire_script, keys, args))
 
     def _acknowledged(self, answer: Any) -> tuple[Any, int | None]:
         """An ``_attempt``'s answer as (fence or None, replicas that acknowledged or None)."""

@@ -108,6 +108,58 @@ async def test_a_stopped_server_times_out_the_batch_and_the_channel_recovers(
     assert await channel.send("PING") == b"PONG"
 
 
+@pytest.mark.parametrize(
+    "timeouts",
+    [
+        pytest.param((0.15, 0.3, None, 3.0), id="increasing"),
+        pytest.param((3.0, None, 0.3, 0.15), id="decreasing"),
+        pytest.param((0.3, 3.0, 0.15, None), id="mixed"),
+    ],
+)
+async def test_a_command_past_its_timeout_fails_alone_and_its_late_answer_is_dropped(
+    redis: Redis, timeouts: tuple[float | None, ...]
+) -> None:
+    """Commands queued behind a slow one (a BLPOP that holds the connection 0.6 s, within the
+    channel's 1 s bound): each fails once its own timeout passed, whatever order they were sent
+    in, the others get their answers, and the stream stays in step."""
+    channel = channel_of(redis)
+    await channel.send("PING")
+    slow = channel.send("BLPOP", "nothing", 0.6)
+    started = time.monotonic()
+    sent = [(timeout, channel.send("INCR", "counter", timeout=timeout)) for timeout in timeouts]
+    for timeout, answer in sorted(sent, key=lambda pair: pair[0] or 99.0):
+        if timeout is not None and timeout < 0.6:
+            with pytest.raises(TimeoutError):
+                await answer
+            assert time.monotonic() - started < timeout + 0.1, "failed at its own deadline"
+        else:
+            assert isinstance(await answer, int), "answered: the batch itself was on time"
+    assert await slow is None
+    assert await channel.send("INCR", "counter") == len(timeouts) + 1, "every INCR still ran"
+
+
+async def test_a_timeout_holds_while_the_server_is_stopped(
+    redis: Redis, redis_server: RedisServer
+) -> None:
+    """A command waiting behind a batch the stopped server never answers fails at its own
+    timeout, not at the batch's (the channel's 1 s)."""
+    channel = channel_of(redis)
+    await channel.send("PING")
+    redis_server.pause()
+    try:
+        hung = channel.send("PING")
+        started = time.monotonic()
+        with pytest.raises(TimeoutError):
+            await channel.send("INCR", "counter", timeout=0.2)
+        waited = time.monotonic() - started
+        with pytest.raises(TimeoutError):
+            await hung
+    finally:
+        redis_server.resume()
+    assert waited < 0.5
+    assert await channel.send("PING", timeout=1.0) == b"PONG"
+
+
 async def test_a_script_redis_lost_is_sent_whole(redis: Redis) -> None:
     channel = channel_of(redis)
     script = redis.register_script("return redis.call('INCRBY', KEYS[1], ARGV[1])")
