@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
@@ -37,6 +36,7 @@ from inventory_load import PLAYGROUNDS_PER_MARQUEE, write_inventory  # bench/ is
 from playguard_async.desired_state_pg import PostgresDesiredState, read_snapshot
 from playguard_async.inventory import YamlInventorySource
 from playguard_async.lab import PostgresServer
+from playguard_async.memory import settle_new_desired_state
 from playguard_async.pg import PgAddress, password_from
 from playguard_async.pg_schema import migrate
 from playguard_async.pg_transfer import import_inventory
@@ -45,14 +45,13 @@ from playguard_async.pg_transfer import import_inventory
 async def timed(operation: Callable[[], Awaitable[object]]) -> tuple[float, float]:
     """Wall-clock and process CPU milliseconds of one awaited operation.
 
-    What is alive afterwards is then frozen out of the collector's generations, as the engine
-    does with every new inventory: otherwise the collections the operation's objects are owed
-    would be charged to the next operation measured."""
+    What is alive afterwards is then settled as the engine settles every new inventory (frozen
+    out of the collector's generations, freed heap returned): otherwise the collections the
+    operation's objects are owed would be charged to the next operation measured."""
     wall, cpu = time.perf_counter(), time.process_time()
     await operation()
     figures = (time.perf_counter() - wall) * 1000, (time.process_time() - cpu) * 1000
-    gc.unfreeze()
-    gc.freeze()
+    settle_new_desired_state()
     return figures
 
 

@@ -16,12 +16,11 @@ import asyncio
 import contextlib
 import contextvars
 import enum
-import gc
 import logging
 import math
 import random
+import secrets
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
@@ -48,6 +47,7 @@ from playguard_async.lock import (
     ReleaseResult,
     TokenLock,
 )
+from playguard_async.memory import settle_new_desired_state
 from playguard_async.observe import CycleRecords
 from playguard_async.outage import RedisOutage
 from playguard_async.phase import PartialFailure, Phase, PhaseContext, PhaseReport, RemoteView
@@ -118,6 +118,7 @@ class CycleResult:
     reason: str | None = None
     durations: dict[str, float] = field(default_factory=dict)
     actions: dict[str, list[str]] = field(default_factory=dict)
+    """Phase -> what it did, for the phases that did something."""
     findings: dict[str, dict[str, Any]] = field(default_factory=dict)
     notices: dict[str, list[dict[str, str]]] = field(default_factory=dict)
     """Phase -> its ``Notice``s, as JSON objects: what an operator should look at."""
@@ -252,26 +253,6 @@ def one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-YOUNG_COLLECTION_THRESHOLD = 5000
-"""Allocations between two young collections (Python's default is 700). A tick's cycles each hold
-a few dozen objects (task, coroutines, futures, result) for the cycle's length: at 700 they were
-promoted while still alive and six full collections a tick walked every cycle in flight (0.5-0.6 s
-of a 10,000-Marquee tick); at 5,000 most die young and no full collection runs (0.06-0.1 s)."""
-
-
-def _keep_out_of_collections() -> None:
-    """Move what is alive now (the desired state just loaded, its index, the engine) out of the
-    collector's generations: at 10,000 Marquees it is hundreds of thousands of objects that live
-    until the next change, and every full collection walked all of them again (16 % of a tick).
-    The previous state's objects go back first, so the collector frees them once they are garbage.
-    """
-    gc.unfreeze()
-    gc.freeze()
-    young, *older = gc.get_threshold()
-    if young < YOUNG_COLLECTION_THRESHOLD:
-        gc.set_threshold(YOUNG_COLLECTION_THRESHOLD, *older)
-
-
 def next_tick_after(scheduled: float, now: float, interval: float) -> tuple[float, int]:
     """The first point of the tick grid (``scheduled`` + k * ``interval``, k >= 1) after ``now``.
 
@@ -369,7 +350,7 @@ class Engine:
         if inventory is not self.inventory:
             self.inventory = inventory
             self.waiting_for_desired_state = None
-            _keep_out_of_collections()
+            settle_new_desired_state()
         return inventory
 
     async def _desired_inventory(self) -> Inventory | None:
@@ -560,13 +541,15 @@ class Engine:
         exactly one classified outcome."""
         result = CycleResult(
             marquee=marquee.name,
-            cycle_id=uuid.uuid4().hex[:12],
+            cycle_id=secrets.token_hex(6),
             replica=self.settings.replica_id,
             dry_run=self.settings.dry_run,
         )
-        with structlog.contextvars.bound_contextvars(
+        # Tokens, not bound_contextvars, which reads the whole context to restore it.
+        bound = structlog.contextvars.bind_contextvars(
             marquee=marquee.name, cycle=result.cycle_id, replica=self.settings.replica_id
-        ):
+        )
+        try:
             try:
                 if delay > 0:
                     await wait_or_stop(self.stopping, delay)
@@ -581,6 +564,8 @@ class Engine:
                 await self._locked_cycle(marquee, inventory, result)
             finally:
                 self._slots.release()
+        finally:
+            structlog.contextvars.reset_contextvars(**bound)
         return result
 
     async def _locked_cycle(
@@ -596,8 +581,7 @@ class Engine:
                 lease = await self._acquire(marquee, result)
             if lease is not None:
                 result.fence = lease.fence
-                with structlog.contextvars.bound_contextvars(fence=lease.fence):
-                    await self._walk_phases(marquee, inventory, lease, result)
+                await self._walk_phases(marquee, inventory, lease, result)
         except asyncio.CancelledError:
             result.outcome = Outcome.INTERRUPTED
             await self._end(result, lease)
@@ -653,32 +637,37 @@ class Engine:
     async def _walk_phases(
         self, marquee: Marquee, inventory: Inventory, lease: Lease, result: CycleResult
     ) -> None:
-        async with contextlib.AsyncExitStack() as stack:
-            remote = _CycleRemote(self.open_session, marquee, lease, stack)
-            # Bound per phase, restored once after the walk: bound_contextvars per phase read the
-            # whole context each time, 12 % of an in-sync cycle.
-            before_walk: Mapping[str, contextvars.Token[Any]] | None = None
-            try:
-                for phase in self.phases:
-                    if self.stopping.is_set():
-                        result.outcome = Outcome.INTERRUPTED
-                        return
-                    ctx: PhaseContext[RemoteView] = PhaseContext(
-                        marquee=marquee,
-                        inventory=inventory,
-                        log=log.bind(phase=phase.name),
-                        dry_run=self.settings.dry_run,
-                        lease=lease,
-                        remote=remote,
-                    )
-                    bound = structlog.contextvars.bind_contextvars(phase=phase.name)
-                    before_walk = bound if before_walk is None else before_walk
-                    if not await self._run_phase(phase, ctx, remote, result):
-                        return
-            finally:
-                if before_walk is not None:
-                    structlog.contextvars.reset_contextvars(**before_walk)
-                result.host_fence = remote.host_fence
+        # Bound with tokens and restored once: bound_contextvars per phase read the whole
+        # context each time, 12 % of an in-sync cycle. The fence stays bound while the session
+        # closes; each phase's name only while phases run.
+        walk = structlog.contextvars.bind_contextvars(fence=lease.fence)
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                remote = _CycleRemote(self.open_session, marquee, lease, stack)
+                before_phases: Mapping[str, contextvars.Token[Any]] | None = None
+                try:
+                    for phase in self.phases:
+                        if self.stopping.is_set():
+                            result.outcome = Outcome.INTERRUPTED
+                            return
+                        ctx: PhaseContext[RemoteView] = PhaseContext(
+                            marquee=marquee,
+                            inventory=inventory,
+                            log=log.bind(phase=phase.name),
+                            dry_run=self.settings.dry_run,
+                            lease=lease,
+                            remote=remote,
+                        )
+                        bound = structlog.contextvars.bind_contextvars(phase=phase.name)
+                        before_phases = bound if before_phases is None else before_phases
+                        if not await self._run_phase(phase, ctx, remote, result):
+                            return
+                finally:
+                    if before_phases is not None:
+                        structlog.contextvars.reset_contextvars(**before_phases)
+                    result.host_fence = remote.host_fence
+        finally:
+            structlog.contextvars.reset_contextvars(**walk)
 
     async def _run_phase(
         self,
@@ -714,7 +703,8 @@ class Engine:
     ) -> None:
         """What the phase did (its session's actions, then any it reports itself), found and
         asks an operator to look at."""
-        result.actions[phase] = [*session_actions, *report.actions]
+        if taken := [*session_actions, *report.actions]:
+            result.actions[phase] = taken
         if report.findings:
             result.findings[phase] = dict(report.findings)
         if report.notices:
