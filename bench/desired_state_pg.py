@@ -46,8 +46,8 @@ async def timed(operation: Callable[[], Awaitable[object]]) -> tuple[float, floa
     """Wall-clock and process CPU milliseconds of one awaited operation.
 
     What is alive afterwards is then settled as the engine settles every new inventory (frozen
-    out of the collector's generations, freed heap returned): otherwise the collections the
-    operation's objects are owed would be charged to the next operation measured."""
+    out of the collector's generations): otherwise the collections the operation's objects are
+    owed would be charged to the next operation measured."""
     wall, cpu = time.perf_counter(), time.process_time()
     await operation()
     figures = (time.perf_counter() - wall) * 1000, (time.process_time() - cpu) * 1000

@@ -29,7 +29,6 @@ import gc
 import inspect
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -76,9 +75,11 @@ async def redis_counters(redis: RedisClient) -> tuple[int, float]:
     return int(stats["total_commands_processed"]), cpu["used_cpu_user"] + cpu["used_cpu_sys"]
 
 
-def rss_mib() -> float:
+def rss_mib(field: str = "VmRSS") -> float:
+    """This process's resident memory now (``VmRSS``) or at its highest (``VmHWM``), in MiB.
+    Not ``ru_maxrss``: Linux carries it over ``exec`` from the parent that forked the child."""
     for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(f"{field}:"):
             return int(line.split()[1]) / 1024
     return float("nan")
 
@@ -121,33 +122,34 @@ async def measure(settings: Settings) -> dict[str, float]:
         "gc_seconds": gc_seconds[0],
         "gc_full": full_collections[0],
         "rss_mib": rss_mib(),
-        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "peak_rss_mib": rss_mib("VmHWM"),
         # the two INFO calls of the first reading are counted in the second
         "redis_cmds_cycle": (commands_after - commands - 2) / count,
         "redis_cpu_cycle_ms": 1000 * (redis_cpu_after - redis_cpu) / count,
     }
 
 
-def one_fleet(fleet: int, redis_url: str, workdir: Path) -> None:
-    """The child: one fleet size in a process of its own, so memory figures are its alone."""
+def one_fleet(inventory: Path, redis_url: str) -> None:
+    """The child: one fleet in a process of its own, so memory figures are its alone (the
+    inventory is written by the parent: dumping 10,000 Marquees peaked at 252 MiB by itself)."""
     # As `playguard run` sets it up; code from before ``final`` had no such option.
     final = {"final": True} if "final" in inspect.signature(configure_logging).parameters else {}
     configure_logging("json", "warning", **final)
-    settings = noop_settings(write_inventory(workdir, fleet), redis_url)
+    settings = noop_settings(inventory, redis_url)
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         print(json.dumps(runner.run(measure(settings))))
 
 
-def run_child(code: Path, fleet: int, redis_url: str, workdir: Path) -> dict[str, Any]:
+def run_child(code: Path, inventory: Path, redis_url: str) -> dict[str, Any]:
     child = subprocess.run(
-        [sys.executable, __file__, "--child", str(fleet), redis_url, str(workdir)],
+        [sys.executable, __file__, "--child", str(inventory), redis_url],
         check=False,
         capture_output=True,
         text=True,
         env={**os.environ, "PYTHONPATH": str(code)},
     )
     if child.returncode:
-        sys.exit(f"the child measuring {fleet} Marquees failed:\n{child.stderr[-3000:]}")
+        sys.exit(f"the child measuring {inventory.name} failed:\n{child.stderr[-3000:]}")
     row: dict[str, Any] = json.loads(child.stdout.strip().splitlines()[-1])
     return row
 
@@ -158,11 +160,11 @@ def main() -> None:
     parser.add_argument("--before", help="git ref of code to measure beside this checkout")
     parser.add_argument("--rounds", type=int, default=1, help="turns of each code per fleet")
     parser.add_argument(
-        "--child", nargs=3, metavar=("FLEET", "REDIS_URL", "DIR"), help=argparse.SUPPRESS
+        "--child", nargs=2, metavar=("INVENTORY", "REDIS_URL"), help=argparse.SUPPRESS
     )
     args = parser.parse_args()
     if args.child:
-        one_fleet(int(args.child[0]), args.child[1], Path(args.child[2]))
+        one_fleet(Path(args.child[0]), args.child[1])
         return
     fleets = [int(size) for size in args.fleets.split(",")]
     with tempfile.TemporaryDirectory() as scratch, RedisServer(Path(scratch) / "redis") as server:
@@ -173,9 +175,10 @@ def main() -> None:
             codes = {before: extract(before, workdir / "before"), **codes}
         rows: dict[str, list[dict[str, Any]]] = {label: [] for label in codes}
         for fleet in fleets:
+            inventory = write_inventory(workdir, fleet)
             for _ in range(args.rounds):
                 for label, code in codes.items():
-                    rows[label].append(run_child(code, fleet, server.url, workdir))
+                    rows[label].append(run_child(code, inventory, server.url))
     print(f"load average {os.getloadavg()[0]:.1f}, {os.cpu_count()} cores")
     print(
         f"{'code':>8} {'marquees':>8} {'cpu/tick s':>10} {'cpu/cycle ms':>12} {'wall/tick s':>11} "
