@@ -247,6 +247,59 @@ class _CycleRemote:
         return [] if self._session is None else list(self._session.actions[mark:])
 
 
+class _LeaseWatch:
+    """Cancels the cycle's task when a phase is still running at its lease's deadline.
+
+    One timer per cycle, not a timeout scope per phase (those were a sixth of an in-sync cycle's
+    CPU). A phase arms the timer at the lease's deadline if none is armed. A renewal only moves
+    the deadline later, so a timer that fires before it re-arms at the new one; a timer that fires
+    between phases (during a renewal, which has a bound of its own) disarms, and the next phase
+    arms it again. Its cancellation is told apart from any other as ``asyncio.timeout`` tells
+    it: by the task's count of cancel requests."""
+
+    def __init__(self, lease: Lease) -> None:
+        task = asyncio.current_task()
+        assert task is not None, "a cycle runs in a task"
+        self._task = task
+        self._lease = lease
+        self._loop = asyncio.get_running_loop()
+        self._timer: asyncio.TimerHandle | None = None
+        self._in_phase = False
+        self._cancelled = False
+        self._cancelling = 0
+
+    def phase_started(self) -> None:
+        self._in_phase = True
+        if self._timer is None:
+            self._timer = self._loop.call_at(
+                self._loop.time() + self._lease.remaining(), self._on_timer
+            )
+
+    def phase_ended(self) -> bool:
+        """Whether the deadline cut the phase short, no other cancellation besides: the
+        timer's cancel request is then withdrawn. Once per cut; False on later calls."""
+        self._in_phase = False
+        if not self._cancelled:
+            return False
+        self._cancelled = False
+        return self._task.uncancel() <= self._cancelling
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        if not self._in_phase:
+            return
+        if self._lease.remaining() > 0:  # renewed since the timer was armed
+            self.phase_started()
+            return
+        self._cancelled, self._cancelling = True, self._task.cancelling()
+        self._task.cancel()
+
+
 def one_line(exc: BaseException) -> str:
     """``Type: message`` on one line, for log fields and outcome reasons."""
     text = " ".join(str(exc).split())
@@ -644,6 +697,7 @@ class Engine:
         try:
             async with contextlib.AsyncExitStack() as stack:
                 remote = _CycleRemote(self.open_session, marquee, lease, stack)
+                watch = _LeaseWatch(lease)
                 before_phases: Mapping[str, contextvars.Token[Any]] | None = None
                 try:
                     for phase in self.phases:
@@ -660,9 +714,10 @@ class Engine:
                         )
                         bound = structlog.contextvars.bind_contextvars(phase=phase.name)
                         before_phases = bound if before_phases is None else before_phases
-                        if not await self._run_phase(phase, ctx, remote, result):
+                        if not await self._run_phase(phase, ctx, remote, watch, result):
                             return
                 finally:
+                    watch.close()
                     if before_phases is not None:
                         structlog.contextvars.reset_contextvars(**before_phases)
                     result.host_fence = remote.host_fence
@@ -674,13 +729,14 @@ class Engine:
         phase: Phase[Any],
         ctx: PhaseContext[RemoteView],
         remote: _CycleRemote,
+        watch: _LeaseWatch,
         result: CycleResult,
     ) -> bool:
         """One phase under the lease's deadline, then the renewal; False ends the cycle."""
         lease = ctx.lease
         started = time.monotonic()
         mark = remote.recorded()
-        report = await self._before_deadline(lease, result, phase.name, phase(ctx))
+        report = await self._before_deadline(watch, lease, result, phase.name, phase(ctx))
         result.durations[phase.name] = round(time.monotonic() - started, 4)
         if report is not None:
             self._record_report(result, phase.name, report, remote.recorded_since(mark))
@@ -718,9 +774,10 @@ class Engine:
                 log.exception("phase.listener_failed")
 
     async def _before_deadline(
-        self, lease: Lease, result: CycleResult, step: str, work: Any
+        self, watch: _LeaseWatch, lease: Lease, result: CycleResult, step: str, work: Any
     ) -> Any:
-        """Await ``work`` but no later than the lease's deadline; classify how it ended."""
+        """Await ``work`` but no later than the lease's deadline (``watch``); classify how it
+        ended."""
         if lease.remaining() <= 0:
             # A lapsed lease (the process stalled after Redis answered): awaiting would still run
             # the work's first steps, up to its first await, before the timeout could cancel it.
@@ -729,13 +786,11 @@ class Engine:
             result.outcome, result.phase = Outcome.DEADLINE, step
             log.error("phase.deadline", headroom=round(lease.remaining(), 3), started=False)
             return None
-        loop = asyncio.get_running_loop()
-        deadline = asyncio.timeout_at(loop.time() + lease.remaining())
+        watch.phase_started()
         try:
-            async with deadline:
-                return await work
-        except TimeoutError:
-            if not deadline.expired():
+            return await work
+        except asyncio.CancelledError:
+            if not watch.phase_ended():
                 raise
             result.outcome, result.phase = Outcome.DEADLINE, step
             log.error("phase.deadline", headroom=round(lease.remaining(), 3))
@@ -753,6 +808,8 @@ class Engine:
             log.exception("phase.failed")
             if isinstance(exc, PartialFailure):
                 return exc.report
+        finally:
+            watch.phase_ended()  # a phase that swallowed the cancel: withdrawn all the same
         return None
 
     async def _end(self, result: CycleResult, lease: Lease | None) -> None:

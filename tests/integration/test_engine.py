@@ -455,6 +455,41 @@ async def test_each_phase_is_credited_with_the_actions_its_session_recorded_and_
     }
 
 
+@pytest.mark.parametrize("hanging", ["second", "third"])
+async def test_the_deadline_follows_each_renewal_and_cuts_the_phase_that_outlives_it(
+    redis: Redis, hanging: str
+) -> None:
+    """Phases of 0.6 s each under a 1 s lease: each renewal moves the deadline on, so no phase
+    but the hanging one is cut, however many deadlines it took before it; that one is cancelled
+    within its lease (about 1 s after the last renewal), and the task carries no cancellation
+    on into the ending."""
+    cancelled = asyncio.Event()
+
+    async def busy(ctx: PhaseContext) -> None:
+        await asyncio.sleep(0.6)
+
+    async def hang(ctx: PhaseContext) -> None:
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    names = ["first", "second", "third"]
+    phases = [ScriptedPhase(name, hang if name == hanging else busy) for name in names]
+    harness = EngineHarness(redis, *phases, lock_ttl=1.0, redis_socket_timeout=0.2)
+    started = time.monotonic()
+    result = await harness.cycle()
+    elapsed = time.monotonic() - started
+    before = names.index(hanging)
+    assert (result.outcome, result.phase) == (Outcome.DEADLINE, hanging)
+    assert cancelled.is_set()
+    assert [phase.finished for phase in phases[:before]] == [["m1"]] * before
+    assert 0.6 * before + 0.8 < elapsed < 0.6 * before + 1.2, f"cut after {elapsed:.2f}s"
+    assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
+    assert await redis.exists(marquee_lock_key("m1")) == 0, "released after the cut"
+
+
 async def test_phase_never_starts_on_a_lease_that_lapsed_while_the_process_stalled(
     redis: Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
