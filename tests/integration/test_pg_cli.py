@@ -4,8 +4,12 @@ the database from the settings, the password from the environment, never from ar
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
 
 from tests.support.daemon import PLAYGUARD
 from tests.support.pg_inventory import by_name, full_document, load_yaml, write_inventory
@@ -13,14 +17,23 @@ from tests.support.postgres import LabDatabase
 
 
 def _playguard(
-    database: LabDatabase, *args: str, password: str | None = None
+    database: LabDatabase, *args: str, password: str | None = None, url: str | None = None
 ) -> subprocess.CompletedProcess[str]:
     env = {key: value for key, value in os.environ.items() if not key.startswith("PLAYGUARD_")}
-    env["PLAYGUARD_DESIRED_STATE"] = database.url
+    env["PLAYGUARD_DESIRED_STATE"] = url or database.url
     env["PLAYGUARD_DESIRED_STATE_PASSWORD"] = password or database.password
+    env["PLAYGUARD_REDIS_URL"] = f"redis://127.0.0.1:{closed_port()}/0"
     return subprocess.run(
         [str(PLAYGUARD), *args], env=env, capture_output=True, text=True, timeout=60, check=False
     )
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound, then let go)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port
 
 
 async def test_migrate_import_export_from_the_command_line(
@@ -69,3 +82,40 @@ def test_a_password_in_the_url_is_refused_without_echoing_it(postgres: LabDataba
     assert done.returncode == 1
     assert "must not carry a password" in done.stderr
     assert "Sup3r-secret" not in done.stderr + done.stdout
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["cycle", "marquee-0"],
+        ["cycle", "marquee-0", "--json"],
+        ["status"],
+        ["status", "--json"],
+        ["describe", "marquee-0"],
+        ["history", "marquee-0"],
+    ],
+    ids=" ".join,
+)
+@pytest.mark.parametrize("database_is", ["down", "refusing the password"])
+def test_commands_that_read_the_desired_state_fail_in_one_line_when_it_is_out_of_reach(
+    postgres: LabDatabase, command: list[str], database_is: str
+) -> None:
+    """No traceback, no password, exit status 1, the database named: whether nothing listens
+    at its address or it refuses the password."""
+    password = "Wr0ng-secret-value"
+    if database_is == "down":
+        address = urlsplit(postgres.url)
+        url = address._replace(netloc=f"{address.username}@127.0.0.1:{closed_port()}").geturl()
+        expected = "cannot connect"
+    else:
+        url = postgres.url
+        expected = "password authentication failed"
+
+    done = _playguard(postgres, *command, password=password, url=url)
+
+    assert done.returncode == 1, done
+    assert done.stderr.startswith("Error: postgresql://playguard@127.0.0.1:"), done.stderr
+    assert expected in done.stderr
+    assert done.stderr.count("\n") == 1
+    assert "Traceback" not in done.stderr + done.stdout
+    assert password not in done.stderr + done.stdout
