@@ -6,7 +6,6 @@ Every daemon here is a real process against the lab's redis-server, running the 
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -17,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from playguard_async.lab import RedisServer, SshServer, free_port
-from tests.support.cli import hold_lock
-from tests.support.daemon import DaemonRunner, marquee_entry, wait_for
+from tests.support.cli import hold_lock, write_mixed_fleet
+from tests.support.daemon import DaemonRunner, wait_for
 from tests.support.packaging import healthcheck_command
 from tests.support.probes import (
     CYCLES,
@@ -30,7 +29,6 @@ from tests.support.probes import (
     scrape_until,
     start_serving,
 )
-from tests.support.world import ssh_marquee
 
 pytestmark = pytest.mark.integration
 
@@ -86,14 +84,7 @@ def test_per_marquee_metrics_tell_last_success_outcome_and_consecutive_failures(
     """What alerting needs per Marquee, scraped from a running daemon: one that converges, one
     whose phase fails, one out of reach and one another replica holds (which says nothing of
     its health, so it counts no failure). Labels are the inventory's Marquee names only."""
-    entries = [
-        ssh_marquee(ssh_server, "reachable", tmp_path / "reachable"),
-        ssh_marquee(ssh_server, "failing-1", tmp_path / "failing"),
-        marquee_entry("gone-1"),  # its identity file does not exist
-        marquee_entry("held-1"),
-    ]
-    daemons.inventory.write_text(json.dumps({"marquees": entries}), encoding="utf-8")
-    hold_lock(daemons.redis_url, "held-1")
+    write_mixed_fleet(daemons, ssh_server, tmp_path)
     daemon, base = start_serving(
         daemons, phases=["tests.support.phases:remote_probe"], tick_interval=0.5, tick_jitter=0.0
     )

@@ -4,16 +4,14 @@ quiet, and a Redis outage is told once per change of state, not per Marquee per 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from playguard_async.lab import RedisServer, SshServer
-from tests.support.cli import hold_lock
-from tests.support.daemon import Daemon, DaemonRunner, marquee_entry, wait_for
-from tests.support.world import ssh_marquee
+from tests.support.cli import write_mixed_fleet
+from tests.support.daemon import Daemon, DaemonRunner, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -32,14 +30,7 @@ def finished_by_marquee(daemon: Daemon) -> dict[str, dict[str, Any]]:
 def test_cycle_finished_is_logged_at_the_level_of_its_outcome_with_the_outcome_first(
     daemons: DaemonRunner, ssh_server: SshServer, tmp_path: Path
 ) -> None:
-    entries = [
-        ssh_marquee(ssh_server, "reachable", tmp_path / "reachable"),
-        ssh_marquee(ssh_server, "failing-1", tmp_path / "failing"),
-        marquee_entry("gone-1"),  # its identity file does not exist
-        marquee_entry("held-1"),
-    ]
-    daemons.inventory.write_text(json.dumps({"marquees": entries}), encoding="utf-8")
-    hold_lock(daemons.redis_url, "held-1")
+    write_mixed_fleet(daemons, ssh_server, tmp_path)
     run = daemons.start(
         "r1", phases=["tests.support.phases:remote_probe"], log_level="debug", tick_jitter=0.0
     )

@@ -12,10 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from playguard_async.keys import marquee_lock_name
+from playguard_async.lab import SshServer
 from playguard_async.lock import Lease, TokenLock
 from playguard_async.redis_client import connect_redis
 from playguard_async.settings import DEFAULT_PHASES
-from tests.support.daemon import PLAYGUARD, DaemonRunner
+from tests.support.daemon import PLAYGUARD, DaemonRunner, marquee_entry
+from tests.support.world import ssh_marquee
 
 LAB_SETTINGS: dict[str, object] = {
     "phases": list(DEFAULT_PHASES),
@@ -90,3 +92,17 @@ def assert_one_line_error(done: subprocess.CompletedProcess[str], starts: str) -
     assert done.stderr.splitlines() == [done.stderr.strip()], done.stderr
     assert done.stderr.startswith(f"Error: {starts}"), done.stderr
     assert "Traceback" not in done.stderr + done.stdout
+
+
+def write_mixed_fleet(daemons: DaemonRunner, ssh: SshServer, workdir: Path) -> None:
+    """An inventory of four Marquees that end four ways: ``reachable`` converges, ``failing-1``'s
+    phase fails, ``gone-1`` cannot be reached (its identity file does not exist) and ``held-1`` is
+    locked by another replica."""
+    entries = [
+        ssh_marquee(ssh, "reachable", workdir / "reachable"),
+        ssh_marquee(ssh, "failing-1", workdir / "failing"),
+        marquee_entry("gone-1"),
+        marquee_entry("held-1"),
+    ]
+    daemons.inventory.write_text(json.dumps({"marquees": entries}), encoding="utf-8")
+    hold_lock(daemons.redis_url, "held-1")
