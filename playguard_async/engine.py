@@ -780,7 +780,7 @@ class Engine:
         ended."""
         if lease.remaining() <= 0:
             # A lapsed lease (the process stalled after Redis answered): awaiting would still run
-            # the work's first steps, up to its first await, before the timeout could cancel it.
+            # the work's first steps, up to its first await, before the watch could cancel it.
             if asyncio.iscoroutine(work):
                 work.close()
             result.outcome, result.phase = Outcome.DEADLINE, step
