@@ -131,7 +131,7 @@ async def test_a_command_past_its_timeout_fails_alone_and_its_late_answer_is_dro
         if timeout is not None and timeout < 0.6:
             with pytest.raises(TimeoutError):
                 await answer
-            assert time.monotonic() - started < timeout + 0.1, "failed at its own deadline"
+            assert time.monotonic() - started < timeout + 0.25, "failed at its own deadline"
         else:
             assert isinstance(await answer, int), "answered: the batch itself was on time"
     assert await slow is None
