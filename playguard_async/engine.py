@@ -271,9 +271,7 @@ class _LeaseWatch:
     def phase_started(self) -> None:
         self._in_phase = True
         if self._timer is None:
-            self._timer = self._loop.call_at(
-                self._loop.time() + self._lease.remaining(), self._on_timer
-            )
+            self._arm()
 
     def phase_ended(self) -> bool:
         """Whether the deadline cut the phase short, no other cancellation besides: the
@@ -289,12 +287,16 @@ class _LeaseWatch:
             self._timer.cancel()
             self._timer = None
 
+    def _arm(self) -> None:
+        deadline = self._loop.time() + self._lease.remaining()
+        self._timer = self._loop.call_at(deadline, self._on_timer)
+
     def _on_timer(self) -> None:
         self._timer = None
         if not self._in_phase:
             return
         if self._lease.remaining() > 0:  # renewed since the timer was armed
-            self.phase_started()
+            self._arm()
             return
         self._cancelled, self._cancelling = True, self._task.cancelling()
         self._task.cancel()
