@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 import json
 import logging
 import os
@@ -30,10 +31,17 @@ from typing import Any, Literal, TypeVar
 import structlog
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError
+from structlog.typing import FilteringBoundLogger
 
 from playguard_async.aio import bounded, detached, kept
 from playguard_async.keys import fence_key, lock_key, once_key
-from playguard_async.redis_channel import ChannelledRedis, CommandChannel, run_script
+from playguard_async.redis_channel import (
+    ChannelledRedis,
+    Command,
+    CommandChannel,
+    run_script,
+    script_command,
+)
 from playguard_async.redis_client import (
     AcknowledgedCall,
     RedisClient,
@@ -242,6 +250,14 @@ class Lease:
     record: str = field(repr=False)
     _released: ReleaseResult | None = field(default=None, init=False, repr=False)
     _releasing: asyncio.Future[Any] | None = field(default=None, init=False, repr=False)
+    _log: FilteringBoundLogger = field(init=False, repr=False)
+    """Bound once to the lock's name and this fence: structlog's module-level proxy cost more
+    per line than a renewal's own work."""
+    _renewal: tuple[Command, Command] | None = field(default=None, init=False, repr=False)
+    """The renewal as the channel sends it, built once per lease (it never changes)."""
+
+    def __post_init__(self) -> None:
+        self._log = log.bind(lock=self.lock.name, fence=self.fence)
 
     @property
     def name(self) -> str:
@@ -260,33 +276,34 @@ class Lease:
         if self._released is not None:
             raise RuntimeError(f"lease on {self.name!r} was already released")
         lock = self.lock
+        channel = lock._channel
         sent = time.monotonic()
         try:
-            outcome, acknowledged = await lock._write(
-                lock._renew_script, [lock.key], [self.record, _ms(lock.ttl)]
-            )
+            if channel is not None:
+                if self._renewal is None:
+                    self._renewal = script_command(
+                        lock._renew_script, [lock.key], [self.record, lock.ttl_ms]
+                    )
+                outcome, acknowledged = await channel.queue(*self._renewal, lock.timeout), None
+            else:
+                outcome, acknowledged = await lock._write(
+                    lock._renew_script, [lock.key], [self.record, lock.ttl_ms]
+                )
         except Exception as exc:
-            log.warning(
-                "lock.lost", lock=self.name, fence=self.fence, reason="unreachable", error=repr(exc)
-            )
+            self._log.warning("lock.lost", reason="unreachable", error=repr(exc))
             raise LockLost(self.name, "unreachable") from exc
         if outcome == 1 and not lock.replicated(acknowledged):
-            log.warning(
-                "lock.lost", lock=self.name, fence=self.fence, reason="unreplicated",
-                acknowledged=acknowledged, wanted=lock.min_replicas,
+            self._log.warning(
+                "lock.lost", reason="unreplicated", acknowledged=acknowledged,
+                wanted=lock.min_replicas,
             )  # fmt: skip
             raise LockLost(self.name, "unreplicated")
         if outcome == 1:
             self.deadline = lock.deadline_from(sent)
-            log.debug(
-                "lock.renewed",
-                lock=self.name,
-                fence=self.fence,
-                headroom=round(self.deadline - time.monotonic(), 3),
-            )
+            self._log.debug("lock.renewed")
             return
         reason: LossReason = "expired" if outcome == 0 else "stolen"
-        log.warning("lock.lost", lock=self.name, fence=self.fence, reason=reason)
+        self._log.warning("lock.lost", reason=reason)
         raise LockLost(self.name, reason)
 
     async def release(self) -> ReleaseResult:
@@ -306,7 +323,7 @@ class Lease:
         try:
             await bounded(self.lock.timeout, asyncio.shield(self._releasing))
         except Exception as exc:
-            log.debug("lock.release_unknown", lock=self.name, error=repr(exc))
+            self._log.debug("lock.release_unknown", error=repr(exc))
         if self._releasing.done():
             self._settle_late(self._releasing)  # an answer in whose callback has not yet run
         return self._released or self._settled(ReleaseResult.UNKNOWN)
@@ -339,16 +356,16 @@ class Lease:
         if isinstance(answer, NoScriptError):
             return await self.release()
         if isinstance(answer, BaseException):
-            log.debug("lock.release_unknown", lock=self.name, error=repr(answer))
+            self._log.debug("lock.release_unknown", error=repr(answer))
             return self._settled(ReleaseResult.UNKNOWN)
         return self._settled(release_result(answer))
 
     def _settled(self, result: ReleaseResult) -> ReleaseResult:
         self._released = result
         # Unknown: the key may stand until its ttl, holding the name that long.
-        log.log(
+        self._log.log(
             logging.WARNING if result is ReleaseResult.UNKNOWN else logging.DEBUG,
-            "lock.released", lock=self.name, fence=self.fence, result=result.value,
+            "lock.released", result=result.value,
         )  # fmt: skip
         return result
 
@@ -369,6 +386,14 @@ _SCRIPTS: weakref.WeakKeyDictionary[RedisClient, _Scripts] = weakref.WeakKeyDict
 
 _HOST = socket.gethostname()
 """Read once: a lock record names the machine, and asking the kernel per acquire costs."""
+
+
+@functools.lru_cache(maxsize=16)
+def _holder_fields(replica: str, pid: int) -> str:
+    """The record's ``replica``, ``host`` and ``pid`` members as ``Holder.encode`` writes them
+    (JSON-escaped), without the braces; the pid is a key, so a forked child writes its own."""
+    members = json.dumps({"replica": replica, "host": _HOST, "pid": pid}, separators=(",", ":"))
+    return members[1:-1]
 
 
 def _scripts_of(redis: RedisClient) -> _Scripts:
@@ -422,6 +447,7 @@ class TokenLock:
         self.min_replicas = min_replicas
         self.replica_timeout = replica_timeout
         self.ttl = ttl
+        self.ttl_ms = _ms(ttl)
         self.timeout = timeout
         self.drift = ttl * drift_factor + _DRIFT_FLOOR
         self.replica = replica or default_replica_id()
@@ -471,15 +497,13 @@ class TokenLock:
         return sent + self.ttl - self.drift
 
     def _new_record(self) -> tuple[str, str]:
+        """A fresh token and the record naming it: ``Holder.encode``'s text, built around the
+        part that is the same for every acquisition of this process (a ``Holder`` and a
+        json.dumps per acquisition were half of what taking the record cost)."""
         token = uuid.uuid4().hex
-        holder = Holder(
-            token=token,
-            replica=self.replica,
-            host=_HOST,
-            pid=os.getpid(),
-            acquired_at=datetime.now(UTC).isoformat(timespec="milliseconds"),
-        )
-        return token, holder.encode()
+        acquired_at = datetime.now(UTC).isoformat(timespec="milliseconds")
+        fields = _holder_fields(self.replica, os.getpid())
+        return token, f'{{"token":"{token}",{fields},"acquired_at":"{acquired_at}"}}'
 
     async def acquire(self) -> Lease | None:
         """Take the lock at once or return None; never waits for another holder.
@@ -518,14 +542,14 @@ class TokenLock:
         lease = Lease(
             self, token=token, fence=int(fence), deadline=self.deadline_from(sent), record=record
         )
-        log.debug("lock.acquired", lock=self.name, fence=lease.fence, ttl=self.ttl)
+        lease._log.debug("lock.acquired", ttl=self.ttl)
         return lease
 
     def _attempt(self, record: str) -> asyncio.Future[Any]:
         """The acquiring script's call, whose answer ``_acknowledged`` reads. On the channel a
         cancelled attempt's command still goes out, ahead of anything sent after it."""
         keys = [self.key, self.fence_key]
-        args: list[str | int] = [record, _ms(self.ttl)]
+        args: list[str | int] = [record, self.ttl_ms]
         if self._channel is not None:
             return run_script(self._channel, self._acquire_script, keys, args, timeout=self.timeout)
         return kept(self._write(self._acquire_script, keys, args))

@@ -267,6 +267,9 @@ REASON_LIMIT = 512
 
 TRUNCATED_MARK = " … [truncated]"
 
+_EMPTY: tuple[Any, ...] = (None, "", {}, [])
+"""What a left-out field holds; compared against, never changed (built once, not per field)."""
+
 
 def encode_record(record: Mapping[str, Any], max_bytes: int) -> str:
     """``record`` as compact JSON of at most ``max_bytes`` bytes (``MIN_RECORD_BYTES`` or more).
@@ -280,7 +283,7 @@ def encode_record(record: Mapping[str, Any], max_bytes: int) -> str:
     compact: dict[str, Any] = {
         key: value
         for key, value in record.items()
-        if key in RECORD_KEPT_FIELDS or value not in (None, "", {}, [])
+        if key in RECORD_KEPT_FIELDS or value not in _EMPTY
     }
     if isinstance(actions := compact.get("actions"), dict):
         compact["actions"] = {phase: taken for phase, taken in actions.items() if taken}
@@ -309,8 +312,12 @@ _Shrink = Callable[[dict[str, Any], dict[str, int], int], None]
 """One step of ``encode_record``'s shrinking: (record, what was cut so far, the bound)."""
 
 
+_ENCODER = json.JSONEncoder(default=str, separators=(",", ":"))
+"""One encoder for every record: json.dumps with arguments makes a new one per call."""
+
+
 def _json(value: Any) -> str:
-    return json.dumps(value, default=str, separators=(",", ":"))
+    return _ENCODER.encode(value)
 
 
 def _cut_notice_details(record: dict[str, Any], truncated: dict[str, int], max_bytes: int) -> None:

@@ -47,14 +47,15 @@ DEFAULT_TIMEOUT = 5.0
 MAX_BATCH = 1024
 """Commands in one write at most, so one burst cannot hold every other caller behind it."""
 
-_Command = tuple[Any, ...]
+Command = tuple[Any, ...]
+"""One command as ``queue`` takes it: the name, then its arguments."""
 
 
 @dataclass(slots=True)
 class _Queued:
-    command: _Command
+    command: Command
     answer: asyncio.Future[Any]
-    fallback: _Command | None = None
+    fallback: Command | None = None
     """Sent instead, with the same ``answer``, when Redis answers NOSCRIPT (see ``run_script``)."""
     deadline: float | None = None
     """On the loop's clock: ``answer`` fails with ``TimeoutError`` if still unsettled by then."""
@@ -79,13 +80,19 @@ class CommandChannel:
         """Batches written so far: what benchmarks divide commands by."""
 
     def send(
-        self, *command: Any, fallback: _Command | None = None, timeout: float | None = None
+        self, *command: Any, fallback: Command | None = None, timeout: float | None = None
     ) -> asyncio.Future[Any]:
         """Queue ``command``; the future holds its answer or its error, a ``TimeoutError`` when
         ``timeout`` seconds pass without an answer. Never blocks.
 
         A caller that stops waiting may cancel the future: the command goes out all the same,
         but its ``fallback`` (if any) does not, since nobody wants its answer."""
+        return self.queue(command, fallback, timeout)
+
+    def queue(
+        self, command: Command, fallback: Command | None = None, timeout: float | None = None
+    ) -> asyncio.Future[Any]:
+        """``send`` for a command already in a tuple, with no copy of it made."""
         if self._closed:
             raise ConnectionError("Redis command channel is closed")
         loop = asyncio.get_running_loop()
@@ -232,6 +239,16 @@ def _settle(
         answer.set_result(value)
 
 
+def script_command(
+    script: AsyncScript, keys: Sequence[Any], args: Sequence[Any]
+) -> tuple[Command, Command]:
+    """A call of ``script`` as ``queue`` takes it: EVALSHA, and the EVAL sent instead when Redis
+    lost the script (a restart, a new primary). NOSCRIPT means the script did not run, so
+    sending it again whole is safe."""
+    arguments = (len(keys), *keys, *args)
+    return ("EVALSHA", script.sha, *arguments), ("EVAL", script.script, *arguments)
+
+
 def run_script(
     channel: CommandChannel,
     script: AsyncScript,
@@ -240,17 +257,9 @@ def run_script(
     *,
     timeout: float | None = None,
 ) -> asyncio.Future[Any]:
-    """``script``'s answer by EVALSHA, sent whole by EVAL when Redis lost it (a restart, a new
-    primary): NOSCRIPT means the script did not run, so sending it again is safe. ``timeout``
-    bounds the two together, as ``send``'s."""
-    arguments = (len(keys), *keys, *args)
-    return channel.send(
-        "EVALSHA",
-        script.sha,
-        *arguments,
-        fallback=("EVAL", script.script, *arguments),
-        timeout=timeout,
-    )
+    """``script``'s answer (see ``script_command``); ``timeout`` bounds the EVALSHA and its EVAL
+    together, as ``send``'s."""
+    return channel.queue(*script_command(script, keys, args), timeout)
 
 
 class ChannelledRedis(Redis):
@@ -271,4 +280,4 @@ class ChannelledRedis(Redis):
         await super().aclose(close_connection_pool)
 
 
-__all__ = ["ChannelledRedis", "CommandChannel", "run_script"]
+__all__ = ["ChannelledRedis", "Command", "CommandChannel", "run_script", "script_command"]

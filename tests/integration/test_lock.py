@@ -199,13 +199,13 @@ def spy_on_channel(redis: Redis, monkeypatch: pytest.MonkeyPatch) -> asyncio.Eve
     assert isinstance(redis, ChannelledRedis), "the daemon's client carries lock commands"
     channel = redis.channel
     handed = asyncio.Event()
-    send = channel.send
+    queue = channel.queue  # what ``send`` and every lock command go through
 
-    def spy(*command: Any, **options: Any) -> asyncio.Future[Any]:
+    def spy(*arguments: Any) -> asyncio.Future[Any]:
         handed.set()
-        return send(*command, **options)
+        return queue(*arguments)
 
-    monkeypatch.setattr(channel, "send", spy)
+    monkeypatch.setattr(channel, "queue", spy)
     return handed
 
 

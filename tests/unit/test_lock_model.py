@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
@@ -29,6 +30,29 @@ def test_holder_record_round_trips_exactly() -> None:
     holder = Holder(token="t", replica="r", host="h", pid=7, acquired_at="2026-12-03T00:00:00Z")
     assert Holder.parse(holder.encode()) == holder
     assert Holder.parse(holder.encode().encode()) == holder
+
+
+@pytest.mark.parametrize(
+    "replica",
+    [
+        "host:123",
+        'quote"d',
+        "back\\slash",
+        "tab\tnew\nline",
+        "\x00\x1f\x7f",
+        "ünï ☃ 𝄞",
+        "{}",
+        "x" * 300,
+    ],
+)
+def test_a_new_record_is_exactly_what_its_holder_encodes(replica: str) -> None:
+    """The record is built around a cached middle, not by json.dumps per acquisition: it must
+    still be Holder.encode's text, for any replica name a setting can hold."""
+    token, record = TokenLock(Redis(), "edge-1", replica=replica)._new_record()
+    holder = Holder.parse(record)
+    assert holder is not None, record
+    assert (holder.token, holder.replica, holder.pid) == (token, replica, os.getpid())
+    assert record == holder.encode()
 
 
 @pytest.mark.parametrize(
