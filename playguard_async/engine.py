@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import contextvars
 import enum
+import functools
 import logging
 import math
 import random
@@ -29,7 +30,7 @@ from typing import Any, Protocol
 import structlog
 
 from playguard_async.aio import bounded, detached, wait_or_stop
-from playguard_async.cycle_end import CycleEnd, Resume
+from playguard_async.cycle_end import CycleEnd, Ending, Resume
 from playguard_async.fence import FenceRefused
 from playguard_async.inventory import (
     DesiredState,
@@ -815,12 +816,23 @@ class Engine:
         return None
 
     async def _end(self, result: CycleResult, lease: Lease | None) -> None:
-        """Release, record and resume bookkeeping in one round trip (``CycleEnd``), run to its
-        end even if the cycle is cancelled again meanwhile; then ``_finish``."""
+        """Release, record and resume bookkeeping in one round trip (``CycleEnd``), which runs to
+        its end even if the cycle is cancelled again meanwhile (then it is told when it is in,
+        and the cancellation propagates at once); then ``_finish``."""
         result.duration = round(time.monotonic() - result.started, 4)
         result.finished_at = time.time()
+        resume = None
+        if lease is not None:
+            interrupted = result.outcome is Outcome.INTERRUPTED
+            resume = Resume.RECORD if interrupted else Resume.CLEAR
+        # A cycle that found the Marquee locked did nothing there; the holder's record stands.
+        record = None if result.outcome is Outcome.LOCKED else result.to_record()
+        ending = self._ending.write(result.marquee, lease=lease, record=record, resume=resume)
         try:
-            await detached(self._write_ending(result, lease))
+            self._tell_ending(await asyncio.shield(ending), resume)
+        except asyncio.CancelledError:
+            ending.add_done_callback(functools.partial(self._tell_ending_late, resume))
+            raise
         except Exception as exc:  # the observer's bug, told of the release
             result.outcome, result.reason = Outcome.ERROR, one_line(exc)
             log.exception("cycle.error")
@@ -828,14 +840,7 @@ class Engine:
                 await self._record_again(self.records, result)
         await self._finish(result)
 
-    async def _write_ending(self, result: CycleResult, lease: Lease | None) -> None:
-        resume = None
-        if lease is not None:
-            interrupted = result.outcome is Outcome.INTERRUPTED
-            resume = Resume.RECORD if interrupted else Resume.CLEAR
-        # A cycle that found the Marquee locked did nothing there; the holder's record stands.
-        record = None if result.outcome is Outcome.LOCKED else result.to_record()
-        ending = await self._ending.write(result.marquee, lease=lease, record=record, resume=resume)
+    def _tell_ending(self, ending: Ending, resume: Resume | None) -> None:
         # Expected while Redis is slow or away: one line each, none past debug level while an
         # outage is already told.
         if ending.record_error is not None:
@@ -848,6 +853,14 @@ class Engine:
             log.info("resume.recorded")
         if ending.released is not None:
             self.observer.lease_released(ending.released)
+
+    def _tell_ending_late(self, resume: Resume | None, ending: asyncio.Future[Ending]) -> None:
+        """``_tell_ending`` for a cycle cancelled while its ending was out; nobody is left to
+        hear a failure but the log."""
+        try:
+            self._tell_ending(ending.result(), resume)
+        except Exception:
+            log.exception("cycle.error")
 
     @staticmethod
     async def _record_again(records: CycleRecords, result: CycleResult) -> None:

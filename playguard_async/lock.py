@@ -30,7 +30,6 @@ from typing import Any, Literal, TypeVar
 
 import structlog
 from redis.commands.core import AsyncScript
-from redis.exceptions import NoScriptError
 from structlog.typing import FilteringBoundLogger
 
 from playguard_async.aio import bounded, detached, kept
@@ -339,22 +338,20 @@ class Lease:
 
     def release_command(self) -> tuple[str | int, ...]:
         """This lease's compare-and-delete as a command for a batch that ends the cycle in one
-        round trip; hand its answer to ``settle_release``. A plain EVALSHA: redis-py's Cluster
-        pipeline refuses its ``evalsha`` method (for fear of a script missing on some node), a
-        case ``settle_release`` handles itself."""
+        round trip; hand its answer to ``release_answered``. A plain EVALSHA: redis-py's Cluster
+        pipeline refuses its ``evalsha`` method (for fear of a script missing on some node), so
+        a NOSCRIPT answer is the batch's to handle: ``release()`` sends the script whole."""
         lock = self.lock
         return ("EVALSHA", lock._release_script.sha, 1, lock.key, self.record)
 
-    async def settle_release(self, answer: object) -> ReleaseResult:
+    def release_answered(self, answer: object) -> ReleaseResult:
         """What the compare-and-delete of ``release_command`` found, from its answer: the
         script's number, or the exception of the command or of the whole pipeline (then
-        ``UNKNOWN``: it may have landed or not, and never reads as released). A Redis that lost
-        the script (restarted, failed over) is asked once more on its own, script sent whole.
-        Never raises; a second call returns the first result."""
+        ``UNKNOWN``: it may have landed or not, and never reads as released). Never raises; once
+        the lease is settled (by this or by ``release()``), the first result whatever the
+        answer."""
         if self._released is not None:
             return self._released
-        if isinstance(answer, NoScriptError):
-            return await self.release()
         if isinstance(answer, BaseException):
             self._log.debug("lock.release_unknown", error=repr(answer))
             return self._settled(ReleaseResult.UNKNOWN)

@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import structlog
-from redis.exceptions import NoScriptError
 
 from playguard_async.aio import bounded
 from playguard_async.keys import cycle_history_key, last_cycle_key
@@ -190,7 +189,8 @@ class CycleRecords:
 
     def pending(self, marquee: str, record: Mapping[str, Any]) -> list[str]:
         """Keep ``record`` as unwritten; the batch to write now, oldest first: what earlier
-        writes left behind, then ``record``. Send ``write_command``, then ``settle``."""
+        writes left behind, then ``record``. Send ``write_command``, then judge its answer with
+        ``answered``."""
         waiting = self._unwritten.setdefault(marquee, deque(maxlen=self.history_length))
         waiting.append(encode_record(record, self.record_max_bytes))
         return list(waiting)
@@ -198,30 +198,29 @@ class CycleRecords:
     def write_command(self, marquee: str, batch: list[str]) -> tuple[str | int, ...]:
         """The write of ``batch`` as one command on one slot (``{marquee}``), so it may share a
         batch with keys of other slots. A plain EVALSHA (redis-py's Cluster pipeline refuses its
-        ``evalsha`` method); ``settle`` handles a lost script."""
+        ``evalsha`` method): a lost script is the batch's to resend (``write_whole``)."""
         keys, args = self._arguments(marquee, batch)
         return ("EVALSHA", self._script.sha, len(keys), *keys, *args)
 
-    async def settle(self, marquee: str, batch: list[str], answer: object) -> BaseException | None:
+    def answered(self, marquee: str, batch: list[str], answer: object) -> BaseException | None:
         """Judge the answer to ``write_command``: None when Redis took ``batch``, else the
-        error (the batch stays unwritten). A Redis that lost the script gets it whole, once."""
-        if isinstance(answer, NoScriptError):
-            try:
-                await self.record_batch(marquee, batch)
-            except Exception as exc:
-                return exc
-            return None
+        error (the batch stays unwritten). A NOSCRIPT answer is the caller's to resend first
+        (``write_whole``)."""
         if isinstance(answer, BaseException):
             return answer
         self.written(marquee, batch)
         return None
 
     async def record_batch(self, marquee: str, batch: list[str]) -> None:
-        """Write ``batch`` (from ``pending``) on its own; the script is sent whole if Redis lost
-        it."""
-        keys, args = self._arguments(marquee, batch)
-        await bounded(self.timeout, self._script(keys=keys, args=args))
+        """Write ``batch`` (from ``pending``) on its own."""
+        await self.write_whole(marquee, batch)
         self.written(marquee, batch)
+
+    async def write_whole(self, marquee: str, batch: list[str]) -> Any:
+        """Redis's answer to writing ``batch`` in a round trip of its own, the script sent whole
+        if Redis lost it; not yet judged (see ``answered``)."""
+        keys, args = self._arguments(marquee, batch)
+        return await bounded(self.timeout, self._script(keys=keys, args=args))
 
     def _arguments(self, marquee: str, batch: list[str]) -> tuple[list[str], list[str | int]]:
         keys = [last_cycle_key(marquee), cycle_history_key(marquee)]

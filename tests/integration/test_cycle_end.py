@@ -4,6 +4,9 @@ ending reports when part or all of that round trip fails."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -18,6 +21,7 @@ from playguard_async.lock import ReleaseResult
 from playguard_async.observe import CycleRecords
 from tests.integration.test_engine_observer import Recorder
 from tests.support.engine import EngineHarness, ScriptedPhase
+from tests.support.fencing import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -124,3 +128,54 @@ async def test_a_release_script_redis_lost_is_sent_again_whole(redis: Redis) -> 
     assert (await harness.cycle()).outcome is Outcome.OK
     assert recorder.heard[-1] == ("released", ReleaseResult.RELEASED)
     assert await redis.exists(marquee_lock_key("m1")) == 0
+
+
+async def test_a_cycle_cancelled_again_in_its_ending_ends_at_once_and_its_ending_still_lands(
+    redis: Redis, redis_server: RedisServer
+) -> None:
+    """A second stop request cancels the cycle in its phase; its ending goes out to a paused
+    server, and a third cancel arrives while it waits for the answers. The cycle's task ends at
+    once, and once the server answers the ending is judged all the same: the lease released,
+    the cycle recorded exactly once, the Marquee owed a resume, the observer told."""
+    entered, ending_sent = asyncio.Event(), asyncio.Event()
+
+    async def hang(ctx: Any) -> None:
+        entered.set()
+        await asyncio.sleep(60)
+
+    class Signalling(CycleRecords):
+        def pending(self, marquee: str, record: Mapping[str, Any]) -> list[str]:
+            redis_server.pause()
+            ending_sent.set()
+            return super().pending(marquee, record)
+
+    records = Signalling(redis, history_length=5, timeout=3.0)
+    recorder = Recorder()
+    harness = EngineHarness(
+        redis, ScriptedPhase("first", hang), records=records, observer=recorder,
+        redis_socket_timeout=3.0,
+    )  # fmt: skip
+    [task] = await harness.engine.tick()
+    await entered.wait()
+    try:
+        harness.engine.request_stop()
+        harness.engine.request_stop()  # cancels the phase; the ending goes out
+        await ending_sent.wait()
+        task.cancel()  # while the ending waits for a server that does not answer
+        started = time.monotonic()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert time.monotonic() - started < 0.5, "the cancellation propagates at once"
+        assert ("released", ReleaseResult.RELEASED) not in recorder.heard
+    finally:
+        redis_server.resume()
+    await eventually(
+        lambda: ("released", ReleaseResult.RELEASED) in recorder.heard,
+        timeout=2,
+        what="the ending judged after the server answered",
+    )
+    assert await redis.exists(marquee_lock_key("m1")) == 0
+    assert await redis.zrange(RESUME_KEY, 0, -1) == [b"m1"]
+    [recorded] = await redis.lrange(cycle_history_key("m1"), 0, -1)
+    assert json.loads(recorded)["outcome"] == "interrupted"
+    assert records.unwritten("m1") == 0, "taken, so not written again with the next record"
