@@ -17,6 +17,10 @@ What callers can rely on:
   that error; the connection is dropped and the next batch connects anew (through the pool's
   connection class, so a Sentinel client asks the sentinels again).
 - An error answer (``ResponseError``) fails only its own command.
+- Commands sent one after another without a ``fallback`` and with the same ``timeout`` are
+  settled in the order they were queued (one stream, read in order; a failed batch fails its
+  unanswered rest at once; their deadlines follow the order of sending), so once the last of
+  them is settled, all are.
 - A command sent with a ``timeout`` has its answer within that many seconds of ``send`` or a
   ``TimeoutError``, however long it waited behind other batches; the channel keeps one timer for
   all such commands, not one per caller (a timeout scope per call was a sixth of a lock cycle's
