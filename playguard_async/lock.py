@@ -475,12 +475,10 @@ class TokenLock:
     async def _write(
         self, script: AsyncScript, keys: list[str], args: list[str | int]
     ) -> tuple[Any, int | None]:
-        """Run one of the scripts that write the lock key, answered within the lock's timeout
-        (else ``TimeoutError``); with ``min_replicas``, WAIT for that many replicas on the same
-        connection and return how many acknowledged (else None)."""
-        if self._channel is not None:
-            answer = run_script(self._channel, script, keys, args, timeout=self.timeout)
-            return await answer, None
+        """Run one of the scripts that write the lock key off the channel (a Cluster, or
+        ``min_replicas``), answered within the lock's timeout (else ``TimeoutError``); with
+        ``min_replicas``, WAIT for that many replicas on the same connection and return how many
+        acknowledged (else None). On the channel, the callers queue their commands themselves."""
         if not self.min_replicas:
             return await bounded(self.timeout, script(keys=keys, args=args)), None
         call = AcknowledgedCall(script, keys, args, self.min_replicas, _ms(self.replica_timeout))
