@@ -4,6 +4,7 @@ side by side in one run (child processes with ``PYTHONPATH`` naming the extracte
 from __future__ import annotations
 
 import subprocess
+import sys
 import tarfile
 from io import BytesIO
 from pathlib import Path
@@ -18,8 +19,9 @@ def git_output(*args: str) -> str:
 
 
 def extract(ref: str, into: Path) -> Path:
-    """The package as it is at ``ref``, with the current lab package over it (the servers a
-    benchmark starts are the same for both versions)."""
+    """The package as it is at ``ref``, with the current lab beside it (the servers a benchmark
+    starts are the same for both versions). A ref from before the package's folders (flat
+    modules, the lab inside) cannot run today's benchmarks, which import by today's names."""
     archive = subprocess.run(
         ["git", "-C", str(ROOT), "archive", "--format=tar", ref, "playguard_async"],
         check=True,
@@ -27,8 +29,7 @@ def extract(ref: str, into: Path) -> Path:
     ).stdout
     with tarfile.open(fileobj=BytesIO(archive)) as tar:
         tar.extractall(into, filter="data")
-    subprocess.run(
-        ["cp", "-r", "--", str(ROOT / "playguard_async" / "lab"), str(into / "playguard_async")],
-        check=True,
-    )
+    if (into / "playguard_async" / "lock.py").exists():
+        sys.exit(f"{ref} predates the package's folders: compare with a ref from after them")
+    subprocess.run(["cp", "-r", "--", str(ROOT / "playguard_lab"), str(into)], check=True)
     return into

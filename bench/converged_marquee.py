@@ -43,9 +43,9 @@ import aiohttp
 import asyncssh
 from code_versions import ROOT, extract, git_output
 
-from playguard_async.lab import Lab
-from playguard_async.lab.process import descendants, tree_cpu_seconds
-from playguard_async.lab.shared_host import shared_host_inventory, write_inventory
+from playguard_lab import Lab
+from playguard_lab.process import descendants, tree_cpu_seconds
+from playguard_lab.shared_host import shared_host_inventory, write_inventory
 
 FIGURES = ("wall", "host_cpu", "channels", "connections", "compose", "ls_remote", "docker_api")
 
@@ -115,8 +115,8 @@ async def host_settled(sshd: int, live_connections: int, deadline: float = 5.0) 
 
 
 async def child(args: argparse.Namespace) -> list[dict[str, Any]]:
-    from playguard_async import wiring  # noqa: PLC0415 - after PYTHONPATH chose the code
-    from playguard_async.observe import configure_logging  # noqa: PLC0415
+    from playguard_async.service import wiring  # noqa: PLC0415 - after PYTHONPATH chose the code
+    from playguard_async.service.logs import configure_logging  # noqa: PLC0415
     from playguard_async.settings import load_settings  # noqa: PLC0415
 
     configure_logging("console", "error")

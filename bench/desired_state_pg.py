@@ -33,13 +33,13 @@ from typing import Any
 import asyncpg
 from inventory_load import PLAYGROUNDS_PER_MARQUEE, write_inventory  # bench/ is on sys.path
 
-from playguard_async.desired_state_pg import PostgresDesiredState, read_snapshot
-from playguard_async.inventory import YamlInventorySource
-from playguard_async.lab import PostgresServer
-from playguard_async.memory import settle_new_desired_state
-from playguard_async.pg import PgAddress, password_from
-from playguard_async.pg_schema import migrate
-from playguard_async.pg_transfer import import_inventory
+from playguard_async.desired_state.inventory import YamlInventorySource
+from playguard_async.desired_state.pg import PgAddress, password_from
+from playguard_async.desired_state.postgres import PostgresDesiredState, read_snapshot
+from playguard_async.desired_state.schema import migrate
+from playguard_async.desired_state.transfer import import_inventory
+from playguard_async.kits.collector import settle_new_desired_state
+from playguard_lab import PostgresServer
 
 
 async def timed(operation: Callable[[], Awaitable[object]]) -> tuple[float, float]:

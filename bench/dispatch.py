@@ -41,12 +41,12 @@ import uvloop
 from code_versions import ROOT, extract, git_output
 from inventory_load import write_inventory
 
-from playguard_async.lab import RedisServer
-from playguard_async.observe import configure_logging
-from playguard_async.phase import BUILTIN_PHASES, PhaseContext, PhaseReport
-from playguard_async.redis_client import RedisClient
+from playguard_async.coordination.client import RedisClient
+from playguard_async.phases.protocol import BUILTIN_PHASES, PhaseContext, PhaseReport
+from playguard_async.service.logs import configure_logging
+from playguard_async.service.wiring import build_engine
 from playguard_async.settings import Settings
-from playguard_async.wiring import build_engine
+from playguard_lab import RedisServer
 
 
 class NoOpPhase:

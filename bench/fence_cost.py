@@ -29,11 +29,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from playguard_async.inventory import Marquee
-from playguard_async.lab import SshServer
-from playguard_async.lab.process import tree_cpu_seconds as tree_cpu
-from playguard_async.observe import configure_logging
+from playguard_async.desired_state.inventory import Marquee
 from playguard_async.remote.ssh import RemoteOptions, RemoteSession, open_session
+from playguard_async.service.logs import configure_logging
+from playguard_lab import SshServer
+from playguard_lab.process import tree_cpu_seconds as tree_cpu
 
 
 @dataclass

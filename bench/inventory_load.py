@@ -31,8 +31,8 @@ from pathlib import Path
 
 import yaml
 
-from playguard_async import inventory
-from playguard_async.inventory import Inventory, YamlInventorySource
+from playguard_async.desired_state import inventory
+from playguard_async.desired_state.inventory import Inventory, YamlInventorySource
 
 PLAYGROUNDS_PER_MARQUEE = 5
 

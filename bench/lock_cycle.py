@@ -30,10 +30,10 @@ from pathlib import Path
 import uvloop
 from redis.asyncio.lock import Lock as RedisPyLock
 
-from playguard_async.lab import RedisServer
-from playguard_async.lock import TokenLock
-from playguard_async.observe import configure_logging
-from playguard_async.redis_client import RedisClient, connect_redis
+from playguard_async.coordination.client import RedisClient, connect_redis
+from playguard_async.coordination.lock import TokenLock
+from playguard_async.service.logs import configure_logging
+from playguard_lab import RedisServer
 
 TTL = 30.0
 

@@ -21,11 +21,11 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
-from playguard_async.lab import RedisServer
-from playguard_async.lab.topologies import ClusterLab, SentinelGroup
-from playguard_async.lock import TokenLock
-from playguard_async.observe import configure_logging
-from playguard_async.redis_client import connect_redis
+from playguard_async.coordination.client import connect_redis
+from playguard_async.coordination.lock import TokenLock
+from playguard_async.service.logs import configure_logging
+from playguard_lab import RedisServer
+from playguard_lab.topologies import ClusterLab, SentinelGroup
 
 
 async def cycles_per_second(url: str, min_replicas: int, seconds: float) -> float:

@@ -24,13 +24,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from playguard_async.engine import CycleResult, Outcome
-from playguard_async.keys import cycle_history_key, last_cycle_key
-from playguard_async.lab import RedisServer
-from playguard_async.observe import CycleRecords, encode_record
-from playguard_async.phase import BUILTIN_PHASES as PHASES
-from playguard_async.redis_client import connect_redis
+from playguard_async.coordination.client import connect_redis
+from playguard_async.coordination.keys import cycle_history_key, last_cycle_key
+from playguard_async.coordination.records import CycleRecords, encode_record
+from playguard_async.engine.scheduler import CycleResult, Outcome
+from playguard_async.phases.protocol import BUILTIN_PHASES as PHASES
 from playguard_async.settings import load_settings
+from playguard_lab import RedisServer
 
 
 def in_sync(marquee: str, number: int) -> CycleResult:

@@ -37,10 +37,10 @@ from dispatch import NoOpPhase, noop_settings
 from inventory_load import write_inventory
 from redis import Redis
 
-from playguard_async.lab import RedisServer
-from playguard_async.observe import configure_logging
-from playguard_async.phase import BUILTIN_PHASES
-from playguard_async.wiring import build_engine
+from playguard_async.phases.protocol import BUILTIN_PHASES
+from playguard_async.service.logs import configure_logging
+from playguard_async.service.wiring import build_engine
+from playguard_lab import RedisServer
 
 GO_KEY = "bench:scale_out:go"
 READY_KEY = "bench:scale_out:ready"

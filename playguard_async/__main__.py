@@ -1,5 +1,5 @@
 """``python -m playguard_async`` runs the ``playguard`` command."""
 
-from playguard_async.cli import main
+from playguard_async.operator.cli import main
 
 main()

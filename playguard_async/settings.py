@@ -28,19 +28,15 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
-from playguard_async.capacity import cycle_slots
-from playguard_async.files import FileRefused, read_text_limited
-from playguard_async.inventory import INVENTORY_MAX_BYTES, INVENTORY_READ_TIMEOUT
-from playguard_async.lock import default_replica_id
-from playguard_async.pg import PgAddress
-from playguard_async.phase import BUILTIN_PHASES
-from playguard_async.redis_address import parse_redis_url
+from playguard_async.coordination.address import parse_redis_url
+from playguard_async.coordination.lock import default_replica_id
+from playguard_async.desired_state.inventory import INVENTORY_MAX_BYTES, INVENTORY_READ_TIMEOUT
+from playguard_async.desired_state.pg import PasswordSource, PgAddress, password_from
+from playguard_async.kits.capacity import MAX_SECONDS, cycle_slots
+from playguard_async.kits.files import FileRefused, read_text_limited
+from playguard_async.phases.protocol import BUILTIN_PHASES
 
 ENV_PREFIX = "PLAYGUARD_"
-
-MAX_SECONDS = 7 * 24 * 3600.0
-"""Upper bound of every duration setting (7 days): past it a value is a typo (or ``inf``), and
-Redis, asyncio and the lease arithmetic would fail on it at run time instead of at start-up."""
 
 SETTINGS_FILE_LIMIT = 1 << 20
 """Bytes a settings file may have; it is a few hundred in practice."""
@@ -360,6 +356,14 @@ class Settings(BaseSettings):
     def http_bind(self) -> tuple[str, int] | None:
         """The host and port to serve HTTP on, or None when ``http_address`` is empty."""
         return parse_http_address(self.http_address) if self.http_address else None
+
+    def database_password(self) -> PasswordSource:
+        """Where the desired state's database password comes from: the setting, else its file
+        (read at each connect, so a rotated file is picked up)."""
+        secret = self.desired_state_password
+        return password_from(
+            secret.get_secret_value() if secret else None, self.desired_state_password_file
+        )
 
     def redis_url_for_display(self) -> str:
         """The Redis URL with any password masked, for logs and status output."""

@@ -17,7 +17,7 @@ timeout --signal=TERM --preserve-status "${DEMO_SECONDS:-45}" "$playguard" run
 echo
 echo "What happened:"
 "$playguard" status
-.venv/bin/python -m playguard_async.lab.summary
+.venv/bin/python -m playguard_lab.summary
 cat <<'NEXT'
 
 Try it by hand (the lab keeps running until `playguard lab down`):

@@ -14,7 +14,8 @@ from typing import NoReturn, TypeVar
 import pytest
 from redis.asyncio import Redis
 
-from playguard_async.lab import (
+from playguard_async.coordination.client import connect_redis
+from playguard_lab import (
     DockerDaemon,
     GitOrigin,
     MissingBinary,
@@ -26,10 +27,9 @@ from playguard_async.lab import (
     find_binary,
     push_image,
 )
-from playguard_async.lab.postgres import postgres_binaries
-from playguard_async.lab.process import StartStop
-from playguard_async.lab.topologies import ClusterLab, SentinelGroup
-from playguard_async.redis_client import connect_redis
+from playguard_lab.postgres import postgres_binaries
+from playguard_lab.process import StartStop
+from playguard_lab.topologies import ClusterLab, SentinelGroup
 from tests.support.postgres import LabDatabase, fresh_database
 from tests.support.topologies import TOPOLOGIES, TopologyUnderTest, client_for, heal
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from playguard_async.phase import PhaseReport
+from playguard_async.phases.protocol import PhaseReport
 from playguard_async.phases.toolkit import (
     CycleContext,
     branch_gone_notices,

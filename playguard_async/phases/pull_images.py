@@ -10,8 +10,8 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
-from playguard_async.inventory import Registry
-from playguard_async.phase import PhaseReport
+from playguard_async.desired_state.inventory import Registry
+from playguard_async.phases.protocol import PhaseReport
 from playguard_async.phases.toolkit import CycleContext, change_outcome, finish, handle_each
 from playguard_async.remote.registry import auth_for, local_digests, pull, registry_digest
 from playguard_async.remote.ssh import RemoteSession

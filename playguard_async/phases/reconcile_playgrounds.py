@@ -21,8 +21,8 @@ from collections import defaultdict
 from collections.abc import Mapping
 from datetime import UTC, datetime
 
-from playguard_async.inventory import Playground
-from playguard_async.phase import Notice, NoticeKind, PhaseReport
+from playguard_async.desired_state.inventory import Playground
+from playguard_async.phases.protocol import Notice, NoticeKind, PhaseReport
 from playguard_async.phases.toolkit import (
     Container,
     CycleContext,

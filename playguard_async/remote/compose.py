@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import yaml
 
-from playguard_async.inventory import Marquee
+from playguard_async.desired_state.inventory import Marquee
 from playguard_async.remote.docker import docker_config_dir, our_labels
 from playguard_async.remote.git import checkout_dir, playground_dir
 

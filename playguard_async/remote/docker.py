@@ -16,7 +16,7 @@ import base64
 import json
 from typing import Any
 
-from playguard_async.inventory import Marquee, Registry
+from playguard_async.desired_state.inventory import Marquee, Registry
 from playguard_async.remote.errors import DockerApiError
 from playguard_async.remote.ssh import RemoteSession
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from playguard_async.reach import Unreachable
+from playguard_async.remote.reach import Unreachable
 
 
 def command_name(argv: Sequence[str]) -> str:

@@ -37,9 +37,9 @@ from dataclasses import dataclass
 import asyncssh
 import structlog
 
-from playguard_async.aio import in_thread
-from playguard_async.files import FileRefused, read_limited
-from playguard_async.inventory import Marquee
+from playguard_async.desired_state.inventory import Marquee
+from playguard_async.kits.aio import in_thread
+from playguard_async.kits.files import FileRefused, read_limited
 
 log = structlog.get_logger("playguard.remote.pool")
 

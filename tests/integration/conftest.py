@@ -15,13 +15,13 @@ import structlog
 from redis import Redis as SyncRedis
 from redis.asyncio import Redis
 
-from playguard_async.keys import marquee_lock_name
-from playguard_async.lab import DockerDaemon, GitOrigin, RedisServer, RegistryServer, SshServer
-from playguard_async.lock import TokenLock
-from playguard_async.phase import Phase, PhaseContext, PhaseReport
+from playguard_async.coordination.keys import marquee_lock_name
+from playguard_async.coordination.lock import TokenLock
+from playguard_async.phases.protocol import Phase, PhaseContext, PhaseReport
 from playguard_async.remote.docker import MANAGED
 from playguard_async.remote.memo import ComposeMemo
 from playguard_async.remote.ssh import RemoteOptions, RemoteSession, open_session
+from playguard_lab import DockerDaemon, GitOrigin, RedisServer, RegistryServer, SshServer
 from tests.support.cli import LAB_SETTINGS, Playguard
 from tests.support.daemon import DaemonRunner
 from tests.support.edge import LabEdge

@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 from redis import Redis
 
-from playguard_async.keys import marquee_lock_key
-from playguard_async.lab import RedisServer, SshServer
-from playguard_async.lab.topologies import SentinelGroup
+from playguard_async.coordination.keys import marquee_lock_key
+from playguard_lab import RedisServer, SshServer
+from playguard_lab.topologies import SentinelGroup
 from tests.support.daemon import Daemon, DaemonRunner, witness_lines
 from tests.support.fencing import host_records, journal, stale_writes
 from tests.support.topologies import heal

@@ -18,15 +18,15 @@ import pytest
 from redis import Redis as SyncRedis
 
 from playguard_async import __version__
-from playguard_async.keys import (
+from playguard_async.coordination.keys import (
     RESUME_KEY,
     fence_key,
     lock_key,
     marquee_lock_key,
     marquee_lock_name,
 )
-from playguard_async.lab import RedisServer, SshServer
 from playguard_async.settings import DEFAULT_PHASES
+from playguard_lab import RedisServer, SshServer
 from tests.support.cli import (
     EXIT_LOCKED,
     EXIT_NOT_OK,

@@ -17,7 +17,7 @@ import time
 import pytest
 from redis import Redis as SyncRedis
 
-from playguard_async.keys import (
+from playguard_async.coordination.keys import (
     cycle_history_key,
     fence_key,
     last_cycle_key,

@@ -18,16 +18,16 @@ import aiodocker
 import pytest
 from redis.asyncio import Redis
 
-from playguard_async.engine import CycleResult, Outcome
-from playguard_async.inventory import InventoryError, YamlInventorySource
-from playguard_async.keys import marquee_lock_key
-from playguard_async.lab import DockerDaemon, GitOrigin, SshServer
-from playguard_async.observe import CycleRecords
-from playguard_async.phase import Phase, PhaseContext, resolve_phases
+from playguard_async.coordination.keys import marquee_lock_key
+from playguard_async.coordination.records import CycleRecords
+from playguard_async.desired_state.inventory import InventoryError, YamlInventorySource
+from playguard_async.engine.scheduler import CycleResult, Outcome
 from playguard_async.phases.process_agent_chats import chat_container_name
+from playguard_async.phases.protocol import Phase, PhaseContext, resolve_phases
 from playguard_async.remote.docker import AGENT_CHAT, MANAGED, our_labels
 from playguard_async.remote.ssh import open_session
 from playguard_async.settings import DEFAULT_PHASES
+from playguard_lab import DockerDaemon, GitOrigin, SshServer
 from tests.support.engine import EngineHarness
 from tests.support.playgrounds import (
     checkout_of,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from redis.asyncio import Redis
 
-from playguard_async.keys import cycle_history_key, last_cycle_key
-from playguard_async.observe import CycleRecords
+from playguard_async.coordination.keys import cycle_history_key, last_cycle_key
+from playguard_async.coordination.records import CycleRecords
 
 pytestmark = pytest.mark.integration
 

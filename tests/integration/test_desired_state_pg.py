@@ -11,17 +11,17 @@ import asyncpg
 import pytest
 from structlog.testing import capture_logs
 
-from playguard_async.desired_state_pg import PostgresDesiredState
-from playguard_async.inventory import (
+from playguard_async.desired_state.inventory import (
     DesiredStateUnavailable,
     InventoryError,
     RemoteDesiredState,
 )
-from playguard_async.pg import PgAddress, password_from
-from playguard_async.pg_schema import migrate
-from playguard_async.pg_transfer import import_inventory
+from playguard_async.desired_state.pg import PgAddress, password_from
+from playguard_async.desired_state.postgres import PostgresDesiredState
+from playguard_async.desired_state.schema import migrate
+from playguard_async.desired_state.transfer import import_inventory
+from playguard_async.service.wiring import inventory_source
 from playguard_async.settings import load_settings
-from playguard_async.wiring import inventory_source
 from tests.support.pg_inventory import by_name, full_document, load_yaml, write_inventory
 from tests.support.postgres import LabDatabase
 

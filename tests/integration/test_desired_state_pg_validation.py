@@ -14,11 +14,11 @@ import pytest
 from redis.asyncio import Redis
 from structlog.testing import capture_logs
 
-from playguard_async import desired_state_pg
-from playguard_async.desired_state_pg import PostgresDesiredState, RowMemo, Rows, Validated
-from playguard_async.pg import PgAddress, password_from
-from playguard_async.pg_schema import migrate
-from playguard_async.pg_transfer import import_inventory
+from playguard_async.desired_state import postgres
+from playguard_async.desired_state.pg import PgAddress, password_from
+from playguard_async.desired_state.postgres import PostgresDesiredState, RowMemo, Rows, Validated
+from playguard_async.desired_state.schema import migrate
+from playguard_async.desired_state.transfer import import_inventory
 from tests.support.engine import EngineHarness, ScriptedPhase
 from tests.support.fencing import eventually
 from tests.support.pg_inventory import full_document, write_inventory
@@ -57,7 +57,7 @@ class HeldValidation:
         self.released = threading.Event()
         self.released.set()
         self.calls = 0
-        self._real = desired_state_pg.validate_snapshot
+        self._real = postgres.validate_snapshot
 
     def __call__(self, rows: Rows, memo: RowMemo | None = None) -> Validated:
         self.calls += 1
@@ -68,7 +68,7 @@ class HeldValidation:
 @pytest.fixture
 def validation(monkeypatch: pytest.MonkeyPatch) -> Iterator[HeldValidation]:
     held = HeldValidation()
-    monkeypatch.setattr(desired_state_pg, "validate_snapshot", held)
+    monkeypatch.setattr(postgres, "validate_snapshot", held)
     yield held
     held.released.set()  # never leave a thread waiting
 
@@ -156,7 +156,7 @@ async def test_a_late_validation_keeps_the_last_snapshot_and_the_next_is_fresh(
 async def test_a_validation_that_fails_in_its_thread_does_not_block_the_next(
     fleet: asyncpg.Connection, source: PostgresDesiredState, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = desired_state_pg.validate_snapshot
+    real = postgres.validate_snapshot
     failures = [RuntimeError("a bug in validation")]
 
     def failing_once(rows: Rows, memo: RowMemo | None = None) -> Validated:
@@ -164,7 +164,7 @@ async def test_a_validation_that_fails_in_its_thread_does_not_block_the_next(
             raise failures.pop()
         return real(rows, memo)
 
-    monkeypatch.setattr(desired_state_pg, "validate_snapshot", failing_once)
+    monkeypatch.setattr(postgres, "validate_snapshot", failing_once)
     with pytest.raises(RuntimeError, match="a bug in validation"):
         await source.load()
     assert [marquee.name for marquee in (await source.load()).marquees] == [

@@ -14,13 +14,13 @@ import pytest
 from redis.asyncio import Redis
 from structlog.testing import capture_logs
 
-from playguard_async.aio import background
-from playguard_async.desired_state_pg import PostgresDesiredState
-from playguard_async.engine import CycleResult
-from playguard_async.pg import PgAddress, password_from
-from playguard_async.pg_schema import migrate
-from playguard_async.pg_transfer import import_inventory
-from playguard_async.phase import PhaseContext
+from playguard_async.desired_state.pg import PgAddress, password_from
+from playguard_async.desired_state.postgres import PostgresDesiredState
+from playguard_async.desired_state.schema import migrate
+from playguard_async.desired_state.transfer import import_inventory
+from playguard_async.engine.scheduler import CycleResult
+from playguard_async.kits.aio import background
+from playguard_async.phases.protocol import PhaseContext
 from tests.support.engine import EngineHarness, ScriptedPhase
 from tests.support.fencing import eventually
 from tests.support.pg_inventory import full_document, write_inventory

@@ -13,12 +13,12 @@ import structlog
 from redis.asyncio import Redis
 from structlog.testing import capture_logs
 
-from playguard_async.engine import CycleCancelled, CycleResult, Outcome
-from playguard_async.inventory import InventoryError, Marquee
-from playguard_async.keys import RESUME_KEY, marquee_lock_key, marquee_lock_name
-from playguard_async.lab import RedisServer
-from playguard_async.lock import Lease, ReleaseResult, TokenLock
-from playguard_async.phase import Notice, NoticeKind, Phase, PhaseContext, PhaseReport
+from playguard_async.coordination.keys import RESUME_KEY, marquee_lock_key, marquee_lock_name
+from playguard_async.coordination.lock import Lease, ReleaseResult, TokenLock
+from playguard_async.desired_state.inventory import InventoryError, Marquee
+from playguard_async.engine.scheduler import CycleCancelled, CycleResult, Outcome
+from playguard_async.phases.protocol import Notice, NoticeKind, Phase, PhaseContext, PhaseReport
+from playguard_lab import RedisServer
 from tests.support.engine import EngineHarness, ScriptedPhase, inventory_of
 from tests.support.state import StaticState
 

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from playguard_async.engine import Outcome
-from playguard_async.keys import marquee_lock_key
-from playguard_async.lock import LossReason, ReleaseResult
-from playguard_async.phase import PhaseContext
+from playguard_async.coordination.keys import marquee_lock_key
+from playguard_async.coordination.lock import LossReason, ReleaseResult
+from playguard_async.engine.scheduler import Outcome
+from playguard_async.phases.protocol import PhaseContext
 from tests.support.engine import EngineHarness, ScriptedPhase
 
 pytestmark = pytest.mark.integration

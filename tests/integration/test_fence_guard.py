@@ -20,12 +20,12 @@ from pathlib import Path
 import aiodocker
 import pytest
 
-from playguard_async.fence import FenceRefused
-from playguard_async.inventory import Marquee
-from playguard_async.lab import DockerDaemon, SshServer
+from playguard_async.coordination.fence import FenceRefused
+from playguard_async.desired_state.inventory import Marquee
 from playguard_async.remote.docker import FENCE, our_labels, remove_container, run_container
 from playguard_async.remote.errors import RemoteCommandTimeout, UnfencedWrite
 from playguard_async.remote.ssh import RemoteOptions, RemoteSession, open_session
+from playguard_lab import DockerDaemon, SshServer
 from tests.support.fencing import StaticLease, eventually, host_fence, journal
 from tests.support.world import lab_marquee_fields
 

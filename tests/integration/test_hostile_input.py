@@ -16,12 +16,12 @@ from redis import Redis as SyncRedis
 from redis.asyncio import Redis
 from structlog.testing import capture_logs
 
-from playguard_async.engine import Engine, Outcome
-from playguard_async.inventory import YamlInventorySource
-from playguard_async.keys import fence_key, last_cycle_key, lock_key, marquee_lock_name
-from playguard_async.lab import RedisServer
-from playguard_async.lock import ReleaseResult, TokenLock
-from playguard_async.observe import CycleRecords
+from playguard_async.coordination.keys import fence_key, last_cycle_key, lock_key, marquee_lock_name
+from playguard_async.coordination.lock import ReleaseResult, TokenLock
+from playguard_async.coordination.records import CycleRecords
+from playguard_async.desired_state.inventory import YamlInventorySource
+from playguard_async.engine.scheduler import Engine, Outcome
+from playguard_lab import RedisServer
 from tests.support.cli import EXIT_LOCKED, Playguard, assert_one_line_error, hold_lock
 from tests.support.daemon import DaemonRunner, marquee_entry
 from tests.support.engine import ScriptedPhase, inventory_of, settings_for

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from playguard_async.lab import SshServer
+from playguard_lab import SshServer
 from tests.support.packaging import systemd_verify
 
 pytestmark = pytest.mark.integration

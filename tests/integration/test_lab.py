@@ -18,7 +18,7 @@ from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from playguard_async.lab import (
+from playguard_lab import (
     DockerDaemon,
     GitOrigin,
     Lab,

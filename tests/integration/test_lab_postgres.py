@@ -11,8 +11,8 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from playguard_async.lab import PostgresServer
-from playguard_async.lab.postgres import CLUSTER_LINK, ClusterUnreachable
+from playguard_lab import PostgresServer
+from playguard_lab.postgres import CLUSTER_LINK, ClusterUnreachable
 from tests.support.postgres import LabDatabase
 
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from playguard_async.lab.detached import STATE_FILE, boot_id
-from playguard_async.lab.process import Proc, read_proc, terminate_server
+from playguard_lab.detached import STATE_FILE, boot_id
+from playguard_lab.process import Proc, read_proc, terminate_server
 from tests.support.daemon import PLAYGUARD
 
 LAB_PROGRAMS = (

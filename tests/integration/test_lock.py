@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from playguard_async.keys import fence_key, lock_key, once_key
-from playguard_async.lab import RedisServer
-from playguard_async.lock import (
+from playguard_async.coordination.channel import ChannelledRedis
+from playguard_async.coordination.client import RedisClient
+from playguard_async.coordination.keys import fence_key, lock_key, once_key
+from playguard_async.coordination.lock import (
     Holder,
     LockLost,
     LockUnavailable,
@@ -23,8 +24,7 @@ from playguard_async.lock import (
     inspect_lock,
     once,
 )
-from playguard_async.redis_channel import ChannelledRedis
-from playguard_async.redis_client import RedisClient
+from playguard_lab import RedisServer
 from tests.support.topologies import TopologyUnderTest
 
 pytestmark = pytest.mark.integration

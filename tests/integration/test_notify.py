@@ -22,13 +22,13 @@ from aiohttp import web
 from redis.asyncio import Redis
 from structlog.testing import capture_logs
 
-from playguard_async import notify
-from playguard_async.engine import CycleResult, Outcome
-from playguard_async.inventory import Marquee
-from playguard_async.keys import health_key, marquee_lock_key
-from playguard_async.lab import DockerDaemon, SshServer
-from playguard_async.notify import ChangeNotifier
-from playguard_async.phase import PhaseContext
+from playguard_async.coordination.keys import health_key, marquee_lock_key
+from playguard_async.desired_state.inventory import Marquee
+from playguard_async.engine.scheduler import CycleResult, Outcome
+from playguard_async.phases.protocol import PhaseContext
+from playguard_async.service import notifications
+from playguard_async.service.notifications import ChangeNotifier
+from playguard_lab import DockerDaemon, SshServer
 from tests.support.daemon import DaemonRunner, wait_for
 from tests.support.engine import EngineHarness, ScriptedPhase, settings_for
 from tests.support.fencing import Fleet
@@ -190,7 +190,7 @@ async def test_a_write_the_host_refused_is_told_once_whichever_replica_saw_it(
 async def test_a_failing_receiver_is_retried_and_a_refusing_one_is_not(
     redis: Redis, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(notify, "BACKOFF", 0.01)
+    monkeypatch.setattr(notifications, "BACKOFF", 0.01)
     replica = Replica(redis, "r1", receiver.url, webhook_retries=3)
     receiver.statuses = [500, 503, 429]
     with capture_logs() as logs:
@@ -203,8 +203,8 @@ async def test_a_failing_receiver_is_retried_and_a_refusing_one_is_not(
             await replica.cycle()
             await until(lambda: len(receiver.received) == 5, "one attempt")
             await until(lambda: not replica.notifier.waiting, "the queue drained")
-    sent = [entry for entry in logs if entry["event"] == "notify.sent"]
-    failed = [entry for entry in logs if entry["event"] == "notify.failed"]
+    sent = [entry for entry in logs if entry["event"] == "notifications.sent"]
+    failed = [entry for entry in logs if entry["event"] == "notifications.failed"]
     assert [entry["attempts"] for entry in sent] == [4]
     refused = [(entry["transition"], entry["error"]) for entry in failed]
     assert refused == [("recovered", "HTTP 400")]
@@ -214,7 +214,7 @@ async def test_a_failing_receiver_is_retried_and_a_refusing_one_is_not(
 async def test_a_hanging_receiver_never_holds_up_a_cycle(
     redis: Redis, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(notify, "BACKOFF", 0.01)
+    monkeypatch.setattr(notifications, "BACKOFF", 0.01)
     receiver.delay = 30.0
     replica = Replica(redis, "r1", receiver.url, webhook_retries=1)
     with capture_logs() as logs:
@@ -223,10 +223,10 @@ async def test_a_hanging_receiver_never_holds_up_a_cycle(
             async with asyncio.timeout(2.0):  # the cycle, not the 30 s answer
                 assert (await replica.cycle()).outcome is Outcome.PHASE_FAILED
             await until(
-                lambda: any(entry["event"] == "notify.failed" for entry in logs),
+                lambda: any(entry["event"] == "notifications.failed" for entry in logs),
                 "the timed-out post given up",
             )
-    failed = [entry for entry in logs if entry["event"] == "notify.failed"]
+    failed = [entry for entry in logs if entry["event"] == "notifications.failed"]
     assert failed[0]["url"] == receiver.url.removesuffix(TOKEN_PATH)
     assert len(receiver.received) == 2
 
@@ -234,7 +234,7 @@ async def test_a_hanging_receiver_never_holds_up_a_cycle(
 async def test_news_beyond_the_queue_limit_drops_the_oldest_and_says_so(
     redis: Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(notify, "QUEUE_LIMIT", 3)
+    monkeypatch.setattr(notifications, "QUEUE_LIMIT", 3)
     replica = Replica(redis, "r1", "http://127.0.0.1:9/never")
     with capture_logs() as logs:
         for n in range(5):  # not sending: nothing drains the queue
@@ -242,7 +242,10 @@ async def test_news_beyond_the_queue_limit_drops_the_oldest_and_says_so(
             await replica.cycle()
     assert len(replica.notifier.waiting) == 3
     assert replica.notifier.dropped == 2
-    assert [entry["dropped"] for entry in logs if entry["event"] == "notify.dropped"] == [1, 2]
+    assert [entry["dropped"] for entry in logs if entry["event"] == "notifications.dropped"] == [
+        1,
+        2,
+    ]
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from playguard_async.lab import RedisServer, SshServer, free_port
+from playguard_lab import RedisServer, SshServer, free_port
 from tests.support.cli import hold_lock, write_mixed_fleet
 from tests.support.daemon import DaemonRunner, wait_for
 from tests.support.packaging import healthcheck_command

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from playguard_async.lab import RedisServer, SshServer
+from playguard_lab import RedisServer, SshServer
 from tests.support.cli import write_mixed_fleet
 from tests.support.daemon import Daemon, DaemonRunner, wait_for
 

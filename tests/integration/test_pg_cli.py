@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from playguard_async.lab import free_port
+from playguard_lab import free_port
 from tests.support.cli import assert_one_line_error
 from tests.support.daemon import PLAYGUARD
 from tests.support.pg_inventory import by_name, full_document, load_yaml, write_inventory

@@ -9,10 +9,10 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from playguard_async.desired_state_pg import NOTIFY_CHANNEL
-from playguard_async.inventory import InventoryError
-from playguard_async.pg_schema import migrate, schema_version, shipped_migrations
-from playguard_async.pg_transfer import ImportRefused, export_inventory, import_inventory
+from playguard_async.desired_state.inventory import InventoryError
+from playguard_async.desired_state.postgres import NOTIFY_CHANNEL
+from playguard_async.desired_state.schema import migrate, schema_version, shipped_migrations
+from playguard_async.desired_state.transfer import ImportRefused, export_inventory, import_inventory
 from tests.support.pg_inventory import by_name, full_document, load_yaml, write_inventory
 from tests.support.postgres import LabDatabase
 

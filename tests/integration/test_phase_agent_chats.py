@@ -12,10 +12,10 @@ from typing import Any
 import aiodocker
 import pytest
 
-from playguard_async.lab import DockerDaemon, LabCommandFailed, RegistryServer, push_image
-from playguard_async.phase import PartialFailure
 from playguard_async.phases.process_agent_chats import process_agent_chats
+from playguard_async.phases.protocol import PartialFailure
 from playguard_async.remote.docker import our_labels
+from playguard_lab import DockerDaemon, LabCommandFailed, RegistryServer, push_image
 from tests.support.world import LAB_OPTIONS, LabWorld, PhaseRunner
 
 pytestmark = pytest.mark.integration

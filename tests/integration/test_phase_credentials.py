@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from playguard_async.lab import RegistryServer
-from playguard_async.phase import PartialFailure
+from playguard_async.phases.protocol import PartialFailure
 from playguard_async.phases.refresh_credentials import refresh_credentials
+from playguard_lab import RegistryServer
 from tests.support.phase_checks import everything_said, write_wrong_password
 from tests.support.world import LabWorld, PhaseRunner
 

@@ -19,9 +19,9 @@ import aiodocker
 import pytest
 from structlog.testing import capture_logs
 
-from playguard_async.lab import DockerDaemon, LabCommandFailed, RegistryServer, push_image
-from playguard_async.phase import PartialFailure
+from playguard_async.phases.protocol import PartialFailure
 from playguard_async.phases.pull_images import pull_images
+from playguard_lab import DockerDaemon, LabCommandFailed, RegistryServer, push_image
 from tests.support.edge import LabEdge
 from tests.support.phase_checks import everything_said, write_wrong_password
 

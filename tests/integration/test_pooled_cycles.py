@@ -10,11 +10,11 @@ import aiodocker
 import pytest
 from redis.asyncio import Redis
 
-from playguard_async.engine import Outcome
-from playguard_async.lab import GitOrigin
-from playguard_async.phase import resolve_phases
+from playguard_async.engine.scheduler import Outcome
+from playguard_async.phases.protocol import resolve_phases
+from playguard_async.service.wiring import RemoteLayer
 from playguard_async.settings import DEFAULT_PHASES
-from playguard_async.wiring import RemoteLayer
+from playguard_lab import GitOrigin
 from tests.support.engine import EngineHarness, settings_for
 from tests.support.playgrounds import project_containers, use_own_branch
 from tests.support.world import LabWorld

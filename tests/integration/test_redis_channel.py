@@ -11,9 +11,9 @@ import pytest
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError, ResponseError
 
-from playguard_async.lab import RedisServer
-from playguard_async.redis_channel import ChannelledRedis, CommandChannel, run_script
-from playguard_async.redis_client import connect_redis
+from playguard_async.coordination.channel import ChannelledRedis, CommandChannel, run_script
+from playguard_async.coordination.client import connect_redis
+from playguard_lab import RedisServer
 
 
 def channel_of(redis: Redis) -> CommandChannel:

@@ -16,13 +16,13 @@ from typing import Any
 import aiodocker
 import pytest
 
-from playguard_async.lab import GitOrigin
 from playguard_async.phases.fetch_branches import fetch_branches
 from playguard_async.phases.reconcile_playgrounds import reconcile_playgrounds
 from playguard_async.phases.sync_git import sync_git
 from playguard_async.remote.compose import CONFIG_HASH_LABEL
 from playguard_async.remote.memo import ComposeMemo
 from playguard_async.remote.ssh import RemoteSession
+from playguard_lab import GitOrigin
 from tests.support.playgrounds import (
     checkout_of,
     compose_yaml,

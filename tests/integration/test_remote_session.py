@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from playguard_async.inventory import Marquee
-from playguard_async.lab import DockerDaemon, SshServer
+from playguard_async.desired_state.inventory import Marquee
 from playguard_async.remote.errors import (
     AuthRefused,
     HostKeyMismatch,
@@ -21,6 +20,7 @@ from playguard_async.remote.errors import (
     RemoteCommandTimeout,
 )
 from playguard_async.remote.ssh import RemoteOptions, open_session
+from playguard_lab import DockerDaemon, SshServer
 from tests.support.fencing import StaticLease, journal
 
 pytestmark = pytest.mark.integration

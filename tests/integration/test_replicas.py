@@ -15,12 +15,12 @@ import pytest
 from redis.asyncio import Redis
 from structlog.testing import capture_logs
 
-from playguard_async.engine import Outcome
-from playguard_async.keys import REPLICAS_KEY
-from playguard_async.lab.process import free_port
-from playguard_async.redis_client import connect_redis
-from playguard_async.replicas import MAX_REPLICAS, ReplicaRoster
-from playguard_async.settings import MAX_SECONDS
+from playguard_async.coordination.client import connect_redis
+from playguard_async.coordination.keys import REPLICAS_KEY
+from playguard_async.coordination.replicas import MAX_REPLICAS, ReplicaRoster
+from playguard_async.engine.scheduler import Outcome
+from playguard_async.kits.capacity import MAX_SECONDS
+from playguard_lab.process import free_port
 from tests.support.engine import EngineHarness, ScriptedPhase
 
 pytestmark = pytest.mark.integration

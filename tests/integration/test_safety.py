@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 from redis import Redis
 
-from playguard_async.keys import marquee_lock_key
-from playguard_async.lab import SshServer
+from playguard_async.coordination.keys import marquee_lock_key
+from playguard_lab import SshServer
 from tests.support.daemon import (
     Daemon,
     DaemonRunner,

@@ -21,7 +21,7 @@ import pytest
 from aiodocker.utils import compose_auth_header
 from redis import Redis as SyncRedis
 
-from playguard_async.lab import RedisServer, RegistryServer
+from playguard_lab import RedisServer, RegistryServer
 from tests.support.cli import Playguard
 from tests.support.daemon import marquee_entry, wait_for, within_lease
 from tests.support.world import LabWorld

@@ -16,13 +16,13 @@ from pathlib import Path
 import asyncssh
 import pytest
 
-from playguard_async.fence import FenceRefused
-from playguard_async.inventory import Marquee
-from playguard_async.lab import DockerDaemon, SshServer
-from playguard_async.lab.process import descendants
+from playguard_async.coordination.fence import FenceRefused
+from playguard_async.desired_state.inventory import Marquee
 from playguard_async.remote.errors import HostKeyMismatch
 from playguard_async.remote.pool import ConnectionPool
 from playguard_async.remote.ssh import RemoteOptions, connect, open_session
+from playguard_lab import DockerDaemon, SshServer
+from playguard_lab.process import descendants
 from tests.support.fencing import StaticLease
 
 pytestmark = pytest.mark.integration

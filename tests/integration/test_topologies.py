@@ -14,18 +14,23 @@ from pathlib import Path
 import pytest
 from redis.crc import key_slot
 
-from playguard_async.engine import CycleResult, Engine, Outcome
-from playguard_async.inventory import Inventory, Marquee
-from playguard_async.keys import fence_key, lock_key, marquee_lock_key, marquee_lock_name
-from playguard_async.lab import DockerDaemon, MissingBinary, SshServer
-from playguard_async.lab.topologies import ClusterLab, LabTls, RedisNode, SentinelGroup
-from playguard_async.lock import LockLost, LockUnavailable, ReleaseResult, TokenLock
-from playguard_async.observe import CycleRecords
-from playguard_async.phase import PhaseContext, PhaseReport
-from playguard_async.redis_address import parse_redis_url
-from playguard_async.redis_client import RedisClient, connect_redis
-from playguard_async.redis_topology import CLUSTER_SLOTS, read_topology
+from playguard_async.coordination.address import parse_redis_url
+from playguard_async.coordination.client import RedisClient, connect_redis
+from playguard_async.coordination.keys import (
+    fence_key,
+    lock_key,
+    marquee_lock_key,
+    marquee_lock_name,
+)
+from playguard_async.coordination.lock import LockLost, LockUnavailable, ReleaseResult, TokenLock
+from playguard_async.coordination.records import CycleRecords
+from playguard_async.coordination.topology import CLUSTER_SLOTS, read_topology
+from playguard_async.desired_state.inventory import Inventory, Marquee
+from playguard_async.engine.scheduler import CycleResult, Engine, Outcome
+from playguard_async.phases.protocol import PhaseContext, PhaseReport
 from playguard_async.remote.ssh import RemoteSession, open_session
+from playguard_lab import DockerDaemon, MissingBinary, SshServer
+from playguard_lab.topologies import ClusterLab, LabTls, RedisNode, SentinelGroup
 from tests.conftest import skip_or_fail
 from tests.support.cli import Playguard, hold_lock
 from tests.support.daemon import DaemonRunner, marquee_entry

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from playguard_async.lab import SshServer
+from playguard_lab import SshServer
 from tests.support.cli import EXIT_NOT_OK, LAB_SETTINGS, Playguard
 from tests.support.world import LabWorld
 

@@ -8,9 +8,9 @@ from typing import Any
 
 import aiodocker
 
-from playguard_async.lab import GitOrigin
-from playguard_async.phase import Phase
+from playguard_async.phases.protocol import Phase
 from playguard_async.remote.ssh import RemoteOptions
+from playguard_lab import GitOrigin
 from tests.support.playgrounds import use_own_branch
 from tests.support.world import LAB_OPTIONS, LabWorld, PhaseRun, PhaseRunner
 

@@ -8,11 +8,11 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from playguard_async.engine import CycleResult, Engine, EngineObserver, SessionOpener
-from playguard_async.inventory import DesiredState, Inventory, Marquee
-from playguard_async.observe import CycleRecords
-from playguard_async.phase import Phase, PhaseContext, PhaseReport
-from playguard_async.redis_client import RedisClient
+from playguard_async.coordination.client import RedisClient
+from playguard_async.coordination.records import CycleRecords
+from playguard_async.desired_state.inventory import DesiredState, Inventory, Marquee
+from playguard_async.engine.scheduler import CycleResult, Engine, EngineObserver, SessionOpener
+from playguard_async.phases.protocol import Phase, PhaseContext, PhaseReport
 from playguard_async.settings import Settings, load_settings
 from tests.support.daemon import within_lease
 from tests.support.state import StaticState

@@ -13,11 +13,11 @@ from pathlib import Path
 
 from redis.asyncio import Redis
 
-from playguard_async.engine import CycleResult, Engine, Outcome
-from playguard_async.inventory import Inventory, Marquee
-from playguard_async.metrics import Metrics
-from playguard_async.phase import PhaseContext, PhaseReport
+from playguard_async.desired_state.inventory import Inventory, Marquee
+from playguard_async.engine.scheduler import CycleResult, Engine, Outcome
+from playguard_async.phases.protocol import PhaseContext, PhaseReport
 from playguard_async.remote.ssh import RemoteSession, open_session
+from playguard_async.service.metrics import Metrics
 from tests.support.engine import settings_for
 from tests.support.state import StaticState
 from tests.support.world import LAB_OPTIONS

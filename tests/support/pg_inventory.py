@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from playguard_async.inventory import Inventory, YamlInventorySource
+from playguard_async.desired_state.inventory import Inventory, YamlInventorySource
 
 
 def full_document(marquees: int = 3, *, command: list[str] | None = None) -> dict[str, Any]:

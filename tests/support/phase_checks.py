@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from playguard_async.phase import PartialFailure
+from playguard_async.phases.protocol import PartialFailure
 
 
 def write_wrong_password(password_file: Path) -> str:

@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from playguard_async.fence import FenceRefused
-from playguard_async.phase import PhaseContext, PhaseReport
+from playguard_async.coordination.fence import FenceRefused
+from playguard_async.phases.protocol import PhaseContext, PhaseReport
 from playguard_async.remote.ssh import RemoteSession
 
 

@@ -14,10 +14,10 @@ from typing import Any
 
 import aiodocker
 
-from playguard_async.lab import GitOrigin
 from playguard_async.remote.compose import PROJECT_LABEL, override_path
 from playguard_async.remote.docker import PLAYGROUND
 from playguard_async.remote.git import checkout_dir
+from playguard_lab import GitOrigin
 from tests.support.world import LabWorld
 
 PLAYGROUND_NAME = "web-main"

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import asyncpg
 
-from playguard_async.lab import PostgresServer
-from playguard_async.pg_schema import migrate
-from playguard_async.pg_transfer import import_inventory
+from playguard_async.desired_state.schema import migrate
+from playguard_async.desired_state.transfer import import_inventory
+from playguard_lab import PostgresServer
 
 
 @dataclass(frozen=True)

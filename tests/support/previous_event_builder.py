@@ -12,7 +12,7 @@ from yaml.composer import ComposerError
 from yaml.constructor import ConstructorError
 from yaml.nodes import ScalarNode
 
-from playguard_async.inventory import (
+from playguard_async.desired_state.inventory import (
     _NODE_TREE_TAGS,
     _PLAIN_TAGS,
     _STR_TAG,

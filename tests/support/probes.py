@@ -16,7 +16,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from playguard_async.lab import free_port
+from playguard_lab import free_port
 from tests.support.daemon import Daemon, DaemonRunner, wait_for
 
 # Probes go to 127.0.0.1 only: a proxy from the environment must never see them.

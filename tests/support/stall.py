@@ -13,7 +13,7 @@ import asyncio
 import os
 from pathlib import Path
 
-from playguard_async.inventory import Inventory, YamlInventorySource
+from playguard_async.desired_state.inventory import Inventory, YamlInventorySource
 from tests.support.phases import first
 
 _read = YamlInventorySource.load

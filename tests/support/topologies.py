@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from redis import Redis as SyncRedis
 from redis.crc import key_slot
 
-from playguard_async.lab.servers import RedisServer
-from playguard_async.lab.topologies import ClusterLab, RedisNode, SentinelGroup, wait_for
-from playguard_async.redis_client import RedisClient, connect_redis
+from playguard_async.coordination.client import RedisClient, connect_redis
+from playguard_lab.servers import RedisServer
+from playguard_lab.topologies import ClusterLab, RedisNode, SentinelGroup, wait_for
 
 TOPOLOGIES = ("single", "sentinel", "cluster")
 

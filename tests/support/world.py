@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from playguard_async.inventory import Inventory, Marquee
-from playguard_async.lab import DockerDaemon, SshServer
-from playguard_async.phase import PhaseReport
+from playguard_async.desired_state.inventory import Inventory, Marquee
+from playguard_async.phases.protocol import PhaseReport
 from playguard_async.remote.ssh import RemoteOptions
+from playguard_lab import DockerDaemon, SshServer
 
 LAB_OPTIONS = RemoteOptions(
     connect_timeout=5.0,

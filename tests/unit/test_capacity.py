@@ -6,7 +6,7 @@ import resource
 
 import pytest
 
-from playguard_async.capacity import (
+from playguard_async.kits.capacity import (
     FILES_PER_CYCLE,
     MAX_SLOTS,
     MIN_SLOTS,

@@ -10,7 +10,11 @@ import sys
 import pytest
 
 HEAVY = ("asyncssh", "redis", "aiohttp", "aiodocker", "rich", "pydantic", "structlog", "yaml")
-OURS = ("playguard_async.engine", "playguard_async.operate", "playguard_async.daemon")
+OURS = (
+    "playguard_async.engine.scheduler",
+    "playguard_async.operator.fleet",
+    "playguard_async.service.daemon",
+)
 
 
 def imported_by(*args: str) -> tuple[subprocess.CompletedProcess[str], set[str]]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from playguard_async.desired_state_pg import RowMemo, Rows, validate_snapshot
+from playguard_async.desired_state.postgres import RowMemo, Rows, validate_snapshot
 
 
 def _rows() -> Rows:

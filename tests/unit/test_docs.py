@@ -1,5 +1,6 @@
-"""The docs match the code: every setting is in the README's reference, the phase table and the
-cycle's steps list the built-in phases in their order, and the examples load."""
+"""The docs match the code: every setting is in the README's reference, the phase table, the
+cycle's steps and the example settings list the built-in phases in their order (``BUILTIN_PHASES``,
+the one line a new phase is added to), and the examples load."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from playguard_async.inventory import YamlInventorySource
-from playguard_async.phase import BUILTIN_PHASES
+from playguard_async.desired_state.inventory import YamlInventorySource
+from playguard_async.phases.protocol import BUILTIN_PHASES
 from playguard_async.settings import ENV_PREFIX, Settings, load_settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,6 +28,7 @@ def test_example_settings_load(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(variable)
     settings = load_settings(ROOT / "config" / "playguard.toml")
     assert settings.lock_ttl == 900.0
+    assert tuple(settings.phases) == BUILTIN_PHASES, "the example lists every built-in phase"
 
 
 async def test_example_inventory_loads() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from playguard_async.engine import next_tick_after
+from playguard_async.engine.scheduler import next_tick_after
 
 
 def test_on_time_tick_moves_one_interval() -> None:

@@ -9,7 +9,7 @@ from typing import NamedTuple
 import pytest
 from pydantic import ValidationError
 
-from playguard_async.inventory import (
+from playguard_async.desired_state.inventory import (
     DesiredState,
     Inventory,
     InventoryError,

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 from yaml.nodes import ScalarNode
 
-from playguard_async.inventory import (
+from playguard_async.desired_state.inventory import (
     _BASE_DIR,
     _BRANCH_RULES,
     _HOSTNAME,

@@ -16,15 +16,15 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from playguard_async import inventory as inventory_module
-from playguard_async.aio import in_thread
-from playguard_async.files import FileContent
-from playguard_async.inventory import (
+from playguard_async.desired_state import inventory as inventory_module
+from playguard_async.desired_state.inventory import (
     ALIAS_EXPANSION_LIMIT,
     Inventory,
     InventoryError,
     YamlInventorySource,
 )
+from playguard_async.kits.aio import in_thread
+from playguard_async.kits.files import FileContent
 from tests.support.hostile import GOOD, HOSTILE, YAML_PIECE_TEXTS, laughs
 
 

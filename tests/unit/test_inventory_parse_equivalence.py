@@ -11,8 +11,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from playguard_async import inventory as inventory_module
-from playguard_async.inventory import YamlInventorySource
+from playguard_async.desired_state import inventory as inventory_module
+from playguard_async.desired_state.inventory import YamlInventorySource
 from tests.support.hostile import YAML_PIECE_TEXTS
 from tests.support.previous_event_builder import PreviousEventBuilder
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from playguard_async.lab.detached import LabStateError, parse_state
-from playguard_async.lab.summary import marquee_summary, outcome_counts
-from playguard_async.operate import LastCycle
+from playguard_async.operator.fleet import LastCycle
+from playguard_lab.detached import LabStateError, parse_state
+from playguard_lab.summary import marquee_summary, outcome_counts
 
 SOURCE = Path("/lab/lab-state.json")
 GOOD_SERVER = {"name": "redis", "workdir": "servers/redis", "pid": 4242, "started": 99}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from playguard_async.observe import Liveness, loop_alive
+from playguard_async.service.liveness import Liveness, loop_alive
 
 
 @pytest.mark.parametrize(

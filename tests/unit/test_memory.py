@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import gc
 
-from playguard_async import memory
+from playguard_async.kits import collector
 
 
 def test_settling_freezes_what_is_alive_and_spaces_young_collections() -> None:
@@ -13,12 +13,12 @@ def test_settling_freezes_what_is_alive_and_spaces_young_collections() -> None:
     try:
         gc.set_threshold(700, *threshold[1:])
         state = {"marquees": [object() for _ in range(10)]}
-        memory.settle_new_desired_state()
+        collector.settle_new_desired_state()
         assert gc.get_freeze_count() > 0
         assert not any(candidate is state for candidate in gc.get_objects())
-        assert gc.get_threshold()[0] == memory.YOUNG_COLLECTION_THRESHOLD
+        assert gc.get_threshold()[0] == collector.YOUNG_COLLECTION_THRESHOLD
         gc.set_threshold(20_000, *threshold[1:])
-        memory.settle_new_desired_state()
+        collector.settle_new_desired_state()
         assert gc.get_threshold()[0] == 20_000, "a higher threshold set by the user stays"
     finally:
         gc.unfreeze()

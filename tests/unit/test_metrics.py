@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from prometheus_client import REGISTRY, generate_latest
 
-from playguard_async.engine import Outcome
-from playguard_async.lock import ReleaseResult
-from playguard_async.metrics import Metrics
+from playguard_async.coordination.lock import ReleaseResult
+from playguard_async.engine.scheduler import Outcome
+from playguard_async.service.metrics import Metrics
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from playguard_async.cli import EXIT_CONFIG
+from playguard_async.operator.cli import EXIT_CONFIG
 from playguard_async.settings import load_settings
 from tests.support.packaging import (
     DOCKERFILE,
@@ -115,15 +115,16 @@ def test_healthcheck_uses_the_images_python_on_the_http_address_it_sets() -> Non
 
 def test_build_context_leaves_out_the_virtualenv_tests_and_lab() -> None:
     ignored = (REPO_ROOT / ".dockerignore").read_text().split()
-    assert {".venv", ".git", "tests", "playguard_async/lab"} <= set(ignored)
+    assert {".venv", ".git", "tests", "playguard_lab"} <= set(ignored)
 
 
-MIGRATIONS = REPO_ROOT / "playguard_async" / "migrations"
+MIGRATIONS = REPO_ROOT / "playguard_async" / "desired_state" / "migrations"
 
 
-def test_wheel_ships_the_typing_marker(tmp_path: Path) -> None:
-    """Type checkers of the package's users read its hints only when py.typed is in the wheel.
-    Built offline, with the build backend the test extra installs."""
+def test_wheel_holds_the_runtime_package_only(tmp_path: Path) -> None:
+    """The wheel is what a user installs: the runtime package with its typing marker and its
+    migrations, and neither the lab nor the tests. Built offline, with the build backend the test
+    extra installs."""
     done = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
          "--quiet", "--wheel-dir", str(tmp_path), str(REPO_ROOT)],
@@ -133,11 +134,41 @@ def test_wheel_ships_the_typing_marker(tmp_path: Path) -> None:
     [wheel] = tmp_path.glob("playguard_async-*.whl")
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
+    tops = {name.split("/", 1)[0] for name in names}
+    assert {top for top in tops if not top.endswith(".dist-info")} == {"playguard_async"}
     assert "playguard_async/py.typed" in names
-    assert "playguard_async/lab/__init__.py" in names, "`playguard lab` works from a pip install"
-    shipped = {f"playguard_async/migrations/{m.name}" for m in MIGRATIONS.glob("*.sql")}
+    shipped = {
+        f"playguard_async/desired_state/migrations/{m.name}" for m in MIGRATIONS.glob("*.sql")
+    }
     assert shipped, "the PostgreSQL schema's migrations"
     assert shipped <= names, "`playguard db migrate` works from a pip install"
+
+
+@pytest.mark.parametrize("argv", [["lab", "up"], ["lab", "run", "--duration", "1"], ["lab"]])
+def test_without_the_lab_its_command_says_so_in_one_line(tmp_path: Path, argv: list[str]) -> None:
+    """An installation of the wheel alone (the container image) has no ``playguard_lab``: the
+    command is still listed, and using it is one line and exit status 1, not a traceback.
+    Python runs without its site set-up, so the editable install's path to the repository (where
+    the lab lives) is not added; the runtime package comes from a directory holding it alone."""
+    (tmp_path / "playguard_async").symlink_to(REPO_ROOT / "playguard_async")
+    site_packages = [path for path in sys.path if path.endswith("site-packages")]
+    program = (
+        "import sys; sys.path[:0] = sys.argv[1:3]; sys.argv[1:3] = []; "
+        "from playguard_async.operator.cli import main; main()"
+    )
+    done = subprocess.run(
+        [sys.executable, "-S", "-c", program, str(tmp_path), site_packages[0], *argv],
+        capture_output=True, text=True, timeout=60, check=False, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert done.stderr == (
+        "Error: the lab is not part of this installation (the container image leaves it out)\n"
+    )
+    listed = subprocess.run(
+        [sys.executable, "-S", "-c", program, str(tmp_path), site_packages[0], "--help"],
+        capture_output=True, text=True, timeout=60, check=True, cwd=tmp_path,
+    )  # fmt: skip
+    assert "lab" in listed.stdout.split()
 
 
 def test_every_dependency_is_pinned_in_ci_at_a_version_it_allows() -> None:

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from playguard_async.phase import BUILTIN_PHASES, UnknownPhase, resolve_phases
+from playguard_async.phases.protocol import BUILTIN_PHASES, UnknownPhase, resolve_phases
 
 
 @pytest.mark.parametrize(
@@ -24,7 +24,7 @@ from playguard_async.phase import BUILTIN_PHASES, UnknownPhase, resolve_phases
         "tests.support.absent_module:phase",
         "tests.support.phases:absent",
         "json:dumps",
-        "playguard_async.phase:Phase",
+        "playguard_async.phases.protocol:Phase",
         "builtins:__import__",
         "sync git",
         "[/x]",

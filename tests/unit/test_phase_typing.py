@@ -8,7 +8,7 @@ from pathlib import Path
 from mypy import api
 
 PHASE = """
-from playguard_async.phase import PhaseReport
+from playguard_async.phases.protocol import PhaseReport
 from playguard_async.phases.toolkit import CycleContext
 
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from playguard_async.redis_address import RedisAddress, parse_redis_url
+from playguard_async.coordination.address import RedisAddress, parse_redis_url
 from playguard_async.settings import SettingsError, load_settings
 
 

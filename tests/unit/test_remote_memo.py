@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from playguard_async.inventory import Marquee
+from playguard_async.desired_state.inventory import Marquee
 from playguard_async.remote.compose import ComposeProject
 from playguard_async.remote.host_state import _parse_files
 from playguard_async.remote.memo import ComposeAnswer, ComposeMemo

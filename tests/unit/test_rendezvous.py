@@ -8,7 +8,7 @@ from collections import Counter
 from hypothesis import given
 from hypothesis import strategies as st
 
-from playguard_async.replicas import rendezvous_owner
+from playguard_async.coordination.replicas import rendezvous_owner
 
 MARQUEES = [f"m{i}" for i in range(4000)]
 replica_ids = st.binary(min_size=1, max_size=40)

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from playguard_async.engine import CycleResult
-from playguard_async.operate import LastCycle
-from playguard_async.phase import Notice, NoticeKind
+from playguard_async.engine.scheduler import CycleResult
+from playguard_async.operator.fleet import LastCycle
+from playguard_async.phases.protocol import Notice, NoticeKind
 
 
 def record_with(notices: dict[str, Any]) -> dict[str, Any]:

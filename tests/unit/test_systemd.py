@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from playguard_async.observe import Liveness
-from playguard_async.systemd import (
+from playguard_async.service.liveness import Liveness
+from playguard_async.service.systemd import (
     Notifier,
     message,
     report_to_systemd,

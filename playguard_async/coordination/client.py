@@ -1,0 +1,272 @@
+"""One place that builds the Redis client, so every caller gets the same bounded behaviour.
+
+redis-py's default asyncio pool (capped at 100 connections in redis-py 8.1) raises
+``MaxConnectionsError`` once its cap is reached instead of waiting: with 10,000 concurrent callers,
+9,900 failed. A fleet-sized fan-out would turn that into spurious ``redis_unavailable`` outcomes. A
+blocking pool makes callers queue for a connection, and the lock's own per-call timeout still
+bounds how long any of them waits. A Sentinel client gets the same blocking pool, pointed at
+whichever server the sentinels name as primary; a Cluster client the same queueing in front of
+redis-py's per-node pools (``BoundedCluster``).
+
+``redis_url`` says which of the three (see ``redis_address``); callers get a ``RedisClient`` and
+need not know.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeAlias
+
+from redis.asyncio import BlockingConnectionPool, Redis, RedisCluster, Sentinel
+from redis.asyncio.client import Pipeline
+from redis.asyncio.cluster import ClusterNode, ClusterPipeline
+from redis.asyncio.connection import Connection
+from redis.asyncio.sentinel import SentinelConnectionPool
+from redis.commands.core import AsyncScript
+from redis.crc import key_slot
+from redis.exceptions import AskError, MovedError, NoScriptError, ResponseError
+
+from playguard_async.coordination.address import RedisAddress, parse_redis_url
+from playguard_async.coordination.channel import ChannelledRedis
+from playguard_async.kits.aio import bounded
+
+RedisClient: TypeAlias = Redis | RedisCluster
+"""What every module holds: a client of one server or Sentinel's primary, or of a Cluster."""
+
+RedisPipeline: TypeAlias = Pipeline | ClusterPipeline
+"""``RedisClient.pipeline()`` of either kind."""
+
+_REDIRECTS = 3
+"""MOVED/ASK answers followed by one acknowledged write before it gives up (a resharding)."""
+
+
+class BoundedCluster(RedisCluster):
+    """A Cluster client whose callers queue instead of failing: redis-py's per-node pools raise
+    ``MaxConnectionsError`` at their cap (as its default single-server pool does), so at most
+    ``max_connections`` commands are in flight at once, each node's pool holds twice that (room
+    for the pipelines of cycle records, which bypass ``execute_command``), and the lock's own
+    timeout still bounds a caller's wait."""
+
+    def __init__(self, *, max_connections: int, **options: Any) -> None:
+        super().__init__(max_connections=2 * max_connections, **options)
+        self.in_flight = asyncio.Semaphore(max_connections)
+
+    async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        async with self.in_flight:
+            return await super().execute_command(*args, **kwargs)
+
+
+class _BlockingSentinelPool(SentinelConnectionPool, BlockingConnectionPool):
+    """Sentinel's primary discovery with the blocking pool's queueing (see the module's doc)."""
+
+
+class _SentinelPrimary(ChannelledRedis):
+    """The primary's client, which also closes its connections to the sentinels (redis-py's
+    closes only the primary's pool and leaves those to the garbage collector)."""
+
+    async def aclose(self, close_connection_pool: bool | None = None) -> None:
+        await super().aclose(close_connection_pool)
+        pool = self.connection_pool
+        if isinstance(pool, SentinelConnectionPool):
+            for sentinel in pool.sentinel_manager.sentinels:
+                await sentinel.aclose()
+
+
+def connect_redis(
+    url: str,
+    *,
+    socket_timeout: float = 5.0,
+    connect_timeout: float = 5.0,
+    max_connections: int = 50,
+    password: str | None = None,
+    sentinel_password: str | None = None,
+    tls_ca_file: Path | None = None,
+) -> RedisClient:
+    """A client for ``url`` (any form ``redis_address`` reads) whose calls never wait forever.
+
+    ``password`` applies where the URL carries none; ``sentinel_password`` is the sentinels' own.
+    """
+    address = parse_redis_url(url)
+    options: dict[str, Any] = {
+        "socket_timeout": socket_timeout,
+        "socket_connect_timeout": connect_timeout,
+        "username": address.username,
+        "password": address.password or password,
+    }
+    tls: dict[str, Any] = {}
+    if address.tls:
+        tls = {"ssl": True, "ssl_ca_certs": str(tls_ca_file) if tls_ca_file else None}
+    if address.mode == "cluster":
+        return BoundedCluster(
+            startup_nodes=[ClusterNode(host, port) for host, port in address.nodes],
+            max_connections=max_connections,
+            **options,
+            **tls,
+        )
+    if address.mode == "sentinel":
+        return _sentinel_primary(address, options, tls, max_connections, sentinel_password)
+    pool = BlockingConnectionPool.from_url(
+        url,
+        max_connections=max_connections,
+        timeout=connect_timeout,
+        socket_timeout=socket_timeout,
+        socket_connect_timeout=connect_timeout,
+        password=options["password"],
+        **({"ssl_ca_certs": tls["ssl_ca_certs"]} if tls else {}),
+    )
+    return ChannelledRedis.from_pool(pool)
+
+
+def _sentinel_primary(
+    address: RedisAddress,
+    options: dict[str, Any],
+    tls: dict[str, Any],
+    max_connections: int,
+    sentinel_password: str | None,
+) -> Redis:
+    sentinel_options = {
+        "socket_timeout": options["socket_timeout"],
+        "socket_connect_timeout": options["socket_connect_timeout"],
+        "password": sentinel_password,
+        **tls,
+    }
+    sentinel = Sentinel(list(address.nodes), sentinel_kwargs=sentinel_options)  # type: ignore[no-untyped-call]
+    primary: Redis = sentinel.master_for(
+        address.service,
+        redis_class=_SentinelPrimary,
+        connection_pool_class=_BlockingSentinelPool,
+        max_connections=max_connections,
+        timeout=options["socket_connect_timeout"],
+        db=address.db,
+        **options,
+        **tls,
+    )
+    return primary
+
+
+async def redis_answers(redis: RedisClient, timeout: float) -> bool:
+    """Whether Redis answers PING within ``timeout`` seconds; any error or silence is a no.
+
+    The readiness test of /readyz and of systemd's READY=1. It takes a connection from the same
+    pool as the locks, so a pool exhausted for longer than ``timeout`` reads as not ready too.
+    """
+    try:
+        return bool(await bounded(timeout, redis.ping()))
+    except Exception:
+        return False
+
+
+@dataclass(frozen=True, slots=True)
+class AcknowledgedCall:
+    """A script call to be acknowledged: ``WAIT replicas wait_ms`` follows it."""
+
+    script: AsyncScript
+    keys: Sequence[str]
+    args: Sequence[str | int]
+    replicas: int
+    wait_ms: int
+
+
+async def run_acknowledged(redis: RedisClient, call: AcknowledgedCall) -> tuple[Any, int]:
+    """Run ``call.script`` and then WAIT on the same connection, in one round trip; returns the
+    script's answer and how many replicas acknowledged it.
+
+    WAIT counts the replicas that have every write of *its own connection* so far, so it must
+    follow the write on the connection that made it: a pooled ``redis.wait()`` could land on a
+    connection that never wrote and count replicas that have nothing. A script missing from the
+    server (a new primary after a failover, a node that took over the slot) is sent whole with
+    EVAL. On a Cluster the connection is one of the node that serves the first key's slot, and a
+    MOVED or ASK answer (a resharding) is followed, as redis-py follows it for other commands.
+    """
+    if isinstance(redis, RedisCluster):
+        queue = redis.in_flight if isinstance(redis, BoundedCluster) else contextlib.nullcontext()
+        async with queue:
+            return await _run_acknowledged_on_cluster(redis, call)
+    pool = redis.connection_pool
+    connection = await pool.get_connection()  # type: ignore[no-untyped-call]
+    try:
+        return await _write_then_wait(connection, call)
+    except BaseException:
+        await connection.disconnect()  # a half-read answer must not reach the next caller
+        raise
+    finally:
+        await pool.release(connection)
+
+
+async def _run_acknowledged_on_cluster(
+    cluster: RedisCluster, call: AcknowledgedCall
+) -> tuple[Any, int]:
+    await cluster.initialize()  # a no-op once the client knows the slots
+    key = call.keys[0]
+    node = _owner(cluster, key)
+    asking = False
+    for _ in range(_REDIRECTS):
+        connection = node.acquire_connection()
+        try:
+            return await _write_then_wait(connection, call, asking=asking)
+        except AskError as answer:  # MovedError is an AskError too
+            redirect = answer
+        except BaseException:
+            await connection.disconnect()
+            raise
+        finally:
+            node.release(connection)
+        if isinstance(redirect, MovedError):
+            await cluster.nodes_manager.move_slot(redirect)
+            node, asking = _owner(cluster, key), False
+            continue
+        target = cluster.get_node(host=redirect.host, port=redirect.port)
+        if target is None:
+            await cluster.nodes_manager.initialize()
+            target = cluster.get_node(host=redirect.host, port=redirect.port)
+        if target is None:
+            raise redirect
+        node, asking = target, True
+    raise MovedError(f"{key_slot(key.encode())} {node.host}:{node.port}")
+
+
+def _owner(cluster: RedisCluster, key: str) -> ClusterNode:
+    """The primary that serves ``key``'s slot, as far as the client knows."""
+    node = cluster.get_node_from_key(key)
+    if node is None:
+        raise MovedError(f"{key_slot(key.encode())} unknown:0")
+    return node
+
+
+async def _write_then_wait(
+    connection: Connection, call: AcknowledgedCall, *, asking: bool = False
+) -> tuple[Any, int]:
+    arguments = (len(call.keys), *call.keys, *call.args)
+    wait = ("WAIT", call.replicas, call.wait_ms)
+    answer, acknowledged = await _send(
+        connection, ("EVALSHA", call.script.sha, *arguments), wait, asking
+    )
+    if isinstance(answer, NoScriptError):
+        answer, acknowledged = await _send(
+            connection, ("EVAL", call.script.script, *arguments), wait, asking
+        )
+    if isinstance(answer, ResponseError):
+        raise answer
+    if isinstance(acknowledged, ResponseError):
+        raise acknowledged
+    return answer, int(acknowledged)
+
+
+async def _send(
+    connection: Connection, command: tuple[Any, ...], wait: tuple[Any, ...], asking: bool
+) -> tuple[Any, Any]:
+    """Send ``command`` and its WAIT in one write and read every answer, errors as values, so
+    the connection is left with nothing unread whatever the server said."""
+    commands = [*([("ASKING",)] if asking else []), command, wait]
+    await connection.send_packed_command(connection.pack_commands(commands))
+    answers: list[Any] = []
+    for _ in commands:
+        try:
+            answers.append(await connection.read_response())
+        except ResponseError as error:
+            answers.append(error)
+    return answers[-2], answers[-1]

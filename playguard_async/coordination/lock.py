@@ -1,0 +1,659 @@
+"""The token lock: on one Marquee, never two reconcilers.
+
+A lock is one Redis key holding a record written at acquisition (a fresh uuid4 token and who holds
+it). Renew and release compare that exact record inside Lua, so a holder whose lease lapsed can
+neither extend nor delete the key of the holder that came after it. Each acquisition also increments
+a fence counter that outlives the lock, so each lease carries a number that grows strictly per name:
+a host that remembers the highest fence it has seen can refuse a write from an older lease.
+
+Uncertainty is loss: any error while renewing, including a Redis that does not answer in time,
+raises ``LockLost`` rather than letting work continue on a lease we cannot prove is ours.
+
+All keys of one name share the hash tag ``{name}``, so every script touches a single cluster slot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import functools
+import json
+import logging
+import os
+import socket
+import time
+import uuid
+import weakref
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal, TypeVar
+
+import structlog
+from redis.commands.core import AsyncScript
+from structlog.typing import FilteringBoundLogger
+
+from playguard_async.coordination.channel import (
+    ChannelledRedis,
+    Command,
+    CommandChannel,
+    run_script,
+    script_command,
+)
+from playguard_async.coordination.client import (
+    AcknowledgedCall,
+    RedisClient,
+    run_acknowledged,
+)
+from playguard_async.coordination.keys import fence_key, lock_key, once_key
+from playguard_async.kits.aio import bounded, detached, kept
+
+log = structlog.get_logger("playguard.lock")
+
+LossReason = Literal["expired", "stolen", "unreachable", "fenced", "unreplicated"]
+
+# KEYS[1] lock key, KEYS[2] fence counter. ARGV[1] holder record, ARGV[2] ttl in ms.
+# Returns the new fence (integer) when the lock was free, nil when someone holds it. The counter is
+# only incremented by a successful SET: while a lock is held, its fence equals the counter's value.
+#
+# A counter holding anything but an integer (not written by us) is dropped first, or no lease
+# could ever be had again: the count restarts, and the hosts' fence checks refuse the low fences
+# until the engine lifts the counter to what they accepted (``raise_fence``).
+ACQUIRE_SCRIPT = """
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+    local counter = redis.call('GET', KEYS[2])
+    if counter and not string.match(counter, '^%d+$') then
+        redis.call('DEL', KEYS[2])
+    end
+    return redis.call('INCR', KEYS[2])
+end
+return false
+"""
+
+# KEYS[1] lock key. ARGV[1] the holder record written at acquire, ARGV[2] ttl in ms.
+# Returns 1 when renewed, 0 when the key is gone, -1 when another record holds it.
+RENEW_SCRIPT = """
+local current = redis.call('GET', KEYS[1])
+if current == ARGV[1] then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    return 1
+end
+if current == false then
+    return 0
+end
+return -1
+"""
+
+# KEYS[1] lock key. ARGV[1] the holder record written at acquire.
+# Returns 1 when deleted, 0 when the key is gone, -1 when another record holds it.
+RELEASE_SCRIPT = """
+local current = redis.call('GET', KEYS[1])
+if current == ARGV[1] then
+    redis.call('DEL', KEYS[1])
+    return 1
+end
+if current == false then
+    return 0
+end
+return -1
+"""
+
+# KEYS[1] fence counter. ARGV[1] a fence a host has accepted. Raises the counter to ARGV[1] when
+# it is lower (never lowers it); returns the counter's value afterwards. A counter holding
+# anything but a number (not written by us) is replaced.
+RAISE_FENCE_SCRIPT = """
+local current = tonumber(redis.call('GET', KEYS[1]))
+local seen = tonumber(ARGV[1])
+if current == nil or current < seen then
+    redis.call('SET', KEYS[1], ARGV[1])
+    return seen
+end
+return current
+"""
+
+DEFAULT_TIMEOUT = 5.0
+"""Bound on every Redis round trip made by the lock, in seconds."""
+
+DEFAULT_DRIFT_FACTOR = 0.01
+"""Share of the ttl subtracted from a lease's deadline for clock-rate drift between us and Redis."""
+
+_DRIFT_FLOOR = 0.002
+
+_A = TypeVar("_A")
+
+
+class LockError(Exception):
+    """Base of the lock's own errors."""
+
+
+class LockLost(LockError):
+    """The lease can no longer be proven ours; no further guarded work may start.
+
+    ``reason`` is ``expired`` (the key is gone), ``stolen`` (another token holds it),
+    ``unreachable`` (Redis did not answer correctly in time; the original error is chained),
+    ``fenced`` (the host refused a write: it had accepted a newer fence than this lease's) or
+    ``unreplicated`` (fewer replicas than ``min_replicas`` acknowledged the renewal in time).
+    """
+
+    def __init__(self, name: str, reason: LossReason) -> None:
+        super().__init__(f"lock {name!r} lost: {reason}")
+        self.name = name
+        self.reason: LossReason = reason
+
+
+class LockUnavailable(LockError):
+    """Redis could not be reached to acquire; whether the lock is free is unknown."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"lock {name!r}: Redis unavailable")
+        self.name = name
+
+
+class ReleaseResult(enum.Enum):
+    """What a release found; never an exception, so it cannot mask the error that ended the work."""
+
+    RELEASED = "released"
+    EXPIRED = "expired"
+    STOLEN = "stolen"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """Who holds a lock, as operators read it from the lock key."""
+
+    token: str
+    replica: str
+    host: str
+    pid: int
+    acquired_at: str
+
+    def encode(self) -> str:
+        return json.dumps(
+            {
+                "token": self.token,
+                "replica": self.replica,
+                "host": self.host,
+                "pid": self.pid,
+                "acquired_at": self.acquired_at,
+            },
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def parse(cls, raw: str | bytes) -> Holder | None:
+        """The holder a lock key names, or None when it holds anything else: a key is outside
+        input (another program, an operator's SET), and reading it must never fail."""
+        try:
+            data = json.loads(raw)
+        except (ValueError, RecursionError):
+            return None
+        texts = ("token", "replica", "host", "acquired_at")
+        if not isinstance(data, dict) or not all(isinstance(data.get(k), str) for k in texts):
+            return None
+        pid = data.get("pid")
+        if not isinstance(pid, int) or isinstance(pid, bool):
+            return None
+        return cls(
+            token=data["token"],
+            replica=data["replica"],
+            host=data["host"],
+            pid=pid,
+            acquired_at=data["acquired_at"],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class LockState:
+    """A held lock as seen by an operator: its holder, fence and time left.
+
+    ``holder`` is None, and ``fence`` may be, when the keys hold values this project did not
+    write; ``record`` is the key's exact value all the same, so an operator's delete compares
+    against precisely what was shown, ours or not.
+    """
+
+    name: str
+    holder: Holder | None
+    fence: int | None
+    ttl_left: float
+    record: bytes = field(repr=False)
+
+
+def release_result(answer: object) -> ReleaseResult:
+    """RELEASE_SCRIPT's answer as a ``ReleaseResult``: only a 1 is a release."""
+    if answer == 1:
+        return ReleaseResult.RELEASED
+    return ReleaseResult.EXPIRED if answer == 0 else ReleaseResult.STOLEN
+
+
+def default_replica_id() -> str:
+    """This process's name in lock records when none is configured: ``host:pid``."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _ms(seconds: float) -> int:
+    return max(1, round(seconds * 1000))
+
+
+@dataclass(eq=False)
+class Lease:
+    """Proof, renewed phase after phase, that this process holds one lock.
+
+    ``deadline`` is on the ``time.monotonic()`` clock: the moment before the acquiring (or renewing)
+    command was sent, plus the ttl, minus the drift margin. Guarded work must be over by then.
+    """
+
+    lock: TokenLock
+    token: str
+    fence: int
+    deadline: float
+    record: str = field(repr=False)
+    _released: ReleaseResult | None = field(default=None, init=False, repr=False)
+    _releasing: asyncio.Future[Any] | None = field(default=None, init=False, repr=False)
+    _log: FilteringBoundLogger = field(init=False, repr=False)
+    """Bound once to the lock's name and this fence: structlog's module-level proxy cost more
+    per line than a renewal's own work."""
+    _renewal: tuple[Command, Command] | None = field(default=None, init=False, repr=False)
+    """The renewal as the channel sends it, built once per lease (it never changes)."""
+
+    def __post_init__(self) -> None:
+        self._log = log.bind(lock=self.lock.name, fence=self.fence)
+
+    @property
+    def name(self) -> str:
+        return self.lock.name
+
+    def remaining(self) -> float:
+        """Seconds until ``deadline``; negative once it has passed."""
+        return self.deadline - time.monotonic()
+
+    async def renew(self) -> None:
+        """Put the ttl back to full, or raise ``LockLost``.
+
+        A mismatch, a missing key, a Redis error or a Redis that does not answer within the lock's
+        timeout all mean the same thing to the caller: stop, this lease is not provably ours.
+        """
+        if self._released is not None:
+            raise RuntimeError(f"lease on {self.name!r} was already released")
+        lock = self.lock
+        channel = lock._channel
+        sent = time.monotonic()
+        try:
+            if channel is not None:
+                if self._renewal is None:
+                    self._renewal = script_command(
+                        lock._renew_script, [lock.key], [self.record, lock.ttl_ms]
+                    )
+                outcome, acknowledged = await channel.queue(*self._renewal, lock.timeout), None
+            else:
+                outcome, acknowledged = await lock._write(
+                    lock._renew_script, [lock.key], [self.record, lock.ttl_ms]
+                )
+        except Exception as exc:
+            self._log.warning("lock.lost", reason="unreachable", error=repr(exc))
+            raise LockLost(self.name, "unreachable") from exc
+        if outcome == 1 and not lock.replicated(acknowledged):
+            self._log.warning(
+                "lock.lost", reason="unreplicated", acknowledged=acknowledged,
+                wanted=lock.min_replicas,
+            )  # fmt: skip
+            raise LockLost(self.name, "unreplicated")
+        if outcome == 1:
+            self.deadline = lock.deadline_from(sent)
+            self._log.debug("lock.renewed")
+            return
+        reason: LossReason = "expired" if outcome == 0 else "stolen"
+        self._log.warning("lock.lost", reason=reason)
+        raise LockLost(self.name, reason)
+
+    async def release(self) -> ReleaseResult:
+        """Delete the key if it still holds our record. Never raises an error.
+
+        The compare-and-delete goes out whatever the caller does (on the client's channel, or
+        in a task of its own), so cancelling the caller does not cancel the release: it finishes,
+        bounded by the lock's timeout, and the cancellation still propagates. A second call
+        waits for the same answer; once settled, it returns the result without asking Redis.
+        """
+        if self._released is not None:
+            return self._released
+        if self._releasing is None:
+            lock = self.lock
+            self._releasing = lock._call(lock._release_script, [lock.key], [self.record])
+            self._releasing.add_done_callback(self._settle_late)
+        try:
+            await bounded(self.lock.timeout, asyncio.shield(self._releasing))
+        except Exception as exc:
+            self._log.debug("lock.release_unknown", error=repr(exc))
+        if self._releasing.done():
+            self._settle_late(self._releasing)  # an answer in whose callback has not yet run
+        return self._released or self._settled(ReleaseResult.UNKNOWN)
+
+    def _settle_late(self, answer: asyncio.Future[Any]) -> None:
+        """Settle from the release's answer, also when nobody waits for it any more."""
+        if answer.cancelled() or answer.exception() is not None:
+            result = ReleaseResult.UNKNOWN
+        else:
+            result = release_result(answer.result())
+        if self._released is None:
+            self._settled(result)
+
+    def release_command(self) -> tuple[str | int, ...]:
+        """This lease's compare-and-delete as a command for a batch that ends the cycle in one
+        round trip; hand its answer to ``release_answered``. A plain EVALSHA: redis-py's Cluster
+        pipeline refuses its ``evalsha`` method (for fear of a script missing on some node), so
+        a NOSCRIPT answer is the batch's to handle: ``release()`` sends the script whole."""
+        lock = self.lock
+        return ("EVALSHA", lock._release_script.sha, 1, lock.key, self.record)
+
+    def release_answered(self, answer: object) -> ReleaseResult:
+        """What the compare-and-delete of ``release_command`` found, from its answer: the
+        script's number, or the exception of the command or of the whole pipeline (then
+        ``UNKNOWN``: it may have landed or not, and never reads as released). Never raises; once
+        the lease is settled (by this or by ``release()``), the first result whatever the
+        answer."""
+        if self._released is not None:
+            return self._released
+        if isinstance(answer, BaseException):
+            self._log.debug("lock.release_unknown", error=repr(answer))
+            return self._settled(ReleaseResult.UNKNOWN)
+        return self._settled(release_result(answer))
+
+    def _settled(self, result: ReleaseResult) -> ReleaseResult:
+        self._released = result
+        # Unknown: the key may stand until its ttl, holding the name that long.
+        self._log.log(
+            logging.WARNING if result is ReleaseResult.UNKNOWN else logging.DEBUG,
+            "lock.released", result=result.value,
+        )  # fmt: skip
+        return result
+
+
+@dataclass(frozen=True, slots=True)
+class _Scripts:
+    """The lock's scripts as registered with one client."""
+
+    acquire: AsyncScript
+    renew: AsyncScript
+    release: AsyncScript
+    raise_fence: AsyncScript
+
+
+# A TokenLock is made per cycle; registering (hashing) four scripts each time was a tenth of a
+# lock cycle's CPU. Weak keys: a closed client's scripts go with it.
+_SCRIPTS: weakref.WeakKeyDictionary[RedisClient, _Scripts] = weakref.WeakKeyDictionary()
+
+_HOST = socket.gethostname()
+"""Read once: a lock record names the machine, and asking the kernel per acquire costs."""
+
+
+@functools.lru_cache(maxsize=16)
+def _holder_fields(replica: str, pid: int) -> str:
+    """The record's ``replica``, ``host`` and ``pid`` members as ``Holder.encode`` writes them
+    (JSON-escaped), without the braces; the pid is a key, so a forked child writes its own."""
+    members = json.dumps({"replica": replica, "host": _HOST, "pid": pid}, separators=(",", ":"))
+    return members[1:-1]
+
+
+def _scripts_of(redis: RedisClient) -> _Scripts:
+    scripts = _SCRIPTS.get(redis)
+    if scripts is None:
+        scripts = _SCRIPTS[redis] = _Scripts(
+            acquire=redis.register_script(ACQUIRE_SCRIPT),
+            renew=redis.register_script(RENEW_SCRIPT),
+            release=redis.register_script(RELEASE_SCRIPT),
+            raise_fence=redis.register_script(RAISE_FENCE_SCRIPT),
+        )
+    return scripts
+
+
+class TokenLock:
+    """A named lock in Redis taken with ``acquire()`` and held through a ``Lease``.
+
+    One TokenLock may hand out many leases over time; nothing about a lease is stored on the lock,
+    so concurrent tasks never share token state.
+    """
+
+    def __init__(
+        self,
+        redis: RedisClient,
+        name: str,
+        ttl: float = 900.0,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        drift_factor: float = DEFAULT_DRIFT_FACTOR,
+        replica: str | None = None,
+        min_replicas: int = 0,
+        replica_timeout: float = 0.5,
+    ) -> None:
+        if ttl <= 0:
+            raise ValueError(f"lock {name!r}: ttl must be positive seconds, got {ttl!r}")
+        if timeout <= 0:
+            raise ValueError(f"lock {name!r}: timeout must be positive seconds, got {timeout!r}")
+        if not 0 <= drift_factor < 0.5:
+            raise ValueError(
+                f"lock {name!r}: drift_factor must be in [0, 0.5), got {drift_factor!r}"
+            )
+        if min_replicas < 0:
+            raise ValueError(f"lock {name!r}: min_replicas must be 0 or more, got {min_replicas!r}")
+        if min_replicas and not 0 < replica_timeout * 2 < timeout:
+            raise ValueError(
+                f"lock {name!r}: replica_timeout must be in (0, timeout/2={timeout / 2!r}) (a "
+                f"NOSCRIPT answer costs a second wait), got {replica_timeout!r}"
+            )
+        self.redis = redis
+        self.name = name
+        self.min_replicas = min_replicas
+        self.replica_timeout = replica_timeout
+        self.ttl = ttl
+        self.ttl_ms = _ms(ttl)
+        self.timeout = timeout
+        self.drift = ttl * drift_factor + _DRIFT_FLOOR
+        self.replica = replica or default_replica_id()
+        self.key = lock_key(name)
+        self.fence_key = fence_key(name)
+        scripts = _scripts_of(redis)
+        self._acquire_script = scripts.acquire
+        self._renew_script = scripts.renew
+        self._release_script = scripts.release
+        self._raise_fence_script = scripts.raise_fence
+        # Writes acknowledged by replicas need WAIT on the writing connection: the pool's path.
+        self._channel: CommandChannel | None = (
+            redis.channel if isinstance(redis, ChannelledRedis) and not min_replicas else None
+        )
+
+    def _call(self, script: AsyncScript, keys: list[str], args: list[Any]) -> asyncio.Future[Any]:
+        """Start one script call that runs to its end whatever its caller does, bounded by the
+        lock's timeout: on the client's channel when it has one, else in a kept task."""
+        if self._channel is not None:
+            return run_script(self._channel, script, keys, args)
+        return kept(bounded(self.timeout, script(keys=keys, args=args)))
+
+    def _outlasting(self, call: asyncio.Future[_A]) -> asyncio.Future[_A]:
+        """What to await for ``call`` (from ``_call``) so that the waiter's cancellation leaves
+        the call running: a channel's command goes out anyway, a task needs a shield."""
+        return call if self._channel is not None else asyncio.shield(call)
+
+    async def _write(
+        self, script: AsyncScript, keys: list[str], args: list[str | int]
+    ) -> tuple[Any, int | None]:
+        """Run one of the scripts that write the lock key off the channel (a Cluster, or
+        ``min_replicas``), answered within the lock's timeout (else ``TimeoutError``); with
+        ``min_replicas``, WAIT for that many replicas on the same connection and return how many
+        acknowledged (else None). On the channel, the callers queue their commands themselves."""
+        if not self.min_replicas:
+            return await bounded(self.timeout, script(keys=keys, args=args)), None
+        call = AcknowledgedCall(script, keys, args, self.min_replicas, _ms(self.replica_timeout))
+        return await bounded(self.timeout, run_acknowledged(self.redis, call))
+
+    def replicated(self, acknowledged: int | None) -> bool:
+        """Whether a write acknowledged by ``acknowledged`` replicas (None: not asked) counts."""
+        return acknowledged is None or acknowledged >= self.min_replicas
+
+    def deadline_from(self, sent: float) -> float:
+        return sent + self.ttl - self.drift
+
+    def _new_record(self) -> tuple[str, str]:
+        """A fresh token and the record naming it: ``Holder.encode``'s text, built around the
+        part that is the same for every acquisition of this process (a ``Holder`` and a
+        json.dumps per acquisition were half of what taking the record cost)."""
+        token = uuid.uuid4().hex
+        acquired_at = datetime.now(UTC).isoformat(timespec="milliseconds")
+        fields = _holder_fields(self.replica, os.getpid())
+        return token, f'{{"token":"{token}",{fields},"acquired_at":"{acquired_at}"}}'
+
+    async def acquire(self) -> Lease | None:
+        """Take the lock at once or return None; never waits for another holder.
+
+        Raises ``LockUnavailable`` when Redis cannot be reached. If the call is cancelled, or times
+        out, after the command may have landed, our own record is deleted again (compare-and-delete,
+        so nobody else's) before the error propagates.
+        """
+        token, record = self._new_record()
+        sent = time.monotonic()
+        # The round trip runs on regardless of this caller, so that an abandoned acquisition can
+        # be undone once its answer shows whether the SET landed: a compare-and-delete sent
+        # before that answer could overtake the SET on another connection.
+        attempt = self._attempt(record)
+        try:
+            fence, acknowledged = self._acknowledged(await self._outlasting(attempt))
+        except asyncio.CancelledError:
+            attempt.add_done_callback(lambda done: self._undo(done, record))
+            raise
+        except Exception as exc:
+            attempt.add_done_callback(lambda done: self._undo(done, record))
+            # Raised to the caller, who says it (the engine once per outage): debug only here.
+            log.debug("lock.unavailable", lock=self.name, error=repr(exc))
+            raise LockUnavailable(self.name) from exc
+        if fence is None:
+            log.debug("lock.busy", lock=self.name)
+            return None
+        if not self.replicated(acknowledged):
+            # Not held: a failover now could hand the name to a second holder. Take it back.
+            result = await detached(self.compare_and_delete(record))
+            log.warning(
+                "lock.unreplicated", lock=self.name, fence=int(fence), acknowledged=acknowledged,
+                wanted=self.min_replicas, result=result.value,
+            )  # fmt: skip
+            return None
+        lease = Lease(
+            self, token=token, fence=int(fence), deadline=self.deadline_from(sent), record=record
+        )
+        lease._log.debug("lock.acquired", ttl=self.ttl)
+        return lease
+
+    def _attempt(self, record: str) -> asyncio.Future[Any]:
+        """The acquiring script's call, whose answer ``_acknowledged`` reads. On the channel a
+        cancelled attempt's command still goes out, ahead of anything sent after it."""
+        keys = [self.key, self.fence_key]
+        args: list[str | int] = [record, self.ttl_ms]
+        if self._channel is not None:
+            return run_script(self._channel, self._acquire_script, keys, args, timeout=self.timeout)
+        return kept(self._write(self._acquire_script, keys, args))
+
+    def _acknowledged(self, answer: Any) -> tuple[Any, int | None]:
+        """An ``_attempt``'s answer as (fence or None, replicas that acknowledged or None)."""
+        return (answer, None) if self._channel is not None else answer
+
+    def _undo(self, attempt: asyncio.Future[Any], record: str) -> None:
+        """Delete what an abandoned acquisition may have written, once its answer is in (on the
+        channel: at once, since the delete cannot overtake the SET there)."""
+        if not attempt.cancelled() and attempt.exception() is None:
+            fence, _ = self._acknowledged(attempt.result())
+            if fence is None:
+                return  # the lock was held by someone else: nothing of ours was written
+        undo = self._call(self._release_script, [self.key], [record])
+        undo.add_done_callback(self._log_undone)
+
+    def _log_undone(self, undo: asyncio.Future[Any]) -> None:
+        if undo.cancelled() or undo.exception() is not None:
+            # Unknown: Redis is away, which the caller heard as LockUnavailable and said itself.
+            log.debug("lock.acquire_undone", lock=self.name, result=ReleaseResult.UNKNOWN.value)
+        else:
+            result = release_result(undo.result())
+            log.info("lock.acquire_undone", lock=self.name, result=result.value)
+
+    async def compare_and_delete(self, record: str | bytes) -> ReleaseResult:
+        try:
+            outcome = await bounded(
+                self.timeout,
+                self._outlasting(self._call(self._release_script, [self.key], [record])),
+            )
+        except Exception as exc:
+            # Returned as UNKNOWN, which each caller says in its own words.
+            log.debug("lock.release_unknown", lock=self.name, error=repr(exc))
+            return ReleaseResult.UNKNOWN
+        return release_result(outcome)
+
+    async def raise_fence(self, accepted: int) -> int:
+        """Lift the fence counter to ``accepted``, a fence a host has already accepted, so the
+        next acquisition passes that host's check again. The counter can fall behind a host
+        (FLUSHALL, a new Redis, a failover to a replica that missed the INCR); then every lease
+        is refused there until this runs. Never lowers the counter; returns its value.
+
+        Raises ``LockUnavailable`` when Redis cannot be reached.
+        """
+        try:
+            value = await bounded(
+                self.timeout,
+                self._raise_fence_script(keys=[self.fence_key], args=[int(accepted)]),
+            )
+        except Exception as exc:
+            raise LockUnavailable(self.name) from exc
+        return int(value)
+
+    async def inspect(self) -> LockState | None:
+        """Who holds this lock now, or None; for operators, not for deciding anything."""
+        return await inspect_lock(self.redis, self.name, timeout=self.timeout)
+
+
+async def inspect_lock(
+    redis: RedisClient, name: str, *, timeout: float = DEFAULT_TIMEOUT
+) -> LockState | None:
+    """Read a lock's holder, fence and time left in one round trip."""
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.get(lock_key(name))
+        pipe.pttl(lock_key(name))
+        pipe.get(fence_key(name))
+        raw, pttl, fence = await bounded(timeout, pipe.execute())
+    if raw is None:
+        return None
+    try:
+        fence_number: int | None = int(fence or 0)
+    except ValueError:  # a counter someone else overwrote
+        fence_number = None
+    record = raw if isinstance(raw, bytes) else str(raw).encode()
+    return LockState(
+        name=name,
+        holder=Holder.parse(record),
+        fence=fence_number,
+        ttl_left=max(0, int(pttl)) / 1000,
+        record=record,
+    )
+
+
+async def once(
+    redis: RedisClient, name: str, ttl: float, *, timeout: float = DEFAULT_TIMEOUT
+) -> bool:
+    """True the first time ``name`` is seen within ``ttl`` seconds, False after that.
+
+    The light guard for "don't fire this twice": a plain NX key, no token, no renewal. A Redis error
+    propagates (as ``LockUnavailable``), so the caller decides whether not firing is the safe side.
+    """
+    try:
+        created = await bounded(timeout, redis.set(once_key(name), "1", nx=True, px=_ms(ttl)))
+    except Exception as exc:
+        raise LockUnavailable(name) from exc
+    return bool(created)
+
+
+__all__ = [
+    "Holder",
+    "Lease",
+    "LockError",
+    "LockLost",
+    "LockState",
+    "LockUnavailable",
+    "ReleaseResult",
+    "TokenLock",
+    "inspect_lock",
+    "once",
+]

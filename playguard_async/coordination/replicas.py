@@ -1,0 +1,149 @@
+"""Which replica attempts which Marquee: heartbeats in one sorted set, rendezvous hashing over them.
+
+Without it every replica tries every lock on every tick: N replicas make N attempts per Marquee,
+N-1 of them end ``locked``, and replicas whose ticks line up keep finding the same holder. Here each
+replica announces itself in ``REPLICAS_KEY`` (member: its ``replica_id``; score: when its
+announcement expires, in Redis's own clock, so no two machines' clocks are compared) and attempts
+only the Marquees whose rendezvous hash it wins among the live replicas. A replica that stops
+leaves at once; one that dies drops out when its announcement expires, and the survivors' next
+tick takes its Marquees: within two ticks with the defaults (announced every third of a tick for
+one tick).
+
+Assignment is a hint, never a permission: the lock stays the only arbiter. Two replicas that
+disagree about who is live (one saw an announcement the other has not yet) both attempt, and one
+ends ``locked``. A replica that cannot reach Redis, or whose last view has expired, attempts every
+Marquee, as if alone: its locks fail the same way while Redis is away, and nothing is left unowned
+while it is back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from collections.abc import Callable
+
+import structlog
+
+from playguard_async.coordination.client import RedisClient
+from playguard_async.coordination.keys import REPLICAS_KEY
+from playguard_async.kits.aio import bounded, wait_or_stop
+from playguard_async.kits.capacity import MAX_SECONDS
+
+log = structlog.get_logger("playguard.replicas")
+
+MAX_REPLICAS = 1024
+"""Members read per announcement: the sorted set is shared with every other replica (and anyone
+with redis-cli), so what this process reads of it stays bounded whatever it holds."""
+
+HORIZON_MS = round(MAX_SECONDS * 1000)
+"""No replica announces itself for longer than its longest tick can be (``ANNOUNCE_SCRIPT``)."""
+
+BEATS_PER_TTL = 3
+"""Announcements per lifetime of one: two may be lost or late before the others drop this one."""
+
+ANNOUNCE_SCRIPT = """
+local now = redis.call('TIME')
+local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now_ms)
+if ARGV[2] == '0' then
+  redis.call('ZREM', KEYS[1], ARGV[1])
+else
+  redis.call('ZADD', KEYS[1], now_ms + tonumber(ARGV[2]), ARGV[1])
+end
+return redis.call('ZRANGEBYSCORE', KEYS[1], now_ms, now_ms + tonumber(ARGV[4]), 'LIMIT', 0, ARGV[3])
+"""
+"""Drop the expired, announce (a ttl of 0: leave) and read who is live, in one round trip. A
+member announced for longer than any replica can be (``MAX_SECONDS``: set by hand, or by another
+tool) is not read: it would otherwise keep its share of the fleet unattempted for ever."""
+
+
+def rendezvous_owner(marquee: str, replicas: tuple[bytes, ...]) -> bytes:
+    """The replica with the highest hash of (replica, Marquee): each Marquee moves only when its
+    own owner comes or goes, and every replica computes the same owner from the same members."""
+    name = marquee.encode()
+    return max(replicas, key=lambda replica: _score(replica, name))
+
+
+def _score(replica: bytes, marquee: bytes) -> int:
+    digest = hashlib.blake2b(replica + b"\0" + marquee, digest_size=8).digest()
+    return int.from_bytes(digest, "big")
+
+
+class ReplicaRoster:
+    """This replica's view of the live replicas, kept fresh by ``keep_announcing``."""
+
+    def __init__(
+        self,
+        redis: RedisClient,
+        replica_id: str,
+        *,
+        ttl: float,
+        timeout: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.replica = replica_id.encode()
+        self.ttl = ttl
+        self.timeout = timeout
+        self.clock = clock
+        self.live: tuple[bytes, ...] = ()
+        self._script = redis.register_script(ANNOUNCE_SCRIPT)
+        self._valid_until = 0.0
+        self._owned: dict[str, bool] = {}
+        self._reachable: bool | None = None
+
+    @property
+    def sharing(self) -> bool:
+        """Whether the last view is recent enough to leave other replicas' Marquees to them."""
+        return self.clock() < self._valid_until and self.replica in self.live
+
+    def owns(self, marquee: str) -> bool:
+        """Whether this replica should attempt ``marquee`` now (every one while not sharing)."""
+        if not self.sharing:
+            return True
+        owned = self._owned.get(marquee)
+        if owned is None:
+            owned = self._owned[marquee] = rendezvous_owner(marquee, self.live) == self.replica
+        return owned
+
+    async def announce(self) -> None:
+        """Say this replica is live for one ttl and read who else is; a failure leaves the view
+        to expire (logged once per change between reachable and not)."""
+        sent = self.clock()
+        try:
+            members = await self._call(round(self.ttl * 1000))
+        except Exception as exc:
+            if self._reachable is not False:
+                log.warning("replicas.unreachable", error=f"{type(exc).__name__}: {exc}")
+            self._reachable = False
+            return
+        if self._reachable is False:
+            log.info("replicas.reachable")
+        self._reachable = True
+        self._valid_until = sent + self.ttl
+        live = tuple(sorted(member for member in members if isinstance(member, bytes)))
+        if live != self.live:
+            log.info("replicas.changed", live=len(live), includes_self=self.replica in live)
+            self.live = live
+            self._owned.clear()
+
+    async def leave(self) -> None:
+        """Hand this replica's Marquees to the others now rather than when its ttl runs out."""
+        self._valid_until = 0.0
+        try:
+            await self._call(0)
+        except Exception as exc:
+            log.warning("replicas.leave_failed", error=f"{type(exc).__name__}: {exc}")
+
+    async def keep_announcing(self, stopping: asyncio.Event) -> None:
+        """Announce every third of a ttl until ``stopping``, then leave."""
+        while not stopping.is_set():
+            await wait_or_stop(stopping, self.ttl / BEATS_PER_TTL)
+            if not stopping.is_set():
+                await self.announce()
+        await self.leave()
+
+    async def _call(self, ttl_ms: int) -> list[object]:
+        args: list[bytes | int] = [self.replica, ttl_ms, MAX_REPLICAS, HORIZON_MS]
+        members = await bounded(self.timeout, self._script(keys=[REPLICAS_KEY], args=args))
+        return list(members)

@@ -1,0 +1,568 @@
+"""The desired state from PostgreSQL: each ``load`` reads one consistent snapshot (one REPEATABLE
+READ READ ONLY transaction) and validates every row with the inventory's own models.
+
+The database's CHECK constraints mirror the models, but another tool may have written around
+them (constraints dropped, a restore from elsewhere): every row is validated again. A refused row
+takes out only the Marquees whose desired state it is part of (a playground's Marquee, every
+Marquee using a playspec or registry), since a cycle that saw a Marquee without one of its
+playgrounds would remove that playground from the host; the rest of the fleet reconciles. Each
+refusal names table, key, column and value, and is logged when the set of refusals changes.
+
+The database unreachable: ``load`` returns the last good snapshot, logs once when reachability
+changes, and ``reachable`` says so for /readyz and the metrics; the next tick tries again. With
+no snapshot yet (out of reach since start) it raises ``DesiredStateUnavailable``, which the engine
+waits out (no cycles, /readyz not ready) rather than treating as a configuration error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import structlog
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+from playguard_async.desired_state.inventory import (
+    AgentChat,
+    DesiredStateUnavailable,
+    Inventory,
+    InventoryError,
+    Marquee,
+    Playground,
+    Playspec,
+    Registry,
+    _collector_paused,
+    _reason,
+    _shown_value,
+)
+from playguard_async.desired_state.observed_state import ObservedStateWriter
+from playguard_async.desired_state.pg import (
+    DatabaseError,
+    PasswordSource,
+    PgAddress,
+    connect,
+    redacted,
+)
+from playguard_async.kits.aio import in_thread
+
+log = structlog.get_logger("playguard.desired_state")
+
+
+@dataclass(frozen=True)
+class Table:
+    """One list of the inventory and the table holding it; columns are the model's fields."""
+
+    name: str
+    field: str
+    model: type[BaseModel]
+
+    @property
+    def columns(self) -> list[str]:
+        return list(self.model.model_fields)
+
+    @property
+    def has_arrays(self) -> bool:
+        """Whether a column holds a list (an array, unhashable as read)."""
+        return any(
+            getattr(info.annotation, "__origin__", None) is list
+            for info in self.model.model_fields.values()
+        )
+
+    @property
+    def select(self) -> str:
+        quoted = ", ".join(f'"{column}"' for column in self.columns)
+        return f"SELECT {quoted} FROM {self.name} ORDER BY name"
+
+
+TABLES = (
+    Table("marquees", "marquees", Marquee),
+    Table("registries", "registries", Registry),
+    Table("playspecs", "playspecs", Playspec),
+    Table("playgrounds", "playgrounds", Playground),
+    Table("agent_chats", "agent_chats", AgentChat),
+)
+"""In foreign-key order: a table only refers to tables before it."""
+
+Rows = dict[str, list[dict[str, Any]]]
+"""A snapshot as read: table name -> rows as column -> value, in name order."""
+
+
+async def read_snapshot(connection: asyncpg.Connection) -> Rows:
+    """Every table's rows, from one REPEATABLE READ READ ONLY transaction.
+
+    The records become dicts after the transaction, with the cyclic collector held off: 60,000
+    new dicts at once (none in a cycle) would otherwise start collections that walk everything
+    alive, the last snapshot included."""
+    async with connection.transaction(isolation="repeatable_read", readonly=True):
+        records = [await connection.fetch(table.select) for table in TABLES]
+    with _collector_paused():
+        return {
+            table.name: [dict(record) for record in table_records]
+            for table, table_records in zip(TABLES, records, strict=True)
+        }
+
+
+@dataclass
+class Validated:
+    """A snapshot's inventory and why some rows (and what depends on them) were left out."""
+
+    inventory: Inventory
+    problems: list[str] = field(default_factory=list)
+
+
+_ADAPTERS: dict[str, TypeAdapter[list[Any]]] = {
+    table.name: TypeAdapter(list[table.model])  # type: ignore[name-defined]
+    for table in TABLES
+}
+"""One validator per table, built once: building one costs more than validating a small table."""
+
+RowKey = tuple[Any, ...]
+
+
+def _row_key(row: dict[str, Any]) -> RowKey:
+    """A row's values, hashable (arrays as tuples): equal keys validate to equal models."""
+    return tuple(tuple(value) if isinstance(value, list) else value for value in row.values())
+
+
+def _row_keys(table: Table, rows: list[dict[str, Any]]) -> tuple[RowKey, ...]:
+    if table.has_arrays:
+        return tuple(_row_key(row) for row in rows)
+    return tuple(tuple(row.values()) for row in rows)  # the common tables: at C speed
+
+
+@dataclass
+class RowMemo:
+    """The models of the last snapshot's valid rows, by row: a tick whose rows did not change
+    (the common case) validates nothing again, and one row changed validates that row only.
+    Holds the last snapshot's rows only, so it never outgrows the fleet."""
+
+    models: dict[str, dict[RowKey, Any]] = field(default_factory=dict)
+    keys: tuple[tuple[RowKey, ...], ...] | None = None
+    validated: Validated | None = None
+
+
+def _valid_rows(
+    table: Table,
+    rows: list[dict[str, Any]],
+    keys: tuple[RowKey, ...],
+    known: dict[RowKey, Any],
+    problems: list[str],
+) -> dict[RowKey, Any]:
+    """The table's valid rows as models by row key, in row order; each refused row is a
+    problem line and is left out. Rows ``known`` from the last snapshot are not validated again."""
+    adapter = _ADAPTERS[table.name]
+    fresh = [index for index, key in enumerate(keys) if key not in known]
+    refused: dict[int, list[str]] = {}
+    try:
+        models = adapter.validate_python([rows[index] for index in fresh])
+    except ValidationError as exc:
+        for error in exc.errors(include_url=False):
+            position, column = error["loc"][0], ".".join(str(part) for part in error["loc"][1:])
+            assert isinstance(position, int)
+            index = fresh[position]
+            refused.setdefault(index, []).append(
+                f"{table.name} {rows[index].get('name')!r}: column {column or '(row)'}: "
+                f"{_reason(error)}{_shown_value(error)}"
+            )
+        for lines in refused.values():
+            problems.extend(lines)
+        fresh = [index for index in fresh if index not in refused]
+        models = adapter.validate_python([rows[index] for index in fresh])
+    validated = dict(zip((keys[index] for index in fresh), models, strict=True))
+    return {
+        key: known[key] if key in known else validated[key]
+        for index, key in enumerate(keys)
+        if index not in refused
+    }
+
+
+def validate_snapshot(rows: Rows, memo: RowMemo | None = None) -> Validated:
+    """The inventory of the rows the models accept, without the Marquees a refused row concerns.
+
+    With ``memo`` (kept by the caller across snapshots) unchanged rows are not validated again,
+    and an unchanged snapshot returns the last result itself, its inventory's index built. The
+    cyclic collector is held off meanwhile, as for the YAML file: the models and the index are
+    hundreds of thousands of objects, none in a cycle, and the collections their allocation
+    starts walked everything alive (a fifth to a quarter of a cold 10,000-Marquee snapshot)."""
+    with _collector_paused():
+        return _validate_snapshot(rows, memo)
+
+
+def _validate_snapshot(rows: Rows, memo: RowMemo | None) -> Validated:
+    memo = memo if memo is not None else RowMemo()
+    keys = tuple(_row_keys(table, rows[table.name]) for table in TABLES)
+    if memo.validated is not None and keys == memo.keys:
+        return memo.validated
+    problems: list[str] = []
+    by_key = {
+        table.name: _valid_rows(
+            table, rows[table.name], table_keys, memo.models.get(table.name, {}), problems
+        )
+        for table, table_keys in zip(TABLES, keys, strict=True)
+    }
+    valid = {name: list(models.values()) for name, models in by_key.items()}
+    names = {table: {item.name for item in valid[table]} for table in valid}
+    # Which Marquees each refused row concerns, read from the raw values (a refused row's
+    # columns are still strings to compare, whatever else is wrong with them).
+    bad_registries = {row["name"] for row in rows["registries"]} - names["registries"]
+    bad_playspecs = {row["name"] for row in rows["playspecs"]} - names["playspecs"]
+    bad_playspecs |= {spec.name for spec in valid["playspecs"] if spec.registry in bad_registries}
+    bad_playspecs |= {
+        row["name"] for row in rows["playspecs"] if row.get("registry") in bad_registries
+    }
+    bad_playgrounds = {row["name"] for row in rows["playgrounds"]} - names["playgrounds"]
+    bad_chat_playgrounds = {
+        row.get("playground")
+        for row in rows["agent_chats"]
+        if row["name"] not in names["agent_chats"]
+    }
+    excluded = {row["name"] for row in rows["marquees"]} - names["marquees"]
+    for row in rows["playgrounds"]:
+        if (
+            row["name"] in bad_playgrounds
+            or row.get("playspec") in bad_playspecs
+            or row["name"] in bad_chat_playgrounds
+        ):
+            excluded.add(row.get("marquee"))
+    for marquee in sorted(name for name in excluded if name in names["marquees"]):
+        problems.append(f"marquees {marquee!r}: left out of this snapshot (a row it needs is bad)")
+    playgrounds = [
+        playground
+        for playground in valid["playgrounds"]
+        if playground.marquee not in excluded and playground.playspec not in bad_playspecs
+    ]
+    kept_playgrounds = {playground.name for playground in playgrounds}
+    try:
+        inventory = Inventory(
+            marquees=[m for m in valid["marquees"] if m.name not in excluded],
+            registries=valid["registries"],
+            playspecs=[spec for spec in valid["playspecs"] if spec.name not in bad_playspecs],
+            playgrounds=playgrounds,
+            agent_chats=[
+                chat for chat in valid["agent_chats"] if chat.playground in kept_playgrounds
+            ],
+        )
+    except ValidationError as exc:  # references the foreign keys should have kept
+        raise InventoryError(*_reference_problems(exc)) from None
+    inventory._index  # noqa: B018 - built here, in the validating thread, not on the loop
+    memo.models, memo.keys = by_key, keys
+    memo.validated = Validated(inventory, problems)
+    return memo.validated
+
+
+def _reference_problems(exc: ValidationError) -> Iterable[str]:
+    for error in exc.errors(include_url=False):
+        where = ".".join(str(part) for part in error["loc"])
+        yield f"{where}: {_reason(error)}{_shown_value(error)}"
+
+
+def rows_of(inventory: Inventory) -> dict[str, list[tuple[Any, ...]]]:
+    """The inventory as rows per table, in each table's column order (paths as text)."""
+    return {
+        table.name: [
+            tuple(_column_value(getattr(item, column)) for column in table.columns)
+            for item in getattr(inventory, table.field)
+        ]
+        for table in TABLES
+    }
+
+
+def _column_value(value: object) -> object:
+    return str(value) if isinstance(value, Path) else value
+
+
+SNAPSHOT_TIMEOUT = 10.0
+"""Default seconds connecting and reading one snapshot may take."""
+
+
+class PostgresDesiredState:
+    """A ``DesiredState`` that reads PostgreSQL; keeps one connection between ticks."""
+
+    def __init__(
+        self,
+        address: PgAddress,
+        password: PasswordSource,
+        *,
+        timeout: float = SNAPSHOT_TIMEOUT,
+        validate_timeout: float = 30.0,
+        observed: ObservedStateWriter | None = None,
+    ) -> None:
+        self.address = address
+        self._observed = observed
+        self._password = password
+        self._timeout = timeout
+        self._validate_timeout = validate_timeout
+        self._connection: asyncpg.Connection | None = None
+        self._last: Inventory | None = None
+        self._problems: Sequence[str] = ()
+        self._memo = RowMemo()
+        self._loading = asyncio.Lock()  # a tick and a wake-up share the one connection
+        self._validating = threading.Lock()
+        """Held by the validating thread until it ends, past its timeout too: one at a time."""
+        self._validation_late = False
+        self.reachable: bool | None = None
+        """None before the first read; then whether the last read reached the database."""
+        self.last_error: str | None = None
+        self.last_snapshot_at: float | None = None
+        """``time.monotonic()`` of the last good snapshot."""
+
+    def describe(self) -> str:
+        return self.address.describe()
+
+    async def load(self) -> Inventory:
+        async with self._loading:
+            return await self._load()
+
+    async def _load(self) -> Inventory:
+        if self._validating.locked():  # an abandoned validation still runs: start no other
+            log.debug("desired_state.still_validating", source=self.describe())
+            return self._late(f"a snapshot read earlier is still being validated, past "
+                              f"{self._validate_timeout:g} s (inventory_read_timeout)")  # fmt: skip
+        try:
+            rows = await asyncio.wait_for(self._read(), self._timeout)
+        except (DatabaseError, OSError, TimeoutError, asyncpg.PostgresError,
+                asyncpg.InterfaceError) as exc:  # fmt: skip
+            await self._drop_connection()
+            self._unreachable(self._why(exc))
+            if self._last is None:  # not a configuration error: the engine waits and retries
+                raise DesiredStateUnavailable(f"{self.describe()}: {self.last_error}") from None
+            return self._last
+        self._now_reachable()
+        try:
+            validated = await self._validate(rows)
+        except TimeoutError:
+            return self._late(
+                f"snapshot not validated within {self._validate_timeout:g} s "
+                "(inventory_read_timeout)"
+            )
+        if self._validation_late:
+            log.info("desired_state.validation_caught_up", source=self.describe())
+            self._validation_late = False
+        if list(self._problems) != validated.problems:
+            for problem in validated.problems:
+                log.error("desired_state.row_refused", source=self.describe(), error=problem)
+            if not validated.problems:
+                log.info("desired_state.rows_all_valid", source=self.describe())
+            self._problems = validated.problems
+        self._last = validated.inventory
+        self.last_snapshot_at = time.monotonic()
+        return validated.inventory
+
+    async def _validate(self, rows: Rows) -> Validated:
+        """``validate_snapshot`` in a thread, bounded by the validation timeout. A thread past it
+        is abandoned (it cannot be stopped) but keeps ``_validating`` until it ends, so the loads
+        meanwhile start no other: threads never pile up, and the memo has one writer."""
+        if not self._validating.acquire(blocking=False):
+            raise TimeoutError  # not reached: ``_load`` checked it on this loop
+        ran = False
+
+        def validate_and_unlock() -> Validated:
+            nonlocal ran
+            ran = True
+            try:
+                return validate_snapshot(rows, self._memo)
+            finally:
+                self._validating.release()
+
+        try:
+            return await in_thread(
+                validate_and_unlock, self._validate_timeout, name="desired-state-validate"
+            )
+        except TimeoutError:
+            raise
+        except Exception:
+            if not ran:  # the thread did not start: nobody else will release it
+                self._validating.release()
+            raise
+
+    def _late(self, reason: str) -> Inventory:
+        """The last snapshot while validation lags (logged once until one is validated in time
+        again), or ``DesiredStateUnavailable`` when there is none yet."""
+        if not self._validation_late:
+            log.error(
+                "desired_state.validation_late",
+                source=self.describe(),
+                error=reason,
+                keeping="last snapshot" if self._last is not None else "nothing",
+            )
+            self._validation_late = True
+        if self._last is None:
+            raise DesiredStateUnavailable(f"{self.describe()}: {reason}")
+        return self._last
+
+    @property
+    def problems(self) -> Sequence[str]:
+        """The refused rows of the last snapshot, one line each."""
+        return self._problems
+
+    async def _read(self) -> Rows:
+        if self._connection is None or self._connection.is_closed():
+            self._connection = await connect(self.address, self._password, timeout=self._timeout)
+        return await read_snapshot(self._connection)
+
+    def _why(self, exc: BaseException) -> str:
+        if isinstance(exc, DatabaseError):
+            return str(exc).removeprefix(f"{self.describe()}: ")
+        if isinstance(exc, asyncpg.UndefinedTableError):
+            return f"no desired-state tables ({exc}); run `playguard db migrate`"
+        if isinstance(exc, TimeoutError):
+            return f"no snapshot within {self._timeout:g} s"
+        return redacted(f"{type(exc).__name__}: {exc}", None)
+
+    def _unreachable(self, reason: str) -> None:
+        if self.reachable is not False:  # once per change; last_error keeps the latest reason
+            log.error(
+                "desired_state.unreachable",
+                source=self.describe(),
+                error=reason,
+                keeping="last snapshot" if self._last is not None else "nothing",
+            )
+        self.reachable = False
+        self.last_error = reason
+
+    def _now_reachable(self) -> None:
+        if self.reachable is False:
+            log.info("desired_state.reachable", source=self.describe())
+        self.reachable = True
+        self.last_error = None
+
+    async def _drop_connection(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            connection.terminate()
+
+    async def listen(self, wake: Wake, resync: Resync) -> None:
+        """Until cancelled: wake Marquees whose rows change (LISTEN/NOTIFY, one connection of
+        its own), and ``resync`` after the listener had to reconnect."""
+        listener = NotificationListener(self.address, self._password, timeout=self._timeout)
+        await listener.run(wake, resync)
+
+    def snapshot_age(self) -> float | None:
+        """Seconds since the last good snapshot, or None before the first."""
+        if self.last_snapshot_at is None:
+            return None
+        return time.monotonic() - self.last_snapshot_at
+
+    async def record_cycle(self, record: Mapping[str, Any]) -> None:
+        """Write a finished cycle's observed state back (never raises: logged and counted)."""
+        if self._observed is not None:
+            await self._observed.record(record)
+
+    def write_failures(self) -> int:
+        return self._observed.failures if self._observed is not None else 0
+
+    async def close(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None and not connection.is_closed():
+            await connection.close(timeout=self._timeout)
+        if self._observed is not None:
+            await self._observed.close()
+
+
+NOTIFY_CHANNEL = "playguard_desired_state"
+"""The channel the migrations' triggers send a changed Marquee's name on."""
+
+WAKE_DEBOUNCE = 1.0
+"""Seconds of quiet gathered after a first notification: an edit of several rows (or several
+edits in a row) starts each Marquee's cycle once, not once per row."""
+
+RECONNECT_DELAY = 1.0
+"""Seconds between attempts to get the listening connection back."""
+
+Wake = Callable[[set[str]], Awaitable[object]]
+Resync = Callable[[], Awaitable[object]]
+
+
+class NotificationListener:
+    """One dedicated connection (never a pooled one: LISTEN belongs to its session) that LISTENs
+    on ``NOTIFY_CHANNEL`` and hands the changed Marquees' names to ``wake``, debounced.
+
+    Notifications sent while it is disconnected are lost, so after every reconnect it LISTENs
+    again and calls ``resync`` (a full tick). PgBouncer in transaction mode cannot carry a LISTEN
+    (the session it was sent on is handed to others): point ``desired_state`` at PostgreSQL or a
+    session-mode pool.
+    """
+
+    def __init__(
+        self,
+        address: PgAddress,
+        password: PasswordSource,
+        *,
+        timeout: float,
+        debounce: float = WAKE_DEBOUNCE,
+    ) -> None:
+        self.address = address
+        self._password = password
+        self._timeout = timeout
+        self._debounce = debounce
+        self._pending: set[str] = set()
+        self._arrived = asyncio.Event()
+        self.connected: bool | None = None
+        """None before the first attempt; then whether the listening connection is up."""
+
+    def _notified(self, connection: object, pid: int, channel: str, payload: str) -> None:
+        self._pending.add(payload)
+        self._arrived.set()
+
+    async def run(self, wake: Wake, resync: Resync) -> None:
+        """Listen until cancelled: reconnects on its own, wakes Marquees as their rows change."""
+        waking = asyncio.create_task(self._wake_loop(wake), name="desired-state-wake")
+        try:
+            first = True
+            while True:
+                lost = await self._listen_once(resync if not first else None)
+                first = first and not lost
+                await asyncio.sleep(RECONNECT_DELAY)
+        finally:
+            waking.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await waking
+
+    async def _listen_once(self, resync: Resync | None) -> bool:
+        """One connection's life; True once it had been listening (so the next is a reconnect)."""
+        try:
+            connection = await connect(self.address, self._password, timeout=self._timeout)
+        except DatabaseError as exc:
+            if self.connected is not False:  # once per change
+                log.warning(
+                    "desired_state.listener_down",
+                    source=self.address.describe(),
+                    error=str(exc).removeprefix(f"{self.address.describe()}: "),
+                )
+            self.connected = False
+            return False
+        closed = asyncio.Event()
+        connection.add_termination_listener(lambda _: closed.set())
+        try:
+            await connection.add_listener(NOTIFY_CHANNEL, self._notified)
+            self.connected = True
+            log.info("desired_state.listening", source=self.address.describe())
+            if resync is not None:
+                await resync()  # what changed while nobody listened
+            await closed.wait()
+            log.warning("desired_state.listener_lost", source=self.address.describe())
+            return True
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            log.warning("desired_state.listener_lost", source=self.address.describe(),
+                        error=redacted(f"{type(exc).__name__}: {exc}", None))  # fmt: skip
+            return True
+        finally:
+            self.connected = False
+            connection.terminate()
+
+    async def _wake_loop(self, wake: Wake) -> None:
+        while True:
+            await self._arrived.wait()
+            await asyncio.sleep(self._debounce)  # gather the rest of the edit
+            self._arrived.clear()
+            names, self._pending = self._pending, set()
+            if names:
+                log.debug("desired_state.notified", marquees=sorted(names))
+                await wake(names)

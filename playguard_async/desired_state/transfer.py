@@ -1,0 +1,106 @@
+"""``playguard db import`` and ``db export``: a YAML inventory into the database's tables, all
+or nothing, and the database's desired state back out as YAML that loads to the same inventory.
+
+Import validates the file with the YAML source itself, so its errors read exactly as the daemon's
+(``FILE:LINE: place: reason (value ...)``); what only the database refuses is named by the
+file's place too (``marquees[3].host``). The database keeps no order: export lists each table by
+name, and local paths are stored absolute (resolved against the file, as the daemon resolves them).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import yaml
+
+from playguard_async.desired_state.inventory import Inventory, InventoryError, YamlInventorySource
+from playguard_async.desired_state.postgres import (
+    TABLES,
+    Table,
+    read_snapshot,
+    rows_of,
+    validate_snapshot,
+)
+
+
+class ImportRefused(InventoryError):
+    """The database refused a row of the file; nothing was imported."""
+
+
+async def import_inventory(
+    connection: asyncpg.Connection, path: Path, *, replace: bool = False
+) -> dict[str, int]:
+    """Load ``path`` into the tables in one transaction; rows written per table.
+
+    Without ``replace`` the tables must be empty (an import never merges into a fleet someone
+    keeps in the database); with it, their rows are replaced.
+    """
+    inventory = await YamlInventorySource(path).load()
+    rows = rows_of(inventory)
+    async with connection.transaction():
+        await connection.execute(
+            "LOCK TABLE " + ", ".join(table.name for table in TABLES) + " IN EXCLUSIVE MODE"
+        )
+        if replace:
+            await connection.execute(
+                "TRUNCATE " + ", ".join(table.name for table in reversed(TABLES))
+            )
+        else:
+            for table in TABLES:
+                if await connection.fetchval(f"SELECT EXISTS (SELECT 1 FROM {table.name})"):
+                    raise ImportRefused(
+                        f"{path}: table {table.name} is not empty; nothing imported "
+                        "(--replace replaces the database's desired state)"
+                    )
+        for table in TABLES:
+            await _copy(connection, path, table, rows[table.name])
+    return {table.name: len(rows[table.name]) for table in TABLES}
+
+
+async def _copy(
+    connection: asyncpg.Connection, path: Path, table: Table, rows: list[tuple[Any, ...]]
+) -> None:
+    """COPY the rows in; when the database refuses one, find which and name it."""
+    try:
+        async with connection.transaction():  # a savepoint, so the search below can run
+            await connection.copy_records_to_table(table.name, records=rows, columns=table.columns)
+    except (asyncpg.PostgresError, asyncpg.InterfaceError) as copy_error:
+        for index, row in enumerate(rows):
+            try:
+                async with connection.transaction():
+                    await connection.copy_records_to_table(
+                        table.name, records=[row], columns=table.columns
+                    )
+            except (asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                raise ImportRefused(_refusal(path, table, index, row, exc)) from None
+        raise ImportRefused(f"{path}: {table.field}: refused: {copy_error}") from None
+
+
+def _refusal(path: Path, table: Table, index: int, row: tuple[Any, ...], exc: Exception) -> str:
+    constraint = getattr(exc, "constraint_name", None) or ""
+    column = getattr(exc, "column_name", None)
+    if column is None:
+        match = re.fullmatch(rf"{table.name}_(?P<column>\w+?)_check", constraint)
+        column = match["column"] if match and match["column"] in table.columns else None
+    place = f"{table.field}[{index}]" + (f".{column}" if column else "")
+    value = f" (value {row[table.columns.index(column)]!r:.80})" if column else ""
+    why = f"constraint {constraint}" if constraint else " ".join(str(exc).split())
+    return f"{path}: {place}: refused by the database: {why}{value}; nothing imported"
+
+
+async def export_inventory(connection: asyncpg.Connection) -> str:
+    """The database's desired state as YAML; InventoryError listing every refused row when the
+    snapshot has any (an export that silently dropped rows would lose them on re-import)."""
+    validated = validate_snapshot(await read_snapshot(connection))
+    if validated.problems:
+        raise InventoryError(*validated.problems)
+    return inventory_yaml(validated.inventory)
+
+
+def inventory_yaml(inventory: Inventory) -> str:
+    """YAML for ``inventory``, defaults left out, that the YAML source loads back equal."""
+    document = inventory.model_dump(mode="json", exclude_defaults=True)
+    return yaml.safe_dump(document, sort_keys=False, allow_unicode=True, width=100)

@@ -1,0 +1,473 @@
+"""The ``playguard`` command: argument parsing and output only; the work is in ``operate``.
+
+Exit statuses: 0 done (a cycle ended ok, every check passed); 1 an error a person can fix, a
+failed check, or ``unlock`` that deleted nothing; 2 bad usage; 3 ``cycle`` found the Marquee
+locked by another holder; 4 ``cycle`` ran but did not end ok; 78 (sysexits' EX_CONFIG) ``run``
+could not start on its configuration (settings, inventory, phases), which the systemd unit does
+not restart on. A crash (a bug) is Python's own 1 with a traceback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+
+import click
+
+from playguard_async import __version__
+from playguard_async.kits.textclean import clean
+from playguard_async.operator.db import db
+from playguard_async.operator.options import CONFIG_OPTION
+
+if TYPE_CHECKING:
+    from playguard_async.settings import Settings
+
+# Everything else is imported by the command that needs it: `--version` and `--help` load click
+# and nothing of the engine, Redis, SSH or rich (1.1 s of imports before; bench/cli_startup.py).
+
+EXIT_LOCKED = 3
+EXIT_NOT_OK = 4
+EXIT_CONFIG = 78
+
+DRY_RUN_OPTION = click.option(
+    "--dry-run", is_flag=True, default=None, help="Report what would change; change nothing."
+)
+JSON_OPTION = click.option(
+    "--json", "as_json", is_flag=True, help="Print JSON with stable keys, for scripts."
+)
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _limit_option(default: int, help_text: str) -> Callable[[_F], _F]:
+    """``--limit N`` of the commands that read a Marquee's recorded cycles."""
+    return click.option(
+        "--limit", type=click.IntRange(1, 1000), default=default, show_default=True, help=help_text
+    )
+
+
+LAB_COMMAND = "playguard_lab.command"
+"""Where ``playguard lab`` lives: the lab is its own package beside this one in the repository (a
+clone installs both), and the wheel and the container image leave it out."""
+
+
+class _Commands(click.Group):
+    """The commands, with ``lab`` joining from ``playguard_lab`` when it is installed: it is
+    loaded by name at run time, so nothing in the runtime package imports the lab."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted([*super().list_commands(ctx), "lab"])
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name != "lab":
+            return super().get_command(ctx, cmd_name)
+        import importlib
+        import importlib.util
+
+        if importlib.util.find_spec("playguard_lab") is None:
+            return _lab_missing
+        command: click.Command = importlib.import_module(LAB_COMMAND).lab
+        return command
+
+
+@click.command(
+    "lab",
+    context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+    add_help_option=False,
+)
+def _lab_missing() -> None:
+    """A lab of real servers on loopback (not part of this installation)."""
+    fail("the lab is not part of this installation (the container image leaves it out)", 1)
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="playguard")
+@click.option(
+    "--debug", is_flag=True, help="Show tracebacks instead of one-line errors, and the log."
+)
+@click.pass_context
+def cli(ctx: click.Context, debug: bool) -> None:
+    """Keep a fleet of Docker hosts true to their desired state, one leased reconciler per host."""
+    ctx.obj = {"debug": debug}
+
+
+@contextlib.contextmanager
+def _readable_errors(ctx: click.Context, *, config_status: int = 1) -> Iterator[None]:
+    """Errors a person can fix (settings, inventory, Redis...) as one line, unless ``--debug``;
+    a configuration error exits ``config_status``.
+
+    Also quiets the log: the operator commands print for a person, and the engine's own log
+    would only repeat it (`run` and `lab` set the log up again from their settings)."""
+    from playguard_async.desired_state.inventory import InventoryError
+    from playguard_async.engine.scheduler import CycleCancelled
+    from playguard_async.operator import fleet
+    from playguard_async.phases.protocol import UnknownPhase
+    from playguard_async.service.logs import configure_logging
+    from playguard_async.settings import SettingsError
+
+    configure_logging("console", "debug" if ctx.obj["debug"] else "critical")
+    config_errors = (SettingsError, InventoryError, UnknownPhase)
+    try:
+        yield
+    except (*config_errors, fleet.OperateError, CycleCancelled) as exc:
+        if isinstance(exc, CycleCancelled):
+            status = EXIT_NOT_OK
+        else:
+            status = config_status if isinstance(exc, config_errors) else 1
+        if ctx.obj["debug"]:
+            import traceback
+
+            traceback.print_exc()
+            raise click.exceptions.Exit(status) from None
+        fail(str(exc), status)
+
+
+def fail(message: str, exit_code: int) -> NoReturn:
+    """End the command with ``message`` on stderr, as click shows its own errors."""
+    echo(f"Error: {message}", err=True)
+    raise click.exceptions.Exit(exit_code)
+
+
+def echo(message: str, *, err: bool = False) -> None:
+    click.echo(clean(message), err=err)
+
+
+def _dry_run(dry_run: bool | None) -> dict[str, bool]:
+    """The settings override of ``--dry-run``: only when given, so settings can turn it on too."""
+    return {"dry_run": True} if dry_run else {}
+
+
+def command_settings(config: Path | None, **overrides: bool) -> Settings:
+    from playguard_async.settings import load_settings
+
+    return load_settings(config, **overrides)
+
+
+@cli.command()
+@CONFIG_OPTION
+@DRY_RUN_OPTION
+@click.pass_context
+def run(ctx: click.Context, config: Path | None, dry_run: bool | None) -> None:
+    """Run the daemon until SIGTERM or SIGINT; exit 0 after a clean drain, 78 when the settings,
+    the inventory or the phases they name cannot be used (so systemd does not restart it)."""
+    with _readable_errors(ctx, config_status=EXIT_CONFIG):
+        from playguard_async.service import daemon
+        from playguard_async.service.logs import configure_logging
+
+        settings = command_settings(config, **_dry_run(dry_run))
+        configure_logging(settings.log_format, settings.log_level, final=True)
+        daemon.run(settings)
+
+
+@cli.command()
+@click.argument("marquee")
+@CONFIG_OPTION
+@DRY_RUN_OPTION
+@JSON_OPTION
+@click.pass_context
+def cycle(
+    ctx: click.Context, marquee: str, config: Path | None, dry_run: bool | None, as_json: bool
+) -> None:
+    """Run one cycle of MARQUEE now, in the foreground, under its lock as the daemon does.
+
+    Prints a line as each phase ends and records the cycle like the daemon. Ctrl-C lets the
+    running phase finish and starts no other; a second Ctrl-C cancels it. Exit status 0 when the
+    cycle ends ok, 3 when another holder has the Marquee's lock (nothing is done), 4 when it ends
+    otherwise (failed phase, unreachable, lost lease, deadline, interrupted). With --json, one
+    JSON object at the end instead: the cycle's record and, when it was locked, the holder.
+    """
+    with _readable_errors(ctx):
+        import asyncio
+        import io
+        import json
+
+        from rich.console import Console
+
+        from playguard_async.engine.scheduler import CycleResult, Outcome
+        from playguard_async.operator import display, fleet
+
+        # With --json the phase lines and the spinner go nowhere.
+        console = Console(file=io.StringIO()) if as_json else display.console()
+        settings = command_settings(config, **_dry_run(dry_run))
+        if settings.dry_run:
+            console.print(f"{marquee}: dry run, nothing is changed; actions are what would be done")
+        with console.status(display.text(f"{marquee}: taking the lock")) as spinner:
+
+            def show_phase(result: CycleResult, phase: str) -> None:
+                console.print(display.phase_line(result, phase))
+                for action in result.actions.get(phase, []):
+                    console.print(display.text((f"      {action}", "dim")), soft_wrap=True)
+                done = f"{len(result.durations)} of {len(settings.phases)} phases done"
+                spinner.update(display.text(f"{marquee}: {done}"))
+
+            outcome = asyncio.run(fleet.run_cycle(settings, marquee, show_phase))
+    result = outcome.result
+    if as_json:
+        holder = None if outcome.holder is None else fleet.holder_json(outcome.holder)
+        click.echo(json.dumps({"cycle": result.to_record(), "holder": holder}, indent=2))
+        if result.outcome is not Outcome.OK:
+            ctx.exit(EXIT_LOCKED if result.outcome is Outcome.LOCKED else EXIT_NOT_OK)
+        return
+    if result.outcome is Outcome.LOCKED:
+        held = (
+            display.holder_text(outcome.holder) if outcome.holder else "another holder (gone since)"
+        )
+        fail(f"{marquee} is locked by {held}; no cycle ran", EXIT_LOCKED)
+    console.print(display.cycle_summary(result, settings), soft_wrap=True)
+    if result.outcome is not Outcome.OK:
+        ctx.exit(EXIT_NOT_OK)
+
+
+@cli.command()
+@CONFIG_OPTION
+@JSON_OPTION
+@click.option("--watch", is_flag=True, help="Refresh every --interval seconds until Ctrl-C.")
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0.5),
+    default=2.0,
+    show_default=True,
+    help="Seconds between refreshes of --watch.",
+)
+@click.pass_context
+def status(
+    ctx: click.Context, config: Path | None, as_json: bool, watch: bool, interval: float
+) -> None:
+    """Each Marquee of the inventory: who holds its lock, and how its last cycle went.
+
+    FENCE is the holder's while the lock is held, else the last cycle's. With --watch the table
+    is redrawn in place on a terminal (in a pipe, each refresh is printed after the last).
+    """
+    if as_json and watch:
+        fail("--watch draws a table; leave out --json", 2)
+    with _readable_errors(ctx):
+        import asyncio
+        import json
+        import time
+
+        from rich.live import Live
+
+        from playguard_async.operator import display, fleet
+
+        settings = command_settings(config)
+
+        def read() -> list[fleet.MarqueeStatus]:
+            with _readable_errors(ctx):
+                return asyncio.run(fleet.fleet_status(settings))
+
+        statuses = read()
+    if as_json:
+        now = time.time()
+        click.echo(json.dumps({"marquees": [s.to_json(now) for s in statuses]}, indent=2))
+        return
+    console = display.console()
+    table = display.status_table(statuses, time.time())
+    if not (watch and console.is_terminal):
+        console.print(table)
+    if not watch:
+        return
+    with contextlib.suppress(KeyboardInterrupt):
+        if console.is_terminal:
+            # The first table is drawn at once, then each refresh over it: never a blank screen
+            # for an interval, and the scrollback is not filled with copies.
+            console.clear()
+            with Live(table, console=console, auto_refresh=False) as live:
+                while True:
+                    time.sleep(interval)
+                    live.update(display.status_table(read(), time.time()), refresh=True)
+        while True:
+            time.sleep(interval)
+            console.print()
+            console.print(display.status_table(read(), time.time()))
+
+
+@cli.command()
+@click.argument("marquee")
+@CONFIG_OPTION
+@JSON_OPTION
+@_limit_option(10, "Recent cycles shown.")
+@click.pass_context
+def describe(
+    ctx: click.Context, marquee: str, config: Path | None, as_json: bool, limit: int
+) -> None:
+    """MARQUEE in depth: its lock and fences, its last cycle phase by phase, what is still
+    wrong and what that cycle fixed, its recent cycles. Read from Redis; nothing connects to
+    the host (``check`` does)."""
+    with _readable_errors(ctx):
+        import asyncio
+        import json
+        import time
+
+        from playguard_async.operator import describe, display
+
+        told = asyncio.run(describe.marquee_story(command_settings(config), marquee, limit=limit))
+    now = time.time()
+    if as_json:
+        click.echo(json.dumps(told.to_json(now), indent=2))
+        return
+    display.print_story(told, now)
+
+
+@cli.command()
+@click.argument("marquee")
+@CONFIG_OPTION
+@JSON_OPTION
+@_limit_option(20, "Cycles shown, newest first.")
+@click.pass_context
+def history(
+    ctx: click.Context, marquee: str, config: Path | None, as_json: bool, limit: int
+) -> None:
+    """MARQUEE's recorded cycles, newest first, as every replica recorded them."""
+    with _readable_errors(ctx):
+        import asyncio
+        import json
+        import time
+
+        from playguard_async.operator import describe, display
+
+        told = asyncio.run(describe.marquee_story(command_settings(config), marquee, limit=limit))
+    now = time.time()
+    if as_json:
+        cycles = [cycle.to_json(now) for cycle in told.history]
+        click.echo(json.dumps({"name": told.name, "cycles": cycles}, indent=2))
+        return
+    console = display.console()
+    if not told.history:
+        console.print(display.text(f"{told.name}: no cycle recorded"))
+        return
+    console.print(display.history_table(told.history, now))
+
+
+@cli.command()
+@CONFIG_OPTION
+@JSON_OPTION
+@click.pass_context
+def locks(ctx: click.Context, config: Path | None, as_json: bool) -> None:
+    """Every lock held now: its name, holder, fence and time left."""
+    with _readable_errors(ctx):
+        import asyncio
+        import json
+
+        from rich.table import Table
+
+        from playguard_async.operator import display, fleet
+
+        held = asyncio.run(fleet.held_locks(command_settings(config)))
+    if as_json:
+        click.echo(json.dumps({"locks": [fleet.holder_json(state) for state in held]}, indent=2))
+        return
+    console = display.console()
+    if not held:
+        console.print("no lock is held")
+        return
+    columns = ("LOCK", "REPLICA", "HOST", "PID", "ACQUIRED", "FENCE", "TTL LEFT")
+    table = Table(*columns, box=None, header_style="bold")
+    for state in held:
+        holder = state.holder
+        fields = (
+            (holder.replica, holder.host, str(holder.pid), holder.acquired_at)
+            if holder
+            else (f"unknown record {fleet.shown_record(state.record)}", "-", "-", "-")
+        )
+        table.add_row(
+            state.name, *fields, display.fence_text(state.fence), display.span(state.ttl_left)
+        )
+    console.print(table)
+
+
+@cli.command()
+@click.argument("marquee")
+@CONFIG_OPTION
+@click.option(
+    "--force", is_flag=True, help="Delete the lock key, if it still holds the record shown."
+)
+@click.pass_context
+def unlock(ctx: click.Context, marquee: str, config: Path | None, force: bool) -> None:
+    """Say what deleting MARQUEE's lock would remove; with --force, delete it.
+
+    Only for a holder that is gone for good (its host died, its process was killed): a live
+    holder keeps working until its next renewal fails. With --force the key is deleted only if
+    it still holds the record shown, never another holder's. The fence counter is never deleted,
+    so the next holder's fence is still higher. Exit status 0 when the Marquee is not locked (any
+    more), 1 when the lock is still held (without --force, or taken by another holder meanwhile)
+    or MARQUEE is not in the inventory.
+    """
+    with _readable_errors(ctx):
+        import asyncio
+
+        from playguard_async.coordination.lock import ReleaseResult
+        from playguard_async.operator import display, fleet
+
+        done = asyncio.run(fleet.unlock(command_settings(config), marquee, force=force))
+    if done.found is None:
+        echo(f"{marquee} is not locked (no key {done.key}); nothing to delete")
+        return
+    shown = f"{done.key}: held by {display.holder_text(done.found)}"
+    kept = f"the fence counter {done.fence_key} stays at {display.fence_text(done.found.fence)}"
+    if done.result is None:
+        echo(f"would delete {shown}\n{kept}\nnothing deleted: add --force to delete it")
+        ctx.exit(1)
+    if done.result is ReleaseResult.RELEASED:
+        echo(f"deleted {shown}\n{kept}")
+    elif done.result is ReleaseResult.EXPIRED:
+        echo(f"nothing deleted: {done.key} was released or expired after it was read")
+    else:
+        echo(f"nothing deleted: another holder took {done.key} after it was read")
+        ctx.exit(1)
+
+
+@cli.command()
+@CONFIG_OPTION
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=30.0,
+    show_default=True,
+    help="Seconds each Marquee's checks may take.",
+)
+@JSON_OPTION
+@click.pass_context
+def check(ctx: click.Context, config: Path | None, timeout: float, as_json: bool) -> None:
+    """Check settings, inventory, Redis, every Marquee (SSH host key, login, Docker API
+    through the tunnel, compose) and every registry (its password source, a login from a
+    Marquee that pulls from it) without changing anything; exit status 1 if any check fails.
+
+    Marquees and registries are checked at once, max_concurrent_cycles at a time.
+    """
+    with _readable_errors(ctx):
+        import asyncio
+
+        from rich.table import Table
+
+        from playguard_async.operator import display, fleet
+
+        rows = asyncio.run(fleet.check(config, timeout=timeout))
+    if as_json:
+        import json
+
+        checks = [{"subject": row.subject, "ok": row.ok, "detail": row.detail} for row in rows]
+        click.echo(json.dumps({"ok": all(row.ok for row in rows), "checks": checks}, indent=2))
+        if not all(row.ok for row in rows):
+            ctx.exit(1)
+        return
+    table = Table("CHECK", "VERDICT", "DETAIL", box=None, header_style="bold")
+    table.columns[2].overflow = "fold"
+    for row in rows:
+        verdict = display.text(("ok", "green") if row.ok else ("FAIL", "bold red"))
+        table.add_row(row.subject, verdict, row.detail)
+    display.console().print(table)
+    if not all(row.ok for row in rows):
+        ctx.exit(1)
+
+
+cli.add_command(db)
+
+
+def main() -> None:
+    cli(prog_name="playguard")
+
+
+if __name__ == "__main__":
+    main()

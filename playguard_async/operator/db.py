@@ -1,0 +1,118 @@
+"""``playguard db migrate | import | export``: the PostgreSQL desired state's schema and content.
+
+Every command reaches the database that the ``desired_state`` setting names, with the password
+from ``desired_state_password`` (``PLAYGUARD_DESIRED_STATE_PASSWORD``) or
+``desired_state_password_file``: never from the command line, where any user could read it.
+Errors are one line (exit status 1), the password masked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
+
+import click
+
+from playguard_async.operator.options import CONFIG_OPTION
+
+if TYPE_CHECKING:
+    import asyncpg
+
+_T = TypeVar("_T")
+
+
+@click.group()
+def db() -> None:
+    """The PostgreSQL desired state: schema, import from YAML, export to YAML."""
+
+
+def _run(config: Path | None, work: Callable[[asyncpg.Connection], Awaitable[_T]]) -> _T:
+    """Run ``work`` on a connection to the settings' database; one-line errors, exit 1."""
+    # Imported here, not at the top: `playguard --help` loads this module (cli's lazy imports).
+    from playguard_async.desired_state.inventory import InventoryError  # noqa: PLC0415
+    from playguard_async.desired_state.pg import DatabaseError, PgAddress, connect, redacted  # noqa: PLC0415
+    from playguard_async.settings import SettingsError, load_settings  # noqa: PLC0415
+
+    async def main() -> _T:
+        settings = load_settings(config)
+        if settings.desired_state == "yaml":
+            raise SettingsError(
+                "desired_state is 'yaml': set it to postgresql://user@host:port/database "
+                "(PLAYGUARD_DESIRED_STATE) for the db commands"
+            )
+        address = PgAddress.parse(settings.desired_state)
+        password = settings.database_password()
+        connection = await connect(address, password, timeout=settings.desired_state_timeout)
+        try:
+            return await work(connection)
+        except DatabaseError:
+            raise
+        except InventoryError:
+            raise
+        except Exception as exc:
+            import asyncpg  # noqa: PLC0415
+
+            if isinstance(exc, asyncpg.PostgresError | asyncpg.InterfaceError):
+                raise DatabaseError(
+                    f"{address.describe()}: {redacted(f'{type(exc).__name__}: {exc}', password())}"
+                ) from None
+            raise
+        finally:
+            await connection.close()
+
+    try:
+        return asyncio.run(main())
+    except (SettingsError, InventoryError, DatabaseError) as exc:
+        click.echo(f"Error: {exc}", err=True)
+        raise click.exceptions.Exit(1) from None
+
+
+@db.command()
+@CONFIG_OPTION
+def migrate(config: Path | None) -> None:
+    """Apply the schema migrations the database lacks (one transaction; safe to run again)."""
+    from playguard_async.desired_state import schema  # noqa: PLC0415 - asyncpg only where needed
+
+    async def work(connection: asyncpg.Connection) -> str:
+        applied = await schema.migrate(connection)
+        version = await schema.schema_version(connection)
+        if not applied:
+            return f"schema up to date (version {version})"
+        names = ", ".join(f"{m.version:04d}_{m.name}" for m in applied)
+        return f"applied {names}; schema version {version}"
+
+    click.echo(_run(config, work))
+
+
+@db.command(name="import")
+@click.argument("file", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--replace", is_flag=True, help="Replace the database's desired state.")
+@CONFIG_OPTION
+def import_(file: Path, replace: bool, config: Path | None) -> None:
+    """Load the YAML inventory FILE into the database: one transaction, all or nothing."""
+    from playguard_async.desired_state.transfer import import_inventory  # noqa: PLC0415
+
+    async def work(connection: asyncpg.Connection) -> dict[str, int]:
+        return await import_inventory(connection, file, replace=replace)
+
+    counts = _run(config, work)
+    click.echo("imported " + ", ".join(f"{count} {table}" for table, count in counts.items()))
+
+
+@db.command()
+@click.option(
+    "--output", "-o", type=click.Path(path_type=Path, dir_okay=False), default=None,
+    help="Write here instead of standard output.",
+)  # fmt: skip
+@CONFIG_OPTION
+def export(output: Path | None, config: Path | None) -> None:
+    """Write the database's desired state as a YAML inventory."""
+    from playguard_async.desired_state.transfer import export_inventory  # noqa: PLC0415
+
+    text = _run(config, export_inventory)
+    if output is None:
+        click.echo(text, nl=False)
+    else:
+        output.write_text(text, encoding="utf-8")

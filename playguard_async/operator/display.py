@@ -1,0 +1,215 @@
+"""What the operator commands print for people: rich tables and lines, durations, and data from
+outside (names, records, host output) cleaned for the terminal.
+
+Kept apart from ``cli`` so that ``playguard --version`` and ``--help`` import none of it: rich,
+the engine and the lock load only when a command prints their results.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from playguard_async.coordination.lock import LockState
+from playguard_async.engine.scheduler import CycleResult, Outcome
+from playguard_async.kits.textclean import clean
+from playguard_async.operator import describe, fleet
+from playguard_async.settings import Settings
+
+PIPE_WIDTH = 500
+
+
+class DataConsole(Console):
+    """A console that prints data as data: no rich markup (``[/x]`` in a name would end a style
+    that was never opened and crash), no emoji codes, and control characters (a terminal escape
+    in a host's output, a record in Redis) shown escaped rather than sent to the terminal."""
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(highlight=False, markup=False, emoji=False, **options)
+
+    def render_str(self, text: str, **options: Any) -> Text:
+        return super().render_str(clean(text), **options)
+
+
+def console() -> Console:
+    """Output fitted to a terminal's width; in a pipe or a file, whole lines that grep can find."""
+    fitted = DataConsole()
+    return fitted if fitted.is_terminal else DataConsole(width=PIPE_WIDTH)
+
+
+def text(*parts: str | tuple[str, str]) -> Text:
+    """Styled text from data: each part (a string, or a string and its style) cleaned."""
+    return Text.assemble(
+        *(clean(part) if isinstance(part, str) else (clean(part[0]), part[1]) for part in parts)
+    )
+
+
+def phase_line(result: CycleResult, phase: str) -> Text:
+    duration = span(result.durations.get(phase, 0.0))
+    if result.outcome is not Outcome.OK and result.phase == phase:
+        reason = f"  {result.reason}" if result.reason else ""
+        failed = (f"{result.outcome.value:<12}", "bold red")
+        return text(f"  {phase:<24}", failed, f"{duration:>9}{reason}")
+    count = actions(len(result.actions.get(phase, [])))
+    return text(f"  {phase:<24}{count:<12}{duration:>9}")
+
+
+def cycle_summary(result: CycleResult, settings: Settings) -> Text:
+    count = actions(sum(len(taken) for taken in result.actions.values()))
+    where = f" in {result.phase}" if result.phase else ""
+    reason = f": {result.reason}" if result.reason else ""
+    verb = "would be taken" if settings.dry_run else "taken"
+    fence = "" if result.fence is None else f", fence {result.fence}"
+    return text(
+        f"{result.marquee}: ",
+        (f"{result.outcome.value}{where}{reason}", outcome_style(result.outcome.value)),
+        f"; {count} {verb} in {span(result.duration)}{fence}",
+    )
+
+
+def findings_text(last: fleet.LastCycle) -> str:
+    notes = [f"reason: {last.reason}"] if last.reason else []
+    # Drift a cycle found is drift it repaired, unless it was a dry run: only that is still wrong.
+    drift = "drift, not fixed (dry run)" if last.dry_run else "fixed drift"
+    notes += [f"{drift} {name}: {', '.join(why)}" for name, why in last.drift.items()]
+    notes += [f"branch gone: {name} ({branch})" for name, branch in last.branch_gone.items()]
+    notes += [f"still failing: {item}" for item in last.failed]
+    return "; ".join(notes) or "none"
+
+
+def last_text(last: fleet.LastCycle) -> Text:
+    """A recorded cycle's outcome and where it ended; a dry run says so, in yellow when it found
+    drift (it changed nothing, so that drift is still there)."""
+    where = f" in {last.phase}" if last.phase else ""
+    style = outcome_style(last.outcome)
+    if last.dry_run:
+        where += " (dry run)"
+        style = "yellow" if last.drift and last.outcome == "ok" else style
+    return text((last.outcome + where, style))
+
+
+def status_table(statuses: list[fleet.MarqueeStatus], now: float) -> Table:
+    columns = ("MARQUEE", "HOLDER", "FENCE", "TTL LEFT", "LAST", "WHEN", "DURATION", "ACTIONS")
+    table = Table(*columns, "FINDINGS", box=None, header_style="bold")
+    for marquee in statuses:
+        lock, last = marquee.lock, marquee.last
+        name = marquee.name if marquee.launchable else f"{marquee.name} (not launchable)"
+        holding: list[str | Text] = ["-", "-", "-"]
+        if lock is not None:
+            holder = lock.holder
+            holding = [
+                f"{holder.replica} ({holder.host}, pid {holder.pid})"
+                if holder
+                else f"unknown record {fleet.shown_record(lock.record)}",
+                fence_text(lock.fence),
+                span(lock.ttl_left),
+            ]
+        elif last is not None and last.fence is not None:
+            holding[1] = str(last.fence)
+        history: list[str | Text] = [text("never"), "-", "-", "-", "-"]
+        if last is not None:
+            history = [
+                last_text(last),
+                "-" if last.finished_at is None else f"{span(now - last.finished_at)} ago",
+                "-" if last.duration is None else span(last.duration),
+                str(last.actions),
+                findings_text(last),
+            ]
+        table.add_row(name, *holding, *history)
+    return table
+
+
+def history_table(cycles: list[fleet.LastCycle], now: float) -> Table:
+    table = Table("WHEN", "OUTCOME", "REPLICA", "FENCE", "DURATION", "WAITED", "ACTIONS",
+                  "FINDINGS", box=None, header_style="bold")  # fmt: skip
+    for cycle in cycles:
+        table.add_row(
+            "-" if cycle.finished_at is None else f"{span(now - cycle.finished_at)} ago",
+            last_text(cycle),
+            clean(cycle.replica or "?"),
+            fence_text(cycle.fence),
+            "-" if cycle.duration is None else span(cycle.duration),
+            "-" if cycle.waited is None else span(cycle.waited),
+            str(cycle.actions),
+            clean(findings_text(cycle)),
+        )
+    return table
+
+
+def print_story(told: describe.MarqueeStory, now: float) -> None:
+    """``describe``'s report of one Marquee."""
+    out = console()
+    lock = told.lock
+    out.print(text(("Marquee ", "bold"), told.name))
+    out.print(text("  lock: ", "not held" if lock is None else holder_text(lock)))
+    host = None if told.last is None else told.last.host_fence
+    out.print(
+        text(
+            f"  fence: Redis {fence_text(told.fence_counter)}, host {fence_text(host)} (last seen)"
+        )
+    )
+    if told.last is None:
+        out.print(text("  last cycle: never"))
+        return
+    last = told.last
+    ended = "-" if last.finished_at is None else f"{span(now - last.finished_at)} ago"
+    out.print(text("  last cycle: ", last_text(last).plain, f", {ended}, by {last.replica or '?'}"))
+    if last.duration is not None:
+        # Its own work, from the lock on; the start offset and the wait for a slot come apart.
+        waited = "" if last.waited is None else f", after waiting {span(last.waited)} to start"
+        out.print(text(f"  took {span(last.duration)}{waited}"))
+    for step in told.steps:
+        seconds = "?" if step.seconds is None else span(step.seconds)
+        out.print(text(f"    {step.phase}: {seconds}, {actions(len(step.actions))}"))
+        for action in step.actions:
+            out.print(text(f"      did {action}"))
+        for kind, subject, detail in step.notices:
+            out.print(text(f"      {kind} {subject}: {detail}"))
+        if step.more:
+            out.print(text(f"      ... {step.more} more"))
+    for heading, items in (("still wrong", told.still_wrong), ("fixed", told.fixed)):
+        out.print(text(f"  {heading}: ", "none" if not items else ""))
+        for item in items:
+            out.print(text(f"    {item}"))
+    out.print(text(f"  recent cycles ({len(told.history)}):"))
+    out.print(history_table(told.history, now))
+
+
+def fence_text(fence: int | None) -> str:
+    return "?" if fence is None else str(fence)
+
+
+def holder_text(state: LockState) -> str:
+    holder = state.holder
+    held = (
+        f"replica {holder.replica} (host {holder.host}, pid {holder.pid}, since "
+        f"{holder.acquired_at})"
+        if holder
+        else f"an unknown record {fleet.shown_record(state.record)}"
+    )
+    return f"{held}, fence {fence_text(state.fence)}, {span(state.ttl_left)} left"
+
+
+def actions(count: int) -> str:
+    return f"{count} action" + ("" if count == 1 else "s")
+
+
+def outcome_style(outcome: str) -> str:
+    return {"ok": "green", "locked": "yellow", "interrupted": "yellow"}.get(outcome, "bold red")
+
+
+def span(seconds: float) -> str:
+    """A duration for people: ``0.4 s``, ``14 min 59 s``, ``2 h 5 min``, ``3 d 4 h``."""
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes} min {secs} s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours} h {minutes} min"
+    days, hours = divmod(hours, 24)
+    return f"{days} d {hours} h"

@@ -1,0 +1,148 @@
+"""One replica's life: the engine ``wiring`` builds, run on the event loop the settings choose,
+stopped by SIGTERM or SIGINT, and around it what operators watch: metrics, the HTTP endpoints,
+systemd's notifications.
+
+arq's habit: signal handlers only set a flag (``Engine.request_stop``) and work drains on its own;
+a second signal cancels at once. The same code runs under systemd, as PID 1 in a container and in a
+terminal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+from collections.abc import AsyncIterator, Callable
+
+from playguard_async.coordination.client import redis_answers
+from playguard_async.desired_state.inventory import RemoteDesiredState
+from playguard_async.engine.scheduler import CycleResult, Engine, Outcome
+from playguard_async.kits.aio import background
+from playguard_async.kits.capacity import raise_open_files_limit
+from playguard_async.service.endpoints import application, serving
+from playguard_async.service.liveness import Liveness
+from playguard_async.service.metrics import Metrics
+from playguard_async.service.notifications import ChangeNotifier, news_of
+from playguard_async.service.systemd import Notifier, report_to_systemd, watchdog_interval
+from playguard_async.service.wiring import RemoteLayer, build_engine, stopping_on_signals
+from playguard_async.settings import Settings
+
+
+async def serve(settings: Settings, *, stop_after: float | None = None) -> None:
+    """Run the daemon until SIGTERM or SIGINT (or ``stop_after`` seconds), then drain and return."""
+    # Before the engine sizes its slots from it (``max_concurrent_cycles = "auto"``).
+    raise_open_files_limit()
+    metrics = Metrics(outcomes=[outcome.value for outcome in Outcome], lock_ttl=settings.lock_ttl)
+
+    async def count(result: CycleResult) -> None:
+        metrics.cycle_finished(result.outcome.value, result.durations)
+        health, _ = news_of(result)
+        metrics.marquee_finished(result.marquee, result.outcome.value, health, result.finished_at)
+
+    remote = RemoteLayer(settings)
+    engine = build_engine(settings, listeners=[count], observer=metrics, remote=remote)
+    changes = ChangeNotifier(settings, engine.redis)
+    engine.listeners.append(changes.notify_cycle)
+    metrics.count_in_flight(lambda: len(engine.cycles))
+    metrics.watch_desired_state_loaded(lambda: engine.inventory is not None)
+    source = engine.desired_state
+    if isinstance(source, RemoteDesiredState):
+        metrics.watch_desired_state(
+            lambda: source.reachable, source.snapshot_age, source.write_failures
+        )
+    if stop_after is not None:
+        asyncio.get_running_loop().call_later(stop_after, engine.request_stop)
+    try:
+        with stopping_on_signals(engine):
+            async with (
+                watched(engine, metrics),
+                changes.sending(drain=settings.webhook_timeout),
+                listening(engine),
+            ):
+                await engine.run()
+    finally:
+        await remote.close()
+        await engine.redis.aclose()
+        if isinstance(source, RemoteDesiredState):
+            await source.close()
+
+
+@contextlib.asynccontextmanager
+async def listening(engine: Engine) -> AsyncIterator[None]:
+    """While the block runs, a desired state that can tell of changes (PostgreSQL's
+    LISTEN/NOTIFY) wakes the changed Marquees' cycles early and resyncs after a reconnect."""
+    source = engine.desired_state
+    if not isinstance(source, RemoteDesiredState):
+        yield
+        return
+    async with background("desired-state-listener", source.listen(engine.wake, engine.resync)):
+        yield
+
+
+@contextlib.asynccontextmanager
+async def watched(engine: Engine, metrics: Metrics) -> AsyncIterator[None]:
+    """What operators watch of a running ``engine``, for as long as the block lasts: the HTTP
+    endpoints when ``http_address`` is set, systemd notifications when ``$NOTIFY_SOCKET`` is.
+
+    Both share one liveness test (the tick loop turns) and one readiness test (Redis answers PING),
+    and both end after the block, so they still answer while the engine drains.
+    """
+    settings = engine.settings
+    liveness = Liveness(
+        interval=settings.tick_interval,
+        last_tick=lambda: engine.last_tick,
+        draining=engine.stopping.is_set,
+    )
+    ready = functools.partial(redis_answers, engine.redis, settings.redis_socket_timeout)
+
+    def status_text() -> str:
+        text = f"{len(engine.cycles)} cycles in flight; {liveness.check().describe()}"
+        missing = desired_state_missing(engine)
+        return text if missing is None else f"{text}; {missing}"
+
+    async with contextlib.AsyncExitStack() as around:
+        bind = settings.http_bind()
+        if bind is not None:
+            app = application(
+                liveness=liveness,
+                ready=ready,
+                ready_timeout=settings.redis_socket_timeout,
+                metrics=metrics.handler(),
+                not_ready_because=functools.partial(desired_state_missing, engine),
+            )
+            await around.enter_async_context(serving(app, *bind))
+        notifier = Notifier.from_environment()
+        if notifier.enabled:
+            report = report_to_systemd(
+                notifier,
+                ready=ready,
+                liveness=liveness,
+                status_text=status_text,
+                stopping=engine.stopping,
+                interval=watchdog_interval() or settings.tick_interval,
+            )
+            await around.enter_async_context(background("systemd", report))
+        yield
+
+
+def desired_state_missing(engine: Engine) -> str | None:
+    """Why the desired state is out of reach (while the engine runs on its last snapshot), or
+    why there is none yet (while the engine runs no cycles); None when neither."""
+    source = engine.desired_state
+    if isinstance(source, RemoteDesiredState) and source.reachable is False:
+        reason = f"desired state {source.describe()} unreachable: {source.last_error}"
+        return reason if engine.inventory is not None else f"{reason}; no snapshot yet: no cycles"
+    if engine.inventory is None and engine.waiting_for_desired_state is not None:
+        return f"no desired state yet: no cycles: {engine.waiting_for_desired_state}"
+    return None
+
+
+def run(settings: Settings, *, stop_after: float | None = None) -> None:
+    """Run ``serve`` on the event loop the settings choose."""
+    loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None
+    if settings.event_loop == "uvloop":
+        import uvloop  # noqa: PLC0415 - optional at import time, chosen by settings
+
+        loop_factory = uvloop.new_event_loop
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        runner.run(serve(settings, stop_after=stop_after))

@@ -1,0 +1,216 @@
+"""Prometheus metrics of one replica, in a registry of its own.
+
+A registry per ``Metrics`` (not prometheus-client's global one) keeps the exposition to what this
+module defines, and lets tests and in-process engines each have theirs. The engine never imports
+this module: the daemon hands a ``Metrics`` to it as its ``EngineObserver`` and feeds finished
+cycles in through a cycle listener.
+"""
+
+from __future__ import annotations
+
+import math
+import typing
+from collections.abc import Callable, Iterable, Mapping
+
+from aiohttp.typedefs import Handler
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Enum,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+)
+from prometheus_client.aiohttp import make_aiohttp_handler
+
+from playguard_async.coordination.lock import LossReason, ReleaseResult
+
+# Every counter and histogram would also carry a ``_created`` series: when this process made it,
+# which no alert or graph here reads.
+disable_created_metrics()  # type: ignore[no-untyped-call]
+
+PHASE_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)
+"""Phases range from a cheap "nothing to do" (milliseconds) to image pulls (minutes)."""
+
+TICK_LAG_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0)
+"""A healthy tick starts within milliseconds of its grid point; seconds mean a starved loop."""
+
+HEADROOM_SHARES = (0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
+"""Lease headroom buckets as shares of the lock's ttl: "how close did a phase come to the lease's
+end" reads the same whatever ttl a deployment chose."""
+
+
+class Metrics:
+    """The counters, gauges and histograms of one replica; an ``EngineObserver`` for the engine.
+
+    Known label values (every outcome, loss reason and release result) start at zero, so a rate or
+    an alert on them works before the first occurrence.
+    """
+
+    def __init__(self, *, outcomes: Iterable[str], lock_ttl: float) -> None:
+        outcomes = list(outcomes)
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.cycles = Counter(
+            "playguard_cycles",
+            "Cycles finished, by outcome (locked: another replica held the Marquee).",
+            ["outcome"],
+            registry=self.registry,
+        )
+        self.lock_lost = Counter(
+            "playguard_lock_lost",
+            "Leases lost, by reason: at renewal (expired, stolen, unreachable), or because the "
+            "host refused a write (fenced).",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.lock_releases = Counter(
+            "playguard_lock_releases",
+            "Lease releases, by what the release found (released, expired, stolen, unknown).",
+            ["result"],
+            registry=self.registry,
+        )
+        self.phase_duration = Histogram(
+            "playguard_phase_duration_seconds",
+            "Seconds each phase took, failed and deadline-cut phases included.",
+            ["phase"],
+            buckets=PHASE_BUCKETS,
+            registry=self.registry,
+        )
+        self.tick_lag = Histogram(
+            "playguard_tick_lag_seconds",
+            "Seconds a tick started after its point on the tick grid.",
+            buckets=TICK_LAG_BUCKETS,
+            registry=self.registry,
+        )
+        self.lease_headroom = Histogram(
+            "playguard_lease_headroom_seconds",
+            "Seconds left on a lease just before it was renewed.",
+            buckets=tuple(round(lock_ttl * share, 3) for share in HEADROOM_SHARES),
+            registry=self.registry,
+        )
+        self.cycles_in_flight = Gauge(
+            "playguard_cycles_in_flight",
+            "Cycles started and not yet finished (waiting for their start offset or a slot, too).",
+            registry=self.registry,
+        )
+        self.replicas = Gauge(
+            "playguard_replicas",
+            "Live replicas sharing the fleet at the last tick (0: not sharing, Redis unreadable, "
+            "so this one attempts every Marquee).",
+            registry=self.registry,
+        )
+        self.marquees_assigned = Gauge(
+            "playguard_marquees_assigned",
+            "Launchable Marquees this replica attempted at the last tick (its share of the fleet).",
+            registry=self.registry,
+        )
+        self.marquee_last_success = Gauge(
+            "playguard_marquee_last_success_timestamp_seconds",
+            "When this replica last finished an ok cycle of the Marquee (Unix seconds).",
+            ["marquee"],
+            registry=self.registry,
+        )
+        self.marquee_failures = Gauge(
+            "playguard_marquee_consecutive_failures",
+            "Failed cycles of the Marquee in a row, as this replica ran them (0 after an ok one).",
+            ["marquee"],
+            registry=self.registry,
+        )
+        self.marquee_outcome = Enum(
+            "playguard_marquee_last_outcome",
+            "Outcome of the Marquee's last cycle this replica ran (1 for it, 0 for the others).",
+            ["marquee"],
+            states=outcomes,
+            registry=self.registry,
+        )
+        for outcome in outcomes:
+            self.cycles.labels(outcome)
+        for reason in typing.get_args(LossReason):
+            self.lock_lost.labels(reason)
+        for result in ReleaseResult:
+            self.lock_releases.labels(result.value)
+
+    def count_in_flight(self, cycles: Callable[[], int]) -> None:
+        """Read the gauge of cycles in flight from ``cycles`` at every scrape."""
+        self.cycles_in_flight.set_function(cycles)
+
+    def watch_desired_state_loaded(self, loaded: Callable[[], bool]) -> None:
+        """A gauge read at every scrape: whether the engine has a desired state to cycle on."""
+        gauge = Gauge(
+            "playguard_desired_state_loaded",
+            "1 while a desired state is in force; 0 while none could be read since start (a "
+            "database out of reach): no cycles run until one is.",
+            registry=self.registry,
+        )
+        gauge.set_function(lambda: float(loaded()))
+
+    def watch_desired_state(
+        self,
+        reachable: Callable[[], bool | None],
+        age: Callable[[], float | None],
+        write_failures: Callable[[], int],
+    ) -> None:
+        """Gauges of a desired state behind a network, read at every scrape: whether its last
+        read reached it (NaN before the first) and the age of the snapshot in force."""
+        reachable_gauge = Gauge(
+            "playguard_desired_state_reachable",
+            "1 when the last read of the desired state (PostgreSQL) reached it, else 0.",
+            registry=self.registry,
+        )
+        age_gauge = Gauge(
+            "playguard_desired_state_snapshot_age_seconds",
+            "Seconds since the last good snapshot of the desired state (the one in force).",
+            registry=self.registry,
+        )
+        failures_gauge = Gauge(
+            "playguard_observed_state_write_failures",
+            "Observed-state writes back to the database that failed since start (never rises "
+            "in a healthy replica).",
+            registry=self.registry,
+        )
+        failures_gauge.set_function(write_failures)
+        reachable_gauge.set_function(lambda: _gauge_value(reachable()))
+        age_gauge.set_function(lambda: _gauge_value(age()))
+
+    def cycle_finished(self, outcome: str, durations: Mapping[str, float]) -> None:
+        self.cycles.labels(outcome).inc()
+        for phase, seconds in durations.items():
+            self.phase_duration.labels(phase).observe(seconds)
+
+    def marquee_finished(
+        self, marquee: str, outcome: str, health: str | None, finished_at: float
+    ) -> None:
+        """A cycle of ``marquee`` ended; ``health`` is what it says of the Marquee (``ok``,
+        ``failing``, or None when it says nothing: another replica held it, we stopped)."""
+        self.marquee_outcome.labels(marquee).state(outcome)
+        if health == "ok":
+            self.marquee_last_success.labels(marquee).set(finished_at)
+            self.marquee_failures.labels(marquee).set(0)
+        elif health == "failing":
+            self.marquee_failures.labels(marquee).inc()
+
+    def handler(self) -> Handler:
+        """An aiohttp handler serving this registry in the Prometheus text (or OpenMetrics) form."""
+        return make_aiohttp_handler(self.registry)
+
+    # -- EngineObserver ----------------------------------------------------------------------
+
+    def tick_started(self, lag: float) -> None:
+        self.tick_lag.observe(max(0.0, lag))
+
+    def fleet_shared(self, replicas: int, assigned: int) -> None:
+        self.replicas.set(replicas)
+        self.marquees_assigned.set(assigned)
+
+    def lease_renewing(self, headroom: float) -> None:
+        self.lease_headroom.observe(headroom)
+
+    def lease_lost(self, reason: LossReason) -> None:
+        self.lock_lost.labels(reason).inc()
+
+    def lease_released(self, result: ReleaseResult) -> None:
+        self.lock_releases.labels(result.value).inc()
+
+
+def _gauge_value(value: bool | float | None) -> float:
+    return math.nan if value is None else float(value)

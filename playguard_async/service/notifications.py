@@ -1,0 +1,212 @@
+"""Told once: a Marquee that goes bad, comes back, loses its lock or has a write refused is sent
+to a webhook and logged, once per change, whichever replica ran the cycle.
+
+Two kinds of news, kept apart because they repeat differently:
+
+- a change of health (``failing``, ``recovered``): each Marquee's health is one Redis key, swapped
+  with ``SET ... GET`` at the end of every cycle that says something about it, so exactly one
+  cycle (on whichever replica) sees each change, and a Marquee that keeps failing is told once;
+- an event (``lock_lost``, ``fenced``): every occurrence is news, but several replicas can see the
+  same one (a frozen holder and its successor), so ``once()`` on a fingerprint of (Marquee, event,
+  reason) lets one of them through per ``notify_window``.
+
+Sending never holds up a cycle or a lock's release: the cycle's listener only decides and queues;
+one background task posts, each attempt bounded by ``webhook_timeout``, retried ``webhook_retries``
+times. A full queue drops the oldest news and says so. With ``webhook_secret`` set, the body is
+signed (HMAC-SHA256) in ``X-Playguard-Signature: sha256=<hex>`` so the receiver can tell it from a
+forgery.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import hmac
+import json
+from collections import deque
+from collections.abc import AsyncIterator, Mapping
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlsplit
+
+import aiohttp
+import structlog
+
+from playguard_async import __version__
+from playguard_async.coordination.client import RedisClient
+from playguard_async.coordination.keys import health_key
+from playguard_async.coordination.lock import once
+from playguard_async.engine.scheduler import CycleResult
+from playguard_async.kits.aio import bounded
+from playguard_async.settings import Settings
+
+log = structlog.get_logger("playguard.notify")
+
+SILENT = frozenset({"locked", "interrupted"})
+"""Outcomes that say nothing about a Marquee's health: another replica had it, or we stopped."""
+
+QUEUE_LIMIT = 1000
+"""News waiting to be posted; past it the oldest is dropped (a receiver away for long)."""
+
+BACKOFF = 0.5
+"""Seconds before the first retry; each retry waits twice the one before."""
+
+
+def news_of(result: CycleResult) -> tuple[str | None, str | None]:
+    """What a cycle says: the health it shows (``ok``, ``failing``, None) and an event (or None)."""
+    outcome = result.outcome.value
+    if outcome in SILENT:
+        return None, None
+    if outcome == "lock_lost":
+        return None, "fenced" if result.reason == "fenced" else "lock_lost"
+    return ("ok" if outcome == "ok" else "failing"), None
+
+
+def fingerprint(marquee: str, event: str, reason: str | None) -> str:
+    text = "\0".join((marquee, event, reason or ""))
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def origin_of(url: str) -> str:
+    """What of a webhook URL may be logged: its path and query often carry the receiver's token."""
+    parts = urlsplit(url)
+    return (
+        f"{parts.scheme}://{parts.hostname}:{parts.port}"
+        if parts.port
+        else f"{parts.scheme}://{parts.hostname}"
+    )
+
+
+def signature(secret: str, body: bytes) -> str:
+    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+class ChangeNotifier:
+    """The daemon's cycle listener for notifications (``notify_cycle``) and their sender."""
+
+    def __init__(self, settings: Settings, redis: RedisClient) -> None:
+        self.url = settings.webhook_url.get_secret_value() if settings.webhook_url else ""
+        self.origin = origin_of(self.url)
+        self.secret = (
+            settings.webhook_secret.get_secret_value() if settings.webhook_secret else None
+        )
+        self.timeout = settings.webhook_timeout
+        self.retries = settings.webhook_retries
+        self.window = settings.notify_window
+        self.replica = settings.replica_id
+        self.redis = redis
+        self.redis_timeout = settings.redis_socket_timeout
+        self.waiting: deque[dict[str, Any]] = deque()
+        self._wake = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self.dropped = 0
+
+    async def notify_cycle(self, result: CycleResult) -> None:
+        """Decide whether ``result`` is news and queue it; a Redis error is the caller's to log."""
+        health, event = news_of(result)
+        if health is not None:
+            previous = await bounded(
+                self.redis_timeout, self.redis.set(health_key(result.marquee), health, get=True)
+            )
+            if previous is not None and previous not in (b"ok", b"failing"):
+                previous = None  # a value this project did not write: as if never recorded
+            if health == "failing" and previous != b"failing":
+                self._queue("failing", result)
+            elif health == "ok" and previous == b"failing":
+                self._queue("recovered", result)
+        if event is not None:
+            key = f"notify:{fingerprint(result.marquee, event, result.reason)}"
+            if await once(self.redis, key, self.window, timeout=self.redis_timeout):
+                self._queue(event, result)
+
+    def _queue(self, transition: str, result: CycleResult) -> None:
+        news = {
+            "marquee": result.marquee,
+            "transition": transition,
+            "outcome": result.outcome.value,
+            "reason": result.reason,
+            "phase": result.phase,
+            "fence": result.fence,
+            "replica": self.replica,
+            "cycle": result.cycle_id,
+            "at": datetime.fromtimestamp(result.finished_at or 0, UTC).isoformat(),
+        }
+        log.warning(
+            "marquee.transition",
+            transition=transition,
+            outcome=news["outcome"],
+            reason=news["reason"],
+        )
+        if not self.url:
+            return
+        if len(self.waiting) >= QUEUE_LIMIT:
+            self.waiting.popleft()
+            self.dropped += 1
+            log.error("notify.dropped", dropped=self.dropped, limit=QUEUE_LIMIT)
+        self.waiting.append(news)
+        self._idle.clear()
+        self._wake.set()
+
+    @contextlib.asynccontextmanager
+    async def sending(self, *, drain: float) -> AsyncIterator[None]:
+        """Post queued news for as long as the block lasts, then up to ``drain`` seconds more."""
+        if not self.url:
+            yield
+            return
+        async with aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=self.timeout),
+            headers={"User-Agent": f"playguard/{__version__}"},
+        ) as session:
+            sender = asyncio.create_task(self._send_forever(session), name="notify:send")
+            try:
+                yield
+            finally:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(drain):
+                        await self._idle.wait()
+                sender.cancel()
+                await asyncio.gather(sender, return_exceptions=True)
+                if self.waiting:
+                    log.warning("notify.unsent", waiting=len(self.waiting))
+
+    async def _send_forever(self, session: aiohttp.ClientSession) -> None:
+        while True:
+            if not self.waiting:
+                self._idle.set()
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            news = self.waiting[0]
+            await self._post(session, news)
+            if self.waiting and self.waiting[0] is news:
+                self.waiting.popleft()
+
+    async def _post(self, session: aiohttp.ClientSession, news: Mapping[str, Any]) -> None:
+        body = json.dumps(news, separators=(",", ":")).encode()
+        headers = {"Content-Type": "application/json", "X-Playguard-Event": news["transition"]}
+        if self.secret:
+            headers["X-Playguard-Signature"] = signature(self.secret, body)
+        error = ""
+        for attempt in range(self.retries + 1):
+            if attempt:
+                await asyncio.sleep(BACKOFF * 2 ** (attempt - 1))
+            try:
+                async with session.post(self.url, data=body, headers=headers) as response:
+                    if 200 <= response.status < 300:
+                        log.info("notify.sent", marquee=news["marquee"], attempts=attempt + 1)
+                        return
+                    error = f"HTTP {response.status}"
+                    if 400 <= response.status < 500 and response.status != 429:
+                        break  # the receiver refuses this news; sending it again changes nothing
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                error = error.replace(self.url, self.origin)
+        log.error(
+            "notify.failed",
+            marquee=news["marquee"],
+            transition=news["transition"],
+            url=self.origin,
+            error=error,
+        )

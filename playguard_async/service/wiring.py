@@ -1,0 +1,216 @@
+"""From settings to working parts: the Redis client, the remote options, the engine with its
+phases and cycle records, and the process signals that stop it.
+
+The daemon (``daemon.serve``) and the operator's foreground cycle (``operate.run_cycle``) are built
+here alike, so ``playguard cycle`` runs exactly the daemon's engine without importing what only the
+daemon needs around it (HTTP endpoints, systemd notifications, metrics).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import signal
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import TYPE_CHECKING
+
+import structlog
+
+from playguard_async.coordination.client import RedisClient, connect_redis
+from playguard_async.coordination.lock import Lease
+from playguard_async.coordination.records import CycleRecords
+from playguard_async.desired_state.inventory import (
+    DesiredState,
+    Marquee,
+    RemoteDesiredState,
+    YamlInventorySource,
+)
+from playguard_async.desired_state.pg import DatabaseError, PgAddress
+from playguard_async.engine.scheduler import (
+    CycleListener,
+    CycleResult,
+    Engine,
+    EngineObserver,
+    Outcome,
+    SessionOpener,
+)
+from playguard_async.phases.protocol import resolve_phases
+from playguard_async.remote.memo import ComposeMemo
+from playguard_async.remote.pool import ConnectionPool
+from playguard_async.remote.ssh import RemoteOptions, RemoteSession, connect, open_session
+from playguard_async.settings import Settings, SettingsError
+
+if TYPE_CHECKING:
+    from playguard_async.desired_state.postgres import PostgresDesiredState
+
+log = structlog.get_logger("playguard.wiring")
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class RemoteLayer:
+    """What the replica keeps of its hosts across cycles: the pool of SSH connections and the
+    memo of compose's answers. ``close()`` it when the replica stops (the daemon does)."""
+
+    def __init__(self, settings: Settings, *, pooled: bool = True) -> None:
+        self.settings = settings
+        self.options = remote_options(settings)
+        self.pool = ConnectionPool(
+            functools.partial(connect, options=self.options),
+            size=settings.ssh_pool_size if pooled else 0,
+            idle_timeout=settings.ssh_pool_idle_timeout,
+            check_timeout=settings.ssh_connect_timeout,
+        )
+        self.compose_memo = ComposeMemo(settings.compose_memo_size)
+
+    def session_opener(self) -> SessionOpener:
+        """Opens a cycle's remote session under its lease, as the settings say: a session of
+        its own on a pooled connection."""
+
+        def opener(marquee: Marquee, lease: Lease) -> AbstractAsyncContextManager[RemoteSession]:
+            return open_session(
+                marquee,
+                self.options,
+                lease=lease,
+                dry_run=self.settings.dry_run,
+                connections=self.pool.connection,
+                compose_memo=self.compose_memo,
+            )
+
+        return opener
+
+    async def close(self) -> None:
+        await self.pool.close()
+
+
+def remote_options(settings: Settings) -> RemoteOptions:
+    return RemoteOptions(
+        connect_timeout=settings.ssh_connect_timeout,
+        keepalive_interval=settings.ssh_keepalive_interval,
+        command_timeout=settings.remote_command_timeout,
+        output_limit=settings.remote_output_limit,
+        docker_timeout=settings.docker_api_timeout,
+        compose_command=settings.compose_command,
+        stuck_after=settings.stuck_after,
+        orphan_grace=settings.orphan_grace,
+        agent_chat_network=settings.agent_chat_network,
+    )
+
+
+def inventory_source(settings: Settings) -> DesiredState:
+    """The desired state the settings name, read within their size and time bounds."""
+    if settings.desired_state != "yaml":
+        return postgres_source(settings)
+    return YamlInventorySource(
+        settings.inventory,
+        max_bytes=settings.inventory_max_bytes,
+        timeout=settings.inventory_read_timeout,
+    )
+
+
+def postgres_source(settings: Settings) -> PostgresDesiredState:
+    """The PostgreSQL source ``settings.desired_state`` names, with its password source.
+
+    A password file that cannot be read is a configuration error now (``SettingsError``), as a
+    malformed URL is: only the database itself being out of reach is waited out."""
+    # Imported here: asyncpg is loaded only where the settings name a database.
+    from playguard_async.desired_state.observed_state import ObservedStateWriter  # noqa: PLC0415
+    from playguard_async.desired_state.postgres import PostgresDesiredState  # noqa: PLC0415
+
+    address, password = PgAddress.parse(settings.desired_state), settings.database_password()
+    try:
+        password()
+    except DatabaseError as exc:
+        raise SettingsError(str(exc)) from None
+    return PostgresDesiredState(
+        address,
+        password,
+        timeout=settings.desired_state_timeout,
+        validate_timeout=settings.inventory_read_timeout,
+        observed=ObservedStateWriter(
+            address, password, replica=settings.replica_id, timeout=settings.desired_state_timeout
+        ),
+    )
+
+
+def redis_for(settings: Settings) -> RedisClient:
+    return connect_redis(
+        settings.redis_url,
+        socket_timeout=settings.redis_socket_timeout,
+        connect_timeout=settings.redis_connect_timeout,
+        max_connections=settings.redis_max_connections,
+        password=settings.redis_password.get_secret_value() if settings.redis_password else None,
+        sentinel_password=(
+            settings.redis_sentinel_password.get_secret_value()
+            if settings.redis_sentinel_password
+            else None
+        ),
+        tls_ca_file=settings.redis_tls_ca_file,
+    )
+
+
+def build_engine(
+    settings: Settings,
+    *,
+    listeners: Sequence[CycleListener] = (),
+    observer: EngineObserver | None = None,
+    remote: RemoteLayer | None = None,
+) -> Engine:
+    """An engine for ``settings``; raises on an unknown phase before anything connects.
+
+    Finished cycles are recorded in Redis (in the round trip that releases their lease), then
+    told to ``listeners``. ``remote`` keeps
+    connections and compose's answers across cycles; without it, each cycle connects anew and
+    keeps nothing (a one-off cycle has nothing to keep them for).
+    """
+    phases = resolve_phases(settings.phases)
+    redis = redis_for(settings)
+    records = CycleRecords(
+        redis,
+        history_length=settings.history_length,
+        history_max_bytes=settings.history_max_bytes,
+        record_max_bytes=settings.record_max_bytes,
+        timeout=settings.redis_socket_timeout,
+    )
+
+    source = inventory_source(settings)
+    write_back: list[CycleListener] = []
+    if isinstance(source, RemoteDesiredState):
+
+        async def write_observed(result: CycleResult) -> None:
+            if result.outcome is not Outcome.LOCKED:
+                await source.record_cycle(result.to_record())
+
+        write_back.append(write_observed)
+    return Engine(
+        settings,
+        source,
+        redis,
+        phases,
+        open_session=(remote or RemoteLayer(settings, pooled=False)).session_opener(),
+        listeners=[*write_back, *listeners],
+        observer=observer,
+        records=records,
+    )
+
+
+@contextlib.contextmanager
+def stopping_on_signals(engine: Engine) -> Iterator[None]:
+    """While the block runs, SIGTERM and SIGINT ask ``engine`` to stop (arq's habit: the handler
+    only sets a flag): the first lets cycles finish their phase, a second cancels them at once.
+    Must be entered on the running event loop."""
+    loop = asyncio.get_running_loop()
+
+    def on_signal(signum: signal.Signals) -> None:
+        log.info("signal.received", signal=signum.name)
+        engine.request_stop()
+
+    for signum in STOP_SIGNALS:
+        loop.add_signal_handler(signum, on_signal, signum)
+    try:
+        yield
+    finally:
+        for signum in STOP_SIGNALS:
+            loop.remove_signal_handler(signum)
