@@ -27,7 +27,7 @@ from typing import Any
 from playguard_async.coordination.client import connect_redis
 from playguard_async.coordination.keys import cycle_history_key, last_cycle_key
 from playguard_async.coordination.records import CycleRecords, encode_record
-from playguard_async.engine.scheduler import CycleResult, Outcome
+from playguard_async.engine.results import CycleResult, Outcome
 from playguard_async.phases.protocol import BUILTIN_PHASES as PHASES
 from playguard_async.settings import load_settings
 from playguard_lab import RedisServer

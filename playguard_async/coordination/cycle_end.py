@@ -73,7 +73,7 @@ class CycleEnd:
         marquee: str,
         *,
         lease: Lease | None,
-        record: Mapping[str, Any] | None,
+        record: Mapping[str, object] | None,
         resume: Resume | None,
     ) -> asyncio.Future[Ending]:
         """Send what applies of release, ``record`` and ``resume`` in one round trip, now; the
@@ -82,8 +82,8 @@ class CycleEnd:
         The writes and the judging of their answers run to their end whatever becomes of the
         caller: cancelling a wait for the future cancels neither, so a cycle cancelled again in
         its ending still settles its lease and records each cycle once. No task is needed for
-        that on the channel, where the answers are judged in a callback (a task per ending was
-        6-10 % of an in-sync cycle's CPU)."""
+        that on the channel, where the answers are judged in a callback (a task per ending cost
+        more; bench/README.md)."""
         ending: asyncio.Future[Ending] = asyncio.get_running_loop().create_future()
         batch = (
             self.records.pending(marquee, record)

@@ -377,8 +377,8 @@ class _Scripts:
     raise_fence: AsyncScript
 
 
-# A TokenLock is made per cycle; registering (hashing) four scripts each time was a tenth of a
-# lock cycle's CPU. Weak keys: a closed client's scripts go with it.
+# A TokenLock is made per cycle; registering (hashing) four scripts each time cost more than the
+# lock's own work (bench/README.md). Weak keys: a closed client's scripts go with it.
 _SCRIPTS: weakref.WeakKeyDictionary[RedisClient, _Scripts] = weakref.WeakKeyDictionary()
 
 _HOST = socket.gethostname()
@@ -494,7 +494,7 @@ class TokenLock:
     def _new_record(self) -> tuple[str, str]:
         """A fresh token and the record naming it: ``Holder.encode``'s text, built around the
         part that is the same for every acquisition of this process (a ``Holder`` and a
-        json.dumps per acquisition were half of what taking the record cost)."""
+        json.dumps per acquisition cost more than the rest of taking it; bench/README.md)."""
         token = uuid.uuid4().hex
         acquired_at = datetime.now(UTC).isoformat(timespec="milliseconds")
         fields = _holder_fields(self.replica, os.getpid())

@@ -10,6 +10,7 @@ from typing import Any
 
 from playguard_async.coordination.client import RedisClient
 from playguard_async.coordination.keys import cycle_history_key, last_cycle_key
+from playguard_async.cycle_record import KEPT_FIELDS, StoredRecord
 from playguard_async.kits.aio import bounded
 
 # KEYS[1] a Marquee's last record, KEYS[2] its history. ARGV[1] records kept at most, ARGV[2] bytes
@@ -73,11 +74,11 @@ class CycleRecords:
         """How many of ``marquee``'s records wait for the next write."""
         return len(self._unwritten.get(marquee, ()))
 
-    async def record(self, marquee: str, record: Mapping[str, Any]) -> None:
+    async def record(self, marquee: str, record: Mapping[str, object]) -> None:
         """Write ``record`` (and any an earlier call could not) in a round trip of its own."""
         await self.record_batch(marquee, self.pending(marquee, record))
 
-    def pending(self, marquee: str, record: Mapping[str, Any]) -> list[str]:
+    def pending(self, marquee: str, record: Mapping[str, object]) -> list[str]:
         """Keep ``record`` as unwritten; the batch to write now, oldest first: what earlier
         writes left behind, then ``record``. Send ``write_command``, then judge its answer with
         ``answered``."""
@@ -126,13 +127,13 @@ class CycleRecords:
         if not waiting:
             del self._unwritten[marquee]
 
-    async def last(self, marquee: str) -> dict[str, Any] | None:
+    async def last(self, marquee: str) -> StoredRecord | None:
         """The last record, ``{}`` when the key holds something this project did not write."""
         async with asyncio.timeout(self.timeout):
             raw = await self.redis.get(last_cycle_key(marquee))
         return None if raw is None else decoded_record(raw)
 
-    async def history(self, marquee: str, *, limit: int | None = None) -> list[dict[str, Any]]:
+    async def history(self, marquee: str, *, limit: int | None = None) -> list[StoredRecord]:
         """The newest ``limit`` records (all kept ones by default), newest first."""
         last = (limit if limit is not None else self.history_length) - 1
         if last < 0:
@@ -144,9 +145,6 @@ class CycleRecords:
 
 MIN_RECORD_BYTES = 1_024
 """The smallest ``record_max_bytes``: what the fields a record never loses take at most."""
-
-RECORD_KEPT_FIELDS = ("marquee", "cycle", "outcome", "finished_at", "duration")
-"""Fields every record has, even empty: readers need them."""
 
 NOTICE_DETAIL_LIMIT = 512
 """Characters of a notice's detail a record over its bound keeps."""
@@ -166,13 +164,11 @@ def encode_record(record: Mapping[str, Any], max_bytes: int) -> str:
     Empty fields are left out (a reader takes a missing field for empty). A record still too big
     loses, in this order until it fits: the tail of each notice's detail, whole notices from the
     last, the findings, the actions, the tail of the reason; its ``truncated`` field counts what
-    went. The outcome and the fields in ``RECORD_KEPT_FIELDS`` always stay (names cut to 64
+    went. The outcome and the fields in ``KEPT_FIELDS`` always stay (names cut to 64
     characters in the last resort).
     """
     compact: dict[str, Any] = {
-        key: value
-        for key, value in record.items()
-        if key in RECORD_KEPT_FIELDS or value not in _EMPTY
+        key: value for key, value in record.items() if key in KEPT_FIELDS or value not in _EMPTY
     }
     if isinstance(actions := compact.get("actions"), dict):
         compact["actions"] = {phase: taken for phase, taken in actions.items() if taken}
@@ -192,7 +188,7 @@ def encode_record(record: Mapping[str, Any], max_bytes: int) -> str:
     last_resort = {
         key: value[:64] if isinstance(value, str) else value
         for key, value in compact.items()
-        if key in (*RECORD_KEPT_FIELDS, "fence", "host_fence", "truncated")
+        if key in (*KEPT_FIELDS, "fence", "host_fence", "truncated")
     }
     return _json(last_resort)
 

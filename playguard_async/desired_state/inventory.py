@@ -47,10 +47,11 @@ from yaml.composer import ComposerError
 from yaml.constructor import ConstructorError
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from playguard_async.cycle_record import CycleRecord
 from playguard_async.kits.aio import in_thread
 from playguard_async.kits.files import FileRefused, read_limited, read_text_limited, signature_of
 
-try:  # libyaml: about 3x faster, and it refuses nesting past 1,000 levels itself
+try:  # libyaml: faster (bench/README.md), and it refuses nesting past 1,000 levels itself
     from yaml import CSafeLoader as _SafeLoader
 except ImportError:  # pragma: no cover - PyYAML built without libyaml
     from yaml import SafeLoader as _SafeLoader  # type: ignore[assignment]
@@ -599,7 +600,7 @@ class RemoteDesiredState(DesiredState, Protocol):
         when changes may have been missed."""
         ...
 
-    async def record_cycle(self, record: Mapping[str, Any]) -> None:
+    async def record_cycle(self, record: CycleRecord) -> None:
         """Write a finished cycle's observed state (a cycle record) back; never raises."""
         ...
 
@@ -736,7 +737,7 @@ _MISSING = object()
 
 class _EventBuilder:
     """Builds a document straight from the parser's events, without PyYAML's node tree: a
-    tenth of the memory (a 10,000-Marquee tree is 300 MiB of nodes) and a fraction of the time.
+    fraction of the memory and of the time (bench/README.md: the inventory's event builder).
 
     One loop per open collection, each taking its own events and dispatching on their class:
     a mapping knows that it wants a key or a value from where it is in its loop, so nothing per
@@ -896,9 +897,9 @@ RELEASE_SLICE = 256
 def _release_in_slices(root: Node) -> None:
     """Free the node tree a slice of each top-level list at a time.
 
-    Dropped whole, a 10,000-Marquee tree (half a million nodes) is freed in one cascade of C
-    deallocations that holds the interpreter lock for a quarter of a second, stalling the event
-    loop the read was moved off; between slices the lock can change hands.
+    Dropped whole, a large tree is freed in one cascade of C deallocations that holds the
+    interpreter lock long enough to stall the event loop the read was moved off
+    (bench/README.md); between slices the lock can change hands.
     """
     if isinstance(root, MappingNode):
         for _, value in root.value:
@@ -952,8 +953,8 @@ def _reason(error: ErrorDetails) -> str:
 
 
 INVENTORY_MAX_BYTES = 8 << 20
-"""Default bytes an inventory file may have (10,000 Marquees with 5 Playgrounds each are about
-4.7 MiB; parsing one takes about 30 bytes of memory per byte of text)."""
+"""Default bytes an inventory file may have: room for 10,000 Marquees with 5 Playgrounds each,
+with what parsing costs per byte bounded (bench/README.md: inventory size and memory)."""
 
 INVENTORY_READ_TIMEOUT = 30.0
 """Default seconds reading, parsing and validating it may take."""

@@ -18,6 +18,7 @@ from typing import Any
 import asyncpg
 import structlog
 
+from playguard_async.cycle_record import CycleRecord
 from playguard_async.desired_state.pg import (
     DatabaseError,
     PasswordSource,
@@ -79,7 +80,7 @@ class ObservedStateWriter:
         self.failures = 0
         """Writes that failed since start (``playguard_observed_state_write_failures``)."""
 
-    async def record(self, record: Mapping[str, Any]) -> None:
+    async def record(self, record: CycleRecord) -> None:
         """Write ``record`` (a ``CycleResult.to_record()``); logs and counts a failure."""
         try:
             async with self._writing, asyncio.timeout(self._timeout):
@@ -98,7 +99,7 @@ class ObservedStateWriter:
                 else redacted(f"{type(exc).__name__}: {exc}", None),
             )
 
-    async def _write(self, record: Mapping[str, Any]) -> None:
+    async def _write(self, record: CycleRecord) -> None:
         if self._connection is None or self._connection.is_closed():
             self._connection = await connect(self.address, self._password, timeout=self._timeout)
         connection = self._connection

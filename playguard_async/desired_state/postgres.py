@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,7 @@ import asyncpg
 import structlog
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
+from playguard_async.cycle_record import CycleRecord
 from playguard_async.desired_state.inventory import (
     AgentChat,
     DesiredStateUnavailable,
@@ -190,7 +191,7 @@ def validate_snapshot(rows: Rows, memo: RowMemo | None = None) -> Validated:
     and an unchanged snapshot returns the last result itself, its inventory's index built. The
     cyclic collector is held off meanwhile, as for the YAML file: the models and the index are
     hundreds of thousands of objects, none in a cycle, and the collections their allocation
-    starts walked everything alive (a fifth to a quarter of a cold 10,000-Marquee snapshot)."""
+    starts walked everything alive (bench/README.md: the collector in a cold snapshot)."""
     with _collector_paused():
         return _validate_snapshot(rows, memo)
 
@@ -450,7 +451,7 @@ class PostgresDesiredState:
             return None
         return time.monotonic() - self.last_snapshot_at
 
-    async def record_cycle(self, record: Mapping[str, Any]) -> None:
+    async def record_cycle(self, record: CycleRecord) -> None:
         """Write a finished cycle's observed state back (never raises: logged and counted)."""
         if self._observed is not None:
             await self._observed.record(record)

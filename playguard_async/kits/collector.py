@@ -4,13 +4,13 @@ At 10,000 Marquees the desired state is hundreds of thousands of objects that li
 change. ``settle_new_desired_state`` runs once per change, when the new state is in place:
 
 - What is alive then (the state, its index, the engine) leaves the collector's generations
-  (``gc.freeze``): every full collection walked all of it again, 16 % of a 10,000-Marquee tick.
+  (``gc.freeze``): every full collection walked all of it again (bench/README.md: GC per tick).
   The previous state's objects go back first, so the collector frees them once they are garbage.
 - The collector runs young collections every ``YOUNG_COLLECTION_THRESHOLD`` allocations.
 
-Not done: handing the heap the reading freed back to the system (glibc's ``malloc_trim``). It
-returned 12 MiB after reading 10,000 Marquees x 5 Playgrounds, but the next tick's cycles take
-that memory again: the resident size after a tick was the same with it and without.
+Not done: handing the heap the reading freed back to the system (glibc's ``malloc_trim``): the
+next tick's cycles take that memory again, and the resident size after a tick was the same with
+it and without (bench/README.md).
 """
 
 from __future__ import annotations

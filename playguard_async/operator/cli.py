@@ -1,4 +1,4 @@
-"""The ``playguard`` command: argument parsing and output only; the work is in ``operate``.
+"""The ``playguard`` command: parsing and output; the work is in ``fleet`` and ``describe``.
 
 Exit statuses: 0 done (a cycle ended ok, every check passed); 1 an error a person can fix, a
 failed check, or ``unlock`` that deleted nothing; 2 bad usage; 3 ``cycle`` found the Marquee
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from playguard_async.settings import Settings
 
 # Everything else is imported by the command that needs it: `--version` and `--help` load click
-# and nothing of the engine, Redis, SSH or rich (1.1 s of imports before; bench/cli_startup.py).
+# and nothing of the engine, Redis, SSH or rich (bench/cli_startup.py, bench/README.md).
 
 EXIT_LOCKED = 3
 EXIT_NOT_OK = 4
@@ -185,7 +185,7 @@ def cycle(
 
         from rich.console import Console
 
-        from playguard_async.engine.scheduler import CycleResult, Outcome
+        from playguard_async.engine.results import CycleResult, Outcome
         from playguard_async.operator import display, fleet
 
         # With --json the phase lines and the spinner go nowhere.

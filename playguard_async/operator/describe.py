@@ -14,11 +14,12 @@ import asyncio
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from playguard_async.coordination.keys import fence_key, marquee_lock_name
 from playguard_async.coordination.lock import LockState, inspect_lock
 from playguard_async.coordination.records import CycleRecords
+from playguard_async.cycle_record import StoredRecord, is_seconds, listed, mapping
 from playguard_async.operator.fleet import LastCycle, OperateError, holder_json, open_fleet
 from playguard_async.settings import Settings
 
@@ -85,18 +86,18 @@ class MarqueeStory:
         }
 
 
-def phase_steps(record: Mapping[str, Any]) -> list[PhaseStep]:
+def phase_steps(record: StoredRecord) -> list[PhaseStep]:
     """The phases of a stored record in the order they ran; what is not in the engine's shape is
     left out."""
-    durations = _mapping(record.get("durations"))
-    actions = _mapping(record.get("actions"))
-    notices = _mapping(record.get("notices"))
+    durations = mapping(record.get("durations"))
+    actions = mapping(record.get("actions"))
+    notices = mapping(record.get("notices"))
     steps = []
     for phase, seconds in durations.items():
-        taken = [str(action) for action in _list(actions.get(phase))]
+        taken = [str(action) for action in listed(actions.get(phase))]
         found = [
             (str(notice.get("kind")), str(notice.get("subject")), str(notice.get("detail")))
-            for notice in _list(notices.get(phase))
+            for notice in listed(notices.get(phase))
             if isinstance(notice, Mapping)
         ]
         shown_actions = taken[:PHASE_ITEMS_SHOWN]
@@ -104,7 +105,7 @@ def phase_steps(record: Mapping[str, Any]) -> list[PhaseStep]:
         steps.append(
             PhaseStep(
                 phase=str(phase),
-                seconds=float(seconds) if _is_seconds(seconds) else None,
+                seconds=float(seconds) if is_seconds(seconds) else None,
                 actions=shown_actions,
                 notices=shown_notices,
                 more=len(taken) - len(shown_actions) + len(found) - len(shown_notices),
@@ -113,21 +114,9 @@ def phase_steps(record: Mapping[str, Any]) -> list[PhaseStep]:
     return steps
 
 
-def _mapping(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _list(value: object) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
-def _is_counter(value: bytes | None) -> bool:
+def _is_counter(value: object) -> TypeGuard[bytes]:
     """A fence counter as INCR writes it (anything else was set by hand or by another tool)."""
-    return value is not None and 0 < len(value) <= 20 and value.isdigit()
-
-
-def _is_seconds(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value < 1e9
+    return isinstance(value, bytes) and 0 < len(value) <= 20 and value.isdigit()
 
 
 async def marquee_story(settings: Settings, name: str, *, limit: int) -> MarqueeStory:

@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from playguard_async.coordination.lock import LockState
-from playguard_async.engine.scheduler import CycleResult, Outcome
+from playguard_async.engine.results import CycleResult, Outcome
 from playguard_async.kits.textclean import clean
 from playguard_async.operator import describe, fleet
 from playguard_async.settings import Settings

@@ -13,11 +13,11 @@ import asyncio
 import contextlib
 import dataclasses
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from redis.exceptions import RedisError
 
@@ -27,10 +27,18 @@ from playguard_async.coordination.keys import fence_key, lock_key, marquee_lock_
 from playguard_async.coordination.lock import LockState, ReleaseResult, TokenLock, inspect_lock
 from playguard_async.coordination.records import CycleRecords
 from playguard_async.coordination.topology import read_topology
+from playguard_async.cycle_record import (
+    NoticeKind,
+    StoredRecord,
+    notices_of,
+    optional,
+    seconds,
+    typed,
+)
 from playguard_async.desired_state.inventory import Inventory, InventoryError, Marquee, Registry
-from playguard_async.engine.scheduler import CycleResult, Outcome, PhaseListener
+from playguard_async.engine.results import CycleResult, Outcome, PhaseListener
 from playguard_async.kits.aio import bounded
-from playguard_async.phases.protocol import NoticeKind, UnknownPhase, resolve_phases
+from playguard_async.phases.protocol import UnknownPhase, resolve_phases
 from playguard_async.remote import guard
 from playguard_async.remote.docker import registry_auth
 from playguard_async.remote.errors import AuthRefused, HostKeyMismatch, RemoteError
@@ -154,7 +162,7 @@ class LastCycle:
     """Seconds it waited for its start offset and a slot before taking the lock."""
 
     @classmethod
-    def from_record(cls, record: Mapping[str, Any]) -> LastCycle:
+    def from_record(cls, record: StoredRecord) -> LastCycle:
         """The record as written by the engine; anything else (Redis is outside input: a field
         missing, of another type, a record of another program) reads as outcome ``unknown``."""
         try:
@@ -168,25 +176,25 @@ class LastCycle:
             )  # fmt: skip
 
     @classmethod
-    def _parse(cls, record: Mapping[str, Any]) -> LastCycle:
-        notices = list(_notices(record))
+    def _parse(cls, record: StoredRecord) -> LastCycle:
+        notices = list(notices_of(record))
         drift: dict[str, list[str]] = {}
         for _, kind, subject, detail in notices:
             if kind is NoticeKind.DRIFT:
                 drift.setdefault(subject, []).append(detail)
         return cls(
-            cycle=_typed(record["cycle"], str),
-            outcome=_typed(record["outcome"], str),
-            phase=_optional(record.get("phase"), str),
-            reason=_optional(record.get("reason"), str),
-            fence=_optional(record.get("fence"), int),
-            host_fence=_optional(record.get("host_fence"), int),
-            finished_at=_seconds(record["finished_at"]),
-            duration=_seconds(record["duration"]),
+            cycle=typed(record["cycle"], str),
+            outcome=typed(record["outcome"], str),
+            phase=optional(record.get("phase"), str),
+            reason=optional(record.get("reason"), str),
+            fence=optional(record.get("fence"), int),
+            host_fence=optional(record.get("host_fence"), int),
+            finished_at=seconds(record["finished_at"]),
+            duration=seconds(record["duration"]),
             actions=sum(len(taken) for taken in (record.get("actions") or {}).values()),
-            replica=_optional(record.get("replica"), str),
-            dry_run=_optional(record.get("dry_run"), bool) or False,
-            waited=None if record.get("waited") is None else _seconds(record["waited"]),
+            replica=optional(record.get("replica"), str),
+            dry_run=optional(record.get("dry_run"), bool) or False,
+            waited=None if record.get("waited") is None else seconds(record["waited"]),
             drift=drift,
             branch_gone={
                 subject: detail
@@ -203,40 +211,6 @@ class LastCycle:
     def to_json(self, now: float) -> dict[str, Any]:
         age = None if self.finished_at is None else round(max(0.0, now - self.finished_at), 3)
         return {**dataclasses.asdict(self), "age": age}
-
-
-def _notices(record: Mapping[str, Any]) -> Iterator[tuple[str, NoticeKind, str, str]]:
-    """(phase, kind, subject, detail) of each notice the record holds, whichever phase wrote it;
-    ValueError or TypeError for one not in the shape ``Notice.to_json`` writes."""
-    for phase, listed in (record.get("notices") or {}).items():
-        for notice in listed:
-            yield (
-                _typed(phase, str),
-                NoticeKind(notice["kind"]),
-                _typed(notice["subject"], str),
-                _typed(notice["detail"], str),
-            )
-
-
-_T = TypeVar("_T")
-
-
-def _typed(value: object, kind: type[_T]) -> _T:
-    """``value`` if it is a ``kind`` (a bool is no int here), else ValueError."""
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise ValueError(f"expected {kind.__name__}, found {type(value).__name__}")
-    return value
-
-
-def _optional(value: object, kind: type[_T]) -> _T | None:
-    return None if value is None else _typed(value, kind)
-
-
-def _seconds(value: object) -> float:
-    """A finite, non-negative number of seconds (JSON has no NaN, but Python's json reads one)."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1e12:
-        raise ValueError(f"not a time: {value!r}")
-    return float(value)
 
 
 @dataclass(frozen=True)

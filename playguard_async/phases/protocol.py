@@ -10,7 +10,6 @@ without forking the daemon.
 
 from __future__ import annotations
 
-import enum
 import importlib
 import re
 import reprlib
@@ -22,6 +21,7 @@ from structlog.typing import FilteringBoundLogger
 from typing_extensions import TypeVar
 
 from playguard_async.coordination.lock import Lease
+from playguard_async.cycle_record import NoticeKind, NoticeRecord
 from playguard_async.desired_state.inventory import Inventory, Marquee
 
 
@@ -64,17 +64,6 @@ class PhaseContext(Generic[SessionT_co]):
     remote: Callable[[], Awaitable[SessionT_co]]
 
 
-class NoticeKind(enum.StrEnum):
-    """What a notice asks an operator to look at."""
-
-    DRIFT = "drift"
-    """A playground was (or in dry-run would be) changed; the detail says why."""
-    BRANCH_GONE = "branch_gone"
-    """A playground's branch is gone from its repo; the detail names the branch."""
-    FAILED = "failed"
-    """An item of the phase (a registry, an image, a chat) failed; the detail is the error."""
-
-
 @dataclass(frozen=True)
 class Notice:
     """One finding an operator should look at, in the shape every phase shares.
@@ -88,7 +77,7 @@ class Notice:
     subject: str
     detail: str
 
-    def to_json(self) -> dict[str, str]:
+    def to_json(self) -> NoticeRecord:
         return {"kind": self.kind.value, "subject": self.subject, "detail": self.detail}
 
 

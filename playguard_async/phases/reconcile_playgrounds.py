@@ -21,8 +21,9 @@ from collections import defaultdict
 from collections.abc import Mapping
 from datetime import UTC, datetime
 
+from playguard_async.cycle_record import NoticeKind
 from playguard_async.desired_state.inventory import Playground
-from playguard_async.phases.protocol import Notice, NoticeKind, PhaseReport
+from playguard_async.phases.protocol import Notice, PhaseReport
 from playguard_async.phases.toolkit import (
     Container,
     CycleContext,

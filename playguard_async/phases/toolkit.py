@@ -14,14 +14,9 @@ from typing import Any
 
 from structlog.typing import FilteringBoundLogger
 
+from playguard_async.cycle_record import NoticeKind
 from playguard_async.desired_state.inventory import Inventory, InventoryError, Playground
-from playguard_async.phases.protocol import (
-    Notice,
-    NoticeKind,
-    PartialFailure,
-    PhaseContext,
-    PhaseReport,
-)
+from playguard_async.phases.protocol import Notice, PartialFailure, PhaseContext, PhaseReport
 from playguard_async.remote import git
 from playguard_async.remote.compose import PROJECT_LABEL, ComposeProject
 from playguard_async.remote.docker import PLAYGROUND

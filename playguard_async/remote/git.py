@@ -21,10 +21,6 @@ def checkout_dir(marquee: Marquee, playground: str) -> str:
     return f"{playground_dir(marquee, playground)}/checkout"
 
 
-def _in_checkout(checkout: str, *args: str) -> list[str]:
-    return ["git", "-C", checkout, "--git-dir=.git", *args]
-
-
 def ls_remote_heads(repo: str) -> list[str]:
     """Lists every branch head of ``repo``; only reads."""
     return ["git", "ls-remote", "--heads", "--", repo]

@@ -2,8 +2,8 @@
 compose's answers asked only when what they depend on changed.
 
 A converged Marquee used to cost four commands per Playground per cycle (``rev-parse``, ``cat``
-of the override, ``config --services``, ``config --hash``: 83 SSH channels and 23.5 s of the
-host's CPU for 20 Playgrounds, compose being a Python program). Now:
+of the override, ``config --services``, ``config --hash``; compose is a Python program, and
+bench/README.md has what that cost the host). Now:
 
 - ``playground_files``: ONE command reads, for every Playground of the Marquee, the commit its
   checkout is at, a digest of its working tree's changes against that commit (tracked and

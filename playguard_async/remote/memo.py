@@ -1,7 +1,7 @@
 """A bounded memo of what compose answered, kept by the replica across cycles.
 
-``config --services`` and ``config --hash`` cost about 0.5 s of the host's CPU each (compose 1.29
-is a Python program); on a converged Marquee their answers never change. The memo keeps, per
+``config --services`` and ``config --hash`` cost the host a Python program's start each (compose
+1.29; bench/README.md); on a converged Marquee their answers never change. The memo keeps, per
 compose project of a Marquee, the last answers with the digest of everything they were computed
 from (``remote.host_state`` builds it); an answer is used only when that digest is equal again, so
 a changed file, override, image or container makes compose be asked again. The least recently

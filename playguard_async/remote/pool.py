@@ -1,7 +1,8 @@
 """SSH connections kept open between the cycles of the same Marquee: a bounded pool.
 
-A new connection costs about 7 ms of our CPU and 23 ms of the host's (FACTS.md); a cycle every
-minute per Marquee makes that the largest share of a converged cycle's cost. The pool keeps a
+A new connection costs far more, ours and the host's CPU, than a cycle's commands on an open one
+(bench/README.md, FACTS.md); a cycle every minute per Marquee makes it the largest share of a
+converged cycle's cost. The pool keeps a
 connection after its cycle ends and hands it to the next cycle of the same Marquee, under rules
 that keep it no weaker than a fresh one:
 

@@ -62,9 +62,9 @@ log = structlog.get_logger("playguard.remote")
 _T = TypeVar("_T")
 
 # sshd's MaxSessions (10 by default) caps channels per connection, and kept at 10 in flight it
-# refuses 5-14% of opens (a slot frees a moment after the client sees a channel close), as measured
-# on loopback with OpenSSH 9.2. Commands, Docker API connections and a kill together stay well
-# below it; a refused open is retried.
+# refuses some opens (a slot frees a moment after the client sees a channel close; FACTS.md).
+# Commands, Docker API connections and a kill together stay well below it; a refused open is
+# retried.
 COMMAND_CHANNELS = 5
 DOCKER_CHANNELS = 3
 _OPEN_RETRIES = 4

@@ -16,7 +16,8 @@ from collections.abc import AsyncIterator, Callable
 
 from playguard_async.coordination.client import redis_answers
 from playguard_async.desired_state.inventory import RemoteDesiredState
-from playguard_async.engine.scheduler import CycleResult, Engine, Outcome
+from playguard_async.engine.results import CycleResult, Outcome
+from playguard_async.engine.scheduler import Engine
 from playguard_async.kits.aio import background
 from playguard_async.kits.capacity import raise_open_files_limit
 from playguard_async.service.endpoints import application, serving

@@ -22,8 +22,8 @@ def configure_logging(
 
     ``final``: the process's last configuration (a daemon's, from its settings), so each logger
     is assembled once, on its first use, rather than on every call: a filtered debug line cost a
-    whole logger's assembly each time, 7 % of an in-sync cycle. Not for the configuration set
-    before the settings are read, which a cached logger would keep.
+    whole logger's assembly each time (bench/README.md: cached loggers). Not for the
+    configuration set before the settings are read, which a cached logger would keep.
 
     Tracebacks, in either format, keep file, line and code only: structlog's console default
     (rich) prints every frame's local variables, which hold the Redis password and registry

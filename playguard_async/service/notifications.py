@@ -37,7 +37,7 @@ from playguard_async import __version__
 from playguard_async.coordination.client import RedisClient
 from playguard_async.coordination.keys import health_key
 from playguard_async.coordination.lock import once
-from playguard_async.engine.scheduler import CycleResult
+from playguard_async.engine.results import CycleResult
 from playguard_async.kits.aio import bounded
 from playguard_async.settings import Settings
 

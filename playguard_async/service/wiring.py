@@ -1,9 +1,9 @@
 """From settings to working parts: the Redis client, the remote options, the engine with its
 phases and cycle records, and the process signals that stop it.
 
-The daemon (``daemon.serve``) and the operator's foreground cycle (``operate.run_cycle``) are built
-here alike, so ``playguard cycle`` runs exactly the daemon's engine without importing what only the
-daemon needs around it (HTTP endpoints, systemd notifications, metrics).
+The daemon (``daemon.serve``) and the operator's foreground cycle (``operator.fleet.run_cycle``)
+are built here alike, so ``playguard cycle`` runs exactly the daemon's engine without importing
+what only the daemon needs around it (HTTP endpoints, systemd notifications, metrics).
 """
 
 from __future__ import annotations
@@ -28,14 +28,10 @@ from playguard_async.desired_state.inventory import (
     YamlInventorySource,
 )
 from playguard_async.desired_state.pg import DatabaseError, PgAddress
-from playguard_async.engine.scheduler import (
-    CycleListener,
-    CycleResult,
-    Engine,
-    EngineObserver,
-    Outcome,
-    SessionOpener,
-)
+from playguard_async.engine.cycle import SessionOpener
+from playguard_async.engine.observer import EngineObserver
+from playguard_async.engine.results import CycleListener, CycleResult, Outcome
+from playguard_async.engine.scheduler import Engine
 from playguard_async.phases.protocol import resolve_phases
 from playguard_async.remote.memo import ComposeMemo
 from playguard_async.remote.pool import ConnectionPool

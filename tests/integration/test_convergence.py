@@ -21,7 +21,7 @@ from redis.asyncio import Redis
 from playguard_async.coordination.keys import marquee_lock_key
 from playguard_async.coordination.records import CycleRecords
 from playguard_async.desired_state.inventory import InventoryError, YamlInventorySource
-from playguard_async.engine.scheduler import CycleResult, Outcome
+from playguard_async.engine.results import CycleResult, Outcome
 from playguard_async.phases.process_agent_chats import chat_container_name
 from playguard_async.phases.protocol import Phase, PhaseContext, resolve_phases
 from playguard_async.remote.docker import AGENT_CHAT, MANAGED, our_labels

@@ -17,7 +17,7 @@ from structlog.testing import capture_logs
 from playguard_async.coordination.keys import RESUME_KEY, cycle_history_key, marquee_lock_key
 from playguard_async.coordination.lock import ReleaseResult
 from playguard_async.coordination.records import CycleRecords
-from playguard_async.engine.scheduler import Outcome
+from playguard_async.engine.results import Outcome
 from playguard_lab import RedisServer
 from tests.integration.test_engine_observer import Recorder
 from tests.support.engine import EngineHarness, ScriptedPhase

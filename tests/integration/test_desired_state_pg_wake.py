@@ -18,7 +18,7 @@ from playguard_async.desired_state.pg import PgAddress, password_from
 from playguard_async.desired_state.postgres import PostgresDesiredState
 from playguard_async.desired_state.schema import migrate
 from playguard_async.desired_state.transfer import import_inventory
-from playguard_async.engine.scheduler import CycleResult
+from playguard_async.engine.results import CycleResult
 from playguard_async.kits.aio import background
 from playguard_async.phases.protocol import PhaseContext
 from tests.support.engine import EngineHarness, ScriptedPhase

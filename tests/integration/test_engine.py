@@ -15,9 +15,12 @@ from structlog.testing import capture_logs
 
 from playguard_async.coordination.keys import RESUME_KEY, marquee_lock_key, marquee_lock_name
 from playguard_async.coordination.lock import Lease, ReleaseResult, TokenLock
+from playguard_async.cycle_record import NoticeKind
 from playguard_async.desired_state.inventory import InventoryError, Marquee
-from playguard_async.engine.scheduler import CycleCancelled, CycleResult, Outcome
-from playguard_async.phases.protocol import Notice, NoticeKind, Phase, PhaseContext, PhaseReport
+from playguard_async.engine.cycle import Cycle
+from playguard_async.engine.results import CycleResult, Outcome
+from playguard_async.engine.scheduler import CycleCancelled
+from playguard_async.phases.protocol import Notice, Phase, PhaseContext, PhaseReport
 from playguard_lab import RedisServer
 from tests.support.engine import EngineHarness, ScriptedPhase, inventory_of
 from tests.support.state import StaticState
@@ -324,11 +327,11 @@ async def test_an_observer_bug_ends_the_cycle_in_the_error_outcome_at_once(
 async def test_a_cycle_whose_ending_breaks_is_logged_when_it_fails_not_at_drain(
     redis: Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    async def broken(result: CycleResult) -> None:
+    async def broken(cycle: Cycle) -> None:
         raise RuntimeError("ending bug")
 
     harness = EngineHarness(redis, ScriptedPhase("first"))
-    monkeypatch.setattr(harness.engine, "_finish", broken)
+    monkeypatch.setattr(Cycle, "_finish", broken)
     with capture_logs() as logs:
         [task] = await harness.engine.tick()
         await asyncio.wait([task])

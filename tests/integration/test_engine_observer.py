@@ -11,7 +11,7 @@ from redis.asyncio import Redis
 
 from playguard_async.coordination.keys import marquee_lock_key
 from playguard_async.coordination.lock import LossReason, ReleaseResult
-from playguard_async.engine.scheduler import Outcome
+from playguard_async.engine.results import Outcome
 from playguard_async.phases.protocol import PhaseContext
 from tests.support.engine import EngineHarness, ScriptedPhase
 

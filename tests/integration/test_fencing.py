@@ -15,7 +15,7 @@ from structlog.testing import capture_logs
 
 from playguard_async.coordination.keys import fence_key, lock_key, marquee_lock_name
 from playguard_async.desired_state.inventory import Marquee
-from playguard_async.engine.scheduler import Outcome
+from playguard_async.engine.results import Outcome
 from playguard_lab import DockerDaemon, SshServer
 from tests.support.fencing import Fleet, host_fence, journal
 from tests.support.world import lab_marquee_fields

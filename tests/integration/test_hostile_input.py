@@ -20,7 +20,8 @@ from playguard_async.coordination.keys import fence_key, last_cycle_key, lock_ke
 from playguard_async.coordination.lock import ReleaseResult, TokenLock
 from playguard_async.coordination.records import CycleRecords
 from playguard_async.desired_state.inventory import YamlInventorySource
-from playguard_async.engine.scheduler import Engine, Outcome
+from playguard_async.engine.results import Outcome
+from playguard_async.engine.scheduler import Engine
 from playguard_lab import RedisServer
 from tests.support.cli import EXIT_LOCKED, Playguard, assert_one_line_error, hold_lock
 from tests.support.daemon import DaemonRunner, marquee_entry

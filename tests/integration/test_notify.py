@@ -24,7 +24,7 @@ from structlog.testing import capture_logs
 
 from playguard_async.coordination.keys import health_key, marquee_lock_key
 from playguard_async.desired_state.inventory import Marquee
-from playguard_async.engine.scheduler import CycleResult, Outcome
+from playguard_async.engine.results import CycleResult, Outcome
 from playguard_async.phases.protocol import PhaseContext
 from playguard_async.service import notifications
 from playguard_async.service.notifications import ChangeNotifier
@@ -203,8 +203,8 @@ async def test_a_failing_receiver_is_retried_and_a_refusing_one_is_not(
             await replica.cycle()
             await until(lambda: len(receiver.received) == 5, "one attempt")
             await until(lambda: not replica.notifier.waiting, "the queue drained")
-    sent = [entry for entry in logs if entry["event"] == "notifications.sent"]
-    failed = [entry for entry in logs if entry["event"] == "notifications.failed"]
+    sent = [entry for entry in logs if entry["event"] == "notify.sent"]
+    failed = [entry for entry in logs if entry["event"] == "notify.failed"]
     assert [entry["attempts"] for entry in sent] == [4]
     refused = [(entry["transition"], entry["error"]) for entry in failed]
     assert refused == [("recovered", "HTTP 400")]
@@ -223,10 +223,10 @@ async def test_a_hanging_receiver_never_holds_up_a_cycle(
             async with asyncio.timeout(2.0):  # the cycle, not the 30 s answer
                 assert (await replica.cycle()).outcome is Outcome.PHASE_FAILED
             await until(
-                lambda: any(entry["event"] == "notifications.failed" for entry in logs),
+                lambda: any(entry["event"] == "notify.failed" for entry in logs),
                 "the timed-out post given up",
             )
-    failed = [entry for entry in logs if entry["event"] == "notifications.failed"]
+    failed = [entry for entry in logs if entry["event"] == "notify.failed"]
     assert failed[0]["url"] == receiver.url.removesuffix(TOKEN_PATH)
     assert len(receiver.received) == 2
 
@@ -242,7 +242,7 @@ async def test_news_beyond_the_queue_limit_drops_the_oldest_and_says_so(
             await replica.cycle()
     assert len(replica.notifier.waiting) == 3
     assert replica.notifier.dropped == 2
-    assert [entry["dropped"] for entry in logs if entry["event"] == "notifications.dropped"] == [
+    assert [entry["dropped"] for entry in logs if entry["event"] == "notify.dropped"] == [
         1,
         2,
     ]

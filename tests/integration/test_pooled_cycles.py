@@ -10,7 +10,7 @@ import aiodocker
 import pytest
 from redis.asyncio import Redis
 
-from playguard_async.engine.scheduler import Outcome
+from playguard_async.engine.results import Outcome
 from playguard_async.phases.protocol import resolve_phases
 from playguard_async.service.wiring import RemoteLayer
 from playguard_async.settings import DEFAULT_PHASES

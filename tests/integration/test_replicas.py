@@ -18,7 +18,7 @@ from structlog.testing import capture_logs
 from playguard_async.coordination.client import connect_redis
 from playguard_async.coordination.keys import REPLICAS_KEY
 from playguard_async.coordination.replicas import MAX_REPLICAS, ReplicaRoster
-from playguard_async.engine.scheduler import Outcome
+from playguard_async.engine.results import Outcome
 from playguard_async.kits.capacity import MAX_SECONDS
 from playguard_lab.process import free_port
 from tests.support.engine import EngineHarness, ScriptedPhase

@@ -26,7 +26,8 @@ from playguard_async.coordination.lock import LockLost, LockUnavailable, Release
 from playguard_async.coordination.records import CycleRecords
 from playguard_async.coordination.topology import CLUSTER_SLOTS, read_topology
 from playguard_async.desired_state.inventory import Inventory, Marquee
-from playguard_async.engine.scheduler import CycleResult, Engine, Outcome
+from playguard_async.engine.results import CycleResult, Outcome
+from playguard_async.engine.scheduler import Engine
 from playguard_async.phases.protocol import PhaseContext, PhaseReport
 from playguard_async.remote.ssh import RemoteSession, open_session
 from playguard_lab import DockerDaemon, MissingBinary, SshServer

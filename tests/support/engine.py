@@ -11,7 +11,10 @@ from typing import Any
 from playguard_async.coordination.client import RedisClient
 from playguard_async.coordination.records import CycleRecords
 from playguard_async.desired_state.inventory import DesiredState, Inventory, Marquee
-from playguard_async.engine.scheduler import CycleResult, Engine, EngineObserver, SessionOpener
+from playguard_async.engine.cycle import SessionOpener
+from playguard_async.engine.observer import EngineObserver
+from playguard_async.engine.results import CycleResult
+from playguard_async.engine.scheduler import Engine
 from playguard_async.phases.protocol import Phase, PhaseContext, PhaseReport
 from playguard_async.settings import Settings, load_settings
 from tests.support.daemon import within_lease

@@ -14,7 +14,8 @@ from pathlib import Path
 from redis.asyncio import Redis
 
 from playguard_async.desired_state.inventory import Inventory, Marquee
-from playguard_async.engine.scheduler import CycleResult, Engine, Outcome
+from playguard_async.engine.results import CycleResult, Outcome
+from playguard_async.engine.scheduler import Engine
 from playguard_async.phases.protocol import PhaseContext, PhaseReport
 from playguard_async.remote.ssh import RemoteSession, open_session
 from playguard_async.service.metrics import Metrics

@@ -6,7 +6,7 @@ import pytest
 from prometheus_client import REGISTRY, generate_latest
 
 from playguard_async.coordination.lock import ReleaseResult
-from playguard_async.engine.scheduler import Outcome
+from playguard_async.engine.results import Outcome
 from playguard_async.service.metrics import Metrics
 
 

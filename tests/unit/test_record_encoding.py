@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from playguard_async.coordination.records import MIN_RECORD_BYTES, TRUNCATED_MARK, encode_record
-from playguard_async.engine.scheduler import CycleResult, Outcome
+from playguard_async.cycle_record import KEPT_FIELDS, CycleRecord
+from playguard_async.engine.results import CycleResult, Outcome
 from playguard_async.operator.fleet import LastCycle
 
 texts = st.text(max_size=3_000)
@@ -31,7 +32,7 @@ def result_with(**fields: Any) -> dict[str, Any]:
     for name, value in fields.items():
         setattr(result, name, value)
     result.finished_at, result.duration = 1_796_000_000.5, 1.25
-    return result.to_record()
+    return dict(result.to_record())
 
 
 @settings(max_examples=60, deadline=None)
@@ -95,3 +96,9 @@ def test_notices_beyond_the_bound_are_dropped_from_the_last_and_counted(count: i
     kept = decoded["notices"]["sync_git"]
     assert kept == listed[: len(kept)], "the first notices stay, whole"
     assert decoded["truncated"]["notices"] == count - len(kept) > 0
+
+
+def test_the_engine_writes_every_field_of_the_record_schema_and_no_other() -> None:
+    written = CycleResult(marquee="m", cycle_id="c").to_record()
+    assert set(written) == set(CycleRecord.__annotations__)
+    assert set(KEPT_FIELDS) <= set(written)

@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
-from playguard_async.engine.scheduler import CycleResult
+from playguard_async.cycle_record import NoticeKind
+from playguard_async.engine.results import CycleResult
 from playguard_async.operator.fleet import LastCycle
-from playguard_async.phases.protocol import Notice, NoticeKind
+from playguard_async.phases.protocol import Notice
 
 
 def record_with(notices: dict[str, Any]) -> dict[str, Any]:

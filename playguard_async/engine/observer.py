@@ -1,0 +1,52 @@
+"""The engine's observer protocol, which the metrics implement, and the observer of an engine
+nobody watches."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from playguard_async.coordination.lock import LossReason, ReleaseResult
+
+
+class EngineObserver(Protocol):
+    """Told of the moments inside a tick or a cycle that no ``CycleResult`` carries (metrics).
+
+    Calls are synchronous, on the event loop, in the engine's path: an observer must be cheap and
+    must not raise. The engine knows observers only by this protocol, so it imports no metrics
+    library.
+    """
+
+    def tick_started(self, lag: float) -> None:
+        """A tick starts ``lag`` seconds after its point on the tick grid."""
+
+    def fleet_shared(self, replicas: int, assigned: int) -> None:
+        """A tick found ``replicas`` live replicas (0: not sharing, attempting every Marquee) and
+        this one's share of the launchable Marquees to be ``assigned``."""
+
+    def lease_renewing(self, headroom: float) -> None:
+        """A lease is about to be renewed with ``headroom`` seconds left before its deadline."""
+
+    def lease_lost(self, reason: LossReason) -> None:
+        """A renewal failed; no further phase of the cycle runs."""
+
+    def lease_released(self, result: ReleaseResult) -> None:
+        """A cycle's lease was released, cancelled cycles included."""
+
+
+class Unobserved:
+    """The observer of an engine nobody watches."""
+
+    def tick_started(self, lag: float) -> None:
+        pass
+
+    def fleet_shared(self, replicas: int, assigned: int) -> None:
+        pass
+
+    def lease_renewing(self, headroom: float) -> None:
+        pass
+
+    def lease_lost(self, reason: LossReason) -> None:
+        pass
+
+    def lease_released(self, result: ReleaseResult) -> None:
+        pass

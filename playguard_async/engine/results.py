@@ -1,0 +1,108 @@
+"""What a cycle ends in: one classified outcome with what each phase did, found and asks an
+operator to look at, and who is told of it (cycle and phase listeners)."""
+
+from __future__ import annotations
+
+import enum
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from playguard_async.cycle_record import CycleRecord, NoticeRecord
+
+
+class Outcome(enum.Enum):
+    OK = "ok"
+    LOCKED = "locked"
+    LOCK_LOST = "lock_lost"
+    PHASE_FAILED = "phase_failed"
+    DEADLINE = "deadline"
+    INTERRUPTED = "interrupted"
+    REDIS_UNAVAILABLE = "redis_unavailable"
+    UNREACHABLE = "unreachable"
+    """The Marquee could not be reached or used over SSH; ``reason`` says why, in words."""
+    ERROR = "error"
+    """Something outside any phase failed unexpectedly; logged with its traceback."""
+
+
+FINISHED_LEVELS: dict[Outcome, int] = {
+    Outcome.OK: logging.INFO,
+    Outcome.LOCKED: logging.DEBUG,  # the loser's `marquee.locked` line already said so
+    Outcome.INTERRUPTED: logging.WARNING,
+    Outcome.PHASE_FAILED: logging.WARNING,
+    Outcome.UNREACHABLE: logging.WARNING,
+    Outcome.REDIS_UNAVAILABLE: logging.DEBUG,  # told once per outage: `outage.RedisOutage`
+    Outcome.DEADLINE: logging.ERROR,
+    Outcome.LOCK_LOST: logging.ERROR,
+    Outcome.ERROR: logging.ERROR,
+}
+"""The level of each outcome's ``cycle.finished`` line: a failed cycle stands out in the log."""
+
+
+@dataclass
+class CycleResult:
+    """One cycle's classified ending, as logged in ``cycle.finished`` and handed to listeners."""
+
+    marquee: str
+    cycle_id: str
+    outcome: Outcome = Outcome.OK
+    fence: int | None = None
+    host_fence: int | None = None
+    """The highest fence the host was seen to hold in this cycle (after a write or a refusal)."""
+    phase: str | None = None
+    reason: str | None = None
+    durations: dict[str, float] = field(default_factory=dict)
+    actions: dict[str, list[str]] = field(default_factory=dict)
+    """Phase -> what it did, for the phases that did something."""
+    findings: dict[str, dict[str, Any]] = field(default_factory=dict)
+    notices: dict[str, list[NoticeRecord]] = field(default_factory=dict)
+    """Phase -> its ``Notice``s, as JSON objects: what an operator should look at."""
+    replica: str = ""
+    dry_run: bool = False
+    started: float = field(default_factory=time.monotonic)
+    """When the cycle began: its task's start, then (once it has a slot) its acquisition's."""
+    waited: float = 0.0
+    """Seconds between the task's start and the acquisition: its start offset and the wait for a
+    slot, kept apart so that ``duration`` is the cycle's own work."""
+    finished_at: float = 0.0
+    duration: float = 0.0
+
+    def to_record(self) -> CycleRecord:
+        """The record kept for operators (``playguard_async.cycle_record``)."""
+        return {
+            "marquee": self.marquee,
+            "cycle": self.cycle_id,
+            "outcome": self.outcome.value,
+            "fence": self.fence,
+            "host_fence": self.host_fence,
+            "phase": self.phase,
+            "reason": self.reason,
+            "durations": self.durations,
+            "actions": self.actions,
+            "findings": self.findings,
+            "notices": self.notices,
+            "replica": self.replica,
+            "dry_run": self.dry_run,
+            "finished_at": self.finished_at,
+            "waited": self.waited,
+            "duration": self.duration,
+        }
+
+
+CycleListener = Callable[[CycleResult], Awaitable[None]]
+"""Told of every finished cycle (status records, metrics); its failure never stops the engine."""
+
+
+PhaseListener = Callable[[CycleResult, str], None]
+"""Told at once as each phase of a cycle ends, with the cycle so far and the phase's name: its
+duration, actions and findings are in the result, and so is the outcome if the phase ended the
+cycle. For live progress (``playguard cycle``); called synchronously, so it must not block, and
+its failure never stops the cycle."""
+
+
+def one_line(exc: BaseException) -> str:
+    """``Type: message`` on one line, for log fields and outcome reasons."""
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
