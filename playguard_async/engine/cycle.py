@@ -16,7 +16,7 @@ import functools
 import logging
 import secrets
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
@@ -28,6 +28,7 @@ from playguard_async.coordination.fence import FenceRefused
 from playguard_async.coordination.keys import marquee_lock_name
 from playguard_async.coordination.lock import Lease, LockLost, LockUnavailable, TokenLock
 from playguard_async.coordination.outage import RedisOutage
+from playguard_async.coordination.pause import Pause, discard_read, read_pause
 from playguard_async.coordination.records import CycleRecords
 from playguard_async.desired_state.inventory import Inventory, Marquee
 from playguard_async.engine.observer import EngineObserver
@@ -52,10 +53,17 @@ from playguard_async.settings import Settings
 
 log = structlog.get_logger("playguard.engine")
 
-SessionOpener = Callable[[Marquee, Lease], AbstractAsyncContextManager[RemoteView]]
-"""Opens the remote session of one cycle under its lease (whose fence goes with every write);
-entered on a phase's first ``ctx.remote()`` call. The phases it serves take the session's own
-type; the engine reads only its ``RemoteView``."""
+
+class SessionOpener(Protocol):
+    """Opens the remote session of one cycle under its lease (whose fence goes with every write);
+    entered on a phase's first ``ctx.remote()`` call. ``dry_run`` is the cycle's own (the
+    settings', the Marquee's mode, a plan): the session records its changes instead of making
+    them. The phases it serves take the session's own type; the engine reads only its
+    ``RemoteView``."""
+
+    def __call__(
+        self, marquee: Marquee, lease: Lease, dry_run: bool
+    ) -> AbstractAsyncContextManager[RemoteView]: ...
 
 
 class CycleCrew(Protocol):
@@ -108,11 +116,13 @@ class _CycleRemote:
         marquee: Marquee,
         lease: Lease,
         stack: contextlib.AsyncExitStack,
+        dry_run: bool,
     ) -> None:
         self._opener = opener
         self._marquee = marquee
         self._lease = lease
         self._stack = stack
+        self._dry_run = dry_run
         self._session: RemoteView | None = None
 
     async def __call__(self) -> RemoteView:
@@ -120,7 +130,7 @@ class _CycleRemote:
             if self._opener is None:
                 raise RuntimeError("no remote layer is configured for this engine")
             self._session = await self._stack.enter_async_context(
-                self._opener(self._marquee, self._lease)
+                self._opener(self._marquee, self._lease, self._dry_run)
             )
         return self._session
 
@@ -204,7 +214,7 @@ class Cycle:
             marquee=marquee.name,
             cycle_id=secrets.token_hex(6),
             replica=self.settings.replica_id,
-            dry_run=self.settings.dry_run,
+            dry_run=self.settings.dry_run or marquee.mode == "detect",
         )
         self.lease: Lease | None = None
 
@@ -242,7 +252,7 @@ class Cycle:
         try:
             if self.crew.stopping.is_set():
                 result.outcome = Outcome.INTERRUPTED
-            else:
+            elif not await self._paused_at_start():
                 self.lease = await self._acquire()
             if self.lease is not None:
                 result.fence = self.lease.fence
@@ -263,6 +273,24 @@ class Cycle:
             and (result.host_fence or 0) >= lease.fence
         ):
             await self._catch_up_fence(lease.lock, result.host_fence or 0)
+
+    async def _paused_at_start(self) -> bool:
+        """Whether a pause holds the Marquee back (outcome ``paused``, no lock taken). Unread
+        (Redis away), the cycle goes on: its acquisition says Redis is away."""
+        try:
+            pause = await read_pause(
+                self.crew.redis, self.marquee.name, self.settings.redis_socket_timeout
+            )
+        except Exception as exc:
+            log.debug("pause.unread", error=one_line(exc))
+            return False
+        if pause is not None:
+            self._paused(pause)
+        return pause is not None
+
+    def _paused(self, pause: Pause) -> None:
+        self.result.outcome, self.result.reason = Outcome.PAUSED, pause.describe()
+        log.info("marquee.paused", scope=pause.scope, by=pause.by, until=pause.until)
 
     async def _acquire(self) -> Lease | None:
         """The Marquee's lease, or None with the outcome that says why not."""
@@ -309,7 +337,9 @@ class Cycle:
         walk = structlog.contextvars.bind_contextvars(fence=lease.fence)
         try:
             async with contextlib.AsyncExitStack() as stack:
-                remote = _CycleRemote(self.crew.open_session, self.marquee, lease, stack)
+                remote = _CycleRemote(
+                    self.crew.open_session, self.marquee, lease, stack, result.dry_run
+                )
                 watch = _LeaseWatch(lease)
                 before_phases: Mapping[str, contextvars.Token[Any]] | None = None
                 try:
@@ -321,7 +351,7 @@ class Cycle:
                             marquee=self.marquee,
                             inventory=self.inventory,
                             log=log.bind(phase=phase.name),
-                            dry_run=self.settings.dry_run,
+                            dry_run=result.dry_run,
                             lease=lease,
                             remote=remote,
                         )
@@ -356,12 +386,25 @@ class Cycle:
         if result.outcome is not Outcome.OK:
             return False
         self.crew.observer.lease_renewing(lease.remaining())
+        # A pause is read in the renewal's round trip (``read_pause``): the boundary between
+        # two phases is the one place a cycle stops for it, never in the middle of a write.
+        pausing = read_pause(self.crew.redis, self.marquee.name, self.settings.redis_socket_timeout)
         try:
             await lease.renew()
         except LockLost as exc:
+            discard_read(pausing)
             self.crew.observer.lease_lost(exc.reason)
             result.outcome, result.phase = Outcome.LOCK_LOST, phase.name
             result.reason = exc.reason
+            return False
+        try:
+            pause = await pausing
+        except Exception as exc:  # renewed on the same connection: a pause unread is not one
+            log.warning("pause.unread", error=one_line(exc))
+            return True
+        if pause is not None:
+            self._paused(pause)
+            result.phase = phase.name
             return False
         return True
 
@@ -432,8 +475,8 @@ class Cycle:
         if lease is not None:
             interrupted = result.outcome is Outcome.INTERRUPTED
             resume = Resume.RECORD if interrupted else Resume.CLEAR
-        # A cycle that found the Marquee locked did nothing there; the holder's record stands.
-        record = None if result.outcome is Outcome.LOCKED else result.to_record()
+        # A cycle left alone (locked, paused at its start) did nothing there; nothing to record.
+        record = None if result.left_alone else result.to_record()
         ending = self.crew.ending.write(result.marquee, lease=lease, record=record, resume=resume)
         try:
             self._tell_ending(await asyncio.shield(ending), resume)

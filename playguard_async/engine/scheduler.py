@@ -204,8 +204,8 @@ class Engine:
         return [phase.name for phase in self.phases]
 
     async def tick(self) -> list[asyncio.Task[CycleResult]]:
-        """Start a cycle for every launchable Marquee of this replica's share (``replicas``) not
-        already in a cycle here."""
+        """Start a cycle for every Marquee that runs cycles (launchable, mode not ``off``) of this
+        replica's share (``replicas``) not already in a cycle here."""
         self.last_tick = time.monotonic()
         inventory = await self._desired_inventory()
         if inventory is None:
@@ -213,7 +213,7 @@ class Engine:
             return []
         resume_first = await self._resume_order()
         marquees = sorted(
-            (m for m in inventory.launchable_marquees() if self.roster.owns(m.name)),
+            (m for m in inventory.cycled_marquees() if self.roster.owns(m.name)),
             key=lambda m: (m.name not in resume_first, m.name),
         )
         sharing_with = len(self.roster.live) if self.roster.sharing else 0
@@ -249,7 +249,7 @@ class Engine:
                 marquee = inventory.marquee(name)
             except KeyError:  # gone, or left out of the snapshot: nothing to start
                 continue
-            if not (marquee.launchable and self.roster.owns(name)):
+            if not (marquee.runs_cycles and self.roster.owns(name)):
                 continue
             if name in self.cycles:
                 self._follow_ups.add(name)
@@ -320,7 +320,7 @@ class Engine:
             marquee = inventory.marquee(name)
         except KeyError:
             return
-        if marquee.launchable and self.roster.owns(name):
+        if marquee.runs_cycles and self.roster.owns(name):
             log.info("engine.follow_up", marquee=name)
             self._start_cycle(marquee, inventory)
 

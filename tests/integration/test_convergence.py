@@ -57,8 +57,8 @@ def lab_cycles(
         redis,
         *phases,
         state=world,
-        open_session=lambda marquee, lease: open_session(
-            marquee, LAB_OPTIONS, lease=lease, dry_run=dry_run
+        open_session=lambda marquee, lease, cycle_dry_run: open_session(
+            marquee, LAB_OPTIONS, lease=lease, dry_run=cycle_dry_run
         ),
         records=records,
         replica_id="convergence",

@@ -164,7 +164,9 @@ def engine_for(redis: RedisClient, marquee: Marquee, replica: str, probe: Fenced
         StaticState(Inventory(marquees=[marquee])),
         redis,
         [probe],
-        open_session=lambda marquee, lease: open_session(marquee, LAB_OPTIONS, lease=lease),
+        open_session=lambda marquee, lease, dry_run: open_session(
+            marquee, LAB_OPTIONS, lease=lease, dry_run=dry_run
+        ),
     )
 
 
