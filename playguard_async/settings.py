@@ -171,6 +171,11 @@ class Settings(BaseSettings):
         DEFAULT_PHASES, min_length=1, description="Enabled phases, in the order they run."
     )
     dry_run: bool = Field(False, description="Report what every phase would do; change nothing.")
+    pause_default_for: float = _seconds(
+        14400.0,
+        description="Seconds a `playguard pause` without --for lasts; every pause expires by "
+        "itself.",
+    )
     log_format: Literal["json", "console", "auto"] = Field(
         "auto", description="json, console, or auto (console on a TTY, json elsewhere)."
     )

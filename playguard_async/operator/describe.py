@@ -18,6 +18,7 @@ from typing import Any, TypeGuard
 
 from playguard_async.coordination.keys import fence_key, marquee_lock_name
 from playguard_async.coordination.lock import LockState, inspect_lock
+from playguard_async.coordination.pause import Pause, read_pause
 from playguard_async.coordination.records import CycleRecords
 from playguard_async.cycle_record import StoredRecord, is_seconds, listed, mapping
 from playguard_async.operator.fleet import LastCycle, OperateError, holder_json, open_fleet
@@ -49,6 +50,9 @@ class MarqueeStory:
     last: LastCycle | None
     steps: list[PhaseStep]
     history: list[LastCycle]
+    mode: str = "apply"
+    pause: Pause | None = None
+    """The pause that holds it back now (its own, else the fleet's), if any."""
 
     @property
     def still_wrong(self) -> list[str]:
@@ -75,6 +79,8 @@ class MarqueeStory:
     def to_json(self, now: float) -> dict[str, Any]:
         return {
             "name": self.name,
+            "mode": self.mode,
+            "paused": None if self.pause is None else self.pause.to_json(),
             "lock": None if self.lock is None else holder_json(self.lock),
             "fence_counter": self.fence_counter,
             "host_fence": None if self.last is None else self.last.host_fence,
@@ -123,20 +129,23 @@ async def marquee_story(settings: Settings, name: str, *, limit: int) -> Marquee
     """``name``'s lock, fences, last cycle and up to ``limit`` recent cycles, newest first."""
     async with open_fleet(settings) as fleet:
         inventory = await fleet.inventory()
-        if name not in {marquee.name for marquee in inventory.marquees}:
-            raise OperateError(f"no Marquee named {name!r} in {settings.inventory}")
+        try:
+            marquee = inventory.marquee(name)
+        except KeyError:
+            raise OperateError(f"no Marquee named {name!r} in {settings.inventory}") from None
         records = CycleRecords(
             fleet.redis,
             history_length=settings.history_length,
             timeout=settings.redis_socket_timeout,
         )
-        lock, counter, last, history = await asyncio.gather(
+        lock, counter, last, history, pause = await asyncio.gather(
             inspect_lock(
                 fleet.redis, marquee_lock_name(name), timeout=settings.redis_socket_timeout
             ),
             fleet.redis.get(fence_key(marquee_lock_name(name))),
             records.last(name),
             records.history(name, limit=limit),
+            read_pause(fleet.redis, name, settings.redis_socket_timeout),
         )
     return MarqueeStory(
         name=name,
@@ -145,4 +154,6 @@ async def marquee_story(settings: Settings, name: str, *, limit: int) -> Marquee
         last=None if last is None else LastCycle.from_record(last),
         steps=[] if last is None else phase_steps(last),
         history=[LastCycle.from_record(record) for record in history],
+        mode=marquee.mode,
+        pause=pause,
     )
