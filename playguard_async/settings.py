@@ -32,6 +32,7 @@ from playguard_async.coordination.address import parse_redis_url
 from playguard_async.coordination.lock import default_replica_id
 from playguard_async.desired_state.inventory import INVENTORY_MAX_BYTES, INVENTORY_READ_TIMEOUT
 from playguard_async.desired_state.pg import PasswordSource, PgAddress, password_from
+from playguard_async.desired_state.windows import Window
 from playguard_async.kits.capacity import MAX_SECONDS, cycle_slots
 from playguard_async.kits.files import FileRefused, read_text_limited
 from playguard_async.phases.protocol import BUILTIN_PHASES
@@ -171,6 +172,12 @@ class Settings(BaseSettings):
         DEFAULT_PHASES, min_length=1, description="Enabled phases, in the order they run."
     )
     dry_run: bool = Field(False, description="Report what every phase would do; change nothing.")
+    windows: tuple[Window, ...] = Field(
+        (),
+        description="The fleet's default maintenance windows, for Marquees without windows of "
+        'their own: [{kind = "allow" or "deny", cron = "0 2 * * 6", duration = 7200, timezone '
+        '= "Europe/Berlin"}]; outside what they allow a cycle runs as detect. Empty: always.',
+    )
     pause_default_for: float = _seconds(
         14400.0,
         description="Seconds a `playguard pause` without --for lasts; every pause expires by "

@@ -13,6 +13,7 @@ import contextlib
 import gc
 import hashlib
 import ipaddress
+import json
 import os
 import re
 import reprlib
@@ -48,6 +49,7 @@ from yaml.constructor import ConstructorError
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from playguard_async.cycle_record import CycleRecord
+from playguard_async.desired_state.windows import Window
 from playguard_async.kits.aio import in_thread
 from playguard_async.kits.files import FileRefused, read_limited, read_text_limited, signature_of
 
@@ -313,6 +315,15 @@ class Marquee(_Named):
     default ``~/.local/state/playguard/<name>`` of the SSH user. It must survive reboots."""
     launchable: bool = True
     mode: Mode = "apply"
+    windows: list[Window] | None = None
+    """Maintenance windows (``desired_state.windows``); None: the fleet's default (the
+    ``windows`` setting). Outside what they allow, a cycle runs as ``detect``."""
+
+    @field_validator("windows", mode="before")
+    @classmethod
+    def _windows_from_json(cls, value: object) -> object:
+        """The database's jsonb column arrives as its JSON text."""
+        return json.loads(value) if isinstance(value, str) else value
 
     @property
     def runs_cycles(self) -> bool:

@@ -51,6 +51,7 @@ from playguard_async.desired_state.pg import (
     connect,
     redacted,
 )
+from playguard_async.desired_state.windows import Window
 from playguard_async.kits.aio import in_thread
 
 log = structlog.get_logger("playguard.desired_state")
@@ -268,15 +269,29 @@ def rows_of(inventory: Inventory) -> dict[str, list[tuple[Any, ...]]]:
     """The inventory as rows per table, in each table's column order (paths as text)."""
     return {
         table.name: [
-            tuple(_column_value(getattr(item, column)) for column in table.columns)
+            tuple(
+                _column_value(table.name, column, getattr(item, column)) for column in table.columns
+            )
             for item in getattr(inventory, table.field)
         ]
         for table in TABLES
     }
 
 
-def _column_value(value: object) -> object:
-    return str(value) if isinstance(value, Path) else value
+_WINDOWS = TypeAdapter(list[Window])
+
+JSON_COLUMNS = frozenset({("marquees", "windows")})
+"""(table, column) of the jsonb columns: asyncpg reads and writes them as JSON text."""
+
+
+def _column_value(table: str, column: str, value: object) -> object:
+    """A model's value as its column takes it: a path as text, a jsonb column's list of models
+    (a Marquee's windows) as JSON text."""
+    if isinstance(value, Path):
+        return str(value)
+    if (table, column) in JSON_COLUMNS and isinstance(value, list):
+        return _WINDOWS.dump_json(value).decode()
+    return value
 
 
 SNAPSHOT_TIMEOUT = 10.0

@@ -16,8 +16,9 @@ import functools
 import logging
 import secrets
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import structlog
@@ -31,6 +32,7 @@ from playguard_async.coordination.outage import RedisOutage
 from playguard_async.coordination.pause import Pause, discard_read, read_pause
 from playguard_async.coordination.records import CycleRecords
 from playguard_async.desired_state.inventory import Inventory, Marquee
+from playguard_async.desired_state.windows import allows, next_opening
 from playguard_async.engine.observer import EngineObserver
 from playguard_async.engine.results import (
     FINISHED_LEVELS,
@@ -105,6 +107,11 @@ class CycleCrew(Protocol):
 
     @property
     def ending(self) -> CycleEnd: ...
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        """Wall-clock time (Unix seconds) for maintenance windows; a test injects its own."""
+        ...
 
 
 class _CycleRemote:
@@ -253,6 +260,7 @@ class Cycle:
             if self.crew.stopping.is_set():
                 result.outcome = Outcome.INTERRUPTED
             elif not await self._paused_at_start():
+                result.dry_run = result.dry_run or self._outside_windows()
                 self.lease = await self._acquire()
             if self.lease is not None:
                 result.fence = self.lease.fence
@@ -287,6 +295,21 @@ class Cycle:
         if pause is not None:
             self._paused(pause)
         return pause is not None
+
+    def _outside_windows(self) -> bool:
+        """Whether the Marquee's maintenance windows (else the fleet's) keep this cycle from
+        changing the host now: it then runs as ``detect``."""
+        windows = self.marquee.windows
+        if windows is None:
+            windows = list(self.settings.windows)
+        if not windows:
+            return False
+        now = datetime.fromtimestamp(self.crew.clock(), UTC)
+        if allows(windows, now):
+            return False
+        opening = next_opening(windows, now)
+        log.info("cycle.outside_windows", opens=None if opening is None else opening.isoformat())
+        return True
 
     def _paused(self, pause: Pause) -> None:
         self.result.outcome, self.result.reason = Outcome.PAUSED, pause.describe()

@@ -16,7 +16,7 @@ import asyncio
 import math
 import random
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import structlog
@@ -116,6 +116,8 @@ class Engine:
         )
         self.records = records
         self.ending = CycleEnd(redis, records, settings.redis_socket_timeout)
+        self.clock: Callable[[], float] = time.time
+        """Wall-clock time for maintenance windows; a test injects a fixed one."""
 
     # -- life --------------------------------------------------------------------------------
 

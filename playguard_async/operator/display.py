@@ -167,6 +167,7 @@ def print_story(told: describe.MarqueeStory, now: float) -> None:
     lock = told.lock
     out.print(text(("Marquee ", "bold"), told.name))
     out.print(text(f"  mode: {told.mode}"))
+    out.print(text(f"  windows: {told.windows_text(datetime.fromtimestamp(now, UTC))}"))
     out.print(text("  paused: ", "no" if told.pause is None else pause_text(told.pause)))
     out.print(text("  lock: ", "not held" if lock is None else holder_text(lock)))
     host = None if told.last is None else told.last.host_fence

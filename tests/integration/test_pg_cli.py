@@ -41,7 +41,7 @@ async def test_migrate_import_export_from_the_command_line(
 
     assert (first.returncode, first.stdout) == (
         0,
-        "applied 0001_desired_state, 0002_notify, 0003_observed_state, 0005_marquee_mode; "
+        "applied 0001_desired_state, 0002_notify, 0003_observed_state, 0005_marquee_steering; "
         "schema version 5\n",
     )
     assert (again.returncode, again.stdout) == (0, "schema up to date (version 5)\n")
