@@ -382,3 +382,28 @@ async def test_detect_mode_reports_drift_every_cycle_changes_nothing_and_tells_i
     restored = await cycles.cycle()
     assert (restored.outcome, restored.dry_run) == (Outcome.OK, False)
     assert (await running_chat(lab_docker))["State"]["Running"]
+
+
+async def test_outside_its_allow_window_a_cycle_changes_nothing_and_inside_it_converges(
+    redis: Redis, world: LabWorld, lab_docker: aiodocker.Docker
+) -> None:
+    """The clock is injected, not waited for: Saturday noon in Berlin is outside the nightly
+    window from 02:00, 02:30 is inside it."""
+    world.data["marquees"][0]["windows"] = [
+        {"kind": "allow", "cron": "0 2 * * *", "duration": 3600, "timezone": "Europe/Berlin"}
+    ]
+    cycles = lab_cycles(redis, world)
+    cycles.engine.clock = datetime(2026, 12, 5, 11, 0, tzinfo=UTC).timestamp
+
+    outside = await cycles.cycle()
+    assert (outside.outcome, outside.dry_run) == (Outcome.OK, True), outside.reason
+    assert all(action.startswith("would ") for action in all_actions(outside))
+    assert all_actions(outside), "the drift is found all the same"
+    assert not checkout_of(world).exists()
+    assert await project_containers(lab_docker) == []
+
+    cycles.engine.clock = datetime(2026, 12, 5, 1, 30, tzinfo=UTC).timestamp  # 02:30 CET
+    inside = await cycles.cycle()
+    assert (inside.outcome, inside.dry_run) == (Outcome.OK, False), inside.reason
+    [app] = await project_containers(lab_docker)
+    assert app["State"]["Running"]
