@@ -2,7 +2,8 @@
 
 Exit statuses: 0 done (a cycle ended ok, every check passed); 1 an error a person can fix, a
 failed check, or ``unlock`` that deleted nothing; 2 bad usage; 3 ``cycle`` found the Marquee
-locked by another holder; 4 ``cycle`` ran but did not end ok; 78 (sysexits' EX_CONFIG) ``run``
+locked by another holder; 4 ``cycle`` ran but did not end ok; ``plan`` has its own (0 in sync,
+2 changes pending, 1 an error, as Terraform's -detailed-exitcode); 78 (sysexits' EX_CONFIG) ``run``
 could not start on its configuration (settings, inventory, phases), which the systemd unit does
 not restart on. A crash (a bug) is Python's own 1 with a traceback.
 """

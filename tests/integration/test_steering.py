@@ -12,13 +12,26 @@ from pathlib import Path
 
 import pytest
 from redis import Redis as SyncRedis
+from redis.asyncio import Redis
+from structlog.testing import capture_logs
 
-from playguard_async.coordination.keys import FLEET_PAUSE_KEY, marquee_lock_key, pause_key
-from playguard_async.coordination.pause import REASON_MAX
+from playguard_async.coordination.keys import (
+    FLEET_PAUSE_KEY,
+    fence_key,
+    marquee_lock_key,
+    marquee_lock_name,
+    pause_key,
+)
+from playguard_async.coordination.pause import REASON_MAX, Pause, lift_pause, take_pause
+from playguard_async.desired_state.inventory import Inventory
+from playguard_async.engine.results import Outcome
+from playguard_async.service.notifications import ChangeNotifier
 from playguard_lab import SshServer
 from tests.support.cli import EXIT_NOT_OK, LAB_SETTINGS, Playguard, assert_one_line_error
 from tests.support.daemon import marquee_entry, wait_for, witness_lines
+from tests.support.engine import EngineHarness, ScriptedPhase, inventory_of, settings_for
 from tests.support.fencing import journal
+from tests.support.state import StaticState
 from tests.support.world import LabWorld, ssh_marquee
 
 pytestmark = pytest.mark.integration
@@ -230,3 +243,56 @@ def test_plan_exits_2_with_changes_0_in_sync_and_1_unreachable(
         m["verdict"] for m in json.loads(plan(playguard, "--all", "--json").stdout)["marquees"]
     ]
     assert verdicts == ["in_sync", "error"]
+
+
+async def test_a_tick_skips_a_marquee_with_mode_off(redis: Redis) -> None:
+    inventory = inventory_of("m1", "m2", "m3")
+    marquees = [m.model_copy(update={"mode": mode}) for m, mode in
+                zip(inventory.marquees, ("apply", "off", "detect"), strict=True)]  # fmt: skip
+    phase = ScriptedPhase("only")
+    harness = EngineHarness(redis, phase, state=StaticState(Inventory(marquees=marquees)))
+    results = await harness.tick()
+    assert sorted((r.marquee, r.dry_run) for r in results) == [("m1", False), ("m3", True)]
+    assert sorted(phase.entered) == ["m1", "m3"]
+
+
+async def test_a_pause_and_its_end_are_told_once_and_a_paused_start_takes_no_lock(
+    redis: Redis,
+) -> None:
+    phase = ScriptedPhase("only")
+    harness = EngineHarness(redis, phase)
+    notifier = ChangeNotifier(settings_for(), redis)
+    harness.engine.listeners.append(notifier.notify_cycle)
+    await take_pause(redis, Pause.taken_now("m1", "incident", 60.0), 2.0)
+
+    with capture_logs() as logs:
+        paused = [await harness.cycle() for _ in range(3)]
+        await lift_pause(redis, "m1", 2.0)
+        resumed = [await harness.cycle() for _ in range(2)]
+
+    assert [r.outcome for r in paused] == [Outcome.PAUSED] * 3
+    assert all(r.fence is None and r.reason and "incident" in r.reason for r in paused)
+    assert [r.outcome for r in resumed] == [Outcome.OK] * 2
+    assert phase.entered == ["m1", "m1"], "no phase ran while paused"
+    fence = await redis.get(fence_key(marquee_lock_name("m1")))
+    assert fence == b"2", "the two cycles after the pause took the only leases"
+    told = [log["transition"] for log in logs if log["event"] == "marquee.transition"]
+    assert told == ["paused", "resumed"]
+
+
+def test_describe_says_when_the_next_window_opens(playguard: Playguard) -> None:
+    """A window one minute long on 1 January: closed at any time the test is likely to run."""
+    yearly = {"kind": "allow", "cron": "0 0 1 1 *", "duration": 60, "timezone": "UTC"}
+    playguard.configure(
+        {"marquees": [{**marquee_entry("m1"), "windows": [yearly]}, marquee_entry("m2")]}
+    )
+    described = playguard("describe", "m1")
+    assert described.returncode == 0, described.stderr
+    assert re.search(
+        r"^  windows: 1, closed \(cycles run as detect\); next opens \d{4}-01-01 00:00:00 UTC$",
+        described.stdout,
+        re.MULTILINE,
+    ), described.stdout
+    as_json = json.loads(playguard("describe", "m1", "--json").stdout)
+    assert (as_json["windows"], as_json["next_opening"][4:]) == (1, "-01-01T00:00:00+00:00")
+    assert "  windows: none (changes allowed at any time)" in playguard("describe", "m2").stdout
