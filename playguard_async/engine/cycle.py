@@ -259,10 +259,10 @@ class Cycle:
         try:
             if self.crew.stopping.is_set():
                 result.outcome = Outcome.INTERRUPTED
-            elif not await self._paused_at_start():
+            else:
                 result.dry_run = result.dry_run or self._outside_windows()
-                self.lease = await self._acquire()
-            if self.lease is not None:
+                self.lease = await self._acquire_unless_paused()
+            if self.lease is not None and result.outcome is Outcome.OK:
                 result.fence = self.lease.fence
                 await self._walk_phases(self.lease)
         except asyncio.CancelledError:
@@ -282,19 +282,26 @@ class Cycle:
         ):
             await self._catch_up_fence(lease.lock, result.host_fence or 0)
 
-    async def _paused_at_start(self) -> bool:
-        """Whether a pause holds the Marquee back (outcome ``paused``, no lock taken). Unread
-        (Redis away), the cycle goes on: its acquisition says Redis is away."""
+    async def _acquire_unless_paused(self) -> Lease | None:
+        """The Marquee's lease (``_acquire``), and whether a pause holds it back, read in the
+        acquisition's round trip (``read_pause``) so that checking costs a cycle none of its own.
+        Paused, the outcome is ``paused`` and no phase runs: a lease taken meanwhile is released
+        by the ending like any other, and the cycle is not recorded (``left_alone``). A pause
+        left unread (Redis away) holds nothing back: the acquisition says Redis is away."""
+        pausing = read_pause(self.crew.redis, self.marquee.name, self.settings.redis_socket_timeout)
         try:
-            pause = await read_pause(
-                self.crew.redis, self.marquee.name, self.settings.redis_socket_timeout
-            )
+            lease = await self._acquire()
+        except BaseException:
+            discard_read(pausing)
+            raise
+        try:
+            pause = await pausing
         except Exception as exc:
             log.debug("pause.unread", error=one_line(exc))
-            return False
+            return lease
         if pause is not None:
             self._paused(pause)
-        return pause is not None
+        return lease
 
     def _outside_windows(self) -> bool:
         """Whether the Marquee's maintenance windows (else the fleet's) keep this cycle from

@@ -75,10 +75,11 @@ class CycleResult:
 
     @property
     def left_alone(self) -> bool:
-        """Whether the cycle never took the lock because someone else had a say: another holder
-        (``locked``) or a pause at its start. Such a cycle did nothing, and is not recorded."""
+        """Whether the cycle ran no phase because someone else had a say: another holder
+        (``locked``) or a pause found at its start (``paused`` before any phase). Such a cycle
+        did nothing, and is not recorded."""
         return self.outcome is Outcome.LOCKED or (
-            self.outcome is Outcome.PAUSED and self.fence is None
+            self.outcome is Outcome.PAUSED and self.phase is None
         )
 
     def to_record(self) -> CycleRecord:

@@ -17,12 +17,11 @@ from structlog.testing import capture_logs
 
 from playguard_async.coordination.keys import (
     FLEET_PAUSE_KEY,
-    fence_key,
     marquee_lock_key,
-    marquee_lock_name,
     pause_key,
 )
 from playguard_async.coordination.pause import REASON_MAX, Pause, lift_pause, take_pause
+from playguard_async.coordination.records import CycleRecords
 from playguard_async.desired_state.inventory import Inventory
 from playguard_async.engine.results import Outcome
 from playguard_async.service.notifications import ChangeNotifier
@@ -256,11 +255,12 @@ async def test_a_tick_skips_a_marquee_with_mode_off(redis: Redis) -> None:
     assert sorted(phase.entered) == ["m1", "m3"]
 
 
-async def test_a_pause_and_its_end_are_told_once_and_a_paused_start_takes_no_lock(
+async def test_a_pause_and_its_end_are_told_once_and_a_paused_start_runs_no_phase(
     redis: Redis,
 ) -> None:
     phase = ScriptedPhase("only")
-    harness = EngineHarness(redis, phase)
+    records = CycleRecords(redis, history_length=10, timeout=2.0)
+    harness = EngineHarness(redis, phase, records=records)
     notifier = ChangeNotifier(settings_for(), redis)
     harness.engine.listeners.append(notifier.notify_cycle)
     await take_pause(redis, Pause.taken_now("m1", "incident", 60.0), 2.0)
@@ -270,12 +270,13 @@ async def test_a_pause_and_its_end_are_told_once_and_a_paused_start_takes_no_loc
         await lift_pause(redis, "m1", 2.0)
         resumed = [await harness.cycle() for _ in range(2)]
 
-    assert [r.outcome for r in paused] == [Outcome.PAUSED] * 3
-    assert all(r.fence is None and r.reason and "incident" in r.reason for r in paused)
+    assert [(r.outcome, r.phase) for r in paused] == [(Outcome.PAUSED, None)] * 3
+    assert all(r.reason and "incident" in r.reason for r in paused)
     assert [r.outcome for r in resumed] == [Outcome.OK] * 2
     assert phase.entered == ["m1", "m1"], "no phase ran while paused"
-    fence = await redis.get(fence_key(marquee_lock_name("m1")))
-    assert fence == b"2", "the two cycles after the pause took the only leases"
+    assert await redis.exists(marquee_lock_key("m1")) == 0, "each lease was released"
+    history = await records.history("m1")
+    assert [r["outcome"] for r in history] == ["ok", "ok"], "a paused start is not recorded"
     told = [log["transition"] for log in logs if log["event"] == "marquee.transition"]
     assert told == ["paused", "resumed"]
 
