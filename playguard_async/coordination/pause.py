@@ -17,8 +17,9 @@ import getpass
 import json
 import socket
 import time
-from collections.abc import Awaitable
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from playguard_async.coordination.channel import ChannelledRedis
 from playguard_async.coordination.client import RedisClient
@@ -127,45 +128,42 @@ def _keys(marquee: str) -> tuple[str, str]:
     return pause_key(marquee), FLEET_PAUSE_KEY
 
 
-def read_pause(redis: RedisClient, marquee: str, timeout: float) -> Awaitable[Pause | None]:
-    """The pause that holds ``marquee`` back (its own first, else the fleet's), or None.
+PauseRead = asyncio.Future[Any]
+"""Pending pause reads (``read_pause``): give them to ``pause_in`` once answered."""
 
-    The reads are sent when this is called, not when awaited: on a single server's command
-    channel they go out in the batch of whatever is queued next (the lease's renewal), so a
-    cycle learns of a pause in the round trip that renews its lease. Awaited, it raises what
-    Redis raised (or ``TimeoutError`` past ``timeout``)."""
-    scopes = (marquee, FLEET)
-    answers: asyncio.Future[list[object]]
+
+def read_pause(redis: RedisClient, marquee: str, timeout: float) -> PauseRead:
+    """Send the reads of what may hold ``marquee`` back: its own pause and the fleet's.
+
+    They are sent when this is called, not when awaited: on a single server's command channel
+    one MGET goes out in the batch of whatever is queued next (the lease's acquisition or
+    renewal), so a cycle learns of a pause in a round trip it makes anyway. On a Cluster (the
+    two keys live in two slots) two GETs run beside it. Awaited, the answers raise what Redis
+    raised (or ``TimeoutError`` past ``timeout``); ``discard_read`` drops them unawaited."""
+    keys = (pause_key(marquee), FLEET_PAUSE_KEY)
     if isinstance(redis, ChannelledRedis):
-        channel = redis.channel
-        answers = asyncio.gather(
-            *(channel.send("GET", key, timeout=timeout) for key in _keys(marquee))
-        )
-    else:
-        answers = asyncio.ensure_future(
-            bounded(timeout, asyncio.gather(*(redis.get(key) for key in _keys(marquee))))
-        )
-    answers.add_done_callback(_retrieved)
-
-    async def first() -> Pause | None:
-        for scope, raw in zip(scopes, await answers, strict=True):
-            if isinstance(raw, bytes | str):
-                return Pause.parse(scope, raw)
-        return None
-
-    return first()
+        return redis.channel.send("MGET", *keys, timeout=timeout)
+    return asyncio.ensure_future(bounded(timeout, asyncio.gather(*map(redis.get, keys))))
 
 
-def _retrieved(answers: asyncio.Future[list[object]]) -> None:
-    """Mark an error as seen: a discarded read's failure is no news (its renewal's is)."""
-    if not answers.cancelled():
-        answers.exception()
+def pause_in(marquee: str, answers: Sequence[object]) -> Pause | None:
+    """The pause that holds ``marquee`` back (its own first, else the fleet's), or None, from the
+    answers of ``read_pause``."""
+    for scope, raw in zip((marquee, FLEET), answers, strict=True):
+        if isinstance(raw, bytes | str):
+            return Pause.parse(scope, raw)
+    return None
 
 
-def discard_read(read: Awaitable[Pause | None]) -> None:
-    """Drop a ``read_pause`` nobody will await (the renewal beside it failed)."""
-    if asyncio.iscoroutine(read):
-        read.close()
+async def paused(redis: RedisClient, marquee: str, timeout: float) -> Pause | None:
+    """``read_pause`` and ``pause_in`` in one call, for a reader with nothing to batch them with."""
+    return pause_in(marquee, await read_pause(redis, marquee, timeout))
+
+
+def discard_read(read: PauseRead) -> None:
+    """Drop pause reads nobody will await (the lease step beside them failed): the command goes
+    out all the same, its answer or error is dropped."""
+    read.cancel()
 
 
 async def take_pause(redis: RedisClient, pause: Pause, timeout: float) -> None:

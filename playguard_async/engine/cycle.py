@@ -29,7 +29,7 @@ from playguard_async.coordination.fence import FenceRefused
 from playguard_async.coordination.keys import marquee_lock_name
 from playguard_async.coordination.lock import Lease, LockLost, LockUnavailable, TokenLock
 from playguard_async.coordination.outage import RedisOutage
-from playguard_async.coordination.pause import Pause, discard_read, read_pause
+from playguard_async.coordination.pause import Pause, discard_read, pause_in, read_pause
 from playguard_async.coordination.records import CycleRecords
 from playguard_async.desired_state.inventory import Inventory, Marquee
 from playguard_async.desired_state.windows import allows, next_opening
@@ -295,7 +295,7 @@ class Cycle:
             discard_read(pausing)
             raise
         try:
-            pause = await pausing
+            pause = pause_in(self.marquee.name, await pausing)
         except Exception as exc:
             log.debug("pause.unread", error=one_line(exc))
             return lease
@@ -428,7 +428,7 @@ class Cycle:
             result.reason = exc.reason
             return False
         try:
-            pause = await pausing
+            pause = pause_in(self.marquee.name, await pausing)
         except Exception as exc:  # renewed on the same connection: a pause unread is not one
             log.warning("pause.unread", error=one_line(exc))
             return True

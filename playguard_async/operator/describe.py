@@ -19,7 +19,7 @@ from typing import Any, TypeGuard
 
 from playguard_async.coordination.keys import fence_key, marquee_lock_name
 from playguard_async.coordination.lock import LockState, inspect_lock
-from playguard_async.coordination.pause import Pause, read_pause
+from playguard_async.coordination.pause import Pause, paused
 from playguard_async.coordination.records import CycleRecords
 from playguard_async.cycle_record import StoredRecord, is_seconds, listed, mapping
 from playguard_async.desired_state.windows import next_opening
@@ -167,7 +167,7 @@ async def marquee_story(
             fleet.redis.get(fence_key(marquee_lock_name(name))),
             records.last(name),
             records.history(name, limit=limit),
-            read_pause(fleet.redis, name, settings.redis_socket_timeout),
+            paused(fleet.redis, name, settings.redis_socket_timeout),
         )
     windows = marquee.windows if marquee.windows is not None else list(settings.windows)
     return MarqueeStory(

@@ -26,7 +26,7 @@ from playguard_async.coordination.address import parse_redis_url
 from playguard_async.coordination.client import RedisClient
 from playguard_async.coordination.keys import fence_key, lock_key, marquee_lock_name
 from playguard_async.coordination.lock import LockState, ReleaseResult, TokenLock, inspect_lock
-from playguard_async.coordination.pause import FLEET, Pause, lift_pause, read_pause, take_pause
+from playguard_async.coordination.pause import FLEET, Pause, lift_pause, paused, take_pause
 from playguard_async.coordination.records import CycleRecords
 from playguard_async.coordination.topology import read_topology
 from playguard_async.cycle_record import (
@@ -255,7 +255,7 @@ async def fleet_status(settings: Settings) -> list[MarqueeStatus]:
                     timeout=settings.redis_socket_timeout,
                 ),
                 records.last(marquee.name),
-                read_pause(fleet.redis, marquee.name, settings.redis_socket_timeout),
+                paused(fleet.redis, marquee.name, settings.redis_socket_timeout),
             )
             return MarqueeStatus(
                 name=marquee.name,
