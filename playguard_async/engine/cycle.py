@@ -418,15 +418,23 @@ class Cycle:
         self.crew.observer.lease_renewing(lease.remaining())
         # A pause is read in the renewal's round trip (``read_pause``): the boundary between
         # two phases is the one place a cycle stops for it, never in the middle of a write.
-        pausing = read_pause(self.crew.redis, self.marquee.name, self.settings.redis_socket_timeout)
+        # After the last phase there is nothing left to stop.
+        pausing = None
+        if phase is not self.crew.phases[-1]:
+            pausing = read_pause(
+                self.crew.redis, self.marquee.name, self.settings.redis_socket_timeout
+            )
         try:
             await lease.renew()
         except LockLost as exc:
-            discard_read(pausing)
+            if pausing is not None:
+                discard_read(pausing)
             self.crew.observer.lease_lost(exc.reason)
             result.outcome, result.phase = Outcome.LOCK_LOST, phase.name
             result.reason = exc.reason
             return False
+        if pausing is None:
+            return True
         try:
             pause = pause_in(self.marquee.name, await pausing)
         except Exception as exc:  # renewed on the same connection: a pause unread is not one
