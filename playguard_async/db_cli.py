@@ -1,4 +1,5 @@
-"""``playguard db migrate | import | export``: the PostgreSQL desired state's schema and content.
+"""``playguard db migrate | check | import | export``: the PostgreSQL desired state's schema and
+content, all in the one schema playguard owns (``desired_state_schema``).
 
 Every command reaches the database that the ``desired_state`` setting names, with the password
 from ``desired_state_password`` (``PLAYGUARD_DESIRED_STATE_PASSWORD``) or
@@ -28,8 +29,9 @@ def db() -> None:
     """The PostgreSQL desired state: schema, import from YAML, export to YAML."""
 
 
-def _run(config: Path | None, work: Callable[[asyncpg.Connection], Awaitable[_T]]) -> _T:
-    """Run ``work`` on a connection to the settings' database; one-line errors, exit 1."""
+def _run(config: Path | None, work: Callable[[asyncpg.Connection, str], Awaitable[_T]]) -> _T:
+    """Run ``work`` on a connection to the settings' database, given playguard's schema;
+    one-line errors, exit 1."""
     # Imported here, not at the top: `playguard --help` loads this module (cli's lazy imports).
     from playguard_async.desired_state_pg import database_password  # noqa: PLC0415 - asyncpg
     from playguard_async.inventory import InventoryError  # noqa: PLC0415
@@ -47,7 +49,7 @@ def _run(config: Path | None, work: Callable[[asyncpg.Connection], Awaitable[_T]
         password = database_password(settings)
         connection = await connect(address, password, timeout=settings.desired_state_timeout)
         try:
-            return await work(connection)
+            return await work(connection, settings.desired_state_schema)
         except DatabaseError:
             raise
         except InventoryError:
@@ -76,13 +78,13 @@ def migrate(config: Path | None) -> None:
     """Apply the schema migrations the database lacks (one transaction; safe to run again)."""
     from playguard_async import pg_schema  # noqa: PLC0415 - asyncpg only where needed
 
-    async def work(connection: asyncpg.Connection) -> str:
-        applied = await pg_schema.migrate(connection)
-        version = await pg_schema.schema_version(connection)
+    async def work(connection: asyncpg.Connection, schema: str) -> str:
+        applied = await pg_schema.migrate(connection, schema)
+        version = await pg_schema.schema_version(connection, schema)
         if not applied:
-            return f"schema up to date (version {version})"
+            return f"schema {schema} up to date (version {version})"
         names = ", ".join(f"{m.version:04d}_{m.name}" for m in applied)
-        return f"applied {names}; schema version {version}"
+        return f"applied {names}; schema {schema} version {version}"
 
     click.echo(_run(config, work))
 
@@ -95,8 +97,8 @@ def import_(file: Path, replace: bool, config: Path | None) -> None:
     """Load the YAML inventory FILE into the database: one transaction, all or nothing."""
     from playguard_async.pg_transfer import import_inventory  # noqa: PLC0415
 
-    async def work(connection: asyncpg.Connection) -> dict[str, int]:
-        return await import_inventory(connection, file, replace=replace)
+    async def work(connection: asyncpg.Connection, schema: str) -> dict[str, int]:
+        return await import_inventory(connection, file, replace=replace, schema=schema)
 
     counts = _run(config, work)
     click.echo("imported " + ", ".join(f"{count} {table}" for table, count in counts.items()))
@@ -117,3 +119,18 @@ def export(output: Path | None, config: Path | None) -> None:
         click.echo(text, nl=False)
     else:
         output.write_text(text, encoding="utf-8")
+
+
+@db.command()
+@CONFIG_OPTION
+def check(config: Path | None) -> None:
+    """Check the relations playguard reads (tables or views) and their rows: one line per
+    problem, exit status 1 when there is any."""
+    from playguard_async.pg_check import check_mapping  # noqa: PLC0415 - asyncpg
+
+    problems, summary = _run(config, check_mapping)
+    for line in problems:
+        click.echo(line)
+    if problems:
+        raise click.exceptions.Exit(1)
+    click.echo(summary)

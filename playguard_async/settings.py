@@ -32,7 +32,7 @@ from playguard_async.capacity import cycle_slots
 from playguard_async.files import FileRefused, read_text_limited
 from playguard_async.inventory import INVENTORY_MAX_BYTES, INVENTORY_READ_TIMEOUT
 from playguard_async.lock import default_replica_id
-from playguard_async.pg import PgAddress
+from playguard_async.pg import DEFAULT_SCHEMA, PgAddress, schema_name
 from playguard_async.phase import BUILTIN_PHASES
 from playguard_async.redis_address import parse_redis_url
 
@@ -166,6 +166,11 @@ class Settings(BaseSettings):
         description="File holding the PostgreSQL password, read at each connect (a rotated "
         "secret is picked up); used when desired_state_password is not set.",
     )
+    desired_state_schema: str = Field(
+        DEFAULT_SCHEMA,
+        description="The one PostgreSQL schema playguard owns: its tables, functions, "
+        "schema_version and the mapping views; it creates nothing elsewhere.",
+    )
     desired_state_timeout: float = _seconds(
         10.0,
         description="Seconds connecting to PostgreSQL and reading one snapshot may take; past "
@@ -294,6 +299,11 @@ class Settings(BaseSettings):
         if value != "yaml":
             PgAddress.parse(value)
         return value
+
+    @field_validator("desired_state_schema")
+    @classmethod
+    def _desired_state_schema_form(cls, value: str) -> str:
+        return schema_name(value)
 
     @field_validator("http_address")
     @classmethod

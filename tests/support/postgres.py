@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import secrets
+import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -10,9 +12,10 @@ from pathlib import Path
 
 import asyncpg
 
-from playguard_async.lab import PostgresServer
+from playguard_async.lab import PostgresServer, free_port
 from playguard_async.pg_schema import migrate
 from playguard_async.pg_transfer import import_inventory
+from tests.support.daemon import PLAYGUARD
 
 
 @dataclass(frozen=True)
@@ -61,3 +64,17 @@ async def migrated_fleet(postgres: LabDatabase, inventory: Path) -> asyncpg.Conn
         await connection.close()
         raise
     return connection
+
+
+def playguard_with(
+    database: LabDatabase, *args: str, password: str | None = None, url: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """The installed ``playguard`` with ``database`` as its desired state (password in the
+    environment, as an operator's would be) and no other settings of ours."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("PLAYGUARD_")}
+    env["PLAYGUARD_DESIRED_STATE"] = url or database.url
+    env["PLAYGUARD_DESIRED_STATE_PASSWORD"] = password or database.password
+    env["PLAYGUARD_REDIS_URL"] = f"redis://127.0.0.1:{free_port()}/0"
+    return subprocess.run(
+        [str(PLAYGUARD), *args], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
