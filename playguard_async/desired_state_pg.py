@@ -133,6 +133,8 @@ others (connection, shutdown, resources) are the database's state, retried as an
 
 
 def _view_error(exc: BaseException) -> bool:
+    if isinstance(exc, asyncpg.InvalidCachedStatementError | asyncpg.OutdatedSchemaCacheError):
+        return False  # our prepared plan is stale, not the view wrong: ``read_snapshot`` retries
     sqlstate = getattr(exc, "sqlstate", None) or ""
     return isinstance(exc, asyncpg.PostgresError) and sqlstate[:2] in _VIEW_ERROR_CLASSES
 
@@ -150,11 +152,19 @@ async def read_snapshot(connection: asyncpg.Connection, schema: str = DEFAULT_SC
     new dicts at once (none in a cycle) would otherwise start collections that walk everything
     alive, the last snapshot included."""
     failed: dict[str, list[str]] = {}
+    replanned = False
     while True:
         try:
             records, broken = await _read_once(connection, schema, failed)
         except _ReadFailed as exc:
             failed[exc.table] = [exc.line]
+            continue
+        except (asyncpg.InvalidCachedStatementError, asyncpg.OutdatedSchemaCacheError):
+            # A relation changed shape (a table replaced by a view, a view redefined) since
+            # the connection prepared its read; asyncpg dropped its plans: read once more.
+            if replanned:
+                raise
+            replanned = True
             continue
         with _collector_paused():
             rows = {

@@ -206,6 +206,8 @@ def dump_public(database: LabDatabase) -> str:
     """``pg_dump --schema=public`` of the database, rows included, as its superuser sees it."""
     done = subprocess.run(
         [str(postgres_binaries() / "pg_dump"), "--schema=public", "--no-password",
+         # A fixed key for psql's \\restrict line (else random per dump: nothing to compare).
+         "--restrict-key=playguardtestdump",
          "-h", "127.0.0.1", "-p", str(database.server.port), "-U", database.server.user,
          database.name],
         env={"PGPASSWORD": database.server.password}, capture_output=True, text=True,
