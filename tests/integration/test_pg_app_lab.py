@@ -92,11 +92,11 @@ async def test_a_daemon_runs_the_apps_rows_through_views_and_wakes_on_its_writes
         password_file.chmod(0o600)
         runner = playguard.runner
         runner.inventory.unlink(missing_ok=True)  # the database is the only desired state
-        daemon = runner.start(
-            "r1", phase_seconds=0.2, **{**LAB_SETTINGS, "tick_interval": 600.0,
-                                        "tick_jitter": 0.0},
+        settings = runner.settings(
+            "r1", **LAB_SETTINGS, tick_interval=600.0, tick_jitter=0.0,
             desired_state=role.database.url, desired_state_password_file=password_file,
         )  # fmt: skip
+        daemon = runner.start("r1", phase_seconds=0.2, config=runner.write_settings("r1", settings))
         try:
             await _converge_wake_and_break(daemon, postgres, role, lab, git_origin, lab_docker,
                                            busybox_image)  # fmt: skip
