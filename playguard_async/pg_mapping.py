@@ -122,8 +122,8 @@ def check_relations(
         name = qualified(schema, relation).replace('"', "")
         if relation not in found:
             checks[relation] = RelationCheck(
-                (f"{name}: missing (no table or view of that name; `playguard db migrate` "
-                 "creates the tables)",), keys_readable=False)  # fmt: skip
+                (f"{name}: missing (no table or view of that name): run `playguard db migrate`, "
+                 "or create the view",), keys_readable=False)  # fmt: skip
             continue
         problems, bad = [], set()
         for column, kind in wanted.items():

@@ -77,11 +77,7 @@ PLAYGUARD_OWN = {
 async def test_migrate_as_a_role_limited_to_its_schema_leaves_public_byte_for_byte(
     postgres: LabDatabase,
 ) -> None:
-    admin = await postgres.connect()
-    try:
-        await create_app(admin, _fleet())
-    finally:
-        await admin.close()
+    await create_app(postgres, _fleet())
     for schema in ("owned", "granted"):
         async with limited_role(postgres, schema=schema) as role:
             await _assert_limited(postgres, role)
@@ -113,11 +109,7 @@ async def _assert_limited(admin: LabDatabase, role: LimitedRole) -> None:
 async def test_migrate_without_the_schema_says_what_the_dba_must_run(
     postgres: LabDatabase,
 ) -> None:
-    admin = await postgres.connect()
-    try:
-        await create_app(admin, _fleet())
-    finally:
-        await admin.close()
+    await create_app(postgres, _fleet())
     async with limited_role(postgres, schema=None) as role:
         done = playguard_with(role.database, "db", "migrate")
     assert_one_line_error(done, "schema playguard does not exist and this role may not create it")
@@ -224,11 +216,7 @@ async def mapped(postgres: LabDatabase, tmp_path: Path) -> AsyncIterator[Limited
     """The Rails-style app with ``_fleet()``'s rows, playguard migrated as the limited role,
     registries and playspecs imported into its tables, and the app-kept relations mapped as
     views (created by the limited role, as the README's guide does it)."""
-    admin = await postgres.connect()
-    try:
-        await create_app(admin, _fleet())
-    finally:
-        await admin.close()
+    await create_app(postgres, _fleet())
     async with limited_role(postgres) as role:
         connection = await role.database.connect()
         try:

@@ -19,6 +19,7 @@ from tests.support.app_database import (
     AppFleet,
     LimitedRole,
     create_app,
+    execute_in,
     limited_role,
     mapping_sql,
 )
@@ -50,33 +51,13 @@ def _ok_cycles(daemon: Daemon, marquee: str) -> int:
     return len(daemon.events("cycle.finished", marquee=marquee, outcome="ok"))
 
 
-async def _as_role(role: LimitedRole, sql: str) -> None:
-    connection = await role.database.connect()
-    try:
-        await connection.execute(sql)
-    finally:
-        await connection.close()
-
-
-async def _as_app(postgres: LabDatabase, sql: str) -> None:
-    connection = await postgres.connect()
-    try:
-        await connection.execute(sql)
-    finally:
-        await connection.close()
-
-
 async def test_a_daemon_runs_the_apps_rows_through_views_and_wakes_on_its_writes(
     playguard: Playguard, lab: LabWorld, postgres: LabDatabase, git_origin: GitOrigin,
     second_host: tuple[SshServer, DockerDaemon], lab_docker: aiodocker.Docker,
     busybox_image: str, tmp_path: Path,
 ) -> None:  # fmt: skip
     fleet = _app_fleet(lab, second_host, tmp_path / "workdir-2")
-    admin = await postgres.connect()
-    try:
-        await create_app(admin, fleet)
-    finally:
-        await admin.close()
+    await create_app(postgres, fleet)
     own = {"registries": lab.data["registries"], "playspecs": lab.data["playspecs"]}
     async with limited_role(postgres) as role:
         connection = await role.database.connect()
@@ -86,7 +67,7 @@ async def test_a_daemon_runs_the_apps_rows_through_views_and_wakes_on_its_writes
             await connection.execute(mapping_sql(fleet))
         finally:
             await connection.close()
-        await _as_app(postgres, TRIGGERS)
+        await execute_in(postgres, TRIGGERS)
         password_file = tmp_path / "pg-password"
         password_file.write_text(role.database.password + "\n")
         password_file.chmod(0o600)
@@ -121,7 +102,7 @@ async def _converge_wake_and_break(
     branch = f"moved-{time.monotonic_ns()}"
     head = git_origin.commit(branch, {"compose.yaml": compose_yaml(busybox_image)}, "Moved")
     before = _ok_cycles(daemon, "edge-1")
-    await _as_app(postgres, f"UPDATE public.playgrounds SET branch = '{branch}', "
+    await execute_in(postgres, f"UPDATE public.playgrounds SET branch = '{branch}', "
                             "updated_at = now() WHERE name = 'web-main'")  # fmt: skip
     updated = time.monotonic()
     wait_for(lambda: _ok_cycles(daemon, "edge-1") > before, timeout=60,
@@ -134,9 +115,9 @@ async def _converge_wake_and_break(
 
     # The owner breaks the chats' view: edge-1 (it has a chat) stops, edge-2 keeps cycling.
     edge_1, edge_2 = _ok_cycles(daemon, "edge-1"), _ok_cycles(daemon, "edge-2")
-    await _as_role(role, "DROP VIEW playguard.agent_chats;"
+    await execute_in(role.database, "DROP VIEW playguard.agent_chats;"
                          + AGENT_CHATS_VIEW.replace("c.image, ", ""))  # fmt: skip
-    await _as_app(postgres, "UPDATE public.marquees SET updated_at = now()")  # wakes both
+    await execute_in(postgres, "UPDATE public.marquees SET updated_at = now()")  # wakes both
     wait_for(lambda: _ok_cycles(daemon, "edge-2") > edge_2, timeout=60,
              what="edge-2's cycle after the view broke")  # fmt: skip
     refused = [line["error"] for line in daemon.events("desired_state.row_refused")]

@@ -121,8 +121,25 @@ class AppFleet:
         return {m["name"]: {c: m.get(c) for c in ACCESS_COLUMNS} for m in self.marquees}
 
 
-async def create_app(connection: asyncpg.Connection, fleet: AppFleet) -> None:
+async def create_app(database: LabDatabase, fleet: AppFleet) -> None:
     """The application's schema and rows, as its owner (the test's superuser) writes them."""
+    connection = await database.connect()
+    try:
+        await _create_app(connection, fleet)
+    finally:
+        await connection.close()
+
+
+async def execute_in(database: LabDatabase, sql: str) -> None:
+    """Run ``sql`` on a connection of its own to ``database`` (as its user)."""
+    connection = await database.connect()
+    try:
+        await connection.execute(sql)
+    finally:
+        await connection.close()
+
+
+async def _create_app(connection: asyncpg.Connection, fleet: AppFleet) -> None:
     await connection.execute(RAILS_SCHEMA)
     for marquee in fleet.marquees:
         await connection.execute(
