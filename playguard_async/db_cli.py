@@ -1,5 +1,5 @@
-"""``playguard db migrate | check | import | export``: the PostgreSQL desired state's schema and
-content, all in the one schema playguard owns (``desired_state_schema``).
+"""``playguard db migrate | check | triggers | import | export``: the PostgreSQL desired
+state's schema and content, all in the one schema playguard owns (``desired_state_schema``).
 
 Every command reaches the database that the ``desired_state`` setting names, with the password
 from ``desired_state_password`` (``PLAYGUARD_DESIRED_STATE_PASSWORD``) or
@@ -134,3 +134,26 @@ def check(config: Path | None) -> None:
     if problems:
         raise click.exceptions.Exit(1)
     click.echo(summary)
+
+
+@db.command()
+@click.argument("table")
+@click.argument("column")
+@click.option(
+    "--lookup", default=None, metavar="QUERY",
+    help="SQL given the COLUMN's old and new values as text[] ($1) that returns the Marquees' "
+    "names; without it COLUMN holds the names.",
+)  # fmt: skip
+@CONFIG_OPTION
+def triggers(table: str, column: str, lookup: str | None, config: Path | None) -> None:
+    """Print, for review, the trigger that wakes the Marquees a change to TABLE's rows concerns
+    (COLUMN identifies a row's Marquee). Nothing is run: the application's owner runs it."""
+    from playguard_async.pg_triggers import trigger_statement  # noqa: PLC0415
+    from playguard_async.settings import SettingsError, load_settings  # noqa: PLC0415
+
+    try:
+        schema = load_settings(config).desired_state_schema
+        click.echo(trigger_statement(schema, table, column, lookup))
+    except (SettingsError, ValueError) as exc:
+        click.echo(f"Error: {exc}", err=True)
+        raise click.exceptions.Exit(1) from None

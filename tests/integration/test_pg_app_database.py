@@ -22,7 +22,6 @@ from playguard_async.pg_transfer import export_inventory, import_inventory
 from tests.support.app_database import (
     AGENT_CHATS_VIEW,
     PLAYGROUNDS_VIEW,
-    TRIGGERS,
     AppFleet,
     LimitedRole,
     create_app,
@@ -365,6 +364,33 @@ APP_WRITES = [
 ]  # fmt: skip
 
 
+PRINTED_TRIGGERS = [
+    ("public.marquees", "name", None),
+    ("public.playgrounds", "marquee_id",
+     "SELECT name FROM public.marquees WHERE id = ANY ($1::bigint[])"),
+    ("public.agent_chats", "playground_id",
+     "SELECT m.name FROM public.marquees m JOIN public.playgrounds p ON p.marquee_id = m.id "
+     "WHERE p.id = ANY ($1::bigint[])"),
+]  # fmt: skip
+
+
+def _printed_triggers(role: LimitedRole) -> str:
+    """What ``playguard db triggers`` prints for the app's three tables, for the owner to run."""
+    statements = []
+    for table, column, lookup in PRINTED_TRIGGERS:
+        done = playguard_with(
+            role.database,
+            "db",
+            "triggers",
+            table,
+            column,
+            *(["--lookup", lookup] if lookup else []),
+        )
+        assert (done.returncode, done.stderr) == (0, "")
+        statements.append(done.stdout)
+    return "".join(statements)
+
+
 @pytest.mark.parametrize(("statement", "marquees"), APP_WRITES)
 async def test_the_apps_own_writes_notify_the_marquees_they_concern(
     postgres: LabDatabase, mapped: LimitedRole, statement: str, marquees: set[str]
@@ -374,7 +400,7 @@ async def test_the_apps_own_writes_notify_the_marquees_they_concern(
     heard: asyncio.Queue[str] = asyncio.Queue()
     await listener.add_listener(NOTIFY_CHANNEL, lambda *args: heard.put_nowait(args[3]))
     try:
-        await admin.execute(TRIGGERS)
+        await admin.execute(_printed_triggers(mapped))
         await admin.execute("SET search_path TO public")  # as the application's sessions
         await admin.execute(statement)
         await admin.execute("NOTIFY playguard_desired_state, 'end-of-test'")
