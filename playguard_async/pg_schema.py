@@ -52,7 +52,7 @@ def migration_lock_key(schema: str) -> int:
     return int.from_bytes(digest[:8], "big") & 0x7FFF_FFFF_FFFF_FFFF
 
 
-_SCHEMA_VERSION_TABLE = """
+SCHEMA_VERSION_TABLE = """
 CREATE TABLE IF NOT EXISTS schema_version (
     version integer PRIMARY KEY,
     name text NOT NULL,
@@ -94,7 +94,7 @@ async def migrate(connection: asyncpg.Connection, schema: str = DEFAULT_SCHEMA) 
         await _own_schema(connection, schema)
         await connection.execute(f'SET LOCAL search_path TO "{schema}"')
         await _move_legacy_layout(connection, schema)
-        await connection.execute(_SCHEMA_VERSION_TABLE)
+        await connection.execute(SCHEMA_VERSION_TABLE)
         applied = {
             row["version"]: row["sha256"]
             for row in await connection.fetch("SELECT version, sha256 FROM schema_version")

@@ -5,7 +5,6 @@ are read in place through views, each bad mapping isolated to the Marquees it co
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -14,10 +13,10 @@ from typing import Any
 import asyncpg
 import pytest
 
-from playguard_async.desired_state_pg import NOTIFY_CHANNEL, PostgresDesiredState
+from playguard_async.desired_state_pg import PostgresDesiredState
 from playguard_async.observed_state_pg import ObservedStateWriter
 from playguard_async.pg import PgAddress, password_from
-from playguard_async.pg_schema import migrate, shipped_migrations
+from playguard_async.pg_schema import SCHEMA_VERSION_TABLE, migrate, shipped_migrations
 from playguard_async.pg_transfer import export_inventory, import_inventory
 from tests.support.app_database import (
     AGENT_CHATS_VIEW,
@@ -32,7 +31,7 @@ from tests.support.app_database import (
 )
 from tests.support.cli import assert_one_line_error
 from tests.support.pg_inventory import by_name, full_document, load_yaml, write_inventory
-from tests.support.postgres import LabDatabase, playguard_with
+from tests.support.postgres import LabDatabase, notified_by, playguard_with
 
 ALL_MIGRATIONS = ", ".join(f"{m.version:04d}_{m.name}" for m in shipped_migrations())
 LATEST = shipped_migrations()[-1].version
@@ -115,22 +114,12 @@ async def test_migrate_without_the_schema_says_what_the_dba_must_run(
     assert 'CREATE SCHEMA "playguard" AUTHORIZATION <this role>' in done.stderr
 
 
-LEGACY_TABLES = """
-CREATE TABLE IF NOT EXISTS schema_version (
-    version integer PRIMARY KEY,
-    name text NOT NULL,
-    sha256 text NOT NULL,
-    applied_at timestamptz NOT NULL DEFAULT now()
-)
-"""
-
-
 async def _migrate_as_released_before(connection: asyncpg.Connection) -> None:
     """What ``db migrate`` of the releases before the own schema did: 0001-0003 and
     ``schema_version`` with whatever the session's search_path named first (public)."""
     async with connection.transaction():
         await connection.execute("SET LOCAL search_path TO public")
-        await connection.execute(LEGACY_TABLES)
+        await connection.execute(SCHEMA_VERSION_TABLE)  # unqualified, as then
         for migration in shipped_migrations()[:3]:
             await connection.execute(migration.sql)
             await connection.execute(
@@ -396,20 +385,10 @@ async def test_the_apps_own_writes_notify_the_marquees_they_concern(
     postgres: LabDatabase, mapped: LimitedRole, statement: str, marquees: set[str]
 ) -> None:
     admin = await postgres.connect()
-    listener = await mapped.database.connect()
-    heard: asyncio.Queue[str] = asyncio.Queue()
-    await listener.add_listener(NOTIFY_CHANNEL, lambda *args: heard.put_nowait(args[3]))
     try:
         await admin.execute(_printed_triggers(mapped))
-        await admin.execute("SET search_path TO public")  # as the application's sessions
-        await admin.execute(statement)
-        await admin.execute("NOTIFY playguard_desired_state, 'end-of-test'")
-        names = set()
-        async with asyncio.timeout(5):
-            while (name := await heard.get()) != "end-of-test":
-                names.add(name)
+        names = await notified_by(mapped.database, admin, statement)
     finally:
-        await listener.close()
         await admin.close()
     assert names == marquees
 

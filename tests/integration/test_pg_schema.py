@@ -9,12 +9,11 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from playguard_async.desired_state_pg import NOTIFY_CHANNEL
 from playguard_async.inventory import InventoryError
 from playguard_async.pg_schema import migrate, schema_version, shipped_migrations
 from playguard_async.pg_transfer import ImportRefused, export_inventory, import_inventory
 from tests.support.pg_inventory import by_name, full_document, load_yaml, write_inventory
-from tests.support.postgres import LabDatabase
+from tests.support.postgres import LabDatabase, notified_by
 
 SCHEMA_QUERY = """
 SELECT c.relname, a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull
@@ -205,17 +204,5 @@ async def test_a_changed_row_notifies_the_marquees_it_concerns(
 ) -> None:  # fmt: skip
     await migrate(connection)
     await import_inventory(connection, write_inventory(tmp_path, full_document()))
-    listener = await postgres.connect()
-    heard: asyncio.Queue[str] = asyncio.Queue()
-    await listener.add_listener(NOTIFY_CHANNEL, lambda *args: heard.put_nowait(args[3]))
-    try:
-        await connection.execute("SET search_path TO public")
-        await connection.execute(statement)
-        await connection.execute("NOTIFY playguard_desired_state, 'end-of-test'")
-        names = set()
-        async with asyncio.timeout(5):
-            while (name := await heard.get()) != "end-of-test":
-                names.add(name)
-    finally:
-        await listener.close()
+    names = await notified_by(postgres, connection, statement)
     assert names == marquees

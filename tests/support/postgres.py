@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import secrets
 import subprocess
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import asyncpg
 
+from playguard_async.desired_state_pg import NOTIFY_CHANNEL
 from playguard_async.lab import PostgresServer, free_port
 from playguard_async.pg_schema import migrate
 from playguard_async.pg_transfer import import_inventory
@@ -78,3 +80,25 @@ def playguard_with(
     return subprocess.run(
         [str(PLAYGUARD), *args], env=env, capture_output=True, text=True, timeout=60, check=False
     )
+
+
+async def notified_by(
+    listen_on: LabDatabase, writer: asyncpg.Connection, statement: str
+) -> set[str]:
+    """The Marquee names the wake-up channel carries, heard on a connection of its own to
+    ``listen_on``, when ``writer`` runs ``statement`` with only ``public`` on its search_path
+    (as an application's sessions have it)."""
+    listener = await listen_on.connect()
+    heard: asyncio.Queue[str] = asyncio.Queue()
+    await listener.add_listener(NOTIFY_CHANNEL, lambda *args: heard.put_nowait(args[3]))
+    try:
+        await writer.execute("SET search_path TO public")
+        await writer.execute(statement)
+        await writer.execute(f"NOTIFY {NOTIFY_CHANNEL}, 'end-of-test'")
+        names = set()
+        async with asyncio.timeout(5):
+            while (name := await heard.get()) != "end-of-test":
+                names.add(name)
+    finally:
+        await listener.close()
+    return names
