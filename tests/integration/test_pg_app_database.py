@@ -342,6 +342,22 @@ async def test_db_check_on_a_good_mapping_names_what_it_read(mapped: LimitedRole
     )
 
 
+async def test_export_reads_the_views_and_import_refuses_to_write_them(
+    mapped: LimitedRole, tmp_path: Path
+) -> None:
+    exported = playguard_with(mapped.database, "db", "export", "-o", str(tmp_path / "out.yaml"))
+    imported = playguard_with(
+        mapped.database, "db", "import", "--replace", str(tmp_path / "out.yaml")
+    )
+
+    assert (exported.returncode, exported.stderr) == (0, "")
+    inventory = await load_yaml(tmp_path / "out.yaml")
+    assert sorted_names(inventory.marquees) == ["edge-a", "edge-b", "edge-c", "edge-d"]
+    assert sorted_names(inventory.agent_chats) == ["chat-a", "chat-b"]
+    assert_one_line_error(imported, f"{tmp_path / 'out.yaml'}: nothing imported: playguard holds")
+    assert "no table agent_chats, marquees, playgrounds" in imported.stderr
+
+
 # (statement as the application writes its own rows, the Marquees woken)
 APP_WRITES = [
     ("UPDATE public.playgrounds SET branch = 'b' WHERE name = 'pg-b'", {"edge-b"}),

@@ -5,6 +5,7 @@ a view broken by its owner stops only the Marquees whose rows it holds."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 
@@ -49,6 +50,22 @@ def _app_fleet(lab: LabWorld, second: tuple[SshServer, DockerDaemon], workdir: P
 
 def _ok_cycles(daemon: Daemon, marquee: str) -> int:
     return len(daemon.events("cycle.finished", marquee=marquee, outcome="ok"))
+
+
+async def _written_back(role: LimitedRole) -> list[tuple[str, str]]:
+    """The status rows once both Marquees have one (written just after each cycle's end)."""
+    connection = await role.database.connect()
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            rows = await connection.fetch(
+                "SELECT marquee, outcome FROM playguard.marquee_status ORDER BY marquee"
+            )
+            if len(rows) == 2 or time.monotonic() > deadline:
+                return [tuple(row) for row in rows]
+            await asyncio.sleep(0.1)
+    finally:
+        await connection.close()
 
 
 async def test_a_daemon_runs_the_apps_rows_through_views_and_wakes_on_its_writes(
@@ -97,6 +114,7 @@ async def _converge_wake_and_break(
     )  # fmt: skip
     assert daemon.events("desired_state.listening")
     assert await project_containers(lab_docker), "edge-1's playground runs"
+    assert await _written_back(role) == [("edge-1", "ok"), ("edge-2", "ok")]
 
     # The application moves its playground to a new branch: only its trigger tells playguard.
     branch = f"moved-{time.monotonic_ns()}"
