@@ -6,6 +6,7 @@ are read in place through views, each bad mapping isolated to the Marquees it co
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from tests.support.app_database import (
     sorted_names,
 )
 from tests.support.cli import assert_one_line_error
+from tests.support.daemon import REPO_ROOT
 from tests.support.pg_inventory import by_name, full_document, load_yaml, write_inventory
 from tests.support.postgres import LabDatabase, notified_by, playguard_with
 
@@ -426,3 +428,62 @@ async def test_a_failing_lookup_warns_and_never_fails_the_apps_write(
         await admin.close()
     assert branch == "c"
     assert any("lookup failed: division by zero" in warning for warning in warnings), warnings
+
+
+def _readme_sql() -> list[str]:
+    """The SQL blocks of the README's "Plugging into your application's database", in order:
+    privileges, the view mapping, the triggers, the observed-state queries."""
+    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Plugging into your application's database\n", 1)[1]
+    blocks: list[str] = re.findall(r"```sql\n(.*?)```", section.split("\n## ", 1)[0], re.DOTALL)
+    return blocks
+
+
+async def test_the_readmes_mapping_triggers_and_queries_run_as_written(
+    postgres: LabDatabase, tmp_path: Path
+) -> None:
+    """The privileges block names the role ``playguard`` (the lab's superuser here): the
+    limited role is made the same way by ``limited_role``; the rest runs as printed."""
+    privileges, mapping, triggers, queries = _readme_sql()
+    assert "GRANT SELECT ON public.marquees, public.playgrounds, public.agent_chats" in privileges
+    await create_app(postgres, _fleet())
+    async with limited_role(postgres) as role:
+        connection = await role.database.connect()
+        try:
+            await migrate(connection)
+            await import_inventory(connection, write_inventory(tmp_path, PLAYGUARD_OWN))
+            await connection.execute(mapping)
+        finally:
+            await connection.close()
+        address, password = (
+            PgAddress.parse(role.database.url),
+            password_from(role.database.password, None),
+        )
+        source = PostgresDesiredState(address, password, timeout=5.0)
+        try:
+            inventory = await source.load()
+        finally:
+            await source.close()
+        writer = ObservedStateWriter(address, password, replica="r1", timeout=5)
+        await writer.record(STATUS_RECORD | {"marquee": "edge-a", "findings": {}})
+        await writer.close()
+
+        admin = await postgres.connect()
+        try:
+            await admin.execute(triggers)
+            woken = await notified_by(
+                role.database,
+                admin,
+                "UPDATE public.playgrounds SET branch = 'x' WHERE name = 'pg-b'",
+            )
+            shown = [await admin.fetch(query) for query in queries.split(";") if query.strip()]
+        finally:
+            await admin.close()
+
+    assert sorted_names(inventory.marquees) == ["edge-a", "edge-b", "edge-c", "edge-d"]
+    assert str(inventory.marquee("edge-a").identity_file) == "/etc/playguard/id_ed25519"
+    assert [p.state for p in inventory.playgrounds] == ["running"] * 3
+    assert woken == {"edge-b"}
+    by_marquee = {row["name"]: row for row in shown[0]}
+    assert (by_marquee["edge-a"]["outcome"], by_marquee["edge-b"]["outcome"]) == ("ok", None)
+    assert len(shown[1]) == 3, "one row per application playground"
