@@ -23,6 +23,7 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -227,6 +228,9 @@ _ADAPTERS: dict[str, TypeAdapter[list[Any]]] = {
 
 RowKey = tuple[Any, ...]
 
+_NAME_KEY = itemgetter("name")
+_NAME_OF = attrgetter("name")
+
 
 def _row_key(row: dict[str, Any]) -> RowKey:
     """A row's values, hashable (arrays as tuples): equal keys validate to equal models."""
@@ -313,21 +317,21 @@ def _validate_snapshot(rows: Rows, memo: RowMemo | None, broken: Broken) -> Vali
         return memo.validated
     problems: list[str] = []
     by_key: dict[str, dict[RowKey, Any]] = {}
+    present = {table.name: set(map(_NAME_KEY, rows[table.name])) for table in TABLES}
     for table, table_keys in zip(TABLES, keys, strict=True):
         if table.name in broken:
             problems.extend(broken[table.name])
             by_key[table.name] = {}
             continue
         table_rows, row_keys = rows[table.name], table_keys
-        kept = _unique_names(table, table_rows, problems)
+        kept = _unique_names(table, table_rows, present[table.name], problems)
         if kept is not None:
             table_rows, row_keys = [table_rows[i] for i in kept], tuple(row_keys[i] for i in kept)
         by_key[table.name] = _valid_rows(
             table, table_rows, row_keys, memo.models.get(table.name, {}), problems
         )
     valid = {name: list(models.values()) for name, models in by_key.items()}
-    names = {table: {item.name for item in valid[table]} for table in valid}
-    present = {table.name: {row["name"] for row in rows[table.name]} for table in TABLES}
+    names = {table: set(map(_NAME_OF, valid[table])) for table in valid}
     # Which Marquees each refused row concerns, read from the raw values (a refused row's
     # columns are still strings to compare, whatever else is wrong with them).
     bad_registries = present["registries"] - names["registries"]
@@ -380,14 +384,15 @@ def _validate_snapshot(rows: Rows, memo: RowMemo | None, broken: Broken) -> Vali
 
 
 def _unique_names(
-    table: Table, rows: list[dict[str, Any]], problems: list[str]
+    table: Table, rows: list[dict[str, Any]], present: set[Any], problems: list[str]
 ) -> list[int] | None:
     """The positions of the rows whose name no other row has, or None when every name is
-    unique (the common case: tables have primary keys). A view with a bad join repeats a row;
-    which copy is right cannot be told, so all of them are refused."""
-    counts = Counter(row["name"] for row in rows)
-    if len(counts) == len(rows):
+    unique (the common case, told by the ``present`` names alone: tables have primary keys).
+    A view with a bad join repeats a row; which copy is right cannot be told, so all of them
+    are refused."""
+    if len(present) == len(rows):
         return None
+    counts = Counter(map(_NAME_KEY, rows))
     repeated = {name for name, count in counts.items() if count > 1 and name is not None}
     for name in sorted(repeated):
         problems.append(f"{table.name} {name!r}: {counts[name]} rows have this name (a join in "
@@ -400,6 +405,10 @@ def _dangling_references(valid: Mapping[str, list[Any]], present: Mapping[str, s
     """A line per valid row naming a row that no relation has (tables' foreign keys prevent it;
     views do not)."""
     for source, column, target in _REFERENCES:
+        references = set(map(attrgetter(column), valid[source]))
+        references.discard(None)
+        if references <= present[target]:
+            continue  # every reference resolves, the common case, found at C speed
         for item in valid[source]:
             reference = getattr(item, column)
             if reference is not None and reference not in present[target]:
