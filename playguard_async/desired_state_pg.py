@@ -112,6 +112,8 @@ snapshot hold the key columns only."""
 
 @dataclass(frozen=True)
 class Snapshot:
+    """One transaction's rows, and the relations among them read by their keys alone."""
+
     rows: Rows
     broken: Broken = field(default_factory=dict)
 
@@ -183,7 +185,7 @@ async def _read_once(
         checks = check_relations(schema, EXPECTED_COLUMNS, KEY_COLUMNS, catalog)
         records, broken = [], {}
         for table in TABLES:
-            where = qualified(schema, table.name).replace('"', "")
+            where = f"{schema}.{table.name}"
             check = checks.get(table.name)
             problems = [*(check.problems if check else ()), *failed.get(table.name, ())]
             if not problems:

@@ -19,8 +19,6 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic import AwareDatetime, BaseModel
 
-from playguard_async.pg import qualified
-
 
 @dataclass(frozen=True)
 class Kind:
@@ -119,7 +117,7 @@ def check_relations(
             columns[row["column"]] = row
     checks = {}
     for relation, wanted in expected.items():
-        name = qualified(schema, relation).replace('"', "")
+        name = f"{schema}.{relation}"
         if relation not in found:
             checks[relation] = RelationCheck(
                 (f"{name}: missing (no table or view of that name): run `playguard db migrate`, "
