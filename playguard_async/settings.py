@@ -31,7 +31,13 @@ from pydantic_settings import (
 from playguard_async.coordination.address import parse_redis_url
 from playguard_async.coordination.lock import default_replica_id
 from playguard_async.desired_state.inventory import INVENTORY_MAX_BYTES, INVENTORY_READ_TIMEOUT
-from playguard_async.desired_state.pg import PasswordSource, PgAddress, password_from
+from playguard_async.desired_state.pg import (
+    DEFAULT_SCHEMA,
+    PasswordSource,
+    PgAddress,
+    password_from,
+    schema_name,
+)
 from playguard_async.kits.capacity import MAX_SECONDS, cycle_slots
 from playguard_async.kits.files import FileRefused, read_text_limited
 from playguard_async.phases.protocol import BUILTIN_PHASES
@@ -162,6 +168,11 @@ class Settings(BaseSettings):
         description="File holding the PostgreSQL password, read at each connect (a rotated "
         "secret is picked up); used when desired_state_password is not set.",
     )
+    desired_state_schema: str = Field(
+        DEFAULT_SCHEMA,
+        description="The one PostgreSQL schema playguard owns: its tables, functions, "
+        "schema_version and the mapping views; it creates nothing elsewhere.",
+    )
     desired_state_timeout: float = _seconds(
         10.0,
         description="Seconds connecting to PostgreSQL and reading one snapshot may take; past "
@@ -290,6 +301,11 @@ class Settings(BaseSettings):
         if value != "yaml":
             PgAddress.parse(value)
         return value
+
+    @field_validator("desired_state_schema")
+    @classmethod
+    def _desired_state_schema_form(cls, value: str) -> str:
+        return schema_name(value)
 
     @field_validator("http_address")
     @classmethod

@@ -126,8 +126,13 @@ def postgres_source(settings: Settings) -> PostgresDesiredState:
         timeout=settings.desired_state_timeout,
         validate_timeout=settings.inventory_read_timeout,
         observed=ObservedStateWriter(
-            address, password, replica=settings.replica_id, timeout=settings.desired_state_timeout
+            address,
+            password,
+            replica=settings.replica_id,
+            timeout=settings.desired_state_timeout,
+            schema=settings.desired_state_schema,
         ),
+        schema=settings.desired_state_schema,
     )
 
 

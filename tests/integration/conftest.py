@@ -76,6 +76,16 @@ def lab_world(
     return LabWorld(data=data, password_file=password_file)
 
 
+@pytest.fixture(scope="module")
+def second_host(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[SshServer, DockerDaemon]]:
+    """A second simulated Marquee: its own sshd and its own dockerd."""
+    root = tmp_path_factory.mktemp("second-host")
+    with SshServer(root / "ssh") as ssh, DockerDaemon(root / "docker", index=1) as docker:
+        yield ssh, docker
+
+
 @pytest.fixture
 def run_phase(redis: Redis) -> PhaseRunner:
     """Run one phase as the engine would: under a real lease, with a real remote session."""
