@@ -33,7 +33,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from playguard_async.cycle_record import CycleRecord
 from playguard_async.desired_state.inventory import (
-    _REFERENCES,
+    REFERENCES,
     AgentChat,
     DesiredStateUnavailable,
     Inventory,
@@ -405,7 +405,7 @@ def _dangling_references(valid: Mapping[str, list[Any]], present: Mapping[str, s
                          ) -> Iterator[str]:  # fmt: skip
     """A line per valid row naming a row that no relation has (tables' foreign keys prevent it;
     views do not)."""
-    for source, column, target in _REFERENCES:
+    for source, column, target in REFERENCES:
         references = set(map(attrgetter(column), valid[source]))
         references.discard(None)
         if references <= present[target]:
