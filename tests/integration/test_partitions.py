@@ -6,16 +6,21 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from redis import Redis as SyncRedis
 
 from playguard_async.keys import marquee_lock_key
-from playguard_async.lab import RedisServer
-from tests.support.daemon import Daemon, DaemonRunner, wait_for
+from playguard_async.lab import RedisServer, SshServer
+from tests.support.daemon import Daemon, DaemonRunner, intervals, wait_for, witness_lines
+from tests.support.fencing import host_records, stale_writes
 from tests.support.netns import Namespace
+from tests.support.probes import http_get
 from tests.support.redis_monitor import monitoring
+from tests.support.world import ssh_marquee
 
 pytestmark = pytest.mark.integration
 
@@ -28,6 +33,11 @@ REDIS_TIMEOUT = 0.5
 # the next one, 6.2 s after it was sent: 2-3 s after the lift, long after the client gave up.
 HOLE = 4.0
 LATE_DELIVERY_WITHIN = 15.0
+HTTP_PORT = 8081
+"""The daemons' endpoints, on their namespace's own address: any port is free there."""
+# Between Redis answering a lease's acquire or renewal and the witness stamping the phase's
+# enter, on a loaded two-core machine (as in test_safety).
+ENTER_LAG = 0.25
 
 
 def finished(daemon: Daemon, outcome: str = "ok") -> int:
@@ -73,3 +83,156 @@ def test_acquire_delivered_late_after_a_black_hole_takes_no_lock(
     assert store.exists(marquee_lock_key("m1")) == 0, "no lock left behind"
     assert late, "the fault under test: Redis ran an acquire past its not-after"
     assert daemon.events("lock.acquire_undone"), "the client gave up and undid its acquire"
+
+
+def readiness(namespace: Namespace) -> int:
+    return http_get(f"http://{namespace.inside}:{HTTP_PORT}/readyz", timeout=2.0)[0]
+
+
+def converged_since(daemons: DaemonRunner, marquees: Sequence[str], since: float) -> float | None:
+    """When the last of ``marquees`` finished a whole cycle (its second phase ``ok``) begun after
+    ``since``, or None while one has not."""
+    done: dict[str, float] = {}
+    for interval in intervals(witness_lines(daemons.witness_dir)):
+        if interval.phase == "second" and interval.status == "ok" and interval.enter > since:
+            assert interval.exit is not None
+            done.setdefault(interval.marquee, interval.exit)
+    return max(done.values()) if set(done) == set(marquees) else None
+
+
+@pytest.mark.timeout(120)
+def test_redis_black_holed_for_every_replica_then_back(
+    daemons: DaemonRunner, netns: NetnsFactory, live_redis_server: RedisServer, store: SyncRedis
+) -> None:
+    """Issue 24, scenario 3: 30 s without Redis for both replicas. No phase starts without a
+    lease Redis confirmed, /readyz says so, and within two ticks of the lift every Marquee has
+    had a whole cycle again, with no lock left behind."""
+    port, hole = live_redis_server.port, 30.0
+    marquees = ("m1", "m2", "m3", "m4")
+    daemons.write_inventory(marquees)
+    fleet: dict[str, tuple[Daemon, Namespace]] = {}
+    for replica in ("r1", "r2"):
+        namespace = netns([port])
+        daemon = daemons.start(
+            replica, wrapper=namespace.exec_prefix, phase_seconds=0.2, tick_interval=TICK,
+            lock_ttl=10.0, redis_socket_timeout=REDIS_TIMEOUT,
+            redis_connect_timeout=REDIS_TIMEOUT, http_address=f"{namespace.inside}:{HTTP_PORT}",
+        )  # fmt: skip
+        fleet[replica] = daemon, namespace
+    started = time.monotonic()
+    wait_for(lambda: converged_since(daemons, marquees, started), timeout=30, what="a first round")
+    assert all(readiness(namespace) == 200 for _, namespace in fleet.values())
+    for _, namespace in fleet.values():
+        namespace.black_hole(port)
+    cut = time.monotonic()
+    for replica, (_, namespace) in fleet.items():
+        wait_for(lambda ns=namespace: readiness(ns) == 503, timeout=5, what=f"{replica} unready")
+    time.sleep(max(0.0, cut + hole - time.monotonic()))
+    for _, namespace in fleet.values():
+        namespace.lift(port)
+    lifted = time.monotonic()
+    converged = wait_for(
+        lambda: converged_since(daemons, marquees, lifted), timeout=2 * TICK + 3,
+        what="every Marquee cycled after the lift",
+    )  # fmt: skip
+    assert all(readiness(namespace) == 200 for _, namespace in fleet.values())
+    seen = intervals(witness_lines(daemons.witness_dir))
+    daemon_list = [daemon for daemon, _ in fleet.values()]
+    assert daemons.stop_all(daemon_list, timeout=10) == {"r1": 0, "r2": 0}
+
+    in_the_dark = [i for i in seen if cut + ENTER_LAG < i.enter < lifted]
+    assert in_the_dark == [], "a phase began without a lease Redis confirmed"
+    assert converged - lifted <= 2 * TICK + 1.0, f"converged {converged - lifted:.2f} s after"
+    assert list(store.scan_iter(match=marquee_lock_key("*"))) == [], "no lock left behind"
+    for daemon in daemon_list:
+        assert daemon.events("redis.down"), f"{daemon.replica} told the outage"
+        assert daemon.events("redis.back"), f"{daemon.replica} told its end"
+    print(f"\nevery Marquee converged {converged - lifted:.2f} s after a {hole:g} s black hole")
+
+
+def witnessed(daemons: DaemonRunner, event: str, **fields: object) -> list[dict[str, Any]]:
+    return [
+        line
+        for line in witness_lines(daemons.witness_dir)
+        if line["event"] == event and all(line.get(key) == value for key, value in fields.items())
+    ]
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize(
+    ("write_after", "late"),
+    [(1.0, False), (6.0, True)],
+    ids=["write-within-the-lease", "write-after-the-takeover"],
+)
+def test_replica_cut_from_redis_mid_phase_but_not_from_its_host(
+    daemons: DaemonRunner,
+    netns: NetnsFactory,
+    live_redis_server: RedisServer,
+    ssh_server: SshServer,
+    store: SyncRedis,
+    tmp_path: Path,
+    write_after: float,
+    late: bool,
+) -> None:
+    """Issue 24, scenario 1: r1 loses Redis (black hole) in the middle of a phase whose write
+    goes out ``write_after`` seconds in, over a link to the host that still works. Within the
+    lease the write lands, the renewal after it times out within ``redis_socket_timeout`` and no
+    further phase runs; past the lease (the write was on its way, as a frozen replica's would
+    be) the host refuses it, having accepted r2's newer fence. No stale write is accepted."""
+    ttl = 3.0
+    redis_port = live_redis_server.port
+    daemons.write_inventory(["m1"], lambda name: ssh_marquee(ssh_server, name, tmp_path / name))
+    options: dict[str, object] = {
+        "lock_ttl": ttl, "tick_interval": 0.5, "redis_socket_timeout": REDIS_TIMEOUT,
+        "redis_connect_timeout": REDIS_TIMEOUT,
+        "phases": ["tests.support.phases:fenced_write", "tests.support.phases:first"],
+    }  # fmt: skip
+    namespace = netns([redis_port, ssh_server.port])
+    cut_off = daemons.start(
+        "r1", wrapper=namespace.exec_prefix, phase_seconds=write_after, **options
+    )
+    [enter] = wait_for(
+        lambda: witnessed(daemons, "enter", pid=cut_off.pid, phase="write")[:1],
+        timeout=30, what="r1 entering its write phase",
+    )  # fmt: skip
+    namespace.black_hole(redis_port)
+    cut = time.monotonic()
+    fence = enter["fence"]
+    other = daemons.start("r2", phase_seconds=0.3, **options)
+    [taken_over] = wait_for(
+        lambda: witnessed(daemons, "write", pid=other.pid, outcome="accepted")[:1],
+        timeout=20, what="r2's write accepted by the host",
+    )  # fmt: skip
+    [finished] = wait_for(
+        lambda: cut_off.events("cycle.finished", fence=fence),
+        timeout=write_after + 10, what="r1's cycle ending",
+    )  # fmt: skip
+    [written] = witnessed(daemons, "write", pid=cut_off.pid, fence=fence)
+    assert daemons.stop_all([other], timeout=10) == {"r2": 0}
+
+    assert taken_over["fence"] > fence
+    assert stale_writes(daemons.host_record_dir) == [], "a write below an accepted fence landed"
+    landed = {(marquee, f) for marquee, f, _ in host_records(daemons.host_record_dir)}
+    further = witnessed(daemons, "enter", pid=cut_off.pid, phase="first", fence=fence)
+    assert further == [], "r1 ran a phase after it lost Redis"
+    if late:
+        assert written["outcome"] == "refused"
+        assert written["host_fence"] >= taken_over["fence"]
+        assert ("m1", fence) not in landed
+        assert finished["outcome"] in {"deadline", "lock_lost"}, finished
+        return
+    assert written["outcome"] == "accepted", "within its lease, r1's write lands"
+    assert ("m1", fence) in landed
+    assert finished["outcome"] == "lock_lost", finished
+    [lost] = cut_off.events("lock.lost", fence=fence)
+    assert lost["reason"] == "unreachable"
+    [write_exit] = witnessed(daemons, "exit", pid=cut_off.pid, phase="write", fence=fence)
+    lost_at = wall_to_monotonic(lost["timestamp"])
+    assert lost_at - write_exit["t"] <= REDIS_TIMEOUT + 0.5, "the renewal waited past its bound"
+    assert cut < write_exit["t"]
+
+
+def wall_to_monotonic(timestamp: str) -> float:
+    """A log line's ISO time on the monotonic clock the witness stamps with."""
+    wall = datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
+    return wall - time.time() + time.monotonic()
