@@ -4,6 +4,7 @@ through again, so TCP delivers what it held back (``tests.support.netns``)."""
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
@@ -15,7 +16,14 @@ from redis import Redis as SyncRedis
 
 from playguard_async.keys import marquee_lock_key
 from playguard_async.lab import RedisServer, SshServer
-from tests.support.daemon import Daemon, DaemonRunner, intervals, wait_for, witness_lines
+from tests.support.daemon import (
+    Daemon,
+    DaemonRunner,
+    Interval,
+    intervals,
+    wait_for,
+    witness_lines,
+)
 from tests.support.fencing import host_records, stale_writes
 from tests.support.netns import Namespace
 from tests.support.probes import http_get
@@ -89,12 +97,23 @@ def readiness(namespace: Namespace) -> int:
     return http_get(f"http://{namespace.inside}:{HTTP_PORT}/readyz", timeout=2.0)[0]
 
 
-def converged_since(daemons: DaemonRunner, marquees: Sequence[str], since: float) -> float | None:
-    """When the last of ``marquees`` finished a whole cycle (its second phase ``ok``) begun after
-    ``since``, or None while one has not."""
+def phases_seen(daemons: DaemonRunner) -> list[Interval]:
+    lines = witness_lines(daemons.witness_dir)
+    return intervals([line for line in lines if line["event"] in {"enter", "exit"}])
+
+
+def unready(namespace: Namespace) -> bool:
+    return readiness(namespace) == 503
+
+
+def converged_since(
+    daemons: DaemonRunner, marquees: Sequence[str], since: float, last_phase: str = "second"
+) -> float | None:
+    """When the last of ``marquees`` finished a whole cycle (its ``last_phase`` ``ok``) begun
+    after ``since``, or None while one has not."""
     done: dict[str, float] = {}
-    for interval in intervals(witness_lines(daemons.witness_dir)):
-        if interval.phase == "second" and interval.status == "ok" and interval.enter > since:
+    for interval in phases_seen(daemons):
+        if interval.phase == last_phase and interval.status == "ok" and interval.enter > since:
             assert interval.exit is not None
             done.setdefault(interval.marquee, interval.exit)
     return max(done.values()) if set(done) == set(marquees) else None
@@ -126,7 +145,7 @@ def test_redis_black_holed_for_every_replica_then_back(
         namespace.black_hole(port)
     cut = time.monotonic()
     for replica, (_, namespace) in fleet.items():
-        wait_for(lambda ns=namespace: readiness(ns) == 503, timeout=5, what=f"{replica} unready")
+        wait_for(functools.partial(unready, namespace), timeout=5, what=f"{replica} unready")
     time.sleep(max(0.0, cut + hole - time.monotonic()))
     for _, namespace in fleet.values():
         namespace.lift(port)
@@ -136,7 +155,7 @@ def test_redis_black_holed_for_every_replica_then_back(
         what="every Marquee cycled after the lift",
     )  # fmt: skip
     assert all(readiness(namespace) == 200 for _, namespace in fleet.values())
-    seen = intervals(witness_lines(daemons.witness_dir))
+    seen = phases_seen(daemons)
     daemon_list = [daemon for daemon, _ in fleet.values()]
     assert daemons.stop_all(daemon_list, timeout=10) == {"r1": 0, "r2": 0}
 
@@ -182,7 +201,7 @@ def test_replica_cut_from_redis_mid_phase_but_not_from_its_host(
     ttl = 3.0
     redis_port = live_redis_server.port
     daemons.write_inventory(["m1"], lambda name: ssh_marquee(ssh_server, name, tmp_path / name))
-    options: dict[str, object] = {
+    options: dict[str, Any] = {
         "lock_ttl": ttl, "tick_interval": 0.5, "redis_socket_timeout": REDIS_TIMEOUT,
         "redis_connect_timeout": REDIS_TIMEOUT,
         "phases": ["tests.support.phases:fenced_write", "tests.support.phases:first"],
@@ -236,3 +255,66 @@ def wall_to_monotonic(timestamp: str) -> float:
     """A log line's ISO time on the monotonic clock the witness stamps with."""
     wall = datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
     return wall - time.time() + time.monotonic()
+
+
+@pytest.mark.timeout(90)
+def test_replica_cut_from_its_host_mid_write_ends_the_cycle_within_the_command_budget(
+    daemons: DaemonRunner,
+    netns: NetnsFactory,
+    live_redis_server: RedisServer,
+    ssh_server: SshServer,
+    store: SyncRedis,
+    tmp_path: Path,
+) -> None:
+    """Issue 24, scenario 2: the host's sshd is black-holed while r1's write is under way. No
+    socket waits for TCP's own minutes: the cycle ends within the command budget, the lease is
+    released (the next tick takes the lock again at once, not after the ttl), the host's guard
+    lock is free again, and once the link is back the Marquee converges."""
+    budget, ttl, write_seconds = 2.0, 10.0, 1.5
+    daemons.write_inventory(["m1"], lambda name: ssh_marquee(ssh_server, name, tmp_path / name))
+    namespace = netns([live_redis_server.port, ssh_server.port])
+    daemon = daemons.start(
+        "r1", wrapper=namespace.exec_prefix, phase_seconds=0.3, tick_interval=TICK,
+        lock_ttl=ttl, redis_socket_timeout=REDIS_TIMEOUT, remote_command_timeout=budget,
+        ssh_connect_timeout=budget, env={"PLAYGUARD_TEST_WRITE_SECONDS": str(write_seconds)},
+        phases=["tests.support.phases:fenced_write", "tests.support.phases:first"],
+    )  # fmt: skip
+    wait_for(lambda: finished(daemon), timeout=30, what="a first whole cycle")
+    sent = len(daemon.events("remote.change"))
+    # The write is on the host, holding its guard's lock for ``write_seconds``, when the cut comes.
+    [change] = wait_for(
+        lambda: daemon.events("remote.change")[sent:], timeout=10, what="r1 sending a write"
+    )
+    time.sleep(0.2)
+    namespace.black_hole(ssh_server.port)
+    cut, fence = time.monotonic(), change["fence"]
+    [ended] = wait_for(
+        lambda: daemon.events("cycle.finished", fence=fence),
+        timeout=ttl, what="r1's cut cycle ending",
+    )  # fmt: skip
+    ended_at = wall_to_monotonic(ended["timestamp"])
+    [again] = wait_for(
+        lambda: [line for line in daemon.events("cycle.finished") if line["fence"] > fence][:1],
+        timeout=3 * TICK + budget * 2, what="the next tick's cycle under a new lease",
+    )  # fmt: skip
+    namespace.lift(ssh_server.port)
+    lifted = time.monotonic()
+    converged = wait_for(
+        lambda: converged_since(daemons, ["m1"], lifted, "first"),
+        timeout=2 * TICK + budget + 3, what="m1 converged after the lift",
+    )  # fmt: skip
+    assert daemons.stop_all([daemon], timeout=10) == {"r1": 0}
+
+    assert ended["outcome"] == "phase_failed", ended
+    assert "RemoteCommandTimeout" in ended["reason"], ended
+    # The command's budget, then the session's bounded wait (3 s, ``remote.ssh``) for the kill
+    # of the abandoned command to reach the host, which it cannot through the hole.
+    assert ended_at - cut <= budget + 3.0 + 0.5, f"the cut cycle took {ended_at - cut:.2f} s"
+    assert wall_to_monotonic(again["timestamp"]) - ended_at < ttl, "released, not left to lapse"
+    assert stale_writes(daemons.host_record_dir) == []
+    assert witnessed(daemons, "write", outcome="accepted")[-1]["fence"] > fence
+    assert list(store.scan_iter(match=marquee_lock_key("*"))) == [], "no lock left behind"
+    print(
+        f"\ncut from its host mid-write: cycle ended {ended['outcome']} {ended_at - cut:.2f} s "
+        f"after the cut (budget {budget:g} s); converged {converged - lifted:.2f} s after the lift"
+    )

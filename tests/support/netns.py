@@ -25,10 +25,12 @@ the suite made is still there.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import subprocess
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 Direction = Literal["out", "in", "both"]
@@ -52,11 +54,30 @@ def _run(*argv: str, namespace: str | None = None) -> None:
         raise RuntimeError(f"{' '.join(argv)} (netns {namespace}): {done.stderr.strip()}")
 
 
-def _link_number(serial: int) -> int:
-    """Which /30 this process's ``serial``-th namespace gets: the pid spreads concurrent test
-    processes apart, so two sessions on one machine do not share a link."""
-    processes = 256 - _FIRST_THIRD_OCTET
-    return (os.getpid() % processes) * _LINKS_PER_PROCESS + serial % _LINKS_PER_PROCESS
+_LINKS = (256 - _FIRST_THIRD_OCTET) * _LINKS_PER_PROCESS
+
+_ALLOCATION_LOCK = Path("/run/lock/playguard-test-netns.lock")
+"""Held while a link is chosen and its address set, so that concurrent test processes (two
+sessions, a soak) never pick the same /30: two would share a route and lose each other's
+packets."""
+
+
+def _link_addresses(number: int) -> tuple[str, str]:
+    third = _FIRST_THIRD_OCTET + number // _LINKS_PER_PROCESS
+    fourth = (number % _LINKS_PER_PROCESS) * 4
+    return f"169.254.{third}.{fourth + 1}", f"169.254.{third}.{fourth + 2}"
+
+
+def _free_link(serial: int) -> int:
+    """A /30 no interface here uses yet, looked for from one the pid and ``serial`` suggest."""
+    listed = subprocess.run(["ip", "-4", "-o", "addr"], capture_output=True, text=True, check=True)
+    used = {word.split("/")[0] for word in listed.stdout.split() if word.startswith("169.254.")}
+    start = (os.getpid() * _LINKS_PER_PROCESS + serial) % _LINKS
+    for offset in range(_LINKS):
+        number = (start + offset) % _LINKS
+        if _link_addresses(number)[0] not in used:
+            return number
+    raise RuntimeError(f"no free /30 left for a test namespace among {_LINKS}")
 
 
 @dataclass
@@ -115,17 +136,18 @@ class Namespace:
         match = "--dport" if chain == "OUTPUT" else "--sport"
         return [chain, "-p", "tcp", match, str(port), "-j", "DROP"]
 
-    def _open(self, number: int) -> None:
+    def _open(self, serial: int) -> None:
         """Make the namespace, its veth and the NAT on both ends (see the module's doc)."""
-        third = _FIRST_THIRD_OCTET + number // _LINKS_PER_PROCESS
-        fourth = (number % _LINKS_PER_PROCESS) * 4
-        self.outside, self.inside = f"169.254.{third}.{fourth + 1}", f"169.254.{third}.{fourth + 2}"
         inner = f"{self.veth}i"
         _run("ip", "netns", "add", self.name)
         _MADE.append(self.name)
         _run("ip", "link", "add", self.veth, "type", "veth", "peer", "name", inner)
         _run("ip", "link", "set", inner, "netns", self.name)
-        _run("ip", "addr", "add", f"{self.outside}/30", "dev", self.veth)
+        _ALLOCATION_LOCK.parent.mkdir(parents=True, exist_ok=True)
+        with _ALLOCATION_LOCK.open("a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            self.outside, self.inside = _link_addresses(_free_link(serial))
+            _run("ip", "addr", "add", f"{self.outside}/30", "dev", self.veth)
         _run("ip", "link", "set", self.veth, "up")
         _run("sysctl", "-qw", f"net.ipv4.conf.{self.veth}.route_localnet=1")
         for argv in (
@@ -174,7 +196,7 @@ def network_namespace(ports: Sequence[int] = ()) -> Iterator[Namespace]:
     tag = f"{os.getpid():x}{serial:x}"
     namespace = Namespace(name=f"pgnet-{tag}", outside="", inside="", veth=f"pg{tag}")
     try:
-        namespace._open(_link_number(serial))
+        namespace._open(serial)
         namespace.wire(*ports)
         yield namespace
     finally:

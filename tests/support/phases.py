@@ -83,8 +83,11 @@ class FencedWriteWitness(Witness):
         await asyncio.sleep(float(os.environ.get("PLAYGUARD_TEST_PHASE_SECONDS", "0.2")))
         session = await ctx.remote()
         record = Path(os.environ["PLAYGUARD_TEST_HOST_RECORD_DIR"]) / ctx.marquee.name
-        argv = ["sh", "-c", 'echo "$2 $3" >> "$1"', "sh", str(record), str(ctx.lease.fence),
-                str(os.getpid())]  # fmt: skip
+        # $PLAYGUARD_TEST_WRITE_SECONDS: the write takes that long on the host, under the guard's
+        # lock, so that a test can cut the link while it runs there.
+        pause = os.environ.get("PLAYGUARD_TEST_WRITE_SECONDS", "")
+        script = f'{f"sleep {float(pause)}; " if pause else ""}echo "$2 $3" >> "$1"'
+        argv = ["sh", "-c", script, "sh", str(record), str(ctx.lease.fence), str(os.getpid())]
         try:
             await session.change("witness write", argv)
         except FenceRefused as refused:
