@@ -318,3 +318,64 @@ def test_replica_cut_from_its_host_mid_write_ends_the_cycle_within_the_command_b
         f"\ncut from its host mid-write: cycle ended {ended['outcome']} {ended_at - cut:.2f} s "
         f"after the cut (budget {budget:g} s); converged {converged - lifted:.2f} s after the lift"
     )
+
+
+def attempted_since(daemon: Daemon, since: float) -> dict[str, float]:
+    """Marquee -> when ``daemon`` first attempted it after ``since`` (wall clock): a cycle that
+    ran, or found the Marquee locked."""
+    attempts: dict[str, float] = {}
+    for line in daemon.events():
+        if line.get("event") not in {"cycle.finished", "marquee.locked"} or "marquee" not in line:
+            continue
+        at = datetime.fromisoformat(line["timestamp"].replace("Z", "+00:00")).timestamp()
+        if at > since:
+            attempts.setdefault(line["marquee"], at)
+    return attempts
+
+
+@pytest.mark.timeout(90)
+def test_asymmetric_partition_every_marquee_attempted_by_a_live_replica_within_two_ticks(
+    daemons: DaemonRunner, netns: NetnsFactory, live_redis_server: RedisServer
+) -> None:
+    """Issue 24, scenario 6: r1 sees Redis and r2 does not, then the reverse. Whoever is cut
+    drops out of the fleet split, and the other attempts every Marquee within two ticks."""
+    port = live_redis_server.port
+    marquees = [f"m{index}" for index in range(1, 7)]
+    daemons.write_inventory(marquees)
+    fleet: dict[str, tuple[Daemon, Namespace]] = {}
+    for replica in ("r1", "r2"):
+        namespace = netns([port])
+        daemon = daemons.start(
+            replica, wrapper=namespace.exec_prefix, phase_seconds=0.1, tick_interval=TICK,
+            lock_ttl=3.0, redis_socket_timeout=REDIS_TIMEOUT, redis_connect_timeout=REDIS_TIMEOUT,
+        )  # fmt: skip
+        fleet[replica] = daemon, namespace
+    started = time.time()
+    for daemon, _ in fleet.values():
+        first = functools.partial(attempted_since, daemon, started)
+        wait_for(first, timeout=30, what=f"{daemon.replica}'s first cycle")
+    (r1, r1_link), (r2, r2_link) = fleet["r1"], fleet["r2"]
+    time.sleep(2 * TICK)  # both in the split, each on its share
+
+    r2_link.black_hole(port)
+    first_cut = time.time()
+    taken = wait_for(
+        lambda: len(attempted_since(r1, first_cut)) == len(marquees) and time.time(),
+        timeout=2 * TICK + 3, what="r1 attempting every Marquee",
+    )  # fmt: skip
+    r1_link.black_hole(port)
+    r2_link.lift(port)
+    swapped = time.time()
+    taken_back = wait_for(
+        lambda: len(attempted_since(r2, swapped)) == len(marquees) and time.time(),
+        timeout=2 * TICK + 3, what="r2 attempting every Marquee",
+    )  # fmt: skip
+    r1_link.lift(port)
+    assert daemons.stop_all([r1, r2], timeout=10) == {"r1": 0, "r2": 0}
+
+    assert max(attempted_since(r1, first_cut).values()) - first_cut <= 2 * TICK + 1.0
+    assert max(attempted_since(r2, swapped).values()) - swapped <= 2 * TICK + 1.0
+    print(
+        f"\nr2 cut: r1 attempted all {len(marquees)} in {taken - first_cut:.2f} s; "
+        f"then r1 cut: r2 in {taken_back - swapped:.2f} s (tick {TICK:g} s)"
+    )
