@@ -283,7 +283,7 @@ def _column_value(value: object) -> object:
 SNAPSHOT_TIMEOUT = 10.0
 """Default seconds connecting and reading one snapshot may take."""
 LISTENER_PROBE_INTERVAL = 30.0
-"""Seconds of quiet after which the LISTEN connection is asked whether it still answers
+"""Seconds between the probes that ask the LISTEN connection whether it still answers
 (``desired_state_probe_interval``)."""
 
 
@@ -602,7 +602,7 @@ class NotificationListener:
 
         A LISTENing connection only ever receives: after a black hole or a firewall that forgot
         it, nothing would tell it the database is gone until TCP's keepalive (two hours by
-        default). So every ``probe_interval`` seconds of quiet it asks ``SELECT 1``, bounded by
+        default). So every ``probe_interval`` seconds it asks ``SELECT 1``, bounded by
         ``timeout``: a dead link is noticed within ``probe_interval + timeout``.
         """
         while True:

@@ -181,7 +181,7 @@ class Settings(BaseSettings):
     )
     desired_state_probe_interval: float = _seconds(
         30.0,
-        description="Seconds of quiet after which the LISTEN connection is asked SELECT 1 "
+        description="Seconds between the SELECT 1 probes of the LISTEN connection "
         "(bounded by desired_state_timeout): a dead link to PostgreSQL is noticed within the "
         "two, and the listener reconnects.",
     )
