@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +34,7 @@ from redis.exceptions import AskError, MovedError, NoScriptError, ResponseError
 
 from playguard_async.aio import bounded
 from playguard_async.redis_address import RedisAddress, parse_redis_url
-from playguard_async.redis_channel import ChannelledRedis
+from playguard_async.redis_channel import ChannelledRedis, ServerClock
 
 RedisClient: TypeAlias = Redis | RedisCluster
 """What every module holds: a client of one server or Sentinel's primary, or of a Cluster."""
@@ -198,18 +199,22 @@ async def redis_answers(redis: RedisClient, timeout: float) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class AcknowledgedCall:
-    """A script call to be acknowledged: ``WAIT replicas wait_ms`` follows it."""
+    """A script call to be acknowledged: ``WAIT replicas wait_ms`` follows it (none when
+    ``replicas`` is 0). With ``not_after`` (a moment on the loop's clock) the script gets that
+    moment as its last ARGV, on the server's clock, from a TIME read on the same connection just
+    before (see ``redis_channel.ServerClock``)."""
 
     script: AsyncScript
     keys: Sequence[str]
     args: Sequence[str | int]
     replicas: int
     wait_ms: int
+    not_after: float | None = None
 
 
-async def run_acknowledged(redis: RedisClient, call: AcknowledgedCall) -> tuple[Any, int]:
+async def run_acknowledged(redis: RedisClient, call: AcknowledgedCall) -> tuple[Any, int | None]:
     """Run ``call.script`` and then WAIT on the same connection, in one round trip; returns the
-    script's answer and how many replicas acknowledged it.
+    script's answer and how many replicas acknowledged it (None when none were asked for).
 
     WAIT counts the replicas that have every write of *its own connection* so far, so it must
     follow the write on the connection that made it: a pooled ``redis.wait()`` could land on a
@@ -235,7 +240,7 @@ async def run_acknowledged(redis: RedisClient, call: AcknowledgedCall) -> tuple[
 
 async def _run_acknowledged_on_cluster(
     cluster: RedisCluster, call: AcknowledgedCall
-) -> tuple[Any, int]:
+) -> tuple[Any, int | None]:
     await cluster.initialize()  # a no-op once the client knows the slots
     key = call.keys[0]
     node = _owner(cluster, key)
@@ -275,9 +280,15 @@ def _owner(cluster: RedisCluster, key: str) -> ClusterNode:
 
 async def _write_then_wait(
     connection: Connection, call: AcknowledgedCall, *, asking: bool = False
-) -> tuple[Any, int]:
-    arguments = (len(call.keys), *call.keys, *call.args)
-    wait = ("WAIT", call.replicas, call.wait_ms)
+) -> tuple[Any, int | None]:
+    stamp: tuple[int, ...] = ()
+    if call.not_after is not None:  # read on this connection: the server that runs the script
+        await connection.send_command("TIME")
+        answer = await connection.read_response()
+        clock = ServerClock.from_answer(answer, time.monotonic())
+        stamp = (clock.stamp(call.not_after),)
+    arguments = (len(call.keys), *call.keys, *call.args, *stamp)
+    wait = ("WAIT", call.replicas, call.wait_ms) if call.replicas else None
     answer, acknowledged = await _send(
         connection, ("EVALSHA", call.script.sha, *arguments), wait, asking
     )
@@ -289,15 +300,16 @@ async def _write_then_wait(
         raise answer
     if isinstance(acknowledged, ResponseError):
         raise acknowledged
-    return answer, int(acknowledged)
+    return answer, None if acknowledged is None else int(acknowledged)
 
 
 async def _send(
-    connection: Connection, command: tuple[Any, ...], wait: tuple[Any, ...], asking: bool
+    connection: Connection, command: tuple[Any, ...], wait: tuple[Any, ...] | None, asking: bool
 ) -> tuple[Any, Any]:
-    """Send ``command`` and its WAIT in one write and read every answer, errors as values, so
-    the connection is left with nothing unread whatever the server said."""
-    commands = [*([("ASKING",)] if asking else []), command, wait]
+    """Send ``command`` and its WAIT (if any) in one write and read every answer, errors as
+    values, so the connection is left with nothing unread whatever the server said; the WAIT's
+    answer is None when there is none."""
+    commands = [*([("ASKING",)] if asking else []), command, *([wait] if wait else [])]
     await connection.send_packed_command(connection.pack_commands(commands))
     answers: list[Any] = []
     for _ in commands:
@@ -305,4 +317,4 @@ async def _send(
             answers.append(await connection.read_response())
         except ResponseError as error:
             answers.append(error)
-    return answers[-2], answers[-1]
+    return (answers[-2], answers[-1]) if wait else (answers[-1], None)
