@@ -1,8 +1,10 @@
 """Soak: 3 ``playguard run`` replicas x 10 real Marquees under a seeded random schedule of faults.
 
-Every replica reaches Redis through a fault proxy of its own and every Marquee (one lab sshd,
-ten state directories) through one of its own, so link faults hit one replica's Redis or one
-host: a stall (open, no byte moves), a 1 s delay each way, a throttle, a cut. Between them the
+Every replica runs in a network namespace of its own (``tests.support.netns``) and reaches Redis
+through a fault proxy of its own, and every Marquee (one lab sshd, ten state directories) through
+one of its own, so link faults hit one replica's Redis or one host: a stall (open, no byte
+moves), a 1 s delay each way, a throttle, a cut, and a black hole (iptables DROP in the replica's
+namespace, one way or both, between it and its Redis or one host). Between them the
 process faults the tests use: a replica SIGKILLed and restarted, a replica SIGSTOPped past its
 ttl, Redis paused, Redis killed and restarted empty. One fault at a time, each held for a few
 seconds, then healed; the last ``CALM`` seconds have none. Every cycle writes to its Marquee
@@ -24,6 +26,7 @@ anywhere else. Not part of the pytest run; ``scripts/test.sh`` runs it for 5 min
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import random
 import signal
@@ -46,6 +49,7 @@ from playguard_async.lab import RedisServer, SshServer  # noqa: E402
 from tests.support.daemon import Daemon, DaemonRunner, witness_lines  # noqa: E402
 from tests.support.fault_proxy import ThreadedProxy  # noqa: E402
 from tests.support.fencing import host_records, journal, stale_writes  # noqa: E402
+from tests.support.netns import Direction, Namespace, network_namespace  # noqa: E402
 from tests.support.world import ssh_marquee_through  # noqa: E402
 
 REPLICAS = ("r1", "r2", "r3")
@@ -85,10 +89,12 @@ class Soak:
     redis_server: RedisServer
     ssh: SshServer
     rng: random.Random
+    namespaces: contextlib.ExitStack
     daemons: DaemonRunner = field(init=False)
     redis_links: dict[str, ThreadedProxy] = field(default_factory=dict)
     host_links: dict[str, ThreadedProxy] = field(default_factory=dict)
     fleet: dict[str, Daemon] = field(default_factory=dict)
+    netns: dict[str, Namespace] = field(default_factory=dict)
     faults: Counter[str] = field(default_factory=Counter)
     window_dir: Path = field(init=False)
     started_at: dict[str, float] = field(default_factory=dict)
@@ -113,11 +119,16 @@ class Soak:
                 self.ssh, self.host_links[name].port, name, self.workdir / "hosts" / name
             ),
         )
+        host_ports = [link.port for link in self.host_links.values()]
+        for replica in REPLICAS:
+            ports = [self.redis_links[replica].port, *host_ports]
+            self.netns[replica] = self.namespaces.enter_context(network_namespace(ports))
 
     def start(self, replica: str) -> None:
         self.started_at[replica] = time.monotonic()
         self.fleet[replica] = self.daemons.start(
             replica,
+            wrapper=self.netns[replica].exec_prefix,
             phase_seconds=0.3,
             env={"PLAYGUARD_TEST_HOST_WINDOW_DIR": str(self.window_dir)},
             redis_url=f"redis://127.0.0.1:{self.redis_links[replica].port}/0",
@@ -156,6 +167,18 @@ class Soak:
             link.cut()
         return link.heal
 
+    def black_hole(self) -> Callable[[], None]:
+        replica = self.rng.choice(REPLICAS)
+        direction: Direction = self.rng.choice(("out", "in", "both"))
+        if self.rng.random() < 0.5:
+            port, where = self.redis_links[replica].port, "Redis"
+        else:
+            port, where = self.host_links[self.rng.choice(MARQUEES)].port, "host"
+        namespace = self.netns[replica]
+        namespace.black_hole(port, direction)
+        self.faults[f"DROP {where} {direction}"] += 1
+        return lambda: namespace.lift(port, direction)
+
     def kill(self) -> Callable[[], None]:
         replica = self.rng.choice(REPLICAS[1:])  # r1 lives the whole run: its usage is the trend
         self.fleet[replica].send(signal.SIGKILL)
@@ -188,8 +211,10 @@ class Soak:
     def one_fault(self) -> tuple[Callable[[], None], float]:
         """A fault, done now, its undo and how long to hold it."""
         pick = self.rng.random()
-        if pick < 0.6:
+        if pick < 0.4:
             return self.link_fault(), self.rng.uniform(2.0, 10.0)
+        if pick < 0.6:
+            return self.black_hole(), self.rng.uniform(2.0, 20.0)
         if pick < 0.72:
             return self.kill(), self.rng.uniform(1.0, 4.0)
         if pick < 0.84:
@@ -320,7 +345,8 @@ def run(minutes: float, seed: int, workdir: Path) -> int:
     with RedisServer(workdir / "redis") as redis_server, SshServer(
         workdir / "sshd", max_startups=64
     ) as ssh, Redis.from_url(redis_server.url, socket_timeout=2) as store:  # fmt: skip
-        soak = Soak(workdir, redis_server, ssh, rng)
+        namespaces = contextlib.ExitStack()
+        soak = Soak(workdir, redis_server, ssh, rng, namespaces)
         try:
             soak.open_links()
             for replica in REPLICAS:
@@ -343,7 +369,8 @@ def run(minutes: float, seed: int, workdir: Path) -> int:
             exits = soak.daemons.stop_all(list(soak.fleet.values()), timeout=15)
             verdict = judge(soak, store, calm_from, exits, after)
         finally:
-            soak.close()
+            soak.close()  # the daemons first: a process left inside keeps its namespace
+            namespaces.close()
     print(verdict.line(minutes, seed, soak.faults), flush=True)
     return 1 if verdict.problems() else 0
 
