@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -40,6 +41,9 @@ RedisClient: TypeAlias = Redis | RedisCluster
 
 RedisPipeline: TypeAlias = Pipeline | ClusterPipeline
 """``RedisClient.pipeline()`` of either kind."""
+
+KEEPALIVE_PROBES = 3
+"""TCP keepalive probes left unanswered before the kernel ends an idle connection."""
 
 _REDIRECTS = 3
 """MOVED/ASK answers followed by one acknowledged write before it gives up (a resharding)."""
@@ -82,6 +86,7 @@ def connect_redis(
     *,
     socket_timeout: float = 5.0,
     connect_timeout: float = 5.0,
+    keepalive: float = 0.0,
     max_connections: int = 50,
     password: str | None = None,
     sentinel_password: str | None = None,
@@ -90,11 +95,14 @@ def connect_redis(
     """A client for ``url`` (any form ``redis_address`` reads) whose calls never wait forever.
 
     ``password`` applies where the URL carries none; ``sentinel_password`` is the sentinels' own.
+    ``keepalive`` (seconds, 0: the kernel's defaults) bounds how long a connection to a server
+    that vanished without a reset stays open (``keepalive_options``).
     """
     address = parse_redis_url(url)
     options: dict[str, Any] = {
         "socket_timeout": socket_timeout,
         "socket_connect_timeout": connect_timeout,
+        **keepalive_options(keepalive),
         "username": address.username,
         "password": address.password or password,
     }
@@ -116,10 +124,38 @@ def connect_redis(
         timeout=connect_timeout,
         socket_timeout=socket_timeout,
         socket_connect_timeout=connect_timeout,
+        socket_keepalive=options["socket_keepalive"],
+        socket_keepalive_options=options["socket_keepalive_options"],
         password=options["password"],
         **({"ssl_ca_certs": tls["ssl_ca_certs"]} if tls else {}),
     )
     return ChannelledRedis.from_pool(pool)
+
+
+def keepalive_options(seconds: float) -> dict[str, Any]:
+    """redis-py's socket options that make the kernel end a dead connection within ``seconds``.
+
+    A black hole (packets dropped, no reset) leaves a TCP connection open for as long as nobody
+    sends: an idle pooled connection or the command channel's would look alive until its next
+    command timed out. Keepalive probes start after half of ``seconds`` idle and end it after
+    ``KEEPALIVE_PROBES`` unanswered probes; TCP_USER_TIMEOUT ends it once sent data has stayed
+    unacknowledged for ``seconds``, so a command abandoned in a dead link is dropped by the
+    kernel then instead of being retransmitted for minutes and arriving after the link heals.
+    0 leaves the kernel's defaults (two hours idle, about fifteen minutes of retransmissions).
+    """
+    if seconds <= 0:
+        return {"socket_keepalive": False, "socket_keepalive_options": None}
+    idle = max(1, int(seconds / 2))
+    interval = max(1, int(seconds / 2 / KEEPALIVE_PROBES))
+    return {
+        "socket_keepalive": True,
+        "socket_keepalive_options": {
+            socket.TCP_KEEPIDLE: idle,
+            socket.TCP_KEEPINTVL: interval,
+            socket.TCP_KEEPCNT: KEEPALIVE_PROBES,
+            socket.TCP_USER_TIMEOUT: int(seconds * 1000),
+        },
+    }
 
 
 def _sentinel_primary(
