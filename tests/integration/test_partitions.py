@@ -4,6 +4,7 @@ through again, so TCP delivers what it held back (``tests.support.netns``)."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import time
 from collections.abc import Callable, Sequence
@@ -26,6 +27,7 @@ from tests.support.daemon import (
 )
 from tests.support.fencing import host_records, stale_writes
 from tests.support.netns import Namespace
+from tests.support.postgres import LabDatabase, migrated_fleet
 from tests.support.probes import http_get
 from tests.support.redis_monitor import monitoring
 from tests.support.world import ssh_marquee
@@ -379,3 +381,65 @@ def test_asymmetric_partition_every_marquee_attempted_by_a_live_replica_within_t
         f"\nr2 cut: r1 attempted all {len(marquees)} in {taken - first_cut:.2f} s; "
         f"then r1 cut: r2 in {taken_back - swapped:.2f} s (tick {TICK:g} s)"
     )
+
+
+def since(daemon: Daemon, event: str, after: float, **fields: object) -> list[dict[str, Any]]:
+    """``daemon``'s ``event`` lines logged after ``after`` (monotonic clock)."""
+    return [
+        line
+        for line in daemon.events(event, **fields)
+        if wall_to_monotonic(line["timestamp"]) > after
+    ]
+
+
+@pytest.mark.timeout(90)
+async def test_postgres_black_holed_last_snapshot_in_force_listener_noticed_full_tick_on_return(
+    daemons: DaemonRunner,
+    netns: NetnsFactory,
+    live_redis_server: RedisServer,
+    postgres: LabDatabase,
+) -> None:
+    """Issue 24, scenario 5: PostgreSQL black-holed under a running daemon. The last snapshot
+    stays in force (cycles go on), the LISTEN connection is noticed dead by its probe within
+    ``desired_state_probe_interval`` + ``desired_state_timeout`` (not TCP's two hours), and once
+    the link is back the listener returns and a full tick runs."""
+    connection = await migrated_fleet(postgres, daemons.write_inventory(["alpha", "beta"]))
+    await connection.close()
+    daemons.inventory.unlink()  # the database is the only desired state
+    probe, timeout, hole = 1.0, 1.0, 6.0
+    pg_port = postgres.server.port
+    namespace = netns([live_redis_server.port, pg_port])
+    daemon = daemons.start(
+        "r1", wrapper=namespace.exec_prefix, phase_seconds=0.05, tick_interval=TICK,
+        redis_socket_timeout=REDIS_TIMEOUT, desired_state=postgres.url,
+        desired_state_timeout=timeout, desired_state_probe_interval=probe,
+        env={"PLAYGUARD_DESIRED_STATE_PASSWORD": postgres.password},
+    )  # fmt: skip
+    await asyncio.to_thread(
+        wait_for, lambda: daemon.events("desired_state.listening"), timeout=30, what="listening"
+    )
+    namespace.black_hole(pg_port)
+    cut = time.monotonic()
+    [lost] = await asyncio.to_thread(
+        wait_for, lambda: since(daemon, "desired_state.listener_lost", cut),
+        timeout=probe + timeout + 3, what="the listener noticing the dead link",
+    )  # fmt: skip
+    await asyncio.sleep(max(0.0, cut + hole - time.monotonic()))
+    in_the_hole = {line["marquee"] for line in since(daemon, "cycle.finished", cut, outcome="ok")}
+    namespace.lift(pg_port)
+    lifted = time.monotonic()
+    [back] = await asyncio.to_thread(
+        wait_for, lambda: since(daemon, "desired_state.listening", lifted),
+        timeout=15, what="the listener back",
+    )  # fmt: skip
+    back_at = wall_to_monotonic(back["timestamp"])
+    await asyncio.to_thread(
+        wait_for, lambda: {line["marquee"] for line in since(daemon, "cycle.finished", back_at)}
+        >= {"alpha", "beta"}, timeout=2 * TICK + 2, what="a full tick after the return",
+    )  # fmt: skip
+    assert daemons.stop_all([daemon], timeout=15) == {"r1": 0}
+
+    assert wall_to_monotonic(lost["timestamp"]) - cut <= probe + timeout + 1.0
+    assert in_the_hole == {"alpha", "beta"}, "the last snapshot stays in force"
+    assert since(daemon, "desired_state.unreachable", cut), "the outage was told"
+    assert postgres.password not in daemon.stderr()
