@@ -25,13 +25,13 @@ What callers can rely on:
   ``TimeoutError``, however long it waited behind other batches; the channel keeps one timer for
   all such commands, not one per caller (a timeout scope per call was a sixth of a lock cycle's
   CPU). The late answer is still read, and dropped: the stream stays in step.
-- A command sent with ``not_after`` (a moment on the loop's clock) carries that moment as its last
-  argument, on the server's clock in microseconds, converted when its batch is packed from a TIME
-  read on the very connection that carries it (``ServerClock``; ``CLOCK_REFRESH``), never later
-  than the truth. A
-  script that compares it with its own TIME can so refuse to run when TCP delivers it late (a
-  retransmission after a network blip), after its caller, failed with ``TimeoutError`` at that
-  same moment, may have cleaned up; see ``lock.ACQUIRE_SCRIPT``.
+- A command sent with ``not_after`` (a moment on the monotonic clock, the loop's) carries that
+  moment as its last argument, on the server's clock in microseconds, converted when its batch is
+  packed from a TIME read on the very connection that carries it (``ServerClock``,
+  ``CLOCK_REFRESH``), never later than the truth. A script that compares it with its own TIME can
+  so refuse to run when TCP delivers it late (a retransmission after a network blip), after its
+  caller, failed with ``TimeoutError`` at that same moment, may have cleaned up; see
+  ``lock.ACQUIRE_SCRIPT``.
 
 Answers are RESP values as read (bytes, int, None, lists), without redis-py's response callbacks.
 The batch packs with hiredis and reads without a timeout per answer (the batch has one): redis-py's
@@ -73,7 +73,7 @@ own, before the batch goes. With ``CLOCK_RATE_MARGIN`` it bounds what clock-rate
 
 CLOCK_RATE_MARGIN = 0.001
 """Share of the time elapsed since TIME was read that a stamp gives up, should our clock run
-slower than the server's: 0.1 %, twice the most NTP slews a clock by."""
+faster than the server's: 0.1 %, twice the most ntpd slews a clock by."""
 
 _TIME = pack_command(("TIME",))
 
@@ -118,14 +118,12 @@ class _Queued:
     stamped: bool = False
     """Whether ``deadline`` goes out as the command's last argument, on the server's clock."""
 
-    def packed(self, clock: ServerClock | None) -> bytes:
-        """The command as it goes out; when stamped, ``clock`` is its connection's (``_clock_of``
-        reads one for every batch that holds a stamped command)."""
-        command = self.command
-        if self.stamped and clock is not None and self.deadline is not None:
-            command = (*command, clock.stamp(self.deadline))
-        packed: bytes = pack_command(command)
-        return packed
+    def stamped_command(self, clock: ServerClock | None) -> Command:
+        """The command with its deadline on the server's clock appended; ``clock`` is its
+        connection's (``_clock_of`` reads one for every batch that holds a stamped command)."""
+        if clock is None or self.deadline is None:
+            return self.command  # cannot happen; the script then fails on its missing ARGV
+        return (*self.command, clock.stamp(self.deadline))
 
 
 class CommandChannel:
@@ -254,7 +252,13 @@ class CommandChannel:
             async with asyncio.timeout(self.timeout):
                 connection = await self._connected()
                 clock, refresh = await self._clock_of(connection, batch)
-                packed = b"".join([queued.packed(clock) for queued in batch])
+                # Inline, not a method per command: this line runs for every command sent.
+                packed = b"".join(
+                    [
+                        pack_command(q.stamped_command(clock) if q.stamped else q.command)
+                        for q in batch
+                    ]
+                )
                 await connection.send_packed_command(
                     _TIME + packed if refresh else packed, check_health=False
                 )
@@ -315,7 +319,10 @@ class CommandChannel:
         """The connection's ``ServerClock`` when ``batch`` holds a stamped command (TIME is read
         on it first when it has none, or one older than ``CLOCK_MAX_AGE``), and whether the
         batch should carry a TIME to refresh it (``CLOCK_REFRESH``)."""
-        if not any(queued.stamped for queued in batch):
+        for queued in batch:
+            if queued.stamped:
+                break
+        else:
             return None, False
         clock = self._clock
         if clock is None or time.monotonic() - clock.read_at > CLOCK_MAX_AGE:
