@@ -113,6 +113,14 @@ class Settings(BaseSettings):
         5.0, description="Seconds any single Redis call may take; past it, a lease is lost."
     )
     redis_connect_timeout: float = _seconds(5.0, description="Seconds to connect to Redis.")
+    redis_keepalive: float = _seconds(
+        15.0,
+        zero=True,
+        description="Seconds within which TCP itself ends a Redis connection whose server "
+        "vanished without a reset (a black hole, a dead host): keepalive probes on an idle one, "
+        "TCP_USER_TIMEOUT on unacknowledged data, so no dead socket waits for TCP's minutes "
+        "and no abandoned command is delivered later than this; 0: the kernel's defaults.",
+    )
     redis_max_connections: int = Field(
         50,
         ge=1,
@@ -178,6 +186,12 @@ class Settings(BaseSettings):
         description="Seconds connecting to PostgreSQL and reading one snapshot may take; past "
         "it the last good snapshot stays in force.",
     )
+    desired_state_probe_interval: float = _seconds(
+        30.0,
+        description="Seconds between the SELECT 1 probes of the LISTEN connection "
+        "(bounded by desired_state_timeout): a dead link to PostgreSQL is noticed within the "
+        "two, and the listener reconnects.",
+    )
     phases: tuple[str, ...] = Field(
         DEFAULT_PHASES, min_length=1, description="Enabled phases, in the order they run."
     )
@@ -195,7 +209,16 @@ class Settings(BaseSettings):
     event_loop: Literal["uvloop", "asyncio"] = Field("uvloop")
     ssh_connect_timeout: float = _seconds(10.0, description="Seconds to open an SSH connection.")
     ssh_keepalive_interval: float = _seconds(
-        15.0, description="Seconds between SSH keepalives; 3 unanswered drop the connection."
+        15.0,
+        description="Seconds between SSH keepalives on a quiet connection (pooled ones too); "
+        "ssh_keepalive_count_max unanswered in a row close it.",
+    )
+    ssh_keepalive_count_max: int = Field(
+        3,
+        ge=1,
+        le=100,
+        description="SSH keepalives left unanswered before the connection is closed: a dead "
+        "link is noticed within ssh_keepalive_interval x (this + 1) seconds.",
     )
     ssh_pool_size: int = Field(
         1024,

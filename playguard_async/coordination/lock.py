@@ -6,6 +6,13 @@ neither extend nor delete the key of the holder that came after it. Each acquisi
 a fence counter that outlives the lock, so each lease carries a number that grows strictly per name:
 a host that remembers the highest fence it has seen can refuse a write from an older lease.
 
+An acquire arrives late or not at all: a command the client gave up on can still sit in a dead
+connection's TCP send queue and be delivered by the kernel's next retransmission, after the client
+deleted what it might have written. So each acquire carries the moment after which it must not run,
+on Redis's own clock (converted from a TIME read on the connection that carries it), and the
+acquiring script refuses itself past that moment; the client's clean-up waits for that moment too.
+See ``ACQUIRE_SCRIPT``.
+
 Uncertainty is loss: any error while renewing, including a Redis that does not answer in time,
 raises ``LockLost`` rather than letting work continue on a lease we cannot prove is ours.
 
@@ -30,6 +37,7 @@ from typing import Any, Literal, TypeVar
 
 import structlog
 from redis.commands.core import AsyncScript
+from redis.exceptions import ConnectionError as RedisConnectionError
 from structlog.typing import FilteringBoundLogger
 
 from playguard_async.coordination.channel import (
@@ -51,14 +59,33 @@ log = structlog.get_logger("playguard.lock")
 
 LossReason = Literal["expired", "stolen", "unreachable", "fenced", "unreplicated"]
 
-# KEYS[1] lock key, KEYS[2] fence counter. ARGV[1] holder record, ARGV[2] ttl in ms.
-# Returns the new fence (integer) when the lock was free, nil when someone holds it. The counter is
-# only incremented by a successful SET: while a lock is held, its fence equals the counter's value.
+# KEYS[1] lock key, KEYS[2] fence counter. ARGV[1] holder record, ARGV[2] ttl in ms, ARGV[3] the
+# acquire's not-after: microseconds on Redis's clock (TIME), stamped by the client (see below).
+# Returns the new fence (integer) when the lock was free, nil when someone holds it, LATE (-1) when
+# Redis runs it past its not-after, having written nothing. The counter is only incremented by a
+# successful SET: while a lock is held, its fence equals the counter's value.
+#
+# Why the not-after: the client gives up on an acquire at its deadline D (``TokenLock.timeout``
+# after sending) and only then deletes, by exact value, the record it may have written. If TCP
+# delivers the acquire later than that (a retransmission after a network blip), a SET without
+# this check would take a free key for a whole ttl, held by no lease. D is stamped on Redis's clock
+# from a TIME read on the same connection, early by at most that read's round trip
+# (``redis_channel.ServerClock``); so an acquire that runs at all ran before D, hence before the
+# clean-up, which removes it. Only Redis's clock is compared with a stamp, and only by Redis: the
+# replicas' clocks need no agreement with it or with each other, and a replica's not-after never
+# refuses another replica's acquire (each stamps its own). A Sentinel failover or a Cluster
+# resharding sends the acquire to another server, which is read again: every stamp is made on the
+# connection, so the server, that judges it. What is trusted is what the ttl already trusts: that
+# Redis's clock does not step back (keys expire by it).
 #
 # A counter holding anything but an integer (not written by us) is dropped first, or no lease
 # could ever be had again: the count restarts, and the hosts' fence checks refuse the low fences
 # until the engine lifts the counter to what they accepted (``raise_fence``).
 ACQUIRE_SCRIPT = """
+local now = redis.call('TIME')
+if tonumber(now[1]) * 1000000 + tonumber(now[2]) > tonumber(ARGV[3]) then
+    return -1
+end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
     local counter = redis.call('GET', KEYS[2])
     if counter and not string.match(counter, '^%d+$') then
@@ -109,6 +136,9 @@ if current == nil or current < seen then
 end
 return current
 """
+
+LATE = -1
+"""ACQUIRE_SCRIPT's answer when Redis ran it past its not-after."""
 
 DEFAULT_TIMEOUT = 5.0
 """Bound on every Redis round trip made by the lock, in seconds."""
@@ -473,15 +503,22 @@ class TokenLock:
         return call if self._channel is not None else asyncio.shield(call)
 
     async def _write(
-        self, script: AsyncScript, keys: list[str], args: list[str | int]
+        self,
+        script: AsyncScript,
+        keys: list[str],
+        args: list[str | int],
+        not_after: float | None = None,
     ) -> tuple[Any, int | None]:
         """Run one of the scripts that write the lock key off the channel (a Cluster, or
         ``min_replicas``), answered within the lock's timeout (else ``TimeoutError``); with
         ``min_replicas``, WAIT for that many replicas on the same connection and return how many
-        acknowledged (else None). On the channel, the callers queue their commands themselves."""
-        if not self.min_replicas:
+        acknowledged (else None); with ``not_after``, stamped as its last ARGV from a TIME read
+        on the same connection. On the channel, the callers queue their commands themselves."""
+        if not self.min_replicas and not_after is None:
             return await bounded(self.timeout, script(keys=keys, args=args)), None
-        call = AcknowledgedCall(script, keys, args, self.min_replicas, _ms(self.replica_timeout))
+        call = AcknowledgedCall(
+            script, keys, args, self.min_replicas, _ms(self.replica_timeout), not_after
+        )
         return await bounded(self.timeout, run_acknowledged(self.redis, call))
 
     def replicated(self, acknowledged: int | None) -> bool:
@@ -505,24 +542,30 @@ class TokenLock:
 
         Raises ``LockUnavailable`` when Redis cannot be reached. If the call is cancelled, or times
         out, after the command may have landed, our own record is deleted again (compare-and-delete,
-        so nobody else's) before the error propagates.
+        so nobody else's), once Redis would refuse the command (see ``ACQUIRE_SCRIPT``).
         """
         token, record = self._new_record()
         sent = time.monotonic()
+        not_after = sent + self.timeout
         # The round trip runs on regardless of this caller, so that an abandoned acquisition can
         # be undone once its answer shows whether the SET landed: a compare-and-delete sent
         # before that answer could overtake the SET on another connection.
-        attempt = self._attempt(record)
+        attempt = self._attempt(record, not_after)
         try:
             fence, acknowledged = self._acknowledged(await self._outlasting(attempt))
         except asyncio.CancelledError:
-            attempt.add_done_callback(lambda done: self._undo(done, record))
+            attempt.add_done_callback(lambda done: self._undo(done, record, not_after))
             raise
         except Exception as exc:
-            attempt.add_done_callback(lambda done: self._undo(done, record))
+            attempt.add_done_callback(lambda done: self._undo(done, record, not_after))
             # Raised to the caller, who says it (the engine once per outage): debug only here.
             log.debug("lock.unavailable", lock=self.name, error=repr(exc))
             raise LockUnavailable(self.name) from exc
+        if fence == LATE:
+            # Answered in time, yet Redis's clock had passed the stamp: it stepped forward since
+            # TIME was read. Nothing was written; the next read sets the stamp right.
+            log.warning("lock.acquire_late", lock=self.name)
+            raise LockUnavailable(self.name)
         if fence is None:
             log.debug("lock.busy", lock=self.name)
             return None
@@ -540,27 +583,40 @@ class TokenLock:
         lease._log.debug("lock.acquired", ttl=self.ttl)
         return lease
 
-    def _attempt(self, record: str) -> asyncio.Future[Any]:
-        """The acquiring script's call, whose answer ``_acknowledged`` reads. On the channel a
+    def _attempt(self, record: str, not_after: float) -> asyncio.Future[Any]:
+        """The acquiring script's call, whose answer ``_acknowledged`` reads; it fails with
+        ``TimeoutError`` by ``not_after`` and Redis refuses it after that. On the channel a
         cancelled attempt's command still goes out, ahead of anything sent after it."""
         keys = [self.key, self.fence_key]
         args: list[str | int] = [record, self.ttl_ms]
         if self._channel is not None:
-            return run_script(self._channel, self._acquire_script, keys, args, timeout=self.timeout)
-        return kept(self._write(self._acquire_script, keys, args))
+            return run_script(self._channel, self._acquire_script, keys, args, not_after=not_after)
+        return kept(self._write(self._acquire_script, keys, args, not_after))
 
     def _acknowledged(self, answer: Any) -> tuple[Any, int | None]:
         """An ``_attempt``'s answer as (fence or None, replicas that acknowledged or None)."""
         return (answer, None) if self._channel is not None else answer
 
-    def _undo(self, attempt: asyncio.Future[Any], record: str) -> None:
-        """Delete what an abandoned acquisition may have written, once its answer is in (on the
-        channel: at once, since the delete cannot overtake the SET there)."""
+    def _undo(self, attempt: asyncio.Future[Any], record: str, not_after: float) -> None:
+        """Delete what an abandoned acquisition may have written, once its answer is in, or,
+        without an answer, once ``not_after`` has passed: before it the command may still land
+        (a batch can fail early with its bytes still in the kernel's send queue), after it
+        Redis refuses it, so the delete cannot be overtaken."""
         if not attempt.cancelled() and attempt.exception() is None:
             fence, _ = self._acknowledged(attempt.result())
-            if fence is None:
-                return  # the lock was held by someone else: nothing of ours was written
-        undo = self._call(self._release_script, [self.key], [record])
+            if fence is None or fence == LATE:
+                return  # refused: nothing of ours was written
+            self._send_undo(record)
+            return
+        asyncio.get_running_loop().call_at(not_after, self._send_undo, record)
+
+    def _send_undo(self, record: str) -> None:
+        try:
+            undo = self._call(self._release_script, [self.key], [record])
+        except RedisConnectionError as exc:  # the channel closed meanwhile: the ttl ends the key
+            unknown = ReleaseResult.UNKNOWN.value
+            log.debug("lock.acquire_undone", lock=self.name, result=unknown, error=repr(exc))
+            return
         undo.add_done_callback(self._log_undone)
 
     def _log_undone(self, undo: asyncio.Future[Any]) -> None:

@@ -434,6 +434,9 @@ def _column_value(value: object) -> object:
 
 SNAPSHOT_TIMEOUT = 10.0
 """Default seconds connecting and reading one snapshot may take."""
+LISTENER_PROBE_INTERVAL = 30.0
+"""Seconds between the probes that ask the LISTEN connection whether it still answers
+(``desired_state_probe_interval``)."""
 
 
 class PostgresDesiredState:
@@ -448,10 +451,12 @@ class PostgresDesiredState:
         validate_timeout: float = 30.0,
         observed: ObservedStateWriter | None = None,
         schema: str = DEFAULT_SCHEMA,
+        probe_interval: float = LISTENER_PROBE_INTERVAL,
     ) -> None:
         self.address = address
         self.schema = schema
         self._observed = observed
+        self._probe_interval = probe_interval
         self._password = password
         self._timeout = timeout
         self._validate_timeout = validate_timeout
@@ -595,7 +600,9 @@ class PostgresDesiredState:
     async def listen(self, wake: Wake, resync: Resync) -> None:
         """Until cancelled: wake Marquees whose rows change (LISTEN/NOTIFY, one connection of
         its own), and ``resync`` after the listener had to reconnect."""
-        listener = NotificationListener(self.address, self._password, timeout=self._timeout)
+        listener = NotificationListener(
+            self.address, self._password, timeout=self._timeout, probe_interval=self._probe_interval
+        )
         await listener.run(wake, resync)
 
     def snapshot_age(self) -> float | None:
@@ -651,10 +658,12 @@ class NotificationListener:
         *,
         timeout: float,
         debounce: float = WAKE_DEBOUNCE,
+        probe_interval: float = LISTENER_PROBE_INTERVAL,
     ) -> None:
         self.address = address
         self._password = password
         self._timeout = timeout
+        self._probe_interval = probe_interval
         self._debounce = debounce
         self._pending: set[str] = set()
         self._arrived = asyncio.Event()
@@ -700,16 +709,30 @@ class NotificationListener:
             log.info("desired_state.listening", source=self.address.describe())
             if resync is not None:
                 await resync()  # what changed while nobody listened
-            await closed.wait()
+            await self._until_lost(connection, closed)
             log.warning("desired_state.listener_lost", source=self.address.describe())
             return True
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
             log.warning("desired_state.listener_lost", source=self.address.describe(),
                         error=redacted(f"{type(exc).__name__}: {exc}", None))  # fmt: skip
             return True
         finally:
             self.connected = False
             connection.terminate()
+
+    async def _until_lost(self, connection: asyncpg.Connection, closed: asyncio.Event) -> None:
+        """Return when the connection closes; raise when it stops answering a probe.
+
+        A LISTENing connection only ever receives: after a black hole or a firewall that forgot
+        it, nothing would tell it the database is gone until TCP's keepalive (two hours by
+        default). So every ``probe_interval`` seconds it asks ``SELECT 1``, bounded by
+        ``timeout``: a dead link is noticed within ``probe_interval + timeout``.
+        """
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(closed.wait(), self._probe_interval)
+                return
+            await connection.fetchval("SELECT 1", timeout=self._timeout)
 
     async def _wake_loop(self, wake: Wake) -> None:
         while True:
