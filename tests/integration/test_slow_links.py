@@ -64,7 +64,8 @@ def test_a_stalled_redis_connection_cuts_at_the_lease_and_fails_each_command_in_
         wait_for(lambda: len(unavailable()) >= 3, timeout=15, what="three acquires failed")
         for line in unavailable():
             assert line["duration"] <= socket_timeout + SLACK, line
-            assert "did not answer in time" in line["reason"], line
+            # The command's own deadline, or its batch's (a connect, the clock read): a timeout.
+            assert line["reason"].startswith("TimeoutError"), line
         assert witnessed(daemons, "enter") == [entered], "a phase started without a lease"
 
         # Nothing hangs on the stalled connection: SIGTERM ends the daemon within its bounds.
