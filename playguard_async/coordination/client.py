@@ -206,7 +206,7 @@ class AcknowledgedCall:
 
     script: AsyncScript
     keys: Sequence[str]
-    args: Sequence[str | int]
+    args: Sequence[str | int | bytes]
     replicas: int
     wait_ms: int
     not_after: float | None = None

@@ -13,6 +13,9 @@ on Redis's own clock (converted from a TIME read on the connection that carries 
 acquiring script refuses itself past that moment; the client's clean-up waits for that moment too.
 See ``ACQUIRE_SCRIPT``.
 
+Every script call leaves through the lock's ``transport`` (``lock_transport``): the command
+channel, a pool connection, or a pool connection followed by WAIT for ``min_replicas``.
+
 Uncertainty is loss: any error while renewing, including a Redis that does not answer in time,
 raises ``LockLost`` rather than letting work continue on a lease we cannot prove is ours.
 
@@ -33,27 +36,22 @@ import uuid
 import weakref
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 import structlog
 from redis.commands.core import AsyncScript
 from redis.exceptions import ConnectionError as RedisConnectionError
 from structlog.typing import FilteringBoundLogger
 
-from playguard_async.coordination.channel import (
-    ChannelledRedis,
-    Command,
-    CommandChannel,
-    run_script,
-    script_command,
-)
-from playguard_async.coordination.client import (
-    AcknowledgedCall,
-    RedisClient,
-    run_acknowledged,
-)
+from playguard_async.coordination.client import RedisClient
 from playguard_async.coordination.keys import fence_key, lock_key, once_key
-from playguard_async.kits.aio import bounded, detached, kept
+from playguard_async.coordination.lock_transport import (
+    ScriptCall,
+    Unreplicated,
+    script_value,
+    transport_for,
+)
+from playguard_async.kits.aio import bounded, detached
 
 log = structlog.get_logger("playguard.lock")
 
@@ -70,7 +68,7 @@ LossReason = Literal["expired", "stolen", "unreachable", "fenced", "unreplicated
 # delivers the acquire later than that (a retransmission after a network blip), a SET without
 # this check would take a free key for a whole ttl, held by no lease. D is stamped on Redis's clock
 # from a TIME read on the same connection, early by at most that read's round trip
-# (``redis_channel.ServerClock``); so an acquire that runs at all ran before D, hence before the
+# (``channel.ServerClock``); so an acquire that runs at all ran before D, hence before the
 # clean-up, which removes it. Only Redis's clock is compared with a stamp, and only by Redis: the
 # replicas' clocks need no agreement with it or with each other, and a replica's not-after never
 # refuses another replica's acquire (each stamps its own). A Sentinel failover or a Cluster
@@ -147,8 +145,6 @@ DEFAULT_DRIFT_FACTOR = 0.01
 """Share of the ttl subtracted from a lease's deadline for clock-rate drift between us and Redis."""
 
 _DRIFT_FLOOR = 0.002
-
-_A = TypeVar("_A")
 
 
 class LockError(Exception):
@@ -282,8 +278,8 @@ class Lease:
     _log: FilteringBoundLogger = field(init=False, repr=False)
     """Bound once to the lock's name and this fence: structlog's module-level proxy cost more
     per line than a renewal's own work."""
-    _renewal: tuple[Command, Command] | None = field(default=None, init=False, repr=False)
-    """The renewal as the channel sends it, built once per lease (it never changes)."""
+    _renewal: ScriptCall | None = field(default=None, init=False, repr=False)
+    """The renewal as the lock's transport sends it, built once per lease (it never changes)."""
 
     def __post_init__(self) -> None:
         self._log = log.bind(lock=self.lock.name, fence=self.fence)
@@ -305,25 +301,20 @@ class Lease:
         if self._released is not None:
             raise RuntimeError(f"lease on {self.name!r} was already released")
         lock = self.lock
-        channel = lock._channel
+        if self._renewal is None:
+            self._renewal = lock.transport.prepare(
+                lock.scripts.renew, [lock.key], [self.record, lock.ttl_ms], replicated=True
+            )
         sent = time.monotonic()
         try:
-            if channel is not None:
-                if self._renewal is None:
-                    self._renewal = script_command(
-                        lock._renew_script, [lock.key], [self.record, lock.ttl_ms]
-                    )
-                outcome, acknowledged = await channel.queue(*self._renewal, lock.timeout), None
-            else:
-                outcome, acknowledged = await lock._write(
-                    lock._renew_script, [lock.key], [self.record, lock.ttl_ms]
-                )
+            answer = await lock.transport.call(self._renewal)
         except Exception as exc:
             self._log.warning("lock.lost", reason="unreachable", error=repr(exc))
             raise LockLost(self.name, "unreachable") from exc
-        if outcome == 1 and not lock.replicated(acknowledged):
+        outcome = script_value(answer)
+        if outcome == 1 and isinstance(answer, Unreplicated):
             self._log.warning(
-                "lock.lost", reason="unreplicated", acknowledged=acknowledged,
+                "lock.lost", reason="unreplicated", acknowledged=answer.acknowledged,
                 wanted=lock.min_replicas,
             )  # fmt: skip
             raise LockLost(self.name, "unreplicated")
@@ -338,16 +329,15 @@ class Lease:
     async def release(self) -> ReleaseResult:
         """Delete the key if it still holds our record. Never raises an error.
 
-        The compare-and-delete goes out whatever the caller does (on the client's channel, or
-        in a task of its own), so cancelling the caller does not cancel the release: it finishes,
+        The compare-and-delete goes out whatever the caller does (``TokenLock.delete_record``),
+        so cancelling the caller does not cancel the release: it finishes,
         bounded by the lock's timeout, and the cancellation still propagates. A second call
         waits for the same answer; once settled, it returns the result without asking Redis.
         """
         if self._released is not None:
             return self._released
         if self._releasing is None:
-            lock = self.lock
-            self._releasing = lock._call(lock._release_script, [lock.key], [self.record])
+            self._releasing = self.lock.delete_record(self.record)
             self._releasing.add_done_callback(self._settle_late)
         try:
             await bounded(self.lock.timeout, asyncio.shield(self._releasing))
@@ -372,7 +362,7 @@ class Lease:
         pipeline refuses its ``evalsha`` method (for fear of a script missing on some node), so
         a NOSCRIPT answer is the batch's to handle: ``release()`` sends the script whole."""
         lock = self.lock
-        return ("EVALSHA", lock._release_script.sha, 1, lock.key, self.record)
+        return ("EVALSHA", lock.scripts.release.sha, 1, lock.key, self.record)
 
     def release_answered(self, answer: object) -> ReleaseResult:
         """What the compare-and-delete of ``release_command`` found, from its answer: the
@@ -480,50 +470,18 @@ class TokenLock:
         self.replica = replica or default_replica_id()
         self.key = lock_key(name)
         self.fence_key = fence_key(name)
-        scripts = _scripts_of(redis)
-        self._acquire_script = scripts.acquire
-        self._renew_script = scripts.renew
-        self._release_script = scripts.release
-        self._raise_fence_script = scripts.raise_fence
-        # Writes acknowledged by replicas need WAIT on the writing connection: the pool's path.
-        self._channel: CommandChannel | None = (
-            redis.channel if isinstance(redis, ChannelledRedis) and not min_replicas else None
+        self.scripts = _scripts_of(redis)
+        self.transport = transport_for(
+            redis, timeout=timeout, min_replicas=min_replicas, replica_timeout=replica_timeout
         )
 
-    def _call(self, script: AsyncScript, keys: list[str], args: list[Any]) -> asyncio.Future[Any]:
-        """Start one script call that runs to its end whatever its caller does, bounded by the
-        lock's timeout: on the client's channel when it has one, else in a kept task."""
-        if self._channel is not None:
-            return run_script(self._channel, script, keys, args)
-        return kept(bounded(self.timeout, script(keys=keys, args=args)))
-
-    def _outlasting(self, call: asyncio.Future[_A]) -> asyncio.Future[_A]:
-        """What to await for ``call`` (from ``_call``) so that the waiter's cancellation leaves
-        the call running: a channel's command goes out anyway, a task needs a shield."""
-        return call if self._channel is not None else asyncio.shield(call)
-
-    async def _write(
-        self,
-        script: AsyncScript,
-        keys: list[str],
-        args: list[str | int],
-        not_after: float | None = None,
-    ) -> tuple[Any, int | None]:
-        """Run one of the scripts that write the lock key off the channel (a Cluster, or
-        ``min_replicas``), answered within the lock's timeout (else ``TimeoutError``); with
-        ``min_replicas``, WAIT for that many replicas on the same connection and return how many
-        acknowledged (else None); with ``not_after``, stamped as its last ARGV from a TIME read
-        on the same connection. On the channel, the callers queue their commands themselves."""
-        if not self.min_replicas and not_after is None:
-            return await bounded(self.timeout, script(keys=keys, args=args)), None
-        call = AcknowledgedCall(
-            script, keys, args, self.min_replicas, _ms(self.replica_timeout), not_after
+    def delete_record(self, record: str | bytes) -> asyncio.Future[Any]:
+        """Start the compare-and-delete of ``record``: it runs to its end whatever its caller
+        does, bounded by the lock's timeout. The one way a lease is released outside a cycle's
+        ending, and an abandoned acquisition undone."""
+        return self.transport.call(
+            self.transport.prepare(self.scripts.release, [self.key], [record]), patient=True
         )
-        return await bounded(self.timeout, run_acknowledged(self.redis, call))
-
-    def replicated(self, acknowledged: int | None) -> bool:
-        """Whether a write acknowledged by ``acknowledged`` replicas (None: not asked) counts."""
-        return acknowledged is None or acknowledged >= self.min_replicas
 
     def deadline_from(self, sent: float) -> float:
         return sent + self.ttl - self.drift
@@ -550,9 +508,15 @@ class TokenLock:
         # The round trip runs on regardless of this caller, so that an abandoned acquisition can
         # be undone once its answer shows whether the SET landed: a compare-and-delete sent
         # before that answer could overtake the SET on another connection.
-        attempt = self._attempt(record, not_after)
+        attempt = self.transport.call(
+            self.transport.prepare(
+                self.scripts.acquire, [self.key, self.fence_key], [record, self.ttl_ms],
+                replicated=True,
+            ),
+            not_after=not_after,
+        )  # fmt: skip
         try:
-            fence, acknowledged = self._acknowledged(await self._outlasting(attempt))
+            answer = await self.transport.outlasting(attempt)
         except asyncio.CancelledError:
             attempt.add_done_callback(lambda done: self._undo(done, record, not_after))
             raise
@@ -561,6 +525,7 @@ class TokenLock:
             # Raised to the caller, who says it (the engine once per outage): debug only here.
             log.debug("lock.unavailable", lock=self.name, error=repr(exc))
             raise LockUnavailable(self.name) from exc
+        fence = script_value(answer)
         if fence == LATE:
             # Answered in time, yet Redis's clock had passed the stamp: it stepped forward since
             # TIME was read. Nothing was written; the next read sets the stamp right.
@@ -569,12 +534,12 @@ class TokenLock:
         if fence is None:
             log.debug("lock.busy", lock=self.name)
             return None
-        if not self.replicated(acknowledged):
+        if isinstance(answer, Unreplicated):
             # Not held: a failover now could hand the name to a second holder. Take it back.
             result = await detached(self.compare_and_delete(record))
             log.warning(
-                "lock.unreplicated", lock=self.name, fence=int(fence), acknowledged=acknowledged,
-                wanted=self.min_replicas, result=result.value,
+                "lock.unreplicated", lock=self.name, fence=int(fence),
+                acknowledged=answer.acknowledged, wanted=self.min_replicas, result=result.value,
             )  # fmt: skip
             return None
         lease = Lease(
@@ -583,27 +548,13 @@ class TokenLock:
         lease._log.debug("lock.acquired", ttl=self.ttl)
         return lease
 
-    def _attempt(self, record: str, not_after: float) -> asyncio.Future[Any]:
-        """The acquiring script's call, whose answer ``_acknowledged`` reads; it fails with
-        ``TimeoutError`` by ``not_after`` and Redis refuses it after that. On the channel a
-        cancelled attempt's command still goes out, ahead of anything sent after it."""
-        keys = [self.key, self.fence_key]
-        args: list[str | int] = [record, self.ttl_ms]
-        if self._channel is not None:
-            return run_script(self._channel, self._acquire_script, keys, args, not_after=not_after)
-        return kept(self._write(self._acquire_script, keys, args, not_after))
-
-    def _acknowledged(self, answer: Any) -> tuple[Any, int | None]:
-        """An ``_attempt``'s answer as (fence or None, replicas that acknowledged or None)."""
-        return (answer, None) if self._channel is not None else answer
-
     def _undo(self, attempt: asyncio.Future[Any], record: str, not_after: float) -> None:
         """Delete what an abandoned acquisition may have written, once its answer is in, or,
         without an answer, once ``not_after`` has passed: before it the command may still land
         (a batch can fail early with its bytes still in the kernel's send queue), after it
         Redis refuses it, so the delete cannot be overtaken."""
         if not attempt.cancelled() and attempt.exception() is None:
-            fence, _ = self._acknowledged(attempt.result())
+            fence = script_value(attempt.result())
             if fence is None or fence == LATE:
                 return  # refused: nothing of ours was written
             self._send_undo(record)
@@ -612,7 +563,7 @@ class TokenLock:
 
     def _send_undo(self, record: str) -> None:
         try:
-            undo = self._call(self._release_script, [self.key], [record])
+            undo = self.delete_record(record)
         except RedisConnectionError as exc:  # the channel closed meanwhile: the ttl ends the key
             unknown = ReleaseResult.UNKNOWN.value
             log.debug("lock.acquire_undone", lock=self.name, result=unknown, error=repr(exc))
@@ -631,7 +582,7 @@ class TokenLock:
         try:
             outcome = await bounded(
                 self.timeout,
-                self._outlasting(self._call(self._release_script, [self.key], [record])),
+                self.transport.outlasting(self.delete_record(record)),
             )
         except Exception as exc:
             # Returned as UNKNOWN, which each caller says in its own words.
@@ -648,9 +599,12 @@ class TokenLock:
         Raises ``LockUnavailable`` when Redis cannot be reached.
         """
         try:
-            value = await bounded(
-                self.timeout,
-                self._raise_fence_script(keys=[self.fence_key], args=[int(accepted)]),
+            value = await self.transport.outlasting(
+                self.transport.call(
+                    self.transport.prepare(
+                        self.scripts.raise_fence, [self.fence_key], [int(accepted)]
+                    )
+                )
             )
         except Exception as exc:
             raise LockUnavailable(self.name) from exc
