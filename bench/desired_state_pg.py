@@ -11,11 +11,17 @@ Interleaved round after round:
   are validated again);
 - ``pg read``: the snapshot's read alone (asyncpg, no validation).
 
+With ``--views`` the same fleet is also laid out as an application keeps it (schema ``app``:
+``bigint`` ids, Playgrounds and AgentChats referring by id) and read through the views of the
+README's integration guide (schema ``mapped``: a join per Playground and per chat): ``views
+read``, ``views cold`` and ``views unchanged`` are printed beside the tables' figures, from the
+same rounds.
+
 Prints the best wall-clock milliseconds per operation (the target: under 1 s at 10,000
 Marquees), our process's CPU ms for the cold load, and ratios to the YAML source. Starts the lab's
 PostgreSQL (Debian's, as the tests do) in a temporary directory and stops it at the end.
 
-    .venv/bin/python bench/desired_state_pg.py [--fleets 1000,10000] [--rounds 3]
+    .venv/bin/python bench/desired_state_pg.py [--fleets 1000,10000] [--rounds 3] [--views]
 
 Never part of the tests.
 """
@@ -34,7 +40,7 @@ import asyncpg
 from inventory_load import PLAYGROUNDS_PER_MARQUEE, write_inventory  # bench/ is on sys.path
 
 from playguard_async.desired_state.inventory import YamlInventorySource
-from playguard_async.desired_state.pg import PgAddress, password_from
+from playguard_async.desired_state.pg import PasswordSource, PgAddress, password_from
 from playguard_async.desired_state.postgres import PostgresDesiredState, read_snapshot
 from playguard_async.desired_state.schema import migrate
 from playguard_async.desired_state.transfer import import_inventory
@@ -55,9 +61,50 @@ async def timed(operation: Callable[[], Awaitable[object]]) -> tuple[float, floa
     return figures
 
 
-async def measure(server: PostgresServer, path: Path, rounds: int) -> dict[str, float]:
+MAPPED = "mapped"
+"""The schema of the views over the application's layout (``--views``)."""
+
+APP_LAYOUT = """
+DROP SCHEMA IF EXISTS app CASCADE;
+DROP SCHEMA IF EXISTS mapped CASCADE;
+CREATE SCHEMA app;
+CREATE SCHEMA mapped;
+CREATE TABLE app.marquees AS
+    SELECT row_number() OVER (ORDER BY name)::bigint AS id, m.* FROM playguard.marquees m;
+ALTER TABLE app.marquees ADD PRIMARY KEY (id);
+CREATE UNIQUE INDEX ON app.marquees (name);
+CREATE TABLE app.playgrounds AS
+    SELECT row_number() OVER (ORDER BY p.name)::bigint AS id, m.id AS marquee_id, p.name,
+           p.playspec, p.branch, p.state, p.expires_at, p.stop_when_branch_gone
+    FROM playguard.playgrounds p JOIN app.marquees m ON m.name = p.marquee;
+ALTER TABLE app.playgrounds ADD PRIMARY KEY (id);
+CREATE INDEX ON app.playgrounds (marquee_id);
+CREATE TABLE app.agent_chats AS
+    SELECT row_number() OVER (ORDER BY c.name)::bigint AS id, p.id AS playground_id, c.name,
+           c.image, c.command, c.state
+    FROM playguard.agent_chats c JOIN app.playgrounds p ON p.name = c.playground;
+CREATE VIEW mapped.marquees AS
+    SELECT name, host, port, "user", identity_file, known_hosts, docker_socket, workdir,
+           state_dir, launchable FROM app.marquees;
+CREATE VIEW mapped.registries AS SELECT * FROM playguard.registries;
+CREATE VIEW mapped.playspecs AS SELECT * FROM playguard.playspecs;
+CREATE VIEW mapped.playgrounds AS
+    SELECT p.name, p.playspec, m.name AS marquee, p.branch, p.state, p.expires_at,
+           p.stop_when_branch_gone
+    FROM app.playgrounds p JOIN app.marquees m ON m.id = p.marquee_id;
+CREATE VIEW mapped.agent_chats AS
+    SELECT c.name, p.name AS playground, c.image, c.command, c.state
+    FROM app.agent_chats c JOIN app.playgrounds p ON p.id = c.playground_id;
+ANALYZE;
+"""
+
+
+async def measure(
+    server: PostgresServer, path: Path, rounds: int, *, views: bool
+) -> dict[str, float]:
     address, password = PgAddress.parse(server.url), password_from(server.password, None)
     warm = PostgresDesiredState(address, password, timeout=600)
+    warm_views = PostgresDesiredState(address, password, timeout=600, schema=MAPPED)
     connection = await connect_to(server)
     best: dict[str, float] = {}
 
@@ -70,6 +117,9 @@ async def measure(server: PostgresServer, path: Path, rounds: int) -> dict[str, 
         loaded = await warm.load()
         assert len(loaded.marquees) == len(expected.marquees)
         assert len(loaded.playgrounds) == len(expected.playgrounds)
+        if views:
+            await connection.execute(APP_LAYOUT)
+            assert await warm_views.load() == loaded, "the views give the same inventory"
         for round_number in range(rounds):
             yaml_source = YamlInventorySource(path, max_bytes=64 << 20, timeout=600)
             keep("yaml", (await timed(yaml_source.load))[0])
@@ -87,10 +137,30 @@ async def measure(server: PostgresServer, path: Path, rounds: int) -> dict[str, 
             )
             keep("pg 1% changed", (await timed(warm.load))[0])
             keep("pg read", (await timed(lambda: read_snapshot(connection)))[0])
+            if views:
+                await measure_views(address, password, connection, warm_views, keep)
     finally:
         await warm.close()
+        await warm_views.close()
         await connection.close()
     return best
+
+
+async def measure_views(
+    address: PgAddress,
+    password: PasswordSource,
+    connection: Any,
+    warm: PostgresDesiredState,
+    keep: Callable[[str, float], None],
+) -> None:
+    """One round of the view figures, right after the tables' (same fleet, same load)."""
+    keep("views read", (await timed(lambda: read_snapshot(connection, MAPPED)))[0])
+    cold = PostgresDesiredState(address, password, timeout=600, schema=MAPPED)
+    try:
+        keep("views cold", (await timed(cold.load))[0])
+    finally:
+        await cold.close()
+    keep("views unchanged", (await timed(warm.load))[0])
 
 
 async def connect_to(server: PostgresServer) -> Any:
@@ -101,6 +171,7 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fleets", default="1000,10000")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--views", action="store_true", help="also read through views")
     args = parser.parse_args()
     with (
         tempfile.TemporaryDirectory(prefix="pg-bench-") as workdir,
@@ -119,7 +190,7 @@ async def main() -> None:
         )
         for marquees in (int(part) for part in args.fleets.split(",")):
             path = write_inventory(Path(workdir), marquees)
-            figures = await measure(server, path, args.rounds)
+            figures = await measure(server, path, args.rounds, views=args.views)
             print(
                 f"{marquees:>8} {figures['yaml']:>7.0f} {figures['pg cold']:>8.0f} "
                 f"{figures['pg cold cpu']:>6.0f} {figures['pg unchanged']:>9.0f} "
@@ -127,6 +198,15 @@ async def main() -> None:
                 f"{figures['pg cold'] / figures['yaml']:>9.2f} "
                 f"{figures['pg 1% changed'] / figures['yaml']:>8.2f}"
             )
+            if args.views:
+                print(
+                    f"{'':>8} views: read {figures['views read']:.0f} "
+                    f"({figures['views read'] / figures['pg read']:.2f}x the tables'), "
+                    f"cold {figures['views cold']:.0f} "
+                    f"({figures['views cold'] / figures['pg cold']:.2f}x), "
+                    f"unchanged {figures['views unchanged']:.0f} "
+                    f"({figures['views unchanged'] / figures['pg unchanged']:.2f}x)"
+                )
 
 
 if __name__ == "__main__":

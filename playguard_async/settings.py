@@ -31,7 +31,13 @@ from pydantic_settings import (
 from playguard_async.coordination.address import parse_redis_url
 from playguard_async.coordination.lock import default_replica_id
 from playguard_async.desired_state.inventory import INVENTORY_MAX_BYTES, INVENTORY_READ_TIMEOUT
-from playguard_async.desired_state.pg import PasswordSource, PgAddress, password_from
+from playguard_async.desired_state.pg import (
+    DEFAULT_SCHEMA,
+    PasswordSource,
+    PgAddress,
+    password_from,
+    schema_name,
+)
 from playguard_async.desired_state.windows import Window
 from playguard_async.kits.capacity import MAX_SECONDS, cycle_slots
 from playguard_async.kits.files import FileRefused, read_text_limited
@@ -108,6 +114,14 @@ class Settings(BaseSettings):
         5.0, description="Seconds any single Redis call may take; past it, a lease is lost."
     )
     redis_connect_timeout: float = _seconds(5.0, description="Seconds to connect to Redis.")
+    redis_keepalive: float = _seconds(
+        15.0,
+        zero=True,
+        description="Seconds within which TCP itself ends a Redis connection whose server "
+        "vanished without a reset (a black hole, a dead host): keepalive probes on an idle one, "
+        "TCP_USER_TIMEOUT on unacknowledged data, so no dead socket waits for TCP's minutes "
+        "and no abandoned command is delivered later than this; 0: the kernel's defaults.",
+    )
     redis_max_connections: int = Field(
         50,
         ge=1,
@@ -163,10 +177,21 @@ class Settings(BaseSettings):
         description="File holding the PostgreSQL password, read at each connect (a rotated "
         "secret is picked up); used when desired_state_password is not set.",
     )
+    desired_state_schema: str = Field(
+        DEFAULT_SCHEMA,
+        description="The one PostgreSQL schema playguard owns: its tables, functions, "
+        "schema_version and the mapping views; it creates nothing elsewhere.",
+    )
     desired_state_timeout: float = _seconds(
         10.0,
         description="Seconds connecting to PostgreSQL and reading one snapshot may take; past "
         "it the last good snapshot stays in force.",
+    )
+    desired_state_probe_interval: float = _seconds(
+        30.0,
+        description="Seconds between the SELECT 1 probes of the LISTEN connection "
+        "(bounded by desired_state_timeout): a dead link to PostgreSQL is noticed within the "
+        "two, and the listener reconnects.",
     )
     phases: tuple[str, ...] = Field(
         DEFAULT_PHASES, min_length=1, description="Enabled phases, in the order they run."
@@ -196,7 +221,16 @@ class Settings(BaseSettings):
     event_loop: Literal["uvloop", "asyncio"] = Field("uvloop")
     ssh_connect_timeout: float = _seconds(10.0, description="Seconds to open an SSH connection.")
     ssh_keepalive_interval: float = _seconds(
-        15.0, description="Seconds between SSH keepalives; 3 unanswered drop the connection."
+        15.0,
+        description="Seconds between SSH keepalives on a quiet connection (pooled ones too); "
+        "ssh_keepalive_count_max unanswered in a row close it.",
+    )
+    ssh_keepalive_count_max: int = Field(
+        3,
+        ge=1,
+        le=100,
+        description="SSH keepalives left unanswered before the connection is closed: a dead "
+        "link is noticed within ssh_keepalive_interval x (this + 1) seconds.",
     )
     ssh_pool_size: int = Field(
         1024,
@@ -302,6 +336,11 @@ class Settings(BaseSettings):
         if value != "yaml":
             PgAddress.parse(value)
         return value
+
+    @field_validator("desired_state_schema")
+    @classmethod
+    def _desired_state_schema_form(cls, value: str) -> str:
+        return schema_name(value)
 
     @field_validator("http_address")
     @classmethod

@@ -25,6 +25,13 @@ What callers can rely on:
   ``TimeoutError``, however long it waited behind other batches; the channel keeps one timer for
   all such commands, not one per caller (bench/README.md: what a scope per call cost). The late
   answer is still read, and dropped: the stream stays in step.
+- A command sent with ``not_after`` (a moment on the monotonic clock, the loop's) carries that
+  moment as its last argument, on the server's clock in microseconds, converted when its batch is
+  packed from a TIME read on the very connection that carries it (``ServerClock``,
+  ``CLOCK_REFRESH``), never later than the truth. A script that compares it with its own TIME can
+  so refuse to run when TCP delivers it late (a retransmission after a network blip), after its
+  caller, failed with ``TimeoutError`` at that same moment, may have cleaned up; see
+  ``lock.ACQUIRE_SCRIPT``.
 
 Answers are RESP values as read (bytes, int, None, lists), without redis-py's response callbacks.
 The batch packs with hiredis and reads without a timeout per answer (the batch has one), at a
@@ -35,6 +42,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import math
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -54,6 +63,49 @@ MAX_BATCH = 1024
 Command = tuple[Any, ...]
 """One command as ``queue`` takes it: the name, then its arguments."""
 
+CLOCK_REFRESH = 0.5
+"""Seconds after which a batch with a stamped command also carries a TIME, ahead of its commands,
+whose answer serves the batches after it: no round trip of its own while the channel is busy."""
+
+CLOCK_MAX_AGE = 2.0
+"""Seconds after which a ``ServerClock`` no longer stamps: TIME is read, in a round trip of its
+own, before the batch goes. With ``CLOCK_RATE_MARGIN`` it bounds what clock-rate drift can do."""
+
+CLOCK_RATE_MARGIN = 0.001
+"""Share of the time elapsed since TIME was read that a stamp gives up, should our clock run
+faster than the server's: 0.1 %, twice the most ntpd slews a clock by."""
+
+_TIME = pack_command(("TIME",))
+
+
+@dataclass(frozen=True, slots=True)
+class ServerClock:
+    """What a Redis server's TIME said, and the moment (``time.monotonic()``) its answer was in.
+
+    The server read its clock between our send and that moment, so ``stamp`` maps a moment of ours
+    to one on the server's clock that is never later than the true one (it is early by at most the
+    round trip): a deadline stamped this way passes on the server no later than it does here. Only
+    the server's own clock is compared with a stamp, by the server; ours never is with its.
+    ``time.monotonic()``, not the loop's clock: uvloop's is the one cached at the start of the
+    loop's turn, which would date the answer too early and so stamp too late. A deadline on the
+    loop's clock is fine (it passes no earlier there than on ``time.monotonic()``).
+    """
+
+    server_us: int
+    read_at: float
+
+    @classmethod
+    def from_answer(cls, answer: Any, read_at: float) -> ServerClock:
+        """From TIME's answer (seconds and microseconds as bulk strings), in at ``read_at``."""
+        seconds, micros = answer
+        return cls(int(seconds) * 1_000_000 + int(micros), read_at)
+
+    def stamp(self, moment: float) -> int:
+        """``moment`` (monotonic) on the server's clock, in whole microseconds, rounded down
+        and less ``CLOCK_RATE_MARGIN`` of the time since the read."""
+        elapsed = (moment - self.read_at) * (1 - CLOCK_RATE_MARGIN)
+        return self.server_us + math.floor(elapsed * 1_000_000)
+
 
 @dataclass(slots=True)
 class _Queued:
@@ -63,6 +115,15 @@ class _Queued:
     """Sent instead, with the same ``answer``, when Redis answers NOSCRIPT (see ``run_script``)."""
     deadline: float | None = None
     """On the loop's clock: ``answer`` fails with ``TimeoutError`` if still unsettled by then."""
+    stamped: bool = False
+    """Whether ``deadline`` goes out as the command's last argument, on the server's clock."""
+
+    def stamped_command(self, clock: ServerClock | None) -> Command:
+        """The command with its deadline on the server's clock appended; ``clock`` is its
+        connection's (``_clock_of`` reads one for every batch that holds a stamped command)."""
+        if clock is None or self.deadline is None:
+            return self.command  # cannot happen; the script then fails on its missing ARGV
+        return (*self.command, clock.stamp(self.deadline))
 
 
 class CommandChannel:
@@ -77,6 +138,8 @@ class CommandChannel:
         self._watch: asyncio.TimerHandle | None = None
         self._watch_at = 0.0
         self._connection: AbstractConnection | None = None
+        self._clock: ServerClock | None = None
+        """TIME as read on ``_connection``; None until a stamped command needs it."""
         self._sender: asyncio.Task[None] | None = None
         self._idle: asyncio.Future[None] | None = None
         self._closed = False
@@ -84,17 +147,28 @@ class CommandChannel:
         """Batches written so far: what benchmarks divide commands by."""
 
     def send(
-        self, *command: Any, fallback: Command | None = None, timeout: float | None = None
+        self,
+        *command: Any,
+        fallback: Command | None = None,
+        timeout: float | None = None,
+        not_after: float | None = None,
     ) -> asyncio.Future[Any]:
         """Queue ``command``; the future holds its answer or its error, a ``TimeoutError`` when
-        ``timeout`` seconds pass without an answer. Never blocks.
+        ``timeout`` seconds pass without an answer, or once ``not_after`` (loop clock) passes;
+        with ``not_after`` the command also carries that moment as its last argument, on the
+        server's clock (see the module's doc). Never blocks.
 
         A caller that stops waiting may cancel the future: the command goes out all the same,
         but its ``fallback`` (if any) does not, since nobody wants its answer."""
-        return self.queue(command, fallback, timeout)
+        return self.queue(command, fallback, timeout, not_after=not_after)
 
     def queue(
-        self, command: Command, fallback: Command | None = None, timeout: float | None = None
+        self,
+        command: Command,
+        fallback: Command | None = None,
+        timeout: float | None = None,
+        *,
+        not_after: float | None = None,
     ) -> asyncio.Future[Any]:
         """``send`` for a command already in a tuple, with no copy of it made."""
         if self._closed:
@@ -102,8 +176,11 @@ class CommandChannel:
         loop = asyncio.get_running_loop()
         answer: asyncio.Future[Any] = loop.create_future()
         queued = _Queued(command, answer, fallback)
-        if timeout is not None:
+        if not_after is not None:
+            queued.deadline, queued.stamped = not_after, True
+        elif timeout is not None:
             queued.deadline = loop.time() + timeout
+        if queued.deadline is not None:
             self._watch_until(loop, queued.deadline)
         self._queue.append(queued)
         if self._sender is None:
@@ -174,15 +251,29 @@ class CommandChannel:
         try:
             async with asyncio.timeout(self.timeout):
                 connection = await self._connected()
-                packed = b"".join([pack_command(queued.command) for queued in batch])
-                await connection.send_packed_command(packed, check_health=False)
+                clock, refresh = await self._clock_of(connection, batch)
+                # Inline, not a method per command: this line runs for every command sent.
+                packed = b"".join(
+                    [
+                        pack_command(q.stamped_command(clock) if q.stamped else q.command)
+                        for q in batch
+                    ]
+                )
+                await connection.send_packed_command(
+                    _TIME + packed if refresh else packed, check_health=False
+                )
                 self.batches += 1
+                if refresh:
+                    await self._read_clock(connection)
                 for queued in batch:
                     try:
                         value = await connection.read_response()
                     except NoScriptError as error:  # the script did not run: safe to resend
                         if queued.fallback is not None and not queued.answer.done():
-                            retry = _Queued(queued.fallback, queued.answer, None, queued.deadline)
+                            retry = _Queued(
+                                queued.fallback, queued.answer, None, queued.deadline,
+                                queued.stamped,
+                            )  # fmt: skip
                             retries.append(retry)
                         else:
                             _settle(queued.answer, error=error)
@@ -222,13 +313,36 @@ class CommandChannel:
             await connection.disconnect(nowait=True)
         return await self._connect()
 
+    async def _clock_of(
+        self, connection: AbstractConnection, batch: list[_Queued]
+    ) -> tuple[ServerClock | None, bool]:
+        """The connection's ``ServerClock`` when ``batch`` holds a stamped command (TIME is read
+        on it first when it has none, or one older than ``CLOCK_MAX_AGE``), and whether the
+        batch should carry a TIME to refresh it (``CLOCK_REFRESH``)."""
+        for queued in batch:
+            if queued.stamped:
+                break
+        else:
+            return None, False
+        clock = self._clock
+        if clock is None or time.monotonic() - clock.read_at > CLOCK_MAX_AGE:
+            await connection.send_packed_command(_TIME, check_health=False)
+            return await self._read_clock(connection), False
+        return clock, time.monotonic() - clock.read_at > CLOCK_REFRESH
+
+    async def _read_clock(self, connection: AbstractConnection) -> ServerClock:
+        """Read the answer of a TIME sent on ``connection``, as its ``ServerClock`` from now."""
+        answer = await connection.read_response()
+        self._clock = ServerClock.from_answer(answer, time.monotonic())
+        return self._clock
+
     async def _connect(self) -> AbstractConnection:
         # The pool's connection class (SentinelManagedConnection asks the sentinels for the
         # primary in connect()); made, not checked out, so it holds no slot of the pool.
         connection: AbstractConnection = self._pool.make_connection()  # type: ignore[no-untyped-call]
         connection.socket_timeout = None  # each batch is bounded whole by ``_exchange``
         await connection.connect()  # type: ignore[no-untyped-call]
-        self._connection = connection
+        self._connection, self._clock = connection, None
         return connection
 
 
@@ -260,10 +374,11 @@ def run_script(
     args: Sequence[Any],
     *,
     timeout: float | None = None,
+    not_after: float | None = None,
 ) -> asyncio.Future[Any]:
-    """``script``'s answer (see ``script_command``); ``timeout`` bounds the EVALSHA and its EVAL
-    together, as ``send``'s."""
-    return channel.queue(*script_command(script, keys, args), timeout)
+    """``script``'s answer (see ``script_command``); ``timeout`` or ``not_after`` bound the
+    EVALSHA and its EVAL together, as ``send``'s, and ``not_after`` goes out as the last ARGV."""
+    return channel.queue(*script_command(script, keys, args), timeout, not_after=not_after)
 
 
 class ChannelledRedis(Redis):
@@ -284,4 +399,11 @@ class ChannelledRedis(Redis):
         await super().aclose(close_connection_pool)
 
 
-__all__ = ["ChannelledRedis", "Command", "CommandChannel", "run_script", "script_command"]
+__all__ = [
+    "ChannelledRedis",
+    "Command",
+    "CommandChannel",
+    "ServerClock",
+    "run_script",
+    "script_command",
+]

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +33,7 @@ from redis.crc import key_slot
 from redis.exceptions import AskError, MovedError, NoScriptError, ResponseError
 
 from playguard_async.coordination.address import RedisAddress, parse_redis_url
-from playguard_async.coordination.channel import ChannelledRedis
+from playguard_async.coordination.channel import ChannelledRedis, ServerClock
 from playguard_async.kits.aio import bounded
 
 RedisClient: TypeAlias = Redis | RedisCluster
@@ -39,6 +41,9 @@ RedisClient: TypeAlias = Redis | RedisCluster
 
 RedisPipeline: TypeAlias = Pipeline | ClusterPipeline
 """``RedisClient.pipeline()`` of either kind."""
+
+KEEPALIVE_PROBES = 3
+"""TCP keepalive probes left unanswered before the kernel ends an idle connection."""
 
 _REDIRECTS = 3
 """MOVED/ASK answers followed by one acknowledged write before it gives up (a resharding)."""
@@ -81,6 +86,7 @@ def connect_redis(
     *,
     socket_timeout: float = 5.0,
     connect_timeout: float = 5.0,
+    keepalive: float = 0.0,
     max_connections: int = 50,
     password: str | None = None,
     sentinel_password: str | None = None,
@@ -89,11 +95,14 @@ def connect_redis(
     """A client for ``url`` (any form ``redis_address`` reads) whose calls never wait forever.
 
     ``password`` applies where the URL carries none; ``sentinel_password`` is the sentinels' own.
+    ``keepalive`` (seconds, 0: the kernel's defaults) bounds how long a connection to a server
+    that vanished without a reset stays open (``keepalive_options``).
     """
     address = parse_redis_url(url)
     options: dict[str, Any] = {
         "socket_timeout": socket_timeout,
         "socket_connect_timeout": connect_timeout,
+        **keepalive_options(keepalive),
         "username": address.username,
         "password": address.password or password,
     }
@@ -115,10 +124,38 @@ def connect_redis(
         timeout=connect_timeout,
         socket_timeout=socket_timeout,
         socket_connect_timeout=connect_timeout,
+        socket_keepalive=options["socket_keepalive"],
+        socket_keepalive_options=options["socket_keepalive_options"],
         password=options["password"],
         **({"ssl_ca_certs": tls["ssl_ca_certs"]} if tls else {}),
     )
     return ChannelledRedis.from_pool(pool)
+
+
+def keepalive_options(seconds: float) -> dict[str, Any]:
+    """redis-py's socket options that make the kernel end a dead connection within ``seconds``.
+
+    A black hole (packets dropped, no reset) leaves a TCP connection open for as long as nobody
+    sends: an idle pooled connection or the command channel's would look alive until its next
+    command timed out. Keepalive probes start after half of ``seconds`` idle and end it after
+    ``KEEPALIVE_PROBES`` unanswered probes; TCP_USER_TIMEOUT ends it once sent data has stayed
+    unacknowledged for ``seconds``, so a command abandoned in a dead link is dropped by the
+    kernel then instead of being retransmitted for minutes and arriving after the link heals.
+    0 leaves the kernel's defaults (two hours idle, about fifteen minutes of retransmissions).
+    """
+    if seconds <= 0:
+        return {"socket_keepalive": False, "socket_keepalive_options": None}
+    idle = max(1, int(seconds / 2))
+    interval = max(1, int(seconds / 2 / KEEPALIVE_PROBES))
+    return {
+        "socket_keepalive": True,
+        "socket_keepalive_options": {
+            socket.TCP_KEEPIDLE: idle,
+            socket.TCP_KEEPINTVL: interval,
+            socket.TCP_KEEPCNT: KEEPALIVE_PROBES,
+            socket.TCP_USER_TIMEOUT: int(seconds * 1000),
+        },
+    }
 
 
 def _sentinel_primary(
@@ -162,18 +199,22 @@ async def redis_answers(redis: RedisClient, timeout: float) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class AcknowledgedCall:
-    """A script call to be acknowledged: ``WAIT replicas wait_ms`` follows it."""
+    """A script call to be acknowledged: ``WAIT replicas wait_ms`` follows it (none when
+    ``replicas`` is 0). With ``not_after`` (a moment on the loop's clock) the script gets that
+    moment as its last ARGV, on the server's clock, from a TIME read on the same connection just
+    before (see ``redis_channel.ServerClock``)."""
 
     script: AsyncScript
     keys: Sequence[str]
-    args: Sequence[str | int]
+    args: Sequence[str | int | bytes]
     replicas: int
     wait_ms: int
+    not_after: float | None = None
 
 
-async def run_acknowledged(redis: RedisClient, call: AcknowledgedCall) -> tuple[Any, int]:
+async def run_acknowledged(redis: RedisClient, call: AcknowledgedCall) -> tuple[Any, int | None]:
     """Run ``call.script`` and then WAIT on the same connection, in one round trip; returns the
-    script's answer and how many replicas acknowledged it.
+    script's answer and how many replicas acknowledged it (None when none were asked for).
 
     WAIT counts the replicas that have every write of *its own connection* so far, so it must
     follow the write on the connection that made it: a pooled ``redis.wait()`` could land on a
@@ -199,7 +240,7 @@ async def run_acknowledged(redis: RedisClient, call: AcknowledgedCall) -> tuple[
 
 async def _run_acknowledged_on_cluster(
     cluster: RedisCluster, call: AcknowledgedCall
-) -> tuple[Any, int]:
+) -> tuple[Any, int | None]:
     await cluster.initialize()  # a no-op once the client knows the slots
     key = call.keys[0]
     node = _owner(cluster, key)
@@ -239,9 +280,15 @@ def _owner(cluster: RedisCluster, key: str) -> ClusterNode:
 
 async def _write_then_wait(
     connection: Connection, call: AcknowledgedCall, *, asking: bool = False
-) -> tuple[Any, int]:
-    arguments = (len(call.keys), *call.keys, *call.args)
-    wait = ("WAIT", call.replicas, call.wait_ms)
+) -> tuple[Any, int | None]:
+    stamp: tuple[int, ...] = ()
+    if call.not_after is not None:  # read on this connection: the server that runs the script
+        await connection.send_command("TIME")
+        answer = await connection.read_response()
+        clock = ServerClock.from_answer(answer, time.monotonic())
+        stamp = (clock.stamp(call.not_after),)
+    arguments = (len(call.keys), *call.keys, *call.args, *stamp)
+    wait = ("WAIT", call.replicas, call.wait_ms) if call.replicas else None
     answer, acknowledged = await _send(
         connection, ("EVALSHA", call.script.sha, *arguments), wait, asking
     )
@@ -253,15 +300,16 @@ async def _write_then_wait(
         raise answer
     if isinstance(acknowledged, ResponseError):
         raise acknowledged
-    return answer, int(acknowledged)
+    return answer, None if acknowledged is None else int(acknowledged)
 
 
 async def _send(
-    connection: Connection, command: tuple[Any, ...], wait: tuple[Any, ...], asking: bool
+    connection: Connection, command: tuple[Any, ...], wait: tuple[Any, ...] | None, asking: bool
 ) -> tuple[Any, Any]:
-    """Send ``command`` and its WAIT in one write and read every answer, errors as values, so
-    the connection is left with nothing unread whatever the server said."""
-    commands = [*([("ASKING",)] if asking else []), command, wait]
+    """Send ``command`` and its WAIT (if any) in one write and read every answer, errors as
+    values, so the connection is left with nothing unread whatever the server said; the WAIT's
+    answer is None when there is none."""
+    commands = [*([("ASKING",)] if asking else []), command, *([wait] if wait else [])]
     await connection.send_packed_command(connection.pack_commands(commands))
     answers: list[Any] = []
     for _ in commands:
@@ -269,4 +317,4 @@ async def _send(
             answers.append(await connection.read_response())
         except ResponseError as error:
             answers.append(error)
-    return answers[-2], answers[-1]
+    return (answers[-2], answers[-1]) if wait else (answers[-1], None)

@@ -6,6 +6,16 @@ neither extend nor delete the key of the holder that came after it. Each acquisi
 a fence counter that outlives the lock, so each lease carries a number that grows strictly per name:
 a host that remembers the highest fence it has seen can refuse a write from an older lease.
 
+An acquire arrives late or not at all: a command the client gave up on can still sit in a dead
+connection's TCP send queue and be delivered by the kernel's next retransmission, after the client
+deleted what it might have written. So each acquire carries the moment after which it must not run,
+on Redis's own clock (converted from a TIME read on the connection that carries it), and the
+acquiring script refuses itself past that moment; the client's clean-up waits for that moment too.
+See ``ACQUIRE_SCRIPT``.
+
+Every script call leaves through the lock's ``transport`` (``lock_transport``): the command
+channel, a pool connection, or a pool connection followed by WAIT for ``min_replicas``.
+
 Uncertainty is loss: any error while renewing, including a Redis that does not answer in time,
 raises ``LockLost`` rather than letting work continue on a lease we cannot prove is ours.
 
@@ -26,39 +36,54 @@ import uuid
 import weakref
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 import structlog
 from redis.commands.core import AsyncScript
+from redis.exceptions import ConnectionError as RedisConnectionError
 from structlog.typing import FilteringBoundLogger
 
-from playguard_async.coordination.channel import (
-    ChannelledRedis,
-    Command,
-    CommandChannel,
-    run_script,
-    script_command,
-)
-from playguard_async.coordination.client import (
-    AcknowledgedCall,
-    RedisClient,
-    run_acknowledged,
-)
+from playguard_async.coordination.client import RedisClient
 from playguard_async.coordination.keys import fence_key, lock_key, once_key
-from playguard_async.kits.aio import bounded, detached, kept
+from playguard_async.coordination.lock_transport import (
+    ScriptCall,
+    Unreplicated,
+    script_value,
+    transport_for,
+)
+from playguard_async.kits.aio import bounded, detached
 
 log = structlog.get_logger("playguard.lock")
 
 LossReason = Literal["expired", "stolen", "unreachable", "fenced", "unreplicated"]
 
-# KEYS[1] lock key, KEYS[2] fence counter. ARGV[1] holder record, ARGV[2] ttl in ms.
-# Returns the new fence (integer) when the lock was free, nil when someone holds it. The counter is
-# only incremented by a successful SET: while a lock is held, its fence equals the counter's value.
+# KEYS[1] lock key, KEYS[2] fence counter. ARGV[1] holder record, ARGV[2] ttl in ms, ARGV[3] the
+# acquire's not-after: microseconds on Redis's clock (TIME), stamped by the client (see below).
+# Returns the new fence (integer) when the lock was free, nil when someone holds it, LATE (-1) when
+# Redis runs it past its not-after, having written nothing. The counter is only incremented by a
+# successful SET: while a lock is held, its fence equals the counter's value.
+#
+# Why the not-after: the client gives up on an acquire at its deadline D (``TokenLock.timeout``
+# after sending) and only then deletes, by exact value, the record it may have written. If TCP
+# delivers the acquire later than that (a retransmission after a network blip), a SET without
+# this check would take a free key for a whole ttl, held by no lease. D is stamped on Redis's clock
+# from a TIME read on the same connection, early by at most that read's round trip
+# (``channel.ServerClock``); so an acquire that runs at all ran before D, hence before the
+# clean-up, which removes it. Only Redis's clock is compared with a stamp, and only by Redis: the
+# replicas' clocks need no agreement with it or with each other, and a replica's not-after never
+# refuses another replica's acquire (each stamps its own). A Sentinel failover or a Cluster
+# resharding sends the acquire to another server, which is read again: every stamp is made on the
+# connection, so the server, that judges it. What is trusted is what the ttl already trusts: that
+# Redis's clock does not step back (keys expire by it).
 #
 # A counter holding anything but an integer (not written by us) is dropped first, or no lease
 # could ever be had again: the count restarts, and the hosts' fence checks refuse the low fences
 # until the engine lifts the counter to what they accepted (``raise_fence``).
 ACQUIRE_SCRIPT = """
+local now = redis.call('TIME')
+if tonumber(now[1]) * 1000000 + tonumber(now[2]) > tonumber(ARGV[3]) then
+    return -1
+end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
     local counter = redis.call('GET', KEYS[2])
     if counter and not string.match(counter, '^%d+$') then
@@ -110,6 +135,9 @@ end
 return current
 """
 
+LATE = -1
+"""ACQUIRE_SCRIPT's answer when Redis ran it past its not-after."""
+
 DEFAULT_TIMEOUT = 5.0
 """Bound on every Redis round trip made by the lock, in seconds."""
 
@@ -117,8 +145,6 @@ DEFAULT_DRIFT_FACTOR = 0.01
 """Share of the ttl subtracted from a lease's deadline for clock-rate drift between us and Redis."""
 
 _DRIFT_FLOOR = 0.002
-
-_A = TypeVar("_A")
 
 
 class LockError(Exception):
@@ -252,8 +278,8 @@ class Lease:
     _log: FilteringBoundLogger = field(init=False, repr=False)
     """Bound once to the lock's name and this fence: structlog's module-level proxy cost more
     per line than a renewal's own work."""
-    _renewal: tuple[Command, Command] | None = field(default=None, init=False, repr=False)
-    """The renewal as the channel sends it, built once per lease (it never changes)."""
+    _renewal: ScriptCall | None = field(default=None, init=False, repr=False)
+    """The renewal as the lock's transport sends it, built once per lease (it never changes)."""
 
     def __post_init__(self) -> None:
         self._log = log.bind(lock=self.lock.name, fence=self.fence)
@@ -275,25 +301,20 @@ class Lease:
         if self._released is not None:
             raise RuntimeError(f"lease on {self.name!r} was already released")
         lock = self.lock
-        channel = lock._channel
+        if self._renewal is None:
+            self._renewal = lock.transport.prepare(
+                lock.scripts.renew, [lock.key], [self.record, lock.ttl_ms], replicated=True
+            )
         sent = time.monotonic()
         try:
-            if channel is not None:
-                if self._renewal is None:
-                    self._renewal = script_command(
-                        lock._renew_script, [lock.key], [self.record, lock.ttl_ms]
-                    )
-                outcome, acknowledged = await channel.queue(*self._renewal, lock.timeout), None
-            else:
-                outcome, acknowledged = await lock._write(
-                    lock._renew_script, [lock.key], [self.record, lock.ttl_ms]
-                )
+            answer = await lock.transport.call(self._renewal)
         except Exception as exc:
             self._log.warning("lock.lost", reason="unreachable", error=repr(exc))
             raise LockLost(self.name, "unreachable") from exc
-        if outcome == 1 and not lock.replicated(acknowledged):
+        outcome = script_value(answer)
+        if outcome == 1 and isinstance(answer, Unreplicated):
             self._log.warning(
-                "lock.lost", reason="unreplicated", acknowledged=acknowledged,
+                "lock.lost", reason="unreplicated", acknowledged=answer.acknowledged,
                 wanted=lock.min_replicas,
             )  # fmt: skip
             raise LockLost(self.name, "unreplicated")
@@ -308,16 +329,15 @@ class Lease:
     async def release(self) -> ReleaseResult:
         """Delete the key if it still holds our record. Never raises an error.
 
-        The compare-and-delete goes out whatever the caller does (on the client's channel, or
-        in a task of its own), so cancelling the caller does not cancel the release: it finishes,
+        The compare-and-delete goes out whatever the caller does (``TokenLock.delete_record``),
+        so cancelling the caller does not cancel the release: it finishes,
         bounded by the lock's timeout, and the cancellation still propagates. A second call
         waits for the same answer; once settled, it returns the result without asking Redis.
         """
         if self._released is not None:
             return self._released
         if self._releasing is None:
-            lock = self.lock
-            self._releasing = lock._call(lock._release_script, [lock.key], [self.record])
+            self._releasing = self.lock.delete_record(self.record)
             self._releasing.add_done_callback(self._settle_late)
         try:
             await bounded(self.lock.timeout, asyncio.shield(self._releasing))
@@ -342,7 +362,7 @@ class Lease:
         pipeline refuses its ``evalsha`` method (for fear of a script missing on some node), so
         a NOSCRIPT answer is the batch's to handle: ``release()`` sends the script whole."""
         lock = self.lock
-        return ("EVALSHA", lock._release_script.sha, 1, lock.key, self.record)
+        return ("EVALSHA", lock.scripts.release.sha, 1, lock.key, self.record)
 
     def release_answered(self, answer: object) -> ReleaseResult:
         """What the compare-and-delete of ``release_command`` found, from its answer: the
@@ -450,43 +470,18 @@ class TokenLock:
         self.replica = replica or default_replica_id()
         self.key = lock_key(name)
         self.fence_key = fence_key(name)
-        scripts = _scripts_of(redis)
-        self._acquire_script = scripts.acquire
-        self._renew_script = scripts.renew
-        self._release_script = scripts.release
-        self._raise_fence_script = scripts.raise_fence
-        # Writes acknowledged by replicas need WAIT on the writing connection: the pool's path.
-        self._channel: CommandChannel | None = (
-            redis.channel if isinstance(redis, ChannelledRedis) and not min_replicas else None
+        self.scripts = _scripts_of(redis)
+        self.transport = transport_for(
+            redis, timeout=timeout, min_replicas=min_replicas, replica_timeout=replica_timeout
         )
 
-    def _call(self, script: AsyncScript, keys: list[str], args: list[Any]) -> asyncio.Future[Any]:
-        """Start one script call that runs to its end whatever its caller does, bounded by the
-        lock's timeout: on the client's channel when it has one, else in a kept task."""
-        if self._channel is not None:
-            return run_script(self._channel, script, keys, args)
-        return kept(bounded(self.timeout, script(keys=keys, args=args)))
-
-    def _outlasting(self, call: asyncio.Future[_A]) -> asyncio.Future[_A]:
-        """What to await for ``call`` (from ``_call``) so that the waiter's cancellation leaves
-        the call running: a channel's command goes out anyway, a task needs a shield."""
-        return call if self._channel is not None else asyncio.shield(call)
-
-    async def _write(
-        self, script: AsyncScript, keys: list[str], args: list[str | int]
-    ) -> tuple[Any, int | None]:
-        """Run one of the scripts that write the lock key off the channel (a Cluster, or
-        ``min_replicas``), answered within the lock's timeout (else ``TimeoutError``); with
-        ``min_replicas``, WAIT for that many replicas on the same connection and return how many
-        acknowledged (else None). On the channel, the callers queue their commands themselves."""
-        if not self.min_replicas:
-            return await bounded(self.timeout, script(keys=keys, args=args)), None
-        call = AcknowledgedCall(script, keys, args, self.min_replicas, _ms(self.replica_timeout))
-        return await bounded(self.timeout, run_acknowledged(self.redis, call))
-
-    def replicated(self, acknowledged: int | None) -> bool:
-        """Whether a write acknowledged by ``acknowledged`` replicas (None: not asked) counts."""
-        return acknowledged is None or acknowledged >= self.min_replicas
+    def delete_record(self, record: str | bytes) -> asyncio.Future[Any]:
+        """Start the compare-and-delete of ``record``: it runs to its end whatever its caller
+        does, bounded by the lock's timeout. The one way a lease is released outside a cycle's
+        ending, and an abandoned acquisition undone."""
+        return self.transport.call(
+            self.transport.prepare(self.scripts.release, [self.key], [record]), patient=True
+        )
 
     def deadline_from(self, sent: float) -> float:
         return sent + self.ttl - self.drift
@@ -505,33 +500,46 @@ class TokenLock:
 
         Raises ``LockUnavailable`` when Redis cannot be reached. If the call is cancelled, or times
         out, after the command may have landed, our own record is deleted again (compare-and-delete,
-        so nobody else's) before the error propagates.
+        so nobody else's), once Redis would refuse the command (see ``ACQUIRE_SCRIPT``).
         """
         token, record = self._new_record()
         sent = time.monotonic()
+        not_after = sent + self.timeout
         # The round trip runs on regardless of this caller, so that an abandoned acquisition can
         # be undone once its answer shows whether the SET landed: a compare-and-delete sent
         # before that answer could overtake the SET on another connection.
-        attempt = self._attempt(record)
+        attempt = self.transport.call(
+            self.transport.prepare(
+                self.scripts.acquire, [self.key, self.fence_key], [record, self.ttl_ms],
+                replicated=True,
+            ),
+            not_after=not_after,
+        )  # fmt: skip
         try:
-            fence, acknowledged = self._acknowledged(await self._outlasting(attempt))
+            answer = await self.transport.outlasting(attempt)
         except asyncio.CancelledError:
-            attempt.add_done_callback(lambda done: self._undo(done, record))
+            attempt.add_done_callback(lambda done: self._undo(done, record, not_after))
             raise
         except Exception as exc:
-            attempt.add_done_callback(lambda done: self._undo(done, record))
+            attempt.add_done_callback(lambda done: self._undo(done, record, not_after))
             # Raised to the caller, who says it (the engine once per outage): debug only here.
             log.debug("lock.unavailable", lock=self.name, error=repr(exc))
             raise LockUnavailable(self.name) from exc
+        fence = script_value(answer)
+        if fence == LATE:
+            # Answered in time, yet Redis's clock had passed the stamp: it stepped forward since
+            # TIME was read. Nothing was written; the next read sets the stamp right.
+            log.warning("lock.acquire_late", lock=self.name)
+            raise LockUnavailable(self.name)
         if fence is None:
             log.debug("lock.busy", lock=self.name)
             return None
-        if not self.replicated(acknowledged):
+        if isinstance(answer, Unreplicated):
             # Not held: a failover now could hand the name to a second holder. Take it back.
             result = await detached(self.compare_and_delete(record))
             log.warning(
-                "lock.unreplicated", lock=self.name, fence=int(fence), acknowledged=acknowledged,
-                wanted=self.min_replicas, result=result.value,
+                "lock.unreplicated", lock=self.name, fence=int(fence),
+                acknowledged=answer.acknowledged, wanted=self.min_replicas, result=result.value,
             )  # fmt: skip
             return None
         lease = Lease(
@@ -540,27 +548,26 @@ class TokenLock:
         lease._log.debug("lock.acquired", ttl=self.ttl)
         return lease
 
-    def _attempt(self, record: str) -> asyncio.Future[Any]:
-        """The acquiring script's call, whose answer ``_acknowledged`` reads. On the channel a
-        cancelled attempt's command still goes out, ahead of anything sent after it."""
-        keys = [self.key, self.fence_key]
-        args: list[str | int] = [record, self.ttl_ms]
-        if self._channel is not None:
-            return run_script(self._channel, self._acquire_script, keys, args, timeout=self.timeout)
-        return kept(self._write(self._acquire_script, keys, args))
-
-    def _acknowledged(self, answer: Any) -> tuple[Any, int | None]:
-        """An ``_attempt``'s answer as (fence or None, replicas that acknowledged or None)."""
-        return (answer, None) if self._channel is not None else answer
-
-    def _undo(self, attempt: asyncio.Future[Any], record: str) -> None:
-        """Delete what an abandoned acquisition may have written, once its answer is in (on the
-        channel: at once, since the delete cannot overtake the SET there)."""
+    def _undo(self, attempt: asyncio.Future[Any], record: str, not_after: float) -> None:
+        """Delete what an abandoned acquisition may have written, once its answer is in, or,
+        without an answer, once ``not_after`` has passed: before it the command may still land
+        (a batch can fail early with its bytes still in the kernel's send queue), after it
+        Redis refuses it, so the delete cannot be overtaken."""
         if not attempt.cancelled() and attempt.exception() is None:
-            fence, _ = self._acknowledged(attempt.result())
-            if fence is None:
-                return  # the lock was held by someone else: nothing of ours was written
-        undo = self._call(self._release_script, [self.key], [record])
+            fence = script_value(attempt.result())
+            if fence is None or fence == LATE:
+                return  # refused: nothing of ours was written
+            self._send_undo(record)
+            return
+        asyncio.get_running_loop().call_at(not_after, self._send_undo, record)
+
+    def _send_undo(self, record: str) -> None:
+        try:
+            undo = self.delete_record(record)
+        except RedisConnectionError as exc:  # the channel closed meanwhile: the ttl ends the key
+            unknown = ReleaseResult.UNKNOWN.value
+            log.debug("lock.acquire_undone", lock=self.name, result=unknown, error=repr(exc))
+            return
         undo.add_done_callback(self._log_undone)
 
     def _log_undone(self, undo: asyncio.Future[Any]) -> None:
@@ -575,7 +582,7 @@ class TokenLock:
         try:
             outcome = await bounded(
                 self.timeout,
-                self._outlasting(self._call(self._release_script, [self.key], [record])),
+                self.transport.outlasting(self.delete_record(record)),
             )
         except Exception as exc:
             # Returned as UNKNOWN, which each caller says in its own words.
@@ -592,9 +599,12 @@ class TokenLock:
         Raises ``LockUnavailable`` when Redis cannot be reached.
         """
         try:
-            value = await bounded(
-                self.timeout,
-                self._raise_fence_script(keys=[self.fence_key], args=[int(accepted)]),
+            value = await self.transport.outlasting(
+                self.transport.call(
+                    self.transport.prepare(
+                        self.scripts.raise_fence, [self.fence_key], [int(accepted)]
+                    )
+                )
             )
         except Exception as exc:
             raise LockUnavailable(self.name) from exc

@@ -399,7 +399,7 @@ class AgentChat(_Named):
 
 
 # (list, field, list it must name an entry of); None means "no reference".
-_REFERENCES = (
+REFERENCES = (
     ("playspecs", "registry", "registries"),
     ("playgrounds", "playspec", "playspecs"),
     ("playgrounds", "marquee", "marquees"),
@@ -459,7 +459,7 @@ class Inventory(_Model):
     def _unresolved_references(self) -> Iterator[InitErrorDetails]:
         lists = self._lists()
         names = {field: set(map(_NAME_OF, items)) for field, items in lists.items()}
-        for source, field, target in _REFERENCES:
+        for source, field, target in REFERENCES:
             references = set(map(attrgetter(field), lists[source]))
             references.discard(None)
             if references <= names[target]:

@@ -1,6 +1,7 @@
-"""The observed state written back to PostgreSQL at the end of each cycle: one row per Marquee
-(``marquee_status``: outcome, reason, phase, fence, replica, durations, actions, finished time)
-and one per Playground the cycle reconciled (``playground_status``: state, drift, last action).
+"""The observed state written back to PostgreSQL at the end of each cycle, in playguard's schema
+only: one row per Marquee (``marquee_status``: outcome, reason, phase, fence, replica, durations,
+actions, finished time) and one per Playground the cycle reconciled (``playground_status``: state,
+drift, last action). The application reads them there, joined to its own rows by name.
 
 A write runs after the lock's release (it is a cycle listener), on a connection of its own,
 bounded by ``desired_state_timeout``; a failure is logged and counted and never fails a cycle.
@@ -20,6 +21,7 @@ import structlog
 
 from playguard_async.cycle_record import CycleRecord
 from playguard_async.desired_state.pg import (
+    DEFAULT_SCHEMA,
     DatabaseError,
     PasswordSource,
     PgAddress,
@@ -30,8 +32,8 @@ from playguard_async.desired_state.pg import (
 log = structlog.get_logger("playguard.observed_state")
 
 _UPSERT_MARQUEE = """
-INSERT INTO marquee_status (marquee, outcome, reason, phase, fence, replica, cycle, durations,
-                            actions, duration, finished_at)
+INSERT INTO {schema}.marquee_status (marquee, outcome, reason, phase, fence, replica, cycle,
+                                     durations, actions, duration, finished_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9, $10, $11)
 ON CONFLICT (marquee) DO UPDATE SET
     outcome = EXCLUDED.outcome, reason = EXCLUDED.reason, phase = EXCLUDED.phase,
@@ -41,12 +43,14 @@ ON CONFLICT (marquee) DO UPDATE SET
 """
 
 _UPSERT_PLAYGROUND = """
-INSERT INTO playground_status (playground, marquee, state, drift, last_action, cycle, finished_at)
+INSERT INTO {schema}.playground_status (playground, marquee, state, drift, last_action, cycle,
+                                        finished_at)
 VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7)
 ON CONFLICT (playground) DO UPDATE SET
     marquee = EXCLUDED.marquee, state = EXCLUDED.state, drift = EXCLUDED.drift,
     last_action = EXCLUDED.last_action, cycle = EXCLUDED.cycle, finished_at = EXCLUDED.finished_at
 """
+"""The upserts' ``{schema}`` is playguard's schema, quoted (a validated name, never a value)."""
 
 
 def playground_rows(record: Mapping[str, Any]) -> list[tuple[Any, ...]]:
@@ -69,9 +73,18 @@ class ObservedStateWriter:
     """Upserts a finished cycle's status rows; one connection, one write at a time."""
 
     def __init__(
-        self, address: PgAddress, password: PasswordSource, *, replica: str, timeout: float
+        self,
+        address: PgAddress,
+        password: PasswordSource,
+        *,
+        replica: str,
+        timeout: float,
+        schema: str = DEFAULT_SCHEMA,
     ) -> None:
         self.address = address
+        quoted = f'"{schema}"'
+        self._upsert_marquee = _UPSERT_MARQUEE.format(schema=quoted)
+        self._upsert_playground = _UPSERT_PLAYGROUND.format(schema=quoted)
         self._password = password
         self._replica = replica
         self._timeout = timeout
@@ -106,7 +119,7 @@ class ObservedStateWriter:
         actions = sum(len(taken) for taken in record["actions"].values())
         async with connection.transaction():
             await connection.execute(
-                _UPSERT_MARQUEE,
+                self._upsert_marquee,
                 record["marquee"], record["outcome"], record["reason"], record["phase"],
                 record["fence"], self._replica, record["cycle"], json.dumps(record["durations"]),
                 actions, float(record["duration"]),
@@ -114,7 +127,7 @@ class ObservedStateWriter:
             )  # fmt: skip
             rows = playground_rows(record)
             if rows:
-                await connection.executemany(_UPSERT_PLAYGROUND, rows)
+                await connection.executemany(self._upsert_playground, rows)
 
     async def close(self) -> None:
         connection, self._connection = self._connection, None

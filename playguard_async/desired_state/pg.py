@@ -26,6 +26,33 @@ PASSWORD_FILE_LIMIT = 64 << 10
 """Bytes the password file may have."""
 
 
+DEFAULT_SCHEMA = "playguard"
+"""The schema playguard owns in the database (setting ``desired_state_schema``)."""
+
+_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+_FOREIGN_SCHEMAS = ("public", "information_schema")
+
+
+def schema_name(value: str) -> str:
+    """``value`` when it may name playguard's schema, else ValueError saying why.
+
+    Lower case letters, digits and ``_`` only, so it needs no quoting rules of its own and reads
+    the same in SQL, logs and the settings; never ``public`` (the application's namespace, the
+    very thing playguard must stay out of), ``information_schema`` or a ``pg_`` name."""
+    if not _SCHEMA_NAME.fullmatch(value):
+        raise ValueError(
+            "must be a schema name of 1-63 characters: a-z, 0-9 and '_', not starting with a digit"
+        )
+    if value in _FOREIGN_SCHEMAS or value.startswith("pg_"):
+        raise ValueError(f"must be a schema of playguard's own, not {value!r}")
+    return value
+
+
+def qualified(schema: str, relation: str) -> str:
+    """``"schema"."relation"`` for SQL text; both are names we chose or validated."""
+    return f'"{schema}"."{relation}"'
+
+
 class DatabaseError(RuntimeError):
     """The database cannot be used: one line naming the database and why, never a password."""
 
@@ -117,11 +144,13 @@ async def connect(
         )
     except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
         raise DatabaseError(
-            f"{address.describe()}: cannot connect: {redacted(_why(exc), secret)}"
+            f"{address.describe()}: cannot connect: {redacted(error_text(exc), secret)}"
         ) from None
 
 
-def _why(exc: BaseException) -> str:
+def error_text(exc: BaseException) -> str:
+    """An exception as ``Type: message`` (the type alone when it has none); not yet one line
+    nor masked: pass it through ``redacted``."""
     if isinstance(exc, TimeoutError):
         return "no answer in time"
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

@@ -20,22 +20,25 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import Any
 
 import asyncpg
 import structlog
-from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from playguard_async.cycle_record import CycleRecord
 from playguard_async.desired_state.inventory import (
+    REFERENCES,
     AgentChat,
     DesiredStateUnavailable,
     Inventory,
-    InventoryError,
     Marquee,
+    Mode,
     Playground,
     Playspec,
     Registry,
@@ -43,12 +46,16 @@ from playguard_async.desired_state.inventory import (
     _reason,
     _shown_value,
 )
+from playguard_async.desired_state.mapping import CATALOG_QUERY, check_relations, expected_columns
 from playguard_async.desired_state.observed_state import ObservedStateWriter
 from playguard_async.desired_state.pg import (
+    DEFAULT_SCHEMA,
     DatabaseError,
     PasswordSource,
     PgAddress,
     connect,
+    error_text,
+    qualified,
     redacted,
 )
 from playguard_async.desired_state.windows import Window
@@ -59,56 +66,195 @@ log = structlog.get_logger("playguard.desired_state")
 
 @dataclass(frozen=True)
 class Table:
-    """One list of the inventory and the table holding it; columns are the model's fields."""
+    """One list of the inventory and the relation holding it; columns are the model's fields."""
 
     name: str
     field: str
     model: type[BaseModel]
+    keys: tuple[str, ...]
+    """The columns that say which Marquees a row concerns: its name and its references."""
+    elsewhere: tuple[str, ...] = ()
+    """Fields of the model kept in a table of playguard's own, not in this relation (which may
+    be the application's view): a Marquee's steering (``STEERING``)."""
 
     @property
     def columns(self) -> list[str]:
-        return list(self.model.model_fields)
+        return [name for name in self.model.model_fields if name not in self.elsewhere]
 
     @property
     def has_arrays(self) -> bool:
         """Whether a column holds a list (an array, unhashable as read)."""
         return any(
             getattr(info.annotation, "__origin__", None) is list
-            for info in self.model.model_fields.values()
+            for name, info in self.model.model_fields.items()
+            if name not in self.elsewhere
         )
 
-    @property
-    def select(self) -> str:
-        quoted = ", ".join(f'"{column}"' for column in self.columns)
-        return f"SELECT {quoted} FROM {self.name} ORDER BY name"
+    def select(self, schema: str, columns: Sequence[str] | None = None) -> str:
+        quoted = ", ".join(f'"{column}"' for column in columns or self.columns)
+        return f"SELECT {quoted} FROM {qualified(schema, self.name)} ORDER BY name"
 
+
+class MarqueeSteering(BaseModel):
+    """A Marquee's row of ``marquee_steering`` (migration 0005): its mode and windows, kept in
+    playguard's own table so that ``marquees`` may stay the application's view, which no
+    migration alters. A Marquee without a row is steered by default (``apply``, the fleet's
+    windows)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    mode: Mode = "apply"
+    windows: list[Window] | None = None
+
+
+STEERED = ("mode", "windows")
+"""The Marquee fields ``marquee_steering`` holds."""
+
+STEERING = Table("marquee_steering", "marquees", MarqueeSteering, ("name",))
 
 TABLES = (
-    Table("marquees", "marquees", Marquee),
-    Table("registries", "registries", Registry),
-    Table("playspecs", "playspecs", Playspec),
-    Table("playgrounds", "playgrounds", Playground),
-    Table("agent_chats", "agent_chats", AgentChat),
+    Table("marquees", "marquees", Marquee, ("name",), elsewhere=STEERED),
+    Table("registries", "registries", Registry, ("name",)),
+    Table("playspecs", "playspecs", Playspec, ("name", "registry")),
+    Table("playgrounds", "playgrounds", Playground, ("name", "playspec", "marquee")),
+    Table("agent_chats", "agent_chats", AgentChat, ("name", "playground")),
 )
-"""In foreign-key order: a table only refers to tables before it."""
+"""In reference order: a relation only refers to relations before it."""
+
+EXPECTED_COLUMNS = {
+    table.name: {
+        column: kind
+        for column, kind in expected_columns(table.model).items()
+        if column in table.columns
+    }
+    for table in TABLES
+}
+KEY_COLUMNS = {table.name: table.keys for table in TABLES}
 
 Rows = dict[str, list[dict[str, Any]]]
 """A snapshot as read: table name -> rows as column -> value, in name order."""
 
+Broken = Mapping[str, Sequence[str]]
+"""Relations that could not be read whole -> why, one line per problem; their rows in the
+snapshot hold the key columns only."""
 
-async def read_snapshot(connection: asyncpg.Connection) -> Rows:
-    """Every table's rows, from one REPEATABLE READ READ ONLY transaction.
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One transaction's rows, and the relations among them read by their keys alone."""
+
+    rows: Rows
+    broken: Broken = field(default_factory=dict)
+
+
+class MappingUnreadable(DatabaseError):
+    """A relation is wrong so that not even which Marquees its rows concern can be read: the
+    snapshot as a whole is refused (the last good one stays in force)."""
+
+
+class _ReadFailed(Exception):
+    def __init__(self, table: str, line: str) -> None:
+        super().__init__(line)
+        self.table, self.line = table, line
+
+
+_VIEW_ERROR_CLASSES = frozenset({"21", "22", "23", "2F", "38", "39", "42", "0A", "P0"})
+"""SQLSTATE classes a view's own definition raises when read (cardinality, data exception,
+constraint, routine exceptions, access rule or privilege, unsupported feature, PL/pgSQL RAISE);
+others (connection, shutdown, resources) are the database's state, retried as an outage."""
+
+
+def _view_error(exc: BaseException) -> bool:
+    if isinstance(exc, asyncpg.InvalidCachedStatementError | asyncpg.OutdatedSchemaCacheError):
+        return False  # our prepared plan is stale, not the view wrong: ``read_snapshot`` retries
+    sqlstate = getattr(exc, "sqlstate", None) or ""
+    return isinstance(exc, asyncpg.PostgresError) and sqlstate[:2] in _VIEW_ERROR_CLASSES
+
+
+async def read_snapshot(connection: asyncpg.Connection, schema: str = DEFAULT_SCHEMA) -> Snapshot:
+    """Every relation's rows, from one REPEATABLE READ READ ONLY transaction.
+
+    A relation whose columns are wrong (the catalog says so) or whose read fails (a view's
+    expression raising, a division by zero) is read again by its key columns alone, so that the
+    rows it lost take out only the Marquees they concern; a read that fails starts the
+    transaction over (at most once per relation). ``MappingUnreadable`` when even the keys
+    cannot be read.
 
     The records become dicts after the transaction, with the cyclic collector held off: 60,000
     new dicts at once (none in a cycle) would otherwise start collections that walk everything
     alive, the last snapshot included."""
+    failed: dict[str, list[str]] = {}
+    replanned = False
+    while True:
+        try:
+            records, broken, steering = await _read_once(connection, schema, failed)
+        except _ReadFailed as exc:
+            failed[exc.table] = [exc.line]
+            continue
+        except (asyncpg.InvalidCachedStatementError, asyncpg.OutdatedSchemaCacheError):
+            # A relation changed shape (a table replaced by a view, a view redefined) since
+            # the connection prepared its read; asyncpg dropped its plans: read once more.
+            if replanned:
+                raise
+            replanned = True
+            continue
+        with _collector_paused():
+            rows = {
+                table.name: [dict(record) for record in table_records]
+                for table, table_records in zip(TABLES, records, strict=True)
+            }
+            if "marquees" not in broken:
+                _steer(rows["marquees"], steering)
+        return Snapshot(rows, broken)
+
+
+def _steer(marquees: list[dict[str, Any]], steering: Sequence[asyncpg.Record]) -> None:
+    """Give each Marquee row its steering columns, from its ``marquee_steering`` row (JSON text
+    for the windows, as asyncpg reads jsonb) or the defaults."""
+    rows = {row["name"]: row for row in steering}
+    for marquee in marquees:
+        steered = rows.get(marquee["name"])
+        marquee["mode"] = "apply" if steered is None else steered["mode"]
+        marquee["windows"] = None if steered is None else steered["windows"]
+
+
+async def _read_once(
+    connection: asyncpg.Connection, schema: str, failed: Mapping[str, list[str]]
+) -> tuple[list[list[asyncpg.Record]], dict[str, list[str]], list[asyncpg.Record]]:
     async with connection.transaction(isolation="repeatable_read", readonly=True):
-        records = [await connection.fetch(table.select) for table in TABLES]
-    with _collector_paused():
-        return {
-            table.name: [dict(record) for record in table_records]
-            for table, table_records in zip(TABLES, records, strict=True)
-        }
+        catalog = await connection.fetch(CATALOG_QUERY, schema, [t.name for t in TABLES])
+        checks = check_relations(schema, EXPECTED_COLUMNS, KEY_COLUMNS, catalog)
+        records, broken = [], {}
+        for table in TABLES:
+            where = f"{schema}.{table.name}"
+            check = checks.get(table.name)
+            problems = [*(check.problems if check else ()), *failed.get(table.name, ())]
+            if not problems:
+                try:
+                    records.append(await connection.fetch(table.select(schema)))
+                except Exception as exc:
+                    if not _view_error(exc):
+                        raise
+                    raise _ReadFailed(table.name, f"{where}: cannot be read: "
+                                      f"{redacted(error_text(exc), None)}") from None  # fmt: skip
+                continue
+            broken[table.name] = problems
+            if check is not None and not check.keys_readable:
+                raise MappingUnreadable(f"{problems[0]}; which Marquees its rows concern cannot "
+                                        "be read: the whole snapshot is refused")  # fmt: skip
+            try:
+                records.append(await connection.fetch(table.select(schema, table.keys)))
+            except Exception as exc:
+                if not _view_error(exc):
+                    raise
+                why = redacted(error_text(exc), None)
+                raise MappingUnreadable(
+                    f"{problems[0]}; its key columns ({', '.join(table.keys)}) cannot be read "
+                    f"either ({why}): the whole snapshot is refused"
+                ) from None
+        steering = await connection.fetch(STEERING.select(schema))
+    return records, broken, steering
 
 
 @dataclass
@@ -126,6 +272,9 @@ _ADAPTERS: dict[str, TypeAdapter[list[Any]]] = {
 """One validator per table, built once: building one costs more than validating a small table."""
 
 RowKey = tuple[Any, ...]
+
+_NAME_KEY = itemgetter("name")
+_NAME_OF = attrgetter("name")
 
 
 def _row_key(row: dict[str, Any]) -> RowKey:
@@ -147,6 +296,7 @@ class RowMemo:
 
     models: dict[str, dict[RowKey, Any]] = field(default_factory=dict)
     keys: tuple[tuple[RowKey, ...], ...] | None = None
+    broken: tuple[tuple[str, tuple[str, ...]], ...] = ()
     validated: Validated | None = None
 
 
@@ -185,8 +335,15 @@ def _valid_rows(
     }
 
 
-def validate_snapshot(rows: Rows, memo: RowMemo | None = None) -> Validated:
+def validate_snapshot(
+    rows: Rows, memo: RowMemo | None = None, broken: Broken | None = None
+) -> Validated:
     """The inventory of the rows the models accept, without the Marquees a refused row concerns.
+
+    A relation in ``broken`` (read by its keys alone) has all its rows refused, its problem
+    lines reported. Over views nothing keeps names unique or references resolved: a name on
+    several rows (a join gone wrong) refuses all of them, and a reference to a name that no row
+    has refuses the referring row, each with its Marquees, the rest of the fleet untouched.
 
     With ``memo`` (kept by the caller across snapshots) unchanged rows are not validated again,
     and an unchanged snapshot returns the last result itself, its inventory's index built. The
@@ -194,108 +351,146 @@ def validate_snapshot(rows: Rows, memo: RowMemo | None = None) -> Validated:
     hundreds of thousands of objects, none in a cycle, and the collections their allocation
     starts walked everything alive (bench/README.md: the collector in a cold snapshot)."""
     with _collector_paused():
-        return _validate_snapshot(rows, memo)
+        return _validate_snapshot(rows, memo, broken or {})
 
 
-def _validate_snapshot(rows: Rows, memo: RowMemo | None) -> Validated:
+def _validate_snapshot(rows: Rows, memo: RowMemo | None, broken: Broken) -> Validated:
     memo = memo if memo is not None else RowMemo()
     keys = tuple(_row_keys(table, rows[table.name]) for table in TABLES)
-    if memo.validated is not None and keys == memo.keys:
+    shape = tuple(sorted((name, tuple(lines)) for name, lines in broken.items()))
+    if memo.validated is not None and keys == memo.keys and shape == memo.broken:
         return memo.validated
     problems: list[str] = []
-    by_key = {
-        table.name: _valid_rows(
-            table, rows[table.name], table_keys, memo.models.get(table.name, {}), problems
+    by_key: dict[str, dict[RowKey, Any]] = {}
+    present = {table.name: set(map(_NAME_KEY, rows[table.name])) for table in TABLES}
+    for table, table_keys in zip(TABLES, keys, strict=True):
+        if table.name in broken:
+            problems.extend(broken[table.name])
+            by_key[table.name] = {}
+            continue
+        table_rows, row_keys = rows[table.name], table_keys
+        kept = _unique_names(table, table_rows, present[table.name], problems)
+        if kept is not None:
+            table_rows, row_keys = [table_rows[i] for i in kept], tuple(row_keys[i] for i in kept)
+        by_key[table.name] = _valid_rows(
+            table, table_rows, row_keys, memo.models.get(table.name, {}), problems
         )
-        for table, table_keys in zip(TABLES, keys, strict=True)
-    }
     valid = {name: list(models.values()) for name, models in by_key.items()}
-    names = {table: {item.name for item in valid[table]} for table in valid}
+    names = {table: set(map(_NAME_OF, valid[table])) for table in valid}
     # Which Marquees each refused row concerns, read from the raw values (a refused row's
     # columns are still strings to compare, whatever else is wrong with them).
-    bad_registries = {row["name"] for row in rows["registries"]} - names["registries"]
-    bad_playspecs = {row["name"] for row in rows["playspecs"]} - names["playspecs"]
-    bad_playspecs |= {spec.name for spec in valid["playspecs"] if spec.registry in bad_registries}
+    bad_registries = present["registries"] - names["registries"]
+    bad_playspecs = present["playspecs"] - names["playspecs"]
     bad_playspecs |= {
         row["name"] for row in rows["playspecs"] if row.get("registry") in bad_registries
     }
-    bad_playgrounds = {row["name"] for row in rows["playgrounds"]} - names["playgrounds"]
+    problems.extend(_dangling_references(valid, present))
+    bad_playspecs |= {
+        spec.name
+        for spec in valid["playspecs"]
+        if spec.registry is not None and spec.registry not in present["registries"]
+    }
+    bad_playgrounds = present["playgrounds"] - names["playgrounds"]
     bad_chat_playgrounds = {
         row.get("playground")
         for row in rows["agent_chats"]
         if row["name"] not in names["agent_chats"]
     }
-    excluded = {row["name"] for row in rows["marquees"]} - names["marquees"]
+    excluded = present["marquees"] - names["marquees"]
     for row in rows["playgrounds"]:
         if (
             row["name"] in bad_playgrounds
             or row.get("playspec") in bad_playspecs
+            or row.get("playspec") not in present["playspecs"]
             or row["name"] in bad_chat_playgrounds
         ):
             excluded.add(row.get("marquee"))
     for marquee in sorted(name for name in excluded if name in names["marquees"]):
         problems.append(f"marquees {marquee!r}: left out of this snapshot (a row it needs is bad)")
+    kept_marquees = names["marquees"] - excluded
+    kept_playspecs = names["playspecs"] - bad_playspecs
     playgrounds = [
         playground
         for playground in valid["playgrounds"]
-        if playground.marquee not in excluded and playground.playspec not in bad_playspecs
+        if playground.marquee in kept_marquees and playground.playspec in kept_playspecs
     ]
     kept_playgrounds = {playground.name for playground in playgrounds}
-    try:
-        inventory = Inventory(
-            marquees=[m for m in valid["marquees"] if m.name not in excluded],
-            registries=valid["registries"],
-            playspecs=[spec for spec in valid["playspecs"] if spec.name not in bad_playspecs],
-            playgrounds=playgrounds,
-            agent_chats=[
-                chat for chat in valid["agent_chats"] if chat.playground in kept_playgrounds
-            ],
-        )
-    except ValidationError as exc:  # references the foreign keys should have kept
-        raise InventoryError(*_reference_problems(exc)) from None
+    inventory = Inventory(
+        marquees=[m for m in valid["marquees"] if m.name in kept_marquees],
+        registries=valid["registries"],
+        playspecs=[spec for spec in valid["playspecs"] if spec.name in kept_playspecs],
+        playgrounds=playgrounds,
+        agent_chats=[chat for chat in valid["agent_chats"] if chat.playground in kept_playgrounds],
+    )
     inventory._index  # noqa: B018 - built here, in the validating thread, not on the loop
-    memo.models, memo.keys = by_key, keys
+    memo.models, memo.keys, memo.broken = by_key, keys, shape
     memo.validated = Validated(inventory, problems)
     return memo.validated
 
 
-def _reference_problems(exc: ValidationError) -> Iterable[str]:
-    for error in exc.errors(include_url=False):
-        where = ".".join(str(part) for part in error["loc"])
-        yield f"{where}: {_reason(error)}{_shown_value(error)}"
+def _unique_names(
+    table: Table, rows: list[dict[str, Any]], present: set[Any], problems: list[str]
+) -> list[int] | None:
+    """The positions of the rows whose name no other row has, or None when every name is
+    unique (the common case, told by the ``present`` names alone: tables have primary keys).
+    A view with a bad join repeats a row; which copy is right cannot be told, so all of them
+    are refused."""
+    if len(present) == len(rows):
+        return None
+    counts = Counter(map(_NAME_KEY, rows))
+    repeated = {name for name, count in counts.items() if count > 1 and name is not None}
+    for name in sorted(repeated):
+        problems.append(f"{table.name} {name!r}: {counts[name]} rows have this name (a join in "
+                        "the view repeats it?); all of them left out")  # fmt: skip
+    return [index for index, row in enumerate(rows) if row["name"] not in repeated]
+
+
+def _dangling_references(valid: Mapping[str, list[Any]], present: Mapping[str, set[Any]]
+                         ) -> Iterator[str]:  # fmt: skip
+    """A line per valid row naming a row that no relation has (tables' foreign keys prevent it;
+    views do not)."""
+    for source, column, target in REFERENCES:
+        references = set(map(attrgetter(column), valid[source]))
+        references.discard(None)
+        if references <= present[target]:
+            continue  # every reference resolves, the common case, found at C speed
+        for item in valid[source]:
+            reference = getattr(item, column)
+            if reference is not None and reference not in present[target]:
+                yield (f"{source} {item.name!r}: column {column}: no row of {target} has the "
+                       f"name {reference!r}; left out")  # fmt: skip
 
 
 def rows_of(inventory: Inventory) -> dict[str, list[tuple[Any, ...]]]:
-    """The inventory as rows per table, in each table's column order (paths as text)."""
+    """The inventory as rows per table, in each table's column order (paths as text, windows
+    as JSON text), ``marquee_steering`` included: one row per Marquee, in the same order."""
     return {
         table.name: [
-            tuple(
-                _column_value(table.name, column, getattr(item, column)) for column in table.columns
-            )
+            tuple(_column_value(column, getattr(item, column)) for column in table.columns)
             for item in getattr(inventory, table.field)
         ]
-        for table in TABLES
+        for table in (*TABLES, STEERING)
     }
 
 
 _WINDOWS = TypeAdapter(list[Window])
 
-JSON_COLUMNS = frozenset({("marquees", "windows")})
-"""(table, column) of the jsonb columns: asyncpg reads and writes them as JSON text."""
 
-
-def _column_value(table: str, column: str, value: object) -> object:
-    """A model's value as its column takes it: a path as text, a jsonb column's list of models
-    (a Marquee's windows) as JSON text."""
+def _column_value(column: str, value: object) -> object:
+    """A model's value as its column takes it: a path as text, a Marquee's windows as JSON text
+    for their jsonb column (as asyncpg writes jsonb)."""
     if isinstance(value, Path):
         return str(value)
-    if (table, column) in JSON_COLUMNS and isinstance(value, list):
+    if column == "windows" and isinstance(value, list):
         return _WINDOWS.dump_json(value).decode()
     return value
 
 
 SNAPSHOT_TIMEOUT = 10.0
 """Default seconds connecting and reading one snapshot may take."""
+LISTENER_PROBE_INTERVAL = 30.0
+"""Seconds between the probes that ask the LISTEN connection whether it still answers
+(``desired_state_probe_interval``)."""
 
 
 class PostgresDesiredState:
@@ -309,9 +504,13 @@ class PostgresDesiredState:
         timeout: float = SNAPSHOT_TIMEOUT,
         validate_timeout: float = 30.0,
         observed: ObservedStateWriter | None = None,
+        schema: str = DEFAULT_SCHEMA,
+        probe_interval: float = LISTENER_PROBE_INTERVAL,
     ) -> None:
         self.address = address
+        self.schema = schema
         self._observed = observed
+        self._probe_interval = probe_interval
         self._password = password
         self._timeout = timeout
         self._validate_timeout = validate_timeout
@@ -342,7 +541,7 @@ class PostgresDesiredState:
             return self._late(f"a snapshot read earlier is still being validated, past "
                               f"{self._validate_timeout:g} s (inventory_read_timeout)")  # fmt: skip
         try:
-            rows = await asyncio.wait_for(self._read(), self._timeout)
+            snapshot = await asyncio.wait_for(self._read(), self._timeout)
         except (DatabaseError, OSError, TimeoutError, asyncpg.PostgresError,
                 asyncpg.InterfaceError) as exc:  # fmt: skip
             await self._drop_connection()
@@ -352,7 +551,7 @@ class PostgresDesiredState:
             return self._last
         self._now_reachable()
         try:
-            validated = await self._validate(rows)
+            validated = await self._validate(snapshot)
         except TimeoutError:
             return self._late(
                 f"snapshot not validated within {self._validate_timeout:g} s "
@@ -371,7 +570,7 @@ class PostgresDesiredState:
         self.last_snapshot_at = time.monotonic()
         return validated.inventory
 
-    async def _validate(self, rows: Rows) -> Validated:
+    async def _validate(self, snapshot: Snapshot) -> Validated:
         """``validate_snapshot`` in a thread, bounded by the validation timeout. A thread past it
         is abandoned (it cannot be stopped) but keeps ``_validating`` until it ends, so the loads
         meanwhile start no other: threads never pile up, and the memo has one writer."""
@@ -383,7 +582,7 @@ class PostgresDesiredState:
             nonlocal ran
             ran = True
             try:
-                return validate_snapshot(rows, self._memo)
+                return validate_snapshot(snapshot.rows, self._memo, snapshot.broken)
             finally:
                 self._validating.release()
 
@@ -418,16 +617,14 @@ class PostgresDesiredState:
         """The refused rows of the last snapshot, one line each."""
         return self._problems
 
-    async def _read(self) -> Rows:
+    async def _read(self) -> Snapshot:
         if self._connection is None or self._connection.is_closed():
             self._connection = await connect(self.address, self._password, timeout=self._timeout)
-        return await read_snapshot(self._connection)
+        return await read_snapshot(self._connection, self.schema)
 
     def _why(self, exc: BaseException) -> str:
         if isinstance(exc, DatabaseError):
             return str(exc).removeprefix(f"{self.describe()}: ")
-        if isinstance(exc, asyncpg.UndefinedTableError):
-            return f"no desired-state tables ({exc}); run `playguard db migrate`"
         if isinstance(exc, TimeoutError):
             return f"no snapshot within {self._timeout:g} s"
         return redacted(f"{type(exc).__name__}: {exc}", None)
@@ -457,7 +654,9 @@ class PostgresDesiredState:
     async def listen(self, wake: Wake, resync: Resync) -> None:
         """Until cancelled: wake Marquees whose rows change (LISTEN/NOTIFY, one connection of
         its own), and ``resync`` after the listener had to reconnect."""
-        listener = NotificationListener(self.address, self._password, timeout=self._timeout)
+        listener = NotificationListener(
+            self.address, self._password, timeout=self._timeout, probe_interval=self._probe_interval
+        )
         await listener.run(wake, resync)
 
     def snapshot_age(self) -> float | None:
@@ -513,10 +712,12 @@ class NotificationListener:
         *,
         timeout: float,
         debounce: float = WAKE_DEBOUNCE,
+        probe_interval: float = LISTENER_PROBE_INTERVAL,
     ) -> None:
         self.address = address
         self._password = password
         self._timeout = timeout
+        self._probe_interval = probe_interval
         self._debounce = debounce
         self._pending: set[str] = set()
         self._arrived = asyncio.Event()
@@ -562,16 +763,30 @@ class NotificationListener:
             log.info("desired_state.listening", source=self.address.describe())
             if resync is not None:
                 await resync()  # what changed while nobody listened
-            await closed.wait()
+            await self._until_lost(connection, closed)
             log.warning("desired_state.listener_lost", source=self.address.describe())
             return True
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
             log.warning("desired_state.listener_lost", source=self.address.describe(),
                         error=redacted(f"{type(exc).__name__}: {exc}", None))  # fmt: skip
             return True
         finally:
             self.connected = False
             connection.terminate()
+
+    async def _until_lost(self, connection: asyncpg.Connection, closed: asyncio.Event) -> None:
+        """Return when the connection closes; raise when it stops answering a probe.
+
+        A LISTENing connection only ever receives: after a black hole or a firewall that forgot
+        it, nothing would tell it the database is gone until TCP's keepalive (two hours by
+        default). So every ``probe_interval`` seconds it asks ``SELECT 1``, bounded by
+        ``timeout``: a dead link is noticed within ``probe_interval + timeout``.
+        """
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(closed.wait(), self._probe_interval)
+                return
+            await connection.fetchval("SELECT 1", timeout=self._timeout)
 
     async def _wake_loop(self, wake: Wake) -> None:
         while True:

@@ -10,6 +10,7 @@ name, and local paths are stored absolute (resolved against the file, as the dae
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,9 @@ import asyncpg
 import yaml
 
 from playguard_async.desired_state.inventory import Inventory, InventoryError, YamlInventorySource
+from playguard_async.desired_state.pg import DEFAULT_SCHEMA, qualified
 from playguard_async.desired_state.postgres import (
+    STEERING,
     TABLES,
     Table,
     read_snapshot,
@@ -30,49 +33,88 @@ class ImportRefused(InventoryError):
     """The database refused a row of the file; nothing was imported."""
 
 
+_NOT_TABLES = """
+SELECT c.relname::text FROM unnest($2::text[]) AS wanted(name)
+LEFT JOIN pg_class c ON c.relname = wanted.name AND c.relnamespace = to_regnamespace($1)
+WHERE c.relkind IS DISTINCT FROM 'r'
+"""
+"""The named relations of a schema that are not plain tables (views, or missing: NULL)."""
+
+
 async def import_inventory(
-    connection: asyncpg.Connection, path: Path, *, replace: bool = False
+    connection: asyncpg.Connection,
+    path: Path,
+    *,
+    replace: bool = False,
+    schema: str = DEFAULT_SCHEMA,
 ) -> dict[str, int]:
-    """Load ``path`` into the tables in one transaction; rows written per table.
+    """Load ``path`` into the tables of ``schema`` in one transaction; rows written per table.
 
     Without ``replace`` the tables must be empty (an import never merges into a fleet someone
-    keeps in the database); with it, their rows are replaced.
+    keeps in the database); with it, their rows are replaced. A relation that is a view (the
+    application's rows, mapped) is refused: import writes playguard's own tables only.
     """
     inventory = await YamlInventorySource(path).load()
     rows = rows_of(inventory)
     async with connection.transaction():
-        await connection.execute(
-            "LOCK TABLE " + ", ".join(table.name for table in TABLES) + " IN EXCLUSIVE MODE"
-        )
-        if replace:
-            await connection.execute(
-                "TRUNCATE " + ", ".join(table.name for table in reversed(TABLES))
+        tables = await _written(connection, schema, rows)
+        names = {table.name: qualified(schema, table.name) for table in tables}
+        not_tables = await connection.fetch(_NOT_TABLES, f'"{schema}"', list(names))
+        if not_tables:
+            raise ImportRefused(
+                f"{path}: nothing imported: {schema} holds no table "
+                f"{', '.join(sorted(str(row[0]) for row in not_tables if row[0]))}"
+                f"{'' if all(row[0] for row in not_tables) else ' (some missing: run db migrate)'}"
+                "; db import writes playguard's own tables, not views over the application's"
             )
+        await connection.execute("LOCK TABLE " + ", ".join(names.values()) + " IN EXCLUSIVE MODE")
+        if replace:
+            await connection.execute("TRUNCATE " + ", ".join(reversed(names.values())))
         else:
-            for table in TABLES:
-                if await connection.fetchval(f"SELECT EXISTS (SELECT 1 FROM {table.name})"):
+            for table in tables:
+                exists = f"SELECT EXISTS (SELECT 1 FROM {names[table.name]})"
+                if await connection.fetchval(exists):
                     raise ImportRefused(
                         f"{path}: table {table.name} is not empty; nothing imported "
                         "(--replace replaces the database's desired state)"
                     )
-        for table in TABLES:
-            await _copy(connection, path, table, rows[table.name])
+        for table in tables:
+            await _copy(connection, path, table, rows[table.name], schema)
     return {table.name: len(rows[table.name]) for table in TABLES}
 
 
+async def _written(
+    connection: asyncpg.Connection, schema: str, rows: Mapping[str, list[tuple[Any, ...]]]
+) -> tuple[Table, ...]:
+    """The tables an import writes: the five, and ``marquee_steering`` where it exists (from
+    migration 0005 on) or where a Marquee of the file needs it (a mode or windows of its own;
+    then a schema without it is told to migrate)."""
+    steered = any(row[1:] != ("apply", None) for row in rows[STEERING.name])
+    exists = await connection.fetchval(
+        "SELECT to_regclass($1) IS NOT NULL", qualified(schema, STEERING.name)
+    )
+    return (*TABLES, STEERING) if steered or exists else TABLES
+
+
 async def _copy(
-    connection: asyncpg.Connection, path: Path, table: Table, rows: list[tuple[Any, ...]]
+    connection: asyncpg.Connection,
+    path: Path,
+    table: Table,
+    rows: list[tuple[Any, ...]],
+    schema: str,
 ) -> None:
     """COPY the rows in; when the database refuses one, find which and name it."""
     try:
         async with connection.transaction():  # a savepoint, so the search below can run
-            await connection.copy_records_to_table(table.name, records=rows, columns=table.columns)
+            await connection.copy_records_to_table(
+                table.name, records=rows, columns=table.columns, schema_name=schema
+            )
     except (asyncpg.PostgresError, asyncpg.InterfaceError) as copy_error:
         for index, row in enumerate(rows):
             try:
                 async with connection.transaction():
                     await connection.copy_records_to_table(
-                        table.name, records=[row], columns=table.columns
+                        table.name, records=[row], columns=table.columns, schema_name=schema
                     )
             except (asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
                 raise ImportRefused(_refusal(path, table, index, row, exc)) from None
@@ -91,10 +133,12 @@ def _refusal(path: Path, table: Table, index: int, row: tuple[Any, ...], exc: Ex
     return f"{path}: {place}: refused by the database: {why}{value}; nothing imported"
 
 
-async def export_inventory(connection: asyncpg.Connection) -> str:
-    """The database's desired state as YAML; InventoryError listing every refused row when the
-    snapshot has any (an export that silently dropped rows would lose them on re-import)."""
-    validated = validate_snapshot(await read_snapshot(connection))
+async def export_inventory(connection: asyncpg.Connection, schema: str = DEFAULT_SCHEMA) -> str:
+    """The database's desired state as YAML (read from tables or views alike); InventoryError
+    listing every refused row when the snapshot has any (an export that silently dropped rows
+    would lose them on re-import)."""
+    snapshot = await read_snapshot(connection, schema)
+    validated = validate_snapshot(snapshot.rows, broken=snapshot.broken)
     if validated.problems:
         raise InventoryError(*validated.problems)
     return inventory_yaml(validated.inventory)

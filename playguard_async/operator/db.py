@@ -1,4 +1,5 @@
-"""``playguard db migrate | import | export``: the PostgreSQL desired state's schema and content.
+"""``playguard db migrate | check | triggers | import | export``: the PostgreSQL desired
+state's schema and content, all in the one schema playguard owns (``desired_state_schema``).
 
 Every command reaches the database that the ``desired_state`` setting names, with the password
 from ``desired_state_password`` (``PLAYGUARD_DESIRED_STATE_PASSWORD``) or
@@ -28,8 +29,9 @@ def db() -> None:
     """The PostgreSQL desired state: schema, import from YAML, export to YAML."""
 
 
-def _run(config: Path | None, work: Callable[[asyncpg.Connection], Awaitable[_T]]) -> _T:
-    """Run ``work`` on a connection to the settings' database; one-line errors, exit 1."""
+def _run(config: Path | None, work: Callable[[asyncpg.Connection, str], Awaitable[_T]]) -> _T:
+    """Run ``work`` on a connection to the settings' database, given playguard's schema;
+    one-line errors, exit 1."""
     # Imported here, not at the top: `playguard --help` loads this module (cli's lazy imports).
     from playguard_async.desired_state.inventory import InventoryError  # noqa: PLC0415
     from playguard_async.desired_state.pg import DatabaseError, PgAddress, connect, redacted  # noqa: PLC0415
@@ -46,7 +48,7 @@ def _run(config: Path | None, work: Callable[[asyncpg.Connection], Awaitable[_T]
         password = settings.database_password()
         connection = await connect(address, password, timeout=settings.desired_state_timeout)
         try:
-            return await work(connection)
+            return await work(connection, settings.desired_state_schema)
         except DatabaseError:
             raise
         except InventoryError:
@@ -73,15 +75,15 @@ def _run(config: Path | None, work: Callable[[asyncpg.Connection], Awaitable[_T]
 @CONFIG_OPTION
 def migrate(config: Path | None) -> None:
     """Apply the schema migrations the database lacks (one transaction; safe to run again)."""
-    from playguard_async.desired_state import schema  # noqa: PLC0415 - asyncpg only where needed
+    from playguard_async.desired_state import schema as migrations  # noqa: PLC0415 - asyncpg
 
-    async def work(connection: asyncpg.Connection) -> str:
-        applied = await schema.migrate(connection)
-        version = await schema.schema_version(connection)
+    async def work(connection: asyncpg.Connection, schema: str) -> str:
+        applied = await migrations.migrate(connection, schema)
+        version = await migrations.schema_version(connection, schema)
         if not applied:
-            return f"schema up to date (version {version})"
+            return f"schema {schema} up to date (version {version})"
         names = ", ".join(f"{m.version:04d}_{m.name}" for m in applied)
-        return f"applied {names}; schema version {version}"
+        return f"applied {names}; schema {schema} version {version}"
 
     click.echo(_run(config, work))
 
@@ -94,8 +96,8 @@ def import_(file: Path, replace: bool, config: Path | None) -> None:
     """Load the YAML inventory FILE into the database: one transaction, all or nothing."""
     from playguard_async.desired_state.transfer import import_inventory  # noqa: PLC0415
 
-    async def work(connection: asyncpg.Connection) -> dict[str, int]:
-        return await import_inventory(connection, file, replace=replace)
+    async def work(connection: asyncpg.Connection, schema: str) -> dict[str, int]:
+        return await import_inventory(connection, file, replace=replace, schema=schema)
 
     counts = _run(config, work)
     click.echo("imported " + ", ".join(f"{count} {table}" for table, count in counts.items()))
@@ -116,3 +118,41 @@ def export(output: Path | None, config: Path | None) -> None:
         click.echo(text, nl=False)
     else:
         output.write_text(text, encoding="utf-8")
+
+
+@db.command()
+@CONFIG_OPTION
+def check(config: Path | None) -> None:
+    """Check the relations playguard reads (tables or views) and their rows: one line per
+    problem, exit status 1 when there is any."""
+    from playguard_async.desired_state.check import check_mapping  # noqa: PLC0415 - asyncpg
+
+    problems, summary = _run(config, check_mapping)
+    for line in problems:
+        click.echo(line)
+    if problems:
+        raise click.exceptions.Exit(1)
+    click.echo(summary)
+
+
+@db.command()
+@click.argument("table")
+@click.argument("column")
+@click.option(
+    "--lookup", default=None, metavar="QUERY",
+    help="SQL given the COLUMN's old and new values as text[] ($1) that returns the Marquees' "
+    "names; without it COLUMN holds the names.",
+)  # fmt: skip
+@CONFIG_OPTION
+def triggers(table: str, column: str, lookup: str | None, config: Path | None) -> None:
+    """Print, for review, the trigger that wakes the Marquees a change to TABLE's rows concerns
+    (COLUMN identifies a row's Marquee). Nothing is run: the application's owner runs it."""
+    from playguard_async.desired_state.triggers import trigger_statement  # noqa: PLC0415
+    from playguard_async.settings import SettingsError, load_settings  # noqa: PLC0415
+
+    try:
+        schema = load_settings(config).desired_state_schema
+        click.echo(trigger_statement(schema, table, column, lookup))
+    except (SettingsError, ValueError) as exc:
+        click.echo(f"Error: {exc}", err=True)
+        raise click.exceptions.Exit(1) from None

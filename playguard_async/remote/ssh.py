@@ -96,6 +96,7 @@ class RemoteOptions:
 
     connect_timeout: float = 10.0
     keepalive_interval: float = 15.0
+    keepalive_count_max: int = 3
     command_timeout: float = 120.0
     output_limit: int = 1 << 20
     docker_timeout: float = 120.0
@@ -431,7 +432,7 @@ async def connect(marquee: Marquee, options: RemoteOptions) -> asyncssh.SSHClien
             password=None,
             connect_timeout=options.connect_timeout,
             keepalive_interval=options.keepalive_interval,
-            keepalive_count_max=3,
+            keepalive_count_max=options.keepalive_count_max,
         )
     except asyncssh.HostKeyNotVerifiable:
         raise HostKeyMismatch(

@@ -87,6 +87,7 @@ def remote_options(settings: Settings) -> RemoteOptions:
     return RemoteOptions(
         connect_timeout=settings.ssh_connect_timeout,
         keepalive_interval=settings.ssh_keepalive_interval,
+        keepalive_count_max=settings.ssh_keepalive_count_max,
         command_timeout=settings.remote_command_timeout,
         output_limit=settings.remote_output_limit,
         docker_timeout=settings.docker_api_timeout,
@@ -127,9 +128,15 @@ def postgres_source(settings: Settings) -> PostgresDesiredState:
         password,
         timeout=settings.desired_state_timeout,
         validate_timeout=settings.inventory_read_timeout,
+        probe_interval=settings.desired_state_probe_interval,
         observed=ObservedStateWriter(
-            address, password, replica=settings.replica_id, timeout=settings.desired_state_timeout
+            address,
+            password,
+            replica=settings.replica_id,
+            timeout=settings.desired_state_timeout,
+            schema=settings.desired_state_schema,
         ),
+        schema=settings.desired_state_schema,
     )
 
 
@@ -138,6 +145,7 @@ def redis_for(settings: Settings) -> RedisClient:
         settings.redis_url,
         socket_timeout=settings.redis_socket_timeout,
         connect_timeout=settings.redis_connect_timeout,
+        keepalive=settings.redis_keepalive,
         max_connections=settings.redis_max_connections,
         password=settings.redis_password.get_secret_value() if settings.redis_password else None,
         sentinel_password=(

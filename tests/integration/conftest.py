@@ -4,6 +4,7 @@ that gives a phase a real remote session under a real lease."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
@@ -25,6 +26,7 @@ from playguard_lab import DockerDaemon, GitOrigin, RedisServer, RegistryServer, 
 from tests.support.cli import LAB_SETTINGS, Playguard
 from tests.support.daemon import DaemonRunner
 from tests.support.edge import LabEdge
+from tests.support.netns import Namespace, leftover_namespaces, network_namespace
 from tests.support.playgrounds import use_own_branch
 from tests.support.world import LAB_OPTIONS, LabWorld, PhaseRun, PhaseRunner, lab_marquee_fields
 
@@ -74,6 +76,16 @@ def lab_world(
         ],
     }
     return LabWorld(data=data, password_file=password_file)
+
+
+@pytest.fixture(scope="module")
+def second_host(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[SshServer, DockerDaemon]]:
+    """A second simulated Marquee: its own sshd and its own dockerd."""
+    root = tmp_path_factory.mktemp("second-host")
+    with SshServer(root / "ssh") as ssh, DockerDaemon(root / "docker", index=1) as docker:
+        yield ssh, docker
 
 
 @pytest.fixture
@@ -169,6 +181,26 @@ def daemons(
         yield runner
     finally:
         runner.kill_all()
+
+
+@pytest.fixture
+def netns(daemons: DaemonRunner) -> Iterator[Callable[[Sequence[int]], Namespace]]:
+    """Opens network namespaces wired to the lab ports given (``tests.support.netns``); kills
+    the test's daemons, then removes every namespace, however the test ended (a process left
+    inside would keep its namespace alive)."""
+    with contextlib.ExitStack() as opened:
+        try:
+            yield lambda ports: opened.enter_context(network_namespace(ports))
+        finally:
+            daemons.kill_all()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_namespace_left() -> Iterator[None]:
+    """The session's last check: no network namespace the suite made is still there."""
+    yield
+    left = leftover_namespaces()
+    assert not left, f"network namespaces the tests made are still there: {left}"
 
 
 @pytest.fixture

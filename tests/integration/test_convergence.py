@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -282,16 +282,6 @@ async def test_shell_in_a_branch_is_rejected_before_anything_reaches_the_host(
     assert str(inventory_file) in str(rejected.value)
     assert not canary.exists()
     assert not Path(world.data["marquees"][0]["workdir"]).exists()
-
-
-@pytest.fixture(scope="module")
-def second_host(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[tuple[SshServer, DockerDaemon]]:
-    """A second simulated Marquee: its own sshd and its own dockerd."""
-    root = tmp_path_factory.mktemp("second-host")
-    with SshServer(root / "ssh") as ssh, DockerDaemon(root / "docker", index=1) as docker:
-        yield ssh, docker
 
 
 def add_second_marquee(

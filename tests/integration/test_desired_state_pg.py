@@ -87,8 +87,8 @@ async def test_a_bad_row_takes_out_only_the_marquees_it_concerns(
     left_out: list[str],
 ) -> None:
     constraint = f"{table}_{column}_check"
-    await fleet.execute(f"ALTER TABLE {table} DROP CONSTRAINT {constraint}")
-    await fleet.execute(f'UPDATE {table} SET "{column}" = $1 WHERE name = $2', value, key)
+    await fleet.execute(f"ALTER TABLE playguard.{table} DROP CONSTRAINT {constraint}")
+    await fleet.execute(f'UPDATE playguard.{table} SET "{column}" = $1 WHERE name = $2', value, key)
 
     with capture_logs() as logs:
         inventory = await source.load()
@@ -112,11 +112,13 @@ async def test_a_bad_row_takes_out_only_the_marquees_it_concerns(
 async def test_a_fixed_row_brings_its_marquee_back_and_says_so(
     fleet: asyncpg.Connection, source: PostgresDesiredState
 ) -> None:
-    await fleet.execute("ALTER TABLE playgrounds DROP CONSTRAINT playgrounds_branch_check")
-    await fleet.execute("UPDATE playgrounds SET branch = '..' WHERE name = 'shop-1-0'")
+    await fleet.execute(
+        "ALTER TABLE playguard.playgrounds DROP CONSTRAINT playgrounds_branch_check"
+    )
+    await fleet.execute("UPDATE playguard.playgrounds SET branch = '..' WHERE name = 'shop-1-0'")
     assert _names((await source.load()).marquees) == ["edge-0", "edge-2"]
 
-    await fleet.execute("UPDATE playgrounds SET branch = 'main' WHERE name = 'shop-1-0'")
+    await fleet.execute("UPDATE playguard.playgrounds SET branch = 'main' WHERE name = 'shop-1-0'")
     with capture_logs() as logs:
         inventory = await source.load()
 
@@ -142,7 +144,9 @@ async def test_server_down_keeps_the_last_snapshot_and_back_reads_a_fresh_one(
         postgres.server.start()
     changer = await postgres.connect()
     try:
-        await changer.execute("UPDATE playgrounds SET branch = 'fresh' WHERE name = 'shop-0-0'")
+        await changer.execute(
+            "UPDATE playguard.playgrounds SET branch = 'fresh' WHERE name = 'shop-0-0'"
+        )
     finally:
         await changer.close()
 

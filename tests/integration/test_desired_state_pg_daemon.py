@@ -193,7 +193,7 @@ async def test_a_row_changed_in_sql_starts_its_marquees_cycle_before_the_tick(
             what="the first tick's cycles and the listener",
         )
 
-        await connection.execute("UPDATE marquees SET port = 2222 WHERE name = 'alpha'")
+        await connection.execute("UPDATE playguard.marquees SET port = 2222 WHERE name = 'alpha'")
         wait_for(lambda: _cycles_of(daemon, "alpha") == 2, timeout=10, what="alpha woken")
         assert _cycles_of(daemon, "beta") == 1, "only the changed Marquee is woken"
         [woken] = daemon.events("engine.woken")
@@ -225,7 +225,9 @@ async def test_status_rows_match_playguard_status_json(
         assert daemons.stop_all([daemon], timeout=15) == {"r1": 0}
         rows = {
             row["marquee"]: row
-            for row in await connection.fetch("SELECT * FROM marquee_status ORDER BY marquee")
+            for row in await connection.fetch(
+                "SELECT * FROM playguard.marquee_status ORDER BY marquee"
+            )
         }
     finally:
         await connection.close()

@@ -16,7 +16,13 @@ from structlog.testing import capture_logs
 
 from playguard_async.desired_state import postgres
 from playguard_async.desired_state.pg import PgAddress, password_from
-from playguard_async.desired_state.postgres import PostgresDesiredState, RowMemo, Rows, Validated
+from playguard_async.desired_state.postgres import (
+    Broken,
+    PostgresDesiredState,
+    RowMemo,
+    Rows,
+    Validated,
+)
 from playguard_async.desired_state.schema import migrate
 from playguard_async.desired_state.transfer import import_inventory
 from tests.support.engine import EngineHarness, ScriptedPhase
@@ -59,10 +65,12 @@ class HeldValidation:
         self.calls = 0
         self._real = postgres.validate_snapshot
 
-    def __call__(self, rows: Rows, memo: RowMemo | None = None) -> Validated:
+    def __call__(
+        self, rows: Rows, memo: RowMemo | None = None, broken: Broken | None = None
+    ) -> Validated:
         self.calls += 1
         self.released.wait(30)
-        return self._real(rows, memo)
+        return self._real(rows, memo, broken)
 
 
 @pytest.fixture
@@ -135,7 +143,7 @@ async def test_a_late_validation_keeps_the_last_snapshot_and_the_next_is_fresh(
     fleet: asyncpg.Connection, source: PostgresDesiredState, validation: HeldValidation
 ) -> None:
     before = await source.load()
-    await fleet.execute("UPDATE playgrounds SET branch = 'fresh' WHERE name = 'shop-0-0'")
+    await fleet.execute("UPDATE playguard.playgrounds SET branch = 'fresh' WHERE name = 'shop-0-0'")
     validation.released.clear()
 
     with capture_logs() as logs:
@@ -159,10 +167,12 @@ async def test_a_validation_that_fails_in_its_thread_does_not_block_the_next(
     real = postgres.validate_snapshot
     failures = [RuntimeError("a bug in validation")]
 
-    def failing_once(rows: Rows, memo: RowMemo | None = None) -> Validated:
+    def failing_once(
+        rows: Rows, memo: RowMemo | None = None, broken: Broken | None = None
+    ) -> Validated:
         if failures:
             raise failures.pop()
-        return real(rows, memo)
+        return real(rows, memo, broken)
 
     monkeypatch.setattr(postgres, "validate_snapshot", failing_once)
     with pytest.raises(RuntimeError, match="a bug in validation"):

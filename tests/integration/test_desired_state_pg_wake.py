@@ -124,7 +124,9 @@ async def _held_cycle_meets_wake_ups(
     # edge-0's first cycle still runs on the snapshot from before them.
     for branch in ("edit-1", "edit-2", "edit-3"):
         wanted = len(wakes) + 1
-        await fleet.execute("UPDATE playgrounds SET branch = $1 WHERE name = 'shop-0-0'", branch)
+        await fleet.execute(
+            "UPDATE playguard.playgrounds SET branch = $1 WHERE name = 'shop-0-0'", branch
+        )
         reached = functools.partial(lambda n: len(wakes) >= n, wanted)
         await eventually(reached, timeout=10, what=f"the wake-up for {branch}")
     await engine.wake({"edge-0"})  # and one more, as a direct call

@@ -16,6 +16,8 @@ from playguard_async.coordination.channel import ChannelledRedis
 from playguard_async.coordination.client import RedisClient
 from playguard_async.coordination.keys import fence_key, lock_key, once_key
 from playguard_async.coordination.lock import (
+    ACQUIRE_SCRIPT,
+    LATE,
     Holder,
     LockLost,
     LockUnavailable,
@@ -201,9 +203,9 @@ def spy_on_channel(redis: Redis, monkeypatch: pytest.MonkeyPatch) -> asyncio.Eve
     handed = asyncio.Event()
     queue = channel.queue  # what ``send`` and every lock command go through
 
-    def spy(*arguments: Any) -> asyncio.Future[Any]:
+    def spy(*arguments: Any, **options: Any) -> asyncio.Future[Any]:
         handed.set()
-        return queue(*arguments)
+        return queue(*arguments, **options)
 
     monkeypatch.setattr(channel, "queue", spy)
     return handed
@@ -228,6 +230,49 @@ async def test_release_finishes_even_when_cancelled_twice(
         redis_server.resume()
     assert await wait_until_gone(redis, lock_key("marquee:edge-1"), 2.0)
     assert await lease.release() is ReleaseResult.RELEASED, "settled by the late answer"
+
+
+async def test_acquire_that_redis_runs_past_its_deadline_writes_nothing(
+    redis: Redis, redis_server: RedisServer
+) -> None:
+    """The late delivery of issue 24 without a network: the SET reaches the paused server's
+    socket, the client gives up and undoes, and the server runs the SET only after that."""
+    lock = make_lock(redis)
+    warm = await make_lock(redis, name="marquee:warm-up").acquire()  # the channel is connected,
+    assert warm is not None  # so the SET is written before the pause bites
+    await warm.release()
+    redis_server.pause()
+    try:
+        with pytest.raises(LockUnavailable):
+            await lock.acquire()
+        await asyncio.sleep(TIMEOUT)  # the undo has gone out (it waits for the deadline)
+    finally:
+        redis_server.resume()
+    assert await redis.ping()  # on a connection of its own: the late SET has been read by now
+    await asyncio.sleep(0.2)
+    assert await redis.exists(lock_key("marquee:edge-1")) == 0
+    assert await redis.get(fence_key("marquee:edge-1")) is None, "refused, not taken and undone"
+    lease = await lock.acquire()
+    assert lease is not None, "the name is free at once"
+    assert lease.fence == 1
+
+
+@pytest.mark.parametrize(
+    ("stamp_from_now_us", "taken"),
+    [(-60_000_000, False), (-1_000, False), (-1, False), (1_000_000, True)],
+    ids=["a-minute-late", "a-millisecond-late", "a-microsecond-late", "in-time"],
+)
+async def test_acquire_script_refuses_a_stamp_redis_clock_has_passed(
+    topology: TopologyUnderTest, stamp_from_now_us: int, taken: bool
+) -> None:
+    redis = topology.redis
+    key, counter = lock_key("marquee:edge-1"), fence_key("marquee:edge-1")
+    seconds, micros = await redis.time()
+    stamp = seconds * 1_000_000 + micros + stamp_from_now_us
+    answer = await redis.eval(ACQUIRE_SCRIPT, 2, key, counter, "record", 30_000, stamp)
+    assert answer == (1 if taken else LATE)
+    assert await redis.exists(key) == int(taken)
+    assert await redis.exists(counter) == int(taken)
 
 
 async def test_cancelled_acquire_whose_set_landed_leaves_no_key(

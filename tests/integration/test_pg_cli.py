@@ -14,19 +14,7 @@ from playguard_lab import free_port
 from tests.support.cli import assert_one_line_error
 from tests.support.daemon import PLAYGUARD
 from tests.support.pg_inventory import by_name, full_document, load_yaml, write_inventory
-from tests.support.postgres import LabDatabase
-
-
-def _playguard(
-    database: LabDatabase, *args: str, password: str | None = None, url: str | None = None
-) -> subprocess.CompletedProcess[str]:
-    env = {key: value for key, value in os.environ.items() if not key.startswith("PLAYGUARD_")}
-    env["PLAYGUARD_DESIRED_STATE"] = url or database.url
-    env["PLAYGUARD_DESIRED_STATE_PASSWORD"] = password or database.password
-    env["PLAYGUARD_REDIS_URL"] = f"redis://127.0.0.1:{free_port()}/0"
-    return subprocess.run(
-        [str(PLAYGUARD), *args], env=env, capture_output=True, text=True, timeout=60, check=False
-    )
+from tests.support.postgres import LabDatabase, playguard_with
 
 
 async def test_migrate_import_export_from_the_command_line(
@@ -34,17 +22,17 @@ async def test_migrate_import_export_from_the_command_line(
 ) -> None:
     source = write_inventory(tmp_path, full_document())
 
-    first = _playguard(postgres, "db", "migrate")
-    again = _playguard(postgres, "db", "migrate")
-    imported = _playguard(postgres, "db", "import", str(source))
-    exported = _playguard(postgres, "db", "export", "-o", str(tmp_path / "out.yaml"))
+    first = playguard_with(postgres, "db", "migrate")
+    again = playguard_with(postgres, "db", "migrate")
+    imported = playguard_with(postgres, "db", "import", str(source))
+    exported = playguard_with(postgres, "db", "export", "-o", str(tmp_path / "out.yaml"))
 
     assert (first.returncode, first.stdout) == (
         0,
-        "applied 0001_desired_state, 0002_notify, 0003_observed_state, 0005_marquee_steering; "
-        "schema version 5\n",
+        "applied 0001_desired_state, 0002_notify, 0003_observed_state, 0004_own_schema, "
+        "0005_marquee_steering; schema playguard version 5\n",
     )
-    assert (again.returncode, again.stdout) == (0, "schema up to date (version 5)\n")
+    assert (again.returncode, again.stdout) == (0, "schema playguard up to date (version 5)\n")
     assert imported.returncode == 0, imported.stderr
     assert imported.stdout.startswith("imported 3 marquees, 2 registries")
     assert exported.returncode == 0, exported.stderr
@@ -54,7 +42,7 @@ async def test_migrate_import_export_from_the_command_line(
 def test_a_wrong_password_is_one_line_without_the_password(postgres: LabDatabase) -> None:
     wrong = "Wr0ng-secret-value"
 
-    done = _playguard(postgres, "db", "migrate", password=wrong)
+    done = playguard_with(postgres, "db", "migrate", password=wrong)
 
     assert done.returncode == 1
     assert done.stderr.startswith(f"Error: {postgres.url.replace('/' + postgres.name, '')}")
@@ -105,7 +93,7 @@ def test_commands_that_read_the_desired_state_fail_in_one_line_when_it_is_out_of
         url = postgres.url
         expected = "password authentication failed"
 
-    done = _playguard(postgres, *command, password=password, url=url)
+    done = playguard_with(postgres, *command, password=password, url=url)
 
     assert_one_line_error(done, "postgresql://playguard@127.0.0.1:")
     assert expected in done.stderr

@@ -39,9 +39,11 @@ async def test_a_lab_marquee_converges_from_the_database(
         assert phase_counts(first.stdout)["sync_git"] == 1
         assert second.returncode == 0, second.stdout + second.stderr
         assert set(phase_counts(second.stdout).values()) == {0}, second.stdout
-        status = await connection.fetchrow("SELECT * FROM marquee_status WHERE marquee = 'edge-1'")
+        status = await connection.fetchrow(
+            "SELECT * FROM playguard.marquee_status WHERE marquee = 'edge-1'"
+        )
         assert (status["outcome"], status["actions"]) == ("ok", 0)
-        playgrounds = await connection.fetch("SELECT * FROM playground_status")
+        playgrounds = await connection.fetch("SELECT * FROM playguard.playground_status")
         assert {row["marquee"] for row in playgrounds} == {"edge-1"}
         assert {row["state"] for row in playgrounds} == {"running"}
         assert postgres.password not in first.stdout + first.stderr + second.stdout + second.stderr

@@ -10,21 +10,24 @@ import asyncpg
 import pytest
 
 from playguard_async.desired_state.inventory import InventoryError
-from playguard_async.desired_state.postgres import NOTIFY_CHANNEL
 from playguard_async.desired_state.schema import migrate, schema_version, shipped_migrations
 from playguard_async.desired_state.transfer import ImportRefused, export_inventory, import_inventory
 from tests.support.pg_inventory import by_name, full_document, load_yaml, write_inventory
-from tests.support.postgres import LabDatabase
+from tests.support.postgres import LabDatabase, notified_by
 
 SCHEMA_QUERY = """
 SELECT c.relname, a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull
 FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid
-WHERE c.relnamespace = 'public'::regnamespace AND a.attnum > 0
+WHERE c.relnamespace = $1::regnamespace AND a.attnum > 0
 UNION ALL
 SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid), true
-FROM pg_constraint WHERE connamespace = 'public'::regnamespace
+FROM pg_constraint WHERE connamespace = $1::regnamespace
+UNION ALL
+SELECT proname, pg_get_function_identity_arguments(oid), '', true
+FROM pg_proc WHERE pronamespace = $1::regnamespace
 ORDER BY 1, 2
 """
+"""Every column, constraint and function of a schema."""
 
 # Values that would do harm if pasted into SQL or a shell anywhere on the way; each must come
 # back byte for byte.
@@ -41,6 +44,9 @@ METACHARACTER_VALUES = [
 ]
 
 
+VERSIONS = "SELECT version, sha256, applied_at FROM playguard.schema_version"
+
+
 @pytest.fixture
 async def connection(postgres: LabDatabase) -> AsyncIterator[asyncpg.Connection]:
     connection = await postgres.connect()
@@ -50,16 +56,17 @@ async def connection(postgres: LabDatabase) -> AsyncIterator[asyncpg.Connection]
 
 async def test_migrate_twice_is_a_no_op(connection: asyncpg.Connection) -> None:
     assert await schema_version(connection) is None
+    public = await connection.fetch(SCHEMA_QUERY, "public")
     applied = await migrate(connection)
     assert [m.version for m in applied] == [m.version for m in shipped_migrations()]
-    schema = await connection.fetch(SCHEMA_QUERY)
-    versions = await connection.fetch("SELECT version, sha256, applied_at FROM schema_version")
+    schema = await connection.fetch(SCHEMA_QUERY, "playguard")
+    versions = await connection.fetch(VERSIONS)
 
     assert await migrate(connection) == []
-    assert await connection.fetch(SCHEMA_QUERY) == schema
-    assert await connection.fetch("SELECT version, sha256, applied_at FROM schema_version") == (
-        versions
-    )
+    assert await connection.fetch(SCHEMA_QUERY, "playguard") == schema
+    assert await connection.fetch(VERSIONS) == versions
+    assert await connection.fetch(SCHEMA_QUERY, "public") == public, "nothing made in public"
+    assert {row[0] for row in schema} >= {"marquees", "schema_version", "notify_marquee"}
     assert await schema_version(connection) == shipped_migrations()[-1].version
 
 
@@ -100,8 +107,12 @@ async def test_sql_and_shell_metacharacters_stay_data(
 
     await import_inventory(connection, path)
 
-    assert await connection.fetchval("SELECT command FROM agent_chats") == [value, "--", value]
-    assert await connection.fetchval('SELECT "user" FROM marquees') == (value or "x")
+    assert await connection.fetchval("SELECT command FROM playguard.agent_chats") == [
+        value,
+        "--",
+        value,
+    ]
+    assert await connection.fetchval('SELECT "user" FROM playguard.marquees') == (value or "x")
     assert by_name(await load_yaml(path)) == await _exported(connection, tmp_path)
 
 
@@ -126,7 +137,7 @@ async def test_import_names_errors_as_the_yaml_loader_and_imports_nothing(
 
     assert str(from_import.value) == str(from_yaml.value)
     assert "playgrounds[4].branch: must not contain '..'" in str(from_import.value)
-    assert await connection.fetchval("SELECT count(*) FROM marquees") == 0
+    assert await connection.fetchval("SELECT count(*) FROM playguard.marquees") == 0
 
 
 async def test_a_row_only_the_database_refuses_is_named_and_nothing_is_imported(
@@ -145,7 +156,7 @@ async def test_a_row_only_the_database_refuses_is_named_and_nothing_is_imported(
     assert "\n" not in str(refused.value)
 
     for table in ("marquees", "playgrounds", "agent_chats"):
-        assert await connection.fetchval(f"SELECT count(*) FROM {table}") == 0
+        assert await connection.fetchval(f"SELECT count(*) FROM playguard.{table}") == 0
 
 
 async def test_import_into_a_database_that_has_a_fleet_needs_replace(
@@ -157,22 +168,32 @@ async def test_import_into_a_database_that_has_a_fleet_needs_replace(
 
     with pytest.raises(ImportRefused, match="table marquees is not empty"):
         await import_inventory(connection, smaller)
-    assert await connection.fetchval("SELECT count(*) FROM marquees") == 3
+    assert await connection.fetchval("SELECT count(*) FROM playguard.marquees") == 3
 
     await import_inventory(connection, smaller, replace=True)
     assert await _exported(connection, tmp_path) == by_name(await load_yaml(smaller))
 
 
-# (statement changing one row, the Marquees whose desired state it changes)
+# (statement changing one row, the Marquees whose desired state it changes); run with only
+# public on the search_path, as the application's sessions are: the triggers find their tables.
 NOTIFYING_CHANGES = [
-    ("UPDATE marquees SET port = 1 WHERE name = 'edge-1'", {"edge-1"}),
-    ("UPDATE playgrounds SET branch = 'b' WHERE name = 'shop-2-0'", {"edge-2"}),
-    ("UPDATE playgrounds SET marquee = 'edge-0' WHERE name = 'shop-1-0'", {"edge-0", "edge-1"}),
-    ("UPDATE agent_chats SET state = 'closed' WHERE name = 'chat-0'", {"edge-0"}),
-    ("UPDATE playspecs SET images = '{}' WHERE name = 'blog'", {"edge-0", "edge-1", "edge-2"}),
-    ("UPDATE registries SET username = 'w' WHERE name = 'lab'", {"edge-0", "edge-1", "edge-2"}),
-    ("UPDATE registries SET username = 'w' WHERE name = 'corp'", set()),
-    ("DELETE FROM agent_chats WHERE name = 'chat-1'", {"edge-1"}),
+    ("UPDATE playguard.marquees SET port = 1 WHERE name = 'edge-1'", {"edge-1"}),
+    ("UPDATE playguard.playgrounds SET branch = 'b' WHERE name = 'shop-2-0'", {"edge-2"}),
+    (
+        "UPDATE playguard.playgrounds SET marquee = 'edge-0' WHERE name = 'shop-1-0'",
+        {"edge-0", "edge-1"},
+    ),
+    ("UPDATE playguard.agent_chats SET state = 'closed' WHERE name = 'chat-0'", {"edge-0"}),
+    (
+        "UPDATE playguard.playspecs SET images = '{}' WHERE name = 'blog'",
+        {"edge-0", "edge-1", "edge-2"},
+    ),
+    (
+        "UPDATE playguard.registries SET username = 'w' WHERE name = 'lab'",
+        {"edge-0", "edge-1", "edge-2"},
+    ),
+    ("UPDATE playguard.registries SET username = 'w' WHERE name = 'corp'", set()),
+    ("DELETE FROM playguard.agent_chats WHERE name = 'chat-1'", {"edge-1"}),
 ]
 
 
@@ -183,16 +204,5 @@ async def test_a_changed_row_notifies_the_marquees_it_concerns(
 ) -> None:  # fmt: skip
     await migrate(connection)
     await import_inventory(connection, write_inventory(tmp_path, full_document()))
-    listener = await postgres.connect()
-    heard: asyncio.Queue[str] = asyncio.Queue()
-    await listener.add_listener(NOTIFY_CHANNEL, lambda *args: heard.put_nowait(args[3]))
-    try:
-        await connection.execute(statement)
-        await connection.execute("NOTIFY playguard_desired_state, 'end-of-test'")
-        names = set()
-        async with asyncio.timeout(5):
-            while (name := await heard.get()) != "end-of-test":
-                names.add(name)
-    finally:
-        await listener.close()
+    names = await notified_by(postgres, connection, statement)
     assert names == marquees

@@ -219,15 +219,18 @@ class DaemonRunner:
         config: Path | None = None,
         debug: bool = False,
         env: Mapping[str, str] | None = None,
+        wrapper: Sequence[str] = (),
         **settings: object,
     ) -> Daemon:
         """Start ``playguard run`` with ``config``, or with settings written for ``replica``;
-        ``env`` adds to the environment (e.g. systemd's ``NOTIFY_SOCKET``)."""
+        ``env`` adds to the environment (e.g. systemd's ``NOTIFY_SOCKET``); ``wrapper`` runs it
+        (``ip netns exec NAME``: a command that execs it, so the pid stays the daemon's)."""
         run_number = sum(daemon.replica == replica for daemon in self.started) + 1
         if config is None:
             config = self.write_settings(replica, self.settings(replica, **settings))
         stderr_path = self.workdir / f"{replica}-{run_number}.stderr"
-        argv = [str(PLAYGUARD), *(["--debug"] if debug else []), "run", "--config", str(config)]
+        debugging = ["--debug"] if debug else []
+        argv = [*wrapper, str(PLAYGUARD), *debugging, "run", "--config", str(config)]
         with stderr_path.open("wb") as stderr:
             process = subprocess.Popen(
                 argv,

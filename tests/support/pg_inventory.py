@@ -24,8 +24,11 @@ STEERING: dict[int, dict[str, Any]] = {
 a mode with windows, so both jsonb and NULL travel through import, snapshot and export."""
 
 
-def full_document(marquees: int = 3, *, command: list[str] | None = None) -> dict[str, Any]:
-    """An inventory using every column: defaults overridden, nulls, arrays, a timestamp."""
+def full_document(
+    marquees: int = 3, *, command: list[str] | None = None, steered: bool = True
+) -> dict[str, Any]:
+    """An inventory using every column: defaults overridden, nulls, arrays, a timestamp; and,
+    unless ``steered`` is False (a schema from before migration 0005), ``STEERING``."""
     return {
         "marquees": [
             {
@@ -39,7 +42,7 @@ def full_document(marquees: int = 3, *, command: list[str] | None = None) -> dic
                 "workdir": f"/srv/pg-{index}",
                 "state_dir": "~/state/pg" if index % 2 else None,
                 "launchable": index != 2,
-                **STEERING.get(index, {}),
+                **(STEERING.get(index, {}) if steered else {}),
             }
             for index in range(marquees)
         ],

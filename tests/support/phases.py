@@ -64,6 +64,12 @@ class FencedWriteWitness(Witness):
     fate is witnessed as a ``write`` line (``accepted`` or ``refused`` with the host's fence).
     """
 
+    script = 'echo "$2 $3" >> "$1"'
+    """The write on the host: $1 the record file, $2 the fence, $3 our pid, $4 a window file."""
+
+    def window_dir(self) -> Path:
+        return Path(os.environ.get("PLAYGUARD_TEST_HOST_WINDOW_DIR", "/nonexistent"))
+
     async def __call__(self, ctx: PhaseContext[RemoteSession]) -> PhaseReport:
         self._write(ctx, "enter")
         status = "cancelled"
@@ -83,14 +89,30 @@ class FencedWriteWitness(Witness):
         await asyncio.sleep(float(os.environ.get("PLAYGUARD_TEST_PHASE_SECONDS", "0.2")))
         session = await ctx.remote()
         record = Path(os.environ["PLAYGUARD_TEST_HOST_RECORD_DIR"]) / ctx.marquee.name
-        argv = ["sh", "-c", 'echo "$2 $3" >> "$1"', "sh", str(record), str(ctx.lease.fence),
-                str(os.getpid())]  # fmt: skip
+        # $PLAYGUARD_TEST_WRITE_SECONDS: the write takes that long on the host, under the guard's
+        # lock, so that a test can cut the link while it runs there.
+        pause = os.environ.get("PLAYGUARD_TEST_WRITE_SECONDS", "")
+        script = f"sleep {float(pause)}; {self.script}" if pause else self.script
+        argv = ["sh", "-c", script, "sh", str(record), str(ctx.lease.fence),
+                str(os.getpid()), str(self.window_dir() / ctx.marquee.name)]  # fmt: skip
         try:
             await session.change("witness write", argv)
         except FenceRefused as refused:
             self._write(ctx, "write", outcome="refused", host_fence=refused.host_fence)
             raise
         self._write(ctx, "write", outcome="accepted")
+
+
+class WindowedWriteWitness(FencedWriteWitness):
+    """``FencedWriteWitness`` whose write also spans a window on the host: one line
+    "<fence> <pid> <start> <end>" (wall clock, nanoseconds) per write in
+    ``$PLAYGUARD_TEST_HOST_WINDOW_DIR/<marquee>``, 50 ms apart. Two writes whose windows
+    overlapped leave lines that are out of order or torn, which ``write_windows`` reports."""
+
+    script = (
+        'printf "%s %s %s " "$2" "$3" "$(date +%s%N)" >> "$4"; sleep 0.05; '
+        'echo "$2 $3" >> "$1"; date +%s%N >> "$4"'
+    )
 
 
 class RemoteProbe(Witness):
@@ -106,6 +128,7 @@ class RemoteProbe(Witness):
 first = WitnessPhase("first")
 second = WitnessPhase("second")
 fenced_write = FencedWriteWitness("write")
+windowed_write = WindowedWriteWitness("write")
 remote_probe = RemoteProbe("probe")
 
 

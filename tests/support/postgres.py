@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
 import secrets
+import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -10,9 +13,11 @@ from pathlib import Path
 
 import asyncpg
 
+from playguard_async.desired_state.postgres import NOTIFY_CHANNEL
 from playguard_async.desired_state.schema import migrate
 from playguard_async.desired_state.transfer import import_inventory
-from playguard_lab import PostgresServer
+from playguard_lab import PostgresServer, free_port
+from tests.support.daemon import PLAYGUARD
 
 
 @dataclass(frozen=True)
@@ -61,3 +66,39 @@ async def migrated_fleet(postgres: LabDatabase, inventory: Path) -> asyncpg.Conn
         await connection.close()
         raise
     return connection
+
+
+def playguard_with(
+    database: LabDatabase, *args: str, password: str | None = None, url: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """The installed ``playguard`` with ``database`` as its desired state (password in the
+    environment, as an operator's would be) and no other settings of ours."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("PLAYGUARD_")}
+    env["PLAYGUARD_DESIRED_STATE"] = url or database.url
+    env["PLAYGUARD_DESIRED_STATE_PASSWORD"] = password or database.password
+    env["PLAYGUARD_REDIS_URL"] = f"redis://127.0.0.1:{free_port()}/0"
+    return subprocess.run(
+        [str(PLAYGUARD), *args], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+async def notified_by(
+    listen_on: LabDatabase, writer: asyncpg.Connection, statement: str
+) -> set[str]:
+    """The Marquee names the wake-up channel carries, heard on a connection of its own to
+    ``listen_on``, when ``writer`` runs ``statement`` with only ``public`` on its search_path
+    (as an application's sessions have it)."""
+    listener = await listen_on.connect()
+    heard: asyncio.Queue[str] = asyncio.Queue()
+    await listener.add_listener(NOTIFY_CHANNEL, lambda *args: heard.put_nowait(args[3]))
+    try:
+        await writer.execute("SET search_path TO public")
+        await writer.execute(statement)
+        await writer.execute(f"NOTIFY {NOTIFY_CHANNEL}, 'end-of-test'")
+        names = set()
+        async with asyncio.timeout(5):
+            while (name := await heard.get()) != "end-of-test":
+                names.add(name)
+    finally:
+        await listener.close()
+    return names

@@ -39,6 +39,19 @@ def ssh_marquee(ssh: SshServer, name: str, workdir: Path) -> dict[str, str | int
     }
 
 
+def ssh_marquee_through(
+    ssh: SshServer, port: int, name: str, workdir: Path
+) -> dict[str, str | int]:
+    """``ssh_marquee`` reached on ``port`` (a fault proxy in front of the sshd): its known_hosts
+    names the host key under that port, as a host behind a forwarded port is known."""
+    entry = ssh_marquee(ssh, name, workdir)
+    known_hosts = workdir.with_name(f"{workdir.name}-known_hosts")
+    known_hosts.parent.mkdir(parents=True, exist_ok=True)
+    key = ssh.known_hosts.read_text(encoding="utf-8").split(" ", 1)[1]
+    known_hosts.write_text(f"[{ssh.host}]:{port} {key}", encoding="utf-8")
+    return {**entry, "port": port, "known_hosts": str(known_hosts)}
+
+
 def lab_marquee_fields(ssh: SshServer, docker: DockerDaemon, workdir: Path) -> dict[str, Any]:
     return {**ssh_marquee(ssh, "edge-1", workdir), "docker_socket": str(docker.socket)}
 

@@ -60,3 +60,34 @@ def test_the_password_setting_never_shows_in_an_error_or_repr() -> None:
 
 def test_a_server_message_echoing_the_password_is_masked_and_one_line() -> None:
     assert redacted(f"auth failed for\n  {SECRET}\r\n", SECRET) == "auth failed for ***"
+
+
+def test_playguards_schema_defaults_to_its_own_name() -> None:
+    assert load_settings(None).desired_state_schema == "playguard"
+    assert load_settings(None, desired_state_schema="fleet_2").desired_state_schema == "fleet_2"
+
+
+@pytest.mark.parametrize(
+    ("schema", "reason"),
+    [
+        ("public", "must be a schema of playguard's own, not 'public'"),
+        ("information_schema", "must be a schema of playguard's own"),
+        ("pg_catalog", "must be a schema of playguard's own"),
+        ("Playguard", "a-z, 0-9 and '_'"),
+        ('play"guard', "a-z, 0-9 and '_'"),
+        ("play guard", "a-z, 0-9 and '_'"),
+        ("x; DROP SCHEMA public", "a-z, 0-9 and '_'"),
+        ("1fleet", "not starting with a digit"),
+        ("", "1-63 characters"),
+        ("a" * 64, "1-63 characters"),
+        ("fleet\n", "a-z, 0-9 and '_'"),
+    ],
+)
+def test_a_schema_name_that_is_not_plainly_ours_is_refused_in_one_line(
+    schema: str, reason: str
+) -> None:
+    with pytest.raises(SettingsError) as error:
+        load_settings(None, desired_state_schema=schema)
+    [problem] = str(error.value).splitlines()
+    assert "desired_state_schema = " in problem
+    assert reason in problem

@@ -130,10 +130,12 @@ def test_malformed_http_address_names_the_field_and_value(address: str) -> None:
 DURATIONS = [
     "redis_socket_timeout",
     "redis_connect_timeout",
+    "redis_keepalive",
     "tick_interval",
     "lock_ttl",
     "shutdown_grace",
     "inventory_read_timeout",
+    "desired_state_probe_interval",
     "ssh_connect_timeout",
     "ssh_keepalive_interval",
     "remote_command_timeout",
