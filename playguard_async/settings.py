@@ -208,6 +208,11 @@ class Settings(BaseSettings):
         description="Seconds a `playguard pause` without --for lasts; every pause expires by "
         "itself.",
     )
+    fleet_pause_read_interval: float = _seconds(
+        1.0,
+        description="Seconds between a replica's reads of the fleet-wide pause (`pause --all`): "
+        "a running cycle stops for it at its first phase boundary this long after it was taken.",
+    )
     log_format: Literal["json", "console", "auto"] = Field(
         "auto", description="json, console, or auto (console on a TTY, json elsewhere)."
     )

@@ -1,9 +1,12 @@
 """Pauses: an operator's "hands off" for one Marquee or the whole fleet, kept in Redis.
 
 A pause lives in its own key (``keys.pause_key``, ``keys.FLEET_PAUSE_KEY``) with a PX expiry, so
-it ends by itself and every replica sees it at its next cycle start, and at each phase boundary
-of a cycle already running, read in the round trip that renews the lease (``read_pause``). The
-desired state is left as it is: a pause is for incidents, not for changing what should run.
+it ends by itself. A Marquee's key shares its lock's slot: the lock's scripts read it
+(``TokenLock(pause_key=...)``), so every replica sees it at its next cycle start and at each phase
+boundary of a cycle already running, in the round trips that take and renew the lease. The
+fleet's key is read at most once per ``fleet_pause_read_interval`` per replica
+(``FleetPauseWatch``). The desired state is left as it is: a pause is for incidents, not for
+changing what should run.
 
 A key's value is outside input (anyone with redis-cli may have written it): a value this module
 did not write still pauses (the key is there, so someone meant it), and reads as an unknown
@@ -15,16 +18,20 @@ from __future__ import annotations
 import asyncio
 import getpass
 import json
+import math
 import socket
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import structlog
 
 from playguard_async.coordination.channel import ChannelledRedis
 from playguard_async.coordination.client import RedisClient
 from playguard_async.coordination.keys import FLEET_PAUSE_KEY, pause_key
 from playguard_async.kits.aio import bounded
+
+log = structlog.get_logger("playguard.pause")
 
 FLEET = "*"
 """The scope of a fleet-wide pause (``pause --all``)."""
@@ -124,46 +131,79 @@ def _shown(raw: bytes | str) -> str:
     return repr(cut) + (f" (+{len(text) - RAW_SHOWN} chars)" if len(text) > RAW_SHOWN else "")
 
 
-def _keys(marquee: str) -> tuple[str, str]:
-    return pause_key(marquee), FLEET_PAUSE_KEY
-
-
-PauseRead = asyncio.Future[Any]
-"""Pending pause reads (``read_pause``): give them to ``pause_in`` once answered."""
-
-
-def read_pause(redis: RedisClient, marquee: str, timeout: float) -> PauseRead:
-    """Send the reads of what may hold ``marquee`` back: its own pause and the fleet's.
-
-    They are sent when this is called, not when awaited: on a single server's command channel
-    one MGET goes out in the batch of whatever is queued next (the lease's acquisition or
-    renewal), so a cycle learns of a pause in a round trip it makes anyway. On a Cluster (the
-    two keys live in two slots) two GETs run beside it. Awaited, the answers raise what Redis
-    raised (or ``TimeoutError`` past ``timeout``); ``discard_read`` drops them unawaited."""
-    keys = (pause_key(marquee), FLEET_PAUSE_KEY)
+def _sent(redis: RedisClient, key: str, timeout: float) -> asyncio.Future[Any]:
+    """GET ``key``, sent when this is called, not when awaited: on a single server's command
+    channel it goes out in the batch of whatever is queued next, so it costs no round trip of its
+    own; on a Cluster it runs beside it. Awaited, the answer raises what Redis raised (or
+    ``TimeoutError`` past ``timeout``)."""
     if isinstance(redis, ChannelledRedis):
-        return redis.channel.send("MGET", *keys, timeout=timeout)
-    return asyncio.ensure_future(bounded(timeout, asyncio.gather(*map(redis.get, keys))))
+        return redis.channel.send("GET", key, timeout=timeout)
+    return asyncio.ensure_future(bounded(timeout, redis.get(key)))
 
 
-def pause_in(marquee: str, answers: Sequence[object]) -> Pause | None:
-    """The pause that holds ``marquee`` back (its own first, else the fleet's), or None, from the
-    answers of ``read_pause``."""
+async def paused(redis: RedisClient, marquee: str, timeout: float) -> Pause | None:
+    """The pause that holds ``marquee`` back now (its own first, else the fleet's), or None; for
+    operators. A cycle reads its Marquee's through its lock (``TokenLock(pause_key=...)``) and the
+    fleet's through ``FleetPauseWatch``."""
+    answers = await asyncio.gather(
+        _sent(redis, pause_key(marquee), timeout), _sent(redis, FLEET_PAUSE_KEY, timeout)
+    )
     for scope, raw in zip((marquee, FLEET), answers, strict=True):
         if isinstance(raw, bytes | str):
             return Pause.parse(scope, raw)
     return None
 
 
-async def paused(redis: RedisClient, marquee: str, timeout: float) -> Pause | None:
-    """``read_pause`` and ``pause_in`` in one call, for a reader with nothing to batch them with."""
-    return pause_in(marquee, await read_pause(redis, marquee, timeout))
+class FleetPauseWatch:
+    """The fleet-wide pause as one replica's cycles go by it: read at most once per ``every``
+    seconds, for all of them.
 
+    The fleet's key lives in a slot of its own, so the lock's scripts cannot read it as they read
+    a Marquee's; reading it per cycle step cost a tick more than the steps themselves
+    (bench/README.md). A cycle asks at its start and at each phase boundary (``refresh``): when
+    the last read was sent more than ``every`` seconds ago, a new one is sent then, in the batch of
+    the lease step the cycle queues next, and the cycle waits for its answer (``settled``); else
+    the last answer stands. So a fleet pause reaches every running cycle at its first phase
+    boundary ``every`` seconds or more after it was taken. A read that fails leaves the last
+    answer standing (the lease steps beside it failed too, most likely)."""
 
-def discard_read(read: PauseRead) -> None:
-    """Drop pause reads nobody will await (the lease step beside them failed): the command goes
-    out all the same, its answer or error is dropped."""
-    read.cancel()
+    def __init__(self, redis: RedisClient, *, every: float, timeout: float) -> None:
+        self.redis = redis
+        self.every = every
+        self.timeout = timeout
+        self.pause: Pause | None = None
+        """The fleet's pause as last read; None before the first answer."""
+        self._reading: asyncio.Future[Any] | None = None
+        self._sent_at = -math.inf
+
+    def refresh(self) -> asyncio.Future[Any] | None:
+        """Send a read unless one was sent within ``every`` seconds; the read still on its way,
+        if any, for ``settled``."""
+        now = time.monotonic()
+        if now - self._sent_at >= self.every:
+            self._sent_at = now
+            self._reading = _sent(self.redis, FLEET_PAUSE_KEY, self.timeout)
+            self._reading.add_done_callback(self._answered)
+        reading = self._reading
+        return None if reading is None or reading.done() else reading
+
+    async def settled(self, reading: asyncio.Future[Any] | None) -> Pause | None:
+        """The fleet's pause once ``reading`` (from ``refresh``) is in. A waiter's cancellation
+        leaves the read running for the other cycles that wait for it."""
+        if reading is not None:
+            await asyncio.wait([reading])
+        return self.pause
+
+    def _answered(self, reading: asyncio.Future[Any]) -> None:
+        if reading is not self._reading:
+            return  # overtaken by a later read
+        if reading.cancelled() or reading.exception() is not None:
+            error = "cancelled" if reading.cancelled() else repr(reading.exception())
+            # Redis away: the lease steps beside the read say so, once per outage.
+            log.debug("pause.unread", scope=FLEET, error=error)
+            return
+        raw = reading.result()
+        self.pause = Pause.parse(FLEET, raw) if isinstance(raw, bytes | str) else None
 
 
 async def take_pause(redis: RedisClient, pause: Pause, timeout: float) -> None:

@@ -26,10 +26,16 @@ import structlog
 from playguard_async.coordination.client import RedisClient
 from playguard_async.coordination.cycle_end import CycleEnd, Ending, Resume
 from playguard_async.coordination.fence import FenceRefused
-from playguard_async.coordination.keys import marquee_lock_name
-from playguard_async.coordination.lock import Lease, LockLost, LockUnavailable, TokenLock
+from playguard_async.coordination.keys import marquee_lock_name, pause_key
+from playguard_async.coordination.lock import (
+    Lease,
+    LockLost,
+    LockPaused,
+    LockUnavailable,
+    TokenLock,
+)
 from playguard_async.coordination.outage import RedisOutage
-from playguard_async.coordination.pause import Pause, discard_read, pause_in, read_pause
+from playguard_async.coordination.pause import FleetPauseWatch, Pause
 from playguard_async.coordination.records import CycleRecords
 from playguard_async.desired_state.inventory import Inventory, Marquee
 from playguard_async.desired_state.windows import allows, next_opening
@@ -107,6 +113,9 @@ class CycleCrew(Protocol):
 
     @property
     def ending(self) -> CycleEnd: ...
+
+    @property
+    def fleet_pause(self) -> FleetPauseWatch: ...
 
     @property
     def clock(self) -> Callable[[], float]:
@@ -283,22 +292,19 @@ class Cycle:
             await self._catch_up_fence(lease.lock, result.host_fence or 0)
 
     async def _acquire_unless_paused(self) -> Lease | None:
-        """The Marquee's lease (``_acquire``), and whether a pause holds it back, read in the
-        acquisition's round trip (``read_pause``) so that checking costs a cycle none of its own.
-        Paused, the outcome is ``paused`` and no phase runs: a lease taken meanwhile is released
-        by the ending like any other, and the cycle is not recorded (``left_alone``). A pause
-        left unread (Redis away) holds nothing back: the acquisition says Redis is away."""
-        pausing = read_pause(self.crew.redis, self.marquee.name, self.settings.redis_socket_timeout)
-        try:
-            lease = await self._acquire()
-        except BaseException:
-            discard_read(pausing)
-            raise
-        try:
-            pause = pause_in(self.marquee.name, await pausing)
-        except Exception as exc:
-            log.debug("pause.unread", error=one_line(exc))
-            return lease
+        """The Marquee's lease (``_acquire``) unless a pause holds it back: its own pause is read
+        by the acquisition's script, which then takes nothing; the fleet's comes from the
+        replica's ``FleetPauseWatch``, whose read, when one is due, goes out in the acquisition's
+        batch. Either way checking costs a cycle no round trip of its own. Paused, the outcome is
+        ``paused`` and no phase runs: a lease taken meanwhile is released by the ending like any
+        other, and the cycle is not recorded (``left_alone``)."""
+        fleet = self.crew.fleet_pause
+        reading = fleet.refresh()
+        if reading is None and fleet.pause is not None:
+            self._paused(fleet.pause)
+            return None
+        lease = await self._acquire()
+        pause = await fleet.settled(reading)
         if pause is not None:
             self._paused(pause)
         return lease
@@ -318,8 +324,10 @@ class Cycle:
         log.info("cycle.outside_windows", opens=None if opening is None else opening.isoformat())
         return True
 
-    def _paused(self, pause: Pause) -> None:
+    def _paused(self, pause: Pause, phase: str | None = None) -> None:
+        """End the cycle ``paused``: at its start, or after ``phase``."""
         self.result.outcome, self.result.reason = Outcome.PAUSED, pause.describe()
+        self.result.phase = phase
         log.info("marquee.paused", scope=pause.scope, by=pause.by, until=pause.until)
 
     async def _acquire(self) -> Lease | None:
@@ -333,9 +341,14 @@ class Cycle:
             replica=settings.replica_id,
             min_replicas=settings.lock_min_replicas,
             replica_timeout=settings.lock_replica_timeout,
+            pause_key=pause_key(self.marquee.name),
         )
         try:
             lease = await lock.acquire()
+        except LockPaused as exc:
+            self.crew.redis_outage.answered()
+            self._paused(Pause.parse(self.marquee.name, exc.record))
+            return None
         except LockUnavailable as exc:
             result.outcome = Outcome.REDIS_UNAVAILABLE
             result.reason = one_line(exc.__cause__ or exc)
@@ -416,33 +429,28 @@ class Cycle:
         if result.outcome is not Outcome.OK:
             return False
         self.crew.observer.lease_renewing(lease.remaining())
-        # A pause is read in the renewal's round trip (``read_pause``): the boundary between
-        # two phases is the one place a cycle stops for it, never in the middle of a write.
-        # After the last phase there is nothing left to stop.
-        pausing = None
-        if phase is not self.crew.phases[-1]:
-            pausing = read_pause(
-                self.crew.redis, self.marquee.name, self.settings.redis_socket_timeout
-            )
+        # The boundary between two phases is the one place a cycle stops for a pause, never in
+        # the middle of a write: the Marquee's is read by the renewal's script, the fleet's
+        # comes from the replica's watch (its read, when due, in the renewal's batch). After the
+        # last phase there is nothing left to stop.
+        last = phase is self.crew.phases[-1]
+        fleet = self.crew.fleet_pause
+        reading = None if last else fleet.refresh()
         try:
             await lease.renew()
+        except LockPaused as exc:  # renewed: the ending releases it
+            if last:
+                return True
+            self._paused(Pause.parse(self.marquee.name, exc.record), phase.name)
+            return False
         except LockLost as exc:
-            if pausing is not None:
-                discard_read(pausing)
             self.crew.observer.lease_lost(exc.reason)
             result.outcome, result.phase = Outcome.LOCK_LOST, phase.name
             result.reason = exc.reason
             return False
-        if pausing is None:
-            return True
-        try:
-            pause = pause_in(self.marquee.name, await pausing)
-        except Exception as exc:  # renewed on the same connection: a pause unread is not one
-            log.warning("pause.unread", error=one_line(exc))
-            return True
+        pause = None if last else await fleet.settled(reading)
         if pause is not None:
-            self._paused(pause)
-            result.phase = phase.name
+            self._paused(pause, phase.name)
             return False
         return True
 

@@ -25,6 +25,7 @@ from playguard_async.coordination.client import RedisClient
 from playguard_async.coordination.cycle_end import CycleEnd
 from playguard_async.coordination.keys import RESUME_KEY
 from playguard_async.coordination.outage import RedisOutage
+from playguard_async.coordination.pause import FleetPauseWatch
 from playguard_async.coordination.records import CycleRecords
 from playguard_async.coordination.replicas import ReplicaRoster
 from playguard_async.desired_state.inventory import (
@@ -116,6 +117,9 @@ class Engine:
         )
         self.records = records
         self.ending = CycleEnd(redis, records, settings.redis_socket_timeout)
+        self.fleet_pause = FleetPauseWatch(
+            redis, every=settings.fleet_pause_read_interval, timeout=settings.redis_socket_timeout
+        )
         self.clock: Callable[[], float] = time.time
         """Wall-clock time for maintenance windows; a test injects a fixed one."""
 
