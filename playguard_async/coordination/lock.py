@@ -311,17 +311,17 @@ class Lease:
         except Exception as exc:
             self._log.warning("lock.lost", reason="unreachable", error=repr(exc))
             raise LockLost(self.name, "unreachable") from exc
-        outcome = script_value(answer)
-        if outcome == 1 and isinstance(answer, Unreplicated):
+        if answer == 1:  # an Unreplicated answer is never equal to 1
+            self.deadline = lock.deadline_from(sent)
+            self._log.debug("lock.renewed")
+            return
+        if isinstance(answer, Unreplicated) and answer.value == 1:
             self._log.warning(
                 "lock.lost", reason="unreplicated", acknowledged=answer.acknowledged,
                 wanted=lock.min_replicas,
             )  # fmt: skip
             raise LockLost(self.name, "unreplicated")
-        if outcome == 1:
-            self.deadline = lock.deadline_from(sent)
-            self._log.debug("lock.renewed")
-            return
+        outcome = script_value(answer)
         reason: LossReason = "expired" if outcome == 0 else "stolen"
         self._log.warning("lock.lost", reason=reason)
         raise LockLost(self.name, reason)

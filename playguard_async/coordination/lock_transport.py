@@ -28,7 +28,7 @@ from playguard_async.coordination.client import AcknowledgedCall, RedisClient, r
 from playguard_async.kits.aio import bounded, kept
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ScriptCall:
     """One script call, built once and sent as often as needed (a lease's renewal)."""
 
@@ -105,8 +105,10 @@ class ChannelTransport:
         self, call: ScriptCall, *, not_after: float | None = None, patient: bool = False
     ) -> asyncio.Future[Any]:
         assert call.commands is not None, "prepared by this transport"
-        timeout = None if not_after is not None or patient else self.timeout
-        return self.channel.queue(*call.commands, timeout, not_after=not_after)
+        command, fallback = call.commands
+        if not_after is not None:
+            return self.channel.queue(command, fallback, None, not_after=not_after)
+        return self.channel.queue(command, fallback, None if patient else self.timeout)
 
     def outlasting(self, started: asyncio.Future[Any]) -> Awaitable[Any]:
         return started  # the command goes out anyway; a cancelled waiter only drops the answer
