@@ -102,6 +102,7 @@ class RemoteOptions:
     docker_timeout: float = 120.0
     compose_command: tuple[str, ...] = ("docker", "compose")
     stuck_after: float = 300.0
+    health_grace: float = 5.0
     orphan_grace: float = 600.0
     agent_chat_network: str = "none"
 
