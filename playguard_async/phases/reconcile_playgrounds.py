@@ -290,9 +290,12 @@ class _Running:
         if not drift:
             drift += _config_drift(self.own, await compose.config_hashes())
         if drift:
+            # The listing is stale now (up recreated what differed); the health gate that
+            # follows sees what up left, stuck or not.
             await session.change(
                 f"compose up playground {project.playground} ({'; '.join(drift)})", project.up()
             )
+            return drift
         stuck = await _stuck(session, [c for c in self.own if _service(c) in services])
         if stuck:
             reasons = [f"{service}: {why}" for service, why in sorted(stuck.items())]

@@ -208,8 +208,10 @@ async def test_container_created_but_never_started_is_recreated_once_stuck(edge:
 async def test_container_unhealthy_after_it_was_verified_is_recreated_once_stuck(
     edge: LabEdge,
 ) -> None:
-    original = await brought_up(edge, healthcheck=["CMD", "test", "!", "-e", "/tmp/broken"])
-    breaking = await edge.docker.containers.container(original["Id"]).exec(["touch", "/tmp/broken"])
+    original = await brought_up(edge, healthcheck=["CMD", "/bin/sh", "-c", "! test -e /tmp/broken"])
+    breaking = await edge.docker.containers.container(original["Id"]).exec(
+        ["/bin/sh", "-c", "touch /tmp/broken"]
+    )
     await breaking.start(detach=True)
     await wait_unhealthy(edge.docker, original["Id"])
 
