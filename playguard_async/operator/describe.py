@@ -61,6 +61,7 @@ class MarqueeStory:
         ]
         if self.last.dry_run:
             wrong += [f"drift {name}: {', '.join(why)}" for name, why in self.last.drift.items()]
+        wrong += [f"{name}: {'; '.join(why)}" for name, why in self.last.unhealthy.items()]
         if self.last.outcome not in ("ok", "locked"):
             wrong.insert(0, f"{self.last.outcome}: {self.last.reason or 'no reason recorded'}")
         return wrong

@@ -77,6 +77,7 @@ def findings_text(last: fleet.LastCycle) -> str:
     notes += [f"{drift} {name}: {', '.join(why)}" for name, why in last.drift.items()]
     notes += [f"branch gone: {name} ({branch})" for name, branch in last.branch_gone.items()]
     notes += [f"still failing: {item}" for item in last.failed]
+    notes += [f"{name}: {'; '.join(why)}" for name, why in last.unhealthy.items()]
     return "; ".join(notes) or "none"
 
 

@@ -176,7 +176,8 @@ async def _stop(
 @dataclass
 class _Converged:
     """What converging one running Playground came to: its finding's fields beyond ``state``
-    and ``drift``, its notices, and why it is unhealthy (None when it is not known to be)."""
+    and ``drift``, its notices, and in a few words why it is unhealthy, for the cycle's outcome
+    (None when it is not known to be; the notices carry the details)."""
 
     state: str
     drift: list[str] = field(default_factory=list)
@@ -261,7 +262,7 @@ class _Running:
         reason = "; ".join(f"{service}: {why}" for service, why in health.problems().items())
         result.found["health"] = "unhealthy"
         result.found["unhealthy"] = health.problems()
-        result.unhealthy = f"unhealthy: {reason}"
+        result.unhealthy = "unhealthy"
         result.notices.append(Notice(NoticeKind.UNHEALTHY, project.playground, reason))
         if held or verified:
             # The last good state itself is not healthy now: reported, not undone, and its inputs
@@ -345,7 +346,7 @@ def _say_rolled_back(project: ComposeProject, record: HealthRecord, result: _Con
     words = f"rolled back to {record.last_good.shown()} because {record.failed.reason}"
     result.found["rollback"] = words
     result.notices.append(Notice(NoticeKind.ROLLED_BACK, project.playground, words))
-    result.unhealthy = words
+    result.unhealthy = "rolled back to its last good state"
 
 
 def _held(project: ComposeProject, record: HealthRecord, playspec: Playspec) -> _Converged:
@@ -357,7 +358,9 @@ def _held(project: ComposeProject, record: HealthRecord, playspec: Playspec) -> 
     )
     if playspec.rollback == "auto":
         why += "; no last good state to roll back to"
-    held = _Converged("running", found={"health": "held", "held": why}, unhealthy=why)
+    held = _Converged(
+        "running", found={"health": "held", "held": why}, unhealthy="held back: its inputs failed"
+    )
     held.notices.append(Notice(NoticeKind.UNHEALTHY, project.playground, why))
     return held
 
