@@ -237,7 +237,7 @@ class _Running:
         result = _Converged("running", drift)
         verified = record.last_good is not None and record.last_good.inputs == inputs
         if pinned is not None:
-            _say_rolled_back(project, record, result)
+            _say_rolled_back(project, record, result, now=bool(drift))
         if session.dry_run or not (drift or (not verified and not held)):
             return result
         health, time_up = await wait_healthy(
@@ -330,7 +330,7 @@ class _Running:
             f"compose up playground {project.playground} (roll back to its last good state)",
             project.up(),
         )
-        _say_rolled_back(project, record, result)
+        _say_rolled_back(project, record, result, now=True)
         health, time_up = await wait_healthy(
             session, project, services, timeout=self.playspec.health_timeout
         )
@@ -339,13 +339,18 @@ class _Running:
         )
 
 
-def _say_rolled_back(project: ComposeProject, record: HealthRecord, result: _Converged) -> None:
-    """The finding, notice and outcome of a Playground running its last good state."""
+def _say_rolled_back(
+    project: ComposeProject, record: HealthRecord, result: _Converged, *, now: bool
+) -> None:
+    """The finding, notice and outcome of a Playground running its last good state: the notice
+    is ``rolled_back`` in the cycle that rolled it back (``now``; what the rollback metric
+    counts), ``unhealthy`` in the cycles that keep it there."""
     assert record.last_good is not None
     assert record.failed is not None
     words = f"rolled back to {record.last_good.shown()} because {record.failed.reason}"
     result.found["rollback"] = words
-    result.notices.append(Notice(NoticeKind.ROLLED_BACK, project.playground, words))
+    kind = NoticeKind.ROLLED_BACK if now else NoticeKind.UNHEALTHY
+    result.notices.append(Notice(kind, project.playground, words))
     result.unhealthy = "rolled back to its last good state"
 
 

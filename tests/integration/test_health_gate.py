@@ -134,6 +134,8 @@ async def test_auto_rolls_a_bad_tag_back_to_the_last_good_digest_and_does_not_fl
     assert [run.actions for run in later] == [[], [], []]
     assert (await running(edge.docker))["Id"] == after["Id"]
     assert all(found(run)["rollback"] == found(bad)["rollback"] for run in later)
+    assert all(notices(run, NoticeKind.ROLLED_BACK) == [] for run in later)  # it happened once
+    assert all(notices(run, NoticeKind.UNHEALTHY) == [found(bad)["rollback"]] for run in later)
     assert all(run.report.unhealthy for run in later)  # still held back: the outcome says so
 
     tags.push("bad", healthy=True)
