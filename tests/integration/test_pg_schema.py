@@ -206,3 +206,39 @@ async def test_a_changed_row_notifies_the_marquees_it_concerns(
     await import_inventory(connection, write_inventory(tmp_path, full_document()))
     names = await notified_by(postgres, connection, statement)
     assert names == marquees
+
+
+PLAYSPEC_HEALTH_REFUSED = {
+    "unknown-policy": ("rollback", "sometimes"),
+    "empty-policy": ("rollback", ""),
+    "zero-timeout": ("health_timeout", 0.0),
+    "negative-timeout": ("health_timeout", -1.0),
+    "timeout-past-an-hour": ("health_timeout", 3600.5),
+    "nan-timeout": ("health_timeout", float("nan")),
+    "infinite-timeout": ("health_timeout", float("inf")),
+}
+"""Values of the Playspec's health fields the model refuses: migration 0006 refuses them too
+(NaN and infinity compare above any bound in PostgreSQL)."""
+
+
+@pytest.mark.parametrize("case", sorted(PLAYSPEC_HEALTH_REFUSED))
+async def test_playspec_health_fields_the_model_refuses_the_database_refuses(
+    connection: asyncpg.Connection, case: str
+) -> None:
+    await migrate(connection)
+    column, value = PLAYSPEC_HEALTH_REFUSED[case]
+    with pytest.raises(asyncpg.CheckViolationError):
+        await connection.execute(
+            f"INSERT INTO playspecs (name, repo, {column}) VALUES ('web', 'https://x/web.git', $1)",
+            value,
+        )
+
+
+async def test_playspec_without_health_fields_reads_the_models_defaults(
+    connection: asyncpg.Connection,
+) -> None:
+    await migrate(connection)
+    await connection.execute("INSERT INTO playspecs (name, repo) VALUES ('web', 'https://x/w.git')")
+    row = await connection.fetchrow("SELECT rollback, health_timeout FROM playspecs")
+    assert row is not None
+    assert dict(row) == {"rollback": "notify", "health_timeout": 60.0}
