@@ -234,7 +234,7 @@ class _Running:
             project.marquee.name, project.playground, services, pinned.images if pinned else None
         )
         drift = await self._bring_up(services, override)
-        result = _Converged("running", drift)
+        result = _Converged("running", drift, found=_last_good_of(record))
         verified = record.last_good is not None and record.last_good.inputs == inputs
         if pinned is not None:
             _say_rolled_back(project, record, result, now=bool(drift))
@@ -364,10 +364,18 @@ def _held(project: ComposeProject, record: HealthRecord, playspec: Playspec) -> 
     if playspec.rollback == "auto":
         why += "; no last good state to roll back to"
     held = _Converged(
-        "running", found={"health": "held", "held": why}, unhealthy="held back: its inputs failed"
+        "running",
+        found={**_last_good_of(record), "health": "held", "held": why},
+        unhealthy="held back: its inputs failed",
     )
     held.notices.append(Notice(NoticeKind.UNHEALTHY, project.playground, why))
     return held
+
+
+def _last_good_of(record: HealthRecord) -> dict[str, str]:
+    """The finding of the Playground's last good state, in every cycle (``describe`` shows the
+    last cycle's)."""
+    return {} if record.last_good is None else {"last_good": record.last_good.shown()}
 
 
 async def _running_images(session: RemoteSession, health: PlaygroundHealth) -> dict[str, str]:

@@ -85,7 +85,12 @@ async def test_fresh_playground_comes_up_with_our_labels_then_costs_nothing(edge
         our_labels("edge-1", playground="web-main").items() <= container["Config"]["Labels"].items()
     )
     assert second.actions == []
-    assert findings(second) == {"state": "running", "drift": [], "actions": []}
+    assert findings(second) == {
+        "state": "running",
+        "drift": [],
+        "actions": [],
+        "last_good": findings(first)["last_good"],
+    }
 
 
 async def test_killed_container_is_brought_back(edge: LabEdge) -> None:
