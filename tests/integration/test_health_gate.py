@@ -171,6 +171,32 @@ async def test_notify_leaves_the_bad_playground_and_reports_it_without_recreatin
     assert all(run.report.unhealthy for run in [bad, *later])
 
 
+async def test_a_rollback_cut_after_the_failure_was_recorded_is_finished_by_the_next_cycle(
+    edge: LabEdge, tags: Tags
+) -> None:
+    """A lease lost between the record of the failed inputs and the rollback's ``up`` leaves the
+    host as a ``notify`` cycle does: the next ``auto`` cycle pins the last good state and
+    verifies it, and the one after has nothing to do."""
+    use_policy(edge, tags, "notify")
+    branch = on_tag(edge, tags, "good")
+    await cycle(edge)
+    good_digest = await digest_of(edge.docker, tags.ref("good"))
+    on_tag(edge, tags, "bad", branch)
+    await cycle(edge)
+    use_policy(edge, tags, "auto")
+
+    finished = await cycle(edge)
+    after = await cycle(edge)
+
+    assert finished.actions[-1] == ("compose up playground web-main (override changed)")
+    assert found(finished)["health"] == "healthy"
+    assert notices(finished, NoticeKind.ROLLED_BACK) == [found(finished)["rollback"]]
+    assert found(finished)["rollback"].startswith(f"rolled back to app={good_digest} because ")
+    assert (await running(edge.docker))["Config"]["Image"] == good_digest
+    assert after.actions == []
+    assert notices(after, NoticeKind.ROLLED_BACK) == []
+
+
 async def test_off_reports_the_unhealthy_playground_but_leaves_the_outcome_alone(
     edge: LabEdge, tags: Tags
 ) -> None:
