@@ -15,8 +15,8 @@ The input set is what the desired state makes of a Playground: its compose file,
 override as the host has them, and the ID of the image behind each of its Playspec's image
 references (so a tag pushed again counts as a change).
 
-The file is host output like any other: read bounded, and one that is not of the written form
-reads as no record (the next healthy state writes a good one).
+The file is host output like any other: what the session keeps of it is capped, and one that is
+not of the written form reads as no record (the next healthy state writes a good one).
 """
 
 from __future__ import annotations
@@ -30,17 +30,15 @@ from typing import Any
 from playguard_async.remote.guard import state_dir
 from playguard_async.remote.ssh import RemoteSession
 
-RECORD_LIMIT = 64 * 1024
-"""Bytes of a record file read at most; a real one is well under a kilobyte."""
-
 # $1 state directory ("~/..." is the SSH user's home), then the Playgrounds. One line per record
-# that exists: "<playground> <file's first RECORD_LIMIT bytes, newlines removed>".
-_READ_SCRIPT = f"""
+# that exists: "<playground> <the file's first line>" (a record is one line). Shell builtins only:
+# no process per Playground. The session caps what it keeps of the output.
+_READ_SCRIPT = """
 d=$1; shift
-case $d in "~/"*) d=$HOME/${{d#"~/"}} ;; esac
+case $d in "~/"*) d=$HOME/${d#"~/"} ;; esac
 for p; do
     f="$d/playgrounds/$p.json"
-    if [ -f "$f" ]; then printf '%s ' "$p"; head -c {RECORD_LIMIT} -- "$f" | tr -d '\\n'; echo; fi
+    if [ -f "$f" ] && IFS= read -r line <"$f"; then printf '%s %s\\n' "$p" "$line"; fi
 done
 exit 0
 """
