@@ -10,6 +10,7 @@ import asyncpg
 import pytest
 
 from playguard_async.desired_state.inventory import InventoryError
+from playguard_async.desired_state.postgres import read_snapshot, validate_snapshot
 from playguard_async.desired_state.schema import migrate, schema_version, shipped_migrations
 from playguard_async.desired_state.transfer import ImportRefused, export_inventory, import_inventory
 from tests.support.pg_inventory import by_name, full_document, load_yaml, write_inventory
@@ -229,7 +230,8 @@ async def test_playspec_health_fields_the_model_refuses_the_database_refuses(
     column, value = PLAYSPEC_HEALTH_REFUSED[case]
     with pytest.raises(asyncpg.CheckViolationError):
         await connection.execute(
-            f"INSERT INTO playspecs (name, repo, {column}) VALUES ('web', 'https://x/web.git', $1)",
+            f"INSERT INTO playguard.playspecs (name, repo, {column}) "
+            "VALUES ('web', 'https://x/web.git', $1)",
             value,
         )
 
@@ -238,7 +240,38 @@ async def test_playspec_without_health_fields_reads_the_models_defaults(
     connection: asyncpg.Connection,
 ) -> None:
     await migrate(connection)
-    await connection.execute("INSERT INTO playspecs (name, repo) VALUES ('web', 'https://x/w.git')")
-    row = await connection.fetchrow("SELECT rollback, health_timeout FROM playspecs")
+    await connection.execute(
+        "INSERT INTO playguard.playspecs (name, repo) VALUES ('web', 'https://x/w.git')"
+    )
+    row = await connection.fetchrow("SELECT rollback, health_timeout FROM playguard.playspecs")
     assert row is not None
     assert dict(row) == {"rollback": "notify", "health_timeout": 60.0}
+
+
+PLAYSPECS_VIEW = """
+ALTER TABLE playguard.playspecs RENAME TO app_specs;
+CREATE VIEW playguard.playspecs AS
+SELECT name, repo, compose_file, images, registry FROM playguard.app_specs;
+"""
+"""A view over the application's rows written before the health fields existed."""
+
+
+async def test_a_playspecs_view_without_the_health_fields_reads_their_defaults_and_0006_spares_it(
+    connection: asyncpg.Connection,
+) -> None:
+    await migrate(connection)
+    await connection.execute(
+        "INSERT INTO playguard.playspecs (name, repo, rollback, health_timeout) "
+        "VALUES ('web', 'https://x/w.git', 'auto', 5)"
+    )
+    await connection.execute(PLAYSPECS_VIEW)
+    # As if the view had been made before 0006 was shipped: 0006 runs against it.
+    await connection.execute("DELETE FROM playguard.schema_version WHERE version = 6")
+
+    applied = await migrate(connection)
+    snapshot = await read_snapshot(connection)
+    [playspec] = validate_snapshot(snapshot.rows, broken=snapshot.broken).inventory.playspecs
+
+    assert [migration.version for migration in applied] == [6]
+    assert snapshot.broken == {}
+    assert (playspec.rollback, playspec.health_timeout) == ("notify", 60.0)
