@@ -275,3 +275,20 @@ async def test_a_playspecs_view_without_the_health_fields_reads_their_defaults_a
     assert [migration.version for migration in applied] == [6]
     assert snapshot.broken == {}
     assert (playspec.rollback, playspec.health_timeout) == ("notify", 60.0)
+
+
+async def test_playspec_health_fields_import_and_export_back_equal(
+    connection: asyncpg.Connection, tmp_path: Path
+) -> None:
+    await migrate(connection)
+    document = full_document()
+    document["playspecs"][0].update(rollback="auto", health_timeout=12.5)
+    original = await load_yaml(write_inventory(tmp_path, document))
+
+    await import_inventory(connection, write_inventory(tmp_path, document))
+    exported = write_inventory(tmp_path, {}, "exported.yaml")
+    exported.write_text(await export_inventory(connection), encoding="utf-8")
+
+    back = await load_yaml(exported)
+    assert back == by_name(original)
+    assert (back.playspecs[1].rollback, back.playspecs[1].health_timeout) == ("auto", 12.5)

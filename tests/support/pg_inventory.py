@@ -39,8 +39,6 @@ def full_document(marquees: int = 3, *, command: list[str] | None = None) -> dic
                 "repo": "https://git.example.com/shop.git",
                 "images": ["shop:1"],
                 "registry": "lab",
-                "rollback": "auto",
-                "health_timeout": 12.5,
             },
             {"name": "blog", "repo": "git@example.com:blog.git", "compose_file": "deploy/c.yaml"},
         ],
