@@ -7,8 +7,16 @@ differs from the one compose computes now for the checkout and the override; the
 asked for when nothing else already calls for ``up``. A container stuck (created but not
 started, restarting, or unhealthy) for longer than ``stuck_after`` is recreated on its own. A
 converged Marquee costs reads only, and a constant number of them: the listing, one read of all
-its Playgrounds' files and one of its images (``remote.host_state``); compose is asked for the
-service names and hashes only when what they depend on changed (``ComposeState``).
+its Playgrounds' files, one of its images (``remote.host_state``) and one of their health
+records (``remote.last_good``); compose is asked for the service names and hashes only when what
+they depend on changed (``ComposeState``).
+
+A change is done when it is healthy: after ``up``, the health gate (``remote.health``) waits for
+every service to be healthy by Docker's word, within the Playspec's ``health_timeout`` and the
+lease. A Playground verified healthy has its inputs recorded as its last good state; one that is
+not is reported ``unhealthy``, its inputs are remembered as failed and not tried again until they
+change, and under ``rollback: auto`` it is recreated from its last good state by digest
+(``_Running``; README "Healthy, not just started").
 
 An expired playground is taken down with its volumes and nothing else is done for it; a stopped
 one (or a running one whose branch is gone and that asks to be stopped then, as fetch_branches
@@ -25,7 +33,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from playguard_async.cycle_record import NoticeKind
-from playguard_async.desired_state.inventory import InventoryError, Playground, Playspec
+from playguard_async.desired_state.inventory import (
+    InventoryError,
+    Playground,
+    Playspec,
+    Registry,
+)
 from playguard_async.phases.protocol import Notice, PhaseReport
 from playguard_async.phases.toolkit import (
     Container,
@@ -106,7 +119,7 @@ class ReconcilePlaygrounds:
                 playspec = ctx.inventory.playspec_of(playground)
                 running = _Running(
                     session, project, own, states[playground.name], playspec,
-                    _secrets(ctx, playspec),
+                    ctx.inventory.registry_of(playspec),
                 )  # fmt: skip
                 converged = await running.converge(records)
                 state, drift, found = converged.state, converged.drift, converged.found
@@ -124,10 +137,10 @@ class ReconcilePlaygrounds:
         return report
 
 
-def _secrets(ctx: CycleContext, playspec: Playspec) -> list[str]:
+def _secrets(registry: Registry | None) -> list[str]:
     """What must not appear in a health log line shown: the password of the Playspec's
-    registry (a service may well print the credentials it was started with)."""
-    registry = ctx.inventory.registry_of(playspec)
+    registry (a service may well print the credentials it was started with). Read only when a
+    health gate runs: a converged cycle reads no password file."""
     if registry is None:
         return []
     try:
@@ -206,7 +219,7 @@ class _Running:
     own: list[Container]
     compose: ComposeState
     playspec: Playspec
-    secrets: list[str]
+    registry: Registry | None
 
     async def converge(self, records: _Records) -> _Converged:
         """Bring the Playground to its desired state, then through the health gate.
@@ -241,7 +254,11 @@ class _Running:
         if session.dry_run or not (drift or (not verified and not held)):
             return result
         health, time_up = await wait_healthy(
-            session, project, services, timeout=playspec.health_timeout, secrets=self.secrets
+            session,
+            project,
+            services,
+            timeout=playspec.health_timeout,
+            secrets=_secrets(self.registry),
         )
         if health.healthy:
             result.found["health"] = "healthy"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import aiodocker
@@ -16,6 +17,7 @@ from playguard_async.cycle_record import NoticeKind
 from playguard_async.phases.pull_images import pull_images
 from playguard_async.phases.reconcile_playgrounds import reconcile_playgrounds
 from playguard_async.phases.sync_git import sync_git
+from playguard_async.remote.last_good import HealthRecord
 from playguard_lab import DockerDaemon, RegistryServer, build_busybox_image, push_image
 from tests.support.edge import LabEdge
 from tests.support.playgrounds import compose_yaml, project_containers, set_playground
@@ -239,6 +241,34 @@ async def test_service_without_healthcheck_is_healthy_once_running_for_health_gr
     assert found(run)["health"] == health
     if health == "unhealthy":
         assert found(run)["unhealthy"]["app"].startswith("starting: running ")
+
+
+HOSTILE_RECORDS = {
+    "not-json": b"{{{ not json\n",
+    "binary": b"\x00\xff\xfe\x1b[31m\n",
+    "wrong-shape": b'{"last_good": {"inputs": 1}, "failed": []}\n',
+    "huge-line": b'{"failed": {"inputs": "' + b"f" * 2_000_000 + b'", "reason": "x"}}\n',
+    "empty": b"",
+}
+"""A health record file on the host that playguard did not write as it is."""
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE_RECORDS))
+async def test_a_record_file_not_of_the_written_form_reads_as_none_and_is_rewritten(
+    edge: LabEdge, tags: Tags, case: str
+) -> None:
+    use_policy(edge, tags, "auto")
+    on_tag(edge, tags, "good")
+    first = await cycle(edge)
+    record = Path(edge.world.data["marquees"][0]["state_dir"]) / "playgrounds" / "web-main.json"
+    record.write_bytes(HOSTILE_RECORDS[case])
+
+    run = await cycle(edge)
+
+    assert found(run)["health"] == "healthy"  # not verified any more: the gate ran again
+    assert found(run)["last_good"] == found(first)["last_good"]
+    assert run.actions == ["record the health of playground web-main"]
+    assert HealthRecord.parse(record.read_text()).last_good is not None
 
 
 HOSTILE_OUTPUT = {
