@@ -250,7 +250,7 @@ class _Running:
         result = _Converged("running", drift, found=_last_good_of(record))
         verified = record.last_good is not None and record.last_good.inputs == inputs
         if pinned is not None:
-            _say_rolled_back(project, record, result, now=bool(drift))
+            _say_rolled_back(project, record, result, now=bool(drift) and not session.dry_run)
         if session.dry_run or not (drift or (not verified and not held)):
             return result
         health, time_up = await wait_healthy(
