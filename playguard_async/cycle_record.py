@@ -25,6 +25,12 @@ class NoticeKind(enum.StrEnum):
     """A playground's branch is gone from its repo; the detail names the branch."""
     FAILED = "failed"
     """An item of the phase (a registry, an image, a chat) failed; the detail is the error."""
+    UNHEALTHY = "unhealthy"
+    """A playground is not healthy, or runs held back from inputs that were not; the detail
+    names the services and their last health log line."""
+    ROLLED_BACK = "rolled_back"
+    """A playground was rolled back to its last good state: ``rolled back to <digests>
+    because <reason>``."""
 
 
 class NoticeRecord(TypedDict):

@@ -45,7 +45,12 @@ from playguard_async.desired_state.inventory import (
     _reason,
     _shown_value,
 )
-from playguard_async.desired_state.mapping import CATALOG_QUERY, check_relations, expected_columns
+from playguard_async.desired_state.mapping import (
+    CATALOG_QUERY,
+    check_relations,
+    expected_columns,
+    present_columns,
+)
 from playguard_async.desired_state.observed_state import ObservedStateWriter
 from playguard_async.desired_state.pg import (
     DEFAULT_SCHEMA,
@@ -71,6 +76,8 @@ class Table:
     model: type[BaseModel]
     keys: tuple[str, ...]
     """The columns that say which Marquees a row concerns: its name and its references."""
+    optional: tuple[str, ...] = ()
+    """Columns a relation may lack, read as the model's default (fields added after 0004)."""
 
     @property
     def columns(self) -> list[str]:
@@ -92,13 +99,13 @@ class Table:
 TABLES = (
     Table("marquees", "marquees", Marquee, ("name",)),
     Table("registries", "registries", Registry, ("name",)),
-    Table("playspecs", "playspecs", Playspec, ("name", "registry")),
+    Table("playspecs", "playspecs", Playspec, ("name", "registry"), ("rollback", "health_timeout")),
     Table("playgrounds", "playgrounds", Playground, ("name", "playspec", "marquee")),
     Table("agent_chats", "agent_chats", AgentChat, ("name", "playground")),
 )
 """In reference order: a relation only refers to relations before it."""
 
-EXPECTED_COLUMNS = {table.name: expected_columns(table.model) for table in TABLES}
+EXPECTED_COLUMNS = {table.name: expected_columns(table.model, table.optional) for table in TABLES}
 KEY_COLUMNS = {table.name: table.keys for table in TABLES}
 
 Rows = dict[str, list[dict[str, Any]]]
@@ -182,6 +189,7 @@ async def _read_once(
     async with connection.transaction(isolation="repeatable_read", readonly=True):
         catalog = await connection.fetch(CATALOG_QUERY, schema, [t.name for t in TABLES])
         checks = check_relations(schema, EXPECTED_COLUMNS, KEY_COLUMNS, catalog)
+        present = present_columns(catalog)
         records, broken = [], {}
         for table in TABLES:
             where = f"{schema}.{table.name}"
@@ -189,7 +197,9 @@ async def _read_once(
             problems = [*(check.problems if check else ()), *failed.get(table.name, ())]
             if not problems:
                 try:
-                    records.append(await connection.fetch(table.select(schema)))
+                    there = present.get(table.name, set())
+                    columns = [c for c in table.columns if c not in table.optional or c in there]
+                    records.append(await connection.fetch(table.select(schema, columns)))
                 except Exception as exc:
                     if not _view_error(exc):
                         raise
