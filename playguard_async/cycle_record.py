@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterator, Mapping
-from typing import Any, TypedDict, TypeVar
+from typing import Any, TypedDict, TypeGuard, TypeVar
 
 
 class NoticeKind(enum.StrEnum):
@@ -89,10 +89,10 @@ def seconds(value: object) -> float:
     """A finite, non-negative number of seconds (JSON has no NaN, but Python's json reads one)."""
     if not is_seconds(value):
         raise ValueError(f"not a time: {value!r}")
-    return float(value)  # type: ignore[arg-type]
+    return float(value)
 
 
-def is_seconds(value: object) -> bool:
+def is_seconds(value: object) -> TypeGuard[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value < 1e12
 
 
