@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterator, Mapping
-from typing import Any, TypedDict, TypeVar
+from typing import Any, TypedDict, TypeGuard, TypeVar
 
 
 class NoticeKind(enum.StrEnum):
@@ -25,6 +25,12 @@ class NoticeKind(enum.StrEnum):
     """A playground's branch is gone from its repo; the detail names the branch."""
     FAILED = "failed"
     """An item of the phase (a registry, an image, a chat) failed; the detail is the error."""
+    UNHEALTHY = "unhealthy"
+    """A playground is not healthy, or runs held back from inputs that were not; the detail
+    names the services and their last health log line."""
+    ROLLED_BACK = "rolled_back"
+    """A playground was rolled back to its last good state: ``rolled back to <digests>
+    because <reason>``."""
 
 
 class NoticeRecord(TypedDict):
@@ -83,10 +89,10 @@ def seconds(value: object) -> float:
     """A finite, non-negative number of seconds (JSON has no NaN, but Python's json reads one)."""
     if not is_seconds(value):
         raise ValueError(f"not a time: {value!r}")
-    return float(value)  # type: ignore[arg-type]
+    return float(value)
 
 
-def is_seconds(value: object) -> bool:
+def is_seconds(value: object) -> TypeGuard[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value < 1e12
 
 

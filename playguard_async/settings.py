@@ -276,6 +276,12 @@ class Settings(BaseSettings):
         description="Seconds a container may stay restarting, created or unhealthy before it "
         "is recreated.",
     )
+    health_grace: float = _seconds(
+        5.0,
+        zero=True,
+        description="Seconds a service without a healthcheck must have been running to count "
+        "as healthy after its Playground was (re)created.",
+    )
     orphan_grace: float = _seconds(
         600.0, zero=True, description="Seconds an orphaned container of ours lives before removal."
     )

@@ -54,13 +54,19 @@ def _busybox_rootfs_tar(busybox: Path) -> bytes:
     return buffer.getvalue()
 
 
-def build_busybox_image(docker: DockerDaemon, tag: str) -> None:
+def build_busybox_image(
+    docker: DockerDaemon, tag: str, *, env: dict[str, str] | None = None
+) -> None:
     """A runnable image made on this machine from busybox-static: the lab pulls nothing from
-    outside."""
+    outside. ``env`` sets variables in the image's config, which makes images that differ
+    (one a healthcheck passes on, one it fails on) from the same files."""
     busybox = Path(find_binary("busybox", "busybox-static"))
     if not _is_static_executable(busybox):
         raise MissingBinary(str(busybox), "busybox-static", "is dynamically linked")
-    docker.cli("import", "--change", 'CMD ["sh"]', "-", tag, stdin=_busybox_rootfs_tar(busybox))
+    changes = ["--change", 'CMD ["sh"]']
+    for name, value in sorted((env or {}).items()):
+        changes += ["--change", f"ENV {name}={value}"]
+    docker.cli("import", *changes, "-", tag, stdin=_busybox_rootfs_tar(busybox))
 
 
 def push_image(

@@ -362,6 +362,10 @@ class Lease:
         except Exception as exc:
             self._log.warning("lock.lost", reason="unreachable", error=repr(exc))
             raise LockLost(self.name, "unreachable") from exc
+        if answer == 1:  # an Unreplicated answer is never equal to 1
+            self.deadline = lock.deadline_from(sent)
+            self._log.debug("lock.renewed")
+            return
         outcome = script_value(answer)
         renewed = outcome == 1 or _is_pause(outcome)
         if renewed and isinstance(answer, Unreplicated):
@@ -373,9 +377,7 @@ class Lease:
         if renewed:
             self.deadline = lock.deadline_from(sent)
             self._log.debug("lock.renewed")
-            if outcome != 1:
-                raise LockPaused(self.name, outcome)
-            return
+            raise LockPaused(self.name, outcome)
         reason: LossReason = "expired" if outcome == 0 else "stolen"
         self._log.warning("lock.lost", reason=reason)
         raise LockLost(self.name, reason)

@@ -28,7 +28,7 @@ from playguard_async.coordination.client import AcknowledgedCall, RedisClient, r
 from playguard_async.kits.aio import bounded, kept
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ScriptCall:
     """One script call, built once and sent as often as needed (a lease's renewal)."""
 
@@ -38,7 +38,7 @@ class ScriptCall:
     replicated: bool
     """A write that counts only once ``lock_min_replicas`` replicas have it."""
     commands: tuple[Command, Command] | None = None
-    """The EVALSHA and its EVAL fallback, packed for the channel."""
+    """The EVALSHA and its EVAL fallback, packed by the channel on first use."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,43 +82,12 @@ class LockTransport(Protocol):
         ...
 
 
-class ChannelTransport:
-    """Calls on the client's command channel, each bounded by the channel's own timer."""
+class _Transport:
+    """What every transport shares: a call is prepared as its parts; the lock's timeout."""
 
-    __slots__ = ("channel", "timeout")
+    __slots__ = ("timeout",)
 
-    def __init__(self, redis: ChannelledRedis, timeout: float) -> None:
-        self.channel = redis.channel
-        self.timeout = timeout
-
-    def prepare(
-        self,
-        script: AsyncScript,
-        keys: Sequence[str],
-        args: Sequence[str | int | bytes],
-        *,
-        replicated: bool = False,
-    ) -> ScriptCall:
-        return ScriptCall(script, keys, args, replicated, script_command(script, keys, args))
-
-    def call(
-        self, call: ScriptCall, *, not_after: float | None = None, patient: bool = False
-    ) -> asyncio.Future[Any]:
-        assert call.commands is not None, "prepared by this transport"
-        timeout = None if not_after is not None or patient else self.timeout
-        return self.channel.queue(*call.commands, timeout, not_after=not_after)
-
-    def outlasting(self, started: asyncio.Future[Any]) -> Awaitable[Any]:
-        return started  # the command goes out anyway; a cancelled waiter only drops the answer
-
-
-class PoolTransport:
-    """Calls on pool connections (a Cluster's node for the key), each in a kept task."""
-
-    __slots__ = ("redis", "timeout")
-
-    def __init__(self, redis: RedisClient, timeout: float) -> None:
-        self.redis = redis
+    def __init__(self, timeout: float) -> None:
         self.timeout = timeout
 
     def prepare(
@@ -130,6 +99,40 @@ class PoolTransport:
         replicated: bool = False,
     ) -> ScriptCall:
         return ScriptCall(script, keys, args, replicated)
+
+
+class ChannelTransport(_Transport):
+    """Calls on the client's command channel, each bounded by the channel's own timer."""
+
+    __slots__ = ("channel",)
+
+    def __init__(self, redis: ChannelledRedis, timeout: float) -> None:
+        super().__init__(timeout)
+        self.channel = redis.channel
+
+    def call(
+        self, call: ScriptCall, *, not_after: float | None = None, patient: bool = False
+    ) -> asyncio.Future[Any]:
+        commands = call.commands
+        if commands is None:  # packed once per prepared call: a lease's renewals reuse it
+            commands = call.commands = script_command(call.script, call.keys, call.args)
+        command, fallback = commands
+        if not_after is not None:
+            return self.channel.queue(command, fallback, None, not_after=not_after)
+        return self.channel.queue(command, fallback, None if patient else self.timeout)
+
+    def outlasting(self, started: asyncio.Future[Any]) -> Awaitable[Any]:
+        return started  # the command goes out anyway; a cancelled waiter only drops the answer
+
+
+class PoolTransport(_Transport):
+    """Calls on pool connections (a Cluster's node for the key), each in a kept task."""
+
+    __slots__ = ("redis",)
+
+    def __init__(self, redis: RedisClient, timeout: float) -> None:
+        super().__init__(timeout)
+        self.redis = redis
 
     def call(
         self, call: ScriptCall, *, not_after: float | None = None, patient: bool = False

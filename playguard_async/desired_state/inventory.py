@@ -369,13 +369,22 @@ class Registry(_Named):
         return SecretStr(value)
 
 
+HEALTH_TIMEOUT_MAX = 3600.0
+"""Seconds a Playspec's ``health_timeout`` may be at most: the wait happens inside a lease."""
+
+
 class Playspec(_Named):
-    """What a playground runs: a repo with a compose file, and the images it pulls."""
+    """What a playground runs: a repo with a compose file, and the images it pulls; how long a
+    (re)created Playground may take to become healthy, and what is done when it does not
+    (``rollback``: ``off`` reports, ``notify`` reports and notifies once, ``auto`` also goes back
+    to the last good state)."""
 
     repo: GitUrl
     compose_file: RepoRelativePath = "compose.yaml"
     images: list[ImageReference] = Field(default_factory=list)
     registry: Name | None = None
+    rollback: Literal["off", "notify", "auto"] = "notify"
+    health_timeout: Annotated[float, Field(gt=0, le=HEALTH_TIMEOUT_MAX, allow_inf_nan=False)] = 60.0
 
 
 class Playground(_Named):

@@ -10,8 +10,8 @@ column (``playguard.playgrounds: column branch missing``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from types import NoneType, UnionType
@@ -31,6 +31,9 @@ class Kind:
     """``format_type`` names accepted (when the category alone is too wide)."""
     element_categories: frozenset[str] = frozenset()
     """For arrays: the element type's category."""
+    optional: bool = False
+    """A column a relation may lack (the model's default then applies): one added to a model
+    after views over the application's tables may have been written without it."""
 
     def accepts(self, column: Mapping[str, Any]) -> bool:
         if self.types:
@@ -51,6 +54,7 @@ TIMESTAMP = Kind(
     types=frozenset({"timestamp with time zone"}),
 )
 TEXT_ARRAY = Kind("text[] (an array of text or varchar)", element_categories=frozenset("S"))
+NUMBER = Kind("a number (double precision, real, numeric, an integer)", categories=frozenset("N"))
 
 
 def kind_of(annotation: Any) -> Kind:
@@ -69,13 +73,31 @@ def kind_of(annotation: Any) -> Kind:
         return BOOLEAN
     if annotation is int:
         return INTEGER
+    if annotation is float:
+        return NUMBER
     if annotation in (AwareDatetime, datetime):
         return TIMESTAMP
     raise TypeError(f"no column kind for {annotation!r}")
 
 
-def expected_columns(model: type[BaseModel]) -> dict[str, Kind]:
-    return {name: kind_of(info.annotation) for name, info in model.model_fields.items()}
+def expected_columns(model: type[BaseModel], optional: Collection[str] = ()) -> dict[str, Kind]:
+    """Column -> its kind, for each of the model's fields; those in ``optional`` may be absent."""
+    return {
+        name: replace(kind_of(info.annotation), optional=True)
+        if name in optional
+        else kind_of(info.annotation)
+        for name, info in model.model_fields.items()
+    }
+
+
+def present_columns(catalog: Iterable[Mapping[str, Any]]) -> dict[str, set[str]]:
+    """Relation -> the columns it has, from ``CATALOG_QUERY``'s rows."""
+    found: dict[str, set[str]] = {}
+    for row in catalog:
+        columns = found.setdefault(row["relation"], set())
+        if row["column"] is not None:
+            columns.add(row["column"])
+    return found
 
 
 CATALOG_QUERY = """
@@ -126,6 +148,8 @@ def check_relations(
         problems, bad = [], set()
         for column, kind in wanted.items():
             there = found[relation].get(column)
+            if there is None and kind.optional:
+                continue
             if there is None:
                 problems.append(f"{name}: column {column} missing")
             elif not kind.accepts(there):

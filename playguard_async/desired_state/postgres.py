@@ -46,7 +46,12 @@ from playguard_async.desired_state.inventory import (
     _reason,
     _shown_value,
 )
-from playguard_async.desired_state.mapping import CATALOG_QUERY, check_relations, expected_columns
+from playguard_async.desired_state.mapping import (
+    CATALOG_QUERY,
+    check_relations,
+    expected_columns,
+    present_columns,
+)
 from playguard_async.desired_state.observed_state import ObservedStateWriter
 from playguard_async.desired_state.pg import (
     DEFAULT_SCHEMA,
@@ -73,6 +78,8 @@ class Table:
     model: type[BaseModel]
     keys: tuple[str, ...]
     """The columns that say which Marquees a row concerns: its name and its references."""
+    optional: tuple[str, ...] = ()
+    """Columns a relation may lack, read as the model's default (fields added after 0004)."""
     elsewhere: tuple[str, ...] = ()
     """Fields of the model kept in a table of playguard's own, not in this relation (which may
     be the application's view): a Marquee's steering (``STEERING``)."""
@@ -116,7 +123,7 @@ STEERING = Table("marquee_steering", "marquees", MarqueeSteering, ("name",))
 TABLES = (
     Table("marquees", "marquees", Marquee, ("name",), elsewhere=STEERED),
     Table("registries", "registries", Registry, ("name",)),
-    Table("playspecs", "playspecs", Playspec, ("name", "registry")),
+    Table("playspecs", "playspecs", Playspec, ("name", "registry"), ("rollback", "health_timeout")),
     Table("playgrounds", "playgrounds", Playground, ("name", "playspec", "marquee")),
     Table("agent_chats", "agent_chats", AgentChat, ("name", "playground")),
 )
@@ -125,7 +132,7 @@ TABLES = (
 EXPECTED_COLUMNS = {
     table.name: {
         column: kind
-        for column, kind in expected_columns(table.model).items()
+        for column, kind in expected_columns(table.model, table.optional).items()
         if column in table.columns
     }
     for table in TABLES
@@ -225,6 +232,7 @@ async def _read_once(
     async with connection.transaction(isolation="repeatable_read", readonly=True):
         catalog = await connection.fetch(CATALOG_QUERY, schema, [t.name for t in TABLES])
         checks = check_relations(schema, EXPECTED_COLUMNS, KEY_COLUMNS, catalog)
+        present = present_columns(catalog)
         records, broken = [], {}
         for table in TABLES:
             where = f"{schema}.{table.name}"
@@ -232,7 +240,9 @@ async def _read_once(
             problems = [*(check.problems if check else ()), *failed.get(table.name, ())]
             if not problems:
                 try:
-                    records.append(await connection.fetch(table.select(schema)))
+                    there = present.get(table.name, set())
+                    columns = [c for c in table.columns if c not in table.optional or c in there]
+                    records.append(await connection.fetch(table.select(schema, columns)))
                 except Exception as exc:
                     if not _view_error(exc):
                         raise

@@ -18,6 +18,7 @@ import asyncpg
 import yaml
 
 from playguard_async.desired_state.inventory import Inventory, InventoryError, YamlInventorySource
+from playguard_async.desired_state.mapping import CATALOG_QUERY, present_columns
 from playguard_async.desired_state.pg import DEFAULT_SCHEMA, qualified
 from playguard_async.desired_state.postgres import (
     STEERING,
@@ -78,8 +79,13 @@ async def import_inventory(
                         f"{path}: table {table.name} is not empty; nothing imported "
                         "(--replace replaces the database's desired state)"
                     )
+        catalog = await connection.fetch(CATALOG_QUERY, schema, [t.name for t in tables])
+        present = present_columns(catalog)
         for table in tables:
-            await _copy(connection, path, table, rows[table.name], schema)
+            columns = _writable(path, table, rows[table.name], present.get(table.name, set()))
+            kept = [table.columns.index(column) for column in columns]
+            table_rows = [tuple(row[index] for index in kept) for row in rows[table.name]]
+            await _copy(connection, path, table, table_rows, schema, columns=columns)
     return {table.name: len(rows[table.name]) for table in TABLES}
 
 
@@ -96,39 +102,71 @@ async def _written(
     return (*TABLES, STEERING) if steered or exists else TABLES
 
 
+def _writable(
+    path: Path, table: Table, rows: list[tuple[Any, ...]], present: set[str]
+) -> list[str]:
+    """The table's columns to write: all but the optional ones a table of a schema not
+    migrated to them lacks, which the file must then leave at their default."""
+    columns = []
+    for position, column in enumerate(table.columns):
+        if column in table.optional and column not in present:
+            default = table.model.model_fields[column].default
+            for index, row in enumerate(rows):
+                if row[position] != default:
+                    raise ImportRefused(
+                        f"{path}: {table.field}[{index}].{column}: the table has no column "
+                        f"{column} (run `playguard db migrate`); nothing imported"
+                    )
+            continue
+        columns.append(column)
+    return columns
+
+
 async def _copy(
     connection: asyncpg.Connection,
     path: Path,
     table: Table,
     rows: list[tuple[Any, ...]],
     schema: str,
+    *,
+    columns: list[str],
 ) -> None:
     """COPY the rows in; when the database refuses one, find which and name it."""
     try:
         async with connection.transaction():  # a savepoint, so the search below can run
             await connection.copy_records_to_table(
-                table.name, records=rows, columns=table.columns, schema_name=schema
+                table.name, records=rows, columns=columns, schema_name=schema
             )
     except (asyncpg.PostgresError, asyncpg.InterfaceError) as copy_error:
         for index, row in enumerate(rows):
             try:
                 async with connection.transaction():
                     await connection.copy_records_to_table(
-                        table.name, records=[row], columns=table.columns, schema_name=schema
+                        table.name, records=[row], columns=columns, schema_name=schema
                     )
             except (asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-                raise ImportRefused(_refusal(path, table, index, row, exc)) from None
+                raise ImportRefused(
+                    _refusal(path, table, index, row, exc, columns=columns)
+                ) from None
         raise ImportRefused(f"{path}: {table.field}: refused: {copy_error}") from None
 
 
-def _refusal(path: Path, table: Table, index: int, row: tuple[Any, ...], exc: Exception) -> str:
+def _refusal(
+    path: Path,
+    table: Table,
+    index: int,
+    row: tuple[Any, ...],
+    exc: Exception,
+    *,
+    columns: list[str],
+) -> str:
     constraint = getattr(exc, "constraint_name", None) or ""
     column = getattr(exc, "column_name", None)
     if column is None:
         match = re.fullmatch(rf"{table.name}_(?P<column>\w+?)_check", constraint)
-        column = match["column"] if match and match["column"] in table.columns else None
+        column = match["column"] if match and match["column"] in columns else None
     place = f"{table.field}[{index}]" + (f".{column}" if column else "")
-    value = f" (value {row[table.columns.index(column)]!r:.80})" if column else ""
+    value = f" (value {row[columns.index(column)]!r:.80})" if column else ""
     why = f"constraint {constraint}" if constraint else " ".join(str(exc).split())
     return f"{path}: {place}: refused by the database: {why}{value}; nothing imported"
 

@@ -233,6 +233,8 @@ class Cycle:
             dry_run=self.settings.dry_run or marquee.mode == "detect",
         )
         self.lease: Lease | None = None
+        self._unhealthy: tuple[str, str] | None = None
+        """The first phase that reported something unhealthy, and why."""
 
     async def run(self, *, delay: float = 0.0) -> CycleResult:
         """Wait ``delay`` (unless stopping), then lock, walk the phases, end; always ends in
@@ -402,6 +404,9 @@ class Cycle:
                         before_phases = bound if before_phases is None else before_phases
                         if not await self._run_phase(phase, ctx, remote, watch):
                             return
+                    if self._unhealthy is not None:
+                        result.outcome = Outcome.UNHEALTHY
+                        result.phase, result.reason = self._unhealthy
                 finally:
                     watch.close()
                     if before_phases is not None:
@@ -425,6 +430,8 @@ class Cycle:
         result.durations[phase.name] = round(time.monotonic() - started, 4)
         if report is not None:
             self._record_report(phase.name, report, remote.recorded_since(mark))
+            if report.unhealthy is not None and self._unhealthy is None:
+                self._unhealthy = (phase.name, report.unhealthy)
         self._phase_ended(phase.name)
         if result.outcome is not Outcome.OK:
             return False

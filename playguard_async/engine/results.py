@@ -18,6 +18,8 @@ class Outcome(enum.Enum):
     LOCKED = "locked"
     LOCK_LOST = "lock_lost"
     PHASE_FAILED = "phase_failed"
+    UNHEALTHY = "unhealthy"
+    """Every phase ran, but one left something not healthy (``PhaseReport.unhealthy``)."""
     DEADLINE = "deadline"
     INTERRUPTED = "interrupted"
     REDIS_UNAVAILABLE = "redis_unavailable"
@@ -36,6 +38,7 @@ FINISHED_LEVELS: dict[Outcome, int] = {
     Outcome.PAUSED: logging.INFO,
     Outcome.INTERRUPTED: logging.WARNING,
     Outcome.PHASE_FAILED: logging.WARNING,
+    Outcome.UNHEALTHY: logging.WARNING,
     Outcome.UNREACHABLE: logging.WARNING,
     Outcome.REDIS_UNAVAILABLE: logging.DEBUG,  # told once per outage: `outage.RedisOutage`
     Outcome.DEADLINE: logging.ERROR,

@@ -52,6 +52,9 @@ class MarqueeStory:
     last: LastCycle | None
     steps: list[PhaseStep]
     history: list[LastCycle]
+    last_good: dict[str, str] = dataclasses.field(default_factory=dict)
+    """Playground -> its last good state (``service=repo@sha256:...``) as the last cycle found
+    it on the host."""
     mode: str = "apply"
     pause: Pause | None = None
     """The pause that holds it back now (its own, else the fleet's), if any."""
@@ -82,6 +85,7 @@ class MarqueeStory:
         ]
         if self.last.dry_run:
             wrong += [f"drift {name}: {', '.join(why)}" for name, why in self.last.drift.items()]
+        wrong += [f"{name}: {'; '.join(why)}" for name, why in self.last.unhealthy.items()]
         if self.last.outcome not in ("ok", "locked"):
             wrong.insert(0, f"{self.last.outcome}: {self.last.reason or 'no reason recorded'}")
         return wrong
@@ -106,6 +110,7 @@ class MarqueeStory:
             "last": None if self.last is None else self.last.to_json(now),
             "phases": [dataclasses.asdict(step) for step in self.steps],
             "still_wrong": self.still_wrong,
+            "last_good": self.last_good,
             "fixed": self.fixed,
             "history": [cycle.to_json(now) for cycle in self.history],
         }
@@ -137,6 +142,18 @@ def phase_steps(record: StoredRecord) -> list[PhaseStep]:
             )
         )
     return steps
+
+
+def last_good_states(record: StoredRecord) -> dict[str, str]:
+    """Playground -> its last good state, from the ``playgrounds`` findings of a stored record;
+    what is not in the written shape is left out."""
+    found: dict[str, str] = {}
+    for findings in mapping(record.get("findings")).values():
+        for name, playground in mapping(mapping(findings).get("playgrounds")).items():
+            good = mapping(playground).get("last_good")
+            if isinstance(name, str) and isinstance(good, str):
+                found[name] = good
+    return found
 
 
 def _is_counter(value: object) -> TypeGuard[bytes]:
@@ -176,6 +193,7 @@ async def marquee_story(
         fence_counter=int(counter) if _is_counter(counter) else None,
         last=None if last is None else LastCycle.from_record(last),
         steps=[] if last is None else phase_steps(last),
+        last_good={} if last is None else last_good_states(last),
         history=[LastCycle.from_record(record) for record in history],
         mode=marquee.mode,
         pause=pause,

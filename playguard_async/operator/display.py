@@ -79,6 +79,7 @@ def findings_text(last: fleet.LastCycle) -> str:
     notes += [f"{drift} {name}: {', '.join(why)}" for name, why in last.drift.items()]
     notes += [f"branch gone: {name} ({branch})" for name, branch in last.branch_gone.items()]
     notes += [f"still failing: {item}" for item in last.failed]
+    notes += [f"{name}: {'; '.join(why)}" for name, why in last.unhealthy.items()]
     return "; ".join(notes) or "none"
 
 
@@ -195,7 +196,12 @@ def print_story(told: describe.MarqueeStory, now: float) -> None:
             out.print(text(f"      {kind} {subject}: {detail}"))
         if step.more:
             out.print(text(f"      ... {step.more} more"))
-    for heading, items in (("still wrong", told.still_wrong), ("fixed", told.fixed)):
+    last_good = [f"{name}: {state}" for name, state in sorted(told.last_good.items())]
+    for heading, items in (
+        ("still wrong", told.still_wrong),
+        ("fixed", told.fixed),
+        ("last good", last_good),
+    ):
         out.print(text(f"  {heading}: ", "none" if not items else ""))
         for item in items:
             out.print(text(f"    {item}"))

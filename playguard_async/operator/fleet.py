@@ -137,6 +137,17 @@ RECORD_SHOWN = 120
 # -- status ------------------------------------------------------------------------------------
 
 
+def _by_subject(
+    notices: list[tuple[str, NoticeKind, str, str]], *kinds: NoticeKind
+) -> dict[str, list[str]]:
+    """Subject -> the details of its notices of ``kinds``, in the order written."""
+    found: dict[str, list[str]] = {}
+    for _, kind, subject, detail in notices:
+        if kind in kinds:
+            found.setdefault(subject, []).append(detail)
+    return found
+
+
 @dataclass(frozen=True)
 class LastCycle:
     """A Marquee's last recorded cycle, with what its findings ask an operator to look at:
@@ -162,6 +173,9 @@ class LastCycle:
     """A dry run changes nothing: an ``ok`` one with drift is not a converged Marquee."""
     waited: float | None = None
     """Seconds it waited for its start offset and a slot before taking the lock."""
+    unhealthy: dict[str, list[str]] = dataclasses.field(default_factory=dict)
+    """Playground -> what its health gate reported: unhealthy services, held-back inputs,
+    ``rolled back to <digests> because <reason>``."""
 
     @classmethod
     def from_record(cls, record: StoredRecord) -> LastCycle:
@@ -180,10 +194,6 @@ class LastCycle:
     @classmethod
     def _parse(cls, record: StoredRecord) -> LastCycle:
         notices = list(notices_of(record))
-        drift: dict[str, list[str]] = {}
-        for _, kind, subject, detail in notices:
-            if kind is NoticeKind.DRIFT:
-                drift.setdefault(subject, []).append(detail)
         return cls(
             cycle=typed(record["cycle"], str),
             outcome=typed(record["outcome"], str),
@@ -197,7 +207,7 @@ class LastCycle:
             replica=optional(record.get("replica"), str),
             dry_run=optional(record.get("dry_run"), bool) or False,
             waited=None if record.get("waited") is None else seconds(record["waited"]),
-            drift=drift,
+            drift=_by_subject(notices, NoticeKind.DRIFT),
             branch_gone={
                 subject: detail
                 for _, kind, subject, detail in notices
@@ -208,6 +218,7 @@ class LastCycle:
                 for phase, kind, subject, _ in notices
                 if kind is NoticeKind.FAILED
             ],
+            unhealthy=_by_subject(notices, NoticeKind.UNHEALTHY, NoticeKind.ROLLED_BACK),
         )
 
     def to_json(self, now: float) -> dict[str, Any]:

@@ -94,6 +94,9 @@ class PhaseReport:
     actions: list[str] = field(default_factory=list)
     findings: dict[str, Any] = field(default_factory=dict)
     notices: list[Notice] = field(default_factory=list)
+    unhealthy: str | None = None
+    """Set (to why, in one line) when the phase did all its work but left something running
+    that is not healthy: the cycle goes on with the next phases and ends ``unhealthy``."""
 
 
 class PartialFailure(Exception):

@@ -19,10 +19,15 @@ from playguard_async.phases.toolkit import (
     Container,
     CycleContext,
     created_at,
-    host_now,
     listed_name,
 )
-from playguard_async.remote.docker import AGENT_CHAT, PLAYGROUND, list_ours, remove_container
+from playguard_async.remote.docker import (
+    AGENT_CHAT,
+    PLAYGROUND,
+    host_now,
+    list_ours,
+    remove_container,
+)
 
 
 class SweepOrphans:

@@ -93,12 +93,6 @@ def created_at(container: Container) -> datetime:
     return datetime.fromtimestamp(container["Created"], UTC)
 
 
-async def host_now(session: RemoteSession) -> datetime:
-    """The host engine's clock, to age its containers by: our own clock may be skewed from it."""
-    info = await session.api(session.docker.system.info())
-    return datetime.fromisoformat(info["SystemTime"])
-
-
 async def stop_if_up(
     session: RemoteSession, project: ComposeProject, containers: list[Container], reason: str
 ) -> bool:

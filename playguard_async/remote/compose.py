@@ -13,8 +13,9 @@ written yet.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import yaml
 
@@ -32,11 +33,23 @@ def override_path(marquee: Marquee, playground: str) -> str:
     return f"{playground_dir(marquee, playground)}/override.yaml"
 
 
-def override_content(marquee: str, playground: str, services: Iterable[str]) -> str:
-    """Our override: our labels on every service. No ``version`` key: compose 1.29 accepts an
-    unversioned override over a file of any version, and v2 ignores the key."""
+def override_content(
+    marquee: str,
+    playground: str,
+    services: Iterable[str],
+    pinned: Mapping[str, str] | None = None,
+) -> str:
+    """Our override: our labels on every service, and, for a Playground rolled back to its last
+    good state, each service's image ``pinned`` by digest (service -> reference). No ``version``
+    key: compose 1.29 accepts an unversioned override over a file of any version, and v2
+    ignores the key."""
     labels = our_labels(marquee, playground=playground)
-    document = {"services": {service: {"labels": labels} for service in sorted(services)}}
+    document: dict[str, Any] = {
+        "services": {service: {"labels": labels} for service in sorted(services)}
+    }
+    for service, image in (pinned or {}).items():
+        if service in document["services"]:
+            document["services"][service]["image"] = image
     return "# Written by playguard; rewritten whenever it differs.\n" + yaml.safe_dump(
         document, sort_keys=True
     )

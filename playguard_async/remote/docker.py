@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import json
+from datetime import datetime
 from typing import Any
 
 from playguard_async.desired_state.inventory import Marquee, Registry
@@ -82,6 +83,12 @@ async def list_ours(session: RemoteSession) -> list[dict[str, Any]]:
         )
 
     return list(await session.read_once("our containers", listing))
+
+
+async def host_now(session: RemoteSession) -> datetime:
+    """The host engine's clock, to age its containers by: our own clock may be skewed from it."""
+    info = await session.api(session.docker.system.info())
+    return datetime.fromisoformat(info["SystemTime"])
 
 
 def docker_command(marquee: Marquee, *args: str) -> list[str]:

@@ -158,19 +158,46 @@ def _parse_files(projects: Sequence[ComposeProject], output: str) -> dict[str, P
     return found
 
 
+async def host_images(session: RemoteSession) -> list[dict[str, Any]]:
+    """The host's images (``images/json``), once per cycle until the session writes: one Engine
+    API call shared by the readers below."""
+
+    async def read() -> list[dict[str, Any]]:
+        return list(await query(session, "images/json"))
+
+    return list(await session.read_once("images", read))
+
+
 async def images_digest(session: RemoteSession) -> str:
-    """A digest of the host's images (ID, tags, digests), once per cycle until the session
-    writes: one Engine API call."""
+    """A digest of the host's images (ID, tags, digests)."""
+    listed = sorted(
+        json.dumps([str(image.get(field)) for field in ("Id", "RepoTags", "RepoDigests")])
+        for image in await host_images(session)
+    )
+    return hashlib.sha256("\n".join(listed).encode()).hexdigest()
 
-    async def read() -> str:
-        images = await query(session, "images/json")
-        listed = sorted(
-            json.dumps([str(image.get(field)) for field in ("Id", "RepoTags", "RepoDigests")])
-            for image in images
-        )
-        return hashlib.sha256("\n".join(listed).encode()).hexdigest()
 
-    return await session.read_once("images", read)
+async def image_ids(session: RemoteSession, references: Sequence[str]) -> dict[str, str]:
+    """Reference -> the ID of the image behind it on the host (``-`` where it has none); a
+    reference without a tag or digest means ``:latest``, as for docker."""
+    found: dict[str, str] = {}
+    for image in await host_images(session):
+        for name in [*(image.get("RepoTags") or []), *(image.get("RepoDigests") or [])]:
+            found[str(name)] = str(image.get("Id"))
+    return {
+        reference: found.get(reference) or found.get(f"{reference}:latest") or ABSENT
+        for reference in references
+    }
+
+
+async def pinned_references(session: RemoteSession, ids: Sequence[str]) -> dict[str, str]:
+    """Image ID -> a reference that names exactly that image: its first repo digest
+    (``repo@sha256:...``), else the ID itself (an image never pushed nor pulled has none)."""
+    digests = {
+        str(image.get("Id")): sorted(image.get("RepoDigests") or [])
+        for image in await host_images(session)
+    }
+    return {image_id: (digests.get(image_id) or [image_id])[0] for image_id in ids}
 
 
 def _sha256(text: str) -> str:
@@ -228,6 +255,14 @@ class ComposeState:
                 )
             self._services = parse_services(listing.stdout)
         return list(self._services)
+
+    def file_digests(self) -> dict[str, str]:
+        """The SHA-256 of the compose file and ``.env`` on the host (``-`` where absent): the
+        files of the Playground's input set (``remote.last_good``)."""
+        return {
+            "compose": self._files.digest(self._project.compose_path),
+            "env": self._files.digest(_env_path(self._project)),
+        }
 
     def override_current(self, content: str) -> bool:
         """Whether the host's override is ``content``."""

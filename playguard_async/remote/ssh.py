@@ -102,6 +102,7 @@ class RemoteOptions:
     docker_timeout: float = 120.0
     compose_command: tuple[str, ...] = ("docker", "compose")
     stuck_after: float = 300.0
+    health_grace: float = 5.0
     orphan_grace: float = 600.0
     agent_chat_network: str = "none"
 
@@ -314,10 +315,12 @@ class RemoteSession:
                              result.truncated)  # fmt: skip
 
     async def write_file(self, action: str, path: str, content: str) -> None:
-        """Write ``content`` to ``path`` on the host, mode 0600, from stdin (never argv)."""
+        """Write ``content`` to ``path`` on the host, mode 0600, from stdin (never argv);
+        ``~/path`` is under the SSH user's home, as a state directory may be."""
         script = (
-            'umask 077 && mkdir -p -- "$(dirname -- "$1")" '
-            '&& cat > "$1.tmp" && mv -f -- "$1.tmp" "$1"'
+            'f=$1; case $f in "~/"*) f=$HOME/${f#"~/"} ;; esac; '
+            'umask 077 && mkdir -p -- "$(dirname -- "$f")" '
+            '&& cat > "$f.tmp" && mv -f -- "$f.tmp" "$f"'
         )
         await self.change(action, ["sh", "-c", script, "sh", path], stdin=content)
 

@@ -15,7 +15,8 @@ import functools
 from collections.abc import AsyncIterator, Callable
 
 from playguard_async.coordination.client import redis_answers
-from playguard_async.desired_state.inventory import RemoteDesiredState
+from playguard_async.cycle_record import NoticeKind
+from playguard_async.desired_state.inventory import Inventory, RemoteDesiredState
 from playguard_async.engine.results import CycleResult, Outcome
 from playguard_async.engine.scheduler import Engine
 from playguard_async.kits.aio import background
@@ -29,6 +30,24 @@ from playguard_async.service.wiring import RemoteLayer, build_engine, stopping_o
 from playguard_async.settings import Settings
 
 
+def rolled_back_playspecs(result: CycleResult, inventory: Inventory | None) -> list[str]:
+    """The Playspec of each Playground the cycle rolled back (its ``rolled_back`` notices); one
+    the desired state no longer has is counted under ``-``."""
+    rolled = [
+        notice["subject"]
+        for notices in result.notices.values()
+        for notice in notices
+        if notice["kind"] == NoticeKind.ROLLED_BACK.value
+    ]
+    if not rolled:
+        return []
+    playspecs = {
+        playground.name: playground.playspec
+        for playground in (inventory.playgrounds_on(result.marquee) if inventory else [])
+    }
+    return [playspecs.get(name, "-") for name in rolled]
+
+
 async def serve(settings: Settings, *, stop_after: float | None = None) -> None:
     """Run the daemon until SIGTERM or SIGINT (or ``stop_after`` seconds), then drain and return."""
     # Before the engine sizes its slots from it (``max_concurrent_cycles = "auto"``).
@@ -37,6 +56,8 @@ async def serve(settings: Settings, *, stop_after: float | None = None) -> None:
 
     async def count(result: CycleResult) -> None:
         metrics.cycle_finished(result.outcome.value, result.durations)
+        for playspec in rolled_back_playspecs(result, engine.inventory):
+            metrics.rolled_back(playspec)
         health, _ = news_of(result)
         metrics.marquee_finished(result.marquee, result.outcome.value, health, result.finished_at)
 

@@ -56,6 +56,12 @@ class Metrics:
             ["outcome"],
             registry=self.registry,
         )
+        self.rollbacks = Counter(
+            "playguard_rollbacks",
+            "Playgrounds rolled back to their last good state, by Playspec.",
+            ["playspec"],
+            registry=self.registry,
+        )
         self.lock_lost = Counter(
             "playguard_lock_lost",
             "Leases lost, by reason: at renewal (expired, stolen, unreachable), or because the "
@@ -171,6 +177,10 @@ class Metrics:
         failures_gauge.set_function(write_failures)
         reachable_gauge.set_function(lambda: _gauge_value(reachable()))
         age_gauge.set_function(lambda: _gauge_value(age()))
+
+    def rolled_back(self, playspec: str) -> None:
+        """A Playground of ``playspec`` was rolled back to its last good state."""
+        self.rollbacks.labels(playspec).inc()
 
     def cycle_finished(self, outcome: str, durations: Mapping[str, float]) -> None:
         self.cycles.labels(outcome).inc()

@@ -93,6 +93,7 @@ def remote_options(settings: Settings) -> RemoteOptions:
         docker_timeout=settings.docker_api_timeout,
         compose_command=settings.compose_command,
         stuck_after=settings.stuck_after,
+        health_grace=settings.health_grace,
         orphan_grace=settings.orphan_grace,
         agent_chat_network=settings.agent_chat_network,
     )

@@ -61,6 +61,7 @@ def lab_world(
                 "compose_file": "compose.yaml",
                 "images": [busybox_image],
                 "registry": "lab",
+                "health_timeout": 5,
             }
         ],
         "playgrounds": [

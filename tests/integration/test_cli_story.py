@@ -82,6 +82,40 @@ def test_describe_and_history_tell_a_cycles_own_time_apart_from_its_wait(
     assert "51.8 s" in row
 
 
+def test_describe_and_status_tell_a_rollback_and_each_playgrounds_last_good_state(
+    two_cycles: Playguard, store: SyncRedis
+) -> None:
+    """What the health gate wrote into the record: the rollback's words in describe's still
+    wrong and in status's findings, the last good state in describe, host text shown clean."""
+    good = "app=127.0.0.1:5000/shop@sha256:" + "a" * 64
+    words = f"rolled back to {good} because app: unhealthy: \x1b[31mboom"
+    record = json.loads(store.get(last_cycle_key("m1")) or b"")
+    record.update(
+        outcome="unhealthy",
+        phase="reconcile_playgrounds",
+        reason="playground web-main rolled back to its last good state",
+        findings={"reconcile_playgrounds": {"playgrounds": {"web-main": {"last_good": good}}}},
+        notices={
+            "reconcile_playgrounds": [
+                {"kind": "rolled_back", "subject": "web-main", "detail": words}
+            ]
+        },
+    )
+    store.set(last_cycle_key("m1"), json.dumps(record))
+
+    told = json.loads(two_cycles("describe", "m1", "--json").stdout)
+    shown = two_cycles("describe", "m1").stdout
+    status = two_cycles("status").stdout
+
+    assert told["last_good"] == {"web-main": good}
+    assert f"web-main: {words}" in told["still_wrong"]
+    assert f"web-main: {good}" in shown
+    assert "\x1b" not in shown
+    assert "rolled back to" in shown
+    assert "\x1b" not in status
+    assert "web-main: rolled back to" in " ".join(status.split())
+
+
 def test_history_lists_the_records_newest_first_within_the_limit(two_cycles: Playguard) -> None:
     done = two_cycles("history", "m1", "--json", "--limit", "1")
     assert done.returncode == 0, done.stderr

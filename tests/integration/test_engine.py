@@ -555,3 +555,23 @@ async def test_a_cycles_duration_starts_at_its_acquisition_and_its_wait_is_apart
         record = result.to_record()
         assert (record["replica"], record["dry_run"]) == ("test-replica", True)
         assert record["waited"] == result.waited
+
+
+async def test_unhealthy_report_ends_the_cycle_unhealthy_after_every_phase_ran(
+    redis: Redis,
+) -> None:
+    class Unhealthy:
+        name = "unhealthy"
+
+        async def __call__(self, ctx: PhaseContext) -> PhaseReport:
+            return PhaseReport(unhealthy="playground web unhealthy")
+
+    after = ScriptedPhase("after")
+    harness = EngineHarness(redis, Unhealthy(), after)
+
+    result = await harness.cycle()
+
+    assert result.outcome is Outcome.UNHEALTHY
+    assert (result.phase, result.reason) == ("unhealthy", "playground web unhealthy")
+    assert after.finished == ["m1"]
+    assert result.to_record()["outcome"] == "unhealthy"

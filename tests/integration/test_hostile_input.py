@@ -20,6 +20,7 @@ from playguard_async.coordination.keys import fence_key, last_cycle_key, lock_ke
 from playguard_async.coordination.lock import ReleaseResult, TokenLock
 from playguard_async.coordination.records import CycleRecords
 from playguard_async.desired_state.inventory import YamlInventorySource
+from playguard_async.engine.observer import Unobserved
 from playguard_async.engine.results import Outcome
 from playguard_async.engine.scheduler import Engine
 from playguard_lab import RedisServer
@@ -202,20 +203,8 @@ async def test_a_running_engine_survives_every_hostile_inventory_edit(
     assert phase.entered == ["m1"] * len(HOSTILE)
 
 
-class BrokenObserver:
+class BrokenObserver(Unobserved):
     """An observer with a bug: the engine must still end the cycle with a classified outcome."""
-
-    def tick_started(self, lag: float) -> None:
-        pass
-
-    def fleet_shared(self, replicas: int, assigned: int) -> None:
-        pass
-
-    def lease_renewing(self, headroom: float) -> None:
-        pass
-
-    def lease_lost(self, reason: str) -> None:
-        pass
 
     def lease_released(self, result: ReleaseResult) -> None:
         raise RuntimeError("observer bug\nspanning lines")

@@ -25,7 +25,7 @@ from structlog.testing import capture_logs
 from playguard_async.coordination.keys import health_key, marquee_lock_key
 from playguard_async.desired_state.inventory import Marquee
 from playguard_async.engine.results import CycleResult, Outcome
-from playguard_async.phases.protocol import PhaseContext
+from playguard_async.phases.protocol import PhaseContext, PhaseReport
 from playguard_async.service import notifications
 from playguard_async.service.notifications import ChangeNotifier
 from playguard_lab import DockerDaemon, SshServer
@@ -149,6 +149,36 @@ async def test_three_replicas_tell_each_change_once_signed(
         assert headers["X-Playguard-Signature"] == f"sha256={expected}"
         assert headers["Content-Type"] == "application/json"
         assert headers["User-Agent"].startswith("playguard/")
+
+
+async def test_an_unhealthy_playground_is_told_once_however_many_cycles_hold_it_back(
+    redis: Redis, receiver: Receiver
+) -> None:
+    """A rollback's cycle and the cycles that keep the Playground on its last good state all end
+    ``unhealthy``: one ``failing`` notification, then one ``recovered`` when a good release is
+    applied."""
+    replica = Replica(redis, "r1", receiver.url)
+    why: list[str] = ["playground web-main rolled back to its last good state"]
+
+    class Gate:
+        name = "reconcile_playgrounds"
+
+        async def __call__(self, ctx: PhaseContext) -> PhaseReport:
+            return PhaseReport(unhealthy=why[0] if why else None)
+
+    replica.harness.engine.phases = [Gate()]
+    async with replica.notifier.sending(drain=5):
+        outcomes = [(await replica.cycle()).outcome for _ in range(4)]
+        why.clear()
+        outcomes.append((await replica.cycle()).outcome)
+        await until(lambda: len(receiver.received) >= 2, "two notifications")
+    assert outcomes == [Outcome.UNHEALTHY] * 4 + [Outcome.OK]
+    news = receiver.news()
+    assert [(n["transition"], n["outcome"]) for n in news] == [
+        ("failing", "unhealthy"),
+        ("recovered", "ok"),
+    ]
+    assert news[0]["reason"] == "playground web-main rolled back to its last good state"
 
 
 async def test_a_write_the_host_refused_is_told_once_whichever_replica_saw_it(

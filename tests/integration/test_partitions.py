@@ -431,6 +431,11 @@ async def test_postgres_black_holed_last_snapshot_in_force_listener_noticed_full
     await asyncio.to_thread(
         wait_for, lambda: daemon.events("desired_state.listening"), timeout=30, what="listening"
     )
+    # The listener may connect before the first snapshot is read: cut only once one is in force.
+    await asyncio.to_thread(
+        wait_for, lambda: {line["marquee"] for line in daemon.events("cycle.finished")}
+        >= {"alpha", "beta"}, timeout=30, what="a snapshot in force (both Marquees cycled)",
+    )  # fmt: skip
     namespace.black_hole(pg_port)
     cut = time.monotonic()
     [lost] = await asyncio.to_thread(

@@ -10,6 +10,7 @@ import asyncpg
 import pytest
 
 from playguard_async.desired_state.inventory import InventoryError
+from playguard_async.desired_state.postgres import read_snapshot, validate_snapshot
 from playguard_async.desired_state.schema import migrate, schema_version, shipped_migrations
 from playguard_async.desired_state.transfer import ImportRefused, export_inventory, import_inventory
 from tests.support.pg_inventory import by_name, full_document, load_yaml, write_inventory
@@ -206,3 +207,88 @@ async def test_a_changed_row_notifies_the_marquees_it_concerns(
     await import_inventory(connection, write_inventory(tmp_path, full_document()))
     names = await notified_by(postgres, connection, statement)
     assert names == marquees
+
+
+PLAYSPEC_HEALTH_REFUSED = {
+    "unknown-policy": ("rollback", "sometimes"),
+    "empty-policy": ("rollback", ""),
+    "zero-timeout": ("health_timeout", 0.0),
+    "negative-timeout": ("health_timeout", -1.0),
+    "timeout-past-an-hour": ("health_timeout", 3600.5),
+    "nan-timeout": ("health_timeout", float("nan")),
+    "infinite-timeout": ("health_timeout", float("inf")),
+}
+"""Values of the Playspec's health fields the model refuses: migration 0006 refuses them too
+(NaN and infinity compare above any bound in PostgreSQL)."""
+
+
+@pytest.mark.parametrize("case", sorted(PLAYSPEC_HEALTH_REFUSED))
+async def test_playspec_health_fields_the_model_refuses_the_database_refuses(
+    connection: asyncpg.Connection, case: str
+) -> None:
+    await migrate(connection)
+    column, value = PLAYSPEC_HEALTH_REFUSED[case]
+    with pytest.raises(asyncpg.CheckViolationError):
+        await connection.execute(
+            f"INSERT INTO playguard.playspecs (name, repo, {column}) "
+            "VALUES ('web', 'https://x/web.git', $1)",
+            value,
+        )
+
+
+async def test_playspec_without_health_fields_reads_the_models_defaults(
+    connection: asyncpg.Connection,
+) -> None:
+    await migrate(connection)
+    await connection.execute(
+        "INSERT INTO playguard.playspecs (name, repo) VALUES ('web', 'https://x/w.git')"
+    )
+    row = await connection.fetchrow("SELECT rollback, health_timeout FROM playguard.playspecs")
+    assert row is not None
+    assert dict(row) == {"rollback": "notify", "health_timeout": 60.0}
+
+
+PLAYSPECS_VIEW = """
+ALTER TABLE playguard.playspecs RENAME TO app_specs;
+CREATE VIEW playguard.playspecs AS
+SELECT name, repo, compose_file, images, registry FROM playguard.app_specs;
+"""
+"""A view over the application's rows written before the health fields existed."""
+
+
+async def test_a_playspecs_view_without_the_health_fields_reads_their_defaults_and_0006_spares_it(
+    connection: asyncpg.Connection,
+) -> None:
+    await migrate(connection)
+    await connection.execute(
+        "INSERT INTO playguard.playspecs (name, repo, rollback, health_timeout) "
+        "VALUES ('web', 'https://x/w.git', 'auto', 5)"
+    )
+    await connection.execute(PLAYSPECS_VIEW)
+    # As if the view had been made before 0006 was shipped: 0006 runs against it.
+    await connection.execute("DELETE FROM playguard.schema_version WHERE version = 6")
+
+    applied = await migrate(connection)
+    snapshot = await read_snapshot(connection)
+    [playspec] = validate_snapshot(snapshot.rows, broken=snapshot.broken).inventory.playspecs
+
+    assert [migration.version for migration in applied] == [6]
+    assert snapshot.broken == {}
+    assert (playspec.rollback, playspec.health_timeout) == ("notify", 60.0)
+
+
+async def test_playspec_health_fields_import_and_export_back_equal(
+    connection: asyncpg.Connection, tmp_path: Path
+) -> None:
+    await migrate(connection)
+    document = full_document()
+    document["playspecs"][0].update(rollback="auto", health_timeout=12.5)
+    original = await load_yaml(write_inventory(tmp_path, document))
+
+    await import_inventory(connection, write_inventory(tmp_path, document))
+    exported = write_inventory(tmp_path, {}, "exported.yaml")
+    exported.write_text(await export_inventory(connection), encoding="utf-8")
+
+    back = await load_yaml(exported)
+    assert back == by_name(original)
+    assert (back.playspecs[1].rollback, back.playspecs[1].health_timeout) == ("auto", 12.5)

@@ -27,6 +27,7 @@ from tests.support.world import LAB_OPTIONS, PhaseRun
 pytestmark = pytest.mark.integration
 
 WRITE_OVERRIDE = "write the compose override of playground web-main"
+RECORD = "record the health of playground web-main"
 
 
 def up(*drift: str) -> str:
@@ -47,6 +48,12 @@ async def brought_up(edge: LabEdge, **compose: Any) -> dict[str, Any]:
     return await only_container(edge.docker)
 
 
+async def repo_digest(docker: aiodocker.Docker, image_id: str) -> str:
+    """The repo digest the lab registry gave the image (how last good names it)."""
+    digests: list[str] = (await docker.images.inspect(image_id))["RepoDigests"]
+    return digests[0]
+
+
 async def only_container(docker: aiodocker.Docker) -> dict[str, Any]:
     containers = await project_containers(docker)
     assert len(containers) == 1, containers
@@ -64,19 +71,26 @@ async def test_fresh_playground_comes_up_with_our_labels_then_costs_nothing(edge
     first = await edge.run(reconcile_playgrounds)
     second = await edge.run(reconcile_playgrounds)
 
-    assert first.actions == [WRITE_OVERRIDE, up("override changed", "app: missing")]
+    assert first.actions == [WRITE_OVERRIDE, up("override changed", "app: missing"), RECORD]
+    [container] = await project_containers(edge.docker)
     assert findings(first) == {
         "state": "running",
         "drift": ["override changed", "app: missing"],
         "actions": first.actions,
+        "health": "healthy",
+        "last_good": f"app={await repo_digest(edge.docker, container['Image'])}",
     }
-    [container] = await project_containers(edge.docker)
     assert container["State"]["Running"]
     assert (
         our_labels("edge-1", playground="web-main").items() <= container["Config"]["Labels"].items()
     )
     assert second.actions == []
-    assert findings(second) == {"state": "running", "drift": [], "actions": []}
+    assert findings(second) == {
+        "state": "running",
+        "drift": [],
+        "actions": [],
+        "last_good": findings(first)["last_good"],
+    }
 
 
 async def test_killed_container_is_brought_back(edge: LabEdge) -> None:
@@ -112,7 +126,7 @@ async def test_compose_change_synced_from_origin_recreates_the_container(edge: L
     recreated = await edge.run(reconcile_playgrounds)
 
     name = container["Name"].lstrip("/")
-    assert recreated.actions == [up(f"app: {name} config changed")]
+    assert recreated.actions == [up(f"app: {name} config changed"), RECORD]
     replacement = await only_container(edge.docker)
     assert replacement["Id"] != container["Id"]
     assert replacement["Config"]["Cmd"] == ["sleep", "86401"]
@@ -196,8 +210,14 @@ async def test_container_created_but_never_started_is_recreated_once_stuck(edge:
     assert replacement["State"]["Running"]
 
 
-async def test_unhealthy_container_is_recreated_once_stuck(edge: LabEdge) -> None:
-    original = await brought_up(edge, healthcheck=True)
+async def test_container_unhealthy_after_it_was_verified_is_recreated_once_stuck(
+    edge: LabEdge,
+) -> None:
+    original = await brought_up(edge, healthcheck=["CMD", "/bin/sh", "-c", "! test -e /tmp/broken"])
+    breaking = await edge.docker.containers.container(original["Id"]).exec(
+        ["/bin/sh", "-c", "touch /tmp/broken"]
+    )
+    await breaking.start(detach=True)
     await wait_unhealthy(edge.docker, original["Id"])
 
     patient, impatient = await reconcile_patient_then_impatient(edge)

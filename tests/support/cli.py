@@ -28,6 +28,7 @@ LAB_SETTINGS: dict[str, object] = {
     "remote_command_timeout": 60.0,
     "docker_api_timeout": 60.0,
     "stuck_after": 2.0,
+    "health_grace": 0.5,
 }
 EXIT_LOCKED, EXIT_NOT_OK = 3, 4
 

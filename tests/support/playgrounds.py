@@ -23,17 +23,25 @@ from tests.support.world import LabWorld
 PLAYGROUND_NAME = "web-main"
 
 
-def compose_yaml(image: str, *, sleep: str = "86400", healthcheck: bool = False) -> str:
+def compose_yaml(
+    image: str,
+    *,
+    sleep: str = "86400",
+    healthcheck: bool | list[str] = False,
+    command: list[str] | None = None,
+) -> str:
     """The app service of the lab's compose file; SIGKILL stops it at once (``sleep`` as PID 1
-    ignores SIGTERM, and stop would wait its 10 s grace)."""
+    ignores SIGTERM, and stop would wait its 10 s grace). ``healthcheck`` True is one that always
+    fails, a list is its test; ``command`` replaces the ``sleep``."""
     app: dict[str, Any] = {
         "image": image,
-        "command": ["sleep", sleep],
+        "command": command or ["sleep", sleep],
         "network_mode": "none",
         "stop_signal": "SIGKILL",
     }
     if healthcheck:
-        app["healthcheck"] = {"test": ["CMD", "false"], "interval": "1s", "retries": 1}
+        test = ["CMD", "false"] if healthcheck is True else healthcheck
+        app["healthcheck"] = {"test": test, "interval": "1s", "retries": 1}
     return json.dumps({"services": {"app": app}}, indent=2) + "\n"  # JSON is YAML
 
 

@@ -20,6 +20,7 @@ LAB_OPTIONS = RemoteOptions(
     docker_timeout=60.0,
     compose_command=("docker-compose",),
     stuck_after=2.0,
+    health_grace=0.5,
     orphan_grace=0.0,
 )
 

@@ -3,6 +3,7 @@ has a kind of column, and each way a relation can be wrong is one line naming it
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -10,6 +11,7 @@ import pytest
 from playguard_async.desired_state.mapping import (
     BOOLEAN,
     INTEGER,
+    NUMBER,
     TEXT,
     TEXT_ARRAY,
     TIMESTAMP,
@@ -35,7 +37,7 @@ def _column(relation: str, column: str, kind: str) -> dict[str, Any]:
 
 
 GOOD_TYPES = {TEXT: "varchar", INTEGER: "bigint", BOOLEAN: "boolean", TIMESTAMP: "timestamptz",
-              TEXT_ARRAY: "text[]"}  # fmt: skip
+              TEXT_ARRAY: "text[]", NUMBER: "numeric"}  # fmt: skip
 """For each kind, a type a view over Rails tables would give."""
 
 
@@ -45,7 +47,9 @@ def _catalog(**changes: str | None) -> list[dict[str, Any]]:
     rows = []
     for relation, columns in EXPECTED_COLUMNS.items():
         for column, kind in columns.items():
-            sql_type = changes.get(f"{relation}.{column}", GOOD_TYPES[kind])
+            sql_type = changes.get(
+                f"{relation}.{column}", GOOD_TYPES[replace(kind, optional=False)]
+            )
             if sql_type is not None:
                 rows.append(_column(relation, column, sql_type))
         rows.append(_column(relation, "created_at", "timestamp"))  # extra columns: ignored
@@ -82,6 +86,12 @@ BAD = [
     ({"agent_chats.command": "text"}, "agent_chats",
      ["playguard.agent_chats: column command has type text, expected text[] (an array of text "
       "or varchar)"], True),
+    ({"playspecs.health_timeout": "text"}, "playspecs",
+     ["playguard.playspecs: column health_timeout has type text, expected a number (double "
+      "precision, real, numeric, an integer)"], True),
+    ({"playspecs.rollback": "boolean", "playspecs.health_timeout": None}, "playspecs",
+     ["playguard.playspecs: column rollback has type boolean, expected text (text, varchar, "
+      "char)"], True),
     ({"playspecs.registry": "bigint", "playspecs.repo": None}, "playspecs",
      ["playguard.playspecs: column repo missing",
       "playguard.playspecs: column registry has type bigint, expected text (text, varchar, "
@@ -95,6 +105,17 @@ def test_each_wrong_column_is_one_line_and_only_its_relation_is_named(
 ) -> None:
     checks = check_relations("playguard", EXPECTED_COLUMNS, KEY_COLUMNS, _catalog(**changes))
     assert checks == {relation: RelationCheck(tuple(lines), keys_readable)}
+
+
+@pytest.mark.parametrize(
+    "left_out",
+    [("playspecs.rollback",), ("playspecs.health_timeout",),
+     ("playspecs.rollback", "playspecs.health_timeout")],
+    ids=["rollback", "health_timeout", "both"],
+)  # fmt: skip
+def test_a_view_written_before_the_health_fields_may_lack_them(left_out: tuple[str, ...]) -> None:
+    catalog = _catalog(**dict.fromkeys(left_out))
+    assert check_relations("playguard", EXPECTED_COLUMNS, KEY_COLUMNS, catalog) == {}
 
 
 def test_a_missing_relation_is_named_and_its_keys_unreadable() -> None:
