@@ -306,7 +306,7 @@ class Cycle:
             self._paused(fleet.pause)
             return None
         lease = await self._acquire()
-        pause = await fleet.settled(reading)
+        pause = fleet.pause if reading is None else await fleet.settled(reading)
         if pause is not None:
             self._paused(pause)
         return lease
@@ -455,7 +455,10 @@ class Cycle:
             result.outcome, result.phase = Outcome.LOCK_LOST, phase.name
             result.reason = exc.reason
             return False
-        pause = None if last else await fleet.settled(reading)
+        if last:
+            return True
+        # No read on its way: the last answer stands, without a wait to create.
+        pause = fleet.pause if reading is None else await fleet.settled(reading)
         if pause is not None:
             self._paused(pause, phase.name)
             return False
