@@ -27,10 +27,12 @@ from playguard_async.desired_state.inventory import Inventory
 from playguard_async.engine.results import Outcome
 from playguard_async.service.notifications import ChangeNotifier
 from playguard_lab import SshServer
+from playguard_lab.process import free_port
 from tests.support.cli import EXIT_NOT_OK, LAB_SETTINGS, Playguard, assert_one_line_error
 from tests.support.daemon import marquee_entry, wait_for, witness_lines
 from tests.support.engine import EngineHarness, ScriptedPhase, inventory_of, settings_for
 from tests.support.fencing import journal
+from tests.support.probes import http_get
 from tests.support.state import StaticState
 from tests.support.world import LabWorld, ssh_marquee
 
@@ -172,6 +174,7 @@ def test_a_pause_from_another_process_stops_the_running_cycle_at_the_next_bounda
         {"marquees": [ssh_marquee(ssh_server, "m1", workdir)]},
         phases=["tests.support.phases:first", "tests.support.phases:fenced_write"],
         fleet_pause_read_interval=0.2,
+        http_address=(address := f"127.0.0.1:{free_port()}"),
     )
     daemon = playguard.runner.start(config=playguard.config, phase_seconds=3.0)
     wait_for(lambda: witness_lines(playguard.runner.witness_dir), timeout=20, what="a phase")
@@ -185,6 +188,13 @@ def test_a_pause_from_another_process_stops_the_running_cycle_at_the_next_bounda
     assert ended[0]["failed_phase"] == "first", ended
     assert ("fleet paused by " if scope == "--all" else "paused by ") in ended[0]["reason"]
     assert store.exists(marquee_lock_key("m1")) == 0, "the lease was released"
+    status, metrics = http_get(f"http://{address}/metrics")
+    assert status == 200
+    assert re.search(r'^playguard_cycles_total\{outcome="paused"\} [1-9]', metrics, re.M)
+    assert (
+        'playguard_marquee_last_outcome{marquee="m1",playguard_marquee_last_outcome="paused"} 1.0'
+        in metrics
+    )
     pause_ends = paused_at + 8
     wait_for(lambda: journal(state_dir), timeout=30, what="a write once the pause has expired")
     daemon.send(signal.SIGTERM)
