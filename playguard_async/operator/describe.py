@@ -14,12 +14,15 @@ import asyncio
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, TypeGuard
 
 from playguard_async.coordination.keys import fence_key, marquee_lock_name
 from playguard_async.coordination.lock import LockState, inspect_lock
+from playguard_async.coordination.pause import Pause, paused
 from playguard_async.coordination.records import CycleRecords
 from playguard_async.cycle_record import StoredRecord, is_seconds, listed, mapping
+from playguard_async.desired_state.windows import next_opening
 from playguard_async.operator.fleet import LastCycle, OperateError, holder_json, open_fleet
 from playguard_async.settings import Settings
 
@@ -52,6 +55,24 @@ class MarqueeStory:
     last_good: dict[str, str] = dataclasses.field(default_factory=dict)
     """Playground -> its last good state (``service=repo@sha256:...``) as the last cycle found
     it on the host."""
+    mode: str = "apply"
+    pause: Pause | None = None
+    """The pause that holds it back now (its own, else the fleet's), if any."""
+    windows: int = 0
+    """How many maintenance windows apply to it (its own, else the fleet's)."""
+    next_opening: datetime | None = None
+    """When its windows next allow changes (now, when they do); None: none found ahead."""
+
+    def windows_text(self, now: datetime) -> str:
+        """Its maintenance windows in words: none, open now, or when they next open."""
+        if not self.windows:
+            return "none (changes allowed at any time)"
+        if self.next_opening is None:
+            return f"{self.windows}, closed; no opening found ahead"
+        if self.next_opening <= now:
+            return f"{self.windows}, open now (changes allowed)"
+        opens = f"{self.next_opening:%Y-%m-%d %H:%M:%S} UTC"
+        return f"{self.windows}, closed (cycles run as detect); next opens {opens}"
 
     @property
     def still_wrong(self) -> list[str]:
@@ -79,6 +100,10 @@ class MarqueeStory:
     def to_json(self, now: float) -> dict[str, Any]:
         return {
             "name": self.name,
+            "mode": self.mode,
+            "paused": None if self.pause is None else self.pause.to_json(),
+            "windows": self.windows,
+            "next_opening": None if self.next_opening is None else self.next_opening.isoformat(),
             "lock": None if self.lock is None else holder_json(self.lock),
             "fence_counter": self.fence_counter,
             "host_fence": None if self.last is None else self.last.host_fence,
@@ -136,25 +161,32 @@ def _is_counter(value: object) -> TypeGuard[bytes]:
     return isinstance(value, bytes) and 0 < len(value) <= 20 and value.isdigit()
 
 
-async def marquee_story(settings: Settings, name: str, *, limit: int) -> MarqueeStory:
-    """``name``'s lock, fences, last cycle and up to ``limit`` recent cycles, newest first."""
+async def marquee_story(
+    settings: Settings, name: str, *, limit: int, now: datetime | None = None
+) -> MarqueeStory:
+    """``name``'s lock, fences, last cycle and up to ``limit`` recent cycles, newest first; its
+    mode, pause and when its maintenance windows next open after ``now`` (default: now)."""
     async with open_fleet(settings) as fleet:
         inventory = await fleet.inventory()
-        if name not in {marquee.name for marquee in inventory.marquees}:
-            raise OperateError(f"no Marquee named {name!r} in {settings.inventory}")
+        try:
+            marquee = inventory.marquee(name)
+        except KeyError:
+            raise OperateError(f"no Marquee named {name!r} in {settings.inventory}") from None
         records = CycleRecords(
             fleet.redis,
             history_length=settings.history_length,
             timeout=settings.redis_socket_timeout,
         )
-        lock, counter, last, history = await asyncio.gather(
+        lock, counter, last, history, pause = await asyncio.gather(
             inspect_lock(
                 fleet.redis, marquee_lock_name(name), timeout=settings.redis_socket_timeout
             ),
             fleet.redis.get(fence_key(marquee_lock_name(name))),
             records.last(name),
             records.history(name, limit=limit),
+            paused(fleet.redis, name, settings.redis_socket_timeout),
         )
+    windows = marquee.windows if marquee.windows is not None else list(settings.windows)
     return MarqueeStory(
         name=name,
         lock=lock,
@@ -163,4 +195,8 @@ async def marquee_story(settings: Settings, name: str, *, limit: int) -> Marquee
         steps=[] if last is None else phase_steps(last),
         last_good={} if last is None else last_good_states(last),
         history=[LastCycle.from_record(record) for record in history],
+        mode=marquee.mode,
+        pause=pause,
+        windows=len(windows),
+        next_opening=next_opening(windows, now or datetime.now(UTC)) if windows else None,
     )
