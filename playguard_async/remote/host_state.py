@@ -22,8 +22,11 @@ bench/README.md has what that cost the host). Now:
 
 Not covered (compose reads them, but nothing here sees them change): files outside the checkout
 that the compose file names (an ``env_file`` by absolute path), ignored files other than
-``.env``, the SSH user's environment, and an upgrade of compose itself. Restarting the replica,
-or ``compose_memo_size = 0``, asks compose every cycle again.
+``.env``, the SSH user's environment, and an upgrade of compose itself. ``compose_memo_size = 0``
+asks compose every cycle again.
+
+The answers are kept on the host as well (``keep_answers``, read back in ``playground_files``'s
+command), so a fresh process starts as warm as the replica that learned them.
 """
 
 from __future__ import annotations
