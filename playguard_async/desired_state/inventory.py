@@ -989,12 +989,19 @@ def _collector_paused() -> Iterator[None]:
 
 @dataclass(frozen=True)
 class _Loaded:
-    """The last inventory read, and what tells whether the file changed since."""
+    """What the last read of the file gave (an inventory, or why it was refused), and what tells
+    whether the file changed since."""
 
-    inventory: Inventory
+    outcome: Inventory | InventoryError
     signature: tuple[int, ...]
     digest: bytes
     stat_trusted: bool
+
+    def result(self) -> Inventory:
+        """The inventory, or the refusal raised again (with no traceback piling up on it)."""
+        if isinstance(self.outcome, InventoryError):
+            raise self.outcome.with_traceback(None)
+        return self.outcome
 
 
 RACY_SECONDS = 2.0
@@ -1056,11 +1063,13 @@ class YamlInventorySource:
             self._reading.release()
 
     def _load(self) -> Inventory:
+        """The file's inventory; a file whose content was refused before is refused again
+        without parsing it again, so a bad edit costs one parse, not one per tick."""
         loaded = self._loaded
         if loaded is not None and loaded.stat_trusted:
             try:
                 if signature_of(os.stat(self._path)) == loaded.signature:
-                    return loaded.inventory
+                    return loaded.result()
             except OSError:
                 pass  # the read below names the problem
         try:
@@ -1069,12 +1078,16 @@ class YamlInventorySource:
             raise InventoryError(f"{self._path}: cannot read inventory: {exc.reason}") from None
         digest = hashlib.sha256(content.data).digest()
         trusted = time.time_ns() - content.mtime_ns > RACY_SECONDS * 1e9
+        outcome: Inventory | InventoryError
         if loaded is not None and loaded.digest == digest:
-            inventory = loaded.inventory
+            outcome = loaded.outcome
         else:
-            inventory = self._validated(content.data)
-        self._loaded = _Loaded(inventory, content.signature, digest, trusted)
-        return inventory
+            try:
+                outcome = self._validated(content.data)
+            except InventoryError as exc:
+                outcome = exc
+        self._loaded = _Loaded(outcome, content.signature, digest, trusted)
+        return self._loaded.result()
 
     def _validated(self, data: bytes) -> Inventory:
         with _collector_paused():

@@ -189,13 +189,15 @@ async def test_a_running_engine_survives_every_hostile_inventory_edit(
     redis: Redis, tmp_path: Path
 ) -> None:
     path = tmp_path / "inventory.yaml"
-    path.write_text(json.dumps({"marquees": [marquee_entry("m1")]}), encoding="utf-8")
+    good = json.dumps({"marquees": [marquee_entry("m1")]})
     phase = ScriptedPhase("first")
     engine = Engine(settings_for(), YamlInventorySource(path), redis, [phase])
-    await engine.load_inventory()
     for name, document in HOSTILE.items():
+        path.write_text(good, encoding="utf-8")  # a good read between: each refusal is news
+        await engine.load_inventory()
         path.write_bytes(document)
         with capture_logs() as logs:
+            await engine.load_inventory()  # a tick may go on before a slow read ends
             results = await asyncio.gather(*await engine.tick())
         assert [result.outcome for result in results] == [Outcome.OK], name
         [invalid] = [line for line in logs if line["event"] == "inventory.invalid"]
