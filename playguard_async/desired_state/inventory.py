@@ -57,6 +57,10 @@ except ImportError:  # pragma: no cover - PyYAML built without libyaml
     from yaml import SafeLoader as _SafeLoader  # type: ignore[assignment]
 
 
+SHOWN_PROBLEMS = 20
+"""Problems of an ``InventoryError`` shown to a person; the rest are counted."""
+
+
 class InventoryError(ValueError):
     """The inventory cannot be used; one line per problem, naming file, line, place and reason."""
 
@@ -65,6 +69,13 @@ class InventoryError(ValueError):
         problems = tuple(re.sub(r"\s*[\r\n]+\s*", " ", problem) for problem in problems)
         super().__init__("\n".join(problems))
         self.problems = problems
+
+    def summary(self, shown: int = SHOWN_PROBLEMS) -> str:
+        """The first ``shown`` problems and how many more: what a person reads (``check``,
+        start-up, the log). A document can hold 10,000 errors; the first ones name the fix."""
+        more = len(self.problems) - shown
+        lines = [*self.problems[:shown], *([f"... and {more} more errors"] if more > 0 else [])]
+        return "\n".join(lines)
 
 
 class DesiredStateUnavailable(InventoryError):

@@ -159,7 +159,7 @@ class Engine:
                     exc = InventoryError(f"{self.desired_state.describe()}: {one_line(exc)}")
                 if self.inventory is None:
                     raise exc from None
-                self._report_invalid(str(exc))
+                self._report_invalid(exc)
                 return self.inventory
             self._invalid_reported = None
             if inventory is not self.inventory:
@@ -168,15 +168,17 @@ class Engine:
                 settle_new_desired_state()
             return inventory
 
-    def _report_invalid(self, error: str) -> None:
+    def _report_invalid(self, error: InventoryError) -> None:
         """``inventory.invalid`` once per distinct refusal: the same bad file or snapshot, read
-        again at every tick, is not news; another error, or the same after a good read, is."""
-        if error != self._invalid_reported:
-            self._invalid_reported = error
+        again at every tick, is not news; another error, or the same after a good read, is.
+        The line shows the first problems and counts the rest."""
+        if str(error) != self._invalid_reported:
+            self._invalid_reported = str(error)
             log.error(
                 "inventory.invalid",
                 source=self.desired_state.describe(),
-                error=error,
+                error=error.summary(),
+                problems=len(error.problems),
                 keeping="last good desired state",
             )
 

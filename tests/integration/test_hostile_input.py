@@ -19,7 +19,7 @@ from structlog.testing import capture_logs
 from playguard_async.coordination.keys import fence_key, last_cycle_key, lock_key, marquee_lock_name
 from playguard_async.coordination.lock import ReleaseResult, TokenLock
 from playguard_async.coordination.records import CycleRecords
-from playguard_async.desired_state.inventory import YamlInventorySource
+from playguard_async.desired_state.inventory import SHOWN_PROBLEMS, YamlInventorySource
 from playguard_async.engine.observer import Unobserved
 from playguard_async.engine.results import Outcome
 from playguard_async.engine.scheduler import Engine
@@ -180,6 +180,17 @@ def test_markup_in_an_inventory_error_and_in_arguments_is_printed_as_data(
     check = playguard("check", "--timeout", "2")
     assert_clean(check, 1)
     assert re.search(r"^ *inventory +FAIL ", check.stdout, re.MULTILINE), check.stdout
+
+
+def test_check_of_an_inventory_with_10000_errors_shows_the_first_and_counts_the_rest(
+    playguard: Playguard,
+) -> None:
+    playguard.configure({"marquees": [marquee_entry(f"M{index}") for index in range(10_000)]})
+    check = playguard("check", "--timeout", "2", timeout=30.0)
+    assert_clean(check, 1)
+    shown = re.findall(r"marquees\[\d+\]\.name: must be", check.stdout)
+    assert len(shown) == SHOWN_PROBLEMS, check.stdout
+    assert f"... and {10_000 - SHOWN_PROBLEMS} more errors" in check.stdout, check.stdout
 
 
 # -- the engine --------------------------------------------------------------------------------
