@@ -924,8 +924,16 @@ def _release_in_slices(root: Node) -> None:
     if isinstance(root, MappingNode):
         for _, value in root.value:
             if isinstance(value, SequenceNode):
-                while value.value:
-                    del value.value[-RELEASE_SLICE:]
+                _release_lists(value.value)
+
+
+def _release_lists(data: object) -> None:
+    """Empty ``data`` a slice at a time if it is a list, or each list among a mapping's values
+    (a document as parsed), for the reason ``_release_in_slices`` gives."""
+    for items in data.values() if isinstance(data, dict) else [data]:
+        if isinstance(items, list):
+            while items:
+                del items[-RELEASE_SLICE:]
 
 
 def _line_of(loc: _Loc, lines: dict[_Loc, int]) -> int:
@@ -988,6 +996,12 @@ def _collector_paused() -> Iterator[None]:
     reference cycle (refcounting frees the tree), yet each allocation burst starts collections
     that walk everything alive: two thirds of a 10,000-Marquee parse. Process-wide, but for one
     read only (one at a time), and left off if someone else turned it off.
+
+    What the read made and still holds (the new state, or a refused document's 50,000 errors
+    on their way up) is frozen (``gc.freeze``) before the collector is back: else the first young
+    collection walks all of it at once, holding every thread, the loop's too, for 90 ms
+    (bench/README.md: desired-state stall). ``settle_new_desired_state`` unfreezes it with the
+    next change, so garbage among it is collected then.
     """
     enabled = gc.isenabled()
     gc.disable()
@@ -995,6 +1009,7 @@ def _collector_paused() -> Iterator[None]:
         yield
     finally:
         if enabled:
+            gc.freeze()
             gc.enable()
 
 
@@ -1096,7 +1111,9 @@ class YamlInventorySource:
             try:
                 outcome = self._validated(content.data)
             except InventoryError as exc:
-                outcome = exc
+                # Kept, so it must not keep what it was raised from: the parser's errors, frames.
+                outcome = exc.with_traceback(None)
+                outcome.__context__ = None
         self._loaded = _Loaded(outcome, content.signature, digest, trusted)
         return self._loaded.result()
 
@@ -1131,18 +1148,23 @@ class YamlInventorySource:
                 document, context={_BASE_DIR: self._path.parent, _PATHS_RESOLVED: {}}
             )
         except ValidationError as exc:
-            lines = self._lines(text)
-            located = sorted(
-                ((_line_of(error["loc"], lines), error) for error in exc.errors(include_url=False)),
-                key=lambda pair: pair[0],  # file order, the order an editor shows them in
-            )
-            raise InventoryError(
-                *(
-                    f"{self._path}:{line}: {_place(error['loc'])}: "
-                    f"{_reason(error)}{_shown_value(error)}"
-                    for line, error in located
-                )
-            ) from None
+            errors = exc.errors(include_url=False)
+        # A refused document and its errors (50,000 of them, say) are freed a slice at a time
+        # before the error is raised, not in one cascade with this frame (_release_in_slices).
+        _release_lists(document)
+        lines = self._lines(text)
+        located = sorted(
+            ((_line_of(error["loc"], lines), error) for error in errors),
+            key=lambda pair: pair[0],  # file order, the order an editor shows them in
+        )
+        del lines
+        _release_lists(errors)
+        problems = [
+            f"{self._path}:{line}: {_place(error['loc'])}: {_reason(error)}{_shown_value(error)}"
+            for line, error in located
+        ]
+        _release_lists(located)
+        raise InventoryError(*problems)
 
     def _parse(self, text: str) -> object:
         """The document's data. Text without an anchor (every inventory we have seen) is built
