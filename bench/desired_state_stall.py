@@ -27,18 +27,18 @@ import argparse
 import asyncio
 import json
 import os
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from code_versions import ROOT, extract, git_output
+from code_versions import ROOT, extract, git_output, run_with
 from dispatch import NoOpPhase, noop_settings
+from loop_stall import LoopStall
 from structlog.testing import capture_logs
 
+from playguard_async.engine.scheduler import Engine
 from playguard_async.phases.protocol import BUILTIN_PHASES
 from playguard_async.service.wiring import build_engine
 from playguard_lab import RedisServer
@@ -99,19 +99,18 @@ async def measure(
     engine.phases = [NoOpPhase(phase) for phase in BUILTIN_PHASES]
     for _ in range(2):
         await asyncio.gather(*await engine.tick())
-    stall, done = 0.0, asyncio.Event()
+    async with LoopStall() as stall:
+        await asyncio.sleep(0.1)
+        replace(inventory, name)
+        longest, ticks, invalid = await tick_on(engine, seconds, tick)
+    engine.stopping.set()
+    await engine.redis.aclose()
+    return {"tick_ms": longest * 1000, "stall_ms": stall.ms, "ticks": ticks, "invalid": invalid}
 
-    async def ticker() -> None:
-        nonlocal stall
-        last = time.perf_counter()
-        while not done.is_set():
-            await asyncio.sleep(0.001)
-            now = time.perf_counter()
-            stall, last = max(stall, now - last), now
 
-    watching = asyncio.create_task(ticker())
-    await asyncio.sleep(0.1)
-    replace(inventory, name)
+async def tick_on(engine: Engine, seconds: float, tick: float) -> tuple[float, int, int]:
+    """Ticks on a grid of ``tick`` for ``seconds``, as ``Engine.run`` does: the longest tick,
+    how many, and how many ``inventory.invalid`` lines."""
     longest, ticks, started, cycles = 0.0, 0, time.monotonic(), []
     with capture_logs() as logs:
         next_tick = started
@@ -124,13 +123,8 @@ async def measure(
             while next_tick < time.monotonic():
                 next_tick += tick
             await asyncio.sleep(max(0.0, next_tick - time.monotonic()))
-        done.set()
-        await watching
         await asyncio.gather(*cycles)
-    engine.stopping.set()
-    await engine.redis.aclose()
-    invalid = sum(line["event"] == "inventory.invalid" for line in logs)
-    return {"tick_ms": longest * 1000, "stall_ms": stall * 1000, "ticks": ticks, "invalid": invalid}
+    return longest, ticks, sum(line["event"] == "inventory.invalid" for line in logs)
 
 
 def replace(inventory: Path, name: str) -> None:
@@ -149,15 +143,8 @@ def child(workdir: Path, name: str, redis_url: str, seconds: float, tick: float)
 
 
 def run_child(code: Path, workdir: Path, name: str, redis_url: str, args: Any) -> dict[str, Any]:
-    done = subprocess.run(
-        [sys.executable, __file__, "--child", str(workdir), name, redis_url,
-         "--seconds", str(args.seconds), "--tick", str(args.tick)],
-        check=False, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(code)},
-    )  # fmt: skip
-    if done.returncode:
-        sys.exit(f"the child measuring {name} failed:\n{done.stderr[-3000:]}")
-    row: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return row
+    argv = [__file__, "--child", str(workdir), name, redis_url]
+    return run_with(code, *argv, "--seconds", str(args.seconds), "--tick", str(args.tick))
 
 
 def main() -> None:

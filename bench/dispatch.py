@@ -30,15 +30,13 @@ import inspect
 import json
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import uvloop
-from code_versions import ROOT, extract, git_output
+from code_versions import ROOT, extract, git_output, run_with
 from inventory_load import write_inventory
 
 from playguard_async.coordination.client import RedisClient
@@ -141,17 +139,7 @@ def one_fleet(inventory: Path, redis_url: str) -> None:
 
 
 def run_child(code: Path, inventory: Path, redis_url: str) -> dict[str, Any]:
-    child = subprocess.run(
-        [sys.executable, __file__, "--child", str(inventory), redis_url],
-        check=False,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(code)},
-    )
-    if child.returncode:
-        sys.exit(f"the child measuring {inventory.name} failed:\n{child.stderr[-3000:]}")
-    row: dict[str, Any] = json.loads(child.stdout.strip().splitlines()[-1])
-    return row
+    return run_with(code, __file__, "--child", str(inventory), redis_url)
 
 
 def main() -> None:
