@@ -52,3 +52,13 @@ def run_with(code: Path, script: str, *args: str) -> dict[str, Any]:
         sys.exit(f"the child running {' '.join(args)} failed:\n{child.stderr[-3000:]}")
     row: dict[str, Any] = json.loads(child.stdout.strip().splitlines()[-1])
     return row
+
+
+def versions(before: str | None, workdir: Path) -> dict[str, Path]:
+    """Where to import the package from, by label: this checkout as ``now``, after the code at
+    git ref ``before`` (labelled with its short hash, extracted under ``workdir``) when given."""
+    codes = {"now": ROOT}
+    if before:
+        label = git_output("rev-parse", "--short", before)
+        codes = {label: extract(label, workdir / "before"), **codes}
+    return codes

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from code_versions import ROOT, extract, git_output, run_with
+from code_versions import run_with, versions
 from dispatch import NoOpPhase, noop_settings
 from loop_stall import LoopStall
 from structlog.testing import capture_logs
@@ -160,10 +160,7 @@ def main() -> None:
         return
     with tempfile.TemporaryDirectory() as scratch, RedisServer(Path(scratch) / "redis") as server:
         workdir = Path(scratch)
-        codes = {"now": ROOT}
-        if args.before:
-            before = git_output("rev-parse", "--short", args.before)
-            codes = {before: extract(before, workdir / "before"), **codes}
+        codes = versions(args.before, workdir)
         print(f"tick {args.tick:g} s, {args.seconds:g} s after the write: "
               f"{round(args.seconds / args.tick)} ticks when none is late")  # fmt: skip
         print(f"{'input':>20} {'code':>8} {'longest tick ms':>15} {'loop stall ms':>13} "

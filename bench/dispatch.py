@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import uvloop
-from code_versions import ROOT, extract, git_output, run_with
+from code_versions import run_with, versions
 from inventory_load import write_inventory
 
 from playguard_async.coordination.client import RedisClient
@@ -157,10 +157,7 @@ def main() -> None:
     fleets = [int(size) for size in args.fleets.split(",")]
     with tempfile.TemporaryDirectory() as scratch, RedisServer(Path(scratch) / "redis") as server:
         workdir = Path(scratch)
-        codes = {"now": ROOT}
-        if args.before:
-            before = git_output("rev-parse", "--short", args.before)
-            codes = {before: extract(before, workdir / "before"), **codes}
+        codes = versions(args.before, workdir)
         rows: dict[str, list[dict[str, Any]]] = {label: [] for label in codes}
         for fleet in fleets:
             inventory = write_inventory(workdir, fleet)
@@ -188,6 +185,7 @@ def main() -> None:
             f"{last / first:.2f}x (1.00x: flat)"
         )
     if args.before:
+        before = next(iter(codes))
         old, new = rows[before], rows["now"]
         for fleet in fleets:
             ratio = _median_cycle(new, fleet) / _median_cycle(old, fleet)
