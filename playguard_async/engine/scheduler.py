@@ -178,7 +178,7 @@ class Engine:
                 "inventory.invalid",
                 source=self.desired_state.describe(),
                 error=error.summary(),
-                problems=len(error.problems),
+                problems=error.count,
                 keeping="last good desired state",
             )
 
