@@ -1,0 +1,142 @@
+"""One picture of the whole fleet per replica, for every browser that watches it.
+
+The web view must cost Redis the same whether one browser or a hundred are open, so no request
+reads Redis for the fleet: this picture does, once, and every page and stream is served from it.
+It is read whole at start and every ``interval`` seconds (so other replicas' cycles show too), and
+a Marquee is read again alone as soon as a cycle of this replica ends on it (the engine's cycle
+listeners, which feed the metrics too). Each change bumps ``version`` and wakes the streams.
+
+A Marquee's page needs more than its row (phases, history, fences): ``story`` reads it once per
+version of the picture, however many browsers ask for it at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import structlog
+from redis.exceptions import RedisError
+
+from playguard_async.coordination.marquee_reads import (
+    MarqueeStatus,
+    MarqueeStory,
+    read_status,
+    read_story,
+)
+from playguard_async.coordination.records import CycleRecords
+from playguard_async.engine.results import CycleResult
+
+log = structlog.get_logger("playguard.web")
+
+READ_BATCH = 200
+"""Marquees read at once in a whole read: bounded, so a large fleet does not take every
+connection of the pool the cycles need too."""
+
+
+@dataclass
+class FleetPicture:
+    """The fleet as last read from Redis, shared by every request of this replica.
+
+    ``names`` says which Marquees the desired state holds now (the engine's snapshot); ``error``
+    is why the last read failed (Redis away), shown as a banner while the rows stay as last read.
+    """
+
+    records: CycleRecords
+    names: Callable[[], Sequence[tuple[str, bool]]]
+    interval: float
+    history_limit: int
+    statuses: dict[str, MarqueeStatus] = field(default_factory=dict)
+    version: int = 0
+    read_at: float | None = None
+    """Wall-clock time of the last whole read (for display)."""
+    error: str | None = None
+    _changed: asyncio.Event = field(default_factory=asyncio.Event)
+    _pending: set[str] = field(default_factory=set)
+    _wake: asyncio.Event = field(default_factory=asyncio.Event)
+    _stories: dict[str, tuple[int, asyncio.Task[MarqueeStory]]] = field(default_factory=dict)
+
+    def rows(self) -> list[MarqueeStatus]:
+        """Every Marquee of the desired state, in its order; one not read yet has no lock and no
+        last cycle."""
+        return [
+            self.statuses.get(name) or MarqueeStatus(name, launchable, None, None)
+            for name, launchable in self.names()
+        ]
+
+    def knows(self, name: str) -> bool:
+        return any(known == name for known, _ in self.names())
+
+    async def cycle_ended(self, result: CycleResult) -> None:
+        """A cycle listener: read the Marquee again now (not waiting for the whole read)."""
+        self._pending.add(result.marquee)
+        self._wake.set()
+
+    async def changed(self, seen: int, stop: asyncio.Event) -> int:
+        """Wait until the version differs from ``seen`` (or ``stop`` is set); the version now."""
+        while self.version == seen and not stop.is_set():
+            await _either(self._changed, stop)
+        return self.version
+
+    async def story(self, name: str) -> MarqueeStory:
+        """``name``'s page as of this version: one read of Redis per version, shared."""
+        kept = self._stories.get(name)
+        if kept is None or kept[0] != self.version or kept[1].cancelled():
+            task = asyncio.ensure_future(read_story(self.records, name, limit=self.history_limit))
+            self._stories[name] = kept = (self.version, task)
+        return await asyncio.shield(kept[1])
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Read the whole fleet now and every ``interval`` seconds, and single Marquees as their
+        cycles end, until ``stop`` is set."""
+        next_whole = 0.0
+        while not stop.is_set():
+            if time.monotonic() >= next_whole:
+                await self._read(list(self.names()))
+                self._pending.clear()
+                self.read_at = time.time()
+                next_whole = time.monotonic() + self.interval
+            elif self._pending:
+                pending, self._pending = self._pending, set()
+                launchable = dict(self.names())
+                await self._read(
+                    [(name, launchable[name]) for name in pending if name in launchable]
+                )
+            self._publish()
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(max(0.0, next_whole - time.monotonic())):
+                    await _either(self._wake, stop)
+        self._publish()
+
+    async def _read(self, marquees: Sequence[tuple[str, bool]]) -> None:
+        try:
+            for start in range(0, len(marquees), READ_BATCH):
+                batch = marquees[start : start + READ_BATCH]
+                read = await asyncio.gather(
+                    *(read_status(self.records, name, launchable=up) for name, up in batch)
+                )
+                self.statuses.update((status.name, status) for status in read)
+        except (RedisError, TimeoutError, OSError) as exc:
+            self.error = f"Redis unavailable: {exc or 'no answer'}"
+            log.warning("web.read_failed", error=self.error)
+        else:
+            self.error = None
+
+    def _publish(self) -> None:
+        self.version += 1
+        self._changed.set()
+        self._changed = asyncio.Event()
+        self._stories.clear()
+
+
+async def _either(first: asyncio.Event, second: asyncio.Event) -> None:
+    waiters = [asyncio.ensure_future(first.wait()), asyncio.ensure_future(second.wait())]
+    try:
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
