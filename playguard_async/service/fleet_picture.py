@@ -36,6 +36,9 @@ READ_BATCH = 200
 """Marquees read at once in a whole read: bounded, so a large fleet does not take every
 connection of the pool the cycles need too."""
 
+UNLOADED_POLL = 0.5
+"""Seconds between looks at the engine's desired state while it has none yet."""
+
 
 @dataclass
 class FleetPicture:
@@ -91,24 +94,29 @@ class FleetPicture:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Read the whole fleet now and every ``interval`` seconds, and single Marquees as their
-        cycles end, until ``stop`` is set."""
+        cycles end or first appear in the desired state, until ``stop`` is set."""
         next_whole = 0.0
         while not stop.is_set():
-            if time.monotonic() >= next_whole:
-                await self._read(list(self.names()))
+            names = list(self.names())
+            if names and time.monotonic() >= next_whole:
+                await self._read(names)
                 self._pending.clear()
                 self.read_at = time.time()
                 next_whole = time.monotonic() + self.interval
-            elif self._pending:
-                pending, self._pending = self._pending, set()
-                launchable = dict(self.names())
-                await self._read(
-                    [(name, launchable[name]) for name in pending if name in launchable]
-                )
-            self._publish()
+                self._publish()
+            else:
+                wanted, self._pending = self._pending, set()
+                unread = [
+                    (name, up) for name, up in names if name in wanted or name not in self.statuses
+                ]
+                if unread:
+                    await self._read(unread)
+                    self._publish()
             self._wake.clear()
+            # No desired state yet: look again soon, as the engine loads it without a word.
+            wait = UNLOADED_POLL if not names else max(0.0, next_whole - time.monotonic())
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(max(0.0, next_whole - time.monotonic())):
+                async with asyncio.timeout(wait):
                     await _either(self._wake, stop)
         self._publish()
 
