@@ -147,8 +147,11 @@ class WebView:
         return web.Response(text=html, content_type="text/html", headers=SECURITY_HEADERS)
 
     async def fleet(self, request: web.Request) -> web.StreamResponse:
-        query = FleetQuery.parse(request.query, self.outcomes)
-        page = fleet_page(self.picture.rows(), query, time.time())
+        statuses = self.picture.rows()
+        # What a record says is outside input, but an outcome on the page must be filterable.
+        seen = {status.last.outcome for status in statuses if status.last is not None}
+        query = FleetQuery.parse(request.query, [*self.outcomes, *sorted(seen - {*self.outcomes})])
+        page = fleet_page(statuses, query, time.time())
         return self._render(
             "fleet.html",
             page=page,

@@ -149,7 +149,7 @@ def test_a_cycle_that_ends_shows_on_the_open_page_within_two_seconds_without_rel
 
 def test_a_hostile_reason_and_subject_render_as_inert_text(served: Served) -> None:
     browser = served.browser
-    for path in ("/?name=qui", "/marquee/quiet"):
+    for path in ("/?outcome=failed", "/marquee/quiet"):
         browser.get(served.base + path)
         reasons = cell_texts(browser, ".reason")
         assert HOSTILE_REASON in reasons, (path, reasons)
