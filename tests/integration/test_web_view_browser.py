@@ -91,12 +91,28 @@ def served(
 
 
 def cell_texts(browser: webdriver.Chrome, css: str) -> list[str]:
-    return [element.text for element in browser.find_elements(By.CSS_SELECTOR, css)]
+    """The text of what ``css`` selects, read in one script: the live updates swap <main> at
+    any moment, which would leave element handles found one call earlier stale."""
+    script = "return [...document.querySelectorAll(arguments[0])].map(e => e.innerText.trim());"
+    texts = browser.execute_script(script, css)
+    assert isinstance(texts, list)
+    return [str(text) for text in texts]
 
 
 def outcome_of(browser: webdriver.Chrome, marquee: str) -> str:
     cells = cell_texts(browser, f'tr[data-marquee="{marquee}"] td:nth-child(5)')
     return cells[0] if cells else ""
+
+
+def open_marked(served: Served, path: str) -> webdriver.Chrome:
+    """The browser on ``path``, the page marked so that a reload (which drops the mark) shows."""
+    served.browser.get(served.base + path)
+    served.browser.execute_script("window.loadedOnce = true;")
+    return served.browser
+
+
+def not_reloaded(browser: webdriver.Chrome) -> bool:
+    return bool(browser.execute_script("return window.loadedOnce === true;"))
 
 
 def test_fleet_page_shows_every_marquee_with_its_lock_fences_and_last_outcome(
@@ -110,7 +126,7 @@ def test_fleet_page_shows_every_marquee_with_its_lock_fences_and_last_outcome(
         what="alpha and beta ok on the fleet page, without a reload",
     )
     assert cell_texts(browser, "#fleet tbody tr td:first-child a") == ["alpha", "beta", "quiet"]
-    counts = browser.find_element(By.CSS_SELECTOR, ".counts").text
+    counts = cell_texts(browser, ".counts")[0]
     for count in ("3 Marquees", "ok 2", "failed 1"):
         assert count in counts
     fences = cell_texts(browser, 'tr[data-marquee="alpha"] td:nth-child(4)')[0]
@@ -121,9 +137,7 @@ def test_fleet_page_shows_every_marquee_with_its_lock_fences_and_last_outcome(
 def test_a_cycle_that_ends_shows_on_the_open_page_within_two_seconds_without_reload(
     served: Served,
 ) -> None:
-    browser = served.browser
-    browser.get(served.base + "/marquee/alpha")
-    browser.execute_script("window.loadedOnce = true;")
+    browser = open_marked(served, "/marquee/alpha")
     first = cell_texts(browser, "#history tbody tr:first-child td:first-child")
     seen_at = wait_for(
         lambda: (
@@ -134,7 +148,7 @@ def test_a_cycle_that_ends_shows_on_the_open_page_within_two_seconds_without_rel
         what="a new cycle of alpha on its open page",
         interval=0.05,
     )
-    assert browser.execute_script("return window.loadedOnce === true;"), "the page was reloaded"
+    assert not_reloaded(browser), "the page was reloaded"
     ended = [
         float(line["t"])
         for line in witness_lines(served.runner.witness_dir)
@@ -156,7 +170,7 @@ def test_a_hostile_reason_and_subject_render_as_inert_text(served: Served) -> No
         assert not browser.find_elements(By.CSS_SELECTOR, "main img, main script, main svg")
         with pytest.raises(NoAlertPresentException):
             _ = browser.switch_to.alert.text
-    assert HOSTILE_SUBJECT in browser.find_element(By.ID, "phases").text
+    assert HOSTILE_SUBJECT in cell_texts(browser, "#phases")[0]
 
 
 def test_garbage_and_unknown_names_are_plain_4xx(served: Served) -> None:
@@ -250,9 +264,7 @@ def test_with_a_credential_set_every_page_and_stream_answers_401_without_it(
 def test_a_replica_restarting_shows_a_banner_and_the_page_comes_back_by_itself(
     served: Served,
 ) -> None:
-    browser = served.browser
-    browser.get(served.base + "/")
-    browser.execute_script("window.loadedOnce = true;")
+    browser = open_marked(served, "/")
     banner = browser.find_element(By.ID, "live-banner")
     address = served.base.removeprefix("http://")
     assert served.runner.stop_all([served.daemon], timeout=10) == {"r1": 0}
@@ -261,5 +273,5 @@ def test_a_replica_restarting_shows_a_banner_and_the_page_comes_back_by_itself(
         "r1", http_address=address, web_refresh_interval=1.0, phase_seconds=0.1
     )
     wait_for(lambda: not banner.is_displayed(), timeout=15, what="the banner gone again")
-    assert browser.execute_script("return window.loadedOnce === true;"), "the page was reloaded"
+    assert not_reloaded(browser), "the page was reloaded"
     assert outcome_of(browser, "alpha") in ("ok", "never")
