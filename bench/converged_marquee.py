@@ -16,7 +16,11 @@ package over it, so both are driven and measured alike; "after" runs this checko
 shells, git, compose; plus the dockerd tree, from /proc), SSH channels and connections opened,
 compose and ``ls-remote`` runs and Docker API calls, then after/before as ratios.
 
-    .venv/bin/python bench/converged_marquee.py [--playgrounds 20] [--cycles 3]
+With ``--cold``, ``one`` is also measured as ``--cycles`` fresh processes, each running one
+cycle of the converged Marquee (a restarted daemon, a replica taking it over, an operator's
+``cycle``), and their cost is printed beside a warm cycle's, for both code versions.
+
+    .venv/bin/python bench/converged_marquee.py [--playgrounds 20] [--cycles 3] [--cold]
         [--fleet 50] [--fleet-playgrounds 1] [--ticks 2] [--before REF]
 
 Never part of the tests. Takes several minutes: converging starts every container once.
@@ -207,7 +211,14 @@ def timed(what: str) -> Iterator[None]:
 
 
 def scenario(
-    lab: Lab, directory: Path, before: Path, *, marquees: int, playgrounds: int, rounds: int
+    lab: Lab,
+    directory: Path,
+    before: Path,
+    *,
+    marquees: int,
+    playgrounds: int,
+    rounds: int,
+    cold: bool = False,
 ) -> dict[str, list[dict[str, Any]]]:
     inventory = shared_host_inventory(lab, directory, marquees=marquees, playgrounds=playgrounds)
     settings = write_settings(lab, directory, write_inventory(inventory, directory / "inv.yaml"))
@@ -219,7 +230,16 @@ def scenario(
     for label, code in (("before", before), ("after", ROOT)):
         with timed(f"{label}: {rounds} converged rounds"):
             measured[label] = run_child(code, settings, lab, rounds + 1)[1:]  # first: warm-up
+        if cold:
+            with timed(f"{label}: {rounds} first cycles of fresh processes"):
+                measured[f"{label} cold"] = [
+                    run_child(code, settings, lab, 1)[0] for _ in range(rounds)
+                ]
     return measured
+
+
+def _ratio(new: float, old: float) -> str:
+    return f"{new / old:.2f}x" if old else "-"
 
 
 def report(title: str, unit: str, measured: dict[str, list[dict[str, Any]]]) -> None:
@@ -230,6 +250,18 @@ def report(title: str, unit: str, measured: dict[str, list[dict[str, Any]]]) -> 
         new = statistics.median(r[figure] for r in measured["after"])
         ratio = f"{new / old:.3f}" if old else "-"
         print(f"{figure:<14}{old:>12.3f}{new:>12.3f}{ratio:>14}")
+    if "after cold" in measured:
+        print(f"\n{title}, the first cycle of a fresh process against a warm one (median)")
+        print(f"{'figure':<14}{'before':>10}{'cold/warm':>11}{'after':>10}{'cold/warm':>11}"
+              f"{'after/before':>14}")  # fmt: skip
+        for figure in FIGURES:
+            cold = {label: statistics.median(r[figure] for r in measured[f"{label} cold"])
+                    for label in ("before", "after")}  # fmt: skip
+            warm = {label: statistics.median(r[figure] for r in measured[label])
+                    for label in ("before", "after")}  # fmt: skip
+            print(f"{figure:<14}{cold['before']:>10.3f}{_ratio(cold['before'], warm['before']):>11}"
+                  f"{cold['after']:>10.3f}{_ratio(cold['after'], warm['after']):>11}"
+                  f"{_ratio(cold['after'], cold['before']):>14}")  # fmt: skip
     outcomes = sorted({o for rounds in measured.values() for r in rounds for o in r["outcomes"]})
     actions = sum(r["actions"] for rounds in measured.values() for r in rounds)
     print(f"outcomes: {', '.join(outcomes)}; actions in measured rounds: {actions}")
@@ -249,6 +281,11 @@ def main() -> None:
     parser.add_argument(
         "--before", help="git ref of the 'before' code (default: where this branch left main)"
     )
+    parser.add_argument(
+        "--cold",
+        action="store_true",
+        help="also measure the first cycle of fresh processes on the converged Marquee",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--rounds", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--sshd", type=int, help=argparse.SUPPRESS)
@@ -267,7 +304,8 @@ def main() -> None:
         # The one host stands for a fleet of hosts: it takes their handshakes all at once.
         with Lab(workdir / "lab", marquees=1, ssh_max_startups=max(args.fleet, 10)) as lab:
             one = scenario(lab, workdir / "one", before, marquees=1,
-                           playgrounds=args.playgrounds, rounds=args.cycles)  # fmt: skip
+                           playgrounds=args.playgrounds, rounds=args.cycles,
+                           cold=args.cold)  # fmt: skip
             fleet = (
                 scenario(
                     lab,

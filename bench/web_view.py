@@ -19,9 +19,9 @@ from typing import Any
 from aiohttp.test_utils import make_mocked_request
 
 from playguard_async.coordination.lock import Holder, LockState
-from playguard_async.coordination.marquee_reads import LastCycle, MarqueeStatus
+from playguard_async.coordination.marquee_reads import LastCycle, MarqueeStatus, MarqueeStory
 from playguard_async.engine.results import Outcome
-from playguard_async.service.fleet_picture import FleetPicture
+from playguard_async.service.fleet_picture import FleetPicture, Listed
 from playguard_async.service.web_view import WebView
 
 QUERIES = (
@@ -57,8 +57,12 @@ class NoRecords:
 
 async def measure(count: int, rounds: int) -> None:
     statuses = fleet(count, time.time())
-    names = [(status.name, status.launchable) for status in statuses]
-    picture = FleetPicture(NoRecords(), lambda: names, interval=60.0, history_limit=20)  # type: ignore[arg-type]
+    names = [Listed(status.name, status.launchable, status.mode) for status in statuses]
+
+    async def no_story(name: str) -> MarqueeStory:
+        raise AssertionError("the fleet page reads no story")
+
+    picture = FleetPicture(NoRecords(), lambda: names, interval=60.0, tell_story=no_story)  # type: ignore[arg-type]
     picture.statuses = {status.name: status for status in statuses}
     view = WebView(
         picture,

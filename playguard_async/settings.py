@@ -39,6 +39,7 @@ from playguard_async.desired_state.pg import (
     password_from,
     schema_name,
 )
+from playguard_async.desired_state.windows import Window
 from playguard_async.kits.capacity import MAX_SECONDS, cycle_slots
 from playguard_async.kits.files import FileRefused, read_text_limited
 from playguard_async.phases.protocol import BUILTIN_PHASES
@@ -197,6 +198,22 @@ class Settings(BaseSettings):
         DEFAULT_PHASES, min_length=1, description="Enabled phases, in the order they run."
     )
     dry_run: bool = Field(False, description="Report what every phase would do; change nothing.")
+    windows: tuple[Window, ...] = Field(
+        (),
+        description="The fleet's default maintenance windows, for Marquees without windows of "
+        'their own: [{kind = "allow" or "deny", cron = "0 2 * * 6", duration = 7200, timezone '
+        '= "Europe/Berlin"}]; outside what they allow a cycle runs as detect. Empty: always.',
+    )
+    pause_default_for: float = _seconds(
+        14400.0,
+        description="Seconds a `playguard pause` without --for lasts; every pause expires by "
+        "itself.",
+    )
+    fleet_pause_read_interval: float = _seconds(
+        1.0,
+        description="Seconds between a replica's reads of the fleet-wide pause (`pause --all`): "
+        "a running cycle stops for it at its first phase boundary this long after it was taken.",
+    )
     log_format: Literal["json", "console", "auto"] = Field(
         "auto", description="json, console, or auto (console on a TTY, json elsewhere)."
     )

@@ -18,6 +18,9 @@ REPLICAS_KEY = f"{PREFIX}:replicas"
 """Sorted set of live replicas (``replica_id``); score: when the announcement expires (Redis's
 clock, Unix milliseconds). Read by every replica to split the fleet (``replicas``)."""
 
+FLEET_PAUSE_KEY = f"{PREFIX}:pause"
+"""A fleet-wide pause (``pause --all``): JSON of who, why, since, until; expires with it (PX)."""
+
 
 def lock_key(name: str) -> str:
     """The lock itself: the holder's record, with the lease's TTL."""
@@ -58,3 +61,8 @@ def health_key(marquee: str) -> str:
     """A Marquee's health as its last telling cycle left it (``ok`` or ``failing``), swapped at
     the end of each cycle so exactly one cycle sees each change (``notify``)."""
     return f"{PREFIX}:cycles:{{{marquee}}}:health"
+
+
+def pause_key(marquee: str) -> str:
+    """A Marquee's pause (``coordination.pause``), in its lock's slot; expires with it (PX)."""
+    return f"{PREFIX}:{{{marquee_lock_name(marquee)}}}:pause"

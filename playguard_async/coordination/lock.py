@@ -19,6 +19,11 @@ channel, a pool connection, or a pool connection followed by WAIT for ``min_repl
 Uncertainty is loss: any error while renewing, including a Redis that does not answer in time,
 raises ``LockLost`` rather than letting work continue on a lease we cannot prove is ours.
 
+A lock may be given a pause key in its slot (a Marquee's pause, ``coordination.pause``): its
+scripts then read it, so an acquire refuses to take the lock while it holds a value and a renewal
+says so, both as ``LockPaused``, in the round trips the lock makes anyway. A lock without one
+knows of no pause.
+
 All keys of one name share the hash tag ``{name}``, so every script touches a single cluster slot.
 """
 
@@ -57,11 +62,30 @@ log = structlog.get_logger("playguard.lock")
 
 LossReason = Literal["expired", "stolen", "unreachable", "fenced", "unreplicated"]
 
-# KEYS[1] lock key, KEYS[2] fence counter. ARGV[1] holder record, ARGV[2] ttl in ms, ARGV[3] the
-# acquire's not-after: microseconds on Redis's clock (TIME), stamped by the client (see below).
+# What a lock's optional pause key holds the lock back with: its value when it is a string key,
+# else false (no key given, no key, or a key of another type, which MGET and so ``pause.paused``
+# read as absent too). pcall: a key of another type must not fail the lock's own scripts.
+_PAUSE_OF = """
+local function pause_of(key)
+    if key == nil then
+        return false
+    end
+    local value = redis.pcall('GET', key)
+    if type(value) == 'string' then
+        return value
+    end
+    return false
+end
+"""
+
+# KEYS[1] lock key, KEYS[2] fence counter, KEYS[3] (only for a lock with a pause key) its pause
+# key. ARGV[1] holder record, ARGV[2] ttl in ms, ARGV[3] the acquire's not-after: microseconds on
+# Redis's clock (TIME), stamped by the client (see below).
 # Returns the new fence (integer) when the lock was free, nil when someone holds it, LATE (-1) when
-# Redis runs it past its not-after, having written nothing. The counter is only incremented by a
-# successful SET: while a lock is held, its fence equals the counter's value.
+# Redis runs it past its not-after, having written nothing, and the pause key's value (a string,
+# whatever it holds) when KEYS[3] is a string key, having written nothing, whoever holds the lock.
+# The counter is only incremented by a successful SET: while a lock is held, its fence equals the
+# counter's value.
 #
 # Why the not-after: the client gives up on an acquire at its deadline D (``TokenLock.timeout``
 # after sending) and only then deletes, by exact value, the record it may have written. If TCP
@@ -79,10 +103,14 @@ LossReason = Literal["expired", "stolen", "unreachable", "fenced", "unreplicated
 # A counter holding anything but an integer (not written by us) is dropped first, or no lease
 # could ever be had again: the count restarts, and the hosts' fence checks refuse the low fences
 # until the engine lifts the counter to what they accepted (``raise_fence``).
-ACQUIRE_SCRIPT = """
+ACQUIRE_SCRIPT = f"""{_PAUSE_OF}
 local now = redis.call('TIME')
 if tonumber(now[1]) * 1000000 + tonumber(now[2]) > tonumber(ARGV[3]) then
     return -1
+end
+local pause = pause_of(KEYS[3])
+if pause then
+    return pause
 end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
     local counter = redis.call('GET', KEYS[2])
@@ -94,13 +122,15 @@ end
 return false
 """
 
-# KEYS[1] lock key. ARGV[1] the holder record written at acquire, ARGV[2] ttl in ms.
-# Returns 1 when renewed, 0 when the key is gone, -1 when another record holds it.
-RENEW_SCRIPT = """
+# KEYS[1] lock key, KEYS[2] (only for a lock with a pause key) its pause key. ARGV[1] the holder
+# record written at acquire, ARGV[2] ttl in ms.
+# Returns 1 when renewed, 0 when the key is gone, -1 when another record holds it, and the pause
+# key's value (a string, whatever it holds) when renewed while KEYS[2] is a string key.
+RENEW_SCRIPT = f"""{_PAUSE_OF}
 local current = redis.call('GET', KEYS[1])
 if current == ARGV[1] then
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    return 1
+    return pause_of(KEYS[2]) or 1
 end
 if current == false then
     return 0
@@ -164,6 +194,18 @@ class LockLost(LockError):
         super().__init__(f"lock {name!r} lost: {reason}")
         self.name = name
         self.reason: LossReason = reason
+
+
+class LockPaused(LockError):
+    """The lock's pause key holds a value (``TokenLock(pause_key=...)``): the work it guards is
+    held back. From ``TokenLock.acquire``: nothing was taken. From ``Lease.renew``: the lease was
+    renewed all the same and is still held, for the caller to release. ``record`` is the key's
+    exact value, outside input: whoever reads it must expect anything."""
+
+    def __init__(self, name: str, record: bytes | str) -> None:
+        super().__init__(f"lock {name!r} paused")
+        self.name = name
+        self.record = record
 
 
 class LockUnavailable(LockError):
@@ -244,6 +286,12 @@ class LockState:
     record: bytes = field(repr=False)
 
 
+def _is_pause(answer: object) -> bool:
+    """Whether a script's answer is a pause key's value (a string: every other answer is an
+    integer or nil)."""
+    return isinstance(answer, bytes | str)
+
+
 def release_result(answer: object) -> ReleaseResult:
     """RELEASE_SCRIPT's answer as a ``ReleaseResult``: only a 1 is a release."""
     if answer == 1:
@@ -297,14 +345,17 @@ class Lease:
 
         A mismatch, a missing key, a Redis error or a Redis that does not answer within the lock's
         timeout all mean the same thing to the caller: stop, this lease is not provably ours.
+        Renewed while the lock's pause key holds a value, it raises ``LockPaused``, the lease
+        still held: the same round trip renews and tells the caller to stop.
         """
         if self._released is not None:
             raise RuntimeError(f"lease on {self.name!r} was already released")
         lock = self.lock
         if self._renewal is None:
             self._renewal = lock.transport.prepare(
-                lock.scripts.renew, [lock.key], [self.record, lock.ttl_ms], replicated=True
-            )
+                lock.scripts.renew, lock.keys_with_pause(lock.key), [self.record, lock.ttl_ms],
+                replicated=True,
+            )  # fmt: skip
         sent = time.monotonic()
         try:
             answer = await lock.transport.call(self._renewal)
@@ -315,13 +366,18 @@ class Lease:
             self.deadline = lock.deadline_from(sent)
             self._log.debug("lock.renewed")
             return
-        if isinstance(answer, Unreplicated) and answer.value == 1:
+        outcome = script_value(answer)
+        renewed = outcome == 1 or _is_pause(outcome)
+        if renewed and isinstance(answer, Unreplicated):
             self._log.warning(
                 "lock.lost", reason="unreplicated", acknowledged=answer.acknowledged,
                 wanted=lock.min_replicas,
             )  # fmt: skip
             raise LockLost(self.name, "unreplicated")
-        outcome = script_value(answer)
+        if renewed:
+            self.deadline = lock.deadline_from(sent)
+            self._log.debug("lock.renewed")
+            raise LockPaused(self.name, outcome)
         reason: LossReason = "expired" if outcome == 0 else "stolen"
         self._log.warning("lock.lost", reason=reason)
         raise LockLost(self.name, reason)
@@ -443,7 +499,11 @@ class TokenLock:
         replica: str | None = None,
         min_replicas: int = 0,
         replica_timeout: float = 0.5,
+        pause_key: str | None = None,
     ) -> None:
+        """``pause_key``: a key in the lock's hash slot whose value, while it has one, holds the
+        lock's work back (``LockPaused``), read by the lock's own scripts, so in the round trips
+        the lock makes anyway. Without it the lock knows of no pause."""
         if ttl <= 0:
             raise ValueError(f"lock {name!r}: ttl must be positive seconds, got {ttl!r}")
         if timeout <= 0:
@@ -470,6 +530,7 @@ class TokenLock:
         self.replica = replica or default_replica_id()
         self.key = lock_key(name)
         self.fence_key = fence_key(name)
+        self.pause_key = pause_key
         self.scripts = _scripts_of(redis)
         self.transport = transport_for(
             redis, timeout=timeout, min_replicas=min_replicas, replica_timeout=replica_timeout
@@ -482,6 +543,10 @@ class TokenLock:
         return self.transport.call(
             self.transport.prepare(self.scripts.release, [self.key], [record]), patient=True
         )
+
+    def keys_with_pause(self, *keys: str) -> list[str]:
+        """A script's ``keys``, followed by the pause key when the lock has one."""
+        return [*keys, self.pause_key] if self.pause_key is not None else list(keys)
 
     def deadline_from(self, sent: float) -> float:
         return sent + self.ttl - self.drift
@@ -498,6 +563,8 @@ class TokenLock:
     async def acquire(self) -> Lease | None:
         """Take the lock at once or return None; never waits for another holder.
 
+        Raises ``LockPaused``, having taken nothing, while the pause key (if the lock has one)
+        holds a value, whoever holds the lock.
         Raises ``LockUnavailable`` when Redis cannot be reached. If the call is cancelled, or times
         out, after the command may have landed, our own record is deleted again (compare-and-delete,
         so nobody else's), once Redis would refuse the command (see ``ACQUIRE_SCRIPT``).
@@ -510,8 +577,8 @@ class TokenLock:
         # before that answer could overtake the SET on another connection.
         attempt = self.transport.call(
             self.transport.prepare(
-                self.scripts.acquire, [self.key, self.fence_key], [record, self.ttl_ms],
-                replicated=True,
+                self.scripts.acquire, self.keys_with_pause(self.key, self.fence_key),
+                [record, self.ttl_ms], replicated=True,
             ),
             not_after=not_after,
         )  # fmt: skip
@@ -531,6 +598,9 @@ class TokenLock:
             # TIME was read. Nothing was written; the next read sets the stamp right.
             log.warning("lock.acquire_late", lock=self.name)
             raise LockUnavailable(self.name)
+        if _is_pause(fence):
+            log.debug("lock.paused", lock=self.name)
+            raise LockPaused(self.name, fence)
         if fence is None:
             log.debug("lock.busy", lock=self.name)
             return None
@@ -555,7 +625,7 @@ class TokenLock:
         Redis refuses it, so the delete cannot be overtaken."""
         if not attempt.cancelled() and attempt.exception() is None:
             fence = script_value(attempt.result())
-            if fence is None or fence == LATE:
+            if fence is None or fence == LATE or _is_pause(fence):
                 return  # refused: nothing of ours was written
             self._send_undo(record)
             return
@@ -660,6 +730,7 @@ __all__ = [
     "Lease",
     "LockError",
     "LockLost",
+    "LockPaused",
     "LockState",
     "LockUnavailable",
     "ReleaseResult",

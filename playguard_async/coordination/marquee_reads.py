@@ -12,10 +12,12 @@ import asyncio
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, TypeGuard
 
 from playguard_async.coordination.keys import fence_key, marquee_lock_name
 from playguard_async.coordination.lock import LockState, inspect_lock
+from playguard_async.coordination.pause import Pause, paused
 from playguard_async.coordination.records import CycleRecords
 from playguard_async.cycle_record import (
     NoticeKind,
@@ -153,12 +155,17 @@ class MarqueeStatus:
     launchable: bool
     lock: LockState | None
     last: LastCycle | None
+    mode: str = "apply"
+    pause: Pause | None = None
+    """The pause that holds it back now (its own, else the fleet's), if any."""
 
     def to_json(self, now: float) -> dict[str, Any]:
         """Stable keys for scripts; ``age`` is seconds since the last cycle ended at ``now``."""
         return {
             "name": self.name,
             "launchable": self.launchable,
+            "mode": self.mode,
+            "paused": None if self.pause is None else self.pause.to_json(),
             "lock": None if self.lock is None else holder_json(self.lock),
             "last": None if self.last is None else self.last.to_json(now),
         }
@@ -193,6 +200,24 @@ class MarqueeStory:
     last_good: dict[str, str] = dataclasses.field(default_factory=dict)
     """Playground -> its last good state (``service=repo@sha256:...``) as the last cycle found
     it on the host."""
+    mode: str = "apply"
+    pause: Pause | None = None
+    """The pause that holds it back now (its own, else the fleet's), if any."""
+    windows: int = 0
+    """How many maintenance windows apply to it (its own, else the fleet's)."""
+    next_opening: datetime | None = None
+    """When its windows next allow changes (now, when they do); None: none found ahead."""
+
+    def windows_text(self, now: datetime) -> str:
+        """Its maintenance windows in words: none, open now, or when they next open."""
+        if not self.windows:
+            return "none (changes allowed at any time)"
+        if self.next_opening is None:
+            return f"{self.windows}, closed; no opening found ahead"
+        if self.next_opening <= now:
+            return f"{self.windows}, open now (changes allowed)"
+        opens = f"{self.next_opening:%Y-%m-%d %H:%M:%S} UTC"
+        return f"{self.windows}, closed (cycles run as detect); next opens {opens}"
 
     @property
     def still_wrong(self) -> list[str]:
@@ -220,6 +245,10 @@ class MarqueeStory:
     def to_json(self, now: float) -> dict[str, Any]:
         return {
             "name": self.name,
+            "mode": self.mode,
+            "paused": None if self.pause is None else self.pause.to_json(),
+            "windows": self.windows,
+            "next_opening": None if self.next_opening is None else self.next_opening.isoformat(),
             "lock": None if self.lock is None else holder_json(self.lock),
             "fence_counter": self.fence_counter,
             "host_fence": None if self.last is None else self.last.host_fence,
@@ -277,28 +306,44 @@ def _is_counter(value: object) -> TypeGuard[bytes]:
     return isinstance(value, bytes) and 0 < len(value) <= 20 and value.isdigit()
 
 
-async def read_status(records: CycleRecords, name: str, *, launchable: bool) -> MarqueeStatus:
-    """``name``'s lock now and its last cycle, read concurrently."""
-    lock, last = await asyncio.gather(
+async def read_status(
+    records: CycleRecords, name: str, *, launchable: bool, mode: str = "apply"
+) -> MarqueeStatus:
+    """``name``'s lock now, its last cycle and the pause holding it back, read concurrently;
+    ``launchable`` and ``mode`` are the desired state's."""
+    lock, last, pause = await asyncio.gather(
         inspect_lock(records.redis, marquee_lock_name(name), timeout=records.timeout),
         records.last(name),
+        paused(records.redis, name, records.timeout),
     )
     return MarqueeStatus(
         name=name,
         launchable=launchable,
         lock=lock,
         last=None if last is None else LastCycle.from_record(last),
+        mode=mode,
+        pause=pause,
     )
 
 
-async def read_story(records: CycleRecords, name: str, *, limit: int) -> MarqueeStory:
-    """``name``'s lock, fences, last cycle and up to ``limit`` recent cycles, newest first."""
+async def read_story(
+    records: CycleRecords,
+    name: str,
+    *,
+    limit: int,
+    mode: str = "apply",
+    windows: int = 0,
+    next_opening: datetime | None = None,
+) -> MarqueeStory:
+    """``name``'s lock, fences, pause, last cycle and up to ``limit`` recent cycles, newest
+    first; its ``mode`` and maintenance windows are the desired state's, told by the caller."""
     redis = records.redis
-    lock, counter, last, history = await asyncio.gather(
+    lock, counter, last, history, pause = await asyncio.gather(
         inspect_lock(redis, marquee_lock_name(name), timeout=records.timeout),
         asyncio.wait_for(redis.get(fence_key(marquee_lock_name(name))), records.timeout),
         records.last(name),
         records.history(name, limit=limit),
+        paused(redis, name, records.timeout),
     )
     return MarqueeStory(
         name=name,
@@ -308,4 +353,8 @@ async def read_story(records: CycleRecords, name: str, *, limit: int) -> Marquee
         steps=[] if last is None else phase_steps(last),
         last_good={} if last is None else last_good_states(last),
         history=[LastCycle.from_record(record) for record in history],
+        mode=mode,
+        pause=pause,
+        windows=windows,
+        next_opening=next_opening,
     )

@@ -13,6 +13,7 @@ import contextlib
 import gc
 import hashlib
 import ipaddress
+import json
 import os
 import re
 import reprlib
@@ -48,6 +49,7 @@ from yaml.constructor import ConstructorError
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from playguard_async.cycle_record import CycleRecord
+from playguard_async.desired_state.windows import Window
 from playguard_async.kits.aio import in_thread
 from playguard_async.kits.files import FileRefused, read_limited, read_text_limited, signature_of
 
@@ -290,9 +292,16 @@ class _Named(_Model):
     name: Name
 
 
+Mode = Literal["apply", "detect", "off"]
+"""How the engine steers a Marquee: ``apply`` changes the host to match the desired state;
+``detect`` runs every cycle as a dry run under the lock (drift is found, recorded and told, the
+host is left as it is); ``off`` runs no cycle on it at all."""
+
+
 class Marquee(_Named):
     """A Docker host reached over SSH; `launchable` False takes it out of rotation: no cycle runs
-    on it, so nothing there is changed, until it is set back to True."""
+    on it, so nothing there is changed, until it is set back to True. ``mode`` steers what its
+    cycles may do (``Mode``)."""
 
     host: Host
     port: Annotated[int, Field(ge=1, le=65535)] = 22
@@ -305,6 +314,21 @@ class Marquee(_Named):
     """Where the host keeps this Marquee's fence, host lock and journal of accepted writes; by
     default ``~/.local/state/playguard/<name>`` of the SSH user. It must survive reboots."""
     launchable: bool = True
+    mode: Mode = "apply"
+    windows: list[Window] | None = None
+    """Maintenance windows (``desired_state.windows``); None: the fleet's default (the
+    ``windows`` setting). Outside what they allow, a cycle runs as ``detect``."""
+
+    @field_validator("windows", mode="before")
+    @classmethod
+    def _windows_from_json(cls, value: object) -> object:
+        """The database's jsonb column arrives as its JSON text."""
+        return json.loads(value) if isinstance(value, str) else value
+
+    @property
+    def runs_cycles(self) -> bool:
+        """Whether the engine runs cycles on it: launchable, and its mode is not ``off``."""
+        return self.launchable and self.mode != "off"
 
 
 PASSWORD_FILE_LIMIT = 64 << 10
@@ -473,6 +497,10 @@ class Inventory(_Model):
     def launchable_marquees(self) -> list[Marquee]:
         """Marquees that may receive new playgrounds and chats."""
         return [marquee for marquee in self.marquees if marquee.launchable]
+
+    def cycled_marquees(self) -> list[Marquee]:
+        """Marquees the engine runs cycles on (``Marquee.runs_cycles``)."""
+        return [marquee for marquee in self.marquees if marquee.runs_cycles]
 
     def marquee(self, name: str) -> Marquee:
         """The marquee called `name`; KeyError if the inventory has none."""

@@ -29,7 +29,7 @@ from typing import Any
 
 import asyncpg
 import structlog
-from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from playguard_async.cycle_record import CycleRecord
 from playguard_async.desired_state.inventory import (
@@ -38,6 +38,7 @@ from playguard_async.desired_state.inventory import (
     DesiredStateUnavailable,
     Inventory,
     Marquee,
+    Mode,
     Playground,
     Playspec,
     Registry,
@@ -62,6 +63,7 @@ from playguard_async.desired_state.pg import (
     qualified,
     redacted,
 )
+from playguard_async.desired_state.windows import Window
 from playguard_async.kits.aio import in_thread
 
 log = structlog.get_logger("playguard.desired_state")
@@ -78,17 +80,21 @@ class Table:
     """The columns that say which Marquees a row concerns: its name and its references."""
     optional: tuple[str, ...] = ()
     """Columns a relation may lack, read as the model's default (fields added after 0004)."""
+    elsewhere: tuple[str, ...] = ()
+    """Fields of the model kept in a table of playguard's own, not in this relation (which may
+    be the application's view): a Marquee's steering (``STEERING``)."""
 
     @property
     def columns(self) -> list[str]:
-        return list(self.model.model_fields)
+        return [name for name in self.model.model_fields if name not in self.elsewhere]
 
     @property
     def has_arrays(self) -> bool:
         """Whether a column holds a list (an array, unhashable as read)."""
         return any(
             getattr(info.annotation, "__origin__", None) is list
-            for info in self.model.model_fields.values()
+            for name, info in self.model.model_fields.items()
+            if name not in self.elsewhere
         )
 
     def select(self, schema: str, columns: Sequence[str] | None = None) -> str:
@@ -96,8 +102,26 @@ class Table:
         return f"SELECT {quoted} FROM {qualified(schema, self.name)} ORDER BY name"
 
 
+class MarqueeSteering(BaseModel):
+    """A Marquee's row of ``marquee_steering`` (migration 0005): its mode and windows, kept in
+    playguard's own table so that ``marquees`` may stay the application's view, which no
+    migration alters. A Marquee without a row is steered by default (``apply``, the fleet's
+    windows)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    mode: Mode = "apply"
+    windows: list[Window] | None = None
+
+
+STEERED = ("mode", "windows")
+"""The Marquee fields ``marquee_steering`` holds."""
+
+STEERING = Table("marquee_steering", "marquees", MarqueeSteering, ("name",))
+
 TABLES = (
-    Table("marquees", "marquees", Marquee, ("name",)),
+    Table("marquees", "marquees", Marquee, ("name",), elsewhere=STEERED),
     Table("registries", "registries", Registry, ("name",)),
     Table("playspecs", "playspecs", Playspec, ("name", "registry"), ("rollback", "health_timeout")),
     Table("playgrounds", "playgrounds", Playground, ("name", "playspec", "marquee")),
@@ -105,7 +129,14 @@ TABLES = (
 )
 """In reference order: a relation only refers to relations before it."""
 
-EXPECTED_COLUMNS = {table.name: expected_columns(table.model, table.optional) for table in TABLES}
+EXPECTED_COLUMNS = {
+    table.name: {
+        column: kind
+        for column, kind in expected_columns(table.model, table.optional).items()
+        if column in table.columns
+    }
+    for table in TABLES
+}
 KEY_COLUMNS = {table.name: table.keys for table in TABLES}
 
 Rows = dict[str, list[dict[str, Any]]]
@@ -164,7 +195,7 @@ async def read_snapshot(connection: asyncpg.Connection, schema: str = DEFAULT_SC
     replanned = False
     while True:
         try:
-            records, broken = await _read_once(connection, schema, failed)
+            records, broken, steering = await _read_once(connection, schema, failed)
         except _ReadFailed as exc:
             failed[exc.table] = [exc.line]
             continue
@@ -180,12 +211,24 @@ async def read_snapshot(connection: asyncpg.Connection, schema: str = DEFAULT_SC
                 table.name: [dict(record) for record in table_records]
                 for table, table_records in zip(TABLES, records, strict=True)
             }
+            if "marquees" not in broken:
+                _steer(rows["marquees"], steering)
         return Snapshot(rows, broken)
+
+
+def _steer(marquees: list[dict[str, Any]], steering: Sequence[asyncpg.Record]) -> None:
+    """Give each Marquee row its steering columns, from its ``marquee_steering`` row (JSON text
+    for the windows, as asyncpg reads jsonb) or the defaults."""
+    rows = {row["name"]: row for row in steering}
+    for marquee in marquees:
+        steered = rows.get(marquee["name"])
+        marquee["mode"] = "apply" if steered is None else steered["mode"]
+        marquee["windows"] = None if steered is None else steered["windows"]
 
 
 async def _read_once(
     connection: asyncpg.Connection, schema: str, failed: Mapping[str, list[str]]
-) -> tuple[list[list[asyncpg.Record]], dict[str, list[str]]]:
+) -> tuple[list[list[asyncpg.Record]], dict[str, list[str]], list[asyncpg.Record]]:
     async with connection.transaction(isolation="repeatable_read", readonly=True):
         catalog = await connection.fetch(CATALOG_QUERY, schema, [t.name for t in TABLES])
         checks = check_relations(schema, EXPECTED_COLUMNS, KEY_COLUMNS, catalog)
@@ -220,7 +263,8 @@ async def _read_once(
                     f"{problems[0]}; its key columns ({', '.join(table.keys)}) cannot be read "
                     f"either ({why}): the whole snapshot is refused"
                 ) from None
-    return records, broken
+        steering = await connection.fetch(STEERING.select(schema))
+    return records, broken, steering
 
 
 @dataclass
@@ -428,18 +472,28 @@ def _dangling_references(valid: Mapping[str, list[Any]], present: Mapping[str, s
 
 
 def rows_of(inventory: Inventory) -> dict[str, list[tuple[Any, ...]]]:
-    """The inventory as rows per table, in each table's column order (paths as text)."""
+    """The inventory as rows per table, in each table's column order (paths as text, windows
+    as JSON text), ``marquee_steering`` included: one row per Marquee, in the same order."""
     return {
         table.name: [
-            tuple(_column_value(getattr(item, column)) for column in table.columns)
+            tuple(_column_value(column, getattr(item, column)) for column in table.columns)
             for item in getattr(inventory, table.field)
         ]
-        for table in TABLES
+        for table in (*TABLES, STEERING)
     }
 
 
-def _column_value(value: object) -> object:
-    return str(value) if isinstance(value, Path) else value
+_WINDOWS = TypeAdapter(list[Window])
+
+
+def _column_value(column: str, value: object) -> object:
+    """A model's value as its column takes it: a path as text, a Marquee's windows as JSON text
+    for their jsonb column (as asyncpg writes jsonb)."""
+    if isinstance(value, Path):
+        return str(value)
+    if column == "windows" and isinstance(value, list):
+        return _WINDOWS.dump_json(value).decode()
+    return value
 
 
 SNAPSHOT_TIMEOUT = 10.0

@@ -10,6 +10,7 @@ name, and local paths are stored absolute (resolved against the file, as the dae
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from playguard_async.desired_state.inventory import Inventory, InventoryError, Y
 from playguard_async.desired_state.mapping import CATALOG_QUERY, present_columns
 from playguard_async.desired_state.pg import DEFAULT_SCHEMA, qualified
 from playguard_async.desired_state.postgres import (
+    STEERING,
     TABLES,
     Table,
     read_snapshot,
@@ -55,8 +57,9 @@ async def import_inventory(
     """
     inventory = await YamlInventorySource(path).load()
     rows = rows_of(inventory)
-    names = {table.name: qualified(schema, table.name) for table in TABLES}
     async with connection.transaction():
+        tables = await _written(connection, schema, rows)
+        names = {table.name: qualified(schema, table.name) for table in tables}
         not_tables = await connection.fetch(_NOT_TABLES, f'"{schema}"', list(names))
         if not_tables:
             raise ImportRefused(
@@ -67,25 +70,36 @@ async def import_inventory(
             )
         await connection.execute("LOCK TABLE " + ", ".join(names.values()) + " IN EXCLUSIVE MODE")
         if replace:
-            await connection.execute(
-                "TRUNCATE " + ", ".join(names[table.name] for table in reversed(TABLES))
-            )
+            await connection.execute("TRUNCATE " + ", ".join(reversed(names.values())))
         else:
-            for table in TABLES:
+            for table in tables:
                 exists = f"SELECT EXISTS (SELECT 1 FROM {names[table.name]})"
                 if await connection.fetchval(exists):
                     raise ImportRefused(
                         f"{path}: table {table.name} is not empty; nothing imported "
                         "(--replace replaces the database's desired state)"
                     )
-        catalog = await connection.fetch(CATALOG_QUERY, schema, [t.name for t in TABLES])
+        catalog = await connection.fetch(CATALOG_QUERY, schema, [t.name for t in tables])
         present = present_columns(catalog)
-        for table in TABLES:
+        for table in tables:
             columns = _writable(path, table, rows[table.name], present.get(table.name, set()))
             kept = [table.columns.index(column) for column in columns]
             table_rows = [tuple(row[index] for index in kept) for row in rows[table.name]]
             await _copy(connection, path, table, table_rows, schema, columns=columns)
     return {table.name: len(rows[table.name]) for table in TABLES}
+
+
+async def _written(
+    connection: asyncpg.Connection, schema: str, rows: Mapping[str, list[tuple[Any, ...]]]
+) -> tuple[Table, ...]:
+    """The tables an import writes: the five, and ``marquee_steering`` where it exists (from
+    migration 0005 on) or where a Marquee of the file needs it (a mode or windows of its own;
+    then a schema without it is told to migrate)."""
+    steered = any(row[1:] != ("apply", None) for row in rows[STEERING.name])
+    exists = await connection.fetchval(
+        "SELECT to_regclass($1) IS NOT NULL", qualified(schema, STEERING.name)
+    )
+    return (*TABLES, STEERING) if steered or exists else TABLES
 
 
 def _writable(

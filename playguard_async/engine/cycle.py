@@ -18,6 +18,7 @@ import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import structlog
@@ -25,11 +26,19 @@ import structlog
 from playguard_async.coordination.client import RedisClient
 from playguard_async.coordination.cycle_end import CycleEnd, Ending, Resume
 from playguard_async.coordination.fence import FenceRefused
-from playguard_async.coordination.keys import marquee_lock_name
-from playguard_async.coordination.lock import Lease, LockLost, LockUnavailable, TokenLock
+from playguard_async.coordination.keys import marquee_lock_name, pause_key
+from playguard_async.coordination.lock import (
+    Lease,
+    LockLost,
+    LockPaused,
+    LockUnavailable,
+    TokenLock,
+)
 from playguard_async.coordination.outage import RedisOutage
+from playguard_async.coordination.pause import FleetPauseWatch, Pause
 from playguard_async.coordination.records import CycleRecords
 from playguard_async.desired_state.inventory import Inventory, Marquee
+from playguard_async.desired_state.windows import allows, next_opening
 from playguard_async.engine.observer import EngineObserver
 from playguard_async.engine.results import (
     FINISHED_LEVELS,
@@ -52,10 +61,17 @@ from playguard_async.settings import Settings
 
 log = structlog.get_logger("playguard.engine")
 
-SessionOpener = Callable[[Marquee, Lease], AbstractAsyncContextManager[RemoteView]]
-"""Opens the remote session of one cycle under its lease (whose fence goes with every write);
-entered on a phase's first ``ctx.remote()`` call. The phases it serves take the session's own
-type; the engine reads only its ``RemoteView``."""
+
+class SessionOpener(Protocol):
+    """Opens the remote session of one cycle under its lease (whose fence goes with every write);
+    entered on a phase's first ``ctx.remote()`` call. ``dry_run`` is the cycle's own (the
+    settings', the Marquee's mode, a plan): the session records its changes instead of making
+    them. The phases it serves take the session's own type; the engine reads only its
+    ``RemoteView``."""
+
+    def __call__(
+        self, marquee: Marquee, lease: Lease, dry_run: bool
+    ) -> AbstractAsyncContextManager[RemoteView]: ...
 
 
 class CycleCrew(Protocol):
@@ -98,6 +114,14 @@ class CycleCrew(Protocol):
     @property
     def ending(self) -> CycleEnd: ...
 
+    @property
+    def fleet_pause(self) -> FleetPauseWatch: ...
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        """Wall-clock time (Unix seconds) for maintenance windows; a test injects its own."""
+        ...
+
 
 class _CycleRemote:
     """The cycle's remote session, opened on first use so phases that need none cost nothing."""
@@ -108,11 +132,13 @@ class _CycleRemote:
         marquee: Marquee,
         lease: Lease,
         stack: contextlib.AsyncExitStack,
+        dry_run: bool,
     ) -> None:
         self._opener = opener
         self._marquee = marquee
         self._lease = lease
         self._stack = stack
+        self._dry_run = dry_run
         self._session: RemoteView | None = None
 
     async def __call__(self) -> RemoteView:
@@ -120,7 +146,7 @@ class _CycleRemote:
             if self._opener is None:
                 raise RuntimeError("no remote layer is configured for this engine")
             self._session = await self._stack.enter_async_context(
-                self._opener(self._marquee, self._lease)
+                self._opener(self._marquee, self._lease, self._dry_run)
             )
         return self._session
 
@@ -204,7 +230,7 @@ class Cycle:
             marquee=marquee.name,
             cycle_id=secrets.token_hex(6),
             replica=self.settings.replica_id,
-            dry_run=self.settings.dry_run,
+            dry_run=self.settings.dry_run or marquee.mode == "detect",
         )
         self.lease: Lease | None = None
         self._unhealthy: tuple[str, str] | None = None
@@ -245,8 +271,9 @@ class Cycle:
             if self.crew.stopping.is_set():
                 result.outcome = Outcome.INTERRUPTED
             else:
-                self.lease = await self._acquire()
-            if self.lease is not None:
+                result.dry_run = result.dry_run or self._outside_windows()
+                self.lease = await self._acquire_unless_paused()
+            if self.lease is not None and result.outcome is Outcome.OK:
                 result.fence = self.lease.fence
                 await self._walk_phases(self.lease)
         except asyncio.CancelledError:
@@ -266,6 +293,45 @@ class Cycle:
         ):
             await self._catch_up_fence(lease.lock, result.host_fence or 0)
 
+    async def _acquire_unless_paused(self) -> Lease | None:
+        """The Marquee's lease (``_acquire``) unless a pause holds it back: its own pause is read
+        by the acquisition's script, which then takes nothing; the fleet's comes from the
+        replica's ``FleetPauseWatch``, whose read, when one is due, goes out in the acquisition's
+        batch. Either way checking costs a cycle no round trip of its own. Paused, the outcome is
+        ``paused`` and no phase runs: a lease taken meanwhile is released by the ending like any
+        other, and the cycle is not recorded (``left_alone``)."""
+        fleet = self.crew.fleet_pause
+        reading = fleet.refresh()
+        if reading is None and fleet.pause is not None:
+            self._paused(fleet.pause)
+            return None
+        lease = await self._acquire()
+        pause = fleet.pause if reading is None else await fleet.settled(reading)
+        if pause is not None:
+            self._paused(pause)
+        return lease
+
+    def _outside_windows(self) -> bool:
+        """Whether the Marquee's maintenance windows (else the fleet's) keep this cycle from
+        changing the host now: it then runs as ``detect``."""
+        windows = self.marquee.windows
+        if windows is None:
+            windows = list(self.settings.windows)
+        if not windows:
+            return False
+        now = datetime.fromtimestamp(self.crew.clock(), UTC)
+        if allows(windows, now):
+            return False
+        opening = next_opening(windows, now)
+        log.info("cycle.outside_windows", opens=None if opening is None else opening.isoformat())
+        return True
+
+    def _paused(self, pause: Pause, phase: str | None = None) -> None:
+        """End the cycle ``paused``: at its start, or after ``phase``."""
+        self.result.outcome, self.result.reason = Outcome.PAUSED, pause.describe()
+        self.result.phase = phase
+        log.info("marquee.paused", scope=pause.scope, by=pause.by, until=pause.until)
+
     async def _acquire(self) -> Lease | None:
         """The Marquee's lease, or None with the outcome that says why not."""
         settings, result = self.settings, self.result
@@ -277,9 +343,14 @@ class Cycle:
             replica=settings.replica_id,
             min_replicas=settings.lock_min_replicas,
             replica_timeout=settings.lock_replica_timeout,
+            pause_key=pause_key(self.marquee.name),
         )
         try:
             lease = await lock.acquire()
+        except LockPaused as exc:
+            self.crew.redis_outage.answered()
+            self._paused(Pause.parse(self.marquee.name, exc.record))
+            return None
         except LockUnavailable as exc:
             result.outcome = Outcome.REDIS_UNAVAILABLE
             result.reason = one_line(exc.__cause__ or exc)
@@ -311,7 +382,9 @@ class Cycle:
         walk = structlog.contextvars.bind_contextvars(fence=lease.fence)
         try:
             async with contextlib.AsyncExitStack() as stack:
-                remote = _CycleRemote(self.crew.open_session, self.marquee, lease, stack)
+                remote = _CycleRemote(
+                    self.crew.open_session, self.marquee, lease, stack, result.dry_run
+                )
                 watch = _LeaseWatch(lease)
                 before_phases: Mapping[str, contextvars.Token[Any]] | None = None
                 try:
@@ -323,7 +396,7 @@ class Cycle:
                             marquee=self.marquee,
                             inventory=self.inventory,
                             log=log.bind(phase=phase.name),
-                            dry_run=self.settings.dry_run,
+                            dry_run=result.dry_run,
                             lease=lease,
                             remote=remote,
                         )
@@ -363,12 +436,31 @@ class Cycle:
         if result.outcome is not Outcome.OK:
             return False
         self.crew.observer.lease_renewing(lease.remaining())
+        # The boundary between two phases is the one place a cycle stops for a pause, never in
+        # the middle of a write: the Marquee's is read by the renewal's script, the fleet's
+        # comes from the replica's watch (its read, when due, in the renewal's batch). After the
+        # last phase there is nothing left to stop.
+        last = phase is self.crew.phases[-1]
+        fleet = self.crew.fleet_pause
+        reading = None if last else fleet.refresh()
         try:
             await lease.renew()
+        except LockPaused as exc:  # renewed: the ending releases it
+            if last:
+                return True
+            self._paused(Pause.parse(self.marquee.name, exc.record), phase.name)
+            return False
         except LockLost as exc:
             self.crew.observer.lease_lost(exc.reason)
             result.outcome, result.phase = Outcome.LOCK_LOST, phase.name
             result.reason = exc.reason
+            return False
+        if last:
+            return True
+        # No read on its way: the last answer stands, without a wait to create.
+        pause = fleet.pause if reading is None else await fleet.settled(reading)
+        if pause is not None:
+            self._paused(pause, phase.name)
             return False
         return True
 
@@ -439,8 +531,8 @@ class Cycle:
         if lease is not None:
             interrupted = result.outcome is Outcome.INTERRUPTED
             resume = Resume.RECORD if interrupted else Resume.CLEAR
-        # A cycle that found the Marquee locked did nothing there; the holder's record stands.
-        record = None if result.outcome is Outcome.LOCKED else result.to_record()
+        # A cycle left alone (locked, paused at its start) did nothing there; nothing to record.
+        record = None if result.left_alone else result.to_record()
         ending = self.crew.ending.write(result.marquee, lease=lease, record=record, resume=resume)
         try:
             self._tell_ending(await asyncio.shield(ending), resume)

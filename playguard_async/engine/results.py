@@ -27,11 +27,15 @@ class Outcome(enum.Enum):
     """The Marquee could not be reached or used over SSH; ``reason`` says why, in words."""
     ERROR = "error"
     """Something outside any phase failed unexpectedly; logged with its traceback."""
+    PAUSED = "paused"
+    """An operator's pause held the Marquee back: at the cycle's start (no lock was taken) or at
+    a phase boundary (``phase`` is the last one that ran); ``reason`` says who and why."""
 
 
 FINISHED_LEVELS: dict[Outcome, int] = {
     Outcome.OK: logging.INFO,
     Outcome.LOCKED: logging.DEBUG,  # the loser's `marquee.locked` line already said so
+    Outcome.PAUSED: logging.INFO,
     Outcome.INTERRUPTED: logging.WARNING,
     Outcome.PHASE_FAILED: logging.WARNING,
     Outcome.UNHEALTHY: logging.WARNING,
@@ -71,6 +75,15 @@ class CycleResult:
     slot, kept apart so that ``duration`` is the cycle's own work."""
     finished_at: float = 0.0
     duration: float = 0.0
+
+    @property
+    def left_alone(self) -> bool:
+        """Whether the cycle ran no phase because someone else had a say: another holder
+        (``locked``) or a pause found at its start (``paused`` before any phase). Such a cycle
+        did nothing, and is not recorded."""
+        return self.outcome is Outcome.LOCKED or (
+            self.outcome is Outcome.PAUSED and self.phase is None
+        )
 
     def to_record(self) -> CycleRecord:
         """The record kept for operators (``playguard_async.cycle_record``)."""

@@ -16,7 +16,7 @@ import asyncio
 import math
 import random
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import structlog
@@ -25,6 +25,7 @@ from playguard_async.coordination.client import RedisClient
 from playguard_async.coordination.cycle_end import CycleEnd
 from playguard_async.coordination.keys import RESUME_KEY
 from playguard_async.coordination.outage import RedisOutage
+from playguard_async.coordination.pause import FleetPauseWatch
 from playguard_async.coordination.records import CycleRecords
 from playguard_async.coordination.replicas import ReplicaRoster
 from playguard_async.desired_state.inventory import (
@@ -116,6 +117,11 @@ class Engine:
         )
         self.records = records
         self.ending = CycleEnd(redis, records, settings.redis_socket_timeout)
+        self.fleet_pause = FleetPauseWatch(
+            redis, every=settings.fleet_pause_read_interval, timeout=settings.redis_socket_timeout
+        )
+        self.clock: Callable[[], float] = time.time
+        """Wall-clock time for maintenance windows; a test injects a fixed one."""
 
     # -- life --------------------------------------------------------------------------------
 
@@ -204,8 +210,8 @@ class Engine:
         return [phase.name for phase in self.phases]
 
     async def tick(self) -> list[asyncio.Task[CycleResult]]:
-        """Start a cycle for every launchable Marquee of this replica's share (``replicas``) not
-        already in a cycle here."""
+        """Start a cycle for every Marquee that runs cycles (launchable, mode not ``off``) of this
+        replica's share (``replicas``) not already in a cycle here."""
         self.last_tick = time.monotonic()
         inventory = await self._desired_inventory()
         if inventory is None:
@@ -213,7 +219,7 @@ class Engine:
             return []
         resume_first = await self._resume_order()
         marquees = sorted(
-            (m for m in inventory.launchable_marquees() if self.roster.owns(m.name)),
+            (m for m in inventory.cycled_marquees() if self.roster.owns(m.name)),
             key=lambda m: (m.name not in resume_first, m.name),
         )
         sharing_with = len(self.roster.live) if self.roster.sharing else 0
@@ -249,7 +255,7 @@ class Engine:
                 marquee = inventory.marquee(name)
             except KeyError:  # gone, or left out of the snapshot: nothing to start
                 continue
-            if not (marquee.launchable and self.roster.owns(name)):
+            if not (marquee.runs_cycles and self.roster.owns(name)):
                 continue
             if name in self.cycles:
                 self._follow_ups.add(name)
@@ -320,7 +326,7 @@ class Engine:
             marquee = inventory.marquee(name)
         except KeyError:
             return
-        if marquee.launchable and self.roster.owns(name):
+        if marquee.runs_cycles and self.roster.owns(name):
             log.info("engine.follow_up", marquee=name)
             self._start_cycle(marquee, inventory)
 

@@ -2,7 +2,8 @@
 
 Exit statuses: 0 done (a cycle ended ok, every check passed); 1 an error a person can fix, a
 failed check, or ``unlock`` that deleted nothing; 2 bad usage; 3 ``cycle`` found the Marquee
-locked by another holder; 4 ``cycle`` ran but did not end ok; 78 (sysexits' EX_CONFIG) ``run``
+locked by another holder; 4 ``cycle`` ran but did not end ok; ``plan`` has its own (0 in sync,
+2 changes pending, 1 an error, as Terraform's -detailed-exitcode); 78 (sysexits' EX_CONFIG) ``run``
 could not start on its configuration (settings, inventory, phases), which the systemd unit does
 not restart on. A crash (a bug) is Python's own 1 with a traceback.
 """
@@ -10,6 +11,7 @@ not restart on. A crash (a bug) is Python's own 1 with a traceback.
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
@@ -465,6 +467,140 @@ def check(ctx: click.Context, config: Path | None, timeout: float, as_json: bool
     display.console().print(table)
     if not all(row.ok for row in rows):
         ctx.exit(1)
+
+
+@cli.command()
+@click.argument("marquee", required=False)
+@click.option("--all", "fleet_wide", is_flag=True, help="Every Marquee, one line each.")
+@CONFIG_OPTION
+@JSON_OPTION
+@click.pass_context
+def plan(
+    ctx: click.Context, marquee: str | None, fleet_wide: bool, config: Path | None, as_json: bool
+) -> None:
+    """What a cycle of MARQUEE would change, grouped by phase: one detect cycle (a dry run)
+    under its lock, recorded like any cycle; nothing on the host changes.
+
+    Exit status (Terraform's -detailed-exitcode): 0 in sync, 2 changes pending, 1 an error
+    (unreachable, locked by another holder, paused, a failed phase, an unknown Marquee). With
+    --all, every Marquee that runs cycles, max_concurrent_cycles at once, one line each; the
+    status is 1 if any errs, else 2 if any has changes, else 0.
+    """
+    marquee = _one_scope(marquee, fleet_wide)
+    with _readable_errors(ctx):
+        import asyncio
+        import json
+
+        from playguard_async.operator import display, fleet
+
+        settings = command_settings(config)
+        if marquee is None:
+            results = asyncio.run(fleet.plan_fleet(settings))
+            holder = None
+        else:
+            run = asyncio.run(fleet.plan_one(settings, marquee))
+            results, holder = [run.result], run.holder
+    verdicts = [fleet.plan_verdict(result) for result in results]
+    if as_json:
+        plans = [fleet.plan_json(result) for result in results]
+        click.echo(json.dumps(plans[0] if marquee else {"marquees": plans}, indent=2))
+    elif marquee is None:
+        for result in results:
+            echo(display.plan_line(result))
+    else:
+        display.print_plan(results[0], holder)
+    worst = (
+        fleet.PlanVerdict.ERROR
+        if fleet.PlanVerdict.ERROR in verdicts
+        else max(verdicts, default=fleet.PlanVerdict.IN_SYNC)
+    )
+    ctx.exit(worst.value)
+
+
+def _one_scope(marquee: str | None, fleet_wide: bool) -> str | None:
+    """MARQUEE, or None with --all: exactly one of them (else exit 1, as any bad value)."""
+    if (marquee is None) == (not fleet_wide):
+        fail("name one MARQUEE or give --all", 1)
+    return marquee
+
+
+_SPAN = re.compile(r"(?:(?P<d>[0-9]{1,3})d)?(?:(?P<h>[0-9]{1,4})h)?(?:(?P<m>[0-9]{1,5})m)?"
+                   r"(?:(?P<s>[0-9]{1,6})s)?")  # fmt: skip
+_SPAN_SECONDS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+
+
+def _pause_duration(value: str | None) -> float | None:
+    """--for as seconds (``90s``, ``15m``, ``2h``, ``1d``, ``1h30m``), None when not given."""
+    if value is None:
+        return None
+    from playguard_async.kits.capacity import MAX_SECONDS
+
+    match = _SPAN.fullmatch(value.strip())
+    seconds = 0.0 if match is None else sum(
+        int(count) * _SPAN_SECONDS[unit] for unit, count in match.groupdict().items() if count
+    )  # fmt: skip
+    if not 0 < seconds <= MAX_SECONDS:
+        fail(f"--for {value!r}: not a duration up to 7d (like 90s, 15m, 2h, 1h30m, 1d)", 1)
+    return seconds
+
+
+@cli.command()
+@click.argument("marquee", required=False)
+@click.option("--all", "fleet_wide", is_flag=True, help="Pause the whole fleet.")
+@click.option("--for", "for_", metavar="DURATION", help="How long (90s, 15m, 2h, 1d); default "
+              "the pause_default_for setting.")  # fmt: skip
+@click.option("--reason", required=True, help="Why, for whoever looks next (500 chars at most).")
+@CONFIG_OPTION
+@click.pass_context
+def pause(
+    ctx: click.Context,
+    *,
+    marquee: str | None,
+    fleet_wide: bool,
+    for_: str | None,
+    reason: str,
+    config: Path | None,
+) -> None:
+    """Pause MARQUEE (or with --all the fleet) without touching the desired state: every
+    replica starts no cycle of it, and a cycle running stops at its next phase boundary (outcome
+    paused). Kept in Redis with who, why and until when; it expires by itself."""
+    from playguard_async.coordination.pause import FLEET, REASON_MAX
+
+    scope = _one_scope(marquee, fleet_wide) or FLEET
+    seconds = _pause_duration(for_)
+    if not reason.strip() or len(reason) > REASON_MAX or not reason.isprintable():
+        fail(f"--reason of {len(reason)} characters: give 1 to {REASON_MAX} printable ones", 1)
+    with _readable_errors(ctx):
+        import asyncio
+
+        from playguard_async.operator import display, fleet
+
+        taken = asyncio.run(fleet.pause(command_settings(config), scope, reason, seconds))
+    echo(display.pause_text(taken))
+
+
+@cli.command()
+@click.argument("marquee", required=False)
+@click.option("--all", "fleet_wide", is_flag=True, help="Lift the fleet-wide pause.")
+@CONFIG_OPTION
+@click.pass_context
+def resume(ctx: click.Context, marquee: str | None, fleet_wide: bool, config: Path | None) -> None:
+    """Lift MARQUEE's pause (or with --all the fleet-wide one); its next cycle runs as usual.
+    Exit status 0 also when it was not paused (it says so)."""
+    from playguard_async.coordination.pause import FLEET
+
+    scope = _one_scope(marquee, fleet_wide) or FLEET
+    with _readable_errors(ctx):
+        import asyncio
+
+        from playguard_async.operator import display, fleet
+
+        lifted = asyncio.run(fleet.resume(command_settings(config), scope))
+    what = "the fleet" if scope == FLEET else scope
+    if lifted is None:
+        echo(f"{what} is not paused; nothing to lift")
+    else:
+        echo(f"lifted: {display.pause_text(lifted)}")
 
 
 cli.add_command(db)

@@ -10,21 +10,37 @@ type reads as missing, never as an error.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from playguard_async.coordination.marquee_reads import MarqueeStory, read_story
 from playguard_async.coordination.records import CycleRecords
+from playguard_async.desired_state.windows import next_opening
 from playguard_async.operator.fleet import OperateError, open_fleet
 from playguard_async.settings import Settings
 
 
-async def marquee_story(settings: Settings, name: str, *, limit: int) -> MarqueeStory:
-    """``name``'s lock, fences, last cycle and up to ``limit`` recent cycles, newest first."""
+async def marquee_story(
+    settings: Settings, name: str, *, limit: int, now: datetime | None = None
+) -> MarqueeStory:
+    """``name``'s lock, fences, last cycle and up to ``limit`` recent cycles, newest first; its
+    mode, pause and when its maintenance windows next open after ``now`` (default: now)."""
     async with open_fleet(settings) as fleet:
         inventory = await fleet.inventory()
-        if name not in {marquee.name for marquee in inventory.marquees}:
-            raise OperateError(f"no Marquee named {name!r} in {settings.inventory}")
+        try:
+            marquee = inventory.marquee(name)
+        except KeyError:
+            raise OperateError(f"no Marquee named {name!r} in {settings.inventory}") from None
         records = CycleRecords(
             fleet.redis,
             history_length=settings.history_length,
             timeout=settings.redis_socket_timeout,
         )
-        return await read_story(records, name, limit=limit)
+        windows = marquee.windows if marquee.windows is not None else list(settings.windows)
+        return await read_story(
+            records,
+            name,
+            limit=limit,
+            mode=marquee.mode,
+            windows=len(windows),
+            next_opening=next_opening(windows, now or datetime.now(UTC)) if windows else None,
+        )

@@ -7,6 +7,7 @@ the engine and the lock load only when a command prints their results.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from rich.console import Console
@@ -15,8 +16,10 @@ from rich.text import Text
 
 from playguard_async.coordination import marquee_reads
 from playguard_async.coordination.lock import LockState
+from playguard_async.coordination.pause import Pause
 from playguard_async.engine.results import CycleResult, Outcome
 from playguard_async.kits.textclean import clean
+from playguard_async.operator import fleet
 from playguard_async.settings import Settings
 
 PIPE_WIDTH = 500
@@ -92,12 +95,30 @@ def last_text(last: marquee_reads.LastCycle) -> Text:
     return text((last.outcome + where, style))
 
 
+def steering_text(marquee: marquee_reads.MarqueeStatus) -> str:
+    """What steers a Marquee besides its desired state, for the name column: ``not
+    launchable``, its mode unless ``apply``, ``paused``; empty when none of them."""
+    notes = [] if marquee.launchable else ["not launchable"]
+    notes += [] if marquee.mode == "apply" else [f"mode {marquee.mode}"]
+    notes += [] if marquee.pause is None else ["paused"]
+    return f" ({', '.join(notes)})" if notes else ""
+
+
+def pause_text(pause: Pause) -> str:
+    """A pause in one line: what, by whom, why, until when (wall clock, UTC)."""
+    if not pause.known:
+        return pause.describe()
+    until = datetime.fromtimestamp(pause.until, UTC).isoformat(timespec="seconds")
+    return f"{pause.describe()} (until {until})"
+
+
 def status_table(statuses: list[marquee_reads.MarqueeStatus], now: float) -> Table:
     columns = ("MARQUEE", "HOLDER", "FENCE", "TTL LEFT", "LAST", "WHEN", "DURATION", "ACTIONS")
     table = Table(*columns, "FINDINGS", box=None, header_style="bold")
     for marquee in statuses:
         lock, last = marquee.lock, marquee.last
-        name = marquee.name if marquee.launchable else f"{marquee.name} (not launchable)"
+        name = marquee.name + steering_text(marquee)
+        paused = "" if marquee.pause is None else pause_text(marquee.pause) + "; "
         holding: list[str | Text] = ["-", "-", "-"]
         if lock is not None:
             holder = lock.holder
@@ -117,8 +138,10 @@ def status_table(statuses: list[marquee_reads.MarqueeStatus], now: float) -> Tab
                 "-" if last.finished_at is None else f"{span(now - last.finished_at)} ago",
                 "-" if last.duration is None else span(last.duration),
                 str(last.actions),
-                findings_text(last),
+                paused + findings_text(last),
             ]
+        elif paused:
+            history[-1] = paused.removesuffix("; ")
         table.add_row(name, *holding, *history)
     return table
 
@@ -145,6 +168,9 @@ def print_story(told: marquee_reads.MarqueeStory, now: float) -> None:
     out = console()
     lock = told.lock
     out.print(text(("Marquee ", "bold"), told.name))
+    out.print(text(f"  mode: {told.mode}"))
+    out.print(text(f"  windows: {told.windows_text(datetime.fromtimestamp(now, UTC))}"))
+    out.print(text("  paused: ", "no" if told.pause is None else pause_text(told.pause)))
     out.print(text("  lock: ", "not held" if lock is None else holder_text(lock)))
     host = None if told.last is None else told.last.host_fence
     out.print(
@@ -182,6 +208,33 @@ def print_story(told: marquee_reads.MarqueeStory, now: float) -> None:
             out.print(text(f"    {item}"))
     out.print(text(f"  recent cycles ({len(told.history)}):"))
     out.print(history_table(told.history, now))
+
+
+def plan_line(result: CycleResult) -> str:
+    """One Marquee's plan in a line (``plan --all``): in sync, what would change, or the error."""
+    verdict = fleet.plan_verdict(result)
+    if verdict is fleet.PlanVerdict.ERROR:
+        return f"{result.marquee}: error: {result.outcome.value}: {result.reason or '-'}"
+    if verdict is fleet.PlanVerdict.IN_SYNC:
+        return f"{result.marquee}: in sync"
+    counts = ", ".join(f"{phase} {len(taken)}" for phase, taken in result.actions.items() if taken)
+    total = sum(len(taken) for taken in result.actions.values())
+    return f"{result.marquee}: {total} changes pending ({counts})"
+
+
+def print_plan(result: CycleResult, holder: LockState | None) -> None:
+    """One Marquee's plan: each phase with what it would do, then the verdict."""
+    out = console()
+    if result.outcome is Outcome.LOCKED:
+        held = holder_text(holder) if holder else "another holder (gone since)"
+        out.print(text(f"{result.marquee}: error: locked by {held}; no plan made"))
+        return
+    for phase, taken in result.actions.items():
+        if taken:
+            out.print(text((phase, "bold")))
+            for action in taken:
+                out.print(text(f"  {action}"), soft_wrap=True)
+    out.print(text(plan_line(result)))
 
 
 def fence_text(fence: int | None) -> str:

@@ -12,11 +12,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import enum
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from redis.exceptions import RedisError
 
@@ -25,6 +27,7 @@ from playguard_async.coordination.client import RedisClient
 from playguard_async.coordination.keys import fence_key, lock_key, marquee_lock_name
 from playguard_async.coordination.lock import LockState, ReleaseResult, TokenLock, inspect_lock
 from playguard_async.coordination.marquee_reads import MarqueeStatus, read_status
+from playguard_async.coordination.pause import FLEET, Pause, lift_pause, take_pause
 from playguard_async.coordination.records import CycleRecords
 from playguard_async.coordination.topology import read_topology
 from playguard_async.desired_state.inventory import Inventory, InventoryError, Marquee, Registry
@@ -112,7 +115,9 @@ async def fleet_status(settings: Settings) -> list[MarqueeStatus]:
         return list(
             await asyncio.gather(
                 *(
-                    read_status(records, marquee.name, launchable=marquee.launchable)
+                    read_status(
+                        records, marquee.name, launchable=marquee.launchable, mode=marquee.mode
+                    )
                     for marquee in inventory.marquees
                 )
             )
@@ -230,7 +235,90 @@ def _launchable(inventory: Inventory, name: str, source: str) -> Marquee:
         raise OperateError(
             f"{source}: marquee {name!r} has launchable: false, so no cycle runs on it"
         )
+    if not marquee.runs_cycles:
+        raise OperateError(f"{source}: marquee {name!r} has mode: off, so no cycle runs on it")
     return marquee
+
+
+# -- plan --------------------------------------------------------------------------------------
+
+
+class PlanVerdict(enum.IntEnum):
+    """A plan's verdict, as its exit status (Terraform's ``-detailed-exitcode``)."""
+
+    IN_SYNC = 0
+    ERROR = 1
+    CHANGES = 2
+
+
+def plan_verdict(result: CycleResult) -> PlanVerdict:
+    """In sync (an ok detect cycle with nothing it would do), changes pending, or an error (any
+    other outcome: locked, unreachable, paused, a failed phase...)."""
+    if result.outcome is not Outcome.OK:
+        return PlanVerdict.ERROR
+    return PlanVerdict.CHANGES if any(result.actions.values()) else PlanVerdict.IN_SYNC
+
+
+def plan_json(result: CycleResult) -> dict[str, Any]:
+    """A plan for scripts: the verdict, what would change by phase, and the detect cycle."""
+    return {
+        "marquee": result.marquee,
+        "verdict": plan_verdict(result).name.lower(),
+        "changes": {phase: taken for phase, taken in result.actions.items() if taken},
+        "outcome": result.outcome.value,
+        "reason": result.reason,
+        "cycle": result.to_record(),
+    }
+
+
+async def plan_one(settings: Settings, marquee: str) -> CycleRun:
+    """A detect cycle of ``marquee`` under its lock (``run_cycle`` as a dry run)."""
+    return await run_cycle(_planning(settings), marquee, lambda result, phase: None)
+
+
+async def plan_fleet(settings: Settings) -> list[CycleResult]:
+    """A detect cycle of every Marquee that runs cycles, as ``run_cycle`` runs one, in
+    inventory order; at most ``max_concurrent_cycles`` at once (the engine's slots)."""
+    engine = build_engine(_planning(settings))
+    try:
+        with redis_errors(settings):
+            inventory = await engine.load_inventory()
+            with stopping_on_signals(engine):
+                return list(
+                    await asyncio.gather(
+                        *(engine.run_one(m, inventory) for m in inventory.cycled_marquees())
+                    )
+                )
+    finally:
+        await engine.redis.aclose()
+
+
+def _planning(settings: Settings) -> Settings:
+    """``settings`` for a plan: every cycle a dry run, whatever the Marquee's mode."""
+    return settings.model_copy(update={"dry_run": True})
+
+
+# -- pause and resume --------------------------------------------------------------------------
+
+
+async def pause(settings: Settings, scope: str, reason: str, seconds: float | None) -> Pause:
+    """Pause ``scope`` (a Marquee of the inventory, or ``FLEET``) for ``seconds`` (default
+    ``pause_default_for``); the pause stored. Nothing is stored for an unknown Marquee."""
+    async with open_fleet(settings) as fleet:
+        if scope != FLEET:
+            _known(await fleet.inventory(), scope, inventory_source(settings).describe())
+        taken = Pause.taken_now(scope, reason, seconds or settings.pause_default_for)
+        await take_pause(fleet.redis, taken, settings.redis_socket_timeout)
+    return taken
+
+
+async def resume(settings: Settings, scope: str) -> Pause | None:
+    """Lift the pause of ``scope``; the pause lifted, None when there was none. A Marquee paused
+    by the fleet-wide pause stays paused until that one is lifted (``resume --all``)."""
+    async with open_fleet(settings) as fleet:
+        if scope != FLEET:
+            _known(await fleet.inventory(), scope, inventory_source(settings).describe())
+        return await lift_pause(fleet.redis, scope, settings.redis_socket_timeout)
 
 
 # -- check -------------------------------------------------------------------------------------

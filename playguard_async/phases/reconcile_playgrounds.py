@@ -62,6 +62,7 @@ from playguard_async.remote.host_state import (
     ComposeState,
     compose_states,
     image_ids,
+    keep_answers,
     pinned_references,
 )
 from playguard_async.remote.last_good import (
@@ -134,6 +135,7 @@ class ReconcilePlaygrounds:
             }
             report.notices += [Notice(NoticeKind.DRIFT, playground.name, why) for why in drift]
         report.unhealthy = "; ".join(unhealthy) or None
+        await keep_answers(session, list(states.values()))
         return report
 
 

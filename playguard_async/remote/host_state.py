@@ -22,8 +22,11 @@ bench/README.md has what that cost the host). Now:
 
 Not covered (compose reads them, but nothing here sees them change): files outside the checkout
 that the compose file names (an ``env_file`` by absolute path), ignored files other than
-``.env``, the SSH user's environment, and an upgrade of compose itself. Restarting the replica,
-or ``compose_memo_size = 0``, asks compose every cycle again.
+``.env``, the SSH user's environment, and an upgrade of compose itself. ``compose_memo_size = 0``
+asks compose every cycle again.
+
+The answers are kept on the host as well (``keep_answers``, read back in ``playground_files``'s
+command), so a fresh process starts as warm as the replica that learned them.
 """
 
 from __future__ import annotations
@@ -35,6 +38,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import structlog
+
+from playguard_async.desired_state.inventory import Marquee
 from playguard_async.remote.compose import (
     ComposeProject,
     parse_config_hashes,
@@ -42,20 +48,29 @@ from playguard_async.remote.compose import (
 )
 from playguard_async.remote.docker import docker_config_dir, query
 from playguard_async.remote.errors import RemoteCommandFailed
-from playguard_async.remote.memo import ComposeAnswer
+from playguard_async.remote.guard import state_dir
+from playguard_async.remote.memo import KEPT_LIMIT, ComposeAnswer, encode_kept, parse_kept
 from playguard_async.remote.ssh import RemoteSession
+
+log = structlog.get_logger("playguard.remote")
 
 ABSENT = "-"
 
-# $@: the checkouts, "--", then the files to hash. Per checkout one line
+# $1: the file of kept compose answers (``memo.encode_kept``), $2 how many bytes of it to read;
+# then the checkouts, "--", then the
+# files to hash. Per checkout one line
 # "<.git present: 1|0> <commit or -> <clean | digest of the changes>": `git status` (no optional
 # locks: it must not even refresh the index) gives the commit and whether anything changed; only
 # then are the changes (diff against HEAD, untracked files' content) hashed. Then "files" and
-# sha256sum's "<digest>  <path>" lines for the files that exist.
+# sha256sum's "<digest>  <path>" lines for the files that exist, then "kept" and the start of the
+# kept file, if there is one (``memo.KEPT_LIMIT`` bytes at most, so that no file there can push
+# the lines above out of what the session keeps of the output).
 _READ_SCRIPT = r"""
 export GIT_OPTIONAL_LOCKS=0
 nl='
 '
+m=$1; k=$2; shift 2
+case $m in "~/"*) m=$HOME/${m#"~/"} ;; esac
 while [ $# -gt 0 ] && [ "$1" != -- ]; do
     c=$1; shift
     [ -e "$c/.git" ] && g=1 || g=0
@@ -77,6 +92,8 @@ done
 shift
 echo files
 [ $# -eq 0 ] || sha256sum -- "$@" 2>/dev/null
+echo kept
+[ -f "$m" ] && head -c "$k" -- "$m" 2>/dev/null
 exit 0
 """
 
@@ -104,27 +121,59 @@ def _env_path(project: ComposeProject) -> str:
     return f"{project.checkout}/.env"
 
 
-async def playground_files(
-    session: RemoteSession, projects: Sequence[ComposeProject]
-) -> dict[str, PlaygroundFiles]:
-    """Playground -> its files, for all ``projects`` in one command, once per cycle until the
-    session writes. Raises ``RemoteCommandFailed`` on an answer not of the expected form."""
+@dataclass(frozen=True)
+class _HostRead:
+    files: dict[str, PlaygroundFiles]
+    kept: dict[str, ComposeAnswer]
+
+
+KEPT_FILE = "compose-answers.json"
+"""The file of compose answers in a Marquee's fenced state directory (``memo.encode_kept``)."""
+
+
+def kept_path(marquee: Marquee) -> str:
+    return f"{state_dir(marquee)}/{KEPT_FILE}"
+
+
+async def _read_host(session: RemoteSession, projects: Sequence[ComposeProject]) -> _HostRead:
+    """The playgrounds' files and the compose answers kept on the host, in one command, once
+    per cycle until the session writes."""
     key = ("playground-files", tuple((p.checkout, p.compose_path, p.override) for p in projects))
 
-    async def read() -> dict[str, PlaygroundFiles]:
+    async def read() -> _HostRead:
         if not projects:
-            return {}
+            return _HostRead({}, {})
         files = [path for p in projects for path in (p.compose_path, p.override, _env_path(p))]
-        argv = ["sh", "-c", _READ_SCRIPT, "sh", *(p.checkout for p in projects), "--", *files]
+        argv = [
+            "sh", "-c", _READ_SCRIPT, "sh", kept_path(session.marquee), str(KEPT_LIMIT),
+            *(p.checkout for p in projects), "--", *files,
+        ]  # fmt: skip
         result = await session.run(argv)
         try:
-            return _parse_files(projects, result.stdout)
+            return _parse_read(projects, result.stdout)
         except ValueError as exc:
             raise RemoteCommandFailed(
                 session.host, argv, result.exit_status, str(exc), what="read playground files"
             ) from None
 
     return await session.read_once(key, read)
+
+
+async def playground_files(
+    session: RemoteSession, projects: Sequence[ComposeProject]
+) -> dict[str, PlaygroundFiles]:
+    """Playground -> its files, for all ``projects`` in one command, once per cycle until the
+    session writes. Raises ``RemoteCommandFailed`` on an answer not of the expected form."""
+    return (await _read_host(session, projects)).files
+
+
+def _parse_read(projects: Sequence[ComposeProject], output: str) -> _HostRead:
+    """The read script's answer; ``ValueError`` naming the line that is not of its form. The
+    kept answers are host output too: ``parse_kept`` drops what is not of their form."""
+    files, separator, kept = output.partition("\nkept\n")
+    if not separator:
+        raise ValueError(f"unexpected answer {output[-200:]!r}")
+    return _HostRead(_parse_files(projects, files), parse_kept(kept.partition("\n")[0]))
 
 
 def _parse_files(projects: Sequence[ComposeProject], output: str) -> dict[str, PlaygroundFiles]:
@@ -214,6 +263,8 @@ class ComposeState:
         files: PlaygroundFiles,
         images: str,
         container_ids: Sequence[str],
+        *,
+        kept: ComposeAnswer | None = None,
     ) -> None:
         self._session = session
         self._project = project
@@ -222,8 +273,20 @@ class ComposeState:
         self._container_ids = sorted(container_ids)
         self._override = files.digest(project.override)
         self._key = (session.marquee.name, project.name)
-        self._remembered = session.compose_memo.get(self._key, self._inputs())
+        self.kept = kept
+        """The answer the host kept for this project, whatever inputs it was for."""
+        memo, inputs = session.compose_memo, self._inputs()
+        self._remembered = memo.get(self._key, inputs)
+        if self._remembered is None and memo.size and kept is not None and kept.inputs == inputs:
+            self._remembered = kept
+            memo.put(self._key, kept)
+        self.answer = self._remembered
+        """Compose's answer for the inputs as they are, once known (remembered or asked)."""
         self._services: list[str] | None = None
+
+    @property
+    def project_name(self) -> str:
+        return self._project.name
 
     def _inputs(self) -> str:
         project, files = self._project, self._files
@@ -282,10 +345,10 @@ class ComposeState:
         hashes = parse_config_hashes(result.stdout)
         services = await self.services()
         if services is not None:
-            self._session.compose_memo.put(
-                self._key,
-                ComposeAnswer(self._inputs(), tuple(services), tuple(sorted(hashes.items()))),
+            self.answer = ComposeAnswer(
+                self._inputs(), tuple(services), tuple(sorted(hashes.items()))
             )
+            self._session.compose_memo.put(self._key, self.answer)
         return hashes
 
 
@@ -294,16 +357,50 @@ async def compose_states(
     projects: Sequence[ComposeProject],
     containers_of: dict[str, list[dict[str, Any]]],
 ) -> dict[str, ComposeState]:
-    """Playground -> its ``ComposeState``, from one read of the files and one of the images."""
-    files = await playground_files(session, projects)
+    """Playground -> its ``ComposeState``, from one read of the files (with the answers kept on
+    the host) and one of the images."""
+    read = await _read_host(session, projects)
     images = await images_digest(session)
     return {
         project.playground: ComposeState(
             session,
             project,
-            files[project.playground],
+            read.files[project.playground],
             images,
             [str(container["Id"]) for container in containers_of.get(project.playground, [])],
+            kept=read.kept.get(project.name),
         )
         for project in projects
     }
+
+
+async def keep_answers(session: RemoteSession, states: Sequence[ComposeState]) -> bool:
+    """Keep compose's answers on the host when this cycle learned one the host did not have:
+    the next cycle of any process (a restarted daemon, another replica, ``cycle``, ``plan``)
+    then asks compose as rarely as this replica's memo does. Written through the fence guard
+    (``RemoteSession.keep_file``: no action, nothing in dry-run); whether it was written.
+
+    Why a kept answer can never make a cycle skip a real change: it is used only for inputs whose
+    digest is the one it was computed from (the compose command, project, files, ``.env``, the
+    override, the checkout's commit and changes, the host's images, the project's containers),
+    exactly as the replica's memo is; compose's answer is a function of those inputs, so any
+    change among them is a different digest and compose is asked again. And what it answers is
+    still held against the containers' config-hash labels: a wrong hash is drift, not a skip."""
+    if not session.compose_memo.size or session.dry_run:
+        return False
+    learned = [state for state in states if state.answer is not None and state.answer != state.kept]
+    if not learned:
+        return False
+    answers = {
+        state.project_name: answer
+        for state in states
+        if (answer := state.answer or state.kept) is not None
+    }
+    try:
+        await session.keep_file(
+            "keep compose answers", kept_path(session.marquee), encode_kept(answers)
+        )
+    except RemoteCommandFailed as exc:  # bookkeeping: the next cycle asks compose again
+        log.warning("compose.answers_unkept", error=str(exc)[:300])
+        return False
+    return True

@@ -290,9 +290,38 @@ class RemoteSession:
             self.actions.append(f"would {action}")
             log.info("remote.would_change", action=action)
             return None
+        self.writes += 1
+        result = await self._guarded(action, argv, stdin=stdin, timeout=timeout)
+        self.actions.append(action)
+        return result
+
+    async def write_file(self, action: str, path: str, content: str) -> None:
+        """Write ``content`` to ``path`` on the host, mode 0600, from stdin (never argv);
+        ``~/path`` is under the SSH user's home, as a state directory may be."""
+        await self.change(action, self._file_writer(path), stdin=content)
+
+    async def keep_file(self, action: str, path: str, content: str) -> None:
+        """Write playguard's own bookkeeping (``write_file``'s way, through the fence guard), a
+        file no read of this cycle depends on: not a change of the host's desired state, so no
+        action of the cycle's report, and nothing at all in dry-run (a plan changes nothing)."""
+        if not self.dry_run:
+            await self._guarded(action, self._file_writer(path), stdin=content, timeout=None)
+
+    @staticmethod
+    def _file_writer(path: str) -> list[str]:
+        script = (
+            'f=$1; case $f in "~/"*) f=$HOME/${f#"~/"} ;; esac; '
+            'umask 077 && mkdir -p -- "$(dirname -- "$f")" '
+            '&& cat > "$f.tmp" && mv -f -- "$f.tmp" "$f"'
+        )
+        return ["sh", "-c", script, "sh", path]
+
+    async def _guarded(
+        self, action: str, argv: Sequence[str], *, stdin: str | None, timeout: float | None
+    ) -> CommandResult:
+        """``argv`` run inside the fence guard under this session's lease."""
         fence = self.fence
         assert self.lease is not None  # self.fence refused a session without one
-        self.writes += 1
         log.info("remote.change", action=action, fence=fence)
         result = await self.run(
             guard.guarded(self.lease, self.marquee, action, argv),
@@ -310,19 +339,8 @@ class RemoteSession:
             raise RemoteCommandFailed(
                 self.host, argv, result.exit_status, result.stderr, what=action
             )
-        self.actions.append(action)
         return CommandResult(list(argv), result.exit_status, result.stdout, result.stderr,
                              result.truncated)  # fmt: skip
-
-    async def write_file(self, action: str, path: str, content: str) -> None:
-        """Write ``content`` to ``path`` on the host, mode 0600, from stdin (never argv);
-        ``~/path`` is under the SSH user's home, as a state directory may be."""
-        script = (
-            'f=$1; case $f in "~/"*) f=$HOME/${f#"~/"} ;; esac; '
-            'umask 077 && mkdir -p -- "$(dirname -- "$f")" '
-            '&& cat > "$f.tmp" && mv -f -- "$f.tmp" "$f"'
-        )
-        await self.change(action, ["sh", "-c", script, "sh", path], stdin=content)
 
     async def api(self, call: Awaitable[_T]) -> _T:
         """Await a Docker API read, turning its failures into ``DockerApiError``."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 import structlog
@@ -25,7 +25,6 @@ from playguard_async.coordination.marquee_reads import (
     MarqueeStatus,
     MarqueeStory,
     read_status,
-    read_story,
 )
 from playguard_async.coordination.records import CycleRecords
 from playguard_async.engine.results import CycleResult
@@ -40,6 +39,15 @@ UNLOADED_POLL = 0.5
 """Seconds between looks at the engine's desired state while it has none yet."""
 
 
+@dataclass(frozen=True)
+class Listed:
+    """A Marquee as the desired state lists it now, what its row needs of it."""
+
+    name: str
+    launchable: bool = True
+    mode: str = "apply"
+
+
 @dataclass
 class FleetPicture:
     """The fleet as last read from Redis, shared by every request of this replica.
@@ -49,9 +57,11 @@ class FleetPicture:
     """
 
     records: CycleRecords
-    names: Callable[[], Sequence[tuple[str, bool]]]
+    names: Callable[[], Sequence[Listed]]
     interval: float
-    history_limit: int
+    tell_story: Callable[[str], Awaitable[MarqueeStory]]
+    """Reads one Marquee's page from Redis (``marquee_reads.read_story`` with what the desired
+    state says of its mode and windows)."""
     statuses: dict[str, MarqueeStatus] = field(default_factory=dict)
     version: int = 0
     read_at: float | None = None
@@ -66,12 +76,13 @@ class FleetPicture:
         """Every Marquee of the desired state, in its order; one not read yet has no lock and no
         last cycle."""
         return [
-            self.statuses.get(name) or MarqueeStatus(name, launchable, None, None)
-            for name, launchable in self.names()
+            self.statuses.get(listed.name)
+            or MarqueeStatus(listed.name, listed.launchable, None, None, mode=listed.mode)
+            for listed in self.names()
         ]
 
     def knows(self, name: str) -> bool:
-        return any(known == name for known, _ in self.names())
+        return any(listed.name == name for listed in self.names())
 
     async def cycle_ended(self, result: CycleResult) -> None:
         """A cycle listener: read the Marquee again now (not waiting for the whole read)."""
@@ -88,7 +99,7 @@ class FleetPicture:
         """``name``'s page as of this version: one read of Redis per version, shared."""
         kept = self._stories.get(name)
         if kept is None or kept[0] != self.version or kept[1].cancelled():
-            task = asyncio.ensure_future(read_story(self.records, name, limit=self.history_limit))
+            task = asyncio.ensure_future(self.tell_story(name))
             self._stories[name] = kept = (self.version, task)
         return await asyncio.shield(kept[1])
 
@@ -107,7 +118,9 @@ class FleetPicture:
             else:
                 wanted, self._pending = self._pending, set()
                 unread = [
-                    (name, up) for name, up in names if name in wanted or name not in self.statuses
+                    listed
+                    for listed in names
+                    if listed.name in wanted or listed.name not in self.statuses
                 ]
                 if unread:
                     await self._read(unread)
@@ -120,12 +133,20 @@ class FleetPicture:
                     await _either(self._wake, stop)
         self._publish()
 
-    async def _read(self, marquees: Sequence[tuple[str, bool]]) -> None:
+    async def _read(self, marquees: Sequence[Listed]) -> None:
         try:
             for start in range(0, len(marquees), READ_BATCH):
                 batch = marquees[start : start + READ_BATCH]
                 read = await asyncio.gather(
-                    *(read_status(self.records, name, launchable=up) for name, up in batch)
+                    *(
+                        read_status(
+                            self.records,
+                            listed.name,
+                            launchable=listed.launchable,
+                            mode=listed.mode,
+                        )
+                        for listed in batch
+                    )
                 )
                 self.statuses.update((status.name, status) for status in read)
         except (RedisError, TimeoutError, OSError) as exc:

@@ -35,6 +35,10 @@ class Row:
 
     name: str
     launchable: bool
+    mode: str
+    """``apply``, ``detect`` or ``off``, as the desired state steers it."""
+    paused: str | None
+    """Who paused it (or the fleet), why, until when; None: not paused."""
     holder: str | None
     """Replica@host holding the lock now, ``unknown record`` for a value not ours; None: free."""
     ttl_left: float | None
@@ -60,6 +64,8 @@ class Row:
         return cls(
             name=status.name,
             launchable=status.launchable,
+            mode=status.mode,
+            paused=None if status.pause is None else status.pause.describe(),
             holder=holder,
             ttl_left=None if lock is None else lock.ttl_left,
             redis_fence=lock.fence if lock is not None else (last.fence if last else None),
@@ -88,6 +94,8 @@ def _missing_last(value: float | None) -> tuple[bool, float]:
 SORTS: Mapping[str, Callable[[Row], Any]] = {
     "name": lambda row: row.name,
     "outcome": lambda row: (row.outcome, row.name),
+    "mode": lambda row: (row.mode, row.name),
+    "paused": lambda row: (row.paused is None, row.name),
     "age": lambda row: _missing_last(row.age),
     "duration": lambda row: _missing_last(row.duration),
     "actions": lambda row: row.actions,

@@ -191,9 +191,10 @@ class Metrics:
         self, marquee: str, outcome: str, health: str | None, finished_at: float
     ) -> None:
         """A cycle of ``marquee`` ended; ``health`` is what it says of the Marquee (``ok``,
-        ``failing``, or None when it says nothing: another replica held it, we stopped)."""
+        ``drifted`` (a dry run that found changes: the cycle itself succeeded), ``failing``, or
+        None when it says nothing: another replica held it, we stopped, it is paused)."""
         self.marquee_outcome.labels(marquee).state(outcome)
-        if health == "ok":
+        if health in ("ok", "drifted"):
             self.marquee_last_success.labels(marquee).set(finished_at)
             self.marquee_failures.labels(marquee).set(0)
         elif health == "failing":

@@ -3,9 +3,10 @@ to a webhook and logged, once per change, whichever replica ran the cycle.
 
 Two kinds of news, kept apart because they repeat differently:
 
-- a change of health (``failing``, ``recovered``): each Marquee's health is one Redis key, swapped
-  with ``SET ... GET`` at the end of every cycle that says something about it, so exactly one
-  cycle (on whichever replica) sees each change, and a Marquee that keeps failing is told once;
+- a change of health (``failing``, ``recovered``, ``drifted``, ``paused``, ``resumed``): each
+  Marquee's health is one Redis key, swapped with ``SET ... GET`` at the end of every cycle that
+  says something about it, so exactly one cycle (on whichever replica) sees each change, and a
+  Marquee that keeps failing (or drifting in ``detect``, or paused) is told once;
 - an event (``lock_lost``, ``fenced``): every occurrence is news, but several replicas can see the
   same one (a frozen holder and its successor), so ``once()`` on a fingerprint of (Marquee, event,
   reason) lets one of them through per ``notify_window``.
@@ -53,14 +54,24 @@ BACKOFF = 0.5
 """Seconds before the first retry; each retry waits twice the one before."""
 
 
+HEALTHS = frozenset({b"ok", b"failing", b"drifted", b"paused"})
+"""The values this project writes to a health key; any other reads as never recorded."""
+
+
 def news_of(result: CycleResult) -> tuple[str | None, str | None]:
-    """What a cycle says: the health it shows (``ok``, ``failing``, None) and an event (or None)."""
+    """What a cycle says: the health it shows (``ok``, ``failing``, ``drifted``, ``paused``,
+    None) and an event (or None). ``drifted`` is a dry run (``detect``) that ended ok with
+    changes it would have made: told once when found, not at every cycle that finds it again."""
     outcome = result.outcome.value
     if outcome in SILENT:
         return None, None
     if outcome == "lock_lost":
         return None, "fenced" if result.reason == "fenced" else "lock_lost"
-    return ("ok" if outcome == "ok" else "failing"), None
+    if outcome == "paused":
+        return "paused", None
+    if outcome != "ok":
+        return "failing", None
+    return ("drifted" if result.dry_run and any(result.actions.values()) else "ok"), None
 
 
 def fingerprint(marquee: str, event: str, reason: str | None) -> str:
@@ -110,11 +121,17 @@ class ChangeNotifier:
             previous = await bounded(
                 self.redis_timeout, self.redis.set(health_key(result.marquee), health, get=True)
             )
-            if previous is not None and previous not in (b"ok", b"failing"):
+            if previous is not None and previous not in HEALTHS:
                 previous = None  # a value this project did not write: as if never recorded
             if health == "failing" and previous != b"failing":
                 self._queue("failing", result)
-            elif health == "ok" and previous == b"failing":
+            elif health == "drifted" and previous != b"drifted":
+                self._queue("drifted", result)
+            elif health == "paused" and previous != b"paused":
+                self._queue("paused", result)
+            elif health != "paused" and previous == b"paused":
+                self._queue("resumed", result)
+            elif health != "failing" and previous == b"failing":
                 self._queue("recovered", result)
         if event is not None:
             key = f"notify:{fingerprint(result.marquee, event, result.reason)}"

@@ -15,6 +15,7 @@ import contextlib
 import json
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from datetime import UTC, datetime
 from importlib import resources
 from typing import Any
 from urllib.parse import quote
@@ -46,6 +47,8 @@ SECURITY_HEADERS = {
 
 COLUMNS = (
     ("name", "Marquee"),
+    ("mode", "Mode"),
+    ("paused", "Paused"),
     ("", "Lock holder"),
     ("ttl", "TTL left"),
     ("", "Fence Redis / host"),
@@ -175,7 +178,13 @@ class WebView:
         def age(cycle: LastCycle) -> float | None:
             return None if cycle.finished_at is None else max(0.0, now - cycle.finished_at)
 
-        return self._render("marquee.html", story=story, age=age, findings=findings_of)
+        return self._render(
+            "marquee.html",
+            story=story,
+            age=age,
+            findings=findings_of,
+            windows=story.windows_text(datetime.now(UTC)),
+        )
 
     async def static_file(self, request: web.Request) -> web.StreamResponse:
         name = request.match_info["file"]

@@ -30,7 +30,7 @@ from playguard_async.desired_state.inventory import (
 from playguard_async.desired_state.pg import DatabaseError, PgAddress
 from playguard_async.engine.cycle import SessionOpener
 from playguard_async.engine.observer import EngineObserver
-from playguard_async.engine.results import CycleListener, CycleResult, Outcome
+from playguard_async.engine.results import CycleListener, CycleResult
 from playguard_async.engine.scheduler import Engine
 from playguard_async.phases.protocol import resolve_phases
 from playguard_async.remote.memo import ComposeMemo
@@ -62,15 +62,17 @@ class RemoteLayer:
         self.compose_memo = ComposeMemo(settings.compose_memo_size)
 
     def session_opener(self) -> SessionOpener:
-        """Opens a cycle's remote session under its lease, as the settings say: a session of
-        its own on a pooled connection."""
+        """Opens a cycle's remote session under its lease, dry or not as the cycle says: a
+        session of its own on a pooled connection."""
 
-        def opener(marquee: Marquee, lease: Lease) -> AbstractAsyncContextManager[RemoteSession]:
+        def opener(
+            marquee: Marquee, lease: Lease, dry_run: bool
+        ) -> AbstractAsyncContextManager[RemoteSession]:
             return open_session(
                 marquee,
                 self.options,
                 lease=lease,
-                dry_run=self.settings.dry_run,
+                dry_run=dry_run,
                 connections=self.pool.connection,
                 compose_memo=self.compose_memo,
             )
@@ -185,7 +187,7 @@ def build_engine(
     if isinstance(source, RemoteDesiredState):
 
         async def write_observed(result: CycleResult) -> None:
-            if result.outcome is not Outcome.LOCKED:
+            if not result.left_alone:
                 await source.record_cycle(result.to_record())
 
         write_back.append(write_observed)

@@ -362,8 +362,9 @@ def test_second_interrupt_cancels_the_running_phase(playguard: Playguard, store:
 
 
 def test_version_help_on_every_command_and_bad_usage(playguard: Playguard) -> None:
-    commands = ("run", "cycle", "status", "locks", "unlock", "check", "lab", "lab run", "lab up",
-                "lab down", "db", "db migrate", "db check", "db triggers", "db import",
+    commands = ("run", "cycle", "status", "locks", "unlock", "check", "plan", "pause", "resume",
+                "lab", "lab run", "lab up", "lab down", "db", "db migrate", "db check",
+                "db triggers", "db import",
                 "db export")  # fmt: skip
     invocations: dict[tuple[str, ...], int] = {
         ("--version",): 0,

@@ -17,6 +17,7 @@ from typing import Any
 import aiodocker
 import pytest
 from redis.asyncio import Redis
+from structlog.testing import capture_logs
 
 from playguard_async.coordination.keys import marquee_lock_key
 from playguard_async.coordination.records import CycleRecords
@@ -26,9 +27,10 @@ from playguard_async.phases.process_agent_chats import chat_container_name
 from playguard_async.phases.protocol import Phase, PhaseContext, resolve_phases
 from playguard_async.remote.docker import AGENT_CHAT, MANAGED, our_labels
 from playguard_async.remote.ssh import open_session
+from playguard_async.service.notifications import ChangeNotifier
 from playguard_async.settings import DEFAULT_PHASES
 from playguard_lab import DockerDaemon, GitOrigin, SshServer
-from tests.support.engine import EngineHarness
+from tests.support.engine import EngineHarness, settings_for
 from tests.support.playgrounds import (
     checkout_of,
     compose_yaml,
@@ -57,8 +59,8 @@ def lab_cycles(
         redis,
         *phases,
         state=world,
-        open_session=lambda marquee, lease: open_session(
-            marquee, LAB_OPTIONS, lease=lease, dry_run=dry_run
+        open_session=lambda marquee, lease, cycle_dry_run: open_session(
+            marquee, LAB_OPTIONS, lease=lease, dry_run=cycle_dry_run
         ),
         records=records,
         replica_id="convergence",
@@ -339,3 +341,59 @@ async def test_a_failing_marquee_does_not_stop_another_in_the_same_tick(
     assert str(results["edge-2"].reason).startswith("host key mismatch (127.0.0.1:")
     assert results["edge-1"].outcome is Outcome.OK
     assert len(await project_containers(lab_docker)) == 1
+
+
+async def test_detect_mode_reports_drift_every_cycle_changes_nothing_and_tells_it_once(
+    redis: Redis, world: LabWorld, lab_docker: aiodocker.Docker
+) -> None:
+    cycles = lab_cycles(redis, world)
+    notifier = ChangeNotifier(settings_for(), redis)
+    cycles.engine.listeners.append(notifier.notify_cycle)
+    assert (await cycles.cycle()).outcome is Outcome.OK
+    await lab_docker.containers.container(chat_container_name("chat-1")).delete(force=True)
+    world.data["marquees"][0]["mode"] = "detect"
+    containers = await lab_docker.containers.list(all=True)
+    before = [await container.show() for container in containers]
+
+    with capture_logs() as logs:
+        detected = [await cycles.cycle() for _ in range(3)]
+
+    for result in detected:
+        assert (result.outcome, result.dry_run) == (Outcome.OK, True), result.reason
+        would = result.actions["process_agent_chats"]
+        assert would, "the drift is reported at every cycle"
+        assert all(action.startswith("would ") for action in would)
+    after = [await container.show() for container in await lab_docker.containers.list(all=True)]
+    assert after == before, "the host is left as it is: same containers, same inspect"
+    told = [log["transition"] for log in logs if log["event"] == "marquee.transition"]
+    assert told == ["drifted"], "told once, not at every cycle"
+
+    world.data["marquees"][0]["mode"] = "apply"
+    restored = await cycles.cycle()
+    assert (restored.outcome, restored.dry_run) == (Outcome.OK, False)
+    assert (await running_chat(lab_docker))["State"]["Running"]
+
+
+async def test_outside_its_allow_window_a_cycle_changes_nothing_and_inside_it_converges(
+    redis: Redis, world: LabWorld, lab_docker: aiodocker.Docker
+) -> None:
+    """The clock is injected, not waited for: Saturday noon in Berlin is outside the nightly
+    window from 02:00, 02:30 is inside it."""
+    world.data["marquees"][0]["windows"] = [
+        {"kind": "allow", "cron": "0 2 * * *", "duration": 3600, "timezone": "Europe/Berlin"}
+    ]
+    cycles = lab_cycles(redis, world)
+    cycles.engine.clock = datetime(2026, 12, 5, 11, 0, tzinfo=UTC).timestamp
+
+    outside = await cycles.cycle()
+    assert (outside.outcome, outside.dry_run) == (Outcome.OK, True), outside.reason
+    assert all(action.startswith("would ") for action in all_actions(outside))
+    assert all_actions(outside), "the drift is found all the same"
+    assert not checkout_of(world).exists()
+    assert await project_containers(lab_docker) == []
+
+    cycles.engine.clock = datetime(2026, 12, 5, 1, 30, tzinfo=UTC).timestamp  # 02:30 CET
+    inside = await cycles.cycle()
+    assert (inside.outcome, inside.dry_run) == (Outcome.OK, False), inside.reason
+    [app] = await project_containers(lab_docker)
+    assert app["State"]["Running"]

@@ -185,3 +185,28 @@ async def test_an_unmigrated_database_says_to_migrate(postgres: LabDatabase) -> 
             await source.load()
     finally:
         await source.close()
+
+
+async def test_steering_lives_in_its_own_table_and_a_bad_row_takes_out_only_its_marquee(
+    fleet: asyncpg.Connection, source: PostgresDesiredState
+) -> None:
+    first = await source.load()
+    assert [(m.name, m.mode, m.windows is None) for m in first.marquees] == [
+        ("edge-0", "apply", True), ("edge-1", "apply", False), ("edge-2", "detect", False),
+    ]  # fmt: skip
+    await fleet.execute(
+        "INSERT INTO playguard.marquee_steering (name, mode, windows) VALUES ($1, $2, $3)"
+        " ON CONFLICT (name) DO UPDATE SET mode = $2, windows = $3",
+        "edge-0", "off", None,
+    )  # fmt: skip
+    assert (await source.load()).marquee("edge-0").mode == "off"
+
+    six_fields = '[{"kind": "allow", "cron": "0 2 * * 6 1", "duration": 60}]'
+    await fleet.execute(
+        "UPDATE playguard.marquee_steering SET windows = $1 WHERE name = 'edge-1'", six_fields
+    )
+    with capture_logs() as logs:
+        refused = await source.load()
+    assert _names(refused.marquees) == ["edge-0", "edge-2"]
+    [line] = [log for log in logs if log["event"] == "desired_state.row_refused"]
+    assert "must have 5 fields" in str(line)

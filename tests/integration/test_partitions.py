@@ -65,9 +65,12 @@ def test_acquire_delivered_late_after_a_black_hole_takes_no_lock(
     namespace = netns([port])
     daemons.write_inventory(["m1"])
     with monitoring(live_redis_server, tmp_path / "monitor.log") as monitor:
+        # The fleet's pause is read once at start and then not for an hour: its read would be
+        # the first command of a tick's batch, and this test is about the acquire being caught.
         daemon = daemons.start(
             "r1", wrapper=namespace.exec_prefix, phase_seconds=0.05, tick_interval=TICK,
             lock_ttl=30.0, redis_socket_timeout=REDIS_TIMEOUT, redis_connect_timeout=REDIS_TIMEOUT,
+            fleet_pause_read_interval=3600.0,
         )  # fmt: skip
         wait_for(lambda: finished(daemon), timeout=30, what="a first cycle")
         done = finished(daemon)

@@ -30,7 +30,7 @@ async def test_migrate_import_export_from_the_command_line(
     assert (first.returncode, first.stdout) == (
         0,
         "applied 0001_desired_state, 0002_notify, 0003_observed_state, 0004_own_schema, "
-        "0006_playspec_health; schema playguard version 6\n",
+        "0005_marquee_steering, 0006_playspec_health; schema playguard version 6\n",
     )
     assert (again.returncode, again.stdout) == (0, "schema playguard up to date (version 6)\n")
     assert imported.returncode == 0, imported.stderr

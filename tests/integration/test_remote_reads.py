@@ -9,6 +9,7 @@ docker-compose, so the tests count what really ran there.
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,8 @@ from playguard_async.phases.fetch_branches import fetch_branches
 from playguard_async.phases.reconcile_playgrounds import reconcile_playgrounds
 from playguard_async.phases.sync_git import sync_git
 from playguard_async.remote.compose import CONFIG_HASH_LABEL
-from playguard_async.remote.memo import ComposeMemo
+from playguard_async.remote.host_state import KEPT_FILE
+from playguard_async.remote.memo import KEPT_LIMIT, ComposeMemo
 from playguard_async.remote.ssh import RemoteSession
 from playguard_lab import GitOrigin
 from tests.support.playgrounds import (
@@ -242,3 +244,112 @@ async def test_ls_remote_runs_once_per_repo_per_cycle(
     assert run.report.findings["playgrounds"]["web-main"]["state"] == "running"
     [listing] = [command for command in commands if " ls-remote " in command]
     assert git_origin.url in listing
+
+
+def kept_file(world: LabWorld) -> Path:
+    return Path(world.data["marquees"][0]["state_dir"]) / KEPT_FILE
+
+
+async def fresh_reconcile(
+    run_phase: PhaseRunner, world: LabWorld, compose_log: ComposeLog
+) -> PhaseRun:
+    """A reconcile as a fresh process runs it: its replica's memo is empty."""
+    run: PhaseRun = await run_phase(
+        reconcile_playgrounds, world, options=compose_log.options, compose_memo=ComposeMemo(16)
+    )
+    return run
+
+
+async def test_a_fresh_process_asks_compose_nothing_on_a_converged_playground(
+    converged: Reconcile, compose_log: ComposeLog, run_phase: PhaseRunner, lab_world: LabWorld
+) -> None:
+    kept = kept_file(lab_world)
+    assert kept.stat().st_mode & 0o777 == 0o600
+    written = kept.stat().st_mtime_ns
+    entries = json.loads(kept.read_text())["projects"]
+    assert len(entries) == 1, "one entry per compose project of the Marquee"
+
+    fresh = await fresh_reconcile(run_phase, lab_world, compose_log)
+
+    assert fresh.actions == []
+    assert fresh.report.findings["playgrounds"]["web-main"]["drift"] == []
+    assert compose_log.config_runs() == []
+    assert kept.stat().st_mtime_ns == written, "nothing new learned: nothing written"
+
+
+async def test_a_real_change_asks_compose_again_whatever_the_host_kept(
+    converged: Reconcile,
+    compose_log: ComposeLog,
+    run_phase: PhaseRunner,
+    lab_world: LabWorld,
+    lab_docker: aiodocker.Docker,
+    busybox_image: str,
+) -> None:
+    edit_compose_file(lab_world, busybox_image)
+
+    fresh = await fresh_reconcile(run_phase, lab_world, compose_log)
+
+    [after] = await project_containers(lab_docker)
+    assert after["Config"]["Cmd"] == ["sleep", "4000"]
+    assert any("config changed" in why for why in
+               fresh.report.findings["playgrounds"]["web-main"]["drift"])  # fmt: skip
+    assert compose_log.config_runs()
+
+
+def wrong_hashes(text: str) -> str:
+    """The kept entry for the right inputs, with every config hash replaced: a forged file."""
+    document = json.loads(text)
+    for entry in document["projects"].values():
+        entry["hashes"] = {service: "f" * 64 for service in entry["hashes"]}
+    return json.dumps(document)
+
+
+HOSTILE_KEPT: list[tuple[str, Callable[[str], str]]] = [
+    ("garbage", lambda text: "\x00\xff\x1b[31m not json {"),
+    ("another version", lambda text: text.replace('"version":1', '"version":99')),
+    ("entry of another form", lambda text: text.replace('"inputs":"', '"inputs":"x')),
+    ("many lines", lambda text: "\n" * 5000 + text),
+    ("over its limit", lambda text: "x" * (KEPT_LIMIT * 4)),
+    ("nested deep", lambda text: "[" * 100_000),
+]
+
+
+@pytest.mark.parametrize(("kind", "forge"), HOSTILE_KEPT, ids=[kind for kind, _ in HOSTILE_KEPT])
+async def test_a_kept_file_not_of_its_form_is_no_answer_and_is_written_anew(
+    converged: Reconcile,
+    compose_log: ComposeLog,
+    run_phase: PhaseRunner,
+    lab_world: LabWorld,
+    kind: str,
+    forge: Callable[[str], str],
+) -> None:
+    kept = kept_file(lab_world)
+    good = kept.read_text()
+    kept.write_text(forge(good))
+
+    fresh = await fresh_reconcile(run_phase, lab_world, compose_log)
+
+    assert fresh.actions == [], kind
+    assert len(compose_log.config_runs()) == 2, "compose asked, as without a kept answer"
+    assert json.loads(kept.read_text()) == json.loads(good), "written anew"
+
+
+async def test_a_forged_hash_for_the_right_inputs_is_drift_never_a_skip(
+    converged: Reconcile,
+    compose_log: ComposeLog,
+    run_phase: PhaseRunner,
+    lab_world: LabWorld,
+    lab_docker: aiodocker.Docker,
+) -> None:
+    [before] = await project_containers(lab_docker)
+    kept = kept_file(lab_world)
+    kept.write_text(wrong_hashes(kept.read_text()))
+
+    fresh = await fresh_reconcile(run_phase, lab_world, compose_log)
+
+    name = before["Name"].lstrip("/")
+    assert (
+        f"app: {name} config changed" in fresh.report.findings["playgrounds"]["web-main"]["drift"]
+    )
+    [after] = await project_containers(lab_docker)
+    assert after["State"]["Running"]

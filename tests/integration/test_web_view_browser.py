@@ -20,7 +20,8 @@ from selenium import webdriver
 from selenium.common.exceptions import NoAlertPresentException
 from selenium.webdriver.common.by import By
 
-from playguard_async.coordination.keys import cycle_history_key, last_cycle_key
+from playguard_async.coordination.keys import cycle_history_key, last_cycle_key, pause_key
+from playguard_async.coordination.pause import Pause
 from playguard_lab import RedisServer
 from tests.support.browser import chromium
 from tests.support.daemon import Daemon, DaemonRunner, marquee_entry, wait_for, witness_lines
@@ -30,6 +31,7 @@ pytestmark = pytest.mark.integration
 
 HOSTILE_REASON = '<script>alert(1)</script>"><img src=x onerror=alert(2)>'
 HOSTILE_SUBJECT = "<img src=x onerror=alert(3)>"
+PAUSE_REASON = "disk replaced <b>today</b>"
 
 
 @dataclass
@@ -76,10 +78,15 @@ def served(
     record = hostile_record(time.time())
     store.set(last_cycle_key("quiet"), record)
     store.lpush(cycle_history_key("quiet"), record)
+    pause = Pause.taken_now("quiet", PAUSE_REASON, 600.0)
+    store.set(pause_key("quiet"), pause.encode(), px=600_000)
     runner = DaemonRunner(workdir, redis_server.url)
     runner.write_inventory(
         ["alpha", "beta", "quiet"],
-        lambda name: {**marquee_entry(name), "launchable": name != "quiet"},
+        lambda name: {
+            **marquee_entry(name),
+            **({"launchable": False, "mode": "detect"} if name == "quiet" else {}),
+        },
     )
     try:
         daemon, base = start_serving(runner, web_refresh_interval=1.0, phase_seconds=0.1)
@@ -100,7 +107,7 @@ def cell_texts(browser: webdriver.Chrome, css: str) -> list[str]:
 
 
 def outcome_of(browser: webdriver.Chrome, marquee: str) -> str:
-    cells = cell_texts(browser, f'tr[data-marquee="{marquee}"] td:nth-child(5)')
+    cells = cell_texts(browser, f'tr[data-marquee="{marquee}"] td:nth-child(7)')
     return cells[0] if cells else ""
 
 
@@ -129,7 +136,12 @@ def test_fleet_page_shows_every_marquee_with_its_lock_fences_and_last_outcome(
     counts = cell_texts(browser, ".counts")[0]
     for count in ("3 Marquees", "ok 2", "failed 1"):
         assert count in counts
-    fences = cell_texts(browser, 'tr[data-marquee="alpha"] td:nth-child(4)')[0]
+    assert cell_texts(browser, "#fleet tbody td:nth-child(2)") == ["apply", "apply", "detect"]
+    paused = cell_texts(browser, ".paused")
+    assert paused[:2] == ["", ""]
+    assert paused[2].startswith("paused by ")
+    assert paused[2].endswith(f": {PAUSE_REASON}"), "the reason's markup is text"
+    fences = cell_texts(browser, 'tr[data-marquee="alpha"] td:nth-child(6)')[0]
     assert fences.split(" / ")[0].isdigit(), fences
     browser.save_screenshot(str(served.shots / "fleet.png"))
 

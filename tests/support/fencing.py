@@ -130,7 +130,9 @@ class Fleet:
             StaticState(Inventory(marquees=[marquee])),
             redis,
             [self.first, self.second],
-            open_session=lambda marquee, lease: open_session(marquee, LAB_OPTIONS, lease=lease),
+            open_session=lambda marquee, lease, dry_run: open_session(
+                marquee, LAB_OPTIONS, lease=lease, dry_run=dry_run
+            ),
             observer=self.metrics,
         )
 

@@ -10,9 +10,25 @@ import yaml
 
 from playguard_async.desired_state.inventory import Inventory, YamlInventorySource
 
+STEERING: dict[int, dict[str, Any]] = {
+    1: {"windows": []},
+    2: {
+        "mode": "detect",
+        "windows": [
+            {"kind": "allow", "cron": "0 2 * * 6", "duration": "PT2H", "timezone": "Europe/Berlin"},
+            {"kind": "deny", "cron": "0 3 1 * *", "duration": 600, "timezone": "UTC"},
+        ],
+    },
+}
+"""A Marquee's steering columns by index: an empty windows list (none, not the fleet's) and
+a mode with windows, so both jsonb and NULL travel through import, snapshot and export."""
 
-def full_document(marquees: int = 3, *, command: list[str] | None = None) -> dict[str, Any]:
-    """An inventory using every column: defaults overridden, nulls, arrays, a timestamp."""
+
+def full_document(
+    marquees: int = 3, *, command: list[str] | None = None, steered: bool = True
+) -> dict[str, Any]:
+    """An inventory using every column: defaults overridden, nulls, arrays, a timestamp; and,
+    unless ``steered`` is False (a schema from before migration 0005), ``STEERING``."""
     return {
         "marquees": [
             {
@@ -26,6 +42,7 @@ def full_document(marquees: int = 3, *, command: list[str] | None = None) -> dic
                 "workdir": f"/srv/pg-{index}",
                 "state_dir": "~/state/pg" if index % 2 else None,
                 "launchable": index != 2,
+                **(STEERING.get(index, {}) if steered else {}),
             }
             for index in range(marquees)
         ],

@@ -16,7 +16,8 @@ def _rows() -> Rows:
     marquee: dict[str, Any] = {
         "name": "edge-0", "host": "127.0.0.1", "port": 22, "user": "u",
         "identity_file": "/k/id", "known_hosts": "/k/kh", "docker_socket": "/run/d.sock",
-        "workdir": "/srv/p", "state_dir": None, "launchable": True,
+        "workdir": "/srv/p", "state_dir": None, "launchable": True, "mode": "apply",
+        "windows": None,
     }  # fmt: skip
     return {
         "marquees": [marquee, {**marquee, "name": "edge-1"}],

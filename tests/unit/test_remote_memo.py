@@ -3,6 +3,7 @@ and the parsing of the batched host read, hostile answers included."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -11,8 +12,14 @@ from hypothesis import strategies as st
 
 from playguard_async.desired_state.inventory import Marquee
 from playguard_async.remote.compose import ComposeProject
-from playguard_async.remote.host_state import _parse_files
-from playguard_async.remote.memo import ComposeAnswer, ComposeMemo
+from playguard_async.remote.host_state import _parse_files, _parse_read
+from playguard_async.remote.memo import (
+    KEPT_LIMIT,
+    ComposeAnswer,
+    ComposeMemo,
+    encode_kept,
+    parse_kept,
+)
 from playguard_async.remote.pool import connection_key
 
 COMMIT = "a" * 40
@@ -140,3 +147,70 @@ def test_batched_read_of_any_text_parses_or_refuses_in_one_line(output: str) -> 
         assert set(files) == {"web"}
     assert "\n" not in message
     assert len(message) < 400
+
+
+KEPT_ANSWERS = {
+    "edge-1_web": ComposeAnswer(DIGEST, ("app", "db"), (("app", DIGEST), ("db", "c" * 64))),
+    "edge-1_api": ComposeAnswer("d" * 64, (), ()),
+}
+
+
+def test_kept_answers_read_back_as_written() -> None:
+    line = encode_kept(KEPT_ANSWERS)
+    assert "\n" not in line
+    assert parse_kept(line) == KEPT_ANSWERS
+
+
+def entry(**changes: object) -> str:
+    fields: dict[str, object] = {"inputs": DIGEST, "services": ["app"], "hashes": {"app": DIGEST}}
+    return json.dumps({"version": 1, "projects": {"p": {**fields, **changes}}})
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "",
+        "null",
+        "[]",
+        '{"version": 2, "projects": {}}',
+        '{"version": 1, "projects": []}',
+        entry(inputs="not a digest"),
+        entry(inputs=DIGEST.upper()),
+        entry(inputs=1),
+        entry(services="app"),
+        entry(services=[1]),
+        entry(services=["a\nb"]),
+        entry(services=["x" * 300]),
+        entry(hashes=["app"]),
+        entry(hashes={"app": 1}),
+        entry(hashes={"app": "\x1b[31m"}),
+        entry(hashes={"": DIGEST}),
+        "[" * 100_000,
+        "x" * (KEPT_LIMIT + 1),
+    ],
+)
+def test_a_kept_line_not_of_the_written_form_holds_no_answer(line: str) -> None:
+    assert parse_kept(line) == {}
+
+
+def test_a_bad_entry_is_dropped_and_the_good_ones_kept() -> None:
+    document = json.loads(encode_kept(KEPT_ANSWERS))
+    document["projects"]["forged"] = {"inputs": "x"}
+    assert parse_kept(json.dumps(document)) == KEPT_ANSWERS
+
+
+@given(st.text(max_size=2000))
+def test_any_kept_line_parses_to_answers_or_none_without_raising(line: str) -> None:
+    kept = parse_kept(line)
+    assert all(isinstance(answer, ComposeAnswer) for answer in kept.values())
+
+
+def test_the_host_read_splits_the_files_from_the_kept_answers(tmp_path: Path) -> None:
+    web = project(tmp_path, "web")
+    files = f"1 {COMMIT} clean\nfiles\n{DIGEST}  {web.compose_path}\n"
+    read = _parse_read([web], f"{files}kept\n{encode_kept(KEPT_ANSWERS)}\ntrailing\n")
+    assert read.files["web"].head == COMMIT
+    assert read.kept == KEPT_ANSWERS
+    assert _parse_read([web], f"{files}kept\n").kept == {}
+    with pytest.raises(ValueError, match="unexpected"):
+        _parse_read([web], files)

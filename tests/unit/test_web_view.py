@@ -16,7 +16,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from playguard_async.coordination.lock import Holder, LockState
 from playguard_async.coordination.marquee_reads import LastCycle, MarqueeStatus, MarqueeStory
 from playguard_async.service.endpoints import application
-from playguard_async.service.fleet_picture import FleetPicture
+from playguard_async.service.fleet_picture import FleetPicture, Listed
 from playguard_async.service.fleet_table import (
     PAGE_SIZE,
     BadQuery,
@@ -163,19 +163,18 @@ class StubRecords:
 
 
 def picture_of(statuses: list[MarqueeStatus], story: MarqueeStory | None = None) -> FleetPicture:
-    picture = FleetPicture(
-        StubRecords(),  # type: ignore[arg-type]
-        lambda: [(status.name, status.launchable) for status in statuses],
-        interval=60.0,
-        history_limit=5,
-    )
-    picture.statuses = {status.name: status for status in statuses}
-
     async def told(name: str) -> MarqueeStory:
         assert story is not None
         return story
 
-    picture.story = told  # type: ignore[method-assign]
+    listed = [Listed(status.name, status.launchable, status.mode) for status in statuses]
+    picture = FleetPicture(
+        StubRecords(),  # type: ignore[arg-type]
+        lambda: listed,
+        interval=60.0,
+        tell_story=told,
+    )
+    picture.statuses = {status.name: status for status in statuses}
     return picture
 
 

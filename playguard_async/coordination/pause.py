@@ -1,0 +1,220 @@
+"""Pauses: an operator's "hands off" for one Marquee or the whole fleet, kept in Redis.
+
+A pause lives in its own key (``keys.pause_key``, ``keys.FLEET_PAUSE_KEY``) with a PX expiry, so
+it ends by itself. A Marquee's key shares its lock's slot: the lock's scripts read it
+(``TokenLock(pause_key=...)``), so every replica sees it at its next cycle start and at each phase
+boundary of a cycle already running, in the round trips that take and renew the lease. The
+fleet's key is read at most once per ``fleet_pause_read_interval`` per replica
+(``FleetPauseWatch``). The desired state is left as it is: a pause is for incidents, not for
+changing what should run.
+
+A key's value is outside input (anyone with redis-cli may have written it): a value this module
+did not write still pauses (the key is there, so someone meant it), and reads as an unknown
+record, never as an error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+import json
+import math
+import socket
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from playguard_async.coordination.channel import ChannelledRedis
+from playguard_async.coordination.client import RedisClient
+from playguard_async.coordination.keys import FLEET_PAUSE_KEY, pause_key
+from playguard_async.kits.aio import bounded
+
+log = structlog.get_logger("playguard.pause")
+
+FLEET = "*"
+"""The scope of a fleet-wide pause (``pause --all``)."""
+
+REASON_MAX = 500
+"""Characters a pause's reason may have."""
+
+RAW_SHOWN = 120
+"""Characters of an unknown pause value shown to an operator."""
+
+
+@dataclass(frozen=True)
+class Pause:
+    """Who paused what, why, when and until when (Unix seconds, wall clock: for display).
+
+    ``known`` is False for a value this module did not write: the key still pauses, and
+    ``reason`` then shows the value, bounded and escaped."""
+
+    scope: str
+    user: str
+    host: str
+    reason: str
+    since: float
+    until: float
+    known: bool = True
+
+    @classmethod
+    def taken_now(cls, scope: str, reason: str, seconds: float) -> Pause:
+        """A pause of ``scope`` by this process's user on this host, from now for ``seconds``."""
+        now = time.time()
+        try:
+            user = getpass.getuser()
+        except (KeyError, OSError):  # no name for the uid (a container's user)
+            user = "?"
+        return cls(scope, user, socket.gethostname(), reason, now, now + seconds)
+
+    def encode(self) -> str:
+        return json.dumps(
+            {
+                "user": self.user,
+                "host": self.host,
+                "reason": self.reason,
+                "since": self.since,
+                "until": self.until,
+            },
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def parse(cls, scope: str, raw: bytes | str) -> Pause:
+        """The pause a key holds; never raises (see the module's doc)."""
+        try:
+            fields = json.loads(raw)
+        except (ValueError, RecursionError):
+            fields = None
+        if (
+            isinstance(fields, dict)
+            and all(isinstance(fields.get(name), str) for name in ("user", "host", "reason"))
+            and all(_is_time(fields.get(name)) for name in ("since", "until"))
+        ):
+            return cls(
+                scope, fields["user"], fields["host"], fields["reason"][:REASON_MAX],
+                float(fields["since"]), float(fields["until"]),
+            )  # fmt: skip
+        return cls(scope, "?", "?", f"unknown record {_shown(raw)}", 0.0, 0.0, known=False)
+
+    @property
+    def by(self) -> str:
+        return f"{self.user}@{self.host}" if self.known else "?"
+
+    def describe(self) -> str:
+        """One line for outcomes, logs and tables: what is paused, by whom, why, until when."""
+        what = "fleet paused" if self.scope == FLEET else "paused"
+        if not self.known:
+            return f"{what}: {self.reason}"
+        return f"{what} by {self.by}: {self.reason}"
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "scope": self.scope,
+            "known": self.known,
+            "user": self.user,
+            "host": self.host,
+            "reason": self.reason,
+            "since": self.since if self.known else None,
+            "until": self.until if self.known else None,
+        }
+
+
+def _is_time(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value < 1e12
+
+
+def _shown(raw: bytes | str) -> str:
+    text = raw if isinstance(raw, str) else raw.decode("utf-8", "backslashreplace")
+    cut = text[:RAW_SHOWN].encode("unicode_escape").decode("ascii")
+    return repr(cut) + (f" (+{len(text) - RAW_SHOWN} chars)" if len(text) > RAW_SHOWN else "")
+
+
+def _sent(redis: RedisClient, key: str, timeout: float) -> asyncio.Future[Any]:
+    """GET ``key``, sent when this is called, not when awaited: on a single server's command
+    channel it goes out in the batch of whatever is queued next, so it costs no round trip of its
+    own; on a Cluster it runs beside it. Awaited, the answer raises what Redis raised (or
+    ``TimeoutError`` past ``timeout``)."""
+    if isinstance(redis, ChannelledRedis):
+        return redis.channel.send("GET", key, timeout=timeout)
+    return asyncio.ensure_future(bounded(timeout, redis.get(key)))
+
+
+async def paused(redis: RedisClient, marquee: str, timeout: float) -> Pause | None:
+    """The pause that holds ``marquee`` back now (its own first, else the fleet's), or None; for
+    operators. A cycle reads its Marquee's through its lock (``TokenLock(pause_key=...)``) and the
+    fleet's through ``FleetPauseWatch``."""
+    answers = await asyncio.gather(
+        _sent(redis, pause_key(marquee), timeout), _sent(redis, FLEET_PAUSE_KEY, timeout)
+    )
+    for scope, raw in zip((marquee, FLEET), answers, strict=True):
+        if isinstance(raw, bytes | str):
+            return Pause.parse(scope, raw)
+    return None
+
+
+class FleetPauseWatch:
+    """The fleet-wide pause as one replica's cycles go by it: read at most once per ``every``
+    seconds, for all of them.
+
+    The fleet's key lives in a slot of its own, so the lock's scripts cannot read it as they read
+    a Marquee's; reading it per cycle step cost a tick more than the steps themselves
+    (bench/README.md). A cycle asks at its start and at each phase boundary (``refresh``): when
+    the last read was sent more than ``every`` seconds ago, a new one is sent then, in the batch of
+    the lease step the cycle queues next, and the cycle waits for its answer (``settled``); else
+    the last answer stands. So a fleet pause reaches every running cycle at its first phase
+    boundary ``every`` seconds or more after it was taken. A read that fails leaves the last
+    answer standing (the lease steps beside it failed too, most likely)."""
+
+    def __init__(self, redis: RedisClient, *, every: float, timeout: float) -> None:
+        self.redis = redis
+        self.every = every
+        self.timeout = timeout
+        self.pause: Pause | None = None
+        """The fleet's pause as last read; None before the first answer."""
+        self._reading: asyncio.Future[Any] | None = None
+        self._sent_at = -math.inf
+
+    def refresh(self) -> asyncio.Future[Any] | None:
+        """Send a read unless one was sent within ``every`` seconds; the read still on its way,
+        if any, for ``settled``."""
+        now = time.monotonic()
+        if now - self._sent_at >= self.every:
+            self._sent_at = now
+            self._reading = _sent(self.redis, FLEET_PAUSE_KEY, self.timeout)
+            self._reading.add_done_callback(self._answered)
+        reading = self._reading
+        return None if reading is None or reading.done() else reading
+
+    async def settled(self, reading: asyncio.Future[Any] | None) -> Pause | None:
+        """The fleet's pause once ``reading`` (from ``refresh``) is in. A waiter's cancellation
+        leaves the read running for the other cycles that wait for it."""
+        if reading is not None:
+            await asyncio.wait([reading])
+        return self.pause
+
+    def _answered(self, reading: asyncio.Future[Any]) -> None:
+        if reading is not self._reading:
+            return  # overtaken by a later read
+        if reading.cancelled() or reading.exception() is not None:
+            error = "cancelled" if reading.cancelled() else repr(reading.exception())
+            # Redis away: the lease steps beside the read say so, once per outage.
+            log.debug("pause.unread", scope=FLEET, error=error)
+            return
+        raw = reading.result()
+        self.pause = Pause.parse(FLEET, raw) if isinstance(raw, bytes | str) else None
+
+
+async def take_pause(redis: RedisClient, pause: Pause, timeout: float) -> None:
+    """Store ``pause`` until its ``until`` (PX), replacing any pause of the same scope."""
+    key = FLEET_PAUSE_KEY if pause.scope == FLEET else pause_key(pause.scope)
+    ttl_ms = max(1, round((pause.until - pause.since) * 1000))
+    await bounded(timeout, redis.set(key, pause.encode(), px=ttl_ms))
+
+
+async def lift_pause(redis: RedisClient, scope: str, timeout: float) -> Pause | None:
+    """Delete the pause of ``scope``; the pause lifted, or None when there was none."""
+    key = FLEET_PAUSE_KEY if scope == FLEET else pause_key(scope)
+    raw = await bounded(timeout, redis.getdel(key))
+    return None if raw is None else Pause.parse(scope, raw)
