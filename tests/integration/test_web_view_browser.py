@@ -23,7 +23,7 @@ from selenium.webdriver.common.by import By
 from playguard_async.coordination.keys import cycle_history_key, last_cycle_key, pause_key
 from playguard_async.coordination.pause import Pause
 from playguard_lab import RedisServer
-from tests.support.browser import chromium
+from tests.support.browser import cell_texts, chromium, mark, not_reloaded
 from tests.support.daemon import Daemon, DaemonRunner, marquee_entry, wait_for, witness_lines
 from tests.support.probes import http_get, start_serving
 
@@ -97,29 +97,16 @@ def served(
         store.close()
 
 
-def cell_texts(browser: webdriver.Chrome, css: str) -> list[str]:
-    """The text of what ``css`` selects, read in one script: the live updates swap <main> at
-    any moment, which would leave element handles found one call earlier stale."""
-    script = "return [...document.querySelectorAll(arguments[0])].map(e => e.innerText.trim());"
-    texts = browser.execute_script(script, css)
-    assert isinstance(texts, list)
-    return [str(text) for text in texts]
-
-
 def outcome_of(browser: webdriver.Chrome, marquee: str) -> str:
     cells = cell_texts(browser, f'tr[data-marquee="{marquee}"] td:nth-child(7)')
     return cells[0] if cells else ""
 
 
 def open_marked(served: Served, path: str) -> webdriver.Chrome:
-    """The browser on ``path``, the page marked so that a reload (which drops the mark) shows."""
+    """The browser on ``path``, the page marked (``mark``)."""
     served.browser.get(served.base + path)
-    served.browser.execute_script("window.loadedOnce = true;")
+    mark(served.browser)
     return served.browser
-
-
-def not_reloaded(browser: webdriver.Chrome) -> bool:
-    return bool(browser.execute_script("return window.loadedOnce === true;"))
 
 
 def test_fleet_page_shows_every_marquee_with_its_lock_fences_and_last_outcome(

@@ -39,3 +39,22 @@ def chromium(chromium_path: str, driver_path: str, profile: Path) -> Iterator[we
         yield driver
     finally:
         driver.quit()
+
+
+def cell_texts(browser: webdriver.Chrome, css: str) -> list[str]:
+    """The text of what ``css`` selects, read in one script: the live updates swap <main> at
+    any moment, which would leave element handles found one call earlier stale."""
+    script = "return [...document.querySelectorAll(arguments[0])].map(e => e.innerText.trim());"
+    texts = browser.execute_script(script, css)
+    assert isinstance(texts, list)
+    return [str(text) for text in texts]
+
+
+def not_reloaded(browser: webdriver.Chrome) -> bool:
+    """Whether the page marked by ``mark`` is still the page that was marked."""
+    return bool(browser.execute_script("return window.loadedOnce === true;"))
+
+
+def mark(browser: webdriver.Chrome) -> None:
+    """Mark the page, so that a reload (which drops the mark) shows."""
+    browser.execute_script("window.loadedOnce = true;")
