@@ -10,12 +10,12 @@ type reads as missing, never as an error.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 
-from playguard_async.coordination.marquee_reads import MarqueeStory, read_story
+from playguard_async.coordination.marquee_reads import MarqueeStory
 from playguard_async.coordination.records import CycleRecords
-from playguard_async.desired_state.windows import next_opening
 from playguard_async.operator.fleet import OperateError, open_fleet
+from playguard_async.service.fleet_picture import steered_story
 from playguard_async.settings import Settings
 
 
@@ -35,12 +35,4 @@ async def marquee_story(
             history_length=settings.history_length,
             timeout=settings.redis_socket_timeout,
         )
-        windows = marquee.windows if marquee.windows is not None else list(settings.windows)
-        return await read_story(
-            records,
-            name,
-            limit=limit,
-            mode=marquee.mode,
-            windows=len(windows),
-            next_opening=next_opening(windows, now or datetime.now(UTC)) if windows else None,
-        )
+        return await steered_story(records, marquee, settings.windows, limit=limit, now=now)

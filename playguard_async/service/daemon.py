@@ -13,20 +13,18 @@ import asyncio
 import contextlib
 import functools
 from collections.abc import AsyncIterator, Callable
-from datetime import UTC, datetime
 
 from playguard_async.coordination.client import redis_answers
 from playguard_async.coordination.marquee_reads import MarqueeStory, read_story
 from playguard_async.coordination.records import CycleRecords
 from playguard_async.cycle_record import NoticeKind
 from playguard_async.desired_state.inventory import Inventory, RemoteDesiredState
-from playguard_async.desired_state.windows import next_opening
 from playguard_async.engine.results import CycleResult, Outcome
 from playguard_async.engine.scheduler import Engine
 from playguard_async.kits.aio import background
 from playguard_async.kits.capacity import raise_open_files_limit
 from playguard_async.service.endpoints import application, serving
-from playguard_async.service.fleet_picture import FleetPicture, Listed
+from playguard_async.service.fleet_picture import FleetPicture, Listed, steered_story
 from playguard_async.service.liveness import Liveness
 from playguard_async.service.metrics import Metrics
 from playguard_async.service.notifications import ChangeNotifier, news_of
@@ -188,15 +186,7 @@ def web_view(engine: Engine, credential: str | None, stop: asyncio.Event) -> Web
             marquee = None
         if marquee is None:
             return await read_story(records, name, limit=HISTORY_SHOWN)
-        windows = marquee.windows if marquee.windows is not None else list(settings.windows)
-        return await read_story(
-            records,
-            name,
-            limit=HISTORY_SHOWN,
-            mode=marquee.mode,
-            windows=len(windows),
-            next_opening=next_opening(windows, datetime.now(UTC)) if windows else None,
-        )
+        return await steered_story(records, marquee, settings.windows, limit=HISTORY_SHOWN)
 
     picture = FleetPicture(
         records, names, interval=settings.web_refresh_interval, tell_story=tell_story
