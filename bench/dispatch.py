@@ -30,15 +30,13 @@ import inspect
 import json
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import uvloop
-from code_versions import ROOT, extract, git_output
+from code_versions import run_with, versions
 from inventory_load import write_inventory
 
 from playguard_async.coordination.client import RedisClient
@@ -141,17 +139,7 @@ def one_fleet(inventory: Path, redis_url: str) -> None:
 
 
 def run_child(code: Path, inventory: Path, redis_url: str) -> dict[str, Any]:
-    child = subprocess.run(
-        [sys.executable, __file__, "--child", str(inventory), redis_url],
-        check=False,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(code)},
-    )
-    if child.returncode:
-        sys.exit(f"the child measuring {inventory.name} failed:\n{child.stderr[-3000:]}")
-    row: dict[str, Any] = json.loads(child.stdout.strip().splitlines()[-1])
-    return row
+    return run_with(code, __file__, "--child", str(inventory), redis_url)
 
 
 def main() -> None:
@@ -169,10 +157,7 @@ def main() -> None:
     fleets = [int(size) for size in args.fleets.split(",")]
     with tempfile.TemporaryDirectory() as scratch, RedisServer(Path(scratch) / "redis") as server:
         workdir = Path(scratch)
-        codes = {"now": ROOT}
-        if args.before:
-            before = git_output("rev-parse", "--short", args.before)
-            codes = {before: extract(before, workdir / "before"), **codes}
+        codes = versions(args.before, workdir)
         rows: dict[str, list[dict[str, Any]]] = {label: [] for label in codes}
         for fleet in fleets:
             inventory = write_inventory(workdir, fleet)
@@ -200,6 +185,7 @@ def main() -> None:
             f"{last / first:.2f}x (1.00x: flat)"
         )
     if args.before:
+        before = next(iter(codes))
         old, new = rows[before], rows["now"]
         for fleet in fleets:
             ratio = _median_cycle(new, fleet) / _median_cycle(old, fleet)

@@ -30,6 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import yaml
+from loop_stall import LoopStall
 
 from playguard_async.desired_state import inventory
 from playguard_async.desired_state.inventory import Inventory, YamlInventorySource
@@ -104,25 +105,11 @@ def cpu_ms(operation: Callable[[], object]) -> float:
 
 async def read_with_stall(source: YamlInventorySource) -> tuple[float, float]:
     """CPU ms of one ``load()``, and the longest gap (ms) between ticks of a 1 ms ticker."""
-    longest = 0.0
-    done = asyncio.Event()
-
-    async def ticker() -> None:
-        nonlocal longest
-        last = time.perf_counter()
-        while not done.is_set():
-            await asyncio.sleep(0.001)
-            now = time.perf_counter()
-            longest = max(longest, now - last)
-            last = now
-
-    ticking = asyncio.create_task(ticker())
-    started = time.process_time()
-    await source.load()
-    spent = (time.process_time() - started) * 1000
-    done.set()
-    await ticking
-    return spent, longest * 1000
+    async with LoopStall() as stall:
+        started = time.process_time()
+        await source.load()
+        spent = (time.process_time() - started) * 1000
+    return spent, stall.ms
 
 
 async def measure(path: Path, text: str, rounds: int) -> dict[str, float]:

@@ -158,7 +158,8 @@ class Settings(BaseSettings):
         INVENTORY_MAX_BYTES,
         ge=1,
         le=1 << 30,
-        description="Bytes the inventory file may have; a larger one is refused unread.",
+        description="Bytes the inventory file (or a PostgreSQL snapshot's rows as text) may "
+        "have; a larger one is refused unread.",
     )
     inventory_read_timeout: float = _seconds(
         INVENTORY_READ_TIMEOUT,

@@ -15,11 +15,17 @@ from playguard_async.kits.aio import bounded
 
 # KEYS[1] a Marquee's last record, KEYS[2] its history. ARGV[1] records kept at most, ARGV[2] bytes
 # of records kept at most, ARGV[3..] records, oldest first. The last of them becomes the last
-# record; all are pushed to the history, which is then trimmed to the count and the bytes (the
-# newest record always stays). Returns how many records the history keeps.
+# record; each one the history does not hold yet is pushed to it (a write that timed out after
+# Redis applied it comes again with the next: a record names its cycle and times, so an equal one
+# is that same record), and the history is then trimmed to the count and the bytes (the newest
+# record always stays). Returns how many records the history keeps.
 RECORD_SCRIPT = """
 redis.call('SET', KEYS[1], ARGV[#ARGV])
-redis.call('LPUSH', KEYS[2], unpack(ARGV, 3))
+for index = 3, #ARGV do
+    if not redis.call('LPOS', KEYS[2], ARGV[index]) then
+        redis.call('LPUSH', KEYS[2], ARGV[index])
+    end
+end
 local budget = tonumber(ARGV[2])
 local kept, used = 0, 0
 for _, item in ipairs(redis.call('LRANGE', KEYS[2], 0, tonumber(ARGV[1]) - 1)) do
@@ -46,7 +52,7 @@ class CycleRecords:
     A record that could not be written (Redis slow or away) is kept here, at most
     ``history_length`` per Marquee, and written first by the next write, so an outage leaves no
     hole in the history; the error still reaches the caller. A write that timed out after Redis
-    applied it may so be written twice: at least once, never lost.
+    applied it comes again with the next, and the script keeps it once: never lost, never twice.
     """
 
     def __init__(

@@ -20,13 +20,14 @@ import reprlib
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Hashable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import date
 from functools import cached_property
+from itertools import chain, islice
 from operator import attrgetter
 from pathlib import Path
-from typing import Annotated, Any, Literal, Protocol, Self, cast, runtime_checkable
+from typing import Annotated, Any, Literal, Protocol, Self, cast, get_args, runtime_checkable
 
 import yaml
 from pydantic import (
@@ -36,6 +37,7 @@ from pydantic import (
     ConfigDict,
     Field,
     SecretStr,
+    TypeAdapter,
     ValidationError,
     ValidationInfo,
     ValidatorFunctionWrapHandler,
@@ -59,14 +61,40 @@ except ImportError:  # pragma: no cover - PyYAML built without libyaml
     from yaml import SafeLoader as _SafeLoader  # type: ignore[assignment]
 
 
+SHOWN_PROBLEMS = 20
+"""Problems of an ``InventoryError`` shown to a person; the rest are counted."""
+
+KEPT_PROBLEMS = 1000
+"""Problems of a refused inventory file that are located and listed; past it they are counted
+(field errors) or left for the next read (names repeated, references to no entry)."""
+
+VALIDATION_SLICE = 100
+"""Entries of a list validated in one call. pydantic holds the interpreter lock for a whole call,
+and entries that reach no validator of ours (``- {}`` 200,000 times, 1 MB) held it, and so the
+event loop, for 1.6 s in one (bench/README.md: desired-state stall)."""
+
+
 class InventoryError(ValueError):
     """The inventory cannot be used; one line per problem, naming file, line, place and reason."""
 
-    def __init__(self, *problems: str) -> None:
+    def __init__(self, *problems: str, unlisted: int = 0) -> None:
         # A parser's message may span lines; each problem stays one line all the same.
         problems = tuple(re.sub(r"\s*[\r\n]+\s*", " ", problem) for problem in problems)
         super().__init__("\n".join(problems))
         self.problems = problems
+        self.unlisted = unlisted
+        """Problems found and counted past ``KEPT_PROBLEMS``, not listed."""
+
+    @property
+    def count(self) -> int:
+        return len(self.problems) + self.unlisted
+
+    def summary(self, shown: int = SHOWN_PROBLEMS) -> str:
+        """The first ``shown`` problems and how many more: what a person reads (``check``,
+        start-up, the log). A document can hold 10,000 errors; the first ones name the fix."""
+        more = self.count - shown
+        lines = [*self.problems[:shown], *([f"... and {more} more errors"] if more > 0 else [])]
+        return "\n".join(lines)
 
 
 class DesiredStateUnavailable(InventoryError):
@@ -442,7 +470,9 @@ class Inventory(_Model):
     @model_validator(mode="after")
     def _names_unique_and_references_resolve(self) -> Self:
         # Raised as a ValidationError so each problem keeps its own place (loc), like field errors.
-        problems = [*self._duplicate_names(), *self._unresolved_references()]
+        problems = list(
+            islice(chain(self._duplicate_names(), self._unresolved_references()), KEPT_PROBLEMS)
+        )
         if problems:
             raise ValidationError.from_exception_data(type(self).__name__, problems)
         return self
@@ -560,6 +590,57 @@ class Inventory(_Model):
         """Whether the agent chat called `name` is one of `marquee`'s (active or closed)."""
         chat = self._index.agent_chats.get(name)
         return chat is not None and self.playground_of(chat).marquee == marquee
+
+
+_ENTRY_MODELS: dict[str, type[_Named]] = {
+    field: get_args(info.annotation)[0] for field, info in Inventory.model_fields.items()
+}
+_ENTRY_LISTS: dict[str, TypeAdapter[list[_Named]]] = {
+    field: TypeAdapter(cast(Any, info.annotation)) for field, info in Inventory.model_fields.items()
+}
+
+
+def _entries_checked(
+    document: object, context: dict[str, Any]
+) -> tuple[object, list[ErrorDetails], int]:
+    """``document`` with each list's entries validated ``VALIDATION_SLICE`` at a time (models in
+    place of mappings, which the ``Inventory`` then takes as they are); the problems found,
+    located, at most about ``KEPT_PROBLEMS`` of them; and how many there are in all.
+
+    A slice that fails is validated again an entry at a time while there is room for its
+    problems, so no call builds more of them than one entry has (its lists are bounded too).
+    Unknown top-level keys past ``KEPT_PROBLEMS`` are counted and dropped. Anything but a
+    mapping, or a list field that is not a list, is left to the model to refuse."""
+    if not isinstance(document, dict):
+        return document, [], 0
+    checked, kept, count = dict(document), list[ErrorDetails](), 0
+    for field, model in _ENTRY_MODELS.items():
+        items = document.get(field)
+        if not isinstance(items, list):
+            continue
+        models: list[_Named] = []
+        for start in range(0, len(items), VALIDATION_SLICE):
+            part = items[start : start + VALIDATION_SLICE]
+            try:
+                models += _ENTRY_LISTS[field].validate_python(part, context=context)
+                continue
+            except ValidationError as exc:
+                count += exc.error_count()
+            for offset, entry in enumerate(part):
+                if len(kept) >= KEPT_PROBLEMS:
+                    break
+                try:
+                    model.model_validate(entry, context=context)
+                except ValidationError as exc:
+                    kept += (
+                        cast(ErrorDetails, {**error, "loc": (field, start + offset, *error["loc"])})
+                        for error in exc.errors(include_url=False)
+                    )
+        checked[field] = models
+    unknown = [key for key in document if key not in _ENTRY_MODELS][KEPT_PROBLEMS:]
+    for key in unknown:
+        del checked[key]
+    return checked, kept, count + len(unknown)
 
 
 @dataclass(frozen=True)
@@ -721,15 +802,18 @@ def _check_shape(root: Node) -> str | None:
     return None
 
 
-def _node_lines(root: Node, line: int) -> dict[_Loc, int]:
-    """Each place in the document and its 1-based line; a mapping entry maps to its key's line
-    (an empty value's own mark can point at the next line). Only for a tree whose expansion is
-    bounded (``_check_shape`` accepted it); iterative, as the C parser allows
-    nesting deeper than Python's recursion limit."""
+def _node_lines(root: Node, line: int, wanted: set[_Loc]) -> dict[_Loc, int]:
+    """Each place of ``wanted`` in the document and its 1-based line; a mapping entry maps to
+    its key's line (an empty value's own mark can point at the next line). Only for a tree whose
+    text parsed (its shape was accepted then); iterative, as the C parser allows
+    nesting deeper than Python's recursion limit. ``wanted`` holds every enclosing place of a
+    wanted one too: only those are walked into."""
     lines: dict[_Loc, int] = {}
     stack: list[tuple[Node, _Loc, int]] = [(root, (), line)]
     while stack:
         node, loc, line = stack.pop()
+        if loc not in wanted:
+            continue
         lines[loc] = line
         if isinstance(node, MappingNode):
             stack.extend(
@@ -941,8 +1025,16 @@ def _release_in_slices(root: Node) -> None:
     if isinstance(root, MappingNode):
         for _, value in root.value:
             if isinstance(value, SequenceNode):
-                while value.value:
-                    del value.value[-RELEASE_SLICE:]
+                _release_lists(value.value)
+
+
+def _release_lists(data: object) -> None:
+    """Empty ``data`` a slice at a time if it is a list, or each list among a mapping's values
+    (a document as parsed), for the reason ``_release_in_slices`` gives."""
+    for items in data.values() if isinstance(data, dict) else [data]:
+        if isinstance(items, list):
+            while items:
+                del items[-RELEASE_SLICE:]
 
 
 def _line_of(loc: _Loc, lines: dict[_Loc, int]) -> int:
@@ -1005,6 +1097,12 @@ def _collector_paused() -> Iterator[None]:
     reference cycle (refcounting frees the tree), yet each allocation burst starts collections
     that walk everything alive: two thirds of a 10,000-Marquee parse. Process-wide, but for one
     read only (one at a time), and left off if someone else turned it off.
+
+    What the read made and still holds (the new state, or a refused document's 50,000 errors
+    on their way up) is frozen (``gc.freeze``) before the collector is back: else the first young
+    collection walks all of it at once, holding every thread, the loop's too, for 90 ms
+    (bench/README.md: desired-state stall). ``settle_new_desired_state`` unfreezes it with the
+    next change, so garbage among it is collected then.
     """
     enabled = gc.isenabled()
     gc.disable()
@@ -1012,17 +1110,25 @@ def _collector_paused() -> Iterator[None]:
         yield
     finally:
         if enabled:
+            gc.freeze()
             gc.enable()
 
 
 @dataclass(frozen=True)
 class _Loaded:
-    """The last inventory read, and what tells whether the file changed since."""
+    """What the last read of the file gave (an inventory, or why it was refused), and what tells
+    whether the file changed since."""
 
-    inventory: Inventory
+    outcome: Inventory | InventoryError
     signature: tuple[int, ...]
     digest: bytes
     stat_trusted: bool
+
+    def result(self) -> Inventory:
+        """The inventory, or the refusal raised again (with no traceback piling up on it)."""
+        if isinstance(self.outcome, InventoryError):
+            raise self.outcome.with_traceback(None)
+        return self.outcome
 
 
 RACY_SECONDS = 2.0
@@ -1084,11 +1190,13 @@ class YamlInventorySource:
             self._reading.release()
 
     def _load(self) -> Inventory:
+        """The file's inventory; a file whose content was refused before is refused again
+        without parsing it again, so a bad edit costs one parse, not one per tick."""
         loaded = self._loaded
         if loaded is not None and loaded.stat_trusted:
             try:
                 if signature_of(os.stat(self._path)) == loaded.signature:
-                    return loaded.inventory
+                    return loaded.result()
             except OSError:
                 pass  # the read below names the problem
         try:
@@ -1097,12 +1205,18 @@ class YamlInventorySource:
             raise InventoryError(f"{self._path}: cannot read inventory: {exc.reason}") from None
         digest = hashlib.sha256(content.data).digest()
         trusted = time.time_ns() - content.mtime_ns > RACY_SECONDS * 1e9
+        outcome: Inventory | InventoryError
         if loaded is not None and loaded.digest == digest:
-            inventory = loaded.inventory
+            outcome = loaded.outcome
         else:
-            inventory = self._validated(content.data)
-        self._loaded = _Loaded(inventory, content.signature, digest, trusted)
-        return inventory
+            try:
+                outcome = self._validated(content.data)
+            except InventoryError as exc:
+                # Kept, so it must not keep what it was raised from: the parser's errors, frames.
+                outcome = exc.with_traceback(None)
+                outcome.__context__ = None
+        self._loaded = _Loaded(outcome, content.signature, digest, trusted)
+        return self._loaded.result()
 
     def _validated(self, data: bytes) -> Inventory:
         with _collector_paused():
@@ -1130,23 +1244,30 @@ class YamlInventorySource:
             raise InventoryError(f"{self._path}: invalid YAML: {exc}") from None
         except RecursionError:  # the pure-Python parser, without libyaml's own depth limit
             raise InventoryError(f"{self._path}: invalid YAML: nested too deeply") from None
-        try:
-            return Inventory.model_validate(
-                document, context={_BASE_DIR: self._path.parent, _PATHS_RESOLVED: {}}
-            )
-        except ValidationError as exc:
-            lines = self._lines(text)
-            located = sorted(
-                ((_line_of(error["loc"], lines), error) for error in exc.errors(include_url=False)),
-                key=lambda pair: pair[0],  # file order, the order an editor shows them in
-            )
-            raise InventoryError(
-                *(
-                    f"{self._path}:{line}: {_place(error['loc'])}: "
-                    f"{_reason(error)}{_shown_value(error)}"
-                    for line, error in located
-                )
-            ) from None
+        context = {_BASE_DIR: self._path.parent, _PATHS_RESOLVED: {}}
+        checked, errors, count = _entries_checked(document, context)
+        if not count:
+            try:
+                return Inventory.model_validate(checked, context=context)
+            except ValidationError as exc:
+                errors, count = exc.errors(include_url=False), exc.error_count()
+        del checked
+        # A refused document and its errors (50,000 of them, say) are freed a slice at a time
+        # before the error is raised, not in one cascade with this frame (_release_in_slices).
+        _release_lists(document)
+        lines = self._lines(text, (error["loc"] for error in errors))
+        located = sorted(
+            ((_line_of(error["loc"], lines), error) for error in errors),
+            key=lambda pair: pair[0],  # file order, the order an editor shows them in
+        )
+        del lines
+        _release_lists(errors)
+        problems = [
+            f"{self._path}:{line}: {_place(error['loc'])}: {_reason(error)}{_shown_value(error)}"
+            for line, error in located
+        ]
+        _release_lists(located)
+        raise InventoryError(*problems, unlisted=count - len(problems))
 
     def _parse(self, text: str) -> object:
         """The document's data. Text without an anchor (every inventory we have seen) is built
@@ -1171,14 +1292,17 @@ class YamlInventorySource:
         finally:
             loader.dispose()
 
-    def _lines(self, text: str) -> dict[_Loc, int]:
-        """Where each place of a document that parsed is, for its validation errors."""
+    def _lines(self, text: str, places: Iterable[_Loc]) -> dict[_Loc, int]:
+        """Where ``places`` (and the places around them) are in a document that parsed, for
+        its validation errors. Its shape was accepted when it parsed: not checked again (that
+        check's tables of a million-node tree grow in steps that hold the loop 0.1 s each)."""
+        wanted = {place[:end] for place in places for end in range(len(place) + 1)}
         loader = _InventoryLoader(text)
         try:
-            node = self._checked_tree(loader)
+            node = loader.get_single_node()
             if node is None:
                 return {}
-            lines = _node_lines(node, node.start_mark.line + 1)
+            lines = _node_lines(node, node.start_mark.line + 1, wanted)
             _release_in_slices(node)
             return lines
         finally:
@@ -1187,7 +1311,7 @@ class YamlInventorySource:
     @staticmethod
     def _checked_tree(loader: _InventoryLoader) -> Node | None:
         """The node tree, refused when too deep or too expanded by aliases. Only documents the
-        event builder hands over (anchors, merge keys, tags) and failed validations get here."""
+        event builder hands over (anchors, merge keys, tags) get here."""
         node = loader.get_single_node()
         if node is not None:
             refused = _check_shape(node)

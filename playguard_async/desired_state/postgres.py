@@ -33,10 +33,12 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from playguard_async.cycle_record import CycleRecord
 from playguard_async.desired_state.inventory import (
+    INVENTORY_MAX_BYTES,
     REFERENCES,
     AgentChat,
     DesiredStateUnavailable,
     Inventory,
+    InventoryError,
     Marquee,
     Mode,
     Playground,
@@ -101,6 +103,15 @@ class Table:
         quoted = ", ".join(f'"{column}"' for column in columns or self.columns)
         return f"SELECT {quoted} FROM {qualified(schema, self.name)} ORDER BY name"
 
+    def size(self, schema: str, columns: Sequence[str]) -> str:
+        """The bytes ``select`` of ``columns`` would give, as text: what the server measures
+        before a row is sent (compressed values counted as they arrive, decompressed)."""
+        quoted = ", ".join(f'"{column}"' for column in columns)
+        return (
+            f"SELECT coalesce(sum(octet_length(rows::text)), 0)::bigint "
+            f"FROM (SELECT {quoted} FROM {qualified(schema, self.name)}) AS rows"
+        )
+
 
 class MarqueeSteering(BaseModel):
     """A Marquee's row of ``marquee_steering`` (migration 0005): its mode and windows, kept in
@@ -160,6 +171,16 @@ class MappingUnreadable(DatabaseError):
     snapshot as a whole is refused (the last good one stays in force)."""
 
 
+class SnapshotTooLarge(Exception):
+    """The snapshot's rows are more bytes than the limit: refused before any row is read."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(
+            f"snapshot of {size} bytes or more (rows as text), more than the limit of {limit} "
+            "(inventory_max_bytes): refused unread"
+        )
+
+
 class _ReadFailed(Exception):
     def __init__(self, table: str, line: str) -> None:
         super().__init__(line)
@@ -179,8 +200,14 @@ def _view_error(exc: BaseException) -> bool:
     return isinstance(exc, asyncpg.PostgresError) and sqlstate[:2] in _VIEW_ERROR_CLASSES
 
 
-async def read_snapshot(connection: asyncpg.Connection, schema: str = DEFAULT_SCHEMA) -> Snapshot:
+async def read_snapshot(
+    connection: asyncpg.Connection, schema: str = DEFAULT_SCHEMA, *, max_bytes: int | None = None
+) -> Snapshot:
     """Every relation's rows, from one REPEATABLE READ READ ONLY transaction.
+
+    With ``max_bytes``, each relation's rows are measured by the server before they are read
+    (``Table.size``): ``SnapshotTooLarge`` as soon as the relations so far are more, so an
+    oversized snapshot costs the daemon neither the transfer nor the decoding nor validation.
 
     A relation whose columns are wrong (the catalog says so) or whose read fails (a view's
     expression raising, a division by zero) is read again by its key columns alone, so that the
@@ -195,7 +222,7 @@ async def read_snapshot(connection: asyncpg.Connection, schema: str = DEFAULT_SC
     replanned = False
     while True:
         try:
-            records, broken, steering = await _read_once(connection, schema, failed)
+            records, broken, steering = await _read_once(connection, schema, failed, max_bytes)
         except _ReadFailed as exc:
             failed[exc.table] = [exc.line]
             continue
@@ -227,13 +254,27 @@ def _steer(marquees: list[dict[str, Any]], steering: Sequence[asyncpg.Record]) -
 
 
 async def _read_once(
-    connection: asyncpg.Connection, schema: str, failed: Mapping[str, list[str]]
+    connection: asyncpg.Connection,
+    schema: str,
+    failed: Mapping[str, list[str]],
+    max_bytes: int | None,
 ) -> tuple[list[list[asyncpg.Record]], dict[str, list[str]], list[asyncpg.Record]]:
     async with connection.transaction(isolation="repeatable_read", readonly=True):
         catalog = await connection.fetch(CATALOG_QUERY, schema, [t.name for t in TABLES])
         checks = check_relations(schema, EXPECTED_COLUMNS, KEY_COLUMNS, catalog)
         present = present_columns(catalog)
         records, broken = [], {}
+        size = 0
+
+        async def fetch(table: Table, columns: Sequence[str]) -> list[asyncpg.Record]:
+            nonlocal size
+            if max_bytes is not None:
+                size += await connection.fetchval(table.size(schema, columns))
+                if size > max_bytes:
+                    raise SnapshotTooLarge(size, max_bytes)
+            rows: list[asyncpg.Record] = await connection.fetch(table.select(schema, columns))
+            return rows
+
         for table in TABLES:
             where = f"{schema}.{table.name}"
             check = checks.get(table.name)
@@ -242,7 +283,7 @@ async def _read_once(
                 try:
                     there = present.get(table.name, set())
                     columns = [c for c in table.columns if c not in table.optional or c in there]
-                    records.append(await connection.fetch(table.select(schema, columns)))
+                    records.append(await fetch(table, columns))
                 except Exception as exc:
                     if not _view_error(exc):
                         raise
@@ -254,7 +295,7 @@ async def _read_once(
                 raise MappingUnreadable(f"{problems[0]}; which Marquees its rows concern cannot "
                                         "be read: the whole snapshot is refused")  # fmt: skip
             try:
-                records.append(await connection.fetch(table.select(schema, table.keys)))
+                records.append(await fetch(table, table.keys))
             except Exception as exc:
                 if not _view_error(exc):
                     raise
@@ -263,7 +304,7 @@ async def _read_once(
                     f"{problems[0]}; its key columns ({', '.join(table.keys)}) cannot be read "
                     f"either ({why}): the whole snapshot is refused"
                 ) from None
-        steering = await connection.fetch(STEERING.select(schema))
+        steering = await fetch(STEERING, STEERING.columns)
     return records, broken, steering
 
 
@@ -513,6 +554,7 @@ class PostgresDesiredState:
         *,
         timeout: float = SNAPSHOT_TIMEOUT,
         validate_timeout: float = 30.0,
+        max_bytes: int = INVENTORY_MAX_BYTES,
         observed: ObservedStateWriter | None = None,
         schema: str = DEFAULT_SCHEMA,
         probe_interval: float = LISTENER_PROBE_INTERVAL,
@@ -524,6 +566,7 @@ class PostgresDesiredState:
         self._password = password
         self._timeout = timeout
         self._validate_timeout = validate_timeout
+        self._max_bytes = max_bytes
         self._connection: asyncpg.Connection | None = None
         self._last: Inventory | None = None
         self._problems: Sequence[str] = ()
@@ -552,6 +595,14 @@ class PostgresDesiredState:
                               f"{self._validate_timeout:g} s (inventory_read_timeout)")  # fmt: skip
         try:
             snapshot = await asyncio.wait_for(self._read(), self._timeout)
+        except SnapshotTooLarge as exc:
+            # The database answered: a bad desired state (the engine keeps the last good one and
+            # says so once), or, with none yet, one to wait out like an outage.
+            self._now_reachable()
+            refused = f"{self.describe()}: {exc}"
+            raise (DesiredStateUnavailable if self._last is None else InventoryError)(
+                refused
+            ) from None
         except (DatabaseError, OSError, TimeoutError, asyncpg.PostgresError,
                 asyncpg.InterfaceError) as exc:  # fmt: skip
             await self._drop_connection()
@@ -630,7 +681,7 @@ class PostgresDesiredState:
     async def _read(self) -> Snapshot:
         if self._connection is None or self._connection.is_closed():
             self._connection = await connect(self.address, self._password, timeout=self._timeout)
-        return await read_snapshot(self._connection, self.schema)
+        return await read_snapshot(self._connection, self.schema, max_bytes=self._max_bytes)
 
     def _why(self, exc: BaseException) -> str:
         if isinstance(exc, DatabaseError):

@@ -46,6 +46,11 @@ from playguard_async.settings import Settings
 log = structlog.get_logger("playguard.engine")
 
 
+TICK_READ_WAIT = 0.05
+"""Seconds a tick waits for the desired-state read it starts before it goes on with the state in
+force: no read may hold up the tick (or the loop) longer than this."""
+
+
 class CycleCancelled(Exception):
     """A second stop request cancelled a cycle run by ``Engine.run_one`` in the middle of a phase;
     its lease was released all the same and the Marquee is recorded for resume."""
@@ -99,6 +104,11 @@ class Engine:
         self.waiting_for_desired_state: str | None = None
         """Why the engine has no desired state yet (its source unavailable since start), while it
         runs no cycles; None once it has one, or before the first read."""
+        self._reading = asyncio.Lock()
+        """One read of the desired state at a time: a tick's, a wake-up's, ``load_inventory``'s."""
+        self._background_read: asyncio.Task[None] | None = None
+        self._invalid_reported: str | None = None
+        """The last ``inventory.invalid`` logged, until a read succeeds: each bad state once."""
         self.cycles: dict[str, asyncio.Task[CycleResult]] = {}
         self._follow_ups: set[str] = set()
         """Marquees woken while in a cycle here: each gets one more cycle when that one ends."""
@@ -136,30 +146,47 @@ class Engine:
         self.stopping.set()
 
     async def load_inventory(self) -> Inventory:
-        """Read the desired state; keep the last good one (and say why) when the new one is bad.
+        """Read the desired state now; keep the last good one (and say why) when the new one is bad.
 
-        Raises when there is none to keep (``DesiredStateUnavailable`` while the source is out of
-        reach); the tick loop uses ``_desired_inventory``, which waits that out instead."""
-        try:
-            inventory = await self.desired_state.load()
-        except DesiredStateUnavailable as exc:
-            if self.inventory is None:
-                self.waiting_for_desired_state = str(exc)
-                raise
-            return self.inventory  # the source logs its outage itself, once per change
-        except Exception as exc:
-            # Whatever the source raises is a bad desired state, never the end of the daemon.
-            if not isinstance(exc, InventoryError):
-                exc = InventoryError(f"{self.desired_state.describe()}: {one_line(exc)}")
-            if self.inventory is None:
-                raise exc from None
-            log.error("inventory.invalid", source=self.desired_state.describe(), error=str(exc))
-            return self.inventory
-        if inventory is not self.inventory:
-            self.inventory = inventory
-            self.waiting_for_desired_state = None
-            settle_new_desired_state()
-        return inventory
+        Reads are one at a time: this waits for a read already running, then reads afresh. Raises
+        when there is none to keep (``DesiredStateUnavailable`` while the source is out of reach);
+        the tick loop uses ``_desired_inventory``, which waits that out instead."""
+        async with self._reading:
+            try:
+                inventory = await self.desired_state.load()
+            except DesiredStateUnavailable as exc:
+                if self.inventory is None:
+                    self.waiting_for_desired_state = str(exc)
+                    raise
+                return self.inventory  # the source logs its outage itself, once per change
+            except Exception as exc:
+                # Whatever the source raises is a bad desired state, never the end of the daemon.
+                if not isinstance(exc, InventoryError):
+                    exc = InventoryError(f"{self.desired_state.describe()}: {one_line(exc)}")
+                if self.inventory is None:
+                    raise exc from None
+                self._report_invalid(exc)
+                return self.inventory
+            self._invalid_reported = None
+            if inventory is not self.inventory:
+                self.inventory = inventory
+                self.waiting_for_desired_state = None
+                settle_new_desired_state()
+            return inventory
+
+    def _report_invalid(self, error: InventoryError) -> None:
+        """``inventory.invalid`` once per distinct refusal: the same bad file or snapshot, read
+        again at every tick, is not news; another error, or the same after a good read, is.
+        The line shows the first problems and counts the rest."""
+        if str(error) != self._invalid_reported:
+            self._invalid_reported = str(error)
+            log.error(
+                "inventory.invalid",
+                source=self.desired_state.describe(),
+                error=error.summary(),
+                problems=error.count,
+                keeping="last good desired state",
+            )
 
     async def _desired_inventory(self) -> Inventory | None:
         """``load_inventory``, or None while the source has never been available (a database out
@@ -169,6 +196,28 @@ class Engine:
             return await self.load_inventory()
         except DesiredStateUnavailable:
             return None
+
+    async def _tick_inventory(self) -> Inventory | None:
+        """The desired state a tick starts cycles from, without letting a read hold up the tick.
+
+        Starts a read in the background (unless one still runs) and waits for it at most
+        ``TICK_READ_WAIT``: an unchanged or small inventory is read by then and a tick uses the
+        edit it follows; a slow read (a huge or hostile document, a database that lags) goes on
+        in the background while this tick, and the next ones, use the last good state, so the
+        ticks keep their cadence. With no desired state yet there is nothing to keep: the read
+        is waited for."""
+        if self.inventory is None:
+            return await self._desired_inventory()
+        if self._background_read is None or self._background_read.done():
+            self._background_read = asyncio.create_task(
+                self._read_in_background(), name="desired-state:read"
+            )
+        await asyncio.wait([self._background_read], timeout=TICK_READ_WAIT)
+        return self.inventory
+
+    async def _read_in_background(self) -> None:
+        """``load_inventory`` with a state in force: it keeps it and logs, never raises."""
+        await self._desired_inventory()
 
     async def run(self) -> None:
         """Tick until asked to stop, then drain. The first tick runs at once, after this
@@ -203,6 +252,9 @@ class Engine:
             await self.drain()
         finally:
             self.stopping.set()
+            if self._background_read is not None:
+                self._background_read.cancel()
+                await asyncio.wait([self._background_read])
             await detached(announcing)
 
     @property
@@ -213,7 +265,7 @@ class Engine:
         """Start a cycle for every Marquee that runs cycles (launchable, mode not ``off``) of this
         replica's share (``replicas``) not already in a cycle here."""
         self.last_tick = time.monotonic()
-        inventory = await self._desired_inventory()
+        inventory = await self._tick_inventory()
         if inventory is None:
             log.debug("engine.tick", started=[], waiting_for=self.desired_state.describe())
             return []

@@ -123,7 +123,7 @@ def _readable_errors(ctx: click.Context, *, config_status: int = 1) -> Iterator[
 
             traceback.print_exc()
             raise click.exceptions.Exit(status) from None
-        fail(str(exc), status)
+        fail(exc.summary() if isinstance(exc, InventoryError) else str(exc), status)
 
 
 def fail(message: str, exit_code: int) -> NoReturn:

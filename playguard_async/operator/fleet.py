@@ -354,7 +354,7 @@ async def check(config: Path | None, *, timeout: float) -> list[CheckRow]:
         except InventoryError as exc:
             return [
                 *rows,
-                CheckRow("inventory", False, str(exc)),
+                CheckRow("inventory", False, exc.summary()),
                 await redis_row,
                 await topology_row,
             ]

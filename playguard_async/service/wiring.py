@@ -129,6 +129,7 @@ def postgres_source(settings: Settings) -> PostgresDesiredState:
         password,
         timeout=settings.desired_state_timeout,
         validate_timeout=settings.inventory_read_timeout,
+        max_bytes=settings.inventory_max_bytes,
         probe_interval=settings.desired_state_probe_interval,
         observed=ObservedStateWriter(
             address,

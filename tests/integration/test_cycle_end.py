@@ -56,8 +56,8 @@ async def test_an_in_sync_cycle_makes_one_round_trip_per_lease_step_and_one_to_e
         if calls_after[name] != calls_before.get(name, 0) and name != "info"
     }
     # Commandstats counts what the scripts run too: TIME (its not-after), SET, GET and INCR to
-    # acquire, GET and PEXPIRE per renewal, GET and DEL to release, SET, LPUSH, LRANGE and LTRIM
-    # to record. The channel's own TIME went out with the first cycle, well under 0.5 s ago. The
+    # acquire, GET and PEXPIRE per renewal, GET and DEL to release, SET, LPOS, LPUSH, LRANGE and
+    # LTRIM to record. The channel's own TIME went out with the first cycle, well under 0.5 s ago. The
     # Marquee's pause is a GET inside the acquiring and each renewing script; the fleet's was
     # read by the first cycle, under fleet_pause_read_interval (1 s) ago, so none is sent.
     assert called == {
@@ -68,6 +68,7 @@ async def test_an_in_sync_cycle_makes_one_round_trip_per_lease_step_and_one_to_e
         "incr": 1,
         "pexpire": 2,
         "del": 1,
+        "lpos": 1,
         "lpush": 1,
         "lrange": 1,
         "ltrim": 1,

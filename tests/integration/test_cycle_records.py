@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from redis.asyncio import Redis
 
@@ -47,3 +49,19 @@ async def test_the_newest_record_stays_even_when_it_alone_is_over_the_history_bo
     for number in range(3):
         await records.record("edge-1", {"cycle": number, "outcome": "ok", "pad": "x" * 2_000})
     assert [r["cycle"] for r in await records.history("edge-1")] == [2]
+
+
+async def test_a_record_written_again_after_redis_took_it_is_kept_once(redis: Redis) -> None:
+    """A write that timed out after Redis applied it comes again with the next record (the
+    client cannot tell it was taken): the history holds it once, in its place."""
+    records = CycleRecords(redis, history_length=5, timeout=1.0)
+    await records.record("edge-1", {"cycle": 1, "outcome": "ok"})
+    taken_unknowingly = json.dumps({"cycle": 2, "outcome": "lock_lost"}, separators=(",", ":"))
+    await records.record_batch("edge-1", [taken_unknowingly])
+
+    await records.record_batch(
+        "edge-1", [taken_unknowingly, json.dumps({"cycle": 3, "outcome": "ok"})]
+    )
+
+    assert [r["cycle"] for r in await records.history("edge-1")] == [3, 2, 1]
+    assert (await records.last("edge-1") or {})["cycle"] == 3

@@ -3,12 +3,14 @@ row taking out only the Marquees it concerns, the last snapshot kept while the s
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import asyncpg
 import pytest
+from redis.asyncio import Redis
 from structlog.testing import capture_logs
 
 from playguard_async.desired_state.inventory import (
@@ -22,6 +24,7 @@ from playguard_async.desired_state.schema import migrate
 from playguard_async.desired_state.transfer import import_inventory
 from playguard_async.service.wiring import inventory_source
 from playguard_async.settings import load_settings
+from tests.support.engine import EngineHarness, ScriptedPhase
 from tests.support.pg_inventory import by_name, full_document, load_yaml, write_inventory
 from tests.support.postgres import LabDatabase
 
@@ -159,6 +162,39 @@ async def test_server_down_keeps_the_last_snapshot_and_back_reads_a_fresh_one(
     age = source.snapshot_age()
     assert age is not None
     assert age < 5
+
+
+GROW_MARQUEES = """
+INSERT INTO playguard.marquees
+SELECT (jsonb_populate_record(m, jsonb_build_object('name', 'big-' || g))).*
+FROM playguard.marquees m, generate_series(1, $1) g WHERE m.name = 'edge-0'
+"""
+"""Copies of edge-0 under new names: a snapshot grown by ``$1`` valid rows."""
+
+
+async def test_an_oversized_snapshot_is_refused_unread_once_and_the_last_good_one_kept(
+    fleet: asyncpg.Connection, postgres: LabDatabase, redis: Redis
+) -> None:
+    source = PostgresDesiredState(
+        PgAddress.parse(postgres.url),
+        password_from(postgres.password, None),
+        timeout=3.0,
+        max_bytes=20_000,
+    )
+    harness = EngineHarness(redis, ScriptedPhase("first"), state=source)
+    try:
+        before = await harness.engine.load_inventory()
+        await fleet.execute(GROW_MARQUEES, 200)
+        with capture_logs() as logs:
+            during = [await harness.engine.load_inventory() for _ in range(3)]
+            results = await harness.tick()
+    finally:
+        await source.close()
+    assert during == [before] * 3
+    assert sorted(result.marquee for result in results) == ["edge-0", "edge-1"]
+    [invalid] = [line for line in logs if line["event"] == "inventory.invalid"]
+    assert re.search(r"snapshot of \d+ bytes .*more than the limit of 20000", invalid["error"])
+    assert source.reachable is True
 
 
 async def test_an_unreachable_database_at_the_first_read_is_unavailable_not_misconfigured(

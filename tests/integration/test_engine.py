@@ -16,7 +16,7 @@ from structlog.testing import capture_logs
 from playguard_async.coordination.keys import RESUME_KEY, marquee_lock_key, marquee_lock_name
 from playguard_async.coordination.lock import Lease, ReleaseResult, TokenLock
 from playguard_async.cycle_record import NoticeKind
-from playguard_async.desired_state.inventory import InventoryError, Marquee
+from playguard_async.desired_state.inventory import Inventory, InventoryError, Marquee
 from playguard_async.engine.cycle import Cycle
 from playguard_async.engine.results import CycleResult, Outcome
 from playguard_async.engine.scheduler import CycleCancelled
@@ -382,6 +382,51 @@ async def test_invalid_inventory_keeps_the_last_good_state(redis: Redis) -> None
     assert phase.entered == ["m1"]
     [invalid] = [line for line in logs if line["event"] == "inventory.invalid"]
     assert "marquees[0].name" in invalid["error"]
+
+
+async def test_the_same_refusal_is_logged_once_and_again_after_a_good_read(
+    redis: Redis,
+) -> None:
+    state = StaticState(inventory_of("m1"))
+    harness = EngineHarness(redis, ScriptedPhase("first"), state=state)
+    await harness.engine.load_inventory()
+    first = InventoryError("inventory.yaml:3: marquees[0].name: bad (value 'X')")
+    second = InventoryError("inventory.yaml:4: marquees[0].host: bad (value 'Y')")
+    with capture_logs() as logs:
+        for error in (first, first, first, second, second, None, first):
+            state.error = error
+            await harness.tick()
+    errors = [line["error"] for line in logs if line["event"] == "inventory.invalid"]
+    assert errors == [str(first), str(second), str(first)]
+
+
+class SlowState(StaticState):
+    """A source whose reads take ``delay`` seconds once ``delay`` is set (a huge document)."""
+
+    delay = 0.0
+
+    async def load(self) -> Inventory:
+        await asyncio.sleep(self.delay)
+        return await super().load()
+
+
+async def test_a_tick_goes_on_with_the_state_in_force_while_a_slow_read_runs(
+    redis: Redis,
+) -> None:
+    state = SlowState(inventory_of("m1"))
+    phase = ScriptedPhase("first")
+    harness = EngineHarness(redis, phase, state=state)
+    await harness.engine.load_inventory()
+    state.delay, state.inventory = 1.0, inventory_of("m2")
+    started = time.monotonic()
+    await harness.tick()
+    await harness.tick()
+    assert time.monotonic() - started < 0.5, "two ticks waited on one read"
+    assert phase.entered == ["m1", "m1"]
+    await asyncio.sleep(1.2)  # the one read (not one per tick) ends and is in force
+    state.delay = 0.0
+    await harness.tick()
+    assert phase.entered == ["m1", "m1", "m2"]
 
 
 async def test_remote_session_opens_on_first_use_and_closes_before_release(redis: Redis) -> None:

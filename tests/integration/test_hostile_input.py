@@ -19,7 +19,7 @@ from structlog.testing import capture_logs
 from playguard_async.coordination.keys import fence_key, last_cycle_key, lock_key, marquee_lock_name
 from playguard_async.coordination.lock import ReleaseResult, TokenLock
 from playguard_async.coordination.records import CycleRecords
-from playguard_async.desired_state.inventory import YamlInventorySource
+from playguard_async.desired_state.inventory import SHOWN_PROBLEMS, YamlInventorySource
 from playguard_async.engine.observer import Unobserved
 from playguard_async.engine.results import Outcome
 from playguard_async.engine.scheduler import Engine
@@ -182,6 +182,17 @@ def test_markup_in_an_inventory_error_and_in_arguments_is_printed_as_data(
     assert re.search(r"^ *inventory +FAIL ", check.stdout, re.MULTILINE), check.stdout
 
 
+def test_check_of_an_inventory_with_10000_errors_shows_the_first_and_counts_the_rest(
+    playguard: Playguard,
+) -> None:
+    playguard.configure({"marquees": [marquee_entry(f"M{index}") for index in range(10_000)]})
+    check = playguard("check", "--timeout", "2", timeout=30.0)
+    assert_clean(check, 1)
+    shown = re.findall(r"marquees\[\d+\]\.name: must be", check.stdout)
+    assert len(shown) == SHOWN_PROBLEMS, check.stdout
+    assert f"... and {10_000 - SHOWN_PROBLEMS} more errors" in check.stdout, check.stdout
+
+
 # -- the engine --------------------------------------------------------------------------------
 
 
@@ -189,13 +200,15 @@ async def test_a_running_engine_survives_every_hostile_inventory_edit(
     redis: Redis, tmp_path: Path
 ) -> None:
     path = tmp_path / "inventory.yaml"
-    path.write_text(json.dumps({"marquees": [marquee_entry("m1")]}), encoding="utf-8")
+    good = json.dumps({"marquees": [marquee_entry("m1")]})
     phase = ScriptedPhase("first")
     engine = Engine(settings_for(), YamlInventorySource(path), redis, [phase])
-    await engine.load_inventory()
     for name, document in HOSTILE.items():
+        path.write_text(good, encoding="utf-8")  # a good read between: each refusal is news
+        await engine.load_inventory()
         path.write_bytes(document)
         with capture_logs() as logs:
+            await engine.load_inventory()  # a tick may go on before a slow read ends
             results = await asyncio.gather(*await engine.tick())
         assert [result.outcome for result in results] == [Outcome.OK], name
         [invalid] = [line for line in logs if line["event"] == "inventory.invalid"]

@@ -19,6 +19,8 @@ from hypothesis import strategies as st
 from playguard_async.desired_state import inventory as inventory_module
 from playguard_async.desired_state.inventory import (
     ALIAS_EXPANSION_LIMIT,
+    KEPT_PROBLEMS,
+    SHOWN_PROBLEMS,
     Inventory,
     InventoryError,
     YamlInventorySource,
@@ -277,3 +279,18 @@ async def test_in_thread_leaves_the_loop_free_and_hands_back_errors() -> None:
     assert ticks >= 5, "the loop kept running while the thread slept"
     with pytest.raises(ZeroDivisionError):
         await in_thread(lambda: 1 // 0, 1.0, name="test-error")
+
+
+async def test_a_document_of_many_errors_lists_the_first_in_file_order_and_counts_the_rest(
+    tmp_path: Path,
+) -> None:
+    """``- {}`` lacks five fields: 3,000 of them are 15,000 problems, validated a slice at a
+    time (no call holds the loop for all of them), of which ``KEPT_PROBLEMS`` are located."""
+    path = write(tmp_path, b"marquees:\n" + b"- {}\n" * 3000 + b"registries: [{}]\n")
+    error = await refusal(YamlInventorySource(path))
+    assert error.count == 5 * 3000 + 3
+    assert KEPT_PROBLEMS <= len(error.problems) < KEPT_PROBLEMS + 5
+    assert error.problems[0] == f"{path}:2: marquees[0].name: Field required"
+    assert error.summary().splitlines()[-1] == f"... and {error.count - SHOWN_PROBLEMS} more errors"
+    lines = [int(problem.split(":")[1]) for problem in error.problems]
+    assert lines == sorted(lines)
