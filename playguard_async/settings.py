@@ -8,6 +8,7 @@ came from; secrets are ``SecretStr`` and never appear in a log line or an error.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import reprlib
@@ -309,7 +310,24 @@ class Settings(BaseSettings):
     http_address: str = Field(
         "",
         description="HOST:PORT of the HTTP endpoints /healthz, /readyz and /metrics ([::1]:PORT "
-        "for IPv6; port 0 picks a free one); empty: no HTTP server.",
+        "for IPv6; port 0 picks a free one); empty: no HTTP server. The web view is served "
+        "there too: beyond loopback only with web_credential_file set.",
+    )
+    web_view: bool = Field(
+        True,
+        description="Serve the read-only web view of the fleet at / on http_address (false: "
+        "the probes and /metrics only, which need no credential wherever they are bound).",
+    )
+    web_credential_file: Path | None = Field(
+        None,
+        description="File holding the web view's credential (one line; read at start): every page "
+        "and stream then asks for it, as `Authorization: Bearer <it>` or as the password of "
+        "basic auth (any user name). Required when http_address is beyond loopback.",
+    )
+    web_refresh_interval: float = _seconds(
+        10.0,
+        description="Seconds between the web view's reads of the whole fleet from Redis when no "
+        "cycle of this replica ended (other replicas' cycles show within this).",
     )
 
     webhook_url: SecretStr | None = Field(
@@ -407,6 +425,35 @@ class Settings(BaseSettings):
                     f"({self.lock_ttl}), or one remote call could outlast the lease"
                 )
         return self
+
+    @model_validator(mode="after")
+    def _web_view_beyond_loopback_has_a_credential(self) -> Settings:
+        bind = self.http_bind()
+        if (
+            self.web_view
+            and bind is not None
+            and self.web_credential_file is None
+            and not is_loopback(bind[0])
+        ):
+            raise ValueError(
+                f"http_address {self.http_address} is beyond loopback: the web view there needs "
+                "web_credential_file (or web_view = false)"
+            )
+        return self
+
+    def web_credential(self) -> str | None:
+        """The web view's credential from ``web_credential_file`` (None: not set); a file that
+        cannot be read, or is empty, is a ``SettingsError`` now, not an open door later."""
+        path = self.web_credential_file
+        if path is None:
+            return None
+        try:
+            credential = read_text_limited(path, CREDENTIAL_FILE_LIMIT).strip()
+        except FileRefused as exc:
+            raise SettingsError(f"web_credential_file {path}: {exc.reason}") from None
+        if not credential or "\n" in credential:
+            raise SettingsError(f"web_credential_file {path}: must hold one non-empty line")
+        return credential
 
     def cycle_slots(self) -> int:
         """``max_concurrent_cycles``, with ``auto`` sized from the open-files limit now."""
@@ -563,6 +610,21 @@ def _shown(field: str, value: object) -> str:
     if field in ("redis_url", "desired_state") and isinstance(value, str):
         return _VALUE_REPR.repr(mask_url(value))
     return _VALUE_REPR.repr(value)
+
+
+CREDENTIAL_FILE_LIMIT = 4_096
+"""Bytes a credential file may hold: a token or a password, never a document."""
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (from ``parse_http_address``) binds loopback only: ``localhost`` or a
+    loopback address; any other name may resolve beyond the machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def parse_http_address(address: str) -> tuple[str, int]:

@@ -16,11 +16,12 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from playguard_async.coordination.marquee_reads import LastCycle
 from playguard_async.desired_state.inventory import InventoryError
 from playguard_async.kits.textclean import clean
 from playguard_async.operator.describe import marquee_story
 from playguard_async.operator.display import span
-from playguard_async.operator.fleet import LastCycle, OperateError, fleet_status
+from playguard_async.operator.fleet import OperateError, fleet_status
 from playguard_async.service.logs import configure_logging
 from playguard_async.settings import Settings, SettingsError, load_settings
 

@@ -20,6 +20,7 @@ run bench/lock_topologies.py --seconds 0.5 --rounds 2
 run bench/fence_cost.py --rounds 50
 run bench/inventory_load.py --fleets 1000,10000 --rounds 1
 run bench/inventory_queries.py --rounds 2
+run bench/web_view.py --rounds 3
 run bench/dispatch.py --fleets 100,1000,10000
 run bench/scale_out.py --fleet 1000 --replicas 1,2,4
 # "before": the code before the remote layer kept connections and compose answers (issue 10b)

@@ -2,7 +2,8 @@
 # Installs everything playguard_async and its lab need on Debian 12, as root: the real servers the
 # tests and the demo start (redis-server, sshd, dockerd, docker-registry, docker-compose, git;
 # redis-tools for redis-cli --cluster create, openssl for the lab's TLS certificate, postgresql
-# for the PostgreSQL desired state),
+# for the PostgreSQL desired state, chromium and chromium-driver for the web view's browser
+# tests),
 # systemd-analyze to check the unit file, and a virtual environment in .venv with the package, its
 # test and dev extras, at the versions CI tested. With --runtime (the demo): the package and its
 # runtime dependencies only, no test or dev extras.
@@ -19,7 +20,7 @@ esac
 packages=(
   redis-server redis-tools openssl openssh-server openssh-client docker.io docker-registry docker-compose
   busybox-static apache2-utils iptables git ca-certificates python3 python3-venv python3-pip
-  systemd postgresql
+  systemd postgresql chromium chromium-driver
 )
 missing=()
 for package in "${packages[@]}"; do

@@ -187,6 +187,7 @@ def cycle(
 
         from rich.console import Console
 
+        from playguard_async.coordination import marquee_reads
         from playguard_async.engine.results import CycleResult, Outcome
         from playguard_async.operator import display, fleet
 
@@ -207,7 +208,7 @@ def cycle(
             outcome = asyncio.run(fleet.run_cycle(settings, marquee, show_phase))
     result = outcome.result
     if as_json:
-        holder = None if outcome.holder is None else fleet.holder_json(outcome.holder)
+        holder = None if outcome.holder is None else marquee_reads.holder_json(outcome.holder)
         click.echo(json.dumps({"cycle": result.to_record(), "holder": holder}, indent=2))
         if result.outcome is not Outcome.OK:
             ctx.exit(EXIT_LOCKED if result.outcome is Outcome.LOCKED else EXIT_NOT_OK)
@@ -251,11 +252,12 @@ def status(
 
         from rich.live import Live
 
+        from playguard_async.coordination import marquee_reads
         from playguard_async.operator import display, fleet
 
         settings = command_settings(config)
 
-        def read() -> list[fleet.MarqueeStatus]:
+        def read() -> list[marquee_reads.MarqueeStatus]:
             with _readable_errors(ctx):
                 return asyncio.run(fleet.fleet_status(settings))
 
@@ -354,11 +356,14 @@ def locks(ctx: click.Context, config: Path | None, as_json: bool) -> None:
 
         from rich.table import Table
 
+        from playguard_async.coordination import marquee_reads
         from playguard_async.operator import display, fleet
 
         held = asyncio.run(fleet.held_locks(command_settings(config)))
     if as_json:
-        click.echo(json.dumps({"locks": [fleet.holder_json(state) for state in held]}, indent=2))
+        click.echo(
+            json.dumps({"locks": [marquee_reads.holder_json(state) for state in held]}, indent=2)
+        )
         return
     console = display.console()
     if not held:
@@ -371,7 +376,7 @@ def locks(ctx: click.Context, config: Path | None, as_json: bool) -> None:
         fields = (
             (holder.replica, holder.host, str(holder.pid), holder.acquired_at)
             if holder
-            else (f"unknown record {fleet.shown_record(state.record)}", "-", "-", "-")
+            else (f"unknown record {marquee_reads.shown_record(state.record)}", "-", "-", "-")
         )
         table.add_row(
             state.name, *fields, display.fence_text(state.fence), display.span(state.ttl_left)

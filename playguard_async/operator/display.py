@@ -14,11 +14,12 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from playguard_async.coordination import marquee_reads
 from playguard_async.coordination.lock import LockState
 from playguard_async.coordination.pause import Pause
 from playguard_async.engine.results import CycleResult, Outcome
 from playguard_async.kits.textclean import clean
-from playguard_async.operator import describe, fleet
+from playguard_async.operator import fleet
 from playguard_async.settings import Settings
 
 PIPE_WIDTH = 500
@@ -72,7 +73,7 @@ def cycle_summary(result: CycleResult, settings: Settings) -> Text:
     )
 
 
-def findings_text(last: fleet.LastCycle) -> str:
+def findings_text(last: marquee_reads.LastCycle) -> str:
     notes = [f"reason: {last.reason}"] if last.reason else []
     # Drift a cycle found is drift it repaired, unless it was a dry run: only that is still wrong.
     drift = "drift, not fixed (dry run)" if last.dry_run else "fixed drift"
@@ -83,7 +84,7 @@ def findings_text(last: fleet.LastCycle) -> str:
     return "; ".join(notes) or "none"
 
 
-def last_text(last: fleet.LastCycle) -> Text:
+def last_text(last: marquee_reads.LastCycle) -> Text:
     """A recorded cycle's outcome and where it ended; a dry run says so, in yellow when it found
     drift (it changed nothing, so that drift is still there)."""
     where = f" in {last.phase}" if last.phase else ""
@@ -94,7 +95,7 @@ def last_text(last: fleet.LastCycle) -> Text:
     return text((last.outcome + where, style))
 
 
-def steering_text(marquee: fleet.MarqueeStatus) -> str:
+def steering_text(marquee: marquee_reads.MarqueeStatus) -> str:
     """What steers a Marquee besides its desired state, for the name column: ``not
     launchable``, its mode unless ``apply``, ``paused``; empty when none of them."""
     notes = [] if marquee.launchable else ["not launchable"]
@@ -111,7 +112,7 @@ def pause_text(pause: Pause) -> str:
     return f"{pause.describe()} (until {until})"
 
 
-def status_table(statuses: list[fleet.MarqueeStatus], now: float) -> Table:
+def status_table(statuses: list[marquee_reads.MarqueeStatus], now: float) -> Table:
     columns = ("MARQUEE", "HOLDER", "FENCE", "TTL LEFT", "LAST", "WHEN", "DURATION", "ACTIONS")
     table = Table(*columns, "FINDINGS", box=None, header_style="bold")
     for marquee in statuses:
@@ -124,7 +125,7 @@ def status_table(statuses: list[fleet.MarqueeStatus], now: float) -> Table:
             holding = [
                 f"{holder.replica} ({holder.host}, pid {holder.pid})"
                 if holder
-                else f"unknown record {fleet.shown_record(lock.record)}",
+                else f"unknown record {marquee_reads.shown_record(lock.record)}",
                 fence_text(lock.fence),
                 span(lock.ttl_left),
             ]
@@ -145,7 +146,7 @@ def status_table(statuses: list[fleet.MarqueeStatus], now: float) -> Table:
     return table
 
 
-def history_table(cycles: list[fleet.LastCycle], now: float) -> Table:
+def history_table(cycles: list[marquee_reads.LastCycle], now: float) -> Table:
     table = Table("WHEN", "OUTCOME", "REPLICA", "FENCE", "DURATION", "WAITED", "ACTIONS",
                   "FINDINGS", box=None, header_style="bold")  # fmt: skip
     for cycle in cycles:
@@ -162,7 +163,7 @@ def history_table(cycles: list[fleet.LastCycle], now: float) -> Table:
     return table
 
 
-def print_story(told: describe.MarqueeStory, now: float) -> None:
+def print_story(told: marquee_reads.MarqueeStory, now: float) -> None:
     """``describe``'s report of one Marquee."""
     out = console()
     lock = told.lock
@@ -246,7 +247,7 @@ def holder_text(state: LockState) -> str:
         f"replica {holder.replica} (host {holder.host}, pid {holder.pid}, since "
         f"{holder.acquired_at})"
         if holder
-        else f"an unknown record {fleet.shown_record(state.record)}"
+        else f"an unknown record {marquee_reads.shown_record(state.record)}"
     )
     return f"{held}, fence {fence_text(state.fence)}, {span(state.ttl_left)} left"
 

@@ -26,17 +26,10 @@ from playguard_async.coordination.address import parse_redis_url
 from playguard_async.coordination.client import RedisClient
 from playguard_async.coordination.keys import fence_key, lock_key, marquee_lock_name
 from playguard_async.coordination.lock import LockState, ReleaseResult, TokenLock, inspect_lock
-from playguard_async.coordination.pause import FLEET, Pause, lift_pause, paused, take_pause
+from playguard_async.coordination.marquee_reads import MarqueeStatus, read_status
+from playguard_async.coordination.pause import FLEET, Pause, lift_pause, take_pause
 from playguard_async.coordination.records import CycleRecords
 from playguard_async.coordination.topology import read_topology
-from playguard_async.cycle_record import (
-    NoticeKind,
-    StoredRecord,
-    notices_of,
-    optional,
-    seconds,
-    typed,
-)
 from playguard_async.desired_state.inventory import Inventory, InventoryError, Marquee, Registry
 from playguard_async.engine.results import CycleResult, Outcome, PhaseListener
 from playguard_async.kits.aio import bounded
@@ -106,146 +99,7 @@ async def open_fleet(settings: Settings) -> AsyncIterator[Fleet]:
         await redis.aclose()
 
 
-def holder_json(state: LockState) -> dict[str, Any]:
-    """A held lock for scripts; the token stays out, as nothing outside the lock needs it. A key
-    holding something else has ``known`` false, null holder fields and its value in ``record``."""
-    holder = state.holder
-    return {
-        "name": state.name,
-        "known": holder is not None,
-        "replica": holder and holder.replica,
-        "host": holder and holder.host,
-        "pid": holder and holder.pid,
-        "acquired_at": holder and holder.acquired_at,
-        "fence": state.fence,
-        "ttl_left": state.ttl_left,
-        "record": None if holder else shown_record(state.record),
-    }
-
-
-def shown_record(raw: bytes) -> str:
-    """A lock value this project did not write, bounded, with anything unprintable escaped."""
-    text = raw[:RECORD_SHOWN].decode("utf-8", "backslashreplace")
-    text = text.encode("unicode_escape").decode("ascii")
-    return repr(text) + (f" (+{len(raw) - RECORD_SHOWN} bytes)" if len(raw) > RECORD_SHOWN else "")
-
-
-RECORD_SHOWN = 120
-"""Bytes of an unknown lock value shown to an operator."""
-
-
 # -- status ------------------------------------------------------------------------------------
-
-
-def _by_subject(
-    notices: list[tuple[str, NoticeKind, str, str]], *kinds: NoticeKind
-) -> dict[str, list[str]]:
-    """Subject -> the details of its notices of ``kinds``, in the order written."""
-    found: dict[str, list[str]] = {}
-    for _, kind, subject, detail in notices:
-        if kind in kinds:
-            found.setdefault(subject, []).append(detail)
-    return found
-
-
-@dataclass(frozen=True)
-class LastCycle:
-    """A Marquee's last recorded cycle, with what its findings ask an operator to look at:
-    ``drift`` (playground -> why it was or would be changed), ``branch_gone`` (playground ->
-    branch) and ``failed`` ("phase: item" for each registry, image or chat that failed)."""
-
-    cycle: str
-    outcome: str
-    phase: str | None
-    reason: str | None
-    fence: int | None
-    host_fence: int | None
-    """The highest fence the Marquee itself was seen to hold in that cycle (None: no write)."""
-    finished_at: float | None
-    duration: float | None
-    actions: int
-    drift: dict[str, list[str]]
-    branch_gone: dict[str, str]
-    failed: list[str]
-    replica: str | None = None
-    """The replica that ran it (records older than this field: None)."""
-    dry_run: bool = False
-    """A dry run changes nothing: an ``ok`` one with drift is not a converged Marquee."""
-    waited: float | None = None
-    """Seconds it waited for its start offset and a slot before taking the lock."""
-    unhealthy: dict[str, list[str]] = dataclasses.field(default_factory=dict)
-    """Playground -> what its health gate reported: unhealthy services, held-back inputs,
-    ``rolled back to <digests> because <reason>``."""
-
-    @classmethod
-    def from_record(cls, record: StoredRecord) -> LastCycle:
-        """The record as written by the engine; anything else (Redis is outside input: a field
-        missing, of another type, a record of another program) reads as outcome ``unknown``."""
-        try:
-            return cls._parse(record)
-        except (KeyError, TypeError, ValueError, AttributeError):
-            return cls(
-                cycle="?", outcome="unknown", phase=None, fence=None, host_fence=None,
-                finished_at=None,
-                duration=None, actions=0, drift={}, branch_gone={}, failed=[],
-                reason="the cycle record is not one playguard wrote",
-            )  # fmt: skip
-
-    @classmethod
-    def _parse(cls, record: StoredRecord) -> LastCycle:
-        notices = list(notices_of(record))
-        return cls(
-            cycle=typed(record["cycle"], str),
-            outcome=typed(record["outcome"], str),
-            phase=optional(record.get("phase"), str),
-            reason=optional(record.get("reason"), str),
-            fence=optional(record.get("fence"), int),
-            host_fence=optional(record.get("host_fence"), int),
-            finished_at=seconds(record["finished_at"]),
-            duration=seconds(record["duration"]),
-            actions=sum(len(taken) for taken in (record.get("actions") or {}).values()),
-            replica=optional(record.get("replica"), str),
-            dry_run=optional(record.get("dry_run"), bool) or False,
-            waited=None if record.get("waited") is None else seconds(record["waited"]),
-            drift=_by_subject(notices, NoticeKind.DRIFT),
-            branch_gone={
-                subject: detail
-                for _, kind, subject, detail in notices
-                if kind is NoticeKind.BRANCH_GONE
-            },
-            failed=[
-                f"{phase}: {subject}"
-                for phase, kind, subject, _ in notices
-                if kind is NoticeKind.FAILED
-            ],
-            unhealthy=_by_subject(notices, NoticeKind.UNHEALTHY, NoticeKind.ROLLED_BACK),
-        )
-
-    def to_json(self, now: float) -> dict[str, Any]:
-        age = None if self.finished_at is None else round(max(0.0, now - self.finished_at), 3)
-        return {**dataclasses.asdict(self), "age": age}
-
-
-@dataclass(frozen=True)
-class MarqueeStatus:
-    name: str
-    launchable: bool
-    lock: LockState | None
-    last: LastCycle | None
-    mode: str = "apply"
-    pause: Pause | None = None
-    """The pause that holds it back now (its own, else the fleet's), if any."""
-
-    def to_json(self, now: float) -> dict[str, Any]:
-        """Stable keys for scripts; ``age`` is seconds since the last cycle ended at ``now``."""
-        return {
-            "name": self.name,
-            "launchable": self.launchable,
-            "mode": self.mode,
-            "paused": None if self.pause is None else self.pause.to_json(),
-            "lock": None if self.lock is None else holder_json(self.lock),
-            "last": None if self.last is None else self.last.to_json(now),
-        }
 
 
 async def fleet_status(settings: Settings) -> list[MarqueeStatus]:
@@ -258,26 +112,16 @@ async def fleet_status(settings: Settings) -> list[MarqueeStatus]:
             timeout=settings.redis_socket_timeout,
         )
 
-        async def status_of(marquee: Marquee) -> MarqueeStatus:
-            lock, last, pause = await asyncio.gather(
-                inspect_lock(
-                    fleet.redis,
-                    marquee_lock_name(marquee.name),
-                    timeout=settings.redis_socket_timeout,
-                ),
-                records.last(marquee.name),
-                paused(fleet.redis, marquee.name, settings.redis_socket_timeout),
+        return list(
+            await asyncio.gather(
+                *(
+                    read_status(
+                        records, marquee.name, launchable=marquee.launchable, mode=marquee.mode
+                    )
+                    for marquee in inventory.marquees
+                )
             )
-            return MarqueeStatus(
-                name=marquee.name,
-                launchable=marquee.launchable,
-                lock=lock,
-                last=None if last is None else LastCycle.from_record(last),
-                mode=marquee.mode,
-                pause=pause,
-            )
-
-        return list(await asyncio.gather(*map(status_of, inventory.marquees)))
+        )
 
 
 # -- locks and unlock --------------------------------------------------------------------------

@@ -15,6 +15,8 @@ import functools
 from collections.abc import AsyncIterator, Callable
 
 from playguard_async.coordination.client import redis_answers
+from playguard_async.coordination.marquee_reads import MarqueeStory, read_story
+from playguard_async.coordination.records import CycleRecords
 from playguard_async.cycle_record import NoticeKind
 from playguard_async.desired_state.inventory import Inventory, RemoteDesiredState
 from playguard_async.engine.results import CycleResult, Outcome
@@ -22,10 +24,12 @@ from playguard_async.engine.scheduler import Engine
 from playguard_async.kits.aio import background
 from playguard_async.kits.capacity import raise_open_files_limit
 from playguard_async.service.endpoints import application, serving
+from playguard_async.service.fleet_picture import FleetPicture, Listed, steered_story
 from playguard_async.service.liveness import Liveness
 from playguard_async.service.metrics import Metrics
 from playguard_async.service.notifications import ChangeNotifier, news_of
 from playguard_async.service.systemd import Notifier, report_to_systemd, watchdog_interval
+from playguard_async.service.web_view import WebView
 from playguard_async.service.wiring import RemoteLayer, build_engine, stopping_on_signals
 from playguard_async.settings import Settings
 
@@ -52,6 +56,7 @@ async def serve(settings: Settings, *, stop_after: float | None = None) -> None:
     """Run the daemon until SIGTERM or SIGINT (or ``stop_after`` seconds), then drain and return."""
     # Before the engine sizes its slots from it (``max_concurrent_cycles = "auto"``).
     raise_open_files_limit()
+    credential = settings.web_credential()  # unreadable: refused before anything connects
     metrics = Metrics(outcomes=[outcome.value for outcome in Outcome], lock_ttl=settings.lock_ttl)
 
     async def count(result: CycleResult) -> None:
@@ -77,7 +82,7 @@ async def serve(settings: Settings, *, stop_after: float | None = None) -> None:
     try:
         with stopping_on_signals(engine):
             async with (
-                watched(engine, metrics),
+                watched(engine, metrics, credential),
                 changes.sending(drain=settings.webhook_timeout),
                 listening(engine),
             ):
@@ -102,9 +107,12 @@ async def listening(engine: Engine) -> AsyncIterator[None]:
 
 
 @contextlib.asynccontextmanager
-async def watched(engine: Engine, metrics: Metrics) -> AsyncIterator[None]:
+async def watched(
+    engine: Engine, metrics: Metrics, credential: str | None = None
+) -> AsyncIterator[None]:
     """What operators watch of a running ``engine``, for as long as the block lasts: the HTTP
-    endpoints when ``http_address`` is set, systemd notifications when ``$NOTIFY_SOCKET`` is.
+    endpoints when ``http_address`` is set (with the web view, behind ``credential`` when there
+    is one, unless ``web_view`` is off), systemd notifications when ``$NOTIFY_SOCKET`` is.
 
     Both share one liveness test (the tick loop turns) and one readiness test (Redis answers PING),
     and both end after the block, so they still answer while the engine drains.
@@ -125,14 +133,22 @@ async def watched(engine: Engine, metrics: Metrics) -> AsyncIterator[None]:
     async with contextlib.AsyncExitStack() as around:
         bind = settings.http_bind()
         if bind is not None:
+            stop = asyncio.Event()
+            view = web_view(engine, credential, stop) if settings.web_view else None
             app = application(
                 liveness=liveness,
                 ready=ready,
                 ready_timeout=settings.redis_socket_timeout,
                 metrics=metrics.handler(),
                 not_ready_because=functools.partial(desired_state_missing, engine),
+                web_view=view,
             )
             await around.enter_async_context(serving(app, *bind))
+            # Left in this order, the picture stops first, then its streams end (``stop``),
+            # so the server's clean-up finds no stream to wait for.
+            around.callback(stop.set)
+            if view is not None:
+                await around.enter_async_context(background("web-view", view.picture.run(stop)))
         notifier = Notifier.from_environment()
         if notifier.enabled:
             report = report_to_systemd(
@@ -145,6 +161,48 @@ async def watched(engine: Engine, metrics: Metrics) -> AsyncIterator[None]:
             )
             await around.enter_async_context(background("systemd", report))
         yield
+
+
+def web_view(engine: Engine, credential: str | None, stop: asyncio.Event) -> WebView:
+    """The web view of ``engine``'s fleet: one picture, read again as this replica's cycles end
+    (the listener that feeds the metrics feeds it too) and whole every ``web_refresh_interval``."""
+    settings = engine.settings
+
+    def names() -> list[Listed]:
+        inventory = engine.inventory
+        marquees = inventory.marquees if inventory is not None else ()
+        return [Listed(marquee.name, marquee.launchable, marquee.mode) for marquee in marquees]
+
+    records = CycleRecords(
+        engine.redis,
+        history_length=settings.history_length,
+        timeout=settings.redis_socket_timeout,
+    )
+
+    async def tell_story(name: str) -> MarqueeStory:
+        try:
+            marquee = engine.inventory.marquee(name) if engine.inventory is not None else None
+        except KeyError:  # gone from the desired state since the page asked
+            marquee = None
+        if marquee is None:
+            return await read_story(records, name, limit=HISTORY_SHOWN)
+        return await steered_story(records, marquee, settings.windows, limit=HISTORY_SHOWN)
+
+    picture = FleetPicture(
+        records, names, interval=settings.web_refresh_interval, tell_story=tell_story
+    )
+    engine.listeners.append(picture.cycle_ended)
+    return WebView(
+        picture,
+        replica=settings.replica_id,
+        outcomes=[outcome.value for outcome in Outcome],
+        credential=credential,
+        stop=stop,
+    )
+
+
+HISTORY_SHOWN = 20
+"""Cycles a Marquee's page lists."""
 
 
 def desired_state_missing(engine: Engine) -> str | None:

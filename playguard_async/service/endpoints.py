@@ -1,4 +1,5 @@
-"""The HTTP endpoints operators and orchestrators probe: /healthz, /readyz and /metrics.
+"""The HTTP endpoints operators and orchestrators probe: /healthz, /readyz and /metrics, and
+beside them the web view (``service.web_view``) when it is on.
 
 /healthz is liveness (does the tick loop still turn?) and /readyz is readiness (does Redis
 answer?): a Redis outage makes a replica unready but not dead, so a supervisor that restarts on
@@ -17,6 +18,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from playguard_async.service.liveness import Liveness
+from playguard_async.service.web_view import WebView
 
 log = structlog.get_logger("playguard.http")
 
@@ -32,6 +34,7 @@ def application(
     ready_timeout: float,
     metrics: Handler,
     not_ready_because: Callable[[], str | None] = lambda: None,
+    web_view: WebView | None = None,
 ) -> web.Application:
     """The endpoints as an aiohttp application; ``ready`` answers within ``ready_timeout``;
     ``not_ready_because`` names another reason to be unready (the desired state out of reach)."""
@@ -54,6 +57,8 @@ def application(
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)
+    if web_view is not None:
+        web_view.add_routes(app)
     return app
 
 

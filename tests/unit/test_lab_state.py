@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from playguard_async.operator.fleet import LastCycle
+from playguard_async.coordination.marquee_reads import LastCycle
 from playguard_lab.detached import LabStateError, parse_state
 from playguard_lab.summary import marquee_summary, outcome_counts
 

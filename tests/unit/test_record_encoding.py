@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from playguard_async.coordination.marquee_reads import LastCycle
 from playguard_async.coordination.records import MIN_RECORD_BYTES, TRUNCATED_MARK, encode_record
 from playguard_async.cycle_record import KEPT_FIELDS, CycleRecord
 from playguard_async.engine.results import CycleResult, Outcome
-from playguard_async.operator.fleet import LastCycle
 
 texts = st.text(max_size=3_000)
 notices = st.lists(

@@ -118,7 +118,7 @@ def test_missing_or_broken_file_is_named(tmp_path: Path) -> None:
 def test_http_address_is_host_and_port_or_empty_for_off(
     address: str, bind: tuple[str, int] | None
 ) -> None:
-    assert load_settings(http_address=address).http_bind() == bind
+    assert load_settings(http_address=address, web_view=False).http_bind() == bind
 
 
 @pytest.mark.parametrize("address", ["9464", ":9464", "127.0.0.1", "127.0.0.1:99999", "h:1/x"])

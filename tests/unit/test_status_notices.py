@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
+from playguard_async.coordination.marquee_reads import LastCycle
 from playguard_async.cycle_record import NoticeKind
 from playguard_async.engine.results import CycleResult
-from playguard_async.operator.fleet import LastCycle
 from playguard_async.phases.protocol import Notice
 
 

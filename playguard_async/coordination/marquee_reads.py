@@ -1,0 +1,360 @@
+"""What a Marquee looks like from Redis, read one way for every reader: its lock now, its last
+cycle as a typed ``LastCycle``, that cycle phase by phase, its recent cycles.
+
+``playguard status``, ``describe`` and ``history`` print it; the daemon's web view
+(``service.web_view``) serves it. Both read through here, so there is one reader of the records
+and one understanding of what a malformed one means (outcome ``unknown``, never an error).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, TypeGuard
+
+from playguard_async.coordination.keys import fence_key, marquee_lock_name
+from playguard_async.coordination.lock import LockState, inspect_lock
+from playguard_async.coordination.pause import Pause, paused
+from playguard_async.coordination.records import CycleRecords
+from playguard_async.cycle_record import (
+    NoticeKind,
+    StoredRecord,
+    is_seconds,
+    listed,
+    mapping,
+    notices_of,
+    optional,
+    seconds,
+    typed,
+)
+
+
+def holder_json(state: LockState) -> dict[str, Any]:
+    """A held lock for scripts; the token stays out, as nothing outside the lock needs it. A key
+    holding something else has ``known`` false, null holder fields and its value in ``record``."""
+    holder = state.holder
+    return {
+        "name": state.name,
+        "known": holder is not None,
+        "replica": holder and holder.replica,
+        "host": holder and holder.host,
+        "pid": holder and holder.pid,
+        "acquired_at": holder and holder.acquired_at,
+        "fence": state.fence,
+        "ttl_left": state.ttl_left,
+        "record": None if holder else shown_record(state.record),
+    }
+
+
+def shown_record(raw: bytes) -> str:
+    """A lock value this project did not write, bounded, with anything unprintable escaped."""
+    text = raw[:RECORD_SHOWN].decode("utf-8", "backslashreplace")
+    text = text.encode("unicode_escape").decode("ascii")
+    return repr(text) + (f" (+{len(raw) - RECORD_SHOWN} bytes)" if len(raw) > RECORD_SHOWN else "")
+
+
+RECORD_SHOWN = 120
+"""Bytes of an unknown lock value shown to an operator."""
+
+
+def _by_subject(
+    notices: list[tuple[str, NoticeKind, str, str]], *kinds: NoticeKind
+) -> dict[str, list[str]]:
+    """Subject -> the details of its notices of ``kinds``, in the order written."""
+    found: dict[str, list[str]] = {}
+    for _, kind, subject, detail in notices:
+        if kind in kinds:
+            found.setdefault(subject, []).append(detail)
+    return found
+
+
+@dataclass(frozen=True)
+class LastCycle:
+    """A Marquee's last recorded cycle, with what its findings ask an operator to look at:
+    ``drift`` (playground -> why it was or would be changed), ``branch_gone`` (playground ->
+    branch) and ``failed`` ("phase: item" for each registry, image or chat that failed)."""
+
+    cycle: str
+    outcome: str
+    phase: str | None
+    reason: str | None
+    fence: int | None
+    host_fence: int | None
+    """The highest fence the Marquee itself was seen to hold in that cycle (None: no write)."""
+    finished_at: float | None
+    duration: float | None
+    actions: int
+    drift: dict[str, list[str]]
+    branch_gone: dict[str, str]
+    failed: list[str]
+    replica: str | None = None
+    """The replica that ran it (records older than this field: None)."""
+    dry_run: bool = False
+    """A dry run changes nothing: an ``ok`` one with drift is not a converged Marquee."""
+    waited: float | None = None
+    """Seconds it waited for its start offset and a slot before taking the lock."""
+    unhealthy: dict[str, list[str]] = dataclasses.field(default_factory=dict)
+    """Playground -> what its health gate reported: unhealthy services, held-back inputs,
+    ``rolled back to <digests> because <reason>``."""
+
+    @classmethod
+    def from_record(cls, record: StoredRecord) -> LastCycle:
+        """The record as written by the engine; anything else (Redis is outside input: a field
+        missing, of another type, a record of another program) reads as outcome ``unknown``."""
+        try:
+            return cls._parse(record)
+        except (KeyError, TypeError, ValueError, AttributeError):
+            return cls(
+                cycle="?", outcome="unknown", phase=None, fence=None, host_fence=None,
+                finished_at=None,
+                duration=None, actions=0, drift={}, branch_gone={}, failed=[],
+                reason="the cycle record is not one playguard wrote",
+            )  # fmt: skip
+
+    @classmethod
+    def _parse(cls, record: StoredRecord) -> LastCycle:
+        notices = list(notices_of(record))
+        return cls(
+            cycle=typed(record["cycle"], str),
+            outcome=typed(record["outcome"], str),
+            phase=optional(record.get("phase"), str),
+            reason=optional(record.get("reason"), str),
+            fence=optional(record.get("fence"), int),
+            host_fence=optional(record.get("host_fence"), int),
+            finished_at=seconds(record["finished_at"]),
+            duration=seconds(record["duration"]),
+            actions=sum(len(taken) for taken in (record.get("actions") or {}).values()),
+            replica=optional(record.get("replica"), str),
+            dry_run=optional(record.get("dry_run"), bool) or False,
+            waited=None if record.get("waited") is None else seconds(record["waited"]),
+            drift=_by_subject(notices, NoticeKind.DRIFT),
+            branch_gone={
+                subject: detail
+                for _, kind, subject, detail in notices
+                if kind is NoticeKind.BRANCH_GONE
+            },
+            failed=[
+                f"{phase}: {subject}"
+                for phase, kind, subject, _ in notices
+                if kind is NoticeKind.FAILED
+            ],
+            unhealthy=_by_subject(notices, NoticeKind.UNHEALTHY, NoticeKind.ROLLED_BACK),
+        )
+
+    def to_json(self, now: float) -> dict[str, Any]:
+        age = None if self.finished_at is None else round(max(0.0, now - self.finished_at), 3)
+        return {**dataclasses.asdict(self), "age": age}
+
+
+@dataclass(frozen=True)
+class MarqueeStatus:
+    name: str
+    launchable: bool
+    lock: LockState | None
+    last: LastCycle | None
+    mode: str = "apply"
+    pause: Pause | None = None
+    """The pause that holds it back now (its own, else the fleet's), if any."""
+
+    def to_json(self, now: float) -> dict[str, Any]:
+        """Stable keys for scripts; ``age`` is seconds since the last cycle ended at ``now``."""
+        return {
+            "name": self.name,
+            "launchable": self.launchable,
+            "mode": self.mode,
+            "paused": None if self.pause is None else self.pause.to_json(),
+            "lock": None if self.lock is None else holder_json(self.lock),
+            "last": None if self.last is None else self.last.to_json(now),
+        }
+
+
+PHASE_ITEMS_SHOWN = 20
+"""Actions or notices listed per phase; past it, a count of the rest."""
+
+
+@dataclass(frozen=True)
+class PhaseStep:
+    """What one phase of a cycle did: its time, its actions, its notices as
+    ``(kind, subject, detail)``."""
+
+    phase: str
+    seconds: float | None
+    actions: list[str]
+    notices: list[tuple[str, str, str]]
+    more: int
+    """Actions and notices left out past ``PHASE_ITEMS_SHOWN``."""
+
+
+@dataclass(frozen=True)
+class MarqueeStory:
+    name: str
+    lock: LockState | None
+    fence_counter: int | None
+    """The last fence Redis handed out for this Marquee (None: never, or not a number)."""
+    last: LastCycle | None
+    steps: list[PhaseStep]
+    history: list[LastCycle]
+    last_good: dict[str, str] = dataclasses.field(default_factory=dict)
+    """Playground -> its last good state (``service=repo@sha256:...``) as the last cycle found
+    it on the host."""
+    mode: str = "apply"
+    pause: Pause | None = None
+    """The pause that holds it back now (its own, else the fleet's), if any."""
+    windows: int = 0
+    """How many maintenance windows apply to it (its own, else the fleet's)."""
+    next_opening: datetime | None = None
+    """When its windows next allow changes (now, when they do); None: none found ahead."""
+
+    def windows_text(self, now: datetime) -> str:
+        """Its maintenance windows in words: none, open now, or when they next open."""
+        if not self.windows:
+            return "none (changes allowed at any time)"
+        if self.next_opening is None:
+            return f"{self.windows}, closed; no opening found ahead"
+        if self.next_opening <= now:
+            return f"{self.windows}, open now (changes allowed)"
+        opens = f"{self.next_opening:%Y-%m-%d %H:%M:%S} UTC"
+        return f"{self.windows}, closed (cycles run as detect); next opens {opens}"
+
+    @property
+    def still_wrong(self) -> list[str]:
+        """What the last cycle left wrong: failed items, gone branches, and drift a dry run saw."""
+        if self.last is None:
+            return []
+        wrong = [f"failed {item}" for item in self.last.failed]
+        wrong += [
+            f"branch gone: {name} ({branch})" for name, branch in self.last.branch_gone.items()
+        ]
+        if self.last.dry_run:
+            wrong += [f"drift {name}: {', '.join(why)}" for name, why in self.last.drift.items()]
+        wrong += [f"{name}: {'; '.join(why)}" for name, why in self.last.unhealthy.items()]
+        if self.last.outcome not in ("ok", "locked"):
+            wrong.insert(0, f"{self.last.outcome}: {self.last.reason or 'no reason recorded'}")
+        return wrong
+
+    @property
+    def fixed(self) -> list[str]:
+        """What the last cycle repaired: the drift it found, unless it was a dry run."""
+        if self.last is None or self.last.dry_run:
+            return []
+        return [f"drift {name}: {', '.join(why)}" for name, why in self.last.drift.items()]
+
+    def to_json(self, now: float) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "mode": self.mode,
+            "paused": None if self.pause is None else self.pause.to_json(),
+            "windows": self.windows,
+            "next_opening": None if self.next_opening is None else self.next_opening.isoformat(),
+            "lock": None if self.lock is None else holder_json(self.lock),
+            "fence_counter": self.fence_counter,
+            "host_fence": None if self.last is None else self.last.host_fence,
+            "last": None if self.last is None else self.last.to_json(now),
+            "phases": [dataclasses.asdict(step) for step in self.steps],
+            "still_wrong": self.still_wrong,
+            "last_good": self.last_good,
+            "fixed": self.fixed,
+            "history": [cycle.to_json(now) for cycle in self.history],
+        }
+
+
+def phase_steps(record: StoredRecord) -> list[PhaseStep]:
+    """The phases of a stored record in the order they ran; what is not in the engine's shape is
+    left out."""
+    durations = mapping(record.get("durations"))
+    actions = mapping(record.get("actions"))
+    notices = mapping(record.get("notices"))
+    steps = []
+    for phase, took in durations.items():
+        taken = [str(action) for action in listed(actions.get(phase))]
+        found = [
+            (str(notice.get("kind")), str(notice.get("subject")), str(notice.get("detail")))
+            for notice in listed(notices.get(phase))
+            if isinstance(notice, Mapping)
+        ]
+        shown_actions = taken[:PHASE_ITEMS_SHOWN]
+        shown_notices = found[:PHASE_ITEMS_SHOWN]
+        steps.append(
+            PhaseStep(
+                phase=str(phase),
+                seconds=float(took) if is_seconds(took) else None,
+                actions=shown_actions,
+                notices=shown_notices,
+                more=len(taken) - len(shown_actions) + len(found) - len(shown_notices),
+            )
+        )
+    return steps
+
+
+def last_good_states(record: StoredRecord) -> dict[str, str]:
+    """Playground -> its last good state, from the ``playgrounds`` findings of a stored record;
+    what is not in the written shape is left out."""
+    found: dict[str, str] = {}
+    for findings in mapping(record.get("findings")).values():
+        for name, playground in mapping(mapping(findings).get("playgrounds")).items():
+            good = mapping(playground).get("last_good")
+            if isinstance(name, str) and isinstance(good, str):
+                found[name] = good
+    return found
+
+
+def _is_counter(value: object) -> TypeGuard[bytes]:
+    """A fence counter as INCR writes it (anything else was set by hand or by another tool)."""
+    return isinstance(value, bytes) and 0 < len(value) <= 20 and value.isdigit()
+
+
+async def read_status(
+    records: CycleRecords, name: str, *, launchable: bool, mode: str = "apply"
+) -> MarqueeStatus:
+    """``name``'s lock now, its last cycle and the pause holding it back, read concurrently;
+    ``launchable`` and ``mode`` are the desired state's."""
+    lock, last, pause = await asyncio.gather(
+        inspect_lock(records.redis, marquee_lock_name(name), timeout=records.timeout),
+        records.last(name),
+        paused(records.redis, name, records.timeout),
+    )
+    return MarqueeStatus(
+        name=name,
+        launchable=launchable,
+        lock=lock,
+        last=None if last is None else LastCycle.from_record(last),
+        mode=mode,
+        pause=pause,
+    )
+
+
+async def read_story(
+    records: CycleRecords,
+    name: str,
+    *,
+    limit: int,
+    mode: str = "apply",
+    windows: int = 0,
+    next_opening: datetime | None = None,
+) -> MarqueeStory:
+    """``name``'s lock, fences, pause, last cycle and up to ``limit`` recent cycles, newest
+    first; its ``mode`` and maintenance windows are the desired state's, told by the caller."""
+    redis = records.redis
+    lock, counter, last, history, pause = await asyncio.gather(
+        inspect_lock(redis, marquee_lock_name(name), timeout=records.timeout),
+        asyncio.wait_for(redis.get(fence_key(marquee_lock_name(name))), records.timeout),
+        records.last(name),
+        records.history(name, limit=limit),
+        paused(redis, name, records.timeout),
+    )
+    return MarqueeStory(
+        name=name,
+        lock=lock,
+        fence_counter=int(counter) if _is_counter(counter) else None,
+        last=None if last is None else LastCycle.from_record(last),
+        steps=[] if last is None else phase_steps(last),
+        last_good={} if last is None else last_good_states(last),
+        history=[LastCycle.from_record(record) for record in history],
+        mode=mode,
+        pause=pause,
+        windows=windows,
+        next_opening=next_opening,
+    )

@@ -1,0 +1,197 @@
+"""One picture of the whole fleet per replica, for every browser that watches it.
+
+The web view must cost Redis the same whether one browser or a hundred are open, so no request
+reads Redis for the fleet: this picture does, once, and every page and stream is served from it.
+It is read whole at start and every ``interval`` seconds (so other replicas' cycles show too), and
+a Marquee is read again alone as soon as a cycle of this replica ends on it (the engine's cycle
+listeners, which feed the metrics too). Each change bumps ``version`` and wakes the streams.
+
+A Marquee's page needs more than its row (phases, history, fences): ``story`` reads it once per
+version of the picture, however many browsers ask for it at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import structlog
+from redis.exceptions import RedisError
+
+from playguard_async.coordination.marquee_reads import (
+    MarqueeStatus,
+    MarqueeStory,
+    read_status,
+    read_story,
+)
+from playguard_async.coordination.records import CycleRecords
+from playguard_async.desired_state.inventory import Marquee
+from playguard_async.desired_state.windows import Window, next_opening
+from playguard_async.engine.results import CycleResult
+
+log = structlog.get_logger("playguard.web")
+
+READ_BATCH = 200
+"""Marquees read at once in a whole read: bounded, so a large fleet does not take every
+connection of the pool the cycles need too."""
+
+UNLOADED_POLL = 0.5
+"""Seconds between looks at the engine's desired state while it has none yet."""
+
+
+@dataclass(frozen=True)
+class Listed:
+    """A Marquee as the desired state lists it now, what its row needs of it."""
+
+    name: str
+    launchable: bool = True
+    mode: str = "apply"
+
+
+@dataclass
+class FleetPicture:
+    """The fleet as last read from Redis, shared by every request of this replica.
+
+    ``names`` says which Marquees the desired state holds now (the engine's snapshot); ``error``
+    is why the last read failed (Redis away), shown as a banner while the rows stay as last read.
+    """
+
+    records: CycleRecords
+    names: Callable[[], Sequence[Listed]]
+    interval: float
+    tell_story: Callable[[str], Awaitable[MarqueeStory]]
+    """Reads one Marquee's page from Redis (``marquee_reads.read_story`` with what the desired
+    state says of its mode and windows)."""
+    statuses: dict[str, MarqueeStatus] = field(default_factory=dict)
+    version: int = 0
+    read_at: float | None = None
+    """Wall-clock time of the last whole read (for display)."""
+    error: str | None = None
+    _changed: asyncio.Event = field(default_factory=asyncio.Event)
+    _pending: set[str] = field(default_factory=set)
+    _wake: asyncio.Event = field(default_factory=asyncio.Event)
+    _stories: dict[str, tuple[int, asyncio.Task[MarqueeStory]]] = field(default_factory=dict)
+
+    def rows(self) -> list[MarqueeStatus]:
+        """Every Marquee of the desired state, in its order; one not read yet has no lock and no
+        last cycle."""
+        return [
+            self.statuses.get(listed.name)
+            or MarqueeStatus(listed.name, listed.launchable, None, None, mode=listed.mode)
+            for listed in self.names()
+        ]
+
+    def knows(self, name: str) -> bool:
+        return any(listed.name == name for listed in self.names())
+
+    async def cycle_ended(self, result: CycleResult) -> None:
+        """A cycle listener: read the Marquee again now (not waiting for the whole read)."""
+        self._pending.add(result.marquee)
+        self._wake.set()
+
+    async def changed(self, seen: int, stop: asyncio.Event) -> int:
+        """Wait until the version differs from ``seen`` (or ``stop`` is set); the version now."""
+        while self.version == seen and not stop.is_set():
+            await _either(self._changed, stop)
+        return self.version
+
+    async def story(self, name: str) -> MarqueeStory:
+        """``name``'s page as of this version: one read of Redis per version, shared."""
+        kept = self._stories.get(name)
+        if kept is None or kept[0] != self.version or kept[1].cancelled():
+            task = asyncio.ensure_future(self.tell_story(name))
+            self._stories[name] = kept = (self.version, task)
+        return await asyncio.shield(kept[1])
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Read the whole fleet now and every ``interval`` seconds, and single Marquees as their
+        cycles end or first appear in the desired state, until ``stop`` is set."""
+        next_whole = 0.0
+        while not stop.is_set():
+            names = list(self.names())
+            if names and time.monotonic() >= next_whole:
+                await self._read(names)
+                self._pending.clear()
+                self.read_at = time.time()
+                next_whole = time.monotonic() + self.interval
+                self._publish()
+            else:
+                wanted, self._pending = self._pending, set()
+                unread = [
+                    listed
+                    for listed in names
+                    if listed.name in wanted or listed.name not in self.statuses
+                ]
+                if unread:
+                    await self._read(unread)
+                    self._publish()
+            self._wake.clear()
+            # No desired state yet: look again soon, as the engine loads it without a word.
+            wait = UNLOADED_POLL if not names else max(0.0, next_whole - time.monotonic())
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(wait):
+                    await _either(self._wake, stop)
+        self._publish()
+
+    async def _read(self, marquees: Sequence[Listed]) -> None:
+        try:
+            for start in range(0, len(marquees), READ_BATCH):
+                batch = marquees[start : start + READ_BATCH]
+                read = await asyncio.gather(
+                    *(
+                        read_status(
+                            self.records,
+                            listed.name,
+                            launchable=listed.launchable,
+                            mode=listed.mode,
+                        )
+                        for listed in batch
+                    )
+                )
+                self.statuses.update((status.name, status) for status in read)
+        except (RedisError, TimeoutError, OSError) as exc:
+            self.error = f"Redis unavailable: {exc or 'no answer'}"
+            log.warning("web.read_failed", error=self.error)
+        else:
+            self.error = None
+
+    def _publish(self) -> None:
+        self.version += 1
+        self._changed.set()
+        self._changed = asyncio.Event()
+        self._stories.clear()
+
+
+async def _either(first: asyncio.Event, second: asyncio.Event) -> None:
+    waiters = [asyncio.ensure_future(first.wait()), asyncio.ensure_future(second.wait())]
+    try:
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
+
+
+async def steered_story(
+    records: CycleRecords,
+    marquee: Marquee,
+    fleet_windows: Sequence[Window],
+    *,
+    limit: int,
+    now: datetime | None = None,
+) -> MarqueeStory:
+    """``marquee``'s story from Redis with what the desired state steers it by: its mode, and
+    its maintenance windows (its own, else ``fleet_windows``) and when they next open after
+    ``now`` (default: now). ``playguard describe`` and the web view's Marquee page both tell it."""
+    windows = marquee.windows if marquee.windows is not None else list(fleet_windows)
+    return await read_story(
+        records,
+        marquee.name,
+        limit=limit,
+        mode=marquee.mode,
+        windows=len(windows),
+        next_opening=next_opening(windows, now or datetime.now(UTC)) if windows else None,
+    )

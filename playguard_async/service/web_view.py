@@ -1,0 +1,216 @@
+"""The read-only web view of the fleet: pages rendered on the server from the replica's
+``FleetPicture``, and a server-sent event stream that tells open pages a new picture is there.
+
+What is on a page comes from outside (Marquee names, reasons, host output, Redis values), so the
+templates are rendered with autoescape on and the Content-Security-Policy allows no inline script:
+a reason holding ``<script>`` is text. The one script (live updates) is a static file of this
+package; nothing is fetched from elsewhere, and every page works without it. No setting and no
+secret reaches a page: pages show what the cycle records and locks hold, which carry none.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from importlib import resources
+from typing import Any
+from urllib.parse import quote
+
+import jinja2
+from aiohttp import web
+from redis.exceptions import RedisError
+
+from playguard_async.coordination.marquee_reads import LastCycle
+from playguard_async.service.fleet_picture import FleetPicture
+from playguard_async.service.fleet_table import BadQuery, FleetQuery, findings_of, fleet_page
+from playguard_async.service.web_auth import CHALLENGE, admits
+
+HEARTBEAT = 15.0
+"""Seconds between comments on an idle stream: a dead client is found, a proxy keeps it open."""
+
+RETRY_MS = 1000
+"""How soon (ms) a browser reconnects a stream that ended (a replica restarting)."""
+
+SECURITY_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+        "img-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+
+COLUMNS = (
+    ("name", "Marquee"),
+    ("mode", "Mode"),
+    ("paused", "Paused"),
+    ("", "Lock holder"),
+    ("ttl", "TTL left"),
+    ("", "Fence Redis / host"),
+    ("outcome", "Last outcome"),
+    ("", "Reason"),
+    ("duration", "Duration"),
+    ("actions", "Actions"),
+    ("findings", "Findings"),
+    ("age", "Age"),
+)
+"""The fleet table's columns: sort key (empty: not sortable) and heading."""
+
+STATIC = {"web_view.js": "text/javascript", "web_view.css": "text/css"}
+
+_Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _secs(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.1f} s" if value < 120 else f"{value / 60:.0f} min"
+
+
+def templates() -> jinja2.Environment:
+    """The package's templates, autoescaped whatever their name, undefined names an error."""
+    environment = jinja2.Environment(
+        loader=jinja2.PackageLoader("playguard_async.service", "web"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+    )
+    environment.filters["secs"] = _secs
+    environment.filters["path_part"] = lambda text: quote(str(text), safe="")
+    return environment
+
+
+class WebView:
+    """The pages and the stream of one replica, served from ``picture``; with ``credential``
+    set, every one of them asks for it (the probes and /metrics do not: they are not here)."""
+
+    def __init__(
+        self,
+        picture: FleetPicture,
+        *,
+        replica: str,
+        outcomes: Sequence[str],
+        credential: str | None,
+        stop: asyncio.Event,
+    ) -> None:
+        self.picture = picture
+        self.replica = replica
+        self.outcomes = list(outcomes)
+        self.credential = credential
+        self.stop = stop
+        self.environment = templates()
+        self.static = {
+            name: resources.files("playguard_async.service").joinpath("web", name).read_bytes()
+            for name in STATIC
+        }
+
+    def add_routes(self, app: web.Application) -> None:
+        app.router.add_get("/", self._guarded(self.fleet))
+        app.router.add_get("/marquee/{name}", self._guarded(self.marquee))
+        app.router.add_get("/events", self._guarded(self.events))
+        app.router.add_get("/static/{file}", self._guarded(self.static_file))
+
+    def _guarded(self, handler: _Handler) -> _Handler:
+        """``handler`` behind the credential (when set) and with the security headers."""
+
+        async def guarded(request: web.Request) -> web.StreamResponse:
+            if self.credential is not None and not admits(
+                self.credential, request.headers.get("Authorization")
+            ):
+                return self._text(401, "credential required\n", {"WWW-Authenticate": CHALLENGE})
+            try:
+                return await handler(request)
+            except BadQuery as exc:
+                return self._text(400, f"bad query: {exc}\n")
+
+        return guarded
+
+    @staticmethod
+    def _text(status: int, text: str, headers: Mapping[str, str] | None = None) -> web.Response:
+        return web.Response(
+            status=status, text=text, headers={**SECURITY_HEADERS, **(headers or {})}
+        )
+
+    def _render(self, template: str, **values: Any) -> web.Response:
+        picture = self.picture
+        read_at = picture.read_at
+        html = self.environment.get_template(template).render(
+            version=picture.version,
+            replica=self.replica,
+            error=picture.error,
+            read_at="never"
+            if read_at is None
+            else time.strftime("%H:%M:%S", time.localtime(read_at)),
+            **values,
+        )
+        return web.Response(text=html, content_type="text/html", headers=SECURITY_HEADERS)
+
+    async def fleet(self, request: web.Request) -> web.StreamResponse:
+        statuses = self.picture.rows()
+        # What a record says is outside input, but an outcome on the page must be filterable.
+        seen = {status.last.outcome for status in statuses if status.last is not None}
+        query = FleetQuery.parse(request.query, [*self.outcomes, *sorted(seen - {*self.outcomes})])
+        page = fleet_page(statuses, query, time.time())
+        return self._render(
+            "fleet.html",
+            page=page,
+            query=query,
+            columns=COLUMNS,
+            outcomes=[*self.outcomes, "never", "unknown"],
+        )
+
+    async def marquee(self, request: web.Request) -> web.StreamResponse:
+        name = request.match_info["name"]
+        if request.query:
+            raise BadQuery("this page takes no parameters")
+        if not self.picture.knows(name):
+            return self._text(404, "no such Marquee in the desired state\n")
+        try:
+            story = await self.picture.story(name)
+        except (RedisError, TimeoutError, OSError):
+            return self._text(503, "Redis unavailable: try again shortly\n")
+        now = time.time()
+
+        def age(cycle: LastCycle) -> float | None:
+            return None if cycle.finished_at is None else max(0.0, now - cycle.finished_at)
+
+        return self._render(
+            "marquee.html",
+            story=story,
+            age=age,
+            findings=findings_of,
+            windows=story.windows_text(datetime.now(UTC)),
+        )
+
+    async def static_file(self, request: web.Request) -> web.StreamResponse:
+        name = request.match_info["file"]
+        if name not in STATIC:
+            return self._text(404, "no such file\n")
+        return web.Response(
+            body=self.static[name], content_type=STATIC[name], headers=SECURITY_HEADERS
+        )
+
+    async def events(self, request: web.Request) -> web.StreamResponse:
+        """The stream: the picture's version (and why it may be stale) now and at each change,
+        a comment every ``HEARTBEAT`` seconds; it ends when the replica stops."""
+        response = web.StreamResponse(
+            headers={**SECURITY_HEADERS, "Content-Type": "text/event-stream"}
+        )
+        await response.prepare(request)
+        await response.write(f"retry: {RETRY_MS}\n\n".encode())
+        seen = -1
+        while not self.stop.is_set():
+            if seen != self.picture.version:
+                seen = self.picture.version
+                data = json.dumps({"version": seen, "error": self.picture.error})
+                await response.write(f"data: {data}\n\n".encode())
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(HEARTBEAT):
+                    await self.picture.changed(seen, self.stop)
+                    continue
+            await response.write(b": still here\n\n")
+        return response

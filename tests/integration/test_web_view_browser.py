@@ -1,0 +1,276 @@
+"""The web view in a real browser (Debian's chromium) against a real ``playguard run`` on the lab's
+redis-server, running the witness phases on two Marquees, beside a third that no cycle runs on
+(not launchable) whose record a hostile hand wrote. One daemon and one browser serve the module.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from redis import Redis as SyncRedis
+from selenium import webdriver
+from selenium.common.exceptions import NoAlertPresentException
+from selenium.webdriver.common.by import By
+
+from playguard_async.coordination.keys import cycle_history_key, last_cycle_key, pause_key
+from playguard_async.coordination.pause import Pause
+from playguard_lab import RedisServer
+from tests.support.browser import cell_texts, chromium, mark, not_reloaded
+from tests.support.daemon import Daemon, DaemonRunner, marquee_entry, wait_for, witness_lines
+from tests.support.probes import http_get, start_serving
+
+pytestmark = pytest.mark.integration
+
+HOSTILE_REASON = '<script>alert(1)</script>"><img src=x onerror=alert(2)>'
+HOSTILE_SUBJECT = "<img src=x onerror=alert(3)>"
+PAUSE_REASON = "disk replaced <b>today</b>"
+
+
+@dataclass
+class Served:
+    daemon: Daemon
+    base: str
+    runner: DaemonRunner
+    store: SyncRedis
+    browser: webdriver.Chrome
+    shots: Path
+
+
+def hostile_record(now: float) -> str:
+    return json.dumps(
+        {
+            "marquee": "quiet",
+            "cycle": "by-hand",
+            "outcome": "failed",
+            "phase": "pull_images",
+            "reason": HOSTILE_REASON,
+            "finished_at": now,
+            "duration": 1.0,
+            "durations": {"pull_images": 1.0},
+            "notices": {
+                "pull_images": [
+                    {"kind": "failed", "subject": HOSTILE_SUBJECT, "detail": HOSTILE_REASON}
+                ]
+            },
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def served(
+    tmp_path_factory: pytest.TempPathFactory,
+    redis_server: RedisServer,
+    require_binary: Callable[[str, str], str],
+) -> Iterator[Served]:
+    chromium_path = require_binary("chromium", "chromium")
+    driver_path = require_binary("chromedriver", "chromium-driver")
+    workdir = tmp_path_factory.mktemp("web-view")
+    store = SyncRedis.from_url(redis_server.url, socket_timeout=2, socket_connect_timeout=2)
+    store.flushall()
+    record = hostile_record(time.time())
+    store.set(last_cycle_key("quiet"), record)
+    store.lpush(cycle_history_key("quiet"), record)
+    pause = Pause.taken_now("quiet", PAUSE_REASON, 600.0)
+    store.set(pause_key("quiet"), pause.encode(), px=600_000)
+    runner = DaemonRunner(workdir, redis_server.url)
+    runner.write_inventory(
+        ["alpha", "beta", "quiet"],
+        lambda name: {
+            **marquee_entry(name),
+            **({"launchable": False, "mode": "detect"} if name == "quiet" else {}),
+        },
+    )
+    try:
+        daemon, base = start_serving(runner, web_refresh_interval=1.0, phase_seconds=0.1)
+        with chromium(chromium_path, driver_path, workdir / "profile") as browser:
+            yield Served(daemon, base, runner, store, browser, workdir)
+    finally:
+        runner.kill_all()
+        store.close()
+
+
+def outcome_of(browser: webdriver.Chrome, marquee: str) -> str:
+    cells = cell_texts(browser, f'tr[data-marquee="{marquee}"] td:nth-child(7)')
+    return cells[0] if cells else ""
+
+
+def open_marked(served: Served, path: str) -> webdriver.Chrome:
+    """The browser on ``path``, the page marked (``mark``)."""
+    served.browser.get(served.base + path)
+    mark(served.browser)
+    return served.browser
+
+
+def test_fleet_page_shows_every_marquee_with_its_lock_fences_and_last_outcome(
+    served: Served,
+) -> None:
+    browser = served.browser
+    browser.get(served.base + "/")
+    wait_for(
+        lambda: outcome_of(browser, "alpha") == "ok" and outcome_of(browser, "beta") == "ok",
+        timeout=15,
+        what="alpha and beta ok on the fleet page, without a reload",
+    )
+    assert cell_texts(browser, "#fleet tbody tr td:first-child a") == ["alpha", "beta", "quiet"]
+    counts = cell_texts(browser, ".counts")[0]
+    for count in ("3 Marquees", "ok 2", "failed 1"):
+        assert count in counts
+    assert cell_texts(browser, "#fleet tbody td:nth-child(2)") == ["apply", "apply", "detect"]
+    paused = cell_texts(browser, ".paused")
+    assert paused[:2] == ["", ""]
+    assert paused[2].startswith("paused by ")
+    assert paused[2].endswith(f": {PAUSE_REASON}"), "the reason's markup is text"
+    fences = cell_texts(browser, 'tr[data-marquee="alpha"] td:nth-child(6)')[0]
+    assert fences.split(" / ")[0].isdigit(), fences
+    browser.save_screenshot(str(served.shots / "fleet.png"))
+
+
+def test_a_cycle_that_ends_shows_on_the_open_page_within_two_seconds_without_reload(
+    served: Served,
+) -> None:
+    browser = open_marked(served, "/marquee/alpha")
+    first = cell_texts(browser, "#history tbody tr:first-child td:first-child")
+    seen_at = wait_for(
+        lambda: (
+            cell_texts(browser, "#history tbody tr:first-child td:first-child") != first
+            and time.monotonic()
+        ),
+        timeout=10,
+        what="a new cycle of alpha on its open page",
+        interval=0.05,
+    )
+    assert not_reloaded(browser), "the page was reloaded"
+    ended = [
+        float(line["t"])
+        for line in witness_lines(served.runner.witness_dir)
+        if line["marquee"] == "alpha" and line["event"] == "exit" and line["phase"] == "second"
+        and float(line["t"]) <= seen_at
+    ]  # fmt: skip
+    assert ended, "no cycle of alpha ended before it was shown"
+    assert seen_at - ended[-1] < 2.0, f"shown {seen_at - ended[-1]:.2f} s after the end"
+    assert cell_texts(browser, "#phases tbody td:first-child") == ["first", "second"]
+    browser.save_screenshot(str(served.shots / "marquee.png"))
+
+
+def test_a_hostile_reason_and_subject_render_as_inert_text(served: Served) -> None:
+    browser = served.browser
+    for path in ("/?outcome=failed", "/marquee/quiet"):
+        browser.get(served.base + path)
+        reasons = cell_texts(browser, ".reason")
+        assert HOSTILE_REASON in reasons, (path, reasons)
+        assert not browser.find_elements(By.CSS_SELECTOR, "main img, main script, main svg")
+        with pytest.raises(NoAlertPresentException):
+            _ = browser.switch_to.alert.text
+    assert HOSTILE_SUBJECT in cell_texts(browser, "#phases")[0]
+
+
+def test_garbage_and_unknown_names_are_plain_4xx(served: Served) -> None:
+    for path, status in [
+        ("/?sort=%00", 400),
+        ("/?page=-3", 400),
+        ("/marquee/nobody", 404),
+        ("/marquee/%22%3E%3Cimg%3E", 404),
+    ]:
+        answered, body = http_get(served.base + path)
+        assert answered == status, (path, body)
+        assert "Traceback" not in body
+        assert "<img" not in body
+
+
+def commands_served(store: SyncRedis) -> int:
+    stats: dict[str, Any] = store.info("commandstats")
+    return sum(int(stat["calls"]) for stat in stats.values())
+
+
+async def watch_like_browsers(base: str, clients: int, seconds: float) -> int:
+    """``clients`` streams open for ``seconds``, each fetching the page again at each new
+    version, as the page's script does; how many pages they fetched."""
+    fetched = 0
+
+    async def browser(session: aiohttp.ClientSession) -> None:
+        nonlocal fetched
+        async with session.get(base + "/events") as stream:
+            async for line in stream.content:
+                if line.startswith(b"data:"):
+                    async with session.get(base + "/") as page:
+                        await page.read()
+                    fetched += 1
+
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        tasks = [asyncio.ensure_future(browser(session)) for _ in range(clients)]
+        await asyncio.sleep(seconds)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    return fetched
+
+
+async def test_a_hundred_open_pages_cost_redis_no_more_than_one(served: Served) -> None:
+    window = 4.0
+    before = commands_served(served.store)
+    one_fetched = await watch_like_browsers(served.base, 1, window)
+    one = commands_served(served.store) - before
+    before = commands_served(served.store)
+    many_fetched = await watch_like_browsers(served.base, 100, window)
+    many = commands_served(served.store) - before
+    assert one_fetched >= 2, "the page saw no new picture in the window"
+    assert many_fetched >= 50 * one_fetched, (one_fetched, many_fetched)
+    # The same ticks and cycles run in both windows; a window may hold one cycle more.
+    assert many <= one * 1.5 + 40, f"1 page: {one} Redis commands, 100 pages: {many}"
+
+
+def test_with_a_credential_set_every_page_and_stream_answers_401_without_it(
+    served: Served, tmp_path: Path
+) -> None:
+    credential = tmp_path / "credential"
+    credential.write_text("correct horse\n")
+    daemon, base = start_serving(served.runner, "guarded", web_credential_file=credential)
+    for path in ("/", "/marquee/alpha", "/events", "/static/web_view.js"):
+        assert http_get(base + path)[0] == 401, path
+    assert http_get(base + "/healthz")[0] == 200
+    browser = served.browser
+    browser.get(base + "/")
+    assert not browser.find_elements(By.ID, "fleet"), "a fleet table without the credential"
+    # With it (sent on every request, the stream's included), the page and its stream work.
+    browser.execute_cdp_cmd("Network.enable", {})
+    header = {"Authorization": "Bearer correct horse"}
+    browser.execute_cdp_cmd("Network.setExtraHTTPHeaders", {"headers": header})
+    try:
+        browser.get(base + "/")
+        assert cell_texts(browser, "#fleet tbody tr td:first-child a") == ["alpha", "beta", "quiet"]
+        version = browser.find_element(By.TAG_NAME, "body").get_attribute("data-version")
+        wait_for(
+            lambda: (
+                browser.find_element(By.TAG_NAME, "body").get_attribute("data-version") != version
+            ),
+            timeout=5,
+            what="a new picture over the guarded stream",
+        )
+    finally:
+        browser.execute_cdp_cmd("Network.setExtraHTTPHeaders", {"headers": {}})
+    assert served.runner.stop_all([daemon], timeout=10) == {"guarded": 0}
+
+
+def test_a_replica_restarting_shows_a_banner_and_the_page_comes_back_by_itself(
+    served: Served,
+) -> None:
+    browser = open_marked(served, "/")
+    banner = browser.find_element(By.ID, "live-banner")
+    address = served.base.removeprefix("http://")
+    assert served.runner.stop_all([served.daemon], timeout=10) == {"r1": 0}
+    wait_for(banner.is_displayed, timeout=5, what="the banner once the replica is gone")
+    served.daemon = served.runner.start(
+        "r1", http_address=address, web_refresh_interval=1.0, phase_seconds=0.1
+    )
+    wait_for(lambda: not banner.is_displayed(), timeout=15, what="the banner gone again")
+    assert not_reloaded(browser), "the page was reloaded"
+    assert outcome_of(browser, "alpha") in ("ok", "never")

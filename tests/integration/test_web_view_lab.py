@@ -1,0 +1,78 @@
+"""The web view of a real fleet in a real browser: a ``playguard run`` with the built-in phases on
+the lab's two Marquees (each its own sshd and dockerd), and a drift made by hand on a host that the
+open Marquee page shows as found and fixed, without a reload."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import aiodocker
+import pytest
+
+from playguard_lab import DockerDaemon, SshServer
+from tests.support.browser import cell_texts, chromium, mark, not_reloaded
+from tests.support.cli import LAB_SETTINGS
+from tests.support.daemon import DaemonRunner, wait_for
+from tests.support.playgrounds import project_containers
+from tests.support.probes import start_serving
+from tests.support.world import LabWorld, lab_marquee_fields
+
+pytestmark = pytest.mark.integration
+
+
+async def test_a_drift_made_by_hand_shows_as_found_and_fixed_on_the_open_page(
+    lab: LabWorld,
+    daemons: DaemonRunner,
+    second_host: tuple[SshServer, DockerDaemon],
+    lab_docker: aiodocker.Docker,
+    require_binary: Callable[[str, str], str],
+    tmp_path: Path,
+) -> None:
+    chromium_path = require_binary("chromium", "chromium")
+    driver_path = require_binary("chromedriver", "chromium-driver")
+    ssh, docker = second_host
+    lab.data["marquees"].append(
+        {**lab_marquee_fields(ssh, docker, tmp_path / "workdir-2"), "name": "edge-2"}
+    )
+    daemons.inventory.write_text(json.dumps(lab.data, indent=1), encoding="utf-8")
+    daemon, base = start_serving(daemons, "r1", **{**LAB_SETTINGS, "tick_interval": 1.0})
+    with chromium(chromium_path, driver_path, tmp_path / "profile") as browser:
+        browser.get(base + "/")
+        wait_for(
+            lambda: cell_texts(browser, "#fleet tbody td:nth-child(7)") == ["ok", "ok"],
+            timeout=60,
+            what="both lab Marquees ok on the fleet page",
+        )
+        assert cell_texts(browser, "#fleet tbody td:first-child a") == ["edge-1", "edge-2"]
+        browser.get(base + "/marquee/edge-1")
+        mark(browser)
+        calm = wait_for(
+            lambda: (
+                cell_texts(browser, "#fixed") == ["Nothing."]
+                and cell_texts(browser, "#history tbody tr:first-child td:first-child")
+            ),
+            timeout=30,
+            what="a calm cycle of edge-1 after its first (which started everything)",
+        )
+        [app] = await project_containers(lab_docker)
+        await lab_docker.containers.container(app["Id"]).delete(force=True)
+        fixed = wait_for(
+            lambda: [item for item in cell_texts(browser, "#fixed li") if "drift" in item],
+            timeout=30,
+            what="the drift found and fixed on edge-1's open page",
+        )
+        assert any(item.startswith("drift web-main: ") and "missing" in item for item in fixed)
+        assert cell_texts(browser, "#history tbody tr:first-child td:first-child") != calm
+        assert int(cell_texts(browser, "#history tbody tr:first-child td:nth-child(6)")[0]) >= 1
+        browser.save_screenshot(str(tmp_path / "edge-1-fixed.png"))
+        wait_for(
+            lambda: cell_texts(browser, "#fixed") == ["Nothing."],
+            timeout=30,
+            what="a calm cycle after the repair",
+        )
+        assert not_reloaded(browser), "the page was reloaded"
+    [again] = await project_containers(lab_docker)
+    assert again["State"]["Running"]
+    assert daemons.stop_all([daemon], timeout=30) == {"r1": 0}
