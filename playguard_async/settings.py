@@ -326,8 +326,8 @@ class Settings(BaseSettings):
     )
     web_refresh_interval: float = _seconds(
         10.0,
-        description="Seconds between the web view's reads of the whole fleet from Redis when no "
-        "cycle of this replica ended (other replicas' cycles show within this).",
+        description="Seconds between the web view's reads of the whole fleet from Redis; a "
+        "cycle's end on any replica shows at once (Pub/Sub), so this is the safety net.",
     )
 
     webhook_url: SecretStr | None = Field(

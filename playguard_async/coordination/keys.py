@@ -52,6 +52,11 @@ def last_cycle_key(marquee: str) -> str:
     return f"{PREFIX}:cycles:{{{marquee}}}:last"
 
 
+CYCLE_ENDED_CHANNEL = f"{PREFIX}:cycles:ended"
+"""The Pub/Sub channel a Marquee's name is published on when a record of its cycle is written
+(``records.RECORD_SCRIPT``), so every replica's web view reads it again at once."""
+
+
 def cycle_history_key(marquee: str) -> str:
     """A Marquee's recent cycle records, newest first, capped at ``history_length``."""
     return f"{PREFIX}:cycles:{{{marquee}}}:history"

@@ -3,25 +3,37 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import structlog
+from redis.exceptions import RedisError
+
 from playguard_async.coordination.client import RedisClient
-from playguard_async.coordination.keys import cycle_history_key, last_cycle_key
+from playguard_async.coordination.keys import (
+    CYCLE_ENDED_CHANNEL,
+    cycle_history_key,
+    last_cycle_key,
+)
 from playguard_async.cycle_record import KEPT_FIELDS, StoredRecord
 from playguard_async.kits.aio import bounded
 
+log = structlog.get_logger("playguard.records")
+
 # KEYS[1] a Marquee's last record, KEYS[2] its history. ARGV[1] records kept at most, ARGV[2] bytes
-# of records kept at most, ARGV[3..] records, oldest first. The last of them becomes the last
-# record; each one the history does not hold yet is pushed to it (a write that timed out after
-# Redis applied it comes again with the next: a record names its cycle and times, so an equal one
-# is that same record), and the history is then trimmed to the count and the bytes (the newest
-# record always stays). Returns how many records the history keeps.
-RECORD_SCRIPT = """
+# of records kept at most, ARGV[3] the Marquee's name, ARGV[4..] records, oldest first. The last
+# of them becomes the last record; each one the history does not hold yet is pushed to it (a
+# write that timed out after Redis applied it comes again with the next: a record names its cycle
+# and times, so an equal one is that same record), and the history is then trimmed to the count
+# and the bytes (the newest record always stays). The name is then published on
+# CYCLE_ENDED_CHANNEL (on a Cluster, every node passes it on). Returns how many records the
+# history keeps.
+RECORD_SCRIPT = f"""
 redis.call('SET', KEYS[1], ARGV[#ARGV])
-for index = 3, #ARGV do
+for index = 4, #ARGV do
     if not redis.call('LPOS', KEYS[2], ARGV[index]) then
         redis.call('LPUSH', KEYS[2], ARGV[index])
     end
@@ -36,6 +48,7 @@ for _, item in ipairs(redis.call('LRANGE', KEYS[2], 0, tonumber(ARGV[1]) - 1)) d
     kept = kept + 1
 end
 redis.call('LTRIM', KEYS[2], 0, kept - 1)
+redis.call('PUBLISH', '{CYCLE_ENDED_CHANNEL}', ARGV[3])
 return kept
 """
 
@@ -121,7 +134,7 @@ class CycleRecords:
 
     def _arguments(self, marquee: str, batch: list[str]) -> tuple[list[str], list[str | int]]:
         keys = [last_cycle_key(marquee), cycle_history_key(marquee)]
-        return keys, [self.history_length, self.history_max_bytes, *batch]
+        return keys, [self.history_length, self.history_max_bytes, marquee, *batch]
 
     def written(self, marquee: str, batch: list[str]) -> None:
         """Redis took ``batch``: it is no longer unwritten."""
@@ -280,3 +293,43 @@ def decoded_record(raw: bytes | str) -> dict[str, Any]:
     except (ValueError, RecursionError):
         return {}
     return value if isinstance(value, dict) else {}
+
+
+NAME_MAX = 255
+"""Bytes of a published name taken (anyone may publish on the channel; a Marquee name is short)."""
+
+
+async def follow_cycle_ends(
+    redis: RedisClient,
+    ended: Callable[[str], None],
+    resumed: Callable[[], None],
+    stop: asyncio.Event,
+    *,
+    retry: float = 1.0,
+) -> None:
+    """Call ``ended`` with each Marquee name published on ``CYCLE_ENDED_CHANNEL`` (whichever
+    replica wrote the record) until ``stop`` is set. Pub/Sub keeps nothing for a subscriber that
+    was away: after an interruption (Redis away, a failover), ``resumed`` is called once
+    subscribed again, for the caller to read what it may have missed. Never raises for Redis's
+    sake; a message is outside input, so only a short name is passed on."""
+    interrupted = False
+    while not stop.is_set():
+        pubsub = redis.pubsub()
+        try:
+            await pubsub.subscribe(CYCLE_ENDED_CHANNEL)
+            if interrupted:
+                resumed()
+                interrupted = False
+            while not stop.is_set():
+                message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
+                data = None if message is None else message.get("data")
+                if isinstance(data, bytes) and 0 < len(data) <= NAME_MAX:
+                    ended(data.decode("utf-8", "replace"))
+        except (RedisError, OSError, TimeoutError) as exc:
+            log.debug("records.follow_interrupted", error=repr(exc))
+            interrupted = True
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), retry)
+        finally:
+            with contextlib.suppress(RedisError, OSError, TimeoutError):
+                await pubsub.aclose()  # type: ignore[no-untyped-call]

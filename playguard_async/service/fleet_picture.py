@@ -2,9 +2,11 @@
 
 The web view must cost Redis the same whether one browser or a hundred are open, so no request
 reads Redis for the fleet: this picture does, once, and every page and stream is served from it.
-It is read whole at start and every ``interval`` seconds (so other replicas' cycles show too), and
-a Marquee is read again alone as soon as a cycle of this replica ends on it (the engine's cycle
-listeners, which feed the metrics too). Each change bumps ``version`` and wakes the streams.
+It is read whole at start and every ``interval`` seconds, and a Marquee is read again alone as
+soon as a cycle ends on it: this replica's (the engine's cycle listeners, which feed the metrics
+too) and every other replica's (the record script publishes the name: ``follow_cycle_ends``). A
+whole read also follows each return of that subscription, since Pub/Sub keeps nothing for a
+subscriber that was away. Each change bumps ``version`` and wakes the streams.
 
 A Marquee's page needs more than its row (phases, history, fences): ``story`` reads it once per
 version of the picture, however many browsers ask for it at once.
@@ -28,7 +30,7 @@ from playguard_async.coordination.marquee_reads import (
     read_status,
     read_story,
 )
-from playguard_async.coordination.records import CycleRecords
+from playguard_async.coordination.records import CycleRecords, follow_cycle_ends
 from playguard_async.desired_state.inventory import Marquee
 from playguard_async.desired_state.windows import Window, next_opening
 from playguard_async.engine.results import CycleResult
@@ -38,6 +40,9 @@ log = structlog.get_logger("playguard.web")
 READ_BATCH = 200
 """Marquees read at once in a whole read: bounded, so a large fleet does not take every
 connection of the pool the cycles need too."""
+
+PENDING_MAX = 10_000
+"""Names waiting for a read of their own; past it (a flood on the channel), a whole read."""
 
 UNLOADED_POLL = 0.5
 """Seconds between looks at the engine's desired state while it has none yet."""
@@ -73,6 +78,7 @@ class FleetPicture:
     error: str | None = None
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
     _pending: set[str] = field(default_factory=set)
+    _whole_due: bool = False
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
     _stories: dict[str, tuple[int, asyncio.Task[MarqueeStory]]] = field(default_factory=dict)
 
@@ -90,7 +96,17 @@ class FleetPicture:
 
     async def cycle_ended(self, result: CycleResult) -> None:
         """A cycle listener: read the Marquee again now (not waiting for the whole read)."""
-        self._pending.add(result.marquee)
+        self._ended(result.marquee)
+
+    def _ended(self, marquee: str) -> None:
+        if len(self._pending) < PENDING_MAX:
+            self._pending.add(marquee)
+        else:
+            self._resumed()
+        self._wake.set()
+
+    def _resumed(self) -> None:
+        self._whole_due = True
         self._wake.set()
 
     async def changed(self, seen: int, stop: asyncio.Event) -> int:
@@ -110,10 +126,23 @@ class FleetPicture:
     async def run(self, stop: asyncio.Event) -> None:
         """Read the whole fleet now and every ``interval`` seconds, and single Marquees as their
         cycles end or first appear in the desired state, until ``stop`` is set."""
+        follower = asyncio.ensure_future(
+            follow_cycle_ends(self.records.redis, self._ended, self._resumed, stop)
+        )
+        try:
+            await self._follow(stop)
+        finally:
+            follower.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await follower
+
+    async def _follow(self, stop: asyncio.Event) -> None:
         next_whole = 0.0
         while not stop.is_set():
+            self._wake.clear()  # a wake while reading below is kept for the wait after it
             names = list(self.names())
-            if names and time.monotonic() >= next_whole:
+            if names and (self._whole_due or time.monotonic() >= next_whole):
+                self._whole_due = False
                 await self._read(names)
                 self._pending.clear()
                 self.read_at = time.time()
@@ -129,7 +158,6 @@ class FleetPicture:
                 if unread:
                     await self._read(unread)
                     self._publish()
-            self._wake.clear()
             # No desired state yet: look again soon, as the engine loads it without a word.
             wait = UNLOADED_POLL if not names else max(0.0, next_whole - time.monotonic())
             with contextlib.suppress(TimeoutError):

@@ -57,10 +57,10 @@ async def test_an_in_sync_cycle_makes_one_round_trip_per_lease_step_and_one_to_e
     }
     # Commandstats counts what the scripts run too: TIME (its not-after), SET, GET and INCR to
     # acquire, GET and PEXPIRE per renewal, GET and DEL to release, SET, LPOS, LPUSH, LRANGE and
-    # LTRIM to record. The channel's own TIME went out with the first cycle, well under 0.5 s
-    # ago. The Marquee's pause is a GET inside the acquiring and each renewing script; the
-    # fleet's was read by the first cycle, under fleet_pause_read_interval (1 s) ago, so none is
-    # sent.
+    # LTRIM to record, PUBLISH to tell the web views. The channel's own TIME went out with the
+    # first cycle, well under 0.5 s ago. The Marquee's pause is a GET inside the acquiring and
+    # each renewing script; the fleet's was read by the first cycle, under
+    # fleet_pause_read_interval (1 s) ago, so none is sent.
     assert called == {
         "evalsha": 1 + 2 + 1 + 1,
         "time": 1,
@@ -71,6 +71,7 @@ async def test_an_in_sync_cycle_makes_one_round_trip_per_lease_step_and_one_to_e
         "del": 1,
         "lpos": 1,
         "lpush": 1,
+        "publish": 1,
         "lrange": 1,
         "ltrim": 1,
         "zrem": 1,

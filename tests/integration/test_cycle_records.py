@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 
 import pytest
 from redis.asyncio import Redis
 
-from playguard_async.coordination.keys import cycle_history_key, last_cycle_key
+from playguard_async.coordination.keys import (
+    CYCLE_ENDED_CHANNEL,
+    cycle_history_key,
+    last_cycle_key,
+)
 from playguard_async.coordination.records import CycleRecords
+from playguard_async.service.fleet_picture import FleetPicture, Listed
+from tests.support.fencing import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -65,3 +73,39 @@ async def test_a_record_written_again_after_redis_took_it_is_kept_once(redis: Re
 
     assert [r["cycle"] for r in await records.history("edge-1")] == [3, 2, 1]
     assert (await records.last("edge-1") or {})["cycle"] == 3
+
+
+async def test_every_replicas_picture_reads_a_marquee_again_when_any_replica_records_it(
+    redis: Redis,
+) -> None:
+    """Another replica's cycle (its own CycleRecords) shows in this replica's picture at once,
+    through the name the record script publishes, not at the next whole read (an hour away); a
+    flood of names nobody recorded changes nothing."""
+    stop = asyncio.Event()
+    picture = FleetPicture(
+        CycleRecords(redis, history_length=5, timeout=1.0),
+        lambda: [Listed("m1")],
+        interval=3600.0,
+        tell_story=lambda name: asyncio.sleep(0, None),  # type: ignore[arg-type]
+    )
+    running = asyncio.ensure_future(picture.run(stop))
+    try:
+        await eventually(lambda: picture.version >= 1, timeout=5, what="the first whole read")
+        while not (await redis.pubsub_numsub(CYCLE_ENDED_CHANNEL))[0][1]:  # noqa: ASYNC110 - another connection subscribes
+            await asyncio.sleep(0.02)
+        for garbage in (b"\x00" * 10_000, b"\xff\xfe", b"no-such-marquee", b""):
+            await redis.publish(CYCLE_ENDED_CHANNEL, garbage)
+        other_replica = CycleRecords(redis, history_length=5, timeout=1.0)
+        recorded = time.monotonic()
+        await other_replica.record("m1", {"cycle": "abc", "outcome": "ok", "replica": "r2"})
+
+        def shown() -> bool:
+            status = picture.statuses.get("m1")
+            return status is not None and status.last is not None
+
+        await eventually(shown, timeout=2, what="the other replica's cycle")
+        assert time.monotonic() - recorded < 2
+        assert picture.error is None
+    finally:
+        stop.set()
+        await running
