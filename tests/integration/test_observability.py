@@ -202,9 +202,9 @@ def test_systemd_hears_ready_once_redis_answers_then_heartbeats_then_stopping(
 def test_stalled_tick_loop_fails_healthz_and_stops_the_watchdog_until_it_turns_again(
     daemons: DaemonRunner, tmp_path: Path
 ) -> None:
-    # While the flag file exists, the daemon's desired-state read hangs as a read from a hung
-    # network mount would (tests.support.stall), while the event loop, and with it the HTTP
-    # server and the heartbeat, runs on.
+    # While the flag file exists, the daemon's tick hangs as one with an unbounded await would
+    # (tests.support.stall), while the event loop, and with it the HTTP server and the
+    # heartbeat, runs on.
     daemons.write_inventory(["alpha"])
     flag = tmp_path / "stall"
     address = f"127.0.0.1:{free_port()}"

@@ -108,8 +108,8 @@ def two_replicas_cut_apart(
     fleet = {}
     for replica in ("r1", "r2"):
         namespace = netns([redis_port])
-        if serving:
-            settings["http_address"] = f"{namespace.inside}:{HTTP_PORT}"
+        if serving:  # beyond loopback: the web view there would need a credential
+            settings |= {"http_address": f"{namespace.inside}:{HTTP_PORT}", "web_view": False}
         daemon = daemons.start(
             replica, wrapper=namespace.exec_prefix, tick_interval=TICK,
             redis_socket_timeout=REDIS_TIMEOUT, redis_connect_timeout=REDIS_TIMEOUT, **settings,
