@@ -64,6 +64,25 @@ def free_cluster_port() -> int:
         return port
 
 
+def start_on_a_free_port(
+    server: RedisNode | SentinelServer, choose: Callable[[], int], attempts: int = 3
+) -> None:
+    """Start ``server``; a port taken between choosing it and binding it (an outgoing connection
+    of another server of the lab, a replica's to its primary, can land on any ephemeral port)
+    is chosen again with ``choose``. Called before anyone is told the port: a topology forms
+    (cluster create, the sentinels' URL) after its servers start."""
+    for attempt in range(attempts):
+        try:
+            server.start()
+            return
+        except ServerStartFailed:
+            taken = "Address already in use" in server.log_path.read_text(errors="replace")
+            if not taken or attempt == attempts - 1:
+                raise
+            server.log_path.unlink(missing_ok=True)
+            server.move_to(choose())
+
+
 class LabTls:
     """A throwaway self-signed certificate for IP 127.0.0.1; it is its own CA."""
 
@@ -123,6 +142,11 @@ class RedisNode(RedisServer):
         self.tls = tls
         self.extra_args = list(extra_args)
         self.url = f"{'rediss' if tls else 'redis'}://127.0.0.1:{self.port}/0"
+
+    def move_to(self, port: int) -> None:
+        """Listen on ``port`` from the next start."""
+        self.port = port
+        self.url = f"{'rediss' if self.tls else 'redis'}://127.0.0.1:{port}/0"
 
     def _command(self) -> list[str]:
         command = super()._command()
@@ -223,6 +247,11 @@ class SentinelServer(LabServer):
     def _command(self) -> list[str]:
         return [self._binary, str(self.config), "--sentinel", "--daemonize", "no", "--logfile", ""]
 
+    def move_to(self, port: int) -> None:
+        """Listen on ``port`` from the next start (the config is written again)."""
+        self.port = port
+        self.config.unlink(missing_ok=True)
+
     def client(self, timeout: float = 2.0) -> SyncRedis:
         return lab_client(self.port, self.tls, timeout)
 
@@ -274,7 +303,10 @@ class SentinelGroup(StartStop):
                 node.start()
             wait_for(lambda: online_replicas(self.primary()) == 2, 20, "two replicas online")
             for sentinel in self.sentinels:
-                sentinel.start()
+                start_on_a_free_port(sentinel, free_port)
+            scheme = "rediss+sentinel" if self.tls else "redis+sentinel"
+            where = ",".join(f"127.0.0.1:{sentinel.port}" for sentinel in self.sentinels)
+            self.url = f"{scheme}://{where}/{SENTINEL_SERVICE}/0"
             wait_for(self._sentinels_agree, 20, "three sentinels that know each other")
         except BaseException:
             self.stop()
@@ -399,7 +431,7 @@ class ClusterLab(StartStop):
         try:
             for node in self.nodes:
                 (node.workdir / "nodes.conf").unlink(missing_ok=True)
-                self._start_node(node)
+                start_on_a_free_port(node, free_cluster_port)
             scheme = "rediss+cluster" if self.tls else "redis+cluster"
             self.url = f"{scheme}://" + ",".join(f"127.0.0.1:{node.port}" for node in self.nodes)
             tls = ["--tls", "--cacert", str(self.tls.cert)] if self.tls else []
@@ -412,23 +444,6 @@ class ClusterLab(StartStop):
         except BaseException:
             self.stop()
             raise
-
-    @staticmethod
-    def _start_node(node: RedisNode, attempts: int = 3) -> None:
-        """Start ``node``; a port taken between choosing it and binding it (an outgoing
-        connection of another node can land on any ephemeral port) is chosen again. The
-        cluster is formed after its nodes start, so a node's port may still change here."""
-        for attempt in range(attempts):
-            try:
-                node.start()
-                return
-            except ServerStartFailed:
-                taken = "Address already in use" in node.log_path.read_text(errors="replace")
-                if not taken or attempt == attempts - 1:
-                    raise
-                node.log_path.unlink(missing_ok=True)
-                node.port = free_cluster_port()
-                node.url = f"{'rediss' if node.tls else 'redis'}://127.0.0.1:{node.port}/0"
 
     def stop(self) -> None:
         for node in self.nodes:
