@@ -20,7 +20,15 @@ import reprlib
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Hashable, Iterable, Iterator, Mapping
+from collections.abc import (
+    Awaitable,
+    Callable,
+    Collection,
+    Hashable,
+    Iterable,
+    Iterator,
+    Mapping,
+)
 from dataclasses import dataclass
 from datetime import date
 from functools import cached_property
@@ -727,6 +735,17 @@ class RemoteDesiredState(DesiredState, Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class NarrowDesiredState(RemoteDesiredState, Protocol):
+    """A remote source that can read the desired state of a few Marquees alone: a wake-up then
+    costs their rows, not the fleet's."""
+
+    async def load_marquees(self, names: Collection[str]) -> Inventory | None:
+        """An inventory of ``names`` alone, each as consistent as in a whole snapshot; None
+        when only a whole snapshot will do (``load``)."""
+        ...
 
 
 class _InventoryLoader(_SafeLoader):

@@ -21,7 +21,7 @@ import contextlib
 import threading
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter, itemgetter
 from pathlib import Path
@@ -85,6 +85,9 @@ class Table:
     elsewhere: tuple[str, ...] = ()
     """Fields of the model kept in a table of playguard's own, not in this relation (which may
     be the application's view): a Marquee's steering (``STEERING``)."""
+    concerning: str = "name = ANY($1::text[])"
+    """The condition of the rows that concern the Marquees named in ``$1`` (a narrow read):
+    ``{name}`` is a relation's qualified name."""
 
     @property
     def columns(self) -> list[str]:
@@ -99,18 +102,28 @@ class Table:
             if name not in self.elsewhere
         )
 
-    def select(self, schema: str, columns: Sequence[str] | None = None) -> str:
+    def select(
+        self, schema: str, columns: Sequence[str] | None = None, *, narrow: bool = False
+    ) -> str:
+        """Every row, or with ``narrow`` those concerning the Marquees named in ``$1``."""
         quoted = ", ".join(f'"{column}"' for column in columns or self.columns)
-        return f"SELECT {quoted} FROM {qualified(schema, self.name)} ORDER BY name"
+        return f"SELECT {quoted} FROM {self._rows(schema, narrow)} ORDER BY name"
 
-    def size(self, schema: str, columns: Sequence[str]) -> str:
+    def size(self, schema: str, columns: Sequence[str], *, narrow: bool = False) -> str:
         """The bytes ``select`` of ``columns`` would give, as text: what the server measures
         before a row is sent (compressed values counted as they arrive, decompressed)."""
         quoted = ", ".join(f'"{column}"' for column in columns)
         return (
             f"SELECT coalesce(sum(octet_length(rows::text)), 0)::bigint "
-            f"FROM (SELECT {quoted} FROM {qualified(schema, self.name)}) AS rows"
+            f"FROM (SELECT {quoted} FROM {self._rows(schema, narrow)}) AS rows"
         )
+
+    def _rows(self, schema: str, narrow: bool) -> str:
+        relation = qualified(schema, self.name)
+        if not narrow:
+            return relation
+        names = {table.name: qualified(schema, table.name) for table in (*TABLES, STEERING)}
+        return f"{relation} WHERE {self.concerning.format(**names)}"
 
 
 class MarqueeSteering(BaseModel):
@@ -131,13 +144,21 @@ STEERED = ("mode", "windows")
 
 STEERING = Table("marquee_steering", "marquees", MarqueeSteering, ("name",))
 
+_PLAYGROUNDS_OF = "SELECT name FROM {playgrounds} WHERE marquee = ANY($1::text[])"
+_PLAYSPECS_OF = "SELECT playspec FROM {playgrounds} WHERE marquee = ANY($1::text[])"
+_REGISTRIES_OF = f"SELECT registry FROM {{playspecs}} WHERE name IN ({_PLAYSPECS_OF})"
+
 TABLES = (
     Table("marquees", "marquees", Marquee, ("name",), elsewhere=STEERED),
-    Table("registries", "registries", Registry, ("name",)),
-    Table("playspecs", "playspecs", Playspec, ("name", "registry"), ("rollback", "health_timeout")),
-    Table("playgrounds", "playgrounds", Playground, ("name", "playspec", "marquee")),
-    Table("agent_chats", "agent_chats", AgentChat, ("name", "playground")),
-)
+    Table("registries", "registries", Registry, ("name",),
+          concerning=f"name IN ({_REGISTRIES_OF})"),
+    Table("playspecs", "playspecs", Playspec, ("name", "registry"), ("rollback", "health_timeout"),
+          concerning=f"name IN ({_PLAYSPECS_OF})"),
+    Table("playgrounds", "playgrounds", Playground, ("name", "playspec", "marquee"),
+          concerning="marquee = ANY($1::text[])"),
+    Table("agent_chats", "agent_chats", AgentChat, ("name", "playground"),
+          concerning=f"playground IN ({_PLAYGROUNDS_OF})"),
+)  # fmt: skip
 """In reference order: a relation only refers to relations before it."""
 
 EXPECTED_COLUMNS = {
@@ -164,6 +185,8 @@ class Snapshot:
 
     rows: Rows
     broken: Broken = field(default_factory=dict)
+    columns: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    """The columns read of each relation (those of ``broken`` ones: their keys)."""
 
 
 class MappingUnreadable(DatabaseError):
@@ -179,6 +202,10 @@ class SnapshotTooLarge(Exception):
             f"snapshot of {size} bytes or more (rows as text), more than the limit of {limit} "
             "(inventory_max_bytes): refused unread"
         )
+
+
+class NarrowReadRefused(Exception):
+    """The relations are not as the last whole snapshot found them: only a whole read will do."""
 
 
 class _ReadFailed(Exception):
@@ -222,7 +249,9 @@ async def read_snapshot(
     replanned = False
     while True:
         try:
-            records, broken, steering = await _read_once(connection, schema, failed, max_bytes)
+            records, broken, steering, columns = await _read_once(
+                connection, schema, failed, max_bytes
+            )
         except _ReadFailed as exc:
             failed[exc.table] = [exc.line]
             continue
@@ -240,7 +269,7 @@ async def read_snapshot(
             }
             if "marquees" not in broken:
                 _steer(rows["marquees"], steering)
-        return Snapshot(rows, broken)
+        return Snapshot(rows, broken, columns)
 
 
 def _steer(marquees: list[dict[str, Any]], steering: Sequence[asyncpg.Record]) -> None:
@@ -258,16 +287,20 @@ async def _read_once(
     schema: str,
     failed: Mapping[str, list[str]],
     max_bytes: int | None,
-) -> tuple[list[list[asyncpg.Record]], dict[str, list[str]], list[asyncpg.Record]]:
+) -> tuple[
+    list[list[asyncpg.Record]], dict[str, list[str]], list[asyncpg.Record], dict[str, list[str]]
+]:
     async with connection.transaction(isolation="repeatable_read", readonly=True):
         catalog = await connection.fetch(CATALOG_QUERY, schema, [t.name for t in TABLES])
         checks = check_relations(schema, EXPECTED_COLUMNS, KEY_COLUMNS, catalog)
         present = present_columns(catalog)
         records, broken = [], {}
         size = 0
+        read: dict[str, list[str]] = {}
 
         async def fetch(table: Table, columns: Sequence[str]) -> list[asyncpg.Record]:
             nonlocal size
+            read[table.name] = list(columns)
             if max_bytes is not None:
                 size += await connection.fetchval(table.size(schema, columns))
                 if size > max_bytes:
@@ -305,7 +338,52 @@ async def _read_once(
                     f"either ({why}): the whole snapshot is refused"
                 ) from None
         steering = await fetch(STEERING, STEERING.columns)
-    return records, broken, steering
+    return records, broken, steering, read
+
+
+async def read_marquees(
+    connection: asyncpg.Connection,
+    schema: str,
+    names: Sequence[str],
+    columns: Mapping[str, Sequence[str]],
+    *,
+    max_bytes: int | None = None,
+) -> Rows:
+    """The rows that concern the Marquees ``names`` alone, from one REPEATABLE READ READ ONLY
+    transaction: theirs, their steering, their playgrounds and those playgrounds' chats, and the
+    playspecs and registries those refer to (``Table.concerning``), read by ``columns`` (a
+    whole snapshot's). What is read refers to nothing outside it, so it validates as an
+    inventory of its own: each Marquee in it as consistent as in a whole snapshot. Bounded by
+    ``max_bytes`` as a whole read is.
+
+    The catalog is checked as a whole read checks it: ``NarrowReadRefused`` when a relation
+    is wrong or its columns are no longer ``columns`` (a view redefined since), so that only a
+    whole read, which tells which Marquees it concerns, judges it."""
+    async with connection.transaction(isolation="repeatable_read", readonly=True):
+        catalog = await connection.fetch(CATALOG_QUERY, schema, [t.name for t in TABLES])
+        checks = check_relations(schema, EXPECTED_COLUMNS, KEY_COLUMNS, catalog)
+        present = present_columns(catalog)
+        for table in TABLES:
+            check = checks.get(table.name)
+            there = present.get(table.name, set())
+            now = [c for c in table.columns if c not in table.optional or c in there]
+            if (check is not None and check.problems) or now != list(columns[table.name]):
+                raise NarrowReadRefused(f"{qualified(schema, table.name)} changed or is wrong")
+        size, records = 0, []
+        for table in (*TABLES, STEERING):
+            wanted = columns[table.name]
+            if max_bytes is not None:
+                size += await connection.fetchval(table.size(schema, wanted, narrow=True), names)
+                if size > max_bytes:
+                    raise SnapshotTooLarge(size, max_bytes)
+            records.append(await connection.fetch(table.select(schema, wanted, narrow=True), names))
+    *tables, steering = records
+    rows = {
+        table.name: [dict(record) for record in table_records]
+        for table, table_records in zip(TABLES, tables, strict=True)
+    }
+    _steer(rows["marquees"], steering)
+    return rows
 
 
 @dataclass
@@ -538,6 +616,10 @@ def _column_value(column: str, value: object) -> object:
 
 
 SNAPSHOT_TIMEOUT = 10.0
+
+NARROW_READ_MAX = 100
+"""Most Marquees one narrow read serves: past it (a playspec many use changed) the whole
+snapshot costs about as much, is validated off the loop, and refreshes everyone's state."""
 """Default seconds connecting and reading one snapshot may take."""
 LISTENER_PROBE_INTERVAL = 30.0
 """Seconds between the probes that ask the LISTEN connection whether it still answers
@@ -571,6 +653,9 @@ class PostgresDesiredState:
         self._last: Inventory | None = None
         self._problems: Sequence[str] = ()
         self._memo = RowMemo()
+        self._columns: Mapping[str, Sequence[str]] | None = None
+        """The columns of the last whole snapshot, when every relation was read whole: what a
+        narrow read (``load_marquees``) reads; None: narrow reads wait for such a snapshot."""
         self._loading = asyncio.Lock()  # a tick and a wake-up share the one connection
         self._validating = threading.Lock()
         """Held by the validating thread until it ends, past its timeout too: one at a time."""
@@ -628,8 +713,41 @@ class PostgresDesiredState:
                 log.info("desired_state.rows_all_valid", source=self.describe())
             self._problems = validated.problems
         self._last = validated.inventory
+        self._columns = None if snapshot.broken else snapshot.columns
         self.last_snapshot_at = time.monotonic()
         return validated.inventory
+
+    async def load_marquees(self, names: Collection[str]) -> Inventory | None:
+        """An inventory of the Marquees ``names`` alone (those whose rows are valid), from a
+        narrow read (``read_marquees``): what a wake-up needs, at the cost of their rows, not of
+        the fleet's (bench/README.md: change-to-host latency). None when only a whole snapshot
+        will do: none read yet, or its relations not all whole; more names than
+        ``NARROW_READ_MAX``; the read failed or was refused. The caller then reads it whole.
+
+        Its rows are validated on the loop (a few Marquees' worth: the bound keeps it so), by the
+        whole snapshot's memo without changing it; ``load`` goes on serving whole snapshots."""
+        if not names or len(names) > NARROW_READ_MAX:
+            return None
+        async with self._loading:
+            if self._columns is None or self._validating.locked():
+                return None
+            try:
+                rows = await asyncio.wait_for(self._read_narrow(sorted(names)), self._timeout)
+            except (SnapshotTooLarge, NarrowReadRefused, DatabaseError, OSError, TimeoutError,
+                    asyncpg.PostgresError, asyncpg.InterfaceError) as exc:  # fmt: skip
+                await self._drop_connection()  # a transaction cut short: start clean
+                log.info("desired_state.narrow_read_failed", source=self.describe(),
+                         error=redacted(f"{type(exc).__name__}: {exc}", None)[:300])  # fmt: skip
+                return None
+            return validate_snapshot(rows, RowMemo(models=self._memo.models)).inventory
+
+    async def _read_narrow(self, names: Sequence[str]) -> Rows:
+        assert self._columns is not None
+        if self._connection is None or self._connection.is_closed():
+            self._connection = await connect(self.address, self._password, timeout=self._timeout)
+        return await read_marquees(
+            self._connection, self.schema, names, self._columns, max_bytes=self._max_bytes
+        )
 
     async def _validate(self, snapshot: Snapshot) -> Validated:
         """``validate_snapshot`` in a thread, bounded by the validation timeout. A thread past it
@@ -745,9 +863,14 @@ class PostgresDesiredState:
 NOTIFY_CHANNEL = "playguard_desired_state"
 """The channel the migrations' triggers send a changed Marquee's name on."""
 
-WAKE_DEBOUNCE = 1.0
-"""Seconds of quiet gathered after a first notification: an edit of several rows (or several
-edits in a row) starts each Marquee's cycle once, not once per row."""
+WAKE_QUIET = 0.05
+"""Seconds without a further notification that end a gathering: PostgreSQL delivers a
+transaction's notifications together at its commit, so an edit of several rows has arrived
+whole well within this, and a lone change waits no longer than this for company."""
+
+WAKE_GATHER_MAX = 1.0
+"""Seconds a gathering lasts at most after its first notification: a steady stream of edits
+(never ``WAKE_QUIET`` apart) still wakes its Marquees at least this often, each once."""
 
 RECONNECT_DELAY = 1.0
 """Seconds between attempts to get the listening connection back."""
@@ -772,18 +895,32 @@ class NotificationListener:
         password: PasswordSource,
         *,
         timeout: float,
-        debounce: float = WAKE_DEBOUNCE,
+        quiet: float = WAKE_QUIET,
+        gather_max: float = WAKE_GATHER_MAX,
         probe_interval: float = LISTENER_PROBE_INTERVAL,
     ) -> None:
         self.address = address
         self._password = password
         self._timeout = timeout
         self._probe_interval = probe_interval
-        self._debounce = debounce
+        self._quiet = quiet
+        self._gather_max = gather_max
         self._pending: set[str] = set()
         self._arrived = asyncio.Event()
         self.connected: bool | None = None
         """None before the first attempt; then whether the listening connection is up."""
+
+    async def _gather(self) -> None:
+        """Wait until ``_quiet`` seconds pass without a notification, or ``_gather_max`` since
+        the first, whichever comes first; ``_arrived`` is clear when this returns."""
+        deadline = asyncio.get_running_loop().time() + self._gather_max
+        while self._arrived.is_set():
+            self._arrived.clear()
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0:
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._arrived.wait(), min(self._quiet, left))
 
     def _notified(self, connection: object, pid: int, channel: str, payload: str) -> None:
         self._pending.add(payload)
@@ -850,10 +987,12 @@ class NotificationListener:
             await connection.fetchval("SELECT 1", timeout=self._timeout)
 
     async def _wake_loop(self, wake: Wake) -> None:
+        """Hand the gathered names to ``wake``, one gathering at a time: notifications that
+        arrive while ``wake`` runs (a read, cycles starting) are the next gathering, so a burst
+        costs one wake-up per gathering, never one per notification."""
         while True:
             await self._arrived.wait()
-            await asyncio.sleep(self._debounce)  # gather the rest of the edit
-            self._arrived.clear()
+            await self._gather()
             names, self._pending = self._pending, set()
             if names:
                 log.debug("desired_state.notified", marquees=sorted(names))

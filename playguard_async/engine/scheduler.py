@@ -34,6 +34,7 @@ from playguard_async.desired_state.inventory import (
     Inventory,
     InventoryError,
     Marquee,
+    NarrowDesiredState,
 )
 from playguard_async.engine.cycle import Cycle, SessionOpener
 from playguard_async.engine.observer import EngineObserver, Unobserved
@@ -111,6 +112,9 @@ class Engine:
         """The last ``inventory.invalid`` logged, until a read succeeds: each bad state once."""
         self.cycles: dict[str, asyncio.Task[CycleResult]] = {}
         self._follow_ups: set[str] = set()
+        self._woken: dict[str, tuple[float, Inventory]] = {}
+        """Marquee -> when a wake-up's narrow read of it ended, and what it read: newer for it
+        than ``inventory`` until a whole snapshot ends after it (``_newest``)."""
         """Marquees woken while in a cycle here: each gets one more cycle when that one ends."""
         self.stopping = asyncio.Event()
         self.last_tick: float | None = None
@@ -168,6 +172,7 @@ class Engine:
                 self._report_invalid(exc)
                 return self.inventory
             self._invalid_reported = None
+            self._forget_superseded()
             if inventory is not self.inventory:
                 self.inventory = inventory
                 self.waiting_for_desired_state = None
@@ -271,8 +276,8 @@ class Engine:
             return []
         resume_first = await self._resume_order()
         marquees = sorted(
-            (m for m in inventory.cycled_marquees() if self.roster.owns(m.name)),
-            key=lambda m: (m.name not in resume_first, m.name),
+            self._tick_share(inventory),
+            key=lambda pair: (pair[0].name not in resume_first, pair[0].name),
         )
         sharing_with = len(self.roster.live) if self.roster.sharing else 0
         self.observer.fleet_shared(sharing_with, len(marquees))
@@ -280,40 +285,87 @@ class Engine:
         # briefly disagree about who is live both win some). Resumed Marquees start at once.
         spread = self.settings.tick_jitter * self.settings.tick_interval
         started = []
-        for marquee in marquees:
+        for marquee, source in marquees:
             if marquee.name in self.cycles:
                 continue
             delay = 0.0 if marquee.name in resume_first else random.uniform(0.0, spread)
-            started.append(self._start_cycle(marquee, inventory, delay=delay))
+            started.append(self._start_cycle(marquee, source, delay=delay))
         log.debug("engine.tick", started=[t.get_name() for t in started], running=len(self.cycles))
         return started
 
+    def _tick_share(self, inventory: Inventory) -> list[tuple[Marquee, Inventory]]:
+        """This replica's Marquees that run cycles, each with the inventory to cycle it from:
+        ``inventory``'s, or for a Marquee a wake-up read since, that read's (its mode or
+        launchability may have changed there, it may be new or gone)."""
+        if not self._woken:
+            return [(m, inventory) for m in inventory.cycled_marquees() if self.roster.owns(m.name)]
+        share = []
+        for name in {m.name for m in inventory.cycled_marquees()} | set(self._woken):
+            marquee, source = self._newest(name, inventory)
+            if marquee is not None and marquee.runs_cycles and self.roster.owns(name):
+                share.append((marquee, source))
+        return share
+
+    def _newest(self, name: str, inventory: Inventory) -> tuple[Marquee | None, Inventory]:
+        """``name``'s Marquee (None: gone, or its rows refused) and the inventory to cycle it
+        from: the wake-up's read of it when that is newer than ``inventory``'s whole snapshot,
+        else ``inventory``."""
+        woken = self._woken.get(name)
+        if woken is not None and not self._whole_read_since(woken[0]):
+            inventory = woken[1]
+        try:
+            return inventory.marquee(name), inventory
+        except KeyError:
+            return None, inventory
+
+    def _whole_read_since(self, moment: float) -> bool:
+        """Whether the source's last whole snapshot ended after ``moment`` (so it saw what a
+        narrow read then saw, or newer: the source reads one at a time)."""
+        age = self.desired_state.snapshot_age() if isinstance(
+            self.desired_state, NarrowDesiredState) else None  # fmt: skip
+        return age is not None and time.monotonic() - age > moment
+
+    def _forget_superseded(self) -> None:
+        for name, (read_at, _) in list(self._woken.items()):
+            if self._whole_read_since(read_at):
+                del self._woken[name]
+
+    async def _wake_inventory(self, names: Collection[str]) -> Inventory | None:
+        """What a wake-up starts cycles from: a narrow read of ``names`` where the source can,
+        remembered for them (``_newest``); else a whole read."""
+        source = self.desired_state
+        if self.inventory is not None and isinstance(source, NarrowDesiredState):
+            async with self._reading:
+                narrow = await source.load_marquees(names)
+                read_at = time.monotonic()
+            if narrow is not None:
+                self._woken.update((name, (read_at, narrow)) for name in names)
+                return narrow
+        return await self._desired_inventory()
+
     async def wake(self, names: Collection[str]) -> list[asyncio.Task[CycleResult]]:
         """Start cycles now for the named Marquees, whose desired state changed (a database's
-        notification), from a freshly read inventory: those of this replica's share, as a tick
-        would. Its lock still decides.
+        notification), from a fresh read of their desired state (``_wake_inventory``): those of
+        this replica's share, as a tick would. Its lock still decides.
 
         A Marquee already in a cycle here may have read its desired state before the change: it
         gets one follow-up cycle when that cycle ends (however many wake-ups came meanwhile, and
         never two cycles of one Marquee at once in one replica)."""
         if self.stopping.is_set():
             return []
-        inventory = await self._desired_inventory()
+        inventory = await self._wake_inventory(names)
         if inventory is None:
             return []
         started, following = [], []
         for name in sorted(names):
-            try:
-                marquee = inventory.marquee(name)
-            except KeyError:  # gone, or left out of the snapshot: nothing to start
-                continue
-            if not (marquee.runs_cycles and self.roster.owns(name)):
+            marquee, source = self._newest(name, inventory)
+            if marquee is None or not (marquee.runs_cycles and self.roster.owns(name)):
                 continue
             if name in self.cycles:
                 self._follow_ups.add(name)
                 following.append(name)
             else:
-                started.append(self._start_cycle(marquee, inventory))
+                started.append(self._start_cycle(marquee, source))
         log.info(
             "engine.woken",
             started=[t.get_name() for t in started],
@@ -371,14 +423,10 @@ class Engine:
         """The one cycle owed to a Marquee woken during its last one, from the newest desired
         state (read by that wake-up or since); none once stopping, or if the Marquee is no longer
         this replica's to run."""
-        inventory = self.inventory
-        if self.stopping.is_set() or inventory is None:
+        if self.stopping.is_set() or self.inventory is None:
             return
-        try:
-            marquee = inventory.marquee(name)
-        except KeyError:
-            return
-        if marquee.runs_cycles and self.roster.owns(name):
+        marquee, inventory = self._newest(name, self.inventory)
+        if marquee is not None and marquee.runs_cycles and self.roster.owns(name):
             log.info("engine.follow_up", marquee=name)
             self._start_cycle(marquee, inventory)
 

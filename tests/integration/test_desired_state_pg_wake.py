@@ -14,8 +14,13 @@ import pytest
 from redis.asyncio import Redis
 from structlog.testing import capture_logs
 
+from playguard_async.desired_state.inventory import Inventory
 from playguard_async.desired_state.pg import PgAddress, password_from
-from playguard_async.desired_state.postgres import PostgresDesiredState
+from playguard_async.desired_state.postgres import (
+    NOTIFY_CHANNEL,
+    NotificationListener,
+    PostgresDesiredState,
+)
 from playguard_async.desired_state.schema import migrate
 from playguard_async.desired_state.transfer import import_inventory
 from playguard_async.engine.results import CycleResult
@@ -159,3 +164,90 @@ async def test_a_wake_up_during_a_cycle_gives_no_follow_up_once_stopping(
 
     assert engine.cycles == {}
     assert _cycles(harness.results, "edge-0") == 1
+
+
+async def test_a_burst_of_edits_wakes_by_narrow_reads_never_a_whole_read_per_notification(
+    redis: Redis, fleet: asyncpg.Connection, source: PostgresDesiredState
+) -> None:
+    harness = EngineHarness(redis, ScriptedPhase("noop"), state=source)
+    engine = harness.engine
+    await engine.load_inventory()
+    whole_reads = 0
+    read_whole = source.load
+
+    async def counted() -> Inventory:
+        nonlocal whole_reads
+        whole_reads += 1
+        return await read_whole()
+
+    source.load = counted  # type: ignore[method-assign]
+    wakes: list[set[str]] = []
+
+    async def wake(names: Collection[str]) -> object:
+        started = await engine.wake(names)
+        wakes.append(set(names))
+        return started
+
+    edits = [(f"shop-{n % 2}-0", f"burst-{n}") for n in range(40)]
+    with capture_logs() as logs:
+        async with background("listener", source.listen(wake, engine.resync)):
+            await eventually(
+                lambda: any(entry["event"] == "desired_state.listening" for entry in logs),
+                timeout=10,
+                what="the listener LISTENing",
+            )
+            for playground, branch in edits:  # 40 transactions, about 40 a second
+                await fleet.execute(
+                    "UPDATE playguard.playgrounds SET branch = $1 WHERE name = $2",
+                    branch,
+                    playground,
+                )
+                await asyncio.sleep(0.025)
+
+            def settled() -> bool:
+                woken = engine._woken.get("edge-1")
+                return woken is not None and any(
+                    p.branch == "burst-39" for p in woken[1].playgrounds_on("edge-1")
+                )
+
+            await eventually(settled, timeout=10, what="the last edit read by a wake-up")
+        await asyncio.gather(*engine.cycles.values())
+
+    assert whole_reads == 0, "every wake-up read its Marquees alone"
+    assert 1 <= len(wakes) <= 10, f"{len(wakes)} wake-ups for 40 notifications"
+    assert set().union(*wakes) == {"edge-0", "edge-1"}
+
+
+async def test_gathering_ends_at_a_quiet_gap_or_at_its_longest(postgres: LabDatabase) -> None:
+    listener = NotificationListener(
+        PgAddress.parse(postgres.url),
+        password_from(postgres.password, None),
+        timeout=3.0,
+        quiet=0.05,
+        gather_max=0.3,
+    )
+    handed: list[set[str]] = []
+
+    async def wake(names: set[str]) -> None:
+        handed.append(names)
+
+    def notify(name: str) -> None:
+        listener._notified(None, 0, NOTIFY_CHANNEL, name)
+
+    async with background("wake-loop", listener._wake_loop(wake)):
+        for name in ("a", "b", "c"):  # one edit's rows: together, well within the quiet gap
+            notify(name)
+        await eventually(lambda: len(handed) == 1, timeout=5, what="the first gathering")
+        notify("d")  # a lone change, after a quiet gap: a gathering of its own
+        await eventually(lambda: len(handed) == 2, timeout=5, what="the second gathering")
+        for index in range(30):  # a stream never quiet for 50 ms, for about 0.6 s
+            notify(f"s{index}")
+            await asyncio.sleep(0.02)
+        await eventually(
+            lambda: set().union(*handed[2:]) == {f"s{i}" for i in range(30)},
+            timeout=5,
+            what="the stream handed over",
+        )
+
+    assert handed[:2] == [{"a", "b", "c"}, {"d"}]
+    assert len(handed[2:]) >= 2, "a stream is cut at gather_max, not held while it lasts"

@@ -304,12 +304,18 @@ async def test_a_bad_mapping_takes_out_only_the_marquees_it_concerns(
             await connection.execute(f"DROP VIEW {relation}")
             await connection.execute(view)
 
+        everyone = ["edge-a", "edge-b", "edge-c", "edge-d"]
+        narrow = await source.load_marquees(everyone)  # by the columns of the last good read
         inventory = await source.load()
+        narrow_after = await source.load_marquees(everyone)
         checked = playguard_with(mapped.database, "db", "check")
     finally:
         await connection.close()
 
     assert sorted_names(inventory.marquees) == left
+    # A narrow read gives up (None: the caller reads whole) or agrees with the whole read.
+    for read in (narrow, narrow_after):
+        assert read is None or sorted_names(read.marquees) == left
     assert source.reachable is True
     assert any(line.startswith(problem) for line in source.problems), source.problems
     assert all("\n" not in line for line in source.problems)

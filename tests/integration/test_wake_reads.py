@@ -1,0 +1,127 @@
+"""What a wake-up's narrow read means for the ticks after it (``Engine._newest``): until a
+whole snapshot ends after it, a woken Marquee is cycled from what the wake-up read, never from
+the older snapshot, so a tick whose whole read lags cannot undo a change on the host. The
+desired state is a source the test holds (two reads it answers by hand); Redis is real."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Collection
+
+from redis.asyncio import Redis
+
+from playguard_async.desired_state.inventory import Inventory
+from playguard_async.engine.scheduler import TICK_READ_WAIT
+from playguard_async.phases.protocol import PhaseContext
+from tests.support.engine import EngineHarness, ScriptedPhase, inventory_of
+from tests.support.state import StaticState
+
+
+def _with_hosts(hosts: dict[str, str], **modes: str) -> Inventory:
+    """Marquees named as ``hosts``'s keys on those hosts (a change a cycle can see), with
+    ``modes`` where given."""
+    inventory = inventory_of(*hosts)
+    return Inventory(
+        marquees=[
+            m.model_copy(update={"host": hosts[m.name], "mode": modes.get(m.name, "apply")})
+            for m in inventory.marquees
+        ]
+    )
+
+
+class NarrowState(StaticState):
+    """A remote source whose whole reads can be held (``hold``) and whose narrow reads answer
+    ``narrow``; ``snapshot_age`` as the PostgreSQL source keeps it (set when a whole read ends)."""
+
+    def __init__(self, inventory: Inventory) -> None:
+        super().__init__(inventory)
+        self.narrow: Inventory | None = None
+        self.hold = asyncio.Event()
+        self.hold.set()
+        self.reachable: bool | None = True
+        self.last_error: str | None = None
+        self.last_snapshot_at: float | None = None
+        self.narrow_reads: list[list[str]] = []
+
+    async def load(self) -> Inventory:
+        await self.hold.wait()
+        inventory = await super().load()
+        self.last_snapshot_at = time.monotonic()
+        return inventory
+
+    async def load_marquees(self, names: Collection[str]) -> Inventory | None:
+        self.narrow_reads.append(sorted(names))
+        return self.narrow
+
+    def snapshot_age(self) -> float | None:
+        return None if self.last_snapshot_at is None else time.monotonic() - self.last_snapshot_at
+
+    async def listen(
+        self,
+        wake: Callable[[set[str]], Awaitable[object]],
+        resync: Callable[[], Awaitable[object]],
+    ) -> None:
+        await asyncio.Event().wait()
+
+    async def record_cycle(self, record: object) -> None:
+        return None
+
+    def write_failures(self) -> int:
+        return 0
+
+    async def close(self) -> None:
+        return None
+
+
+async def test_ticks_cycle_a_woken_marquee_from_its_wake_up_read_until_a_whole_read_is_newer(
+    redis: Redis,
+) -> None:
+    seen: list[tuple[str, str]] = []
+
+    async def note(ctx: PhaseContext) -> None:
+        seen.append((ctx.marquee.name, ctx.marquee.host))
+
+    old = _with_hosts({"m1": "10.0.0.1", "m2": "10.0.0.2", "m3": "10.0.0.3"})
+    state = NarrowState(old)
+    harness = EngineHarness(redis, ScriptedPhase("note", note), state=state)
+    engine = harness.engine
+    await engine.load_inventory()
+
+    # m1 changed host, m2 was switched off, m3 deleted: what the wake-up read says.
+    state.narrow = _with_hosts({"m1": "10.0.1.1", "m2": "10.0.0.2"}, m2="off")
+    await asyncio.gather(*await engine.wake({"m1", "m2", "m3"}))
+    assert state.narrow_reads == [["m1", "m2", "m3"]]
+    assert seen == [("m1", "10.0.1.1")]
+
+    # A tick whose whole read lags past TICK_READ_WAIT runs on the older snapshot, except
+    # for what the wake-up read: m1 from it, m2 and m3 not at all.
+    state.hold.clear()
+    seen.clear()
+    await harness.tick()
+    assert seen == [("m1", "10.0.1.1")]
+
+    # The whole read ends (newer than the wake-up's): it decides again, for everyone.
+    state.inventory = _with_hosts({"m1": "10.0.2.1", "m2": "10.0.0.2", "m3": "10.0.0.3"})
+    state.hold.set()
+    await asyncio.sleep(TICK_READ_WAIT)
+    seen.clear()
+    await harness.tick()
+    assert sorted(seen) == [("m1", "10.0.2.1"), ("m2", "10.0.0.2"), ("m3", "10.0.0.3")]
+    assert engine._woken == {}, "superseded wake-up reads are forgotten"
+
+
+async def test_a_source_that_gives_up_a_narrow_read_is_read_whole(redis: Redis) -> None:
+    state = NarrowState(_with_hosts({"m1": "10.0.0.1"}))
+    harness = EngineHarness(redis, ScriptedPhase("noop"), state=state)
+    await harness.engine.load_inventory()
+    state.inventory = _with_hosts({"m1": "10.0.9.9"})
+    whole_reads_before = state.last_snapshot_at
+
+    started = await harness.engine.wake({"m1"})  # narrow is None: only a whole read will do
+
+    assert [r.marquee for r in await asyncio.gather(*started)] == ["m1"]
+    assert state.last_snapshot_at != whole_reads_before
+    assert harness.engine.inventory is not None
+    assert harness.engine.inventory.marquee("m1").host == "10.0.9.9"
+    assert harness.engine._woken == {}
