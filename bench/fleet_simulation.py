@@ -54,10 +54,12 @@ from pathlib import Path
 from typing import Any
 
 import uvloop
+from code_versions import ROOT
 from dispatch import NoOpPhase, rss_mib
 from inventory_load import write_inventory
 from redis import Redis
 
+from playguard_async.desired_state.inventory import INVENTORY_MAX_BYTES
 from playguard_async.engine.observer import Unobserved
 from playguard_async.engine.results import CycleResult, Outcome
 from playguard_async.engine.scheduler import Engine
@@ -175,11 +177,12 @@ class TickJournal:
         )
 
 
-async def replica(
-    name: str, inventory: Path, redis_url: str, rundir: Path, *, tick: float, jitter: float
-) -> None:
-    """One replica as the daemon runs one (its default settings but the tick), until SIGTERM."""
-    settings = Settings.model_validate(
+def replica_settings(
+    name: str, inventory: Path, redis_url: str, *, tick: float, jitter: float
+) -> Settings:
+    """The daemon's default settings but the tick, and an inventory size and read time that fit
+    the fleet, as its operator would set them."""
+    return Settings.model_validate(
         {
             "inventory": inventory,
             "redis_url": redis_url,
@@ -187,8 +190,17 @@ async def replica(
             "tick_interval": tick,
             "tick_jitter": jitter,
             "log_level": "warning",
+            # 100,000 x 5 is 48 MiB of YAML (the default bound fits 10,000); eight replicas
+            # reading at once on two cores take minutes, not the default 30 s.
+            "inventory_max_bytes": max(INVENTORY_MAX_BYTES, 2 * inventory.stat().st_size),
+            "inventory_read_timeout": 600.0,
         }
     )
+
+
+async def replica(settings: Settings, rundir: Path) -> None:
+    """One replica as the daemon runs one, until SIGTERM."""
+    name, tick = settings.replica_id, settings.tick_interval
     observer = ShareObserver()
     engine = build_engine(settings, observer=observer)
     engine.phases = [NoOpPhase(phase) for phase in BUILTIN_PHASES]
@@ -291,8 +303,9 @@ def wait_for(what: str, ready: Any, timeout: float) -> None:
         time.sleep(POLL)
 
 
-def run_fleet(args: argparse.Namespace, replicas: int, inventory: Path, server: RedisServer,
-              workdir: Path) -> FleetRun:  # fmt: skip
+def run_fleet(
+    args: argparse.Namespace, replicas: int, inventory: Path, server: RedisServer, workdir: Path
+) -> FleetRun:
     redis = Redis.from_url(server.url)
     redis.flushall()
     rundir = workdir / f"replicas-{replicas}"
@@ -300,9 +313,20 @@ def run_fleet(args: argparse.Namespace, replicas: int, inventory: Path, server: 
     children = []
     for n in range(1, replicas + 1):
         name = f"r{n}"
-        command = [sys.executable, __file__, "--child", name, str(inventory), server.url,
-                   str(rundir), str(args.tick), str(args.jitter)]  # fmt: skip
-        process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
+        command = [
+            sys.executable,
+            __file__,
+            "--child",
+            name,
+            str(inventory),
+            server.url,
+            str(rundir),
+            str(args.tick),
+            str(args.jitter),
+        ]
+        # This checkout's package, whatever the installed one is (as ``code_versions`` runs it).
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, env=env)
         children.append(Child(name, process, rundir / f"{name}.jsonl"))
     run = FleetRun(replicas, children)
 
@@ -316,8 +340,10 @@ def run_fleet(args: argparse.Namespace, replicas: int, inventory: Path, server: 
         return all(tick in child.ticks() for child in alive())
 
     # Reading 100,000 Marquees takes a replica about 10 s of CPU, on two cores shared by all.
-    wait_for("every replica's inventory", lambda: int(redis.get(READY_KEY) or 0) == replicas,
-             timeout=120 + 30 * replicas * args.fleet / 10_000)  # fmt: skip
+    def all_ready() -> bool:
+        return bool(alive()) and int(redis.get(READY_KEY) or 0) == replicas
+
+    wait_for("every replica's inventory", all_ready, timeout=120 + 30 * replicas * args.fleet / 1e4)
     go = time.time()
     redis.set(GO_KEY, repr(go))
     last = args.ticks - 1
@@ -340,8 +366,9 @@ def run_fleet(args: argparse.Namespace, replicas: int, inventory: Path, server: 
     return run
 
 
-def kill_one(args: argparse.Namespace, children: list[Child], alive: Any, all_ended: Any,
-             last: int) -> dict[str, Any]:  # fmt: skip
+def kill_one(
+    args: argparse.Namespace, children: list[Child], alive: Any, all_ended: Any, last: int
+) -> dict[str, Any]:
     """SIGKILL the last replica between two ticks, once the fleet has been cycled, and follow the
     survivors' ticks until every Marquee has had an ``ok`` cycle begun after the kill."""
     cycled = len(first_ok(children, list(range(last + 1))))
@@ -417,9 +444,11 @@ def report(args: argparse.Namespace, runs: list[FleetRun], load: tuple[float, ..
                 f"{loaded['rss']:>8.0f} {end['rss']:>8.0f} {end['hwm']:>8.0f}"
             )
         share_met[run.replicas] = worst
-    print("(attempts: locks tried; vs 1/N: the last tick's against fleet/N; cpu: the process's "
-          "from the tick's start to its last cycle's end; memory in MiB: VmRSS after the "
-          "inventory read and after the last tick, peak VmHWM)")  # fmt: skip
+    print(
+        "(attempts: locks tried; vs 1/N: the last tick's against fleet/N; cpu: the process's "
+        "from the tick's start to its last cycle's end; memory in MiB: VmRSS after the "
+        "inventory read and after the last tick, peak VmHWM)"
+    )
     print()
     print(
         f"{'replicas':>8} {'cycled t0 s':>11} {f'cycled t{last} s':>11} {'every tick':>10} "
@@ -438,9 +467,11 @@ def report(args: argparse.Namespace, runs: list[FleetRun], load: tuple[float, ..
             f"{run.redis_cpu[first]:>14.2f} {run.redis_cpu[last]:>14.2f} "
             f"{run.redis_end.used:>14.1f} {run.redis_end.rss:>13.1f}"
         )
-    print("(cycled: from the tick's first start until every Marquee had an ok cycle it started; "
-          "every tick: so within the tick, in every tick; redis: CPU from the tick's start to "
-          "its last cycle's end, memory after the last tick)")  # fmt: skip
+    print(
+        "(cycled: from the tick's first start until every Marquee had an ok cycle it started; "
+        "every tick: so within the tick, in every tick; redis: CPU from the tick's start to "
+        "its last cycle's end, memory after the last tick)"
+    )
     print()
     for replicas, worst in share_met.items():
         print(
@@ -490,9 +521,10 @@ def main() -> None:
         name, inventory, redis_url, rundir, tick, jitter = args.child
         configure_logging("json", "warning", final=True)
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-            child = replica(name, Path(inventory), redis_url, Path(rundir),
-                            tick=float(tick), jitter=float(jitter))  # fmt: skip
-            runner.run(child)
+            settings = replica_settings(
+                name, Path(inventory), redis_url, tick=float(tick), jitter=float(jitter)
+            )
+            runner.run(replica(settings, Path(rundir)))
         return
     if args.write_inventory:
         print(write_inventory(Path(args.write_inventory[0]), int(args.write_inventory[1])))
@@ -520,8 +552,9 @@ def main() -> None:
         for replicas in (int(count) for count in args.replicas.split(",")):
             runs.append(run_fleet(args, replicas, inventory, server, workdir))
         report(args, runs, load)
-    print(f"wall {time.monotonic() - started:.0f} s; load average at the end "
-          f"{os.getloadavg()[0]:.1f}")  # fmt: skip
+    print(
+        f"wall {time.monotonic() - started:.0f} s; load average at the end {os.getloadavg()[0]:.1f}"
+    )
 
 
 if __name__ == "__main__":
