@@ -398,6 +398,7 @@ def kill_one(
     if cycled < args.fleet:
         return {"skipped": f"fleet not fully cycled ({cycled}/{args.fleet})"}
     victim = children[-1]
+    time.sleep(args.kill_delay)
     killed_at = time.time()
     victim.process.send_signal(signal.SIGKILL)
     victim.killed = True
@@ -565,6 +566,9 @@ def main() -> None:
     parser.add_argument("--kill-at", type=int, help="replica count of the kill scenario (0: none)")
     parser.add_argument(
         "--jitter", type=float, default=Settings.model_fields["tick_jitter"].default
+    )
+    parser.add_argument(
+        "--kill-delay", type=float, default=0.0, help="seconds from the fleet's cycle to the kill"
     )
     parser.add_argument("--child", nargs=6, help=argparse.SUPPRESS)
     parser.add_argument("--write-inventory", nargs=2, help=argparse.SUPPRESS)
