@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import aiodocker
+import asyncpg
 import pytest
 import structlog
 from redis import Redis as SyncRedis
@@ -18,6 +19,8 @@ from redis.asyncio import Redis
 
 from playguard_async.coordination.keys import marquee_lock_name
 from playguard_async.coordination.lock import TokenLock
+from playguard_async.desired_state.schema import migrate
+from playguard_async.desired_state.transfer import import_inventory
 from playguard_async.phases.protocol import Phase, PhaseContext, PhaseReport
 from playguard_async.remote.docker import MANAGED
 from playguard_async.remote.memo import ComposeMemo
@@ -27,7 +30,9 @@ from tests.support.cli import LAB_SETTINGS, Playguard
 from tests.support.daemon import DaemonRunner
 from tests.support.edge import LabEdge
 from tests.support.netns import Namespace, leftover_namespaces, network_namespace
+from tests.support.pg_inventory import full_document, write_inventory
 from tests.support.playgrounds import use_own_branch
+from tests.support.postgres import LabDatabase
 from tests.support.world import LAB_OPTIONS, LabWorld, PhaseRun, PhaseRunner, lab_marquee_fields
 
 
@@ -220,3 +225,14 @@ def lab(
     use_own_branch(lab_world, git_origin, busybox_image)
     playguard.configure(lab_world.data, **LAB_SETTINGS)
     return lab_world
+
+
+@pytest.fixture
+async def fleet(postgres: LabDatabase, tmp_path: Path) -> AsyncIterator[asyncpg.Connection]:
+    """The test's database, migrated and holding ``full_document()``: edge-0..2, edge-0 and
+    edge-1 launchable, each with playgrounds shop-<n>-0..2 (an admin connection to it)."""
+    connection = await postgres.connect()
+    await migrate(connection)
+    await import_inventory(connection, write_inventory(tmp_path, full_document()))
+    yield connection
+    await connection.close()

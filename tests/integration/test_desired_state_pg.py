@@ -20,23 +20,11 @@ from playguard_async.desired_state.inventory import (
 )
 from playguard_async.desired_state.pg import PgAddress, password_from
 from playguard_async.desired_state.postgres import PostgresDesiredState
-from playguard_async.desired_state.schema import migrate
-from playguard_async.desired_state.transfer import import_inventory
 from playguard_async.service.wiring import inventory_source
 from playguard_async.settings import load_settings
 from tests.support.engine import EngineHarness, ScriptedPhase
-from tests.support.pg_inventory import by_name, full_document, load_yaml, write_inventory
+from tests.support.pg_inventory import by_name, load_yaml
 from tests.support.postgres import LabDatabase
-
-
-@pytest.fixture
-async def fleet(postgres: LabDatabase, tmp_path: Path) -> AsyncIterator[asyncpg.Connection]:
-    """The test's database, migrated and holding ``full_document()`` (edge-0..2)."""
-    connection = await postgres.connect()
-    await migrate(connection)
-    await import_inventory(connection, write_inventory(tmp_path, full_document()))
-    yield connection
-    await connection.close()
 
 
 @pytest.fixture
@@ -89,16 +77,20 @@ async def test_a_bad_row_takes_out_only_the_marquees_it_concerns(
     value: object,
     left_out: list[str],
 ) -> None:
+    await source.load()  # a good snapshot first, so that a narrow read may follow
     constraint = f"{table}_{column}_check"
     await fleet.execute(f"ALTER TABLE playguard.{table} DROP CONSTRAINT {constraint}")
     await fleet.execute(f'UPDATE playguard.{table} SET "{column}" = $1 WHERE name = $2', value, key)
 
+    narrow = await source.load_marquees(["edge-0", "edge-1", "edge-2"])  # a wake-up's read
     with capture_logs() as logs:
         inventory = await source.load()
         again = await source.load()
 
     kept = sorted({"edge-0", "edge-1", "edge-2"} - set(left_out))
     assert _names(inventory.marquees) == kept
+    assert narrow is not None
+    assert _names(narrow.marquees) == kept, "a narrow read leaves out what a whole read does"
     assert again == inventory
     assert {p.marquee for p in inventory.playgrounds} <= set(kept)
     assert {inventory.playground_of(chat).marquee for chat in inventory.agent_chats} <= set(kept)

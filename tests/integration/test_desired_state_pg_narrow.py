@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -16,23 +15,9 @@ from structlog.testing import capture_logs
 from playguard_async.desired_state.inventory import Inventory
 from playguard_async.desired_state.pg import PgAddress, password_from
 from playguard_async.desired_state.postgres import NARROW_READ_MAX, PostgresDesiredState
-from playguard_async.desired_state.schema import migrate
-from playguard_async.desired_state.transfer import import_inventory
-from tests.integration.test_desired_state_pg import BAD_ROWS
-from tests.support.pg_inventory import full_document, write_inventory
 from tests.support.postgres import LabDatabase
 
 EVERYONE = ["edge-0", "edge-1", "edge-2"]
-
-
-@pytest.fixture
-async def fleet(postgres: LabDatabase, tmp_path: Path) -> AsyncIterator[asyncpg.Connection]:
-    """The test's database, migrated and holding ``full_document()`` (edge-0..2)."""
-    connection = await postgres.connect()
-    await migrate(connection)
-    await import_inventory(connection, write_inventory(tmp_path, full_document()))
-    yield connection
-    await connection.close()
 
 
 def _source(postgres: LabDatabase, *, timeout: float = 3.0, **options: Any) -> PostgresDesiredState:
@@ -120,28 +105,6 @@ async def test_a_deleted_marquee_is_absent_from_a_narrow_read(
     assert narrow is not None
     assert narrow.marquees == []
     assert narrow.playgrounds == []
-
-
-@pytest.mark.parametrize(("table", "key", "column", "value", "left_out"), BAD_ROWS)
-async def test_a_bad_row_leaves_out_of_a_narrow_read_what_a_whole_read_leaves_out(
-    fleet: asyncpg.Connection,
-    source: PostgresDesiredState,
-    table: str,
-    key: str,
-    column: str,
-    value: object,
-    left_out: list[str],
-) -> None:
-    await source.load()
-    await fleet.execute(f"ALTER TABLE playguard.{table} DROP CONSTRAINT {table}_{column}_check")
-    await fleet.execute(f'UPDATE playguard.{table} SET "{column}" = $1 WHERE name = $2', value, key)
-
-    narrow = await source.load_marquees(EVERYONE)
-    whole = await source.load()
-
-    assert narrow is not None
-    assert sorted(m.name for m in narrow.marquees) == sorted(m.name for m in whole.marquees)
-    assert sorted(set(EVERYONE) - {m.name for m in narrow.marquees}) == left_out
 
 
 # Names are the outside's (a NOTIFY payload any writer of the database may send): a parameter,

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import AsyncIterator, Iterator, MutableMapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -23,24 +22,11 @@ from playguard_async.desired_state.postgres import (
     Rows,
     Validated,
 )
-from playguard_async.desired_state.schema import migrate
-from playguard_async.desired_state.transfer import import_inventory
 from tests.support.engine import EngineHarness, ScriptedPhase
 from tests.support.fencing import eventually
-from tests.support.pg_inventory import full_document, write_inventory
 from tests.support.postgres import LabDatabase
 
 THREAD = "desired-state-validate"
-
-
-@pytest.fixture
-async def fleet(postgres: LabDatabase, tmp_path: Path) -> AsyncIterator[asyncpg.Connection]:
-    """The test's database, migrated and holding ``full_document()`` (edge-0..2)."""
-    connection = await postgres.connect()
-    await migrate(connection)
-    await import_inventory(connection, write_inventory(tmp_path, full_document()))
-    yield connection
-    await connection.close()
 
 
 @pytest.fixture

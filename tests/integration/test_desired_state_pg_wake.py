@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections import Counter
-from collections.abc import AsyncIterator, Collection
-from pathlib import Path
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
+from typing import Any
 
 import asyncpg
 import pytest
@@ -21,26 +21,12 @@ from playguard_async.desired_state.postgres import (
     NotificationListener,
     PostgresDesiredState,
 )
-from playguard_async.desired_state.schema import migrate
-from playguard_async.desired_state.transfer import import_inventory
 from playguard_async.engine.results import CycleResult
 from playguard_async.kits.aio import background
 from playguard_async.phases.protocol import PhaseContext
 from tests.support.engine import EngineHarness, ScriptedPhase
 from tests.support.fencing import eventually
-from tests.support.pg_inventory import full_document, write_inventory
 from tests.support.postgres import LabDatabase
-
-
-@pytest.fixture
-async def fleet(postgres: LabDatabase, tmp_path: Path) -> AsyncIterator[asyncpg.Connection]:
-    """The test's database, migrated and holding ``full_document()``: edge-0 and edge-1 are
-    launchable, each with playgrounds shop-<n>-0..2."""
-    connection = await postgres.connect()
-    await migrate(connection)
-    await import_inventory(connection, write_inventory(tmp_path, full_document()))
-    yield connection
-    await connection.close()
 
 
 @pytest.fixture
@@ -77,6 +63,14 @@ class HeldPhase:
             self.running[name] -= 1
 
 
+async def _listening(logs: Sequence[Mapping[str, Any]]) -> None:
+    await eventually(
+        lambda: any(entry["event"] == "desired_state.listening" for entry in logs),
+        timeout=10,
+        what="the listener LISTENing",
+    )
+
+
 def _cycles(results: list[CycleResult], marquee: str) -> int:
     return sum(result.marquee == marquee for result in results)
 
@@ -96,11 +90,7 @@ async def test_notifications_during_a_cycle_give_exactly_one_follow_up_after_it(
 
     with capture_logs() as logs:
         async with background("listener", source.listen(wake, engine.resync)):
-            await eventually(
-                lambda: any(entry["event"] == "desired_state.listening" for entry in logs),
-                timeout=10,
-                what="the listener LISTENing",
-            )
+            await _listening(logs)
             result = await _held_cycle_meets_wake_ups(harness, held, fleet, wakes)
 
     assert result.outcome.value == "ok"
@@ -191,11 +181,7 @@ async def test_a_burst_of_edits_wakes_by_narrow_reads_never_a_whole_read_per_not
     edits = [(f"shop-{n % 2}-0", f"burst-{n}") for n in range(40)]
     with capture_logs() as logs:
         async with background("listener", source.listen(wake, engine.resync)):
-            await eventually(
-                lambda: any(entry["event"] == "desired_state.listening" for entry in logs),
-                timeout=10,
-                what="the listener LISTENing",
-            )
+            await _listening(logs)
             for playground, branch in edits:  # 40 transactions, about 40 a second
                 await fleet.execute(
                     "UPDATE playguard.playgrounds SET branch = $1 WHERE name = $2",
