@@ -13,7 +13,10 @@ they are the replica's attempts), their outcomes, the process's CPU from the tic
 last cycle ended, and its RSS and peak RSS (``VmHWM``) then. The parent reads those, and Redis's
 ``INFO`` at each tick's start and end. Printed per replica count and per replica:
 
-- attempts per tick (goal: each replica about 1/N of the fleet, within 10 %), ``locked`` outcomes;
+- attempts per tick (goal: each replica about 1/N of the fleet, within 10 %), and the cycles that
+  ended other than ``ok`` (``locked``: another replica held the lock), by outcome;
+- the longest the replica's event loop was held at once while a tick's cycles ran (a 10 ms
+  ticker): a held loop lets a Redis call outlast ``redis_socket_timeout`` with its answer unread;
 - CPU seconds per tick, RSS after the inventory read and after the ticks, peak RSS;
 - the fleet's time to be fully cycled (every Marquee one ``ok`` cycle started by that tick), from
   the tick's start, in the first tick and in the last one measured (goal at the largest replica
@@ -24,15 +27,18 @@ last cycle ended, and its RSS and peak RSS (``VmHWM``) then. The parent reads th
 Kill scenario (at ``--kill-at`` replicas, after its measured ticks, once the fleet has been fully
 cycled): one replica is SIGKILLed between two ticks; printed is how long, and how many tick starts,
 until every Marquee has had an ``ok`` cycle begun after the kill (goal: within 2 ticks: a dead
-replica drops out of the others' view when its last heartbeat expires, one tick after it).
+replica drops out of the others' view when its last heartbeat expires, one tick after it, and they
+see that at their next heartbeat). The kill comes right after the fleet's cycle, early in a tick;
+``--kill-delay`` moves it later, where the wait is longest.
 
     .venv/bin/python bench/fleet_simulation.py [--short] [--fleet 100000] [--replicas 1,2,4,8]
-        [--tick 60] [--ticks 3] [--kill-at 8] [--jitter 0.1]
+        [--tick 60] [--ticks 3] [--kill-at 8] [--kill-delay 0] [--jitter 0.1]
 
-``--short``: 10,000 Marquees, 1, 2 and 4 replicas, a 10 s tick, 2 ticks, the kill at 4 (about two
-minutes; ``scripts/bench.sh`` runs it). The full mode needs about 1.6 GiB per replica (each reads
-the whole inventory) and takes about 20 minutes. Starts its own redis-server from the lab on an
-ephemeral loopback port; writes under a temporary directory. Never part of the tests.
+``--short``: 10,000 Marquees, 1, 2 and 4 replicas, a 10 s tick, 2 ticks, the kill at 4
+(``scripts/bench.sh`` runs it). Each replica reads the whole inventory, so the full mode needs
+memory for 8 of them: bench/README.md ("Fleet simulation") has its figures, wall time included.
+Starts its own redis-server from the lab on an ephemeral loopback port; writes under a temporary
+directory. Never part of the tests.
 """
 
 from __future__ import annotations
@@ -208,8 +214,8 @@ def replica_settings(
             "tick_interval": tick,
             "tick_jitter": jitter,
             "log_level": "warning",
-            # 100,000 x 5 is 48 MiB of YAML (the default bound fits 10,000); eight replicas
-            # reading at once on two cores take minutes, not the default 30 s.
+            # The defaults fit 10,000 Marquees; 8 replicas reading 100,000 at once on two cores
+            # outlast the default read timeout (bench/README.md, "Fleet simulation").
             "inventory_max_bytes": max(INVENTORY_MAX_BYTES, 2 * inventory.stat().st_size),
             "inventory_read_timeout": 600.0,
         }
@@ -362,7 +368,7 @@ def run_fleet(
     def all_ended(tick: int) -> bool:
         return all(tick in child.ticks() for child in alive())
 
-    # Reading 100,000 Marquees takes a replica about 10 s of CPU, on two cores shared by all.
+    # Every replica reads the whole inventory at once, on two cores shared by all.
     def all_ready() -> bool:
         return bool(alive()) and int(redis.get(READY_KEY) or 0) == replicas
 
@@ -598,8 +604,9 @@ def main() -> None:
     started = time.monotonic()
     with tempfile.TemporaryDirectory() as scratch, RedisServer(Path(scratch) / "redis") as server:
         workdir = Path(scratch)
-        # In a process of its own: dumping 100,000 Marquees peaks at gigabytes, which would stay
-        # in this process's heap (and in its children's ru_maxrss) for the whole run.
+        # In a process of its own: dumping the inventory takes many times its size in memory
+        # (bench/README.md, "Dispatch"), which would stay in this process's heap, and in its
+        # children's ru_maxrss, for the whole run.
         command = [sys.executable, __file__, "--write-inventory", scratch, str(args.fleet)]
         written = subprocess.run(command, check=True, capture_output=True, text=True)
         inventory = Path(written.stdout.strip())
