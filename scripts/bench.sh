@@ -24,5 +24,7 @@ run bench/web_view.py --rounds 3
 run bench/dispatch.py --fleets 100,1000,10000
 run bench/scale_out.py --fleet 1000 --replicas 1,2,4
 run bench/fleet_simulation.py --short
-# "before": the code before the remote layer kept connections and compose answers (issue 10b)
-run bench/converged_marquee.py --playgrounds 20 --cycles 2 --cold --fleet 10 --ticks 1 --before 6434802
+# "before": the code before compose's answers were kept on the host (issue 29's cold start); a
+# ref from before the package's folders cannot run today's benchmarks (bench/code_versions.py)
+run bench/converged_marquee.py --playgrounds 20 --cycles 2 --cold --fleet 10 --ticks 1 --before 3ced5ed
+run bench/change_latency.py --short --before 0a52ce1
