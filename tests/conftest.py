@@ -7,6 +7,7 @@ where a skip would let a broken install script pass unnoticed.
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import NoReturn, TypeVar
@@ -36,6 +37,12 @@ from tests.support.topologies import TOPOLOGIES, TopologyUnderTest, client_for, 
 INTEGRATION_DIR = Path(__file__).parent / "integration"
 
 ServerT = TypeVar("ServerT", bound=StartStop)
+
+# A run started in the background by a non-interactive shell (`.ci/run &`) inherits SIGINT
+# ignored, and so would every CLI and daemon the tests start (an ignored signal stays ignored
+# across exec): the tests that interrupt them with Ctrl-C could not. Python's own default again.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
