@@ -112,10 +112,10 @@ class Engine:
         """The last ``inventory.invalid`` logged, until a read succeeds: each bad state once."""
         self.cycles: dict[str, asyncio.Task[CycleResult]] = {}
         self._follow_ups: set[str] = set()
+        """Marquees woken while in a cycle here: each gets one more cycle when that one ends."""
         self._woken: dict[str, tuple[float, Inventory]] = {}
         """Marquee -> when a wake-up's narrow read of it ended, and what it read: newer for it
         than ``inventory`` until a whole snapshot ends after it (``_newest``)."""
-        """Marquees woken while in a cycle here: each gets one more cycle when that one ends."""
         self.stopping = asyncio.Event()
         self.last_tick: float | None = None
         self.slots = settings.cycle_slots()
