@@ -89,6 +89,11 @@ class Table:
     """The condition of the rows that concern the Marquees named in ``$1`` (a narrow read):
     ``{name}`` is a relation's qualified name."""
 
+    def columns_in(self, present: set[str]) -> list[str]:
+        """The columns to read of a relation that has ``present``: an optional one it lacks
+        is read as the model's default."""
+        return [c for c in self.columns if c not in self.optional or c in present]
+
     @property
     def columns(self) -> list[str]:
         return [name for name in self.model.model_fields if name not in self.elsewhere]
@@ -314,8 +319,7 @@ async def _read_once(
             problems = [*(check.problems if check else ()), *failed.get(table.name, ())]
             if not problems:
                 try:
-                    there = present.get(table.name, set())
-                    columns = [c for c in table.columns if c not in table.optional or c in there]
+                    columns = table.columns_in(present.get(table.name, set()))
                     records.append(await fetch(table, columns))
                 except Exception as exc:
                     if not _view_error(exc):
@@ -365,8 +369,7 @@ async def read_marquees(
         present = present_columns(catalog)
         for table in TABLES:
             check = checks.get(table.name)
-            there = present.get(table.name, set())
-            now = [c for c in table.columns if c not in table.optional or c in there]
+            now = table.columns_in(present.get(table.name, set()))
             if (check is not None and check.problems) or now != list(columns[table.name]):
                 raise NarrowReadRefused(f"{qualified(schema, table.name)} changed or is wrong")
         size, records = 0, []
@@ -616,11 +619,11 @@ def _column_value(column: str, value: object) -> object:
 
 
 SNAPSHOT_TIMEOUT = 10.0
+"""Default seconds connecting and reading one snapshot may take."""
 
 NARROW_READ_MAX = 100
 """Most Marquees one narrow read serves: past it (a playspec many use changed) the whole
 snapshot costs about as much, is validated off the loop, and refreshes everyone's state."""
-"""Default seconds connecting and reading one snapshot may take."""
 LISTENER_PROBE_INTERVAL = 30.0
 """Seconds between the probes that ask the LISTEN connection whether it still answers
 (``desired_state_probe_interval``)."""
