@@ -308,27 +308,27 @@ class Engine:
 
     def _newest(self, name: str, inventory: Inventory) -> tuple[Marquee | None, Inventory]:
         """``name``'s Marquee (None: gone, or its rows refused) and the inventory to cycle it
-        from: the wake-up's read of it when that is newer than ``inventory``'s whole snapshot,
-        else ``inventory``."""
+        from: the wake-up's read of it, which is newer than any whole snapshot the engine holds
+        (``_forget_superseded``), else ``inventory``."""
         woken = self._woken.get(name)
-        if woken is not None and not self._whole_read_since(woken[0]):
+        if woken is not None:
             inventory = woken[1]
         try:
             return inventory.marquee(name), inventory
         except KeyError:
             return None, inventory
 
-    def _whole_read_since(self, moment: float) -> bool:
-        """Whether the source's last whole snapshot ended after ``moment`` (so it saw what a
-        narrow read then saw, or newer: the source reads one at a time)."""
-        age = self.desired_state.snapshot_age() if isinstance(
-            self.desired_state, NarrowDesiredState) else None  # fmt: skip
-        return age is not None and time.monotonic() - age > moment
-
     def _forget_superseded(self) -> None:
-        for name, (read_at, _) in list(self._woken.items()):
-            if self._whole_read_since(read_at):
-                del self._woken[name]
+        """After a whole read: drop the wake-up reads its snapshot ended after (it saw what they
+        saw, or newer: reads take ``_reading`` one at a time). A source that answered with its
+        last snapshot (out of reach) ended none after them, so they stay."""
+        source = self.desired_state
+        if not self._woken or not isinstance(source, NarrowDesiredState):
+            return
+        age = source.snapshot_age()
+        if age is not None:
+            whole_at = time.monotonic() - age
+            self._woken = {name: read for name, read in self._woken.items() if read[0] >= whole_at}
 
     async def _wake_inventory(self, names: Collection[str]) -> Inventory | None:
         """What a wake-up starts cycles from: a narrow read of ``names`` where the source can,
