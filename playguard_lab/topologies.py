@@ -293,9 +293,7 @@ class SentinelGroup(StartStop):
         self.sentinels = [
             SentinelServer(workdir / f"sentinel-{index}", primary_port, tls) for index in range(3)
         ]
-        scheme = "rediss+sentinel" if tls else "redis+sentinel"
-        where = ",".join(f"127.0.0.1:{sentinel.port}" for sentinel in self.sentinels)
-        self.url = f"{scheme}://{where}/{SENTINEL_SERVICE}/0"
+        self.url = self._url()
 
     def start(self) -> None:
         try:
@@ -304,13 +302,16 @@ class SentinelGroup(StartStop):
             wait_for(lambda: online_replicas(self.primary()) == 2, 20, "two replicas online")
             for sentinel in self.sentinels:
                 start_on_a_free_port(sentinel, free_port)
-            scheme = "rediss+sentinel" if self.tls else "redis+sentinel"
-            where = ",".join(f"127.0.0.1:{sentinel.port}" for sentinel in self.sentinels)
-            self.url = f"{scheme}://{where}/{SENTINEL_SERVICE}/0"
+            self.url = self._url()  # a sentinel's port may have changed
             wait_for(self._sentinels_agree, 20, "three sentinels that know each other")
         except BaseException:
             self.stop()
             raise
+
+    def _url(self) -> str:
+        scheme = "rediss+sentinel" if self.tls else "redis+sentinel"
+        where = ",".join(f"127.0.0.1:{sentinel.port}" for sentinel in self.sentinels)
+        return f"{scheme}://{where}/{SENTINEL_SERVICE}/0"
 
     def stop(self) -> None:
         for server in [*self.sentinels, *self.nodes]:
