@@ -18,7 +18,6 @@ while it is back.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import time
 from collections.abc import Callable
@@ -27,7 +26,7 @@ import structlog
 
 from playguard_async.coordination.client import RedisClient
 from playguard_async.coordination.keys import REPLICAS_KEY
-from playguard_async.kits.aio import bounded, wait_or_stop
+from playguard_async.kits.aio import StopSignal, bounded
 from playguard_async.kits.capacity import MAX_SECONDS
 
 log = structlog.get_logger("playguard.replicas")
@@ -135,10 +134,10 @@ class ReplicaRoster:
         except Exception as exc:
             log.warning("replicas.leave_failed", error=f"{type(exc).__name__}: {exc}")
 
-    async def keep_announcing(self, stopping: asyncio.Event) -> None:
+    async def keep_announcing(self, stopping: StopSignal) -> None:
         """Announce every third of a ttl until ``stopping``, then leave."""
         while not stopping.is_set():
-            await wait_or_stop(stopping, self.ttl / BEATS_PER_TTL)
+            await stopping.sleep(self.ttl / BEATS_PER_TTL)
             if not stopping.is_set():
                 await self.announce()
         await self.leave()

@@ -48,7 +48,7 @@ from playguard_async.engine.results import (
     PhaseListener,
     one_line,
 )
-from playguard_async.kits.aio import detached, wait_or_stop
+from playguard_async.kits.aio import StopSignal, detached
 from playguard_async.phases.protocol import (
     PartialFailure,
     Phase,
@@ -106,7 +106,7 @@ class CycleCrew(Protocol):
     def redis_outage(self) -> RedisOutage: ...
 
     @property
-    def stopping(self) -> asyncio.Event: ...
+    def stopping(self) -> StopSignal: ...
 
     @property
     def free_slots(self) -> asyncio.Semaphore: ...
@@ -247,7 +247,7 @@ class Cycle:
         try:
             try:
                 if delay > 0:
-                    await wait_or_stop(self.crew.stopping, delay)
+                    await self.crew.stopping.sleep(delay)
                 await self.crew.free_slots.acquire()
                 now = time.monotonic()
                 result.waited, result.started = round(now - result.started, 4), now

@@ -39,7 +39,7 @@ from playguard_async.desired_state.inventory import (
 from playguard_async.engine.cycle import Cycle, SessionOpener
 from playguard_async.engine.observer import EngineObserver, Unobserved
 from playguard_async.engine.results import CycleListener, CycleResult, PhaseListener, one_line
-from playguard_async.kits.aio import bounded, detached, wait_or_stop
+from playguard_async.kits.aio import StopSignal, bounded, detached
 from playguard_async.kits.collector import settle_new_desired_state
 from playguard_async.phases.protocol import Phase
 from playguard_async.settings import Settings
@@ -116,7 +116,7 @@ class Engine:
         self._woken: dict[str, tuple[float, Inventory]] = {}
         """Marquee -> when a wake-up's narrow read of it ended, and what it read: newer for it
         than ``inventory`` until a whole snapshot ends after it (``_newest``)."""
-        self.stopping = asyncio.Event()
+        self.stopping = StopSignal()
         self.last_tick: float | None = None
         self.slots = settings.cycle_slots()
         self.free_slots = asyncio.Semaphore(self.slots)
@@ -253,7 +253,7 @@ class Engine:
                 next_tick, skipped = next_tick_after(next_tick, now, interval)
                 if skipped:
                     log.warning("engine.ticks_skipped", skipped=skipped)
-                await wait_or_stop(self.stopping, next_tick - now)
+                await self.stopping.sleep(next_tick - now)
             await self.drain()
         finally:
             self.stopping.set()

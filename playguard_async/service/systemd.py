@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Mapping
 
 import structlog
 
-from playguard_async.kits.aio import wait_or_stop
+from playguard_async.kits.aio import StopSignal
 from playguard_async.service.liveness import Liveness
 
 log = structlog.get_logger("playguard.systemd")
@@ -95,7 +95,7 @@ async def report_to_systemd(
     ready: Callable[[], Awaitable[bool]],
     liveness: Liveness,
     status_text: Callable[[], str],
-    stopping: asyncio.Event,
+    stopping: StopSignal,
     interval: float,
 ) -> None:
     """Tell the service manager how the daemon is, until cancelled.
@@ -110,10 +110,10 @@ async def report_to_systemd(
             if await ready():
                 notifier.send("READY=1", status(status_text()))
                 break
-            await wait_or_stop(stopping, READY_RETRY)
+            await stopping.sleep(READY_RETRY)
         while not stopping.is_set():
             _beat(notifier, liveness, status_text)
-            await wait_or_stop(stopping, interval)
+            await stopping.sleep(interval)
     finally:
         notifier.send("STOPPING=1", status(status_text()))
     while True:

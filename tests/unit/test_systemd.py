@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from playguard_async.kits.aio import StopSignal
 from playguard_async.service.liveness import Liveness
 from playguard_async.service.systemd import (
     Notifier,
@@ -121,7 +122,7 @@ async def test_ready_once_redis_answers_watchdog_only_while_alive_then_stopping(
     address, sock = receiver
     answers = iter([False, True])
     last_tick: list[float | None] = [None]
-    stopping = asyncio.Event()
+    stopping = StopSignal()
     liveness = Liveness(
         interval=1.0, last_tick=lambda: last_tick[0], draining=stopping.is_set, since=0.0
     )
@@ -160,7 +161,7 @@ async def test_ready_once_redis_answers_watchdog_only_while_alive_then_stopping(
 async def test_cancelled_just_as_stopping_is_set_it_still_ends() -> None:
     # asyncio.wait_for on Python 3.11 swallows a cancel that arrives as its awaitable completes;
     # this task must end on cancel whatever it was waiting for, or the daemon never exits.
-    stopping = asyncio.Event()
+    stopping = StopSignal()
     asked = asyncio.Event()
 
     async def ready() -> bool:
