@@ -5,9 +5,9 @@ N-1 of them end ``locked``, and replicas whose ticks line up keep finding the sa
 replica announces itself in ``REPLICAS_KEY`` (member: its ``replica_id``; score: when its
 announcement expires, in Redis's own clock, so no two machines' clocks are compared) and attempts
 only the Marquees whose rendezvous hash it wins among the live replicas. A replica that stops
-leaves at once; one that dies drops out when its announcement expires, and the survivors' next
-tick takes its Marquees: within two ticks with the defaults (announced every third of a tick for
-one tick).
+leaves at once; one that dies drops out when its announcement expires (announced every third of a
+tick for one tick), and the survivors, who read the roster again as each tick starts, take its
+Marquees at their second tick start after its death at the latest.
 
 Assignment is a hint, never a permission: the lock stays the only arbiter. Two replicas that
 disagree about who is live (one saw an announcement the other has not yet) both attempt, and one

@@ -35,7 +35,17 @@ from functools import cached_property
 from itertools import chain, islice
 from operator import attrgetter
 from pathlib import Path
-from typing import Annotated, Any, Literal, Protocol, Self, cast, get_args, runtime_checkable
+from typing import (
+    Annotated,
+    Any,
+    Literal,
+    NamedTuple,
+    Protocol,
+    Self,
+    cast,
+    get_args,
+    runtime_checkable,
+)
 
 import yaml
 from pydantic import (
@@ -44,6 +54,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     SecretStr,
     TypeAdapter,
     ValidationError,
@@ -367,6 +378,15 @@ class Marquee(_Named):
         return self.launchable and self.mode != "off"
 
 
+class MarqueeListing(NamedTuple):
+    """A Marquee as a listing of the fleet shows it (the web view's rows): what a replica keeps
+    of a Marquee outside its share, whose full records it does not hold (``Inventory.listed``)."""
+
+    name: str
+    launchable: bool
+    mode: Mode
+
+
 PASSWORD_FILE_LIMIT = 64 << 10
 """Bytes a registry password file may have."""
 
@@ -468,6 +488,9 @@ class Inventory(_Model):
     playspecs: list[Playspec] = Field(default_factory=list)
     playgrounds: list[Playground] = Field(default_factory=list)
     agent_chats: list[AgentChat] = Field(default_factory=list)
+    _elsewhere: tuple[MarqueeListing, ...] = PrivateAttr(default=())
+    """The Marquees of other replicas' shares, when this inventory was read for a share
+    (``NarrowDesiredState.set_share``): listed, their records not held."""
 
     @field_validator("*", mode="before")
     @classmethod
@@ -531,6 +554,14 @@ class Inventory(_Model):
     @cached_property
     def _index(self) -> _InventoryIndex:
         return _InventoryIndex.of(self)
+
+    def listed(self) -> list[MarqueeListing]:
+        """Every Marquee of the desired state, those outside the share it was read for
+        included, in name order when there are such (the database's order), else in its own."""
+        held = [MarqueeListing(m.name, m.launchable, m.mode) for m in self.marquees]
+        if not self._elsewhere:
+            return held
+        return sorted([*held, *self._elsewhere])
 
     def launchable_marquees(self) -> list[Marquee]:
         """Marquees that may receive new playgrounds and chats."""
@@ -745,6 +776,12 @@ class NarrowDesiredState(RemoteDesiredState, Protocol):
     async def load_marquees(self, names: Collection[str]) -> Inventory | None:
         """An inventory of ``names`` alone, each as consistent as in a whole snapshot; None
         when only a whole snapshot will do (``load``)."""
+        ...
+
+    def set_share(self, owns: Callable[[str], bool] | None) -> None:
+        """From the next ``load`` on, hold the full records of the Marquees ``owns`` accepts
+        only, and list the others (``Inventory.listed``); None: every Marquee's. A replica's
+        memory then grows with its share of the fleet, not with the fleet."""
         ...
 
 

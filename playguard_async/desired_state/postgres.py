@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping, 
 from dataclasses import dataclass, field
 from operator import attrgetter, itemgetter
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import asyncpg
 import structlog
@@ -40,6 +40,7 @@ from playguard_async.desired_state.inventory import (
     Inventory,
     InventoryError,
     Marquee,
+    MarqueeListing,
     Mode,
     Playground,
     Playspec,
@@ -118,10 +119,7 @@ class Table:
         """The bytes ``select`` of ``columns`` would give, as text: what the server measures
         before a row is sent (compressed values counted as they arrive, decompressed)."""
         quoted = ", ".join(f'"{column}"' for column in columns)
-        return (
-            f"SELECT coalesce(sum(octet_length(rows::text)), 0)::bigint "
-            f"FROM (SELECT {quoted} FROM {self._rows(schema, narrow)}) AS rows"
-        )
+        return _measured(f"SELECT {quoted} FROM {self._rows(schema, narrow)}")
 
     def _rows(self, schema: str, narrow: bool) -> str:
         relation = qualified(schema, self.name)
@@ -192,6 +190,8 @@ class Snapshot:
     broken: Broken = field(default_factory=dict)
     columns: Mapping[str, Sequence[str]] = field(default_factory=dict)
     """The columns read of each relation (those of ``broken`` ones: their keys)."""
+    elsewhere: tuple[MarqueeListing, ...] = ()
+    """Read for a share: the Marquees outside it, listed (their rows not read)."""
 
 
 class MappingUnreadable(DatabaseError):
@@ -233,9 +233,19 @@ def _view_error(exc: BaseException) -> bool:
 
 
 async def read_snapshot(
-    connection: asyncpg.Connection, schema: str = DEFAULT_SCHEMA, *, max_bytes: int | None = None
+    connection: asyncpg.Connection,
+    schema: str = DEFAULT_SCHEMA,
+    *,
+    max_bytes: int | None = None,
+    share: Callable[[str], bool] | None = None,
 ) -> Snapshot:
     """Every relation's rows, from one REPEATABLE READ READ ONLY transaction.
+
+    With ``share``, only the rows that concern the Marquees it accepts, as a narrow read
+    (``read_marquees``) reads them, but in the same transaction as the listing of every Marquee
+    (name, launchable, mode) that tells which those are: one consistent snapshot, of which this
+    replica holds its share's rows and a line per other Marquee (``Snapshot.elsewhere``). A
+    relation that is wrong where the listing reads it makes this read a whole one.
 
     With ``max_bytes``, each relation's rows are measured by the server before they are read
     (``Table.size``): ``SnapshotTooLarge`` as soon as the relations so far are more, so an
@@ -254,8 +264,8 @@ async def read_snapshot(
     replanned = False
     while True:
         try:
-            records, broken, steering, columns = await _read_once(
-                connection, schema, failed, max_bytes
+            records, broken, steering, columns, elsewhere = await _read_once(
+                connection, schema, failed, max_bytes, share
             )
         except _ReadFailed as exc:
             failed[exc.table] = [exc.line]
@@ -274,7 +284,7 @@ async def read_snapshot(
             }
             if "marquees" not in broken:
                 _steer(rows["marquees"], steering)
-        return Snapshot(rows, broken, columns)
+        return Snapshot(rows, broken, columns, elsewhere)
 
 
 def _steer(marquees: list[dict[str, Any]], steering: Sequence[asyncpg.Record]) -> None:
@@ -287,13 +297,35 @@ def _steer(marquees: list[dict[str, Any]], steering: Sequence[asyncpg.Record]) -
         marquee["windows"] = None if steered is None else steered["windows"]
 
 
+_MODES = frozenset(get_args(Mode))
+
+
+def _listing(schema: str) -> str:
+    """Every Marquee's name, launchable and mode (its steering row's, else the default)."""
+    marquees, steering = qualified(schema, "marquees"), qualified(schema, STEERING.name)
+    return (
+        f"SELECT m.name, m.launchable, coalesce(s.mode, 'apply') AS mode FROM {marquees} m "
+        f"LEFT JOIN {steering} s ON s.name = m.name"
+    )
+
+
+def _measured(query: str) -> str:
+    """The bytes ``query``'s rows are as text, as the server measures them before sending."""
+    return f"SELECT coalesce(sum(octet_length(rows::text)), 0)::bigint FROM ({query}) AS rows"
+
+
 async def _read_once(
     connection: asyncpg.Connection,
     schema: str,
     failed: Mapping[str, list[str]],
     max_bytes: int | None,
+    share: Callable[[str], bool] | None,
 ) -> tuple[
-    list[list[asyncpg.Record]], dict[str, list[str]], list[asyncpg.Record], dict[str, list[str]]
+    list[list[asyncpg.Record]],
+    dict[str, list[str]],
+    list[asyncpg.Record],
+    dict[str, list[str]],
+    tuple[MarqueeListing, ...],
 ]:
     async with connection.transaction(isolation="repeatable_read", readonly=True):
         catalog = await connection.fetch(CATALOG_QUERY, schema, [t.name for t in TABLES])
@@ -303,14 +335,32 @@ async def _read_once(
         size = 0
         read: dict[str, list[str]] = {}
 
-        async def fetch(table: Table, columns: Sequence[str]) -> list[asyncpg.Record]:
+        async def measure(size_query: str, *args: object) -> None:
             nonlocal size
-            read[table.name] = list(columns)
             if max_bytes is not None:
-                size += await connection.fetchval(table.size(schema, columns))
+                size += await connection.fetchval(size_query, *args)
                 if size > max_bytes:
                     raise SnapshotTooLarge(size, max_bytes)
-            rows: list[asyncpg.Record] = await connection.fetch(table.select(schema, columns))
+
+        names: list[str] | None = None
+        elsewhere: tuple[MarqueeListing, ...] = ()
+        marquees_check = checks.get("marquees")
+        if (
+            share is not None
+            and not failed.get("marquees")
+            and not (marquees_check and marquees_check.problems)
+        ):
+            await measure(_measured(_listing(schema)))
+            names, elsewhere = _split(await _fetch_listing(connection, schema), share)
+
+        async def fetch(table: Table, columns: Sequence[str]) -> list[asyncpg.Record]:
+            read[table.name] = list(columns)
+            narrow = names is not None
+            args = (names,) if narrow else ()
+            await measure(table.size(schema, columns, narrow=narrow), *args)
+            rows: list[asyncpg.Record] = await connection.fetch(
+                table.select(schema, columns, narrow=narrow), *args
+            )
             return rows
 
         for table in TABLES:
@@ -342,7 +392,37 @@ async def _read_once(
                     f"either ({why}): the whole snapshot is refused"
                 ) from None
         steering = await fetch(STEERING, STEERING.columns)
-    return records, broken, steering, read
+    return records, broken, steering, read, elsewhere
+
+
+async def _fetch_listing(connection: asyncpg.Connection, schema: str) -> list[asyncpg.Record]:
+    """``_listing``'s rows; a view that raises is a failed read of ``marquees``, as a whole
+    read's would be (read again without a share, its keys alone)."""
+    try:
+        rows: list[asyncpg.Record] = await connection.fetch(_listing(schema))
+    except Exception as exc:
+        if not _view_error(exc):
+            raise
+        raise _ReadFailed("marquees", f"{qualified(schema, 'marquees')}: cannot be read: "
+                          f"{redacted(error_text(exc), None)}") from None  # fmt: skip
+    return rows
+
+
+def _split(
+    listing: Sequence[asyncpg.Record], share: Callable[[str], bool]
+) -> tuple[list[str], tuple[MarqueeListing, ...]]:
+    """The names ``share`` accepts, and the others listed. A listing row that is not a name, a
+    boolean and a mode (a view's garbage) is in neither: a replica whose share it is reports it
+    when it reads the row whole."""
+    names, elsewhere = [], []
+    for name, launchable, mode in listing:
+        if not isinstance(name, str) or not isinstance(launchable, bool) or mode not in _MODES:
+            continue
+        if share(name):
+            names.append(name)
+        else:
+            elsewhere.append(MarqueeListing(name, launchable, mode))
+    return names, tuple(elsewhere)
 
 
 async def read_marquees(
@@ -656,6 +736,7 @@ class PostgresDesiredState:
         self._last: Inventory | None = None
         self._problems: Sequence[str] = ()
         self._memo = RowMemo()
+        self._share: Callable[[str], bool] | None = None
         self._columns: Mapping[str, Sequence[str]] | None = None
         """The columns of the last whole snapshot, when every relation was read whole: what a
         narrow read (``load_marquees``) reads; None: narrow reads wait for such a snapshot."""
@@ -715,10 +796,16 @@ class PostgresDesiredState:
             if not validated.problems:
                 log.info("desired_state.rows_all_valid", source=self.describe())
             self._problems = validated.problems
+        # The listing of other shares is no part of the rows the memo compares: an unchanged
+        # share with a changed listing gives the same inventory, listing the others anew.
+        validated.inventory._elsewhere = snapshot.elsewhere
         self._last = validated.inventory
         self._columns = None if snapshot.broken else snapshot.columns
         self.last_snapshot_at = time.monotonic()
         return validated.inventory
+
+    def set_share(self, owns: Callable[[str], bool] | None) -> None:
+        self._share = owns
 
     async def load_marquees(self, names: Collection[str]) -> Inventory | None:
         """An inventory of the Marquees ``names`` alone (those whose rows are valid), from a
@@ -802,7 +889,9 @@ class PostgresDesiredState:
     async def _read(self) -> Snapshot:
         if self._connection is None or self._connection.is_closed():
             self._connection = await connect(self.address, self._password, timeout=self._timeout)
-        return await read_snapshot(self._connection, self.schema, max_bytes=self._max_bytes)
+        return await read_snapshot(
+            self._connection, self.schema, max_bytes=self._max_bytes, share=self._share
+        )
 
     def _why(self, exc: BaseException) -> str:
         if isinstance(exc, DatabaseError):

@@ -108,6 +108,7 @@ class Engine:
         self._reading = asyncio.Lock()
         """One read of the desired state at a time: a tick's, a wake-up's, ``load_inventory``'s."""
         self._background_read: asyncio.Task[None] | None = None
+        self._tick_announce: asyncio.Task[None] | None = None
         self._invalid_reported: str | None = None
         """The last ``inventory.invalid`` logged, until a read succeeds: each bad state once."""
         self.cycles: dict[str, asyncio.Task[CycleResult]] = {}
@@ -156,8 +157,14 @@ class Engine:
         when there is none to keep (``DesiredStateUnavailable`` while the source is out of reach);
         the tick loop uses ``_desired_inventory``, which waits that out instead."""
         async with self._reading:
+            source = self.desired_state
+            if isinstance(source, NarrowDesiredState):
+                # The share the roster says now: a read for it holds its rows alone. Alone
+                # (or not sharing), every Marquee is this replica's: a whole read.
+                shared = self.roster.sharing and len(self.roster.live) > 1
+                source.set_share(self.roster.owns if shared else None)
             try:
-                inventory = await self.desired_state.load()
+                inventory = await source.load()
             except DesiredStateUnavailable as exc:
                 if self.inventory is None:
                     self.waiting_for_desired_state = str(exc)
@@ -220,6 +227,15 @@ class Engine:
         await asyncio.wait([self._background_read], timeout=TICK_READ_WAIT)
         return self.inventory
 
+    async def _tick_roster(self) -> None:
+        """Read who is live (announcing this replica too) as the tick starts, waiting for it at
+        most ``TICK_READ_WAIT``. A replica dead since is then out of this tick's share and of
+        the read it starts, not only after the next heartbeat: its Marquees are taken over at
+        the second tick start after its death at the latest (its announcement lasts a tick)."""
+        if self._tick_announce is None or self._tick_announce.done():
+            self._tick_announce = asyncio.create_task(self.roster.announce(), name="replicas:tick")
+        await asyncio.wait([self._tick_announce], timeout=TICK_READ_WAIT)
+
     async def _read_in_background(self) -> None:
         """``load_inventory`` with a state in force: it keeps it and logs, never raises."""
         await self._desired_inventory()
@@ -231,8 +247,12 @@ class Engine:
         A desired state that cannot be read at start raises (a configuration error), except one
         out of reach for now (``DesiredStateUnavailable``): then the ticks run no cycles and ask
         again each time, until one is read."""
-        await self._desired_inventory()
-        await self.roster.announce()
+        await self.roster.announce()  # first: the first read is then of this replica's share
+        try:
+            await self._desired_inventory()
+        except BaseException:
+            await detached(self.roster.leave())  # no share left unattempted for a ttl
+            raise
         announcing = asyncio.create_task(
             self.roster.keep_announcing(self.stopping), name="replicas:announce"
         )
@@ -257,9 +277,10 @@ class Engine:
             await self.drain()
         finally:
             self.stopping.set()
-            if self._background_read is not None:
-                self._background_read.cancel()
-                await asyncio.wait([self._background_read])
+            for helper in (self._background_read, self._tick_announce):
+                if helper is not None:
+                    helper.cancel()
+                    await asyncio.wait([helper])
             await detached(announcing)
 
     @property
@@ -270,6 +291,7 @@ class Engine:
         """Start a cycle for every Marquee that runs cycles (launchable, mode not ``off``) of this
         replica's share (``replicas``) not already in a cycle here."""
         self.last_tick = time.monotonic()
+        await self._tick_roster()
         inventory = await self._tick_inventory()
         if inventory is None:
             log.debug("engine.tick", started=[], waiting_for=self.desired_state.describe())

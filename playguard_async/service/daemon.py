@@ -170,8 +170,7 @@ def web_view(engine: Engine, credential: str | None, stop: asyncio.Event) -> Web
 
     def names() -> list[Listed]:
         inventory = engine.inventory
-        marquees = inventory.marquees if inventory is not None else ()
-        return [Listed(marquee.name, marquee.launchable, marquee.mode) for marquee in marquees]
+        return [Listed(*listing) for listing in inventory.listed()] if inventory is not None else []
 
     records = CycleRecords(
         engine.redis,

@@ -15,6 +15,7 @@ import asyncpg
 import pytest
 
 from playguard_async.cycle_record import CycleRecord
+from playguard_async.desired_state.inventory import Inventory
 from playguard_async.desired_state.observed_state import ObservedStateWriter
 from playguard_async.desired_state.pg import PgAddress, password_from
 from playguard_async.desired_state.postgres import PostgresDesiredState
@@ -308,11 +309,22 @@ async def test_a_bad_mapping_takes_out_only_the_marquees_it_concerns(
         narrow = await source.load_marquees(everyone)  # by the columns of the last good read
         inventory = await source.load()
         narrow_after = await source.load_marquees(everyone)
+        shares: list[tuple[set[str], Inventory]] = []
+        for share in ({"edge-a", "edge-c"}, {"edge-b", "edge-d"}):
+            source.set_share(share.__contains__)
+            shares.append((share, await source.load()))
+        source.set_share(None)
+        assert sorted_names((await source.load()).marquees) == left  # problems: the whole's
         checked = playguard_with(mapped.database, "db", "check")
     finally:
         await connection.close()
 
     assert sorted_names(inventory.marquees) == left
+    # A read for a share holds what the whole read holds of that share, and lists the rest.
+    for share, held in shares:
+        assert sorted_names(held.marquees) == sorted(share & set(left))
+        listed = [m.name for m in held.listed()]
+        assert listed == sorted((share & set(left)) | (set(everyone) - share))
     # A narrow read gives up (None: the caller reads whole) or agrees with the whole read.
     for read in (narrow, narrow_after):
         assert read is None or sorted_names(read.marquees) == left

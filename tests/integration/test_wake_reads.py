@@ -54,6 +54,9 @@ class NarrowState(StaticState):
         self.narrow_reads.append(sorted(names))
         return self.narrow
 
+    def set_share(self, owns: Callable[[str], bool] | None) -> None:
+        self.share = owns
+
     def snapshot_age(self) -> float | None:
         return None if self.last_snapshot_at is None else time.monotonic() - self.last_snapshot_at
 
