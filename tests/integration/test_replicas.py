@@ -196,3 +196,26 @@ async def test_a_running_engine_announces_itself_and_leaves_when_asked_to_stop(
         harness.engine.request_stop()
         await running
     assert await redis.zscore(REPLICAS_KEY, "runner") is None
+
+
+async def test_a_tick_reads_the_roster_again_so_a_replica_dead_since_the_last_beat_is_out(
+    redis: Redis,
+) -> None:
+    marquees = 12
+    fleet = {f"m{i}" for i in range(1, marquees + 1)}
+    phase = ScriptedPhase("only")
+    survivor = EngineHarness(redis, phase, marquees=marquees, replica_id="a", tick_interval=1.0)
+    dead = ReplicaRoster(redis, "b", ttl=1.0, timeout=1.0)
+    await dead.announce()
+    died = time.monotonic()  # b announces no more, and does not leave
+    await survivor.engine.roster.announce()
+    assert survivor.engine.roster.live == (b"a", b"b")
+    await asyncio.sleep(max(0.0, died + 0.85 - time.monotonic()))
+    await survivor.engine.roster.announce()  # a last beat that still sees b
+    assert survivor.engine.roster.live == (b"a", b"b")
+    await asyncio.sleep(max(0.0, died + 1.15 - time.monotonic()))
+    assert survivor.engine.roster.sharing  # its view is fresh, and names b
+
+    await survivor.tick()
+    assert set(phase.entered) == fleet
+    assert survivor.engine.roster.live == (b"a",)
