@@ -69,6 +69,31 @@ def _score(replica: bytes, marquee: bytes) -> int:
     return int.from_bytes(digest, "big")
 
 
+class Share:
+    """The Marquees one replica attempts among ``live``: equal for equal views, so that a reader
+    of the desired state can tell a changed share from the same one (``==``); each Marquee's
+    answer is computed once per view."""
+
+    def __init__(self, replica: bytes, live: tuple[bytes, ...]) -> None:
+        self.replica = replica
+        self.live = live
+        self._owned: dict[str, bool] = {}
+
+    def __call__(self, marquee: str) -> bool:
+        owned = self._owned.get(marquee)
+        if owned is None:
+            owned = self._owned[marquee] = rendezvous_owner(marquee, self.live) == self.replica
+        return owned
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Share):
+            return NotImplemented
+        return (self.replica, self.live) == (other.replica, other.live)
+
+    def __hash__(self) -> int:
+        return hash((self.replica, self.live))
+
+
 class ReplicaRoster:
     """This replica's view of the live replicas, kept fresh by ``keep_announcing``."""
 
@@ -88,7 +113,7 @@ class ReplicaRoster:
         self.live: tuple[bytes, ...] = ()
         self._script = redis.register_script(ANNOUNCE_SCRIPT)
         self._valid_until = 0.0
-        self._owned: dict[str, bool] = {}
+        self._share = Share(self.replica, ())
         self._reachable: bool | None = None
 
     @property
@@ -96,14 +121,15 @@ class ReplicaRoster:
         """Whether the last view is recent enough to leave other replicas' Marquees to them."""
         return self.clock() < self._valid_until and self.replica in self.live
 
+    @property
+    def share(self) -> Share | None:
+        """This replica's share while it shares the fleet with others; None alone or while not
+        sharing (every Marquee is then its own)."""
+        return self._share if self.sharing and len(self.live) > 1 else None
+
     def owns(self, marquee: str) -> bool:
         """Whether this replica should attempt ``marquee`` now (every one while not sharing)."""
-        if not self.sharing:
-            return True
-        owned = self._owned.get(marquee)
-        if owned is None:
-            owned = self._owned[marquee] = rendezvous_owner(marquee, self.live) == self.replica
-        return owned
+        return self._share(marquee) if self.sharing else True
 
     async def announce(self) -> None:
         """Say this replica is live for one ttl and read who else is; a failure leaves the view
@@ -124,7 +150,7 @@ class ReplicaRoster:
         if live != self.live:
             log.info("replicas.changed", live=len(live), includes_self=self.replica in live)
             self.live = live
-            self._owned.clear()
+            self._share = Share(self.replica, live)
 
     async def leave(self) -> None:
         """Hand this replica's Marquees to the others now rather than when its ttl runs out."""

@@ -805,6 +805,10 @@ class PostgresDesiredState:
         return validated.inventory
 
     def set_share(self, owns: Callable[[str], bool] | None) -> None:
+        if owns != self._share:
+            # A fresh memo: the next read validates the new share's rows anew rather than keep
+            # models of the last read (a whole one, say), which would pin its memory.
+            self._memo = RowMemo()
         self._share = owns
 
     async def load_marquees(self, names: Collection[str]) -> Inventory | None:

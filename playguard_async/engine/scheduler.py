@@ -161,8 +161,7 @@ class Engine:
             if isinstance(source, NarrowDesiredState):
                 # The share the roster says now: a read for it holds its rows alone. Alone
                 # (or not sharing), every Marquee is this replica's: a whole read.
-                shared = self.roster.sharing and len(self.roster.live) > 1
-                source.set_share(self.roster.owns if shared else None)
+                source.set_share(self.roster.share)
             try:
                 inventory = await source.load()
             except DesiredStateUnavailable as exc:

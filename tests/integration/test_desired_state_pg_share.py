@@ -55,6 +55,10 @@ async def test_a_read_for_a_share_holds_its_rows_as_the_whole_snapshot_says_and_
     assert {p.marquee for p in held.playgrounds} <= set(mine)
     assert {held.playground_of(chat).marquee for chat in held.agent_chats} <= set(mine)
     assert held.listed() == _listing(whole)
+    # Models of the whole read are not reused: they would keep its memory (the allocator's
+    # arenas) alive for the few a share holds.
+    models = {id(model) for model in (*whole.marquees, *whole.playgrounds, *whole.playspecs)}
+    assert not models & {id(m) for m in (*held.marquees, *held.playgrounds, *held.playspecs)}
     # What the source keeps between reads is the share's too.
     assert {row.marquee for row in source._memo.models["playgrounds"].values()} <= set(mine)
 

@@ -17,7 +17,7 @@ from structlog.testing import capture_logs
 
 from playguard_async.coordination.client import connect_redis
 from playguard_async.coordination.keys import REPLICAS_KEY
-from playguard_async.coordination.replicas import MAX_REPLICAS, ReplicaRoster
+from playguard_async.coordination.replicas import MAX_REPLICAS, ReplicaRoster, Share
 from playguard_async.engine.results import Outcome
 from playguard_async.kits.capacity import MAX_SECONDS
 from playguard_lab.process import free_port
@@ -219,3 +219,25 @@ async def test_a_tick_reads_the_roster_again_so_a_replica_dead_since_the_last_be
     await survivor.tick()
     assert set(phase.entered) == fleet
     assert survivor.engine.roster.live == (b"a",)
+
+
+async def test_a_share_is_none_alone_and_equal_while_the_live_replicas_are_the_same(
+    redis: Redis,
+) -> None:
+    first, second = roster(redis, "r1", ttl=5.0), roster(redis, "r2", ttl=5.0)
+    await first.announce()
+    assert first.share is None  # alone: every Marquee is its own, a whole read
+    await second.announce()
+    await first.announce()
+    before = first.share
+    await first.announce()
+    assert before is not None
+    assert first.share == before
+    assert {m for m in FLEET if before(m)} == share(first)
+    await second.leave()
+    await first.announce()
+    assert first.share is None
+    await second.announce()
+    await first.announce()
+    assert first.share == before  # the same view again: the same share
+    assert Share(b"r2", before.live) != before  # the same view, another replica's share
