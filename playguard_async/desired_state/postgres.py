@@ -218,6 +218,12 @@ class _ReadFailed(Exception):
         super().__init__(line)
         self.table, self.line = table, line
 
+    @classmethod
+    def of(cls, schema: str, table: str, exc: BaseException) -> _ReadFailed:
+        """A relation whose view raised ``exc`` when read."""
+        why = redacted(error_text(exc), None)
+        return cls(table, f"{schema}.{table}: cannot be read: {why}")
+
 
 _VIEW_ERROR_CLASSES = frozenset({"21", "22", "23", "2F", "38", "39", "42", "0A", "P0"})
 """SQLSTATE classes a view's own definition raises when read (cardinality, data exception,
@@ -364,7 +370,6 @@ async def _read_once(
             return rows
 
         for table in TABLES:
-            where = f"{schema}.{table.name}"
             check = checks.get(table.name)
             problems = [*(check.problems if check else ()), *failed.get(table.name, ())]
             if not problems:
@@ -374,8 +379,7 @@ async def _read_once(
                 except Exception as exc:
                     if not _view_error(exc):
                         raise
-                    raise _ReadFailed(table.name, f"{where}: cannot be read: "
-                                      f"{redacted(error_text(exc), None)}") from None  # fmt: skip
+                    raise _ReadFailed.of(schema, table.name, exc) from None
                 continue
             broken[table.name] = problems
             if check is not None and not check.keys_readable:
@@ -403,8 +407,7 @@ async def _fetch_listing(connection: asyncpg.Connection, schema: str) -> list[as
     except Exception as exc:
         if not _view_error(exc):
             raise
-        raise _ReadFailed("marquees", f"{qualified(schema, 'marquees')}: cannot be read: "
-                          f"{redacted(error_text(exc), None)}") from None  # fmt: skip
+        raise _ReadFailed.of(schema, "marquees", exc) from None
     return rows
 
 
