@@ -17,7 +17,13 @@ from typing import Any
 import asyncpg
 import yaml
 
-from playguard_async.desired_state.inventory import Inventory, InventoryError, YamlInventorySource
+from playguard_async.desired_state.inventory import (
+    INVENTORY_MAX_BYTES,
+    INVENTORY_READ_TIMEOUT,
+    Inventory,
+    InventoryError,
+    YamlInventorySource,
+)
 from playguard_async.desired_state.mapping import CATALOG_QUERY, present_columns
 from playguard_async.desired_state.pg import DEFAULT_SCHEMA, qualified
 from playguard_async.desired_state.postgres import (
@@ -48,6 +54,8 @@ async def import_inventory(
     *,
     replace: bool = False,
     schema: str = DEFAULT_SCHEMA,
+    max_bytes: int = INVENTORY_MAX_BYTES,
+    timeout: float = INVENTORY_READ_TIMEOUT,
 ) -> dict[str, int]:
     """Load ``path`` into the tables of ``schema`` in one transaction; rows written per table.
 
@@ -55,7 +63,7 @@ async def import_inventory(
     keeps in the database); with it, their rows are replaced. A relation that is a view (the
     application's rows, mapped) is refused: import writes playguard's own tables only.
     """
-    inventory = await YamlInventorySource(path).load()
+    inventory = await YamlInventorySource(path, max_bytes=max_bytes, timeout=timeout).load()
     rows = rows_of(inventory)
     async with connection.transaction():
         tables = await _written(connection, schema, rows)

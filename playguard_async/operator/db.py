@@ -21,6 +21,8 @@ from playguard_async.operator.options import CONFIG_OPTION
 if TYPE_CHECKING:
     import asyncpg
 
+    from playguard_async.settings import Settings
+
 _T = TypeVar("_T")
 
 
@@ -29,9 +31,9 @@ def db() -> None:
     """The PostgreSQL desired state: schema, import from YAML, export to YAML."""
 
 
-def _run(config: Path | None, work: Callable[[asyncpg.Connection, str], Awaitable[_T]]) -> _T:
-    """Run ``work`` on a connection to the settings' database, given playguard's schema;
-    one-line errors, exit 1."""
+def _run(config: Path | None, work: Callable[[asyncpg.Connection, Settings], Awaitable[_T]]) -> _T:
+    """Run ``work`` on a connection to the settings' database, given the settings (playguard's
+    schema is ``desired_state_schema``); one-line errors, exit 1."""
     # Imported here, not at the top: `playguard --help` loads this module (cli's lazy imports).
     from playguard_async.desired_state.inventory import InventoryError  # noqa: PLC0415
     from playguard_async.desired_state.pg import DatabaseError, PgAddress, connect, redacted  # noqa: PLC0415
@@ -48,7 +50,7 @@ def _run(config: Path | None, work: Callable[[asyncpg.Connection, str], Awaitabl
         password = settings.database_password()
         connection = await connect(address, password, timeout=settings.desired_state_timeout)
         try:
-            return await work(connection, settings.desired_state_schema)
+            return await work(connection, settings)
         except DatabaseError:
             raise
         except InventoryError:
@@ -77,7 +79,8 @@ def migrate(config: Path | None) -> None:
     """Apply the schema migrations the database lacks (one transaction; safe to run again)."""
     from playguard_async.desired_state import schema as migrations  # noqa: PLC0415 - asyncpg
 
-    async def work(connection: asyncpg.Connection, schema: str) -> str:
+    async def work(connection: asyncpg.Connection, settings: Settings) -> str:
+        schema = settings.desired_state_schema
         applied = await migrations.migrate(connection, schema)
         version = await migrations.schema_version(connection, schema)
         if not applied:
@@ -96,8 +99,17 @@ def import_(file: Path, replace: bool, config: Path | None) -> None:
     """Load the YAML inventory FILE into the database: one transaction, all or nothing."""
     from playguard_async.desired_state.transfer import import_inventory  # noqa: PLC0415
 
-    async def work(connection: asyncpg.Connection, schema: str) -> dict[str, int]:
-        return await import_inventory(connection, file, replace=replace, schema=schema)
+    async def work(connection: asyncpg.Connection, settings: Settings) -> dict[str, int]:
+        # Bounded as the daemon bounds the file: a fleet's inventory past the default is
+        # imported with the inventory_max_bytes it is run with.
+        return await import_inventory(
+            connection,
+            file,
+            replace=replace,
+            schema=settings.desired_state_schema,
+            max_bytes=settings.inventory_max_bytes,
+            timeout=settings.inventory_read_timeout,
+        )
 
     counts = _run(config, work)
     click.echo("imported " + ", ".join(f"{count} {table}" for table, count in counts.items()))
@@ -113,7 +125,9 @@ def export(output: Path | None, config: Path | None) -> None:
     """Write the database's desired state as a YAML inventory."""
     from playguard_async.desired_state.transfer import export_inventory  # noqa: PLC0415
 
-    text = _run(config, export_inventory)
+    text = _run(config, lambda connection, settings: export_inventory(
+        connection, settings.desired_state_schema
+    ))  # fmt: skip
     if output is None:
         click.echo(text, nl=False)
     else:
@@ -127,7 +141,9 @@ def check(config: Path | None) -> None:
     problem, exit status 1 when there is any."""
     from playguard_async.desired_state.check import check_mapping  # noqa: PLC0415 - asyncpg
 
-    problems, summary = _run(config, check_mapping)
+    problems, summary = _run(config, lambda connection, settings: check_mapping(
+        connection, settings.desired_state_schema
+    ))  # fmt: skip
     for line in problems:
         click.echo(line)
     if problems:

@@ -98,3 +98,27 @@ def test_commands_that_read_the_desired_state_fail_in_one_line_when_it_is_out_of
     assert_one_line_error(done, "postgresql://playguard@127.0.0.1:")
     assert expected in done.stderr
     assert password not in done.stderr + done.stdout
+
+
+@pytest.mark.parametrize(("limit", "imported"), [(1_000, False), (64 << 20, True)])
+def test_import_is_bounded_by_the_daemons_inventory_max_bytes(
+    postgres: LabDatabase, tmp_path: Path, limit: int, imported: bool
+) -> None:
+    """A fleet's inventory larger than the default bound (8 MiB) is imported with the bound
+    the daemon runs with; past the bound set, one line names it and nothing is written."""
+    source = write_inventory(tmp_path, full_document())
+    size = source.stat().st_size
+    assert 1_000 < size < 64 << 20
+    settings = {"PLAYGUARD_INVENTORY_MAX_BYTES": str(limit)}
+
+    playguard_with(postgres, "db", "migrate")
+    done = playguard_with(postgres, "db", "import", str(source), settings=settings)
+    exported = playguard_with(postgres, "db", "export")
+
+    if imported:
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.startswith("imported 3 marquees")
+    else:
+        assert_one_line_error(done, f"{source}: cannot read inventory: {size} bytes, more than "
+                              f"the limit of {limit}")  # fmt: skip
+        assert "name:" not in exported.stdout  # nothing written

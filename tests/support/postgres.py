@@ -6,7 +6,7 @@ import asyncio
 import os
 import secrets
 import subprocess
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,11 +69,17 @@ async def migrated_fleet(postgres: LabDatabase, inventory: Path) -> asyncpg.Conn
 
 
 def playguard_with(
-    database: LabDatabase, *args: str, password: str | None = None, url: str | None = None
+    database: LabDatabase,
+    *args: str,
+    password: str | None = None,
+    url: str | None = None,
+    settings: Mapping[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """The installed ``playguard`` with ``database`` as its desired state (password in the
-    environment, as an operator's would be) and no other settings of ours."""
+    environment, as an operator's would be) and no other settings of ours but ``settings``
+    (environment variables)."""
     env = {key: value for key, value in os.environ.items() if not key.startswith("PLAYGUARD_")}
+    env.update(settings or {})
     env["PLAYGUARD_DESIRED_STATE"] = url or database.url
     env["PLAYGUARD_DESIRED_STATE_PASSWORD"] = password or database.password
     env["PLAYGUARD_REDIS_URL"] = f"redis://127.0.0.1:{free_port()}/0"
