@@ -374,13 +374,15 @@ class Engine:
         never two cycles of one Marquee at once in one replica)."""
         if self.stopping.is_set():
             return []
-        inventory = await self._wake_inventory(names)
+        # Every replica hears every notification; each reads the rows of its own share only.
+        mine = sorted(name for name in names if self.roster.owns(name))
+        inventory = await self._wake_inventory(mine) if mine else None
         if inventory is None:
             return []
         started, following = [], []
-        for name in sorted(names):
+        for name in mine:
             marquee, source = self._newest(name, inventory)
-            if marquee is None or not (marquee.runs_cycles and self.roster.owns(name)):
+            if marquee is None or not marquee.runs_cycles:
                 continue
             if name in self.cycles:
                 self._follow_ups.add(name)

@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable, Collection
 
 from redis.asyncio import Redis
 
+from playguard_async.coordination.replicas import ReplicaRoster
 from playguard_async.desired_state.inventory import Inventory
 from playguard_async.engine.scheduler import TICK_READ_WAIT
 from playguard_async.phases.protocol import PhaseContext
@@ -128,3 +129,27 @@ async def test_a_source_that_gives_up_a_narrow_read_is_read_whole(redis: Redis) 
     assert harness.engine.inventory is not None
     assert harness.engine.inventory.marquee("m1").host == "10.0.9.9"
     assert harness.engine._woken == {}
+
+
+async def test_a_replica_reads_and_cycles_only_the_woken_marquees_of_its_share(
+    redis: Redis,
+) -> None:
+    fleet = {f"m{n}": f"10.0.0.{n}" for n in range(1, 21)}
+    state = NarrowState(_with_hosts(fleet))
+    state.narrow = _with_hosts(fleet)
+    harness = EngineHarness(redis, ScriptedPhase("noop"), state=state, replica_id="a")
+    engine = harness.engine
+    other = ReplicaRoster(redis, "b", ttl=30.0, timeout=1.0)
+    await other.announce()
+    await engine.roster.announce()
+    await engine.load_inventory()
+    mine = sorted(name for name in fleet if engine.roster.owns(name))
+    assert 0 < len(mine) < len(fleet)
+
+    started = await engine.wake(set(fleet))
+    none_of_mine = await engine.wake(set(fleet) - set(mine))
+
+    assert state.narrow_reads == [mine]
+    assert sorted(r.marquee for r in await asyncio.gather(*started)) == mine
+    assert none_of_mine == []
+    await other.leave()
