@@ -144,11 +144,12 @@ class ReplicaRoster:
             return
         if self._reachable is False:
             log.info("replicas.reachable")
-        self._reachable = True
+        first, self._reachable = self._reachable is None, True
         self._valid_until = sent + self.ttl
         live = tuple(sorted(member for member in members if isinstance(member, bytes)))
         if live != self.live:
-            log.info("replicas.changed", live=len(live), includes_self=self.replica in live)
+            if not first:  # the first view is no change: the engine's start line tells it
+                log.info("replicas.changed", live=len(live), includes_self=self.replica in live)
             self.live = live
             self._share = Share(self.replica, live)
 

@@ -262,6 +262,7 @@ class Engine:
             replica=self.settings.replica_id,
             phases=self.phase_names,
             slots=self.slots,
+            live_replicas=len(self.roster.live),
             waiting_for_desired_state=self.waiting_for_desired_state,
         )
         try:
