@@ -51,6 +51,10 @@ TICK_READ_WAIT = 0.05
 """Seconds a tick waits for the desired-state read it starts before it goes on with the state in
 force: no read may hold up the tick (or the loop) longer than this."""
 
+TICK_ROSTER_WAIT = 0.05
+"""The part of a tick that a tick waits at most for the roster's answer (``_tick_roster``): a Redis
+slow or gone holds up the tick's start by a twentieth of it (3 s of the default 60 s)."""
+
 
 class CycleCancelled(Exception):
     """A second stop request cancelled a cycle run by ``Engine.run_one`` in the middle of a phase;
@@ -228,12 +232,15 @@ class Engine:
 
     async def _tick_roster(self) -> None:
         """Read who is live (announcing this replica too) as the tick starts, waiting for it at
-        most ``TICK_READ_WAIT``. A replica dead since is then out of this tick's share and of
-        the read it starts, not only after the next heartbeat: its Marquees are taken over at
-        the second tick start after its death at the latest (its announcement lasts a tick)."""
+        most ``TICK_ROSTER_WAIT`` of a tick. A replica dead since is then out of this tick's
+        share and of the read it starts, not only after the next heartbeat: its Marquees are
+        taken over at the second tick start after its death at the latest (its announcement
+        lasts a tick). Redis answers in milliseconds, but not within ``TICK_READ_WAIT`` on a
+        loaded machine (8 replicas and PostgreSQL on 2 cores: a third tick start)."""
         if self._tick_announce is None or self._tick_announce.done():
             self._tick_announce = asyncio.create_task(self.roster.announce(), name="replicas:tick")
-        await asyncio.wait([self._tick_announce], timeout=TICK_READ_WAIT)
+        wait = max(TICK_READ_WAIT, TICK_ROSTER_WAIT * self.settings.tick_interval)
+        await asyncio.wait([self._tick_announce], timeout=wait)
 
     async def _read_in_background(self) -> None:
         """``load_inventory`` with a state in force: it keeps it and logs, never raises."""
