@@ -69,6 +69,7 @@ from typing import Any
 import aiohttp
 import asyncpg
 from code_versions import git_output, versions
+from lab_database import create_database, import_inventory, run_import
 
 from playguard_lab import Lab, PostgresServer
 from playguard_lab.origin import compose_file
@@ -151,25 +152,6 @@ def settings_file(directory: Path, lab: Lab, database_url: str, password: str, t
         'log_level = "debug"\n'
     )
     return path
-
-
-def setup_child(database_url: str, inventory: Path) -> None:
-    """Migrate the database and import ``inventory``, with the code ``PYTHONPATH`` names: each
-    version reads a schema its own migrations made."""
-    from playguard_async.desired_state.pg import PgAddress, connect, password_from  # noqa: PLC0415
-    from playguard_async.desired_state.schema import migrate  # noqa: PLC0415
-    from playguard_async.desired_state.transfer import import_inventory  # noqa: PLC0415
-
-    async def load() -> None:
-        password = password_from(os.environ["LATENCY_PG_PASSWORD"], None)
-        connection = await connect(PgAddress.parse(database_url), password, timeout=30)
-        try:
-            await migrate(connection)
-            await import_inventory(connection, inventory)
-        finally:
-            await connection.close()
-
-    asyncio.run(load())
 
 
 # ---- the daemon and its log --------------------------------------------------------------------
@@ -339,20 +321,6 @@ async def background(work: Coroutine[Any, Any, None]) -> AsyncIterator[None]:
             await task  # raises what ended it early, if anything did
 
 
-async def create_database(server: PostgresServer, name: str) -> str:
-    admin = await asyncpg.connect(server.url_of("postgres"), password=server.password)
-    try:
-        await admin.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await admin.close()
-    connection = await asyncpg.connect(server.url_of(name), password=server.password)
-    try:
-        await connection.execute("CREATE EXTENSION pg_stat_statements")
-    finally:
-        await connection.close()
-    return server.url_of(name)
-
-
 async def full_reads(connection: asyncpg.Connection) -> int:
     """Calls of the SELECT that reads every row of ``marquees`` (a whole snapshot's read),
     since the last reset: a read of only what changed would filter it."""
@@ -426,13 +394,8 @@ class Measurement:
         fleet = self.args.fleet if self.mode == "load" else 0
         inventory = await asyncio.to_thread(prepare, self.lab, directory, fleet)
         server = self.server
-        url = await create_database(server, directory.name)
-        env = {**os.environ, "PYTHONPATH": str(self.code), "LATENCY_PG_PASSWORD": server.password}
-        setup = await asyncio.create_subprocess_exec(
-            sys.executable, __file__, "--setup", url, str(inventory), env=env
-        )
-        if await setup.wait():
-            raise SystemExit(f"{self.label}: the database could not be set up (above)")
+        url = await create_database(server, directory.name, extensions=["pg_stat_statements"])
+        await asyncio.to_thread(run_import, __file__, server, url, inventory, self.code)
         config = settings_file(directory, self.lab, url, server.password, self.args.tick)
         log = DaemonLog(directory / "daemon.log")
         async with contextlib.AsyncExitStack() as stack:
@@ -655,7 +618,7 @@ def main() -> None:
     parser.add_argument("--setup", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.setup:
-        setup_child(args.setup[0], Path(args.setup[1]))
+        import_inventory(args.setup[0], Path(args.setup[1]))
         return
     if args.short:
         args.changes, args.warmup = 8, 1

@@ -6,8 +6,10 @@ Playgrounds per Marquee, as ``inventory_load.py`` writes it), with the seven bui
 replaced by ``dispatch.py``'s no-op ones. So the roster's heartbeats, the rendezvous split, the tick
 grid and its start spread (``tick_jitter``) are the daemon's own; only the hosts are missing.
 
-Every replica reads its inventory and announces itself, then all start together (each keeps
-announcing while it waits, so each sees the others from its first tick). Each replica wraps its
+Every replica announces itself until it sees all N live, then reads its desired state, and then all
+start together (each keeps announcing while it waits, so each sees the others from its first
+tick): a replica that read before it saw the others would read as one alone does (below). Each
+replica wraps its
 engine's ``tick`` to account per tick for the cycles that tick started (one lock tried each, so
 they are the replica's attempts), their outcomes, the process's CPU from the tick's start until its
 last cycle ended, and its RSS and peak RSS (``VmHWM``) then. The parent reads those, and Redis's
@@ -17,12 +19,27 @@ last cycle ended, and its RSS and peak RSS (``VmHWM``) then. The parent reads th
   ended other than ``ok`` (``locked``: another replica held the lock), by outcome;
 - the longest the replica's event loop was held at once while a tick's cycles ran (a 10 ms
   ticker): a held loop lets a Redis call outlast ``redis_socket_timeout`` with its answer unread;
-- CPU seconds per tick, RSS after the inventory read and after the ticks, peak RSS;
+- the Marquees whose records it holds after its first read, and that read's seconds;
+- CPU seconds per tick, RSS after the first read and after the ticks, peak RSS;
 - the fleet's time to be fully cycled (every Marquee one ``ok`` cycle started by that tick), from
   the tick's start, in the first tick and in the last one measured (goal at the largest replica
   count: every Marquee cycled within every tick);
 - Redis's CPU per tick (``used_cpu_sys`` + ``used_cpu_user``) and memory (``used_memory``,
-  ``used_memory_rss``) at the end of the last tick.
+  ``used_memory_rss``) at the end of the last tick; with PostgreSQL, its CPU (its process tree's,
+  from ``/proc``) during the first reads and per tick.
+
+``--source``: where the replicas read the desired state. ``yaml`` (the default): the generated
+inventory file, read whole by every replica. ``postgres``: the lab's PostgreSQL (one server for the
+run, the inventory imported once per fleet size into a database of its own, the replicas' settings
+pointing at it: ``desired_state``, ``desired_state_password_file``); a replica that shares the fleet
+reads only its share's rows and a listing of the others (README, "The desired state in
+PostgreSQL"), and writes each cycle's observed state back, as the daemon does. The LISTEN
+connection is not started (the service starts it, not the engine), and nothing changes the
+desired state during the run.
+
+``--share-baseline``: after the replica counts, one replica alone at a fleet of ``--fleet`` / the
+largest count, and its memory side by side with each replica of that count (issue 29's goal: RSS
+per replica at 100,000 Marquees / 8 replicas within 1.5x of one replica alone at 12,500).
 
 Kill scenario (at ``--kill-at`` replicas, after its measured ticks, once the fleet has been fully
 cycled): one replica is SIGKILLed between two ticks; printed is how long, and how many tick starts,
@@ -33,18 +50,20 @@ see that at their next heartbeat). The kill comes right after the fleet's cycle,
 
     .venv/bin/python bench/fleet_simulation.py [--short] [--fleet 100000] [--replicas 1,2,4,8]
         [--tick 60] [--ticks 3] [--kill-at 8] [--kill-delay 0] [--jitter 0.1]
+        [--source yaml|postgres] [--share-baseline]
 
 ``--short``: 10,000 Marquees, 1, 2 and 4 replicas, a 10 s tick, 2 ticks, the kill at 4
-(``scripts/bench.sh`` runs it). Each replica reads the whole inventory, so the full mode needs
-memory for 8 of them: bench/README.md ("Fleet simulation") has its figures, wall time included.
-Starts its own redis-server from the lab on an ephemeral loopback port; writes under a temporary
-directory. Never part of the tests.
+(``scripts/bench.sh`` runs it). From YAML each replica reads the whole inventory, so the full mode
+needs memory for 8 of them: bench/README.md ("Fleet simulation") has its figures, wall time
+included. Starts its own redis-server (and PostgreSQL) from the lab on ephemeral loopback ports;
+writes under a temporary directory. Never part of the tests.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -65,6 +84,7 @@ from dispatch import NoOpPhase, rss_mib
 from inventory_load import write_inventory
 from redis import Redis
 
+from playguard_async.coordination.replicas import ReplicaRoster
 from playguard_async.desired_state.inventory import INVENTORY_MAX_BYTES
 from playguard_async.engine.observer import Unobserved
 from playguard_async.engine.results import CycleResult, Outcome
@@ -73,18 +93,23 @@ from playguard_async.phases.protocol import BUILTIN_PHASES
 from playguard_async.service.logs import configure_logging
 from playguard_async.service.wiring import build_engine, stopping_on_signals
 from playguard_async.settings import Settings
-from playguard_lab import RedisServer
+from playguard_lab import PostgresServer, RedisServer
+from playguard_lab.process import tree_cpu_seconds
 
 GO_KEY = "bench:fleet_simulation:go"
 READY_KEY = "bench:fleet_simulation:ready"
+ANNOUNCE_POLL = 0.05
+"""Seconds between a starting replica's announcements while it waits for the others to be live."""
 FIELDS = 4
 """Numbers stored per cycle in a tick's results file: Marquee index, begun, finished (wall-clock
 seconds), 1.0 if ``ok``."""
 POLL = 0.1
-STALL_TICKER = 0.01
 """Seconds between the parent's looks at the replicas' journals."""
+STALL_TICKER = 0.01
 KILL_WATCH_TICKS = 5
 """Ticks after the kill the parent waits for the dead replica's share before giving up."""
+READ_TIMEOUT = 600.0
+"""``inventory_read_timeout`` and ``desired_state_timeout`` of the replicas."""
 
 
 # -- the replica (a child process) -------------------------------------------------------------
@@ -201,28 +226,18 @@ class TickJournal:
         )
 
 
-def replica_settings(
-    name: str, inventory: Path, redis_url: str, *, tick: float, jitter: float
-) -> Settings:
-    """The daemon's default settings but the tick, and an inventory size and read time that fit
-    the fleet, as its operator would set them."""
-    return Settings.model_validate(
-        {
-            "inventory": inventory,
-            "redis_url": redis_url,
-            "replica_id": name,
-            "tick_interval": tick,
-            "tick_jitter": jitter,
-            "log_level": "warning",
-            # The defaults fit 10,000 Marquees; 8 replicas reading 100,000 at once on two cores
-            # outlast the default read timeout (bench/README.md, "Fleet simulation").
-            "inventory_max_bytes": max(INVENTORY_MAX_BYTES, 2 * inventory.stat().st_size),
-            "inventory_read_timeout": 600.0,
-        }
-    )
+async def announce_until_live(roster: ReplicaRoster, replicas: int) -> None:
+    """Announce this replica until the roster shows ``replicas`` live: a replica that reads the
+    desired state before it sees the others reads it whole (PostgreSQL; YAML always does), as
+    one started alone would, and keeps the memory of the whole fleet for long after."""
+    while True:
+        await roster.announce()
+        if len(roster.live) >= replicas:
+            return
+        await asyncio.sleep(ANNOUNCE_POLL)
 
 
-async def replica(settings: Settings, rundir: Path) -> None:
+async def replica(settings: Settings, rundir: Path, replicas: int) -> None:
     """One replica as the daemon runs one, until SIGTERM."""
     name, tick = settings.replica_id, settings.tick_interval
     observer = ShareObserver()
@@ -231,8 +246,15 @@ async def replica(settings: Settings, rundir: Path) -> None:
     journal = TickJournal(engine, observer, name, rundir)
     redis = engine.redis
     try:
-        await engine.load_inventory()
-        journal.write("loaded")
+        await announce_until_live(engine.roster, replicas)
+        started = time.monotonic()
+        inventory = await engine.load_inventory()
+        journal.write(
+            "loaded",
+            read_s=time.monotonic() - started,
+            held=len(inventory.marquees),
+            shared=engine.roster.share is not None,
+        )
         await engine.roster.announce()
         await redis.incr(READY_KEY)
         announced = time.monotonic()
@@ -295,13 +317,92 @@ class RedisSample:
 
 @dataclass
 class FleetRun:
-    """What one replica count's run left: per replica its journal, per tick Redis's figures."""
+    """What one replica count's run left: per replica its journal, per tick Redis's figures (and
+    PostgreSQL's CPU, when the replicas read it)."""
 
     replicas: int
+    fleet: int
     children: list[Child]
+    alone: bool = False
+    """The ``--share-baseline`` run: one replica, alone with the fleet a replica's share is."""
     redis_cpu: dict[int, float] = field(default_factory=dict)
     redis_end: RedisSample | None = None
+    pg_cpu: dict[int, float] = field(default_factory=dict)
+    pg_read_cpu: float = 0.0
+    """PostgreSQL's CPU from the replicas' start until every one had read its desired state."""
     kill: dict[str, Any] | None = None
+
+    @property
+    def label(self) -> str:
+        return f"1@{self.fleet}" if self.alone else str(self.replicas)
+
+
+@dataclass
+class Source:
+    """Where the replicas of one fleet size read their desired state: the generated YAML
+    inventory, or (``--source postgres``) a database of the lab's PostgreSQL it was imported
+    into, once per fleet size."""
+
+    workdir: Path
+    inventory: Path
+    postgres: PostgresServer | None = None
+    database: str | None = None
+    """The database's URL (no password: the replicas read it from ``password_file``)."""
+    password_file: Path | None = None
+
+    @classmethod
+    def prepare(cls, fleet: int, workdir: Path, postgres: PostgresServer | None) -> Source:
+        # In a process of its own: dumping the inventory takes many times its size in memory
+        # (bench/README.md, "Dispatch"), which would stay in this process's heap, and in its
+        # children's ru_maxrss, for the whole run. So does the import, for the same reason.
+        command = [sys.executable, __file__, "--write-inventory", str(workdir), str(fleet)]
+        written = subprocess.run(command, check=True, capture_output=True, text=True)
+        inventory = Path(written.stdout.strip())
+        if postgres is None:
+            return cls(workdir, inventory)
+        # Here: a replica, which imports this module, loads asyncpg only to read PostgreSQL.
+        from lab_database import create_database, run_import  # noqa: PLC0415
+
+        url = asyncio.run(create_database(postgres, f"fleet_{fleet}"))
+        run_import(__file__, postgres, url, inventory, ROOT)
+        password_file = workdir / "pg-password"
+        password_file.write_text(postgres.password + "\n")
+        password_file.chmod(0o600)
+        return cls(workdir, inventory, postgres, url, password_file)
+
+    def replica_settings(self, args: argparse.Namespace, redis_url: str) -> dict[str, Any]:
+        """Every replica's settings but its name: the daemon's defaults but the tick, and an
+        inventory size and read time that fit the fleet, as its operator would set them."""
+        settings: dict[str, Any] = {
+            "inventory": str(self.inventory),
+            "redis_url": redis_url,
+            "tick_interval": args.tick,
+            "tick_jitter": args.jitter,
+            "log_level": "warning",
+            # The defaults fit 10,000 Marquees; 8 replicas reading 100,000 at once on two cores
+            # outlast the default read timeout (bench/README.md, "Fleet simulation").
+            "inventory_max_bytes": read_bound(self.inventory),
+            "inventory_read_timeout": READ_TIMEOUT,
+        }
+        if self.database is not None:
+            settings |= {
+                "desired_state": self.database,
+                "desired_state_password_file": str(self.password_file),
+                # Connecting and reading one snapshot (10 s by default): 8 replicas each
+                # reading the fleet's listing and their share at once share two cores with
+                # PostgreSQL; a replica out of time at its first read would have no state.
+                "desired_state_timeout": READ_TIMEOUT,
+            }
+        return settings
+
+    def postgres_cpu(self) -> float:
+        """PostgreSQL's CPU seconds so far, its backends' included (0 without it)."""
+        return tree_cpu_seconds(self.postgres.pid or 0) if self.postgres is not None else 0.0
+
+
+def read_bound(inventory: Path) -> int:
+    """``inventory_max_bytes`` for ``inventory``: the file, or its rows as text, with room."""
+    return max(INVENTORY_MAX_BYTES, 2 * inventory.stat().st_size)
 
 
 def first_ok(
@@ -332,32 +433,24 @@ def wait_for(what: str, ready: Any, timeout: float) -> None:
         time.sleep(POLL)
 
 
-def run_fleet(
-    args: argparse.Namespace, replicas: int, inventory: Path, server: RedisServer, workdir: Path
-) -> FleetRun:
+def run_fleet(args: argparse.Namespace, run: FleetRun, source: Source, server: RedisServer) -> None:
+    """Start ``run``'s replicas on ``source``, measure their ticks (and the kill), stop them."""
+    replicas, fleet, children = run.replicas, run.fleet, run.children
     redis = Redis.from_url(server.url)
     redis.flushall()
-    rundir = workdir / f"replicas-{replicas}"
+    rundir = source.workdir / f"replicas-{run.label}"
     rundir.mkdir()
-    children = []
+    settings = rundir / "settings.json"
+    settings.write_text(json.dumps(source.replica_settings(args, server.url)))
+    pg_cpu = source.postgres_cpu()
     for n in range(1, replicas + 1):
         name = f"r{n}"
-        command = [
-            sys.executable,
-            __file__,
-            "--child",
-            name,
-            str(inventory),
-            server.url,
-            str(rundir),
-            str(args.tick),
-            str(args.jitter),
-        ]
+        command = [sys.executable, __file__, "--child", name, str(settings), str(rundir)]
+        command.append(str(replicas))
         # This checkout's package, whatever the installed one is (as ``code_versions`` runs it).
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         process = subprocess.Popen(command, stdout=subprocess.DEVNULL, env=env)
         children.append(Child(name, process, rundir / f"{name}.jsonl"))
-    run = FleetRun(replicas, children)
 
     def alive() -> list[Child]:
         for child in children:
@@ -368,41 +461,44 @@ def run_fleet(
     def all_ended(tick: int) -> bool:
         return all(tick in child.ticks() for child in alive())
 
-    # Every replica reads the whole inventory at once, on two cores shared by all.
+    # Every replica reads its desired state at once, on two cores shared by all.
     def all_ready() -> bool:
         return bool(alive()) and int(redis.get(READY_KEY) or 0) == replicas
 
-    wait_for("every replica's inventory", all_ready, timeout=120 + 30 * replicas * args.fleet / 1e4)
-    go = time.time()
-    redis.set(GO_KEY, repr(go))
     last = args.ticks - 1
     try:
+        timeout = 120 + 30 * replicas * fleet / 1e4
+        wait_for("every replica's desired state", all_ready, timeout=timeout)
+        run.pg_read_cpu = source.postgres_cpu() - pg_cpu
+        go = time.time()
+        redis.set(GO_KEY, repr(go))
         for tick in range(args.ticks):
             time.sleep(max(0.0, go + tick * args.tick - time.time()))
-            start = RedisSample.take(redis)
+            start, pg_cpu = RedisSample.take(redis), source.postgres_cpu()
             wait_for(f"tick {tick}", partial(all_ended, tick), timeout=args.tick * 10)
             end = RedisSample.take(redis)
+            run.pg_cpu[tick] = source.postgres_cpu() - pg_cpu
             run.redis_cpu[tick] = end.cpu - start.cpu
             run.redis_end = end
-        if replicas == args.kill_at:
-            run.kill = kill_one(args, children, alive, all_ended, last)
+        if replicas == args.kill_at and not run.alone:
+            run.kill = kill_one(args, run, alive, all_ended, last)
     finally:
         for child in alive():
             child.process.send_signal(signal.SIGTERM)
         for child in children:
             child.process.wait(timeout=120)
         redis.close()
-    return run
 
 
 def kill_one(
-    args: argparse.Namespace, children: list[Child], alive: Any, all_ended: Any, last: int
+    args: argparse.Namespace, run: FleetRun, alive: Any, all_ended: Any, last: int
 ) -> dict[str, Any]:
     """SIGKILL the last replica between two ticks, once the fleet has been cycled, and follow the
     survivors' ticks until every Marquee has had an ``ok`` cycle begun after the kill."""
+    children, fleet = run.children, run.fleet
     cycled = len(first_ok(children, list(range(last + 1))))
-    if cycled < args.fleet:
-        return {"skipped": f"fleet not fully cycled ({cycled}/{args.fleet})"}
+    if cycled < fleet:
+        return {"skipped": f"fleet not fully cycled ({cycled}/{fleet})"}
     victim = children[-1]
     time.sleep(args.kill_delay)
     killed_at = time.time()
@@ -413,7 +509,7 @@ def kill_one(
     for tick in range(last + 1, last + 1 + KILL_WATCH_TICKS):
         wait_for(f"tick {tick} after the kill", partial(all_ended, tick), timeout=args.tick * 10)
         covered = first_ok(survivors, list(range(last + 1, tick + 1)), after=killed_at)
-        if len(covered) == args.fleet:
+        if len(covered) == fleet:
             starts = [min(c.ticks()[k]["started"] for c in survivors) for k in range(tick + 1)]
             views = [
                 sorted({c.ticks()[k]["live"] for c in survivors}) for k in range(last, tick + 1)
@@ -437,129 +533,239 @@ def kill_one(
 # -- the report ----------------------------------------------------------------------------------
 
 
-def fleet_cycled(run: FleetRun, fleet: int, tick: int) -> tuple[float, int]:
+def fleet_cycled(run: FleetRun, tick: int) -> tuple[float, int]:
     """Seconds from the tick's first start until every Marquee had an ``ok`` cycle it started, and
     how many had one (the seconds are NaN unless all did)."""
     ended = first_ok(run.children, [tick])
     start = min(child.ticks()[tick]["started"] for child in run.children)
-    if len(ended) < fleet:
+    if len(ended) < run.fleet:
         return float("nan"), len(ended)
     return max(finished for _, finished in ended.values()) - start, len(ended)
 
 
+def loaded(child: Child) -> dict[str, Any]:
+    """The replica's journal line written after its first read of the desired state."""
+    return next(event for event in child.events() if event["event"] == "loaded")
+
+
 def report(args: argparse.Namespace, runs: list[FleetRun], load: tuple[float, ...]) -> None:
-    first, last = 0, args.ticks - 1
+    last = args.ticks - 1
     print(
-        f"fleet {args.fleet} Marquees x 5 Playgrounds, no-op phases; tick {args.tick:g} s, "
-        f"tick_jitter {args.jitter:g}, {args.ticks} ticks per replica count; first tick t0, "
-        f"last t{last}; load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}, "
-        f"{os.cpu_count()} cores"
+        f"fleet {args.fleet} Marquees x 5 Playgrounds, desired state from {args.source}, no-op "
+        f"phases; tick {args.tick:g} s, tick_jitter {args.jitter:g}, {args.ticks} ticks per "
+        f"replica count; first tick t0, last t{last}; load average {load[0]:.1f} {load[1]:.1f} "
+        f"{load[2]:.1f}, {os.cpu_count()} cores"
     )
     print()
+    share_met = report_replicas(args, runs)
+    print()
+    every_tick = report_fleet(args, runs)
+    print()
+    for label, worst in share_met.items():
+        print(
+            f"goal: attempts per replica within 10 % of fleet/N in every tick, {label} "
+            f"replicas: worst {worst:.1%}: {'met' if worst <= 0.10 else 'NOT met'}"
+        )
+    largest = max((run for run in runs if not run.alone), key=lambda run: run.replicas)
     print(
-        f"{'replicas':>8} {'replica':>7} {'attempts t0':>11} {f'attempts t{last}':>11} "
-        f"{'vs 1/N':>7} {'not ok':>6} {'stall s':>7} {'cpu t0 s':>8} {f'cpu t{last} s':>8} "
-        f"{'rss load':>8} {'rss end':>8} {'peak':>8}"
+        f"goal: every Marquee cycled every tick at {largest.replicas} replicas: "
+        f"{'met' if every_tick[largest.label] else 'NOT met'}"
     )
-    share_met: dict[int, float] = {}
-    not_ok: dict[int, Counter[str]] = {}
     for run in runs:
-        share = args.fleet / run.replicas
+        if run.kill is not None:
+            report_kill(args, run, run.kill)
+    alone = next((run for run in runs if run.alone), None)
+    if alone is not None:
+        print()
+        report_memory(args, largest, alone)
+
+
+def report_replicas(args: argparse.Namespace, runs: list[FleetRun]) -> dict[str, float]:
+    """Per replica: its share, outcomes, stalls, CPU and memory; the worst share off 1/N, per
+    run."""
+    first, last = 0, args.ticks - 1
+    print(
+        f"{'replicas':>8} {'replica':>7} {'held':>7} {'read s':>6} {'attempts t0':>11} "
+        f"{f'attempts t{last}':>11} {'vs 1/N':>7} {'not ok':>6} {'stall s':>7} "
+        f"{'cpu t0 s':>8} {f'cpu t{last} s':>8} {'rss read':>8} {'rss end':>8} {'peak':>8}"
+    )
+    share_met: dict[str, float] = {}
+    not_ok: dict[str, Counter[str]] = {}
+    for run in runs:
+        share = run.fleet / run.replicas
         worst = 0.0
-        not_ok[run.replicas] = Counter()
+        not_ok[run.label] = Counter()
         for child in run.children:
-            ticks = child.ticks()
-            loaded = next(e for e in child.events() if e["event"] == "loaded")
+            ticks, read = child.ticks(), loaded(child)
             measured = [ticks[k] for k in range(args.ticks)]
             worst = max(worst, *(abs(t["attempts"] - share) / share for t in measured))
             outcomes = sum((Counter(t["outcomes"]) for t in measured), Counter[str]())
             outcomes.pop("ok", None)
-            not_ok[run.replicas] += outcomes
+            not_ok[run.label] += outcomes
             end = measured[-1]
             print(
-                f"{run.replicas:>8} {child.name:>7} {ticks[first]['attempts']:>11} "
-                f"{ticks[last]['attempts']:>11} "
+                f"{run.label:>8} {child.name:>7} {read['held']:>7} {read['read_s']:>6.1f} "
+                f"{ticks[first]['attempts']:>11} {ticks[last]['attempts']:>11} "
                 f"{end['attempts'] / share - 1:>+7.1%} {outcomes.total():>6} "
                 f"{max(t['stall'] for t in measured):>7.2f} "
                 f"{ticks[first]['tick_cpu']:>8.2f} {ticks[last]['tick_cpu']:>8.2f} "
-                f"{loaded['rss']:>8.0f} {end['rss']:>8.0f} {end['hwm']:>8.0f}"
+                f"{read['rss']:>8.0f} {end['rss']:>8.0f} {end['hwm']:>8.0f}"
             )
-        share_met[run.replicas] = worst
+        share_met[run.label] = worst
     print(
-        "(attempts: locks tried; vs 1/N: the last tick's against fleet/N; not ok: cycles of all "
-        "measured ticks that ended otherwise; stall: the longest the event loop was held at once "
-        "while a tick's cycles ran; cpu: the process's from the tick's start to its last "
-        "cycle's end; memory in MiB: VmRSS after the inventory read and after the last tick, "
-        "peak VmHWM)"
+        "(replicas 1@F: one replica alone at a fleet of F; held: Marquees whose records the "
+        "replica holds after its first read, the others only listed; read: that read's "
+        "seconds; attempts: locks tried; vs 1/N: the last tick's against fleet/N; not ok: "
+        "cycles of all measured ticks that ended otherwise; stall: the longest the event loop "
+        "was held at once while a tick's cycles ran; cpu: the process's from the tick's start "
+        "to its last cycle's end; memory in MiB: VmRSS after the first read and after the last "
+        "tick, peak VmHWM)"
     )
-    for replicas, outcomes in not_ok.items():
+    for label, outcomes in not_ok.items():
         if outcomes:
             counts = ", ".join(f"{outcome} {count}" for outcome, count in outcomes.most_common())
-            print(f"not ok at {replicas} replicas, all measured ticks: {counts}")
-    print()
+            print(f"not ok at {label} replicas, all measured ticks: {counts}")
+    return share_met
+
+
+def report_fleet(args: argparse.Namespace, runs: list[FleetRun]) -> dict[str, bool]:
+    """Per run: when the fleet was cycled, Redis's (and PostgreSQL's) CPU; whether every
+    Marquee was cycled within every tick."""
+    first, last = 0, args.ticks - 1
+    postgres = args.source == "postgres"
     print(
         f"{'replicas':>8} {'cycled t0 s':>11} {f'cycled t{last} s':>11} {'every tick':>10} "
         f"{'redis cpu t0 s':>14} {f'redis cpu t{last} s':>14} {'redis used MiB':>14} "
         f"{'redis rss MiB':>13}"
+        + (f" {'pg cpu read s':>13} {'pg cpu t0 s':>11} {f'pg cpu t{last} s':>11}" * postgres)
     )
-    every_tick: dict[int, bool] = {}
+    every_tick: dict[str, bool] = {}
     for run in runs:
-        cycled = [fleet_cycled(run, args.fleet, tick) for tick in range(args.ticks)]
-        every_tick[run.replicas] = all(seconds < args.tick for seconds, _ in cycled)
+        cycled = [fleet_cycled(run, tick) for tick in range(args.ticks)]
+        every_tick[run.label] = all(seconds < args.tick for seconds, _ in cycled)
         assert run.redis_end is not None
         print(
-            f"{run.replicas:>8} {_cycled(cycled[first], args.fleet):>11} "
-            f"{_cycled(cycled[last], args.fleet):>11} "
-            f"{'yes' if every_tick[run.replicas] else 'no':>10} "
+            f"{run.label:>8} {_cycled(cycled[first], run.fleet):>11} "
+            f"{_cycled(cycled[last], run.fleet):>11} "
+            f"{'yes' if every_tick[run.label] else 'no':>10} "
             f"{run.redis_cpu[first]:>14.2f} {run.redis_cpu[last]:>14.2f} "
             f"{run.redis_end.used:>14.1f} {run.redis_end.rss:>13.1f}"
+            + (
+                f" {run.pg_read_cpu:>13.2f} {run.pg_cpu[first]:>11.2f} {run.pg_cpu[last]:>11.2f}"
+                * postgres
+            )
         )
     print(
         "(cycled: from the tick's first start until every Marquee had an ok cycle it started; "
         "every tick: so within the tick, in every tick; redis: CPU from the tick's start to "
-        "its last cycle's end, memory after the last tick)"
-    )
-    print()
-    for replicas, worst in share_met.items():
-        print(
-            f"goal: attempts per replica within 10 % of fleet/N in every tick, {replicas} "
-            f"replicas: worst {worst:.1%}: {'met' if worst <= 0.10 else 'NOT met'}"
+        "its last cycle's end, memory after the last tick"
+        + (
+            "; pg cpu: PostgreSQL's, its backends' included, while the replicas made their "
+            "first read, and from a tick's start to its last cycle's end (each tick's reads "
+            "and the observed state written back per cycle)" * postgres
         )
-    largest = max(every_tick)
+        + ")"
+    )
+    return every_tick
+
+
+def report_kill(args: argparse.Namespace, run: FleetRun, kill: dict[str, Any]) -> None:
+    last = args.ticks - 1
+    if "skipped" in kill:
+        print(f"kill at {run.replicas} replicas: skipped, {kill['skipped']}")
+        return
+    met = isinstance(kill["ticks"], int) and kill["ticks"] <= 2
+    if "views" not in kill:
+        print(
+            f"goal: {kill['victim']} of {run.replicas} SIGKILLed, its share cycled by "
+            f"the others within 2 ticks: not within {kill['ticks']} ticks: NOT met"
+        )
+        return
     print(
-        f"goal: every Marquee cycled every tick at {largest} replicas: "
-        f"{'met' if every_tick[largest] else 'NOT met'}"
+        f"kill: {kill['victim']} of {run.replicas} SIGKILLed {kill['into_tick']:.1f} s into "
+        f"t{last}; live replicas each survivor saw from t{last} on: {kill['views']}; every "
+        f"Marquee had an ok cycle begun after the kill {kill['begun']:.1f} s after it, ended "
+        f"{kill['seconds']:.1f} s after it ({kill['seconds'] / args.tick:.2f} ticks); "
+        f"locked {kill['locked']}"
     )
-    for run in runs:
-        if run.kill is None:
-            continue
-        kill = run.kill
-        if "skipped" in kill:
-            print(f"kill at {run.replicas} replicas: skipped, {kill['skipped']}")
-            continue
-        met = isinstance(kill["ticks"], int) and kill["ticks"] <= 2
-        if "views" not in kill:
-            print(
-                f"goal: {kill['victim']} of {run.replicas} SIGKILLed, its share cycled by "
-                f"the others within 2 ticks: not within {kill['ticks']} ticks: NOT met"
-            )
-            continue
+    print(
+        f"goal: its share cycled by the others within 2 ticks: by the tick start "
+        f"{kill['ticks']} after the kill: {'met' if met else 'NOT met'}"
+    )
+
+
+MEMORY_GOAL = 1.5
+"""Issue 29: RSS per replica of N sharing a fleet within 1.5x of one replica alone with 1/N."""
+
+
+def report_memory(args: argparse.Namespace, shared: FleetRun, alone: FleetRun) -> None:
+    """Memory by share: each replica of ``shared`` against the one of ``alone``, whose fleet is
+    the size of their shares."""
+    last = args.ticks - 1
+
+    def memory(child: Child) -> tuple[float, float, float]:
+        end = child.ticks()[last]
+        return loaded(child)["rss"], end["rss"], end["hwm"]
+
+    base = memory(alone.children[0])
+    print(
+        f"memory by share ({args.source}): each of {shared.replicas} replicas at "
+        f"{shared.fleet} against one alone at {alone.fleet}, MiB (x: against alone)"
+    )
+    print(
+        f"{'replica':>8} {'held':>7} {'rss read':>8} {'rss end':>8} {'peak':>8} "
+        f"{'x read':>7} {'x end':>7} {'x peak':>7}"
+    )
+    worst = worst_peak = 0.0
+    for child in shared.children:
+        figures = memory(child)
+        ratios = [value / baseline for value, baseline in zip(figures, base, strict=True)]
+        worst, worst_peak = max(worst, *ratios[:2]), max(worst_peak, ratios[2])
         print(
-            f"kill: {kill['victim']} of {run.replicas} SIGKILLed {kill['into_tick']:.1f} s into "
-            f"t{last}; live replicas each survivor saw from t{last} on: {kill['views']}; every "
-            f"Marquee had an ok cycle begun after the kill {kill['begun']:.1f} s after it, ended "
-            f"{kill['seconds']:.1f} s after it ({kill['seconds'] / args.tick:.2f} ticks); "
-            f"locked {kill['locked']}"
+            f"{child.name:>8} {loaded(child)['held']:>7} "
+            + " ".join(f"{value:>8.0f}" for value in figures)
+            + " "
+            + " ".join(f"{ratio:>7.2f}" for ratio in ratios)
         )
-        print(
-            f"goal: its share cycled by the others within 2 ticks: by the tick start "
-            f"{kill['ticks']} after the kill: {'met' if met else 'NOT met'}"
-        )
+    print(
+        f"{'alone':>8} {loaded(alone.children[0])['held']:>7} "
+        + " ".join(f"{value:>8.0f}" for value in base)
+    )
+    print(
+        f"goal: RSS per replica at {shared.fleet} / {shared.replicas} within {MEMORY_GOAL:g}x of "
+        f"one replica alone at {alone.fleet} (VmRSS after the first read and after the last "
+        f"tick, worst replica): {worst:.2f}x: {'met' if worst <= MEMORY_GOAL else 'NOT met'} "
+        f"(peak VmHWM: {worst_peak:.2f}x)"
+    )
 
 
 def _cycled(cycled: tuple[float, int], fleet: int) -> str:
     seconds, count = cycled
     return f"{seconds:.1f}" if count == fleet else f"{count}/{fleet}"
+
+
+def child_process(args: argparse.Namespace) -> bool:
+    """Run what a child process of the benchmark is for, if this is one: a replica, the writing
+    of an inventory, its import into a database."""
+    if args.child:
+        name, settings_file, rundir, replicas = args.child
+        configure_logging("json", "warning", final=True)
+        common = json.loads(Path(settings_file).read_text())
+        settings = Settings.model_validate({**common, "replica_id": name})
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            runner.run(replica(settings, Path(rundir), int(replicas)))
+    elif args.write_inventory:
+        print(write_inventory(Path(args.write_inventory[0]), int(args.write_inventory[1])))
+    elif args.setup:
+        from lab_database import import_inventory  # noqa: PLC0415 - as in ``Source.prepare``
+
+        inventory = Path(args.setup[1])
+        import_inventory(
+            args.setup[0], inventory, max_bytes=read_bound(inventory), timeout=READ_TIMEOUT
+        )
+    else:
+        return False
+    return True
 
 
 def main() -> None:
@@ -576,20 +782,17 @@ def main() -> None:
     parser.add_argument(
         "--kill-delay", type=float, default=0.0, help="seconds from the fleet's cycle to the kill"
     )
-    parser.add_argument("--child", nargs=6, help=argparse.SUPPRESS)
+    parser.add_argument("--source", choices=("yaml", "postgres"), default="yaml")
+    parser.add_argument(
+        "--share-baseline",
+        action="store_true",
+        help="also one replica alone at fleet / the largest replica count: memory side by side",
+    )
+    parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     parser.add_argument("--write-inventory", nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument("--setup", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.child:
-        name, inventory, redis_url, rundir, tick, jitter = args.child
-        configure_logging("json", "warning", final=True)
-        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-            settings = replica_settings(
-                name, Path(inventory), redis_url, tick=float(tick), jitter=float(jitter)
-            )
-            runner.run(replica(settings, Path(rundir)))
-        return
-    if args.write_inventory:
-        print(write_inventory(Path(args.write_inventory[0]), int(args.write_inventory[1])))
+    if child_process(args):
         return
     defaults = (
         {"fleet": 10_000, "replicas": "1,2,4", "tick": 10.0, "ticks": 2, "kill_at": 4}
@@ -601,19 +804,24 @@ def main() -> None:
             setattr(args, option, value)
     if args.ticks < 2:
         parser.error("--ticks: at least 2, a first tick and a later one")
+    counts = [int(count) for count in args.replicas.split(",")]
     started = time.monotonic()
-    with tempfile.TemporaryDirectory() as scratch, RedisServer(Path(scratch) / "redis") as server:
-        workdir = Path(scratch)
-        # In a process of its own: dumping the inventory takes many times its size in memory
-        # (bench/README.md, "Dispatch"), which would stay in this process's heap, and in its
-        # children's ru_maxrss, for the whole run.
-        command = [sys.executable, __file__, "--write-inventory", scratch, str(args.fleet)]
-        written = subprocess.run(command, check=True, capture_output=True, text=True)
-        inventory = Path(written.stdout.strip())
+    with contextlib.ExitStack() as stack:
+        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        server = stack.enter_context(RedisServer(workdir / "redis"))
+        postgres = None
+        if args.source == "postgres":
+            postgres = stack.enter_context(PostgresServer(workdir / "postgres"))
+        source = Source.prepare(args.fleet, workdir, postgres)
         load = os.getloadavg()
         runs = []
-        for replicas in (int(count) for count in args.replicas.split(",")):
-            runs.append(run_fleet(args, replicas, inventory, server, workdir))
+        for replicas in counts:
+            runs.append(FleetRun(replicas, args.fleet, []))
+            run_fleet(args, runs[-1], source, server)
+        if args.share_baseline:
+            share = round(args.fleet / max(counts))
+            runs.append(FleetRun(1, share, [], alone=True))
+            run_fleet(args, runs[-1], Source.prepare(share, workdir, postgres), server)
         report(args, runs, load)
     print(
         f"wall {time.monotonic() - started:.0f} s; load average at the end {os.getloadavg()[0]:.1f}"
