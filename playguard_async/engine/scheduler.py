@@ -320,7 +320,26 @@ class Engine:
             delay = 0.0 if marquee.name in resume_first else random.uniform(0.0, spread)
             started.append(self._start_cycle(marquee, source, delay=delay))
         log.debug("engine.tick", started=[t.get_name() for t in started], running=len(self.cycles))
+        read = self._background_read
+        if read is not None and not read.done():
+            held = {marquee.name for marquee in inventory.marquees}
+            read.add_done_callback(lambda _: self._start_newly_held(held))
         return started
+
+    def _start_newly_held(self, held: set[str]) -> None:
+        """After a read the tick did not wait for: a cycle now for each Marquee of the share that
+        the tick's inventory did not hold (read for a smaller share: a replica died or left
+        since), from the read that holds it, rather than at the next tick."""
+        inventory = self.inventory
+        if self.stopping.is_set() or inventory is None:
+            return
+        started = [
+            self._start_cycle(marquee, source)
+            for marquee, source in self._tick_share(inventory)
+            if marquee.name not in held and marquee.name not in self.cycles
+        ]
+        if started:
+            log.info("engine.newly_held", started=len(started))
 
     def _tick_share(self, inventory: Inventory) -> list[tuple[Marquee, Inventory]]:
         """This replica's Marquees that run cycles, each with the inventory to cycle it from:

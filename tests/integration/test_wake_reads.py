@@ -153,3 +153,44 @@ async def test_a_replica_reads_and_cycles_only_the_woken_marquees_of_its_share(
     assert sorted(r.marquee for r in await asyncio.gather(*started)) == mine
     assert none_of_mine == []
     await other.leave()
+
+
+async def test_marquees_a_new_share_hands_over_start_when_the_read_holding_them_ends(
+    redis: Redis,
+) -> None:
+    """A tick whose read (for the share after another replica left) lags cycles what it holds;
+    the Marquees only the new read holds start as it ends, not a tick later."""
+    fleet = {f"m{n}": f"10.0.0.{n}" for n in range(1, 21)}
+    seen: list[str] = []
+
+    async def note(ctx: PhaseContext) -> None:
+        seen.append(ctx.marquee.name)
+
+    state = NarrowState(_with_hosts(fleet))
+    harness = EngineHarness(redis, ScriptedPhase("note", note), state=state, replica_id="a")
+    engine = harness.engine
+    other = ReplicaRoster(redis, "b", ttl=30.0, timeout=1.0)
+    await other.announce()
+    await engine.roster.announce()
+    mine = sorted(name for name in fleet if engine.roster.owns(name))
+    state.inventory = _with_hosts({name: fleet[name] for name in mine})  # a read for the share
+    await engine.load_inventory()
+
+    await other.leave()
+    state.inventory = _with_hosts(fleet)  # the next read, for everyone: held for now
+    state.hold.clear()
+    first = await engine.tick()
+    await asyncio.gather(*first)
+    assert sorted(seen) == mine
+    seen.clear()
+    state.hold.set()
+    await poll_until(lambda: len(seen) == len(fleet) - len(mine))
+
+    assert sorted(seen) == sorted(set(fleet) - set(mine))
+
+
+async def poll_until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.02)
