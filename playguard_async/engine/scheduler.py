@@ -27,7 +27,7 @@ from playguard_async.coordination.keys import RESUME_KEY
 from playguard_async.coordination.outage import RedisOutage
 from playguard_async.coordination.pause import FleetPauseWatch
 from playguard_async.coordination.records import CycleRecords
-from playguard_async.coordination.replicas import ReplicaRoster
+from playguard_async.coordination.replicas import ReplicaRoster, Share
 from playguard_async.desired_state.inventory import (
     DesiredState,
     DesiredStateUnavailable,
@@ -113,6 +113,8 @@ class Engine:
         """One read of the desired state at a time: a tick's, a wake-up's, ``load_inventory``'s."""
         self._background_read: asyncio.Task[None] | None = None
         self._tick_announce: asyncio.Task[None] | None = None
+        self._read_for: Share | None = None
+        """The share the last good read was made for (None: everyone's)."""
         self._invalid_reported: str | None = None
         """The last ``inventory.invalid`` logged, until a read succeeds: each bad state once."""
         self.cycles: dict[str, asyncio.Task[CycleResult]] = {}
@@ -162,10 +164,11 @@ class Engine:
         the tick loop uses ``_desired_inventory``, which waits that out instead."""
         async with self._reading:
             source = self.desired_state
+            share = self.roster.share
             if isinstance(source, NarrowDesiredState):
                 # The share the roster says now: a read for it holds its rows alone. Alone
                 # (or not sharing), every Marquee is this replica's: a whole read.
-                source.set_share(self.roster.share)
+                source.set_share(share)
             try:
                 inventory = await source.load()
             except DesiredStateUnavailable as exc:
@@ -182,6 +185,7 @@ class Engine:
                 self._report_invalid(exc)
                 return self.inventory
             self._invalid_reported = None
+            self._read_for = share
             self._forget_superseded()
             if inventory is not self.inventory:
                 self.inventory = inventory
@@ -227,7 +231,16 @@ class Engine:
             self._background_read = asyncio.create_task(
                 self._read_in_background(), name="desired-state:read"
             )
-        await asyncio.wait([self._background_read], timeout=TICK_READ_WAIT)
+        wait = TICK_READ_WAIT
+        if (
+            isinstance(self.desired_state, NarrowDesiredState)
+            and self.roster.share != self._read_for
+        ):
+            # The state in force holds another share's rows (a replica died or left since, say):
+            # the Marquees handed over wait for this read, up to the start offsets' spread,
+            # rather than for the next tick's.
+            wait = max(wait, self.settings.tick_jitter * self.settings.tick_interval)
+        await asyncio.wait([self._background_read], timeout=wait)
         return self.inventory
 
     async def _tick_roster(self) -> None:
@@ -320,26 +333,7 @@ class Engine:
             delay = 0.0 if marquee.name in resume_first else random.uniform(0.0, spread)
             started.append(self._start_cycle(marquee, source, delay=delay))
         log.debug("engine.tick", started=[t.get_name() for t in started], running=len(self.cycles))
-        read = self._background_read
-        if read is not None and not read.done():
-            held = {marquee.name for marquee in inventory.marquees}
-            read.add_done_callback(lambda _: self._start_newly_held(held))
         return started
-
-    def _start_newly_held(self, held: set[str]) -> None:
-        """After a read the tick did not wait for: a cycle now for each Marquee of the share that
-        the tick's inventory did not hold (read for a smaller share: a replica died or left
-        since), from the read that holds it, rather than at the next tick."""
-        inventory = self.inventory
-        if self.stopping.is_set() or inventory is None:
-            return
-        started = [
-            self._start_cycle(marquee, source)
-            for marquee, source in self._tick_share(inventory)
-            if marquee.name not in held and marquee.name not in self.cycles
-        ]
-        if started:
-            log.info("engine.newly_held", started=len(started))
 
     def _tick_share(self, inventory: Inventory) -> list[tuple[Marquee, Inventory]]:
         """This replica's Marquees that run cycles, each with the inventory to cycle it from:

@@ -158,8 +158,9 @@ async def test_a_replica_reads_and_cycles_only_the_woken_marquees_of_its_share(
 async def test_marquees_a_new_share_hands_over_start_when_the_read_holding_them_ends(
     redis: Redis,
 ) -> None:
-    """A tick whose read (for the share after another replica left) lags cycles what it holds;
-    the Marquees only the new read holds start as it ends, not a tick later."""
+    """A tick whose state in force was read for another share (the other replica left since)
+    waits for its read, up to the start offsets' spread, and cycles the Marquees handed over
+    in this tick, not the next."""
     fleet = {f"m{n}": f"10.0.0.{n}" for n in range(1, 21)}
     seen: list[str] = []
 
@@ -167,7 +168,9 @@ async def test_marquees_a_new_share_hands_over_start_when_the_read_holding_them_
         seen.append(ctx.marquee.name)
 
     state = NarrowState(_with_hosts(fleet))
-    harness = EngineHarness(redis, ScriptedPhase("note", note), state=state, replica_id="a")
+    harness = EngineHarness(
+        redis, ScriptedPhase("note", note), state=state, replica_id="a", tick_jitter=0.05
+    )  # a spread of 3 s with the 60 s tick
     engine = harness.engine
     other = ReplicaRoster(redis, "b", ttl=30.0, timeout=1.0)
     await other.announce()
@@ -177,20 +180,21 @@ async def test_marquees_a_new_share_hands_over_start_when_the_read_holding_them_
     await engine.load_inventory()
 
     await other.leave()
-    state.inventory = _with_hosts(fleet)  # the next read, for everyone: held for now
+    state.inventory = _with_hosts(fleet)  # the next read, for everyone: held for a moment
     state.hold.clear()
-    first = await engine.tick()
-    await asyncio.gather(*first)
-    assert sorted(seen) == mine
+    asyncio.get_running_loop().call_later(0.3, state.hold.set)
+    started = time.monotonic()
+    cycles = await engine.tick()
+    assert 0.25 < time.monotonic() - started < 1.0  # waited for the read, not the whole spread
+    await asyncio.gather(*cycles)
+    assert sorted(seen) == sorted(fleet)
+
+    # The share unchanged, a lagging read is not waited for (TICK_READ_WAIT).
     seen.clear()
+    state.hold.clear()
+    started = time.monotonic()
+    cycles = await engine.tick()
+    assert time.monotonic() - started < 1.0  # the cycles' start offsets are 0-3 s
+    await asyncio.gather(*cycles)
+    assert sorted(seen) == sorted(fleet)
     state.hold.set()
-    await poll_until(lambda: len(seen) == len(fleet) - len(mine))
-
-    assert sorted(seen) == sorted(set(fleet) - set(mine))
-
-
-async def poll_until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.02)
