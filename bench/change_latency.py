@@ -381,9 +381,10 @@ async def converged(log: DaemonLog, connection: asyncpg.Connection, timeout: flo
     """Wait for the daemon's listener and a cycle of the Marquee that found nothing to do.
 
     Every run starts from the same host: converged, and with compose's answers known to the
-    daemon, which only a cycle with nothing to do asks in full (one that runs ``up`` asks the
-    service names only, so each start after it would ask them again, 0.3 s on this host). An
-    UPDATE that changes nothing wakes the Marquee for such a cycle instead of waiting a tick."""
+    daemon. Code before the answers were learned from what ``up`` left (a ``--before`` ref)
+    asks them in full only in a cycle with nothing to do: one that runs ``up`` asks the service
+    names alone, so each start after it would ask them again, 0.3 s on this host. An UPDATE
+    that changes nothing wakes the Marquee for such a cycle instead of waiting a tick."""
     deadline, since = time.monotonic() + timeout, 0.0
     while time.monotonic() < deadline:
         log.read()
