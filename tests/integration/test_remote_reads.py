@@ -289,6 +289,16 @@ def compose_commands(runs: list[str]) -> list[str]:
 UP = "up --detach --remove-orphans"
 
 
+async def fresh_reconcile_runs_no_compose(
+    run_phase: PhaseRunner, world: LabWorld, compose_log: ComposeLog
+) -> None:
+    """A fresh process's reconcile finds nothing to do and runs no compose on the host."""
+    fresh = await fresh_reconcile(run_phase, world, compose_log)
+    assert fresh.actions == []
+    assert fresh.report.findings["playgrounds"]["web-main"]["drift"] == []
+    assert compose_log.runs() == []
+
+
 async def test_a_fresh_process_asks_compose_nothing_after_a_cycle_that_brought_one_up(
     compose_log: ComposeLog,
     run_phase: PhaseRunner,
@@ -306,11 +316,7 @@ async def test_a_fresh_process_asks_compose_nothing_after_a_cycle_that_brought_o
     assert any(action.startswith("compose up") for action in first.actions)
     assert compose_commands(compose_log.runs()) == ["config --services", UP, "config --hash=*"]
 
-    fresh = await fresh_reconcile(run_phase, lab_world, compose_log)
-
-    assert fresh.actions == []
-    assert fresh.report.findings["playgrounds"]["web-main"]["drift"] == []
-    assert compose_log.runs() == []
+    await fresh_reconcile_runs_no_compose(run_phase, lab_world, compose_log)
 
 
 async def test_a_fresh_process_asks_compose_nothing_after_a_cycle_that_recreated_one(
@@ -330,11 +336,7 @@ async def test_a_fresh_process_asks_compose_nothing_after_a_cycle_that_recreated
     assert after["Id"] != before["Id"]
     assert compose_commands(compose_log.runs()) == ["config --services", "config --hash=*", UP]
 
-    fresh = await fresh_reconcile(run_phase, lab_world, compose_log)
-
-    assert fresh.actions == []
-    assert fresh.report.findings["playgrounds"]["web-main"]["drift"] == []
-    assert compose_log.runs() == []
+    await fresh_reconcile_runs_no_compose(run_phase, lab_world, compose_log)
 
 
 async def test_a_real_change_asks_compose_again_whatever_the_host_kept(
