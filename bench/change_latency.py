@@ -32,7 +32,7 @@ host. Also: full snapshot reads (``pg_stat_statements``: calls of the unfiltered
 wake-up but by a tick, and the daemon's CPU (``/proc``) over the measurement.
 
     .venv/bin/python bench/change_latency.py [--changes 100] [--modes quiet,load] [--before REF]
-        [--fleet 10000] [--rate 20] [--tick 60] [--short]
+        [--fleet 10000] [--rate 20] [--tick 60] [--short] [--keep]
 
 ``--short`` (``scripts/bench.sh``): 8 changes per mode.
 
@@ -62,7 +62,7 @@ from collections import defaultdict
 from collections.abc import AsyncIterator, Coroutine, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -131,6 +131,10 @@ def desired_state(lab: Lab, directory: Path, fleet: int) -> dict[str, Any]:
 
 
 def settings_file(directory: Path, lab: Lab, database_url: str, password: str, tick: float) -> Path:
+    """The daemon's settings. Debug level: ``desired_state.notified`` is a debug line.
+    ``health_grace`` 1 s: each change waits for its cycle to end, which waits for the health
+    gate after ``up``; the default 5 s would add 4 s a change and measure nothing more (the
+    container is seen running before the gate)."""
     password_file = directory / "pg-password"
     password_file.write_text(password + "\n")
     password_file.chmod(0o600)
@@ -263,6 +267,13 @@ class Change:
     split: dict[str, float] = field(default_factory=dict)
     by_tick: bool = False
 
+    def shown_split(self) -> str:
+        parts = ("gathered", "to_cycle", "to_command", "command")
+        shown = " + ".join(
+            f"{self.split[part]:.2f}" if part in self.split else "?" for part in parts
+        )
+        return shown + (" (a tick's cycle)" if self.by_tick else "")
+
 
 @dataclass
 class Run:
@@ -338,9 +349,10 @@ async def converged(log: DaemonLog, connection: asyncpg.Connection, timeout: flo
     """Wait for the daemon's listener and a cycle of the Marquee that found nothing to do.
 
     Every run starts from the same host: converged, and with compose's answers known to the
-    daemon, which only a cycle with nothing to do asks in full (one that runs ``up`` asks the
-    service names only, so each start after it would ask them again, 0.3 s on this host). An
-    UPDATE that changes nothing wakes the Marquee for such a cycle instead of waiting a tick."""
+    daemon. Code before the answers were learned from what ``up`` left (a ``--before`` ref)
+    asks them in full only in a cycle with nothing to do: one that runs ``up`` asks the service
+    names alone, so each start after it would ask them again, 0.3 s on this host. An UPDATE
+    that changes nothing wakes the Marquee for such a cycle instead of waiting a tick."""
     deadline, since = time.monotonic() + timeout, 0.0
     while time.monotonic() < deadline:
         log.read()
@@ -436,7 +448,7 @@ class Measurement:
         ended = time.time()
         reads = await full_reads(connection)
         daemon.log.read()
-        for change in starts:
+        for change in (*starts, *stops):
             split_of(change, daemon.log)
         return Run(
             mode=self.mode,
@@ -560,6 +572,12 @@ def report(runs: Sequence[Run], tick: float) -> None:
                                    ("command", 9))
             )
         )  # fmt: skip
+    print("\nthe slowest changes of each run (seconds: latency = gathered + to cycle + to command "
+          "+ command)")  # fmt: skip
+    for run in runs:
+        slowest = sorted((*run.changes, *run.stops), key=attrgetter("latency"))[-3:]
+        shown = ", ".join(f"{c.state} {c.latency:.2f} = {c.shown_split()}" for c in slowest)
+        print(f"  {run.mode} {run.code}: {shown}")
     print(f"\ngoals: quiet p50 < {GOAL_P50} s, p99 < {GOAL_P99} s; load: max < one tick "
           f"({tick:g} s), fewer full reads than notifications")  # fmt: skip
     for run in runs:

@@ -230,8 +230,12 @@ class Cycle:
             marquee=marquee.name,
             cycle_id=secrets.token_hex(6),
             replica=self.settings.replica_id,
-            dry_run=self.settings.dry_run or marquee.mode == "detect",
+            dry_run=self._dry_run(marquee),
         )
+        self._offset: asyncio.Future[None] | None = None
+        """Done when the start offset ends, at its time or early (``start_now``)."""
+        self._begun = False
+        """Whether the cycle has a slot and goes on to lock and read ``inventory``."""
         self.lease: Lease | None = None
         self._unhealthy: tuple[str, str] | None = None
         """The first phase that reported something unhealthy, and why."""
@@ -247,8 +251,10 @@ class Cycle:
         try:
             try:
                 if delay > 0:
-                    await self.crew.stopping.sleep(delay)
+                    self._offset = asyncio.get_running_loop().create_future()
+                    await self.crew.stopping.sleep(delay, until=self._offset)
                 await self.crew.free_slots.acquire()
+                self._begun = True
                 now = time.monotonic()
                 result.waited, result.started = round(now - result.started, 4), now
             except asyncio.CancelledError:
@@ -262,6 +268,23 @@ class Cycle:
         finally:
             structlog.contextvars.reset_contextvars(**bound)
         return result
+
+    def _dry_run(self, marquee: Marquee) -> bool:
+        return self.settings.dry_run or marquee.mode == "detect"
+
+    def start_now(self, marquee: Marquee, inventory: Inventory) -> bool:
+        """Run from ``inventory``, a wake-up's read of ``marquee`` newer than the one the cycle
+        was started from, and now if it still waits out its start offset (up to ``tick_jitter``
+        of a tick: a change would wait for it, then for this cycle, then for a follow-up).
+        Whether the cycle had not begun; one that has may have read the older state, and the
+        caller owes it a follow-up."""
+        if self._begun:
+            return False
+        self.marquee, self.inventory = marquee, inventory
+        self.result.dry_run = self._dry_run(marquee)
+        if self._offset is not None and not self._offset.done():
+            self._offset.set_result(None)
+        return True
 
     async def _locked(self) -> None:
         """Take the lease, walk the phases, end the cycle (the lease's release included) on

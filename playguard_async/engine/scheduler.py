@@ -118,6 +118,8 @@ class Engine:
         self._invalid_reported: str | None = None
         """The last ``inventory.invalid`` logged, until a read succeeds: each bad state once."""
         self.cycles: dict[str, asyncio.Task[CycleResult]] = {}
+        self._cycle_runs: dict[str, Cycle] = {}
+        """Marquee -> its cycle in ``cycles``, which a wake-up may start early (``wake``)."""
         self._follow_ups: set[str] = set()
         """Marquees woken while in a cycle here: each gets one more cycle when that one ends."""
         self._woken: dict[str, tuple[float, Inventory]] = {}
@@ -390,9 +392,11 @@ class Engine:
         notification), from a fresh read of their desired state (``_wake_inventory``): those of
         this replica's share, as a tick would. Its lock still decides.
 
-        A Marquee already in a cycle here may have read its desired state before the change: it
-        gets one follow-up cycle when that cycle ends (however many wake-ups came meanwhile, and
-        never two cycles of one Marquee at once in one replica)."""
+        A Marquee whose cycle here has not begun (a tick's, waiting out its start offset or for
+        a slot) has it start now, from this read (``Cycle.start_now``). One already in a cycle may
+        have read its desired state before the change: it gets one follow-up cycle when that
+        cycle ends (however many wake-ups came meanwhile, and never two cycles of one Marquee at
+        once in one replica)."""
         if self.stopping.is_set():
             return []
         # Every replica hears every notification; each reads the rows of its own share only.
@@ -405,7 +409,9 @@ class Engine:
             marquee, source = self._newest(name, inventory)
             if marquee is None or not marquee.runs_cycles:
                 continue
-            if name in self.cycles:
+            if name in self.cycles and self._cycle_runs[name].start_now(marquee, source):
+                started.append(self.cycles[name])
+            elif name in self.cycles:
                 self._follow_ups.add(name)
                 following.append(name)
             else:
@@ -444,10 +450,10 @@ class Engine:
     def _start_cycle(
         self, marquee: Marquee, inventory: Inventory, *, delay: float = 0.0
     ) -> asyncio.Task[CycleResult]:
-        task = asyncio.create_task(
-            self.cycle(marquee, inventory, delay=delay), name=f"cycle:{marquee.name}"
-        )
+        run = Cycle(self, marquee, inventory)
+        task = asyncio.create_task(run.run(delay=delay), name=f"cycle:{marquee.name}")
         self.cycles[marquee.name] = task
+        self._cycle_runs[marquee.name] = run
         task.add_done_callback(self._cycle_ended)
         return task
 
@@ -457,6 +463,7 @@ class Engine:
         name = task.get_name().removeprefix("cycle:")
         if self.cycles.get(name) is task:
             del self.cycles[name]
+            del self._cycle_runs[name]
             if name in self._follow_ups:
                 self._follow_ups.discard(name)
                 self._follow_up(name)

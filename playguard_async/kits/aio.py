@@ -105,12 +105,13 @@ class StopSignal:
         """Until the signal is set."""
         await self.sleep(math.inf)
 
-    async def sleep(self, seconds: float) -> None:
-        """Sleep ``seconds``, or less if the signal is set meanwhile."""
+    async def sleep(self, seconds: float, *, until: asyncio.Future[None] | None = None) -> None:
+        """Sleep ``seconds``, or less if the signal is set meanwhile, or ``until`` is done: a
+        future of the caller's, its way to end this one sleep early."""
         if self._set:
             return
         loop = asyncio.get_running_loop()
-        sleeper: asyncio.Future[None] = loop.create_future()
+        sleeper = until if until is not None else loop.create_future()
         timer = loop.call_later(seconds, _wake, sleeper) if seconds < math.inf else None
         self._sleepers.add(sleeper)
         try:

@@ -264,6 +264,8 @@ class _Running:
         )
         if health.healthy:
             result.found["health"] = "healthy"
+            if drift:
+                await compose.learn_after_up(health.labels)
             if not held:
                 good = LastGood(
                     inputs=inputs,

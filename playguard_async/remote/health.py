@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -54,6 +54,9 @@ class PlaygroundHealth:
     services: dict[str, ServiceHealth]
     started: float
     """Seconds since the newest of its containers started, by the host's clock."""
+    labels: dict[str, dict[str, str]] = field(default_factory=dict)
+    """Container ID -> its labels, for every container of the compose project the read saw:
+    what ``up`` left (``ComposeState.learn_after_up``)."""
 
     @property
     def healthy(self) -> bool:
@@ -95,8 +98,11 @@ async def read_health(
         service: ServiceHealth("missing", "") for service in services
     }
     newest = float("inf")
+    labels: dict[str, dict[str, str]] = {}
     for details in inspected:
-        service = str((details.get("Config") or {}).get("Labels", {}).get(SERVICE_LABEL, ""))
+        own: dict[str, str] = dict((details.get("Config") or {}).get("Labels") or {})
+        labels[str(details.get("Id"))] = own
+        service = str(own.get(SERVICE_LABEL, ""))
         if service not in found:
             continue
         state = details.get("State") or {}
@@ -107,7 +113,7 @@ async def read_health(
         newest = min(newest, max(running_for, 0.0))
         health = _service_health(state, running_for, grace, hidden)
         found[service] = ServiceHealth(health.state, health.detail, str(details.get("Image", "")))
-    return PlaygroundHealth(found, 0.0 if newest == float("inf") else newest)
+    return PlaygroundHealth(found, 0.0 if newest == float("inf") else newest, labels)
 
 
 def _service_health(

@@ -25,6 +25,11 @@ that the compose file names (an ``env_file`` by absolute path), ignored files ot
 ``.env``, the SSH user's environment, and an upgrade of compose itself. ``compose_memo_size = 0``
 asks compose every cycle again.
 
+A cycle that runs ``up`` remembers compose's answer for the containers ``up`` left
+(``learn_after_up``): the inputs' digest names them, and an answer asked before ``up`` names those
+it replaced. The hashes asked before ``up`` serve when the containers it left carry them; else
+``config --hash`` is asked once after it, where the next cycle would have asked it anyway.
+
 The answers are kept on the host as well (``keep_answers``, read back in ``playground_files``'s
 command), so a fresh process starts as warm as the replica that learned them.
 """
@@ -34,7 +39,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,11 +47,13 @@ import structlog
 
 from playguard_async.desired_state.inventory import Marquee
 from playguard_async.remote.compose import (
+    CONFIG_HASH_LABEL,
+    SERVICE_LABEL,
     ComposeProject,
     parse_config_hashes,
     parse_services,
 )
-from playguard_async.remote.docker import docker_config_dir, query
+from playguard_async.remote.docker import PLAYGROUND, docker_config_dir, query
 from playguard_async.remote.errors import RemoteCommandFailed
 from playguard_async.remote.guard import state_dir
 from playguard_async.remote.memo import KEPT_LIMIT, ComposeAnswer, encode_kept, parse_kept
@@ -336,6 +343,41 @@ class ComposeState:
         if not self._session.dry_run:
             self._override = _sha256(content)
 
+    async def learn_after_up(self, labels: Mapping[str, Mapping[str, str]]) -> None:
+        """Compose's answer for the project as ``up`` left it, remembered for the containers it
+        left (``labels``: container ID -> labels, as Docker showed them after ``up``): the answer
+        asked before ``up`` names the containers it replaced, so without this the next cycle of
+        any process would ask compose again.
+
+        The hashes are compose's, never read from the labels alone (a container replaced by hand
+        since ``up`` would then pass for compose's answer): those known before ``up`` when every
+        container it left carries them (``up`` labels what it creates with the hash compose
+        computes), else ``config --hash`` asked once now. Bookkeeping: nothing is learned when the
+        services are not known, or compose's answer fails; the next cycle asks compose then.
+        """
+        services = self._remembered.services if self._remembered else self._services
+        if services is None:
+            return
+        ours = {
+            container: own
+            for container, own in labels.items()
+            if own.get(PLAYGROUND) == self._project.playground
+        }
+        hashes = dict(self.answer.hashes) if self.answer is not None else {}
+        if not hashes or any(
+            own.get(CONFIG_HASH_LABEL) != hashes.get(own.get(SERVICE_LABEL, ""))
+            for own in ours.values()
+        ):
+            try:
+                result = await self._session.run(self._project.config_hashes())
+            except RemoteCommandFailed as exc:
+                log.warning("compose.answer_unlearned", error=str(exc)[:300])
+                return
+            hashes = parse_config_hashes(result.stdout)
+        self._container_ids = sorted(ours)
+        self.answer = ComposeAnswer(self._inputs(), tuple(services), tuple(sorted(hashes.items())))
+        self._session.compose_memo.put(self._key, self.answer)
+
     async def config_hashes(self) -> dict[str, str]:
         """Service -> the config hash compose computes now; remembered with the digest of the
         inputs as they are (after any override written this cycle)."""
@@ -384,8 +426,9 @@ async def keep_answers(session: RemoteSession, states: Sequence[ComposeState]) -
     digest is the one it was computed from (the compose command, project, files, ``.env``, the
     override, the checkout's commit and changes, the host's images, the project's containers),
     exactly as the replica's memo is; compose's answer is a function of those inputs, so any
-    change among them is a different digest and compose is asked again. And what it answers is
-    still held against the containers' config-hash labels: a wrong hash is drift, not a skip."""
+    change among them is a different digest and compose is asked again (one remembered after
+    ``up`` is compose's too, ``learn_after_up``). And what it answers is still held against the
+    containers' config-hash labels: a wrong hash is drift, not a skip."""
     if not session.compose_memo.size or session.dry_run:
         return False
     learned = [state for state in states if state.answer is not None and state.answer != state.kept]

@@ -50,11 +50,15 @@ class ComposeLog:
             LAB_OPTIONS, compose_command=("sh", "-c", _LOGGING_COMPOSE, str(path))
         )
 
-    def config_runs(self) -> list[str]:
-        """The ``config`` runs logged since the last call."""
+    def runs(self) -> list[str]:
+        """The runs logged since the last call (of this or ``config_runs``)."""
         runs = self.path.read_text().splitlines() if self.path.exists() else []
         self.path.write_text("")
-        return [run for run in runs if " config " in f" {run} "]
+        return runs
+
+    def config_runs(self) -> list[str]:
+        """The ``config`` runs logged since the last call."""
+        return [run for run in self.runs() if " config " in f" {run} "]
 
 
 @pytest.fixture
@@ -88,7 +92,7 @@ async def converged(
 
     await run_phase(sync_git, lab_world)
     assert (await reconcile()).actions  # brought up
-    assert (await reconcile()).actions == []  # compose asked once more: new containers
+    assert (await reconcile()).actions == []
     compose_log.config_runs()
     return reconcile
 
@@ -275,6 +279,64 @@ async def test_a_fresh_process_asks_compose_nothing_on_a_converged_playground(
     assert fresh.report.findings["playgrounds"]["web-main"]["drift"] == []
     assert compose_log.config_runs() == []
     assert kept.stat().st_mtime_ns == written, "nothing new learned: nothing written"
+
+
+def compose_commands(runs: list[str]) -> list[str]:
+    """Each logged compose run by what followed its files: ``config --services``, ``up ...``."""
+    return [run.split(" -f ")[-1].split(" ", 1)[1] for run in runs]
+
+
+UP = "up --detach --remove-orphans"
+
+
+async def fresh_reconcile_runs_no_compose(
+    run_phase: PhaseRunner, world: LabWorld, compose_log: ComposeLog
+) -> None:
+    """A fresh process's reconcile finds nothing to do and runs no compose on the host."""
+    fresh = await fresh_reconcile(run_phase, world, compose_log)
+    assert fresh.actions == []
+    assert fresh.report.findings["playgrounds"]["web-main"]["drift"] == []
+    assert compose_log.runs() == []
+
+
+async def test_a_fresh_process_asks_compose_nothing_after_a_cycle_that_brought_one_up(
+    compose_log: ComposeLog,
+    run_phase: PhaseRunner,
+    lab_world: LabWorld,
+    git_origin: GitOrigin,
+    busybox_image: str,
+    lab_docker: aiodocker.Docker,
+) -> None:
+    """A new Playground's first cycle asks compose for its services, runs ``up`` (the listing
+    already calls for it: no hashes asked before), then asks the hashes for the container ``up``
+    left; the next process, on the same host, runs no compose at all."""
+    use_own_branch(lab_world, git_origin, busybox_image)
+    await run_phase(sync_git, lab_world)
+    first = await fresh_reconcile(run_phase, lab_world, compose_log)
+    assert any(action.startswith("compose up") for action in first.actions)
+    assert compose_commands(compose_log.runs()) == ["config --services", UP, "config --hash=*"]
+
+    await fresh_reconcile_runs_no_compose(run_phase, lab_world, compose_log)
+
+
+async def test_a_fresh_process_asks_compose_nothing_after_a_cycle_that_recreated_one(
+    converged: Reconcile,
+    compose_log: ComposeLog,
+    run_phase: PhaseRunner,
+    lab_world: LabWorld,
+    lab_docker: aiodocker.Docker,
+    busybox_image: str,
+) -> None:
+    """The hashes asked before ``up`` (to find the change) are kept for the container ``up``
+    left, which carries them: no compose run after ``up``, none in the next process."""
+    [before] = await project_containers(lab_docker)
+    edit_compose_file(lab_world, busybox_image)
+    assert (await converged()).actions
+    [after] = await project_containers(lab_docker)
+    assert after["Id"] != before["Id"]
+    assert compose_commands(compose_log.runs()) == ["config --services", "config --hash=*", UP]
+
+    await fresh_reconcile_runs_no_compose(run_phase, lab_world, compose_log)
 
 
 async def test_a_real_change_asks_compose_again_whatever_the_host_kept(

@@ -1,14 +1,17 @@
 """What a wake-up's narrow read means for the ticks after it (``Engine._newest``): until a
 whole snapshot ends after it, a woken Marquee is cycled from what the wake-up read, never from
-the older snapshot, so a tick whose whole read lags cannot undo a change on the host. The
-desired state is a source the test holds (two reads it answers by hand); Redis is real."""
+the older snapshot, so a tick whose whole read lags cannot undo a change on the host; and for a
+tick's cycle still waiting out its start offset, which starts from it at once. The desired state
+is a source the test holds (two reads it answers by hand); Redis is real."""
 
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from collections.abc import Awaitable, Callable, Collection
 
+import pytest
 from redis.asyncio import Redis
 
 from playguard_async.coordination.replicas import ReplicaRoster
@@ -155,7 +158,7 @@ async def test_a_replica_reads_and_cycles_only_the_woken_marquees_of_its_share(
     await other.leave()
 
 
-async def test_marquees_a_new_share_hands_over_start_when_the_read_holding_them_ends(
+async def test_a_tick_waits_for_the_read_of_a_new_share_and_cycles_the_marquees_handed_over(
     redis: Redis,
 ) -> None:
     """A tick whose state in force was read for another share (the other replica left since)
@@ -198,3 +201,31 @@ async def test_marquees_a_new_share_hands_over_start_when_the_read_holding_them_
     await asyncio.gather(*cycles)
     assert sorted(seen) == sorted(fleet)
     state.hold.set()
+
+
+async def test_a_wake_up_starts_a_ticks_cycle_waiting_out_its_offset_now_from_its_read(
+    redis: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not after the offset (up to ``tick_jitter`` of a tick), from the tick's older read, with
+    a follow-up for the change after it: one cycle, now, that sees the change."""
+    seen: list[tuple[str, str]] = []
+
+    async def note(ctx: PhaseContext) -> None:
+        seen.append((ctx.marquee.name, ctx.marquee.host))
+
+    state = NarrowState(_with_hosts({"m1": "10.0.0.1"}))
+    harness = EngineHarness(redis, ScriptedPhase("note", note), state=state, tick_jitter=0.5)
+    engine = harness.engine
+    monkeypatch.setattr(random, "uniform", lambda low, high: high)  # the longest offset: 30 s
+    [waiting] = await engine.tick()
+    await asyncio.sleep(0.1)
+    assert seen == []
+
+    state.narrow = _with_hosts({"m1": "10.0.1.1"})
+    started = await engine.wake({"m1"})
+
+    assert started == [waiting]
+    result = await asyncio.wait_for(waiting, 5)
+    assert result.outcome.value == "ok"
+    assert seen == [("m1", "10.0.1.1")]
+    assert engine.cycles == {}, "no follow-up: the cycle read the change"

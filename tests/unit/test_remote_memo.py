@@ -1,18 +1,28 @@
 """Pure logic of the remote layer's memory: the compose memo's bounds, the pool's connection key,
-and the parsing of the batched host read, hostile answers included."""
+the parsing of the batched host read, hostile answers included, and the answer remembered after
+``up``."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
+from typing import cast
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from playguard_async.desired_state.inventory import Marquee
-from playguard_async.remote.compose import ComposeProject
-from playguard_async.remote.host_state import _parse_files, _parse_read
+from playguard_async.remote.compose import CONFIG_HASH_LABEL, SERVICE_LABEL, ComposeProject
+from playguard_async.remote.docker import PLAYGROUND
+from playguard_async.remote.errors import RemoteCommandFailed
+from playguard_async.remote.host_state import (
+    ComposeState,
+    PlaygroundFiles,
+    _parse_files,
+    _parse_read,
+)
 from playguard_async.remote.memo import (
     KEPT_LIMIT,
     ComposeAnswer,
@@ -21,6 +31,7 @@ from playguard_async.remote.memo import (
     parse_kept,
 )
 from playguard_async.remote.pool import connection_key
+from playguard_async.remote.ssh import RemoteSession
 
 COMMIT = "a" * 40
 DIGEST = "b" * 64
@@ -214,3 +225,88 @@ def test_the_host_read_splits_the_files_from_the_kept_answers(tmp_path: Path) ->
     assert _parse_read([web], f"{files}kept\n").kept == {}
     with pytest.raises(ValueError, match="unexpected"):
         _parse_read([web], files)
+
+
+class AskedCompose:
+    """The part of a session ``ComposeState`` uses; its compose answers ``config --hash`` with
+    ``hashes`` (fails when None), and each run is counted."""
+
+    def __init__(self, marquee: Marquee, hashes: str | None) -> None:
+        self.marquee = marquee
+        self.compose_memo = ComposeMemo(4)
+        self.hashes = hashes
+        self.asked: list[list[str]] = []
+
+    async def run(self, argv: list[str]) -> SimpleNamespace:
+        self.asked.append(argv)
+        if self.hashes is None:
+            raise RemoteCommandFailed("edge-1", argv, 1, "no such file")
+        return SimpleNamespace(stdout=self.hashes)
+
+
+def compose_state(
+    tmp_path: Path, hashes: str | None = "app a1\ndb d1\n"
+) -> tuple[ComposeState, AskedCompose]:
+    """Playground ``web``'s state in a cycle whose answer before ``up`` (services ``app`` and
+    ``db``, both of hash ``old``) is remembered."""
+    web = project(tmp_path, "web")
+    session = AskedCompose(web.marquee, hashes)
+    remote = cast(RemoteSession, session)
+    files = PlaygroundFiles(git_present=True, head=COMMIT, changes="clean", digests={})
+    asked = ComposeState(remote, web, files, "images", ["old-app", "old-db"])
+    before = ComposeAnswer(asked._inputs(), ("app", "db"), (("app", "old"), ("db", "old")))
+    session.compose_memo.put(("edge-1", web.name), before)
+    return ComposeState(remote, web, files, "images", ["old-app", "old-db"]), session
+
+
+def labels_of(service: str, config_hash: str, playground: str = "web") -> dict[str, str]:
+    return {PLAYGROUND: playground, SERVICE_LABEL: service, CONFIG_HASH_LABEL: config_hash}
+
+
+async def test_an_up_that_left_the_hashes_known_is_remembered_for_its_containers(
+    tmp_path: Path,
+) -> None:
+    state, session = compose_state(tmp_path)
+    before = state.answer
+    assert before is not None
+
+    await state.learn_after_up(
+        {
+            "new-app": labels_of("app", "old"),
+            "new-db": labels_of("db", "old"),
+            "chat": labels_of("", "", playground="another"),
+        }
+    )
+
+    assert session.asked == [], "no compose run: the containers carry the hashes known"
+    assert state.answer is not None
+    assert state.answer.hashes == before.hashes
+    assert state.answer.inputs != before.inputs, "for the containers up left"
+    assert session.compose_memo.get(("edge-1", "pg-web"), state.answer.inputs) == state.answer
+
+
+async def test_an_up_whose_labels_are_not_the_hashes_known_asks_compose_once(
+    tmp_path: Path,
+) -> None:
+    """A label ``up`` left that is not the hash known (the override changed, or a container was
+    replaced by hand since): compose's own answer, never the label."""
+    state, session = compose_state(tmp_path)
+
+    await state.learn_after_up(
+        {"new-app": labels_of("app", "forged"), "new-db": labels_of("db", "old")}
+    )
+
+    assert [argv[-2:] for argv in session.asked] == [["config", "--hash=*"]]
+    assert state.answer is not None
+    assert state.answer.hashes == (("app", "a1"), ("db", "d1"))
+
+
+async def test_an_up_whose_hashes_compose_does_not_give_is_not_remembered(tmp_path: Path) -> None:
+    state, session = compose_state(tmp_path, hashes=None)
+    before = state.answer
+
+    await state.learn_after_up({"new-app": labels_of("app", "a1"), "new-db": labels_of("db", "d1")})
+
+    assert len(session.asked) == 1
+    assert state.answer == before
+    assert len(session.compose_memo) == 1, "the answer before up alone"

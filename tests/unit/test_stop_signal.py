@@ -65,3 +65,23 @@ async def test_a_cancel_that_comes_as_the_signal_is_set_is_not_swallowed() -> No
     sleeper.cancel()
     with pytest.raises(asyncio.CancelledError):
         await sleeper
+
+
+async def test_a_sleep_ends_early_when_its_own_future_is_done_and_no_other() -> None:
+    signal = StopSignal()
+    loop = asyncio.get_running_loop()
+    early: asyncio.Future[None] = loop.create_future()
+    mine = asyncio.create_task(signal.sleep(3600.0, until=early))
+    other = asyncio.create_task(signal.sleep(3600.0))
+    await asyncio.sleep(0)
+
+    early.set_result(None)
+    async with asyncio.timeout(1.0):
+        await mine
+    await asyncio.sleep(0.01)
+
+    assert not other.done()
+    assert not signal.is_set()
+    other.cancel()
+    await asyncio.gather(other, return_exceptions=True)
+    assert not signal._sleepers
