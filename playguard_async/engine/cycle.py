@@ -219,7 +219,11 @@ class _LeaseWatch:
 
 
 class Cycle:
-    """One cycle of ``marquee`` against ``inventory``, run once by ``run``."""
+    """One cycle of ``marquee`` against ``inventory``, run once: by ``run``, or in a task of its
+    own (``start``)."""
+
+    task: asyncio.Task[CycleResult]
+    """The task ``start`` runs it in."""
 
     def __init__(self, crew: CycleCrew, marquee: Marquee, inventory: Inventory) -> None:
         self.crew = crew
@@ -239,6 +243,11 @@ class Cycle:
         self.lease: Lease | None = None
         self._unhealthy: tuple[str, str] | None = None
         """The first phase that reported something unhealthy, and why."""
+
+    def start(self, *, delay: float = 0.0) -> asyncio.Task[CycleResult]:
+        """``run`` in a task named after the Marquee (``cycle:<name>``), kept as ``task``."""
+        self.task = asyncio.create_task(self.run(delay=delay), name=f"cycle:{self.marquee.name}")
+        return self.task
 
     async def run(self, *, delay: float = 0.0) -> CycleResult:
         """Wait ``delay`` (unless stopping), then lock, walk the phases, end; always ends in

@@ -114,12 +114,13 @@ class Engine:
         self._background_read: asyncio.Task[None] | None = None
         self._tick_announce: asyncio.Task[None] | None = None
         self._read_for: Share | None = None
-        """The share the last good read was made for (None: everyone's)."""
+        """The share the last good read was made for; None when it holds every Marquee (a whole
+        read, or a source that reads whole), which covers any share."""
         self._invalid_reported: str | None = None
         """The last ``inventory.invalid`` logged, until a read succeeds: each bad state once."""
-        self.cycles: dict[str, asyncio.Task[CycleResult]] = {}
-        self._cycle_runs: dict[str, Cycle] = {}
-        """Marquee -> its cycle in ``cycles``, which a wake-up may start early (``wake``)."""
+        self.cycles: dict[str, Cycle] = {}
+        """Marquee -> its cycle running here (in ``Cycle.task``), which a wake-up may start early
+        (``wake``)."""
         self._follow_ups: set[str] = set()
         """Marquees woken while in a cycle here: each gets one more cycle when that one ends."""
         self._woken: dict[str, tuple[float, Inventory]] = {}
@@ -152,8 +153,8 @@ class Engine:
         """First call: stop ticking and drain at phase boundaries. Second call: cancel at once."""
         if self.stopping.is_set():
             log.warning("engine.stop_now", cycles=len(self.cycles))
-            for task in self.cycles.values():
-                task.cancel()
+            for running in self.cycles.values():
+                running.task.cancel()
             return
         log.info("engine.stopping", cycles=len(self.cycles), grace=self.settings.shutdown_grace)
         self.stopping.set()
@@ -166,10 +167,11 @@ class Engine:
         the tick loop uses ``_desired_inventory``, which waits that out instead."""
         async with self._reading:
             source = self.desired_state
-            share = self.roster.share
+            share = None
             if isinstance(source, NarrowDesiredState):
                 # The share the roster says now: a read for it holds its rows alone. Alone
                 # (or not sharing), every Marquee is this replica's: a whole read.
+                share = self.roster.share
                 source.set_share(share)
             try:
                 inventory = await source.load()
@@ -234,10 +236,7 @@ class Engine:
                 self._read_in_background(), name="desired-state:read"
             )
         wait = TICK_READ_WAIT
-        if (
-            isinstance(self.desired_state, NarrowDesiredState)
-            and self.roster.share != self._read_for
-        ):
+        if self._read_for is not None and self.roster.share != self._read_for:
             # The state in force holds another share's rows (a replica died or left since, say):
             # the Marquees handed over wait for this read, up to the start offsets' spread,
             # rather than for the next tick's.
@@ -409,8 +408,8 @@ class Engine:
             marquee, source = self._newest(name, inventory)
             if marquee is None or not marquee.runs_cycles:
                 continue
-            if name in self.cycles and self._cycle_runs[name].start_now(marquee, source):
-                started.append(self.cycles[name])
+            if name in self.cycles and self.cycles[name].start_now(marquee, source):
+                started.append(self.cycles[name].task)
             elif name in self.cycles:
                 self._follow_ups.add(name)
                 following.append(name)
@@ -450,10 +449,9 @@ class Engine:
     def _start_cycle(
         self, marquee: Marquee, inventory: Inventory, *, delay: float = 0.0
     ) -> asyncio.Task[CycleResult]:
-        run = Cycle(self, marquee, inventory)
-        task = asyncio.create_task(run.run(delay=delay), name=f"cycle:{marquee.name}")
-        self.cycles[marquee.name] = task
-        self._cycle_runs[marquee.name] = run
+        cycle = Cycle(self, marquee, inventory)
+        task = cycle.start(delay=delay)
+        self.cycles[marquee.name] = cycle
         task.add_done_callback(self._cycle_ended)
         return task
 
@@ -461,9 +459,9 @@ class Engine:
         """Forget the cycle; log at once one that raised instead of ending in a classified outcome
         (a bug), since nobody awaits a tick's cycles before the drain."""
         name = task.get_name().removeprefix("cycle:")
-        if self.cycles.get(name) is task:
+        running = self.cycles.get(name)
+        if running is not None and running.task is task:
             del self.cycles[name]
-            del self._cycle_runs[name]
             if name in self._follow_ups:
                 self._follow_ups.discard(name)
                 self._follow_up(name)
@@ -483,20 +481,13 @@ class Engine:
 
     async def drain(self) -> None:
         """Let running cycles reach a phase boundary within the grace, then cancel the rest."""
-        running = list(self.cycles.values())
+        running = [cycle.task for cycle in self.cycles.values()]
         if running:
             _, late = await asyncio.wait(running, timeout=self.settings.shutdown_grace)
             for task in late:
                 task.cancel()
             await asyncio.gather(*running, return_exceptions=True)
         log.info("engine.stopped", drained=len(running))
-
-    async def cycle(
-        self, marquee: Marquee, inventory: Inventory, *, delay: float = 0.0
-    ) -> CycleResult:
-        """One cycle of ``marquee`` (``engine.cycle.Cycle``): wait ``delay`` (unless stopping),
-        then lock, walk the phases, end; always ends in exactly one classified outcome."""
-        return await Cycle(self, marquee, inventory).run(delay=delay)
 
     # -- resume records ----------------------------------------------------------------------
 

@@ -113,7 +113,7 @@ async def _held_cycle_meets_wake_ups(
     first = await engine.tick()  # edge-0 and edge-1 (edge-2 is not launchable)
     assert sorted(task.get_name() for task in first) == ["cycle:edge-0", "cycle:edge-1"]
     await asyncio.wait_for(held.entered.wait(), 10)
-    running = engine.cycles["edge-0"]
+    running = engine.cycles["edge-0"].task
 
     # Three edits, in separate debounce windows: three notifications, three wake-ups, while
     # edge-0's first cycle still runs on the snapshot from before them.
@@ -131,7 +131,7 @@ async def _held_cycle_meets_wake_ups(
 
     held.release.set()
     await running
-    follow_up = engine.cycles["edge-0"]  # started as the first one ended, not later
+    follow_up = engine.cycles["edge-0"].task  # started as the first one ended, not later
     assert follow_up is not running
     return await follow_up
 
@@ -144,7 +144,7 @@ async def test_a_wake_up_during_a_cycle_gives_no_follow_up_once_stopping(
     engine = harness.engine
     await engine.tick()
     await asyncio.wait_for(held.entered.wait(), 10)
-    running = engine.cycles["edge-0"]
+    running = engine.cycles["edge-0"].task
     await engine.wake({"edge-0"})
 
     engine.request_stop()
@@ -197,7 +197,7 @@ async def test_a_burst_of_edits_wakes_by_narrow_reads_never_a_whole_read_per_not
                 )
 
             await eventually(settled, timeout=10, what="the last edit read by a wake-up")
-        await asyncio.gather(*engine.cycles.values())
+        await asyncio.gather(*(cycle.task for cycle in engine.cycles.values()))
 
     assert whole_reads == 0, "every wake-up read its Marquees alone"
     assert 1 <= len(wakes) <= 10, f"{len(wakes)} wake-ups for 40 notifications"

@@ -20,6 +20,7 @@ from playguard_async.coordination.keys import fence_key, last_cycle_key, lock_ke
 from playguard_async.coordination.lock import ReleaseResult, TokenLock
 from playguard_async.coordination.records import CycleRecords
 from playguard_async.desired_state.inventory import SHOWN_PROBLEMS, YamlInventorySource
+from playguard_async.engine.cycle import Cycle
 from playguard_async.engine.observer import Unobserved
 from playguard_async.engine.results import Outcome
 from playguard_async.engine.scheduler import Engine
@@ -235,7 +236,7 @@ async def test_a_failure_outside_any_phase_ends_the_cycle_as_error_never_as_a_lo
     )
     inventory = inventory_of("m1")
     with capture_logs() as logs:
-        result = await engine.cycle(inventory.marquee("m1"), inventory)
+        result = await Cycle(engine, inventory.marquee("m1"), inventory).run()
     assert (result.outcome, result.reason) == (
         Outcome.ERROR,
         "RuntimeError: observer bug spanning lines",
@@ -266,7 +267,7 @@ async def test_a_record_redis_does_not_take_is_one_line_and_written_with_the_nex
     inventory = inventory_of("m1")
     try:
         with capture_logs() as logs:
-            lost = await engine.cycle(inventory.marquee("m1"), inventory)
+            lost = await Cycle(engine, inventory.marquee("m1"), inventory).run()
     finally:
         redis_server.resume()
     assert lost.outcome is Outcome.LOCK_LOST
@@ -277,7 +278,7 @@ async def test_a_record_redis_does_not_take_is_one_line_and_written_with_the_nex
 
     # Nor could the release reach Redis; let its key expire now instead of after lock_ttl.
     await redis.delete(M1_LOCK)
-    ok = await engine.cycle(inventory.marquee("m1"), inventory)
+    ok = await Cycle(engine, inventory.marquee("m1"), inventory).run()
     assert ok.outcome is Outcome.OK
     assert records.unwritten("m1") == 0
     history = await records.history("m1")

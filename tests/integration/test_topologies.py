@@ -26,6 +26,7 @@ from playguard_async.coordination.lock import LockLost, LockUnavailable, Release
 from playguard_async.coordination.records import CycleRecords
 from playguard_async.coordination.topology import CLUSTER_SLOTS, read_topology
 from playguard_async.desired_state.inventory import Inventory, Marquee
+from playguard_async.engine.cycle import Cycle
 from playguard_async.engine.results import CycleResult, Outcome
 from playguard_async.engine.scheduler import Engine
 from playguard_async.phases.protocol import PhaseContext, PhaseReport
@@ -179,7 +180,7 @@ def lone_engine(url: str, marquee: Marquee) -> tuple[RedisClient, Engine]:
 
 
 async def cycle(engine: Engine, marquee: Marquee) -> CycleResult:
-    return await engine.cycle(marquee, await engine.load_inventory())
+    return await Cycle(engine, marquee, await engine.load_inventory()).run()
 
 
 async def test_sentinel_failover_mid_cycle_never_has_two_holders_and_converges(

@@ -203,6 +203,41 @@ async def test_a_tick_waits_for_the_read_of_a_new_share_and_cycles_the_marquees_
     state.hold.set()
 
 
+async def test_a_whole_read_covers_any_share_so_a_replica_joining_does_not_hold_up_the_tick(
+    redis: Redis,
+) -> None:
+    """Alone, the replica read every Marquee: when another joins, its share is in that read, so
+    the tick cycles it at once (``TICK_READ_WAIT``) instead of waiting for a read of the share."""
+    fleet = {f"m{n}": f"10.0.0.{n}" for n in range(1, 21)}
+    seen: list[str] = []
+
+    async def note(ctx: PhaseContext) -> None:
+        seen.append(ctx.marquee.name)
+
+    state = NarrowState(_with_hosts(fleet))
+    harness = EngineHarness(
+        redis, ScriptedPhase("note", note), state=state, replica_id="a", tick_jitter=0.05
+    )  # a spread of 3 s with the 60 s tick
+    engine = harness.engine
+    await engine.roster.announce()
+    await engine.load_inventory()
+    assert state.share is None, "alone: a whole read"
+
+    other = ReplicaRoster(redis, "b", ttl=30.0, timeout=1.0)
+    await other.announce()
+    state.hold.clear()  # the share's read lags
+    started = time.monotonic()
+    cycles = await engine.tick()
+    waited = time.monotonic() - started
+    mine = sorted(name for name in fleet if engine.roster.owns(name))
+    assert waited < 1.0, f"waited {waited:.2f} s for a read the whole one covers"
+    await asyncio.gather(*cycles)
+    assert 0 < len(mine) < len(fleet)
+    assert sorted(seen) == mine
+    state.hold.set()
+    await other.leave()
+
+
 async def test_a_wake_up_starts_a_ticks_cycle_waiting_out_its_offset_now_from_its_read(
     redis: Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:

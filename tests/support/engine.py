@@ -11,7 +11,7 @@ from typing import Any
 from playguard_async.coordination.client import RedisClient
 from playguard_async.coordination.records import CycleRecords
 from playguard_async.desired_state.inventory import DesiredState, Inventory, Marquee
-from playguard_async.engine.cycle import SessionOpener
+from playguard_async.engine.cycle import Cycle, SessionOpener
 from playguard_async.engine.observer import EngineObserver
 from playguard_async.engine.results import CycleResult
 from playguard_async.engine.scheduler import Engine
@@ -110,7 +110,7 @@ class EngineHarness:
         """One cycle of Marquee ``name`` (the inventory's first by default), as a tick runs it."""
         inventory = await self.engine.load_inventory()
         marquee = inventory.marquees[0] if name is None else inventory.marquee(name)
-        return await self.engine.cycle(marquee, inventory)
+        return await Cycle(self.engine, marquee, inventory).run()
 
     async def tick(self) -> list[CycleResult]:
         """One tick of the engine, awaited to its end: each cycle's result."""

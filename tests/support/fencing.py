@@ -14,6 +14,7 @@ from pathlib import Path
 from redis.asyncio import Redis
 
 from playguard_async.desired_state.inventory import Inventory, Marquee
+from playguard_async.engine.cycle import Cycle
 from playguard_async.engine.results import CycleResult, Outcome
 from playguard_async.engine.scheduler import Engine
 from playguard_async.phases.protocol import PhaseContext, PhaseReport
@@ -138,7 +139,7 @@ class Fleet:
 
     async def cycle(self) -> CycleResult:
         inventory = await self.engine.load_inventory()
-        return await self.engine.cycle(self.marquee, inventory)
+        return await Cycle(self.engine, self.marquee, inventory).run()
 
     def fenced_losses(self) -> float:
         value = self.metrics.registry.get_sample_value(
