@@ -41,7 +41,6 @@ from playguard_async.desired_state.inventory import Inventory, Marquee
 from playguard_async.desired_state.windows import allows, next_opening
 from playguard_async.engine.observer import EngineObserver
 from playguard_async.engine.results import (
-    FINISHED_LEVELS,
     CycleListener,
     CycleResult,
     Outcome,
@@ -611,7 +610,7 @@ class Cycle:
     async def _finish(self) -> None:
         result = self.result
         log.log(
-            FINISHED_LEVELS[result.outcome],
+            result.log_level,
             "cycle.finished",
             outcome=result.outcome.value,
             reason=result.reason,

@@ -79,11 +79,27 @@ class CycleResult:
     @property
     def left_alone(self) -> bool:
         """Whether the cycle ran no phase because someone else had a say: another holder
-        (``locked``) or a pause found at its start (``paused`` before any phase). Such a cycle
-        did nothing, and is not recorded."""
-        return self.outcome is Outcome.LOCKED or (
-            self.outcome is Outcome.PAUSED and self.phase is None
+        (``locked``), a pause found at its start (``paused`` before any phase), or a stop request
+        before it took a lease (``interrupted_before_start``). Such a cycle did nothing, and is
+        not recorded: a record would hide the Marquee's last real outcome."""
+        return (
+            self.outcome is Outcome.LOCKED
+            or (self.outcome is Outcome.PAUSED and self.phase is None)
+            or self.interrupted_before_start
         )
+
+    @property
+    def interrupted_before_start(self) -> bool:
+        """A stop came while the cycle waited out its start offset or for a slot: a daemon
+        stopped with a backlog has thousands, told in one ``engine.stopped`` count."""
+        return self.outcome is Outcome.INTERRUPTED and self.fence is None
+
+    @property
+    def log_level(self) -> int:
+        """The level of the cycle's ``cycle.finished`` line (``FINISHED_LEVELS``)."""
+        if self.interrupted_before_start:
+            return logging.DEBUG
+        return FINISHED_LEVELS[self.outcome]
 
     def to_record(self) -> CycleRecord:
         """The record kept for operators (``playguard_async.cycle_record``)."""

@@ -481,13 +481,16 @@ class Engine:
 
     async def drain(self) -> None:
         """Let running cycles reach a phase boundary within the grace, then cancel the rest."""
-        running = [cycle.task for cycle in self.cycles.values()]
+        cycles = list(self.cycles.values())
+        running = [cycle.task for cycle in cycles]
         if running:
             _, late = await asyncio.wait(running, timeout=self.settings.shutdown_grace)
             for task in late:
                 task.cancel()
             await asyncio.gather(*running, return_exceptions=True)
-        log.info("engine.stopped", drained=len(running))
+        # Those never begun are not logged one by one (a backlog is thousands): counted here.
+        not_begun = sum(cycle.result.interrupted_before_start for cycle in cycles)
+        log.info("engine.stopped", drained=len(running), not_begun=not_begun)
 
     # -- resume records ----------------------------------------------------------------------
 

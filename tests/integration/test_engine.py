@@ -15,6 +15,7 @@ from structlog.testing import capture_logs
 
 from playguard_async.coordination.keys import RESUME_KEY, marquee_lock_key, marquee_lock_name
 from playguard_async.coordination.lock import Lease, ReleaseResult, TokenLock
+from playguard_async.coordination.records import CycleRecords
 from playguard_async.cycle_record import NoticeKind
 from playguard_async.desired_state.inventory import Inventory, InventoryError, Marquee
 from playguard_async.engine.cycle import Cycle
@@ -359,6 +360,49 @@ async def test_run_drains_then_cancels_after_the_grace(redis: Redis) -> None:
     assert time.monotonic() - started < 2.0
     assert harness.results[0].outcome is Outcome.INTERRUPTED
     assert await redis.exists(marquee_lock_key("m1")) == 0
+
+
+async def test_a_stop_with_a_backlog_counts_the_cycles_not_begun_instead_of_recording_each(
+    redis: Redis,
+) -> None:
+    """A replica stopped while most of its share waits out start offsets or for a slot: those
+    cycles did nothing, so none is recorded (a record would hide the Marquee's last real
+    outcome) nor logged above debug (at 100,000 Marquees, tens of thousands of lines);
+    ``engine.stopped`` counts them. The cycle stopped in a phase is recorded and resumed first,
+    as before."""
+    entered = asyncio.Event()
+
+    async def hold(ctx: PhaseContext) -> None:
+        entered.set()
+        await asyncio.sleep(0.2)
+
+    records = CycleRecords(redis, history_length=3, timeout=1.0)
+    harness = EngineHarness(
+        redis,
+        ScriptedPhase("first", hold),
+        ScriptedPhase("second"),
+        marquees=120,
+        records=records,
+        max_concurrent_cycles=1,  # waiting for the slot, or ...
+        tick_jitter=0.2,  # ... out start offsets of up to 12 s
+    )
+    with capture_logs() as logs:
+        runner = asyncio.create_task(harness.engine.run())
+        await asyncio.wait_for(entered.wait(), 15)
+        harness.engine.request_stop()
+        await runner
+    [begun] = [r.marquee for r in harness.results if r.fence is not None]
+    assert len(harness.results) == 120
+    assert {r.outcome for r in harness.results} == {Outcome.INTERRUPTED}
+    assert [await records.last(f"m{n}") is not None for n in range(1, 121)].count(True) == 1
+    assert await records.last(begun) is not None
+    assert await redis.zrange(RESUME_KEY, 0, -1) == [begun.encode()]
+    told = [line for line in logs if line["event"] == "cycle.finished"]
+    loud = [line for line in told if line["log_level"] != "debug"]  # (marquee: in contextvars)
+    assert [(line["log_level"], line["fence"]) for line in loud] == [("warning", 1)]
+    assert len(told) == 120
+    [stopped] = [line for line in logs if line["event"] == "engine.stopped"]
+    assert (stopped["drained"], stopped["not_begun"]) == (120, 119)
 
 
 async def test_interrupted_marquees_run_first_and_their_record_clears(redis: Redis) -> None:
