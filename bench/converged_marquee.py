@@ -46,6 +46,7 @@ from typing import Any
 import aiohttp
 import asyncssh
 from code_versions import ROOT, extract, git_output
+from redis import Redis
 
 from playguard_lab import Lab
 from playguard_lab.process import descendants, tree_cpu_seconds
@@ -181,6 +182,11 @@ def run_child(
     if until_converged:
         argv.append("--until-converged")
     env = {**os.environ, "PYTHONPATH": str(code)}
+    # Alone: the last child's ticks announced it for a tick, and this one would find its Marquees
+    # shared with it (the fence counter and locks stay: the host has accepted their fences).
+    from playguard_async.coordination.keys import REPLICAS_KEY  # noqa: PLC0415 - the parent's
+
+    Redis.from_url(lab.redis.url).delete(REPLICAS_KEY)
     done = subprocess.run(argv, check=True, capture_output=True, text=True, env=env)
     return list(json.loads(done.stdout.splitlines()[-1]))
 

@@ -36,6 +36,7 @@ from typing import Any
 from code_versions import run_with, versions
 from dispatch import NoOpPhase, noop_settings
 from loop_stall import LoopStall
+from redis import Redis
 from structlog.testing import capture_logs
 
 from playguard_async.engine.scheduler import Engine
@@ -143,6 +144,9 @@ def child(workdir: Path, name: str, redis_url: str, seconds: float, tick: float)
 
 
 def run_child(code: Path, workdir: Path, name: str, redis_url: str, args: Any) -> dict[str, Any]:
+    # On an empty Redis: the last child's ticks announced it for a tick, and this one would share
+    # the Marquees with it.
+    Redis.from_url(redis_url).flushall()
     argv = [__file__, "--child", str(workdir), name, redis_url]
     return run_with(code, *argv, "--seconds", str(args.seconds), "--tick", str(args.tick))
 
