@@ -91,7 +91,7 @@ from playguard_async.engine.results import CycleResult, Outcome
 from playguard_async.engine.scheduler import Engine
 from playguard_async.phases.protocol import BUILTIN_PHASES
 from playguard_async.service.logs import configure_logging
-from playguard_async.service.wiring import build_engine, stopping_on_signals
+from playguard_async.service.wiring import build_engine, close_engine, stopping_on_signals
 from playguard_async.settings import Settings
 from playguard_lab import PostgresServer, RedisServer
 from playguard_lab.process import tree_cpu_seconds
@@ -270,7 +270,7 @@ async def replica(settings: Settings, rundir: Path, replicas: int) -> None:
         watching.cancel()
         journal.write("stopped")
     finally:
-        await redis.aclose()
+        await close_engine(engine)
 
 
 # -- the parent ----------------------------------------------------------------------------------

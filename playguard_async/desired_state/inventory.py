@@ -757,12 +757,13 @@ class RemoteDesiredState(DesiredState, Protocol):
         when changes may have been missed."""
         ...
 
-    async def record_cycle(self, record: CycleRecord) -> None:
-        """Write a finished cycle's observed state (a cycle record) back; never raises."""
+    def record_cycle(self, record: CycleRecord) -> None:
+        """Hand a finished cycle's observed state (a cycle record) over to be written back,
+        soon and off the cycle; never raises. ``close`` writes what is left."""
         ...
 
     def write_failures(self) -> int:
-        """Observed-state writes that failed since start."""
+        """Observed-state records whose write failed since start."""
         ...
 
     async def close(self) -> None: ...

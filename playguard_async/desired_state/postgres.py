@@ -943,10 +943,11 @@ class PostgresDesiredState:
             return None
         return time.monotonic() - self.last_snapshot_at
 
-    async def record_cycle(self, record: CycleRecord) -> None:
-        """Write a finished cycle's observed state back (never raises: logged and counted)."""
+    def record_cycle(self, record: CycleRecord) -> None:
+        """Hand a finished cycle's observed state over to be written back
+        (``ObservedStateWriter``: batched, off the cycle; a failure is logged and counted)."""
         if self._observed is not None:
-            await self._observed.record(record)
+            self._observed.record(record)
 
     def write_failures(self) -> int:
         return self._observed.failures if self._observed is not None else 0

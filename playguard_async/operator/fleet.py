@@ -41,6 +41,7 @@ from playguard_async.remote.registry import check_login
 from playguard_async.remote.ssh import RemoteOptions, open_session
 from playguard_async.service.wiring import (
     build_engine,
+    close_engine,
     inventory_source,
     redis_for,
     remote_options,
@@ -218,7 +219,7 @@ async def run_cycle(settings: Settings, marquee: str, on_phase: PhaseListener) -
                 await inspect_lock(engine.redis, name, timeout=settings.redis_socket_timeout),
             )
     finally:
-        await engine.redis.aclose()
+        await close_engine(engine)
 
 
 def _known(inventory: Inventory, name: str, source: str) -> Marquee:
@@ -290,7 +291,7 @@ async def plan_fleet(settings: Settings) -> list[CycleResult]:
                     )
                 )
     finally:
-        await engine.redis.aclose()
+        await close_engine(engine)
 
 
 def _planning(settings: Settings) -> Settings:

@@ -30,7 +30,12 @@ from playguard_async.service.metrics import Metrics
 from playguard_async.service.notifications import ChangeNotifier, news_of
 from playguard_async.service.systemd import Notifier, report_to_systemd, watchdog_interval
 from playguard_async.service.web_view import WebView
-from playguard_async.service.wiring import RemoteLayer, build_engine, stopping_on_signals
+from playguard_async.service.wiring import (
+    RemoteLayer,
+    build_engine,
+    close_engine,
+    stopping_on_signals,
+)
 from playguard_async.settings import Settings
 
 
@@ -89,9 +94,7 @@ async def serve(settings: Settings, *, stop_after: float | None = None) -> None:
                 await engine.run()
     finally:
         await remote.close()
-        await engine.redis.aclose()
-        if isinstance(source, RemoteDesiredState):
-            await source.close()
+        await close_engine(engine)
 
 
 @contextlib.asynccontextmanager

@@ -189,7 +189,7 @@ def build_engine(
 
         async def write_observed(result: CycleResult) -> None:
             if not result.left_alone:
-                await source.record_cycle(result.to_record())
+                source.record_cycle(result.to_record())
 
         write_back.append(write_observed)
     return Engine(
@@ -202,6 +202,14 @@ def build_engine(
         observer=observer,
         records=records,
     )
+
+
+async def close_engine(engine: Engine) -> None:
+    """Close what ``build_engine`` opened: its Redis client, then a database source's
+    connections, once it has written back the observed state its cycles handed over."""
+    await engine.redis.aclose()
+    if isinstance(engine.desired_state, RemoteDesiredState):
+        await engine.desired_state.close()
 
 
 @contextlib.contextmanager

@@ -158,7 +158,7 @@ async def test_an_install_in_public_is_moved_with_every_row_and_the_write_back(
         await _migrate_as_released_before(connection)
         await import_inventory(connection, inventory, schema="public")
         writer = ObservedStateWriter(address, password, replica="r0", timeout=5, schema="public")
-        await writer.record(STATUS_RECORD)
+        writer.record(STATUS_RECORD)
         await writer.close()
         versions = await connection.fetch("SELECT * FROM public.schema_version ORDER BY 1")
 
@@ -179,7 +179,7 @@ async def test_an_install_in_public_is_moved_with_every_row_and_the_write_back(
         assert (kept["marquee"], kept["fence"], kept["replica"]) == ("edge-0", 7, "r0")
 
         writer = ObservedStateWriter(address, password, replica="r1", timeout=5)
-        await writer.record(status_record(fence=8, cycle="c-2"))
+        writer.record(status_record(fence=8, cycle="c-2"))
         await writer.close()
         assert writer.failures == 0
         rows = await connection.fetch(
@@ -490,7 +490,7 @@ async def test_the_readmes_mapping_triggers_and_queries_run_as_written(
         finally:
             await source.close()
         writer = ObservedStateWriter(address, password, replica="r1", timeout=5)
-        await writer.record(status_record(marquee="edge-a", findings={}))
+        writer.record(status_record(marquee="edge-a", findings={}))
         await writer.close()
 
         admin = await postgres.connect()

@@ -71,7 +71,7 @@ class NarrowState(StaticState):
     ) -> None:
         await asyncio.Event().wait()
 
-    async def record_cycle(self, record: object) -> None:
+    def record_cycle(self, record: object) -> None:
         return None
 
     def write_failures(self) -> int:
