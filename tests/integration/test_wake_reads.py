@@ -16,7 +16,7 @@ from redis.asyncio import Redis
 
 from playguard_async.coordination.replicas import ReplicaRoster
 from playguard_async.desired_state.inventory import Inventory
-from playguard_async.engine.scheduler import TICK_READ_WAIT
+from playguard_async.engine.scheduler import TICK_READ_WAIT, Engine
 from playguard_async.phases.protocol import PhaseContext
 from tests.support.engine import EngineHarness, ScriptedPhase, inventory_of
 from tests.support.state import StaticState
@@ -158,13 +158,12 @@ async def test_a_replica_reads_and_cycles_only_the_woken_marquees_of_its_share(
     await other.leave()
 
 
-async def test_a_tick_waits_for_the_read_of_a_new_share_and_cycles_the_marquees_handed_over(
-    redis: Redis,
-) -> None:
-    """A tick whose state in force was read for another share (the other replica left since)
-    waits for its read, up to the start offsets' spread, and cycles the Marquees handed over
-    in this tick, not the next."""
-    fleet = {f"m{n}": f"10.0.0.{n}" for n in range(1, 21)}
+TWENTY = {f"m{n}": f"10.0.0.{n}" for n in range(1, 21)}
+
+
+def _noting_engine(redis: Redis, fleet: dict[str, str]) -> tuple[Engine, NarrowState, list[str]]:
+    """Replica "a" over ``fleet`` (name -> host) from a state whose whole reads can be held,
+    its start offsets spread over 3 s (of the 60 s tick), and the Marquees its cycles enter."""
     seen: list[str] = []
 
     async def note(ctx: PhaseContext) -> None:
@@ -173,8 +172,18 @@ async def test_a_tick_waits_for_the_read_of_a_new_share_and_cycles_the_marquees_
     state = NarrowState(_with_hosts(fleet))
     harness = EngineHarness(
         redis, ScriptedPhase("note", note), state=state, replica_id="a", tick_jitter=0.05
-    )  # a spread of 3 s with the 60 s tick
-    engine = harness.engine
+    )
+    return harness.engine, state, seen
+
+
+async def test_a_tick_waits_for_the_read_of_a_new_share_and_cycles_the_marquees_handed_over(
+    redis: Redis,
+) -> None:
+    """A tick whose state in force was read for another share (the other replica left since)
+    waits for its read, up to the start offsets' spread, and cycles the Marquees handed over
+    in this tick, not the next."""
+    fleet = TWENTY
+    engine, state, seen = _noting_engine(redis, fleet)
     other = ReplicaRoster(redis, "b", ttl=30.0, timeout=1.0)
     await other.announce()
     await engine.roster.announce()
@@ -208,17 +217,8 @@ async def test_a_whole_read_covers_any_share_so_a_replica_joining_does_not_hold_
 ) -> None:
     """Alone, the replica read every Marquee: when another joins, its share is in that read, so
     the tick cycles it at once (``TICK_READ_WAIT``) instead of waiting for a read of the share."""
-    fleet = {f"m{n}": f"10.0.0.{n}" for n in range(1, 21)}
-    seen: list[str] = []
-
-    async def note(ctx: PhaseContext) -> None:
-        seen.append(ctx.marquee.name)
-
-    state = NarrowState(_with_hosts(fleet))
-    harness = EngineHarness(
-        redis, ScriptedPhase("note", note), state=state, replica_id="a", tick_jitter=0.05
-    )  # a spread of 3 s with the 60 s tick
-    engine = harness.engine
+    fleet = TWENTY
+    engine, state, seen = _noting_engine(redis, fleet)
     await engine.roster.announce()
     await engine.load_inventory()
     assert state.share is None, "alone: a whole read"
