@@ -141,12 +141,15 @@ class RedisNode(RedisServer):
         super().__init__(workdir, port)
         self.tls = tls
         self.extra_args = list(extra_args)
-        self.url = f"{'rediss' if tls else 'redis'}://127.0.0.1:{self.port}/0"
+        self.url = self._url()
 
     def move_to(self, port: int) -> None:
         """Listen on ``port`` from the next start."""
         self.port = port
-        self.url = f"{'rediss' if self.tls else 'redis'}://127.0.0.1:{port}/0"
+        self.url = self._url()
+
+    def _url(self) -> str:
+        return f"{'rediss' if self.tls else 'redis'}://127.0.0.1:{self.port}/0"
 
     def _command(self) -> list[str]:
         command = super()._command()
@@ -425,16 +428,18 @@ class ClusterLab(StartStop):
             )
             for index in range(6)
         ]
-        scheme = "rediss+cluster" if tls else "redis+cluster"
-        self.url = f"{scheme}://" + ",".join(f"127.0.0.1:{node.port}" for node in self.nodes)
+        self.url = self._url()
+
+    def _url(self) -> str:
+        scheme = "rediss+cluster" if self.tls else "redis+cluster"
+        return f"{scheme}://" + ",".join(f"127.0.0.1:{node.port}" for node in self.nodes)
 
     def start(self) -> None:
         try:
             for node in self.nodes:
                 (node.workdir / "nodes.conf").unlink(missing_ok=True)
                 start_on_a_free_port(node, free_cluster_port)
-            scheme = "rediss+cluster" if self.tls else "redis+cluster"
-            self.url = f"{scheme}://" + ",".join(f"127.0.0.1:{node.port}" for node in self.nodes)
+            self.url = self._url()  # the nodes' ports may have changed
             tls = ["--tls", "--cacert", str(self.tls.cert)] if self.tls else []
             run_command([
                 self._cli, *tls, "--cluster", "create",
