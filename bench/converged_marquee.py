@@ -97,8 +97,8 @@ class Counts:
 
         asyncssh.channel.SSHChannel.__init__ = counted_channel  # type: ignore[method-assign]
         asyncssh.connection.SSHConnection.connection_made = counted_made  # type: ignore[method-assign]
-        asyncssh.connection.SSHConnection.connection_lost = counted_lost  # type: ignore[method-assign]
-        asyncssh.SSHClientConnection.create_process = counted_process  # type: ignore[method-assign]
+        asyncssh.connection.SSHConnection.connection_lost = counted_lost  # type: ignore[method-assign,assignment]
+        asyncssh.SSHClientConnection.create_process = counted_process  # type: ignore[method-assign,assignment]
         aiohttp.ClientSession._request = counted_request  # type: ignore[method-assign]
 
 

@@ -135,7 +135,7 @@ def scan_cycle(inventory: Inventory, marquee: str, listing: list[dict[str, str]]
         spec = scan_playspec_of(inventory, pg)
         for image in spec.images:
             registry = scan_registry_of(inventory, spec)
-            images.setdefault(image, registry and registry.name)
+            images.setdefault(image, registry.name if registry else None)
     # reconcile_playgrounds: the playgrounds, each one's compose file.
     compose = [
         scan_playspec_of(inventory, pg).compose_file

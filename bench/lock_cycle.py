@@ -48,7 +48,7 @@ async def token_lock_cycle(redis: RedisClient, name: str) -> None:
 
 
 async def redis_py_lock_cycle(redis: RedisClient, name: str) -> None:
-    lock = RedisPyLock(redis, name, timeout=TTL)  # type: ignore[arg-type]
+    lock = RedisPyLock(redis, name, timeout=TTL)
     assert await lock.acquire(blocking=False)
     await lock.extend(TTL, replace_ttl=True)
     await lock.release()

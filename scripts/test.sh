@@ -9,6 +9,7 @@ bash scripts/install.sh
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy
+.venv/bin/mypy bench  # scripts beside each other, not a package: checked on their own
 .venv/bin/lint-imports
 .venv/bin/python -m pytest -ra "$@"
 .venv/bin/python bench/soak.py --minutes 5
