@@ -408,13 +408,14 @@ class Engine:
             marquee, source = self._newest(name, inventory)
             if marquee is None or not marquee.runs_cycles:
                 continue
-            if name in self.cycles and self.cycles[name].start_now(marquee, source):
-                started.append(self.cycles[name].task)
-            elif name in self.cycles:
+            running = self.cycles.get(name)
+            if running is None:
+                started.append(self._start_cycle(marquee, source))
+            elif running.start_now(marquee, source):
+                started.append(running.task)
+            else:
                 self._follow_ups.add(name)
                 following.append(name)
-            else:
-                started.append(self._start_cycle(marquee, source))
         log.info(
             "engine.woken",
             started=[t.get_name() for t in started],
