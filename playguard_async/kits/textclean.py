@@ -18,6 +18,14 @@ _TERMINAL_MARKUP = re.compile(
 LINE_LIMIT = 300
 """Characters a line of host output shown in a finding keeps at most."""
 
+MASK = "***"
+
+PARTIAL_SECRET = 4
+"""Characters of a secret, cut at an edge of the text by whoever cut it (Docker keeps 4 KiB of a
+health check's output), from which the piece is masked like the whole secret. Shorter pieces are
+shown: three characters say little, and masking every trailing letter that a secret starts with
+would garble ordinary output."""
+
 
 def clean(text: str) -> str:
     """``text`` with every control character but newline and tab written as ``\\xNN``."""
@@ -28,12 +36,48 @@ def host_line(text: str, *, secrets: Iterable[str] = (), limit: int = LINE_LIMIT
     """The last non-blank line of ``text`` (host output: a health check's, a container's log) on
     one line: terminal markup removed, each of ``secrets`` masked, other control characters
     written out, cut to ``limit`` characters (``...`` marks the cut). Only the end of a huge text
-    is looked at, so a megabyte line costs no more than a short one."""
-    tail = text[-(limit * 8 + 64) :]
-    lines = [line for line in _TERMINAL_MARKUP.sub("", tail).splitlines() if line.strip()]
+    is looked at, so a megabyte line costs no more than a short one.
+
+    Secrets are masked before any cut, so no cut can leave a piece of one: the text looked at
+    reaches back one secret's length further than the tail kept, and a secret's start or end that
+    the text arrived cut at (from ``PARTIAL_SECRET`` characters) is masked too."""
+    secrets = [secret for secret in secrets if secret]
+    reach = tail_reach(limit)
+    longest = max((len(secret) for secret in secrets), default=0)
+    tail = text[-(reach + longest) :]
+    tail = _mask_cut_edges(_mask(tail, secrets), secrets, starts_cut=len(tail) < len(text))
+    lines = [line for line in _TERMINAL_MARKUP.sub("", tail[-reach:]).splitlines() if line.strip()]
     line = " ".join(lines[-1].split()) if lines else ""
+    # Removing markup and runs of blanks can join a secret that was written in pieces.
+    line = clean(_mask(line, [*secrets, *(" ".join(secret.split()) for secret in secrets)]))
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def tail_reach(limit: int = LINE_LIMIT) -> int:
+    """Characters from the end of a host's text that ``host_line`` keeps before it looks for the
+    last line: room for ``limit`` shown characters after markup and blanks are taken out."""
+    return limit * 8 + 64
+
+
+def _mask(text: str, secrets: Iterable[str]) -> str:
     for secret in secrets:
         if secret:
-            line = line.replace(secret, "***")
-    line = clean(line)
-    return line if len(line) <= limit else line[: limit - 3] + "..."
+            text = text.replace(secret, MASK)
+    return text
+
+
+def _mask_cut_edges(text: str, secrets: Iterable[str], *, starts_cut: bool) -> str:
+    """``text`` with a secret's beginning at its end, and (unless we cut its start ourselves,
+    reaching far enough back) a secret's end at its start, masked."""
+    for secret in secrets:
+        for size in range(len(secret) - 1, PARTIAL_SECRET - 1, -1):
+            if text.endswith(secret[:size]):
+                text = text[:-size] + MASK
+                break
+        if starts_cut:
+            continue
+        for size in range(len(secret) - 1, PARTIAL_SECRET - 1, -1):
+            if text.startswith(secret[-size:]):
+                text = MASK + text[size:]
+                break
+    return text
