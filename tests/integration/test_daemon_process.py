@@ -21,6 +21,7 @@ from tests.support.daemon import DaemonRunner, wait_for
 pytestmark = pytest.mark.integration
 
 GRACE = 5.0
+PHASE = 2.0
 ZETA_LOCK = marquee_lock_key("zeta")
 
 
@@ -36,7 +37,7 @@ def test_sigterm_mid_phase_finishes_it_records_resume_and_next_start_runs_it_fir
     daemons: DaemonRunner, store: Redis
 ) -> None:
     daemons.write_inventory(["zeta"])
-    first_run = daemons.start("r1", phase_seconds=2.0, shutdown_grace=GRACE)
+    first_run = daemons.start("r1", phase_seconds=PHASE, shutdown_grace=GRACE)
     enter = wait_for(
         lambda: first_run.witness(daemons.witness_dir), timeout=20, what="first phase entered"
     )[0]
@@ -50,7 +51,9 @@ def test_sigterm_mid_phase_finishes_it_records_resume_and_next_start_runs_it_fir
         ("enter", "first", "zeta", None),
         ("exit", "first", "zeta", "ok"),
     ], "the running phase finishes; the next one does not start"
-    assert witness[1]["t"] > signalled + 1.0, "the phase ran on after the signal"
+    # However soon after the enter the signal landed, the phase ran its whole length past it.
+    assert witness[1]["t"] > signalled, "the signal landed after the phase had ended"
+    assert witness[1]["t"] - enter["t"] >= PHASE - 0.01, "the phase was cut short"
     finished = first_run.events("cycle.finished", marquee="zeta")
     assert [(f["outcome"], f["fence"]) for f in finished] == [("interrupted", enter["fence"])]
     assert first_run.events("engine.stopped")
@@ -64,11 +67,11 @@ def test_sigterm_mid_phase_finishes_it_records_resume_and_next_start_runs_it_fir
     )[0]
     assert (first_seen["event"], first_seen["marquee"]) == ("enter", "zeta")
     assert first_seen["fence"] > enter["fence"]
-    [resumed] = wait_for(
+    resumed = wait_for(
         lambda: second_run.events("cycle.finished", marquee="zeta"),
         timeout=15,
         what="end of zeta's resumed cycle",
-    )
+    )[0]  # the first of the run; a later tick may have ended another by the time it is read
     assert resumed["outcome"] == "ok"
     assert store.zscore(RESUME_KEY, "zeta") is None
     assert daemons.stop_all([second_run], timeout=GRACE + 3) == {"r1": 0}

@@ -4,7 +4,6 @@ cannot be trusted it gives up (None) and the caller reads whole."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -15,6 +14,7 @@ from structlog.testing import capture_logs
 from playguard_async.desired_state.inventory import Inventory
 from playguard_async.desired_state.pg import PgAddress, password_from
 from playguard_async.desired_state.postgres import NARROW_READ_MAX, PostgresDesiredState
+from tests.support.fencing import eventually
 from tests.support.postgres import LabDatabase
 
 EVERYONE = ["edge-0", "edge-1", "edge-2"]
@@ -139,10 +139,12 @@ async def test_a_narrow_read_gives_up_where_only_a_whole_snapshot_will_do(
     too_many = [f"m-{index}" for index in range(NARROW_READ_MAX + 1)]
     assert await source.load_marquees(too_many) is None
 
-    # The connection killed under it: the next read connects again.
-    assert source._connection is not None
-    await fleet.execute("SELECT pg_terminate_backend($1)", source._connection.get_server_pid())
-    await asyncio.sleep(0.1)
+    # The connection killed under it (its end seen, however long the backend takes to go): the
+    # next read connects again.
+    killed = source._connection
+    assert killed is not None
+    await fleet.execute("SELECT pg_terminate_backend($1)", killed.get_server_pid())
+    await eventually(killed.is_closed, timeout=10, what="the killed connection's end")
     assert await source.load_marquees(["edge-0"]) is not None
 
     # A read that cannot end in time (a table locked by a migration): None within the timeout,

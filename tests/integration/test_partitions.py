@@ -25,7 +25,7 @@ from tests.support.daemon import (
     wait_for,
     witness_lines,
 )
-from tests.support.fencing import host_records, stale_writes
+from tests.support.fencing import host_records, journal, stale_writes
 from tests.support.netns import Namespace
 from tests.support.postgres import LabDatabase, migrated_fleet
 from tests.support.probes import http_get
@@ -300,13 +300,18 @@ def test_replica_cut_from_its_host_mid_write_ends_the_cycle_within_the_command_b
     )  # fmt: skip
     wait_for(lambda: finished(daemon), timeout=30, what="a first whole cycle")
     sent = len(daemon.events("remote.change"))
-    # The write is on the host, holding its guard's lock for ``write_seconds``, when the cut comes.
     [change] = wait_for(
         lambda: daemon.events("remote.change")[sent:], timeout=10, what="r1 sending a write"
     )
-    time.sleep(0.2)
+    fence = change["fence"]
+    # The write is on the host, holding its guard's lock for ``write_seconds``, when the cut
+    # comes: the guard journals a write just before it runs it, under that lock.
+    wait_for(
+        lambda: [entry for entry in journal(tmp_path / "m1-state") if entry.fence == fence],
+        timeout=10, what="r1's write running on the host",
+    )  # fmt: skip
     namespace.black_hole(ssh_server.port)
-    cut, fence = time.monotonic(), change["fence"]
+    cut = time.monotonic()
     [ended] = wait_for(
         lambda: daemon.events("cycle.finished", fence=fence),
         timeout=ttl, what="r1's cut cycle ending",

@@ -176,7 +176,9 @@ def test_a_pause_from_another_process_stops_the_running_cycle_at_the_next_bounda
         fleet_pause_read_interval=0.2,
         http_address=(address := f"127.0.0.1:{free_port()}"),
     )
-    daemon = playguard.runner.start(config=playguard.config, phase_seconds=3.0)
+    # ``playguard pause`` is a process of its own, whose start-up alone takes seconds on a busy
+    # machine: ``first`` lasts long enough for the pause to land inside it wherever it starts.
+    daemon = playguard.runner.start(config=playguard.config, phase_seconds=6.0)
     wait_for(lambda: witness_lines(playguard.runner.witness_dir), timeout=20, what="a phase")
     paused = playguard("pause", scope, "--for", "8s", "--reason", "hands off")
     paused_at = time.time()
@@ -196,7 +198,7 @@ def test_a_pause_from_another_process_stops_the_running_cycle_at_the_next_bounda
         in metrics
     )
     pause_ends = paused_at + 8
-    wait_for(lambda: journal(state_dir), timeout=30, what="a write once the pause has expired")
+    wait_for(lambda: journal(state_dir), timeout=45, what="a write once the pause has expired")
     daemon.send(signal.SIGTERM)
     assert daemon.wait(timeout=30) == 0, daemon.stderr_tail()
 
