@@ -46,11 +46,11 @@ def basic(user: str, password: str) -> str:
     [
         (None, None),
         ("", None),
-        ("Bearer s3cret", "s3cret"),
-        ("bearer   s3cret ", "s3cret"),
+        ("Bearer s3cret", b"s3cret"),
+        ("bearer   s3cret ", b"s3cret"),
         ("Bearer", None),
-        (basic("anyone", "s3cret"), "s3cret"),
-        (basic("anyone", "pa:ss"), "pa:ss"),
+        (basic("anyone", "s3cret"), b"s3cret"),
+        (basic("anyone", "pa:ss"), b"pa:ss"),
         (basic("anyone", ""), None),
         ("Basic !!!notbase64", None),
         ("Basic " + base64.b64encode(b"no-colon").decode(), None),
@@ -59,7 +59,7 @@ def basic(user: str, password: str) -> str:
     ],
 )
 def test_offered_secret_reads_bearer_and_basic_and_refuses_the_rest(
-    header: str | None, offered: str | None
+    header: str | None, offered: bytes | None
 ) -> None:
     assert offered_secret(header) == offered
 
