@@ -42,6 +42,7 @@ from playguard_async.desired_state.pg import (
 from playguard_async.desired_state.windows import Window
 from playguard_async.kits.capacity import MAX_SECONDS, cycle_slots
 from playguard_async.kits.files import FileRefused, read_text_limited
+from playguard_async.kits.host_header import host_entry
 from playguard_async.phases.protocol import BUILTIN_PHASES
 
 ENV_PREFIX = "PLAYGUARD_"
@@ -324,6 +325,17 @@ class Settings(BaseSettings):
         "and stream then asks for it, as `Authorization: Bearer <it>` or as the password of "
         "basic auth (any user name). Required when http_address is beyond loopback.",
     )
+    http_allowed_hosts: tuple[str, ...] = Field(
+        (),
+        description="Names (or addresses) besides http_address's own that a request's Host "
+        "header may carry, e.g. the name a proxy or Prometheus reaches this replica by; any other "
+        "Host is answered 421 (a DNS-rebinding page sends its own name).",
+    )
+    metrics_require_credential: bool = Field(
+        False,
+        description="/metrics asks for the web credential too (`Authorization: Bearer <it>`, "
+        "Prometheus' `authorization`); needs web_credential_file.",
+    )
     web_refresh_interval: float = _seconds(
         10.0,
         description="Seconds between the web view's reads of the whole fleet from Redis; a "
@@ -378,6 +390,11 @@ class Settings(BaseSettings):
         if value:
             parse_http_address(value)
         return value
+
+    @field_validator("http_allowed_hosts")
+    @classmethod
+    def _http_allowed_hosts_form(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(str(host_entry(host)) for host in value)
 
     @field_validator("webhook_url")
     @classmethod
@@ -439,6 +456,12 @@ class Settings(BaseSettings):
                 f"http_address {self.http_address} is beyond loopback: the web view there needs "
                 "web_credential_file (or web_view = false)"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _metrics_credential_is_set(self) -> Settings:
+        if self.metrics_require_credential and self.web_credential_file is None:
+            raise ValueError("metrics_require_credential needs web_credential_file")
         return self
 
     def web_credential(self) -> str | None:
