@@ -323,7 +323,9 @@ class Settings(BaseSettings):
         None,
         description="File holding the web view's credential (one line; read at start): every page "
         "and stream then asks for it, as `Authorization: Bearer <it>` or as the password of "
-        "basic auth (any user name). Required when http_address is beyond loopback.",
+        "basic auth (any user name). Required when http_address is beyond loopback. Refused "
+        "at start if it is a symbolic link, not a regular file, or readable or writable by "
+        "group or others (chmod 600).",
     )
     http_allowed_hosts: tuple[str, ...] = Field(
         (),
@@ -466,12 +468,13 @@ class Settings(BaseSettings):
 
     def web_credential(self) -> str | None:
         """The web view's credential from ``web_credential_file`` (None: not set); a file that
-        cannot be read, or is empty, is a ``SettingsError`` now, not an open door later."""
+        cannot be read, is empty, is a symbolic link or is open to group or others is a
+        ``SettingsError`` now, not an open door later."""
         path = self.web_credential_file
         if path is None:
             return None
         try:
-            credential = read_text_limited(path, CREDENTIAL_FILE_LIMIT).strip()
+            credential = read_text_limited(path, CREDENTIAL_FILE_LIMIT, private=True).strip()
         except FileRefused as exc:
             raise SettingsError(f"web_credential_file {path}: {exc.reason}") from None
         if not credential or "\n" in credential:
