@@ -25,51 +25,46 @@ def credential_of(path: Path) -> str | None:
     return load_settings(http_address="127.0.0.1:0", web_credential_file=path).web_credential()
 
 
-@pytest.mark.parametrize("mode", ACCEPTED_MODES, ids=oct)
-def test_a_file_no_group_or_other_may_read_or_write_is_accepted(tmp_path: Path, mode: int) -> None:
-    if mode & 0o400 == 0 and os.geteuid() != 0:
-        pytest.skip("the owner cannot read it: only root reads a file of this mode")
-    assert credential_of(credential_file(tmp_path, mode)) == "s3cret"
+def test_only_a_file_no_group_or_other_may_read_or_write_is_accepted(tmp_path: Path) -> None:
+    refusals: dict[int, bool | str] = {}
+    for mode in ACCEPTED_MODES + REFUSED_MODES:
+        path = credential_file(tmp_path, mode)
+        try:
+            refusals[mode] = credential_of(path) != "s3cret"
+        except SettingsError as exc:
+            refusals[mode] = str(exc)
+    assert refusals == {
+        **{mode: False for mode in ACCEPTED_MODES},
+        **{
+            mode: f"web_credential_file {tmp_path / 'credential'}: mode {mode:04o} lets group or "
+            "others read or write it: chmod 600 it"
+            for mode in REFUSED_MODES
+        },
+    }
 
 
-@pytest.mark.parametrize("mode", REFUSED_MODES, ids=oct)
-def test_a_file_group_or_others_may_read_or_write_is_refused_naming_its_mode(
-    tmp_path: Path, mode: int
-) -> None:
-    path = credential_file(tmp_path, mode)
-    with pytest.raises(SettingsError) as refused:
-        credential_of(path)
-    message = str(refused.value)
-    assert message == (
-        f"web_credential_file {path}: mode {mode:04o} lets group or others read or write it: "
-        "chmod 600 it"
-    )
-    assert "s3cret" not in message
-
-
-def test_a_symbolic_link_is_refused_even_to_a_private_file(tmp_path: Path) -> None:
+def test_only_a_regular_file_named_itself_is_read(tmp_path: Path) -> None:
     target = credential_file(tmp_path, 0o600)
     link = tmp_path / "link"
     link.symlink_to(target)
-    with pytest.raises(SettingsError, match=r"link: a symbolic link: name the file itself$"):
-        credential_of(link)
     dangling = tmp_path / "dangling"
     dangling.symlink_to(tmp_path / "absent")
-    with pytest.raises(SettingsError, match="a symbolic link"):
-        credential_of(dangling)
-
-
-@pytest.mark.parametrize("kind", ["directory", "fifo", "device"])
-def test_anything_but_a_regular_file_is_refused(tmp_path: Path, kind: str) -> None:
-    path = tmp_path / kind
-    if kind == "directory":
-        path.mkdir(mode=0o700)
-    elif kind == "fifo":
-        os.mkfifo(path, 0o600)
-    else:
-        path = Path("/dev/null")
-    with pytest.raises(SettingsError, match="not a regular file"):
-        credential_of(path)
+    directory = tmp_path / "directory"
+    directory.mkdir(mode=0o700)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo, 0o600)
+    refusals = {}
+    for path in (link, dangling, directory, fifo, Path("/dev/null")):
+        with pytest.raises(SettingsError) as refused:
+            credential_of(path)
+        refusals[path.name] = str(refused.value).removeprefix(f"web_credential_file {path}: ")
+    assert refusals == {
+        "link": "a symbolic link: name the file itself",
+        "dangling": "a symbolic link: name the file itself",
+        "directory": "not a regular file",
+        "fifo": "not a regular file",
+        "null": "not a regular file",
+    }
 
 
 def test_the_mode_is_judged_on_the_file_opened_not_on_a_second_look(
@@ -81,11 +76,12 @@ def test_the_mode_is_judged_on_the_file_opened_not_on_a_second_look(
     def no_second_look(*args: object, **kwargs: object) -> os.stat_result:
         raise AssertionError("looked the file up by name again")
 
-    monkeypatch.setattr(os, "stat", no_second_look)
-    monkeypatch.setattr(os, "lstat", no_second_look)
-    monkeypatch.setattr(os, "access", no_second_look)
-    with pytest.raises(SettingsError, match="mode 0644"):
-        load_settings(web_credential_file=path, http_address="").web_credential()
+    settings = load_settings(web_credential_file=path, http_address="")
+    with monkeypatch.context() as patched:  # undone before a failure is reported (which stats)
+        for name in ("stat", "lstat", "access"):
+            patched.setattr(os, name, no_second_look)
+        with pytest.raises(SettingsError, match="mode 0644"):
+            settings.web_credential()
 
 
 @pytest.mark.parametrize(
@@ -104,7 +100,7 @@ def test_allowed_hosts_are_names_or_addresses(allowed: list[str], kept: tuple[st
     "entry", ["ops.example:9464", "[::1]", "*.example", "a b", "", "ops.example.", "ünï.example"]
 )
 def test_an_allowed_host_with_a_port_wildcard_or_odd_characters_is_refused(entry: str) -> None:
-    with pytest.raises(SettingsError, match="http_allowed_hosts"):
+    with pytest.raises(SettingsError, match=r"http_allowed_hosts.*neither a DNS name nor an IP"):
         load_settings(http_allowed_hosts=[entry])
 
 
