@@ -38,8 +38,8 @@ WORKDIR /var/lib/playguard
 # Inside the container's own network namespace: reachable by the orchestrator and by a scraper on
 # the same network, published to the host only where the compose file says so (loopback there).
 # It overrides http_address from the settings file, and the health check below reads it too.
-# The web view is off here: beyond loopback it needs PLAYGUARD_WEB_CREDENTIAL_FILE (mount the file and
-# set both it and PLAYGUARD_WEB_VIEW=true to have it).
+# The web view is off here: beyond loopback it needs PLAYGUARD_WEB_CREDENTIAL_FILE (mount the file,
+# mode 0600 owned by 10001 and not a link, and set both it and PLAYGUARD_WEB_VIEW=true to have it).
 ENV PLAYGUARD_HTTP_ADDRESS=0.0.0.0:9464 \
     PLAYGUARD_WEB_VIEW=false \
     PLAYGUARD_LOG_FORMAT=json

@@ -68,7 +68,6 @@ async def measure(count: int, rounds: int) -> None:
         picture,
         replica="bench",
         outcomes=[outcome.value for outcome in Outcome],
-        credential=None,
         stop=asyncio.Event(),
     )
     print(f"{count} Marquees, {rounds} rounds, CPU per answer")

@@ -42,6 +42,7 @@ from playguard_async.desired_state.pg import (
 from playguard_async.desired_state.windows import Window
 from playguard_async.kits.capacity import MAX_SECONDS, cycle_slots
 from playguard_async.kits.files import FileRefused, read_text_limited
+from playguard_async.kits.host_header import host_entry
 from playguard_async.phases.protocol import BUILTIN_PHASES
 
 ENV_PREFIX = "PLAYGUARD_"
@@ -322,7 +323,20 @@ class Settings(BaseSettings):
         None,
         description="File holding the web view's credential (one line; read at start): every page "
         "and stream then asks for it, as `Authorization: Bearer <it>` or as the password of "
-        "basic auth (any user name). Required when http_address is beyond loopback.",
+        "basic auth (any user name). Required when http_address is beyond loopback. Refused "
+        "at start if it is a symbolic link, not a regular file, or readable or writable by "
+        "group or others (chmod 600).",
+    )
+    http_allowed_hosts: tuple[str, ...] = Field(
+        (),
+        description="Names (or addresses) besides http_address's own that a request's Host "
+        "header may carry, e.g. the name a proxy or Prometheus reaches this replica by; any other "
+        "Host is answered 421 (a DNS-rebinding page sends its own name).",
+    )
+    metrics_require_credential: bool = Field(
+        False,
+        description="/metrics asks for the web credential too (`Authorization: Bearer <it>`, "
+        "Prometheus' `authorization`); needs web_credential_file.",
     )
     web_refresh_interval: float = _seconds(
         10.0,
@@ -378,6 +392,11 @@ class Settings(BaseSettings):
         if value:
             parse_http_address(value)
         return value
+
+    @field_validator("http_allowed_hosts")
+    @classmethod
+    def _http_allowed_hosts_form(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(str(host_entry(host)) for host in value)
 
     @field_validator("webhook_url")
     @classmethod
@@ -441,14 +460,21 @@ class Settings(BaseSettings):
             )
         return self
 
+    @model_validator(mode="after")
+    def _metrics_credential_is_set(self) -> Settings:
+        if self.metrics_require_credential and self.web_credential_file is None:
+            raise ValueError("metrics_require_credential needs web_credential_file")
+        return self
+
     def web_credential(self) -> str | None:
         """The web view's credential from ``web_credential_file`` (None: not set); a file that
-        cannot be read, or is empty, is a ``SettingsError`` now, not an open door later."""
+        cannot be read, is empty, is a symbolic link or is open to group or others is a
+        ``SettingsError`` now, not an open door later."""
         path = self.web_credential_file
         if path is None:
             return None
         try:
-            credential = read_text_limited(path, CREDENTIAL_FILE_LIMIT).strip()
+            credential = read_text_limited(path, CREDENTIAL_FILE_LIMIT, private=True).strip()
         except FileRefused as exc:
             raise SettingsError(f"web_credential_file {path}: {exc.reason}") from None
         if not credential or "\n" in credential:

@@ -25,6 +25,7 @@ from playguard_async.kits.aio import background
 from playguard_async.kits.capacity import raise_open_files_limit
 from playguard_async.service.endpoints import application, serving
 from playguard_async.service.fleet_picture import FleetPicture, Listed, steered_story
+from playguard_async.service.http_guard import HostRule, HttpGuard
 from playguard_async.service.liveness import Liveness
 from playguard_async.service.metrics import Metrics
 from playguard_async.service.notifications import ChangeNotifier, news_of
@@ -114,8 +115,9 @@ async def watched(
     engine: Engine, metrics: Metrics, credential: str | None = None
 ) -> AsyncIterator[None]:
     """What operators watch of a running ``engine``, for as long as the block lasts: the HTTP
-    endpoints when ``http_address`` is set (with the web view, behind ``credential`` when there
-    is one, unless ``web_view`` is off), systemd notifications when ``$NOTIFY_SOCKET`` is.
+    endpoints when ``http_address`` is set (with the web view unless ``web_view`` is off; behind
+    the Host check, and ``credential`` when there is one), systemd notifications when
+    ``$NOTIFY_SOCKET`` is.
 
     Both share one liveness test (the tick loop turns) and one readiness test (Redis answers PING),
     and both end after the block, so they still answer while the engine drains.
@@ -137,12 +139,18 @@ async def watched(
         bind = settings.http_bind()
         if bind is not None:
             stop = asyncio.Event()
-            view = web_view(engine, credential, stop) if settings.web_view else None
+            view = web_view(engine, stop) if settings.web_view else None
+            guard = HttpGuard(
+                HostRule.bound_to(bind[0], settings.http_allowed_hosts),
+                credential=credential,
+                metrics_require_credential=settings.metrics_require_credential,
+            )
             app = application(
                 liveness=liveness,
                 ready=ready,
                 ready_timeout=settings.redis_socket_timeout,
                 metrics=metrics.handler(),
+                guard=guard,
                 not_ready_because=functools.partial(desired_state_missing, engine),
                 web_view=view,
             )
@@ -166,7 +174,7 @@ async def watched(
         yield
 
 
-def web_view(engine: Engine, credential: str | None, stop: asyncio.Event) -> WebView:
+def web_view(engine: Engine, stop: asyncio.Event) -> WebView:
     """The web view of ``engine``'s fleet: one picture, read again as this replica's cycles end
     (the listener that feeds the metrics feeds it too) and whole every ``web_refresh_interval``."""
     settings = engine.settings
@@ -198,7 +206,6 @@ def web_view(engine: Engine, credential: str | None, stop: asyncio.Event) -> Web
         picture,
         replica=settings.replica_id,
         outcomes=[outcome.value for outcome in Outcome],
-        credential=credential,
         stop=stop,
     )
 

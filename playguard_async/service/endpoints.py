@@ -4,7 +4,8 @@ beside them the web view (``service.web_view``) when it is on.
 /healthz is liveness (does the tick loop still turn?) and /readyz is readiness (does Redis
 answer?): a Redis outage makes a replica unready but not dead, so a supervisor that restarts on
 /healthz does not restart every replica at once because Redis blinked. Bodies are one plain-text
-line saying why, for a person with curl.
+line saying why, for a person with curl. Every request passes ``service.http_guard`` first (the
+Host check, the credential, the security headers).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import structlog
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+from playguard_async.service.http_guard import HttpGuard, guard_unrouted, runner_arguments
 from playguard_async.service.liveness import Liveness
 from playguard_async.service.web_view import WebView
 
@@ -33,11 +35,13 @@ def application(
     ready: Callable[[], Awaitable[bool]],
     ready_timeout: float,
     metrics: Handler,
+    guard: HttpGuard,
     not_ready_because: Callable[[], str | None] = lambda: None,
     web_view: WebView | None = None,
 ) -> web.Application:
     """The endpoints as an aiohttp application; ``ready`` answers within ``ready_timeout``;
-    ``not_ready_because`` names another reason to be unready (the desired state out of reach)."""
+    ``not_ready_because`` names another reason to be unready (the desired state out of reach);
+    ``guard`` sees every request first."""
 
     async def healthz(request: web.Request) -> web.Response:
         pulse = liveness.check()
@@ -54,6 +58,7 @@ def application(
         )
 
     app = web.Application()
+    guard.install(app)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)
@@ -66,8 +71,11 @@ def application(
 async def serving(app: web.Application, host: str, port: int) -> AsyncIterator[list[str]]:
     """Serve ``app`` on ``host``:``port`` while the block runs; yields the bound addresses (port 0
     is resolved to the one the kernel chose). A port that cannot be bound raises OSError."""
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT)
+    runner = web.AppRunner(
+        app, access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT, **runner_arguments(app)
+    )
     await runner.setup()
+    guard_unrouted(runner)
     try:
         await web.TCPSite(runner, host, port).start()
         addresses = [_display(address) for address in runner.addresses]

@@ -27,23 +27,13 @@ from redis.exceptions import RedisError
 from playguard_async.coordination.marquee_reads import LastCycle
 from playguard_async.service.fleet_picture import FleetPicture
 from playguard_async.service.fleet_table import BadQuery, FleetQuery, findings_of, fleet_page
-from playguard_async.service.web_auth import CHALLENGE, admits
+from playguard_async.service.http_guard import SECURITY_HEADERS
 
 HEARTBEAT = 15.0
 """Seconds between comments on an idle stream: a dead client is found, a proxy keeps it open."""
 
 RETRY_MS = 1000
 """How soon (ms) a browser reconnects a stream that ended (a replica restarting)."""
-
-SECURITY_HEADERS = {
-    "Content-Security-Policy": (
-        "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
-        "img-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
-    ),
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
-    "Cache-Control": "no-store",
-}
 
 COLUMNS = (
     ("name", "Marquee"),
@@ -85,8 +75,8 @@ def templates() -> jinja2.Environment:
 
 
 class WebView:
-    """The pages and the stream of one replica, served from ``picture``; with ``credential``
-    set, every one of them asks for it (the probes and /metrics do not: they are not here)."""
+    """The pages and the stream of one replica, served from ``picture``. The application's
+    ``HttpGuard`` checks the Host and the credential before any of them runs."""
 
     def __init__(
         self,
@@ -94,13 +84,11 @@ class WebView:
         *,
         replica: str,
         outcomes: Sequence[str],
-        credential: str | None,
         stop: asyncio.Event,
     ) -> None:
         self.picture = picture
         self.replica = replica
         self.outcomes = list(outcomes)
-        self.credential = credential
         self.stop = stop
         self.environment = templates()
         self.static = {
@@ -115,13 +103,9 @@ class WebView:
         app.router.add_get("/static/{file}", self._guarded(self.static_file))
 
     def _guarded(self, handler: _Handler) -> _Handler:
-        """``handler`` behind the credential (when set) and with the security headers."""
+        """``handler`` with a bad query answered as a plain 400."""
 
         async def guarded(request: web.Request) -> web.StreamResponse:
-            if self.credential is not None and not admits(
-                self.credential, request.headers.get("Authorization")
-            ):
-                return self._text(401, "credential required\n", {"WWW-Authenticate": CHALLENGE})
             try:
                 return await handler(request)
             except BadQuery as exc:

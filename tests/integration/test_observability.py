@@ -11,10 +11,13 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
 
+from playguard_async.operator.cli import EXIT_CONFIG
 from playguard_lab import RedisServer, SshServer, free_port
 from tests.support.cli import hold_lock, write_mixed_fleet
 from tests.support.daemon import DaemonRunner, wait_for
@@ -276,3 +279,61 @@ def test_image_healthcheck_passes_against_live_healthz_and_fails_without_it(
     failed = health_check()
     assert failed.returncode != 0
     assert "Connection refused" in failed.stderr
+
+
+def _answer(url: str, headers: dict[str, str]) -> int:
+    """The status of a GET with ``headers`` (a Host of our choosing included)."""
+    request = urllib.request.Request(url, headers=headers)
+    try:
+        with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(
+            request, timeout=5
+        ) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as error:
+        with error:
+            return error.code
+
+
+def test_metrics_behind_the_credential_and_a_rebinding_host_refused_by_a_real_daemon(
+    daemons: DaemonRunner, tmp_path: Path
+) -> None:
+    daemons.write_inventory(["alpha"])
+    credential = tmp_path / "credential"
+    credential.write_text("s3cret\n")
+    credential.chmod(0o600)
+    daemon, base = start_serving(
+        daemons,
+        web_credential_file=credential,
+        metrics_require_credential=True,
+        http_allowed_hosts=["playguard.internal"],
+    )
+    bearer = {"Authorization": "Bearer s3cret"}
+    assert _answer(f"{base}/metrics", {}) == 401
+    assert _answer(f"{base}/metrics", {"Authorization": "Bearer \xff\xfe"}) == 401
+    assert _answer(f"{base}/metrics", bearer) == 200
+    assert _answer(f"{base}/healthz", {}) == 200
+    for path in ("/healthz", "/metrics", "/"):
+        assert _answer(f"{base}{path}", {**bearer, "Host": "evil.example"}) == 421
+    assert _answer(f"{base}/healthz", {"Host": "playguard.internal:9464"}) == 200
+    assert _answer(f"{base}/", {**bearer, "Host": "localhost"}) == 200
+    assert daemons.stop_all([daemon], timeout=10) == {"r1": 0}
+    assert "Traceback" not in daemon.stderr()
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o640, 0o604, 0o660])
+def test_a_credential_file_others_may_read_stops_the_start_with_one_line(
+    daemons: DaemonRunner, tmp_path: Path, mode: int
+) -> None:
+    daemons.write_inventory(["alpha"])
+    credential = tmp_path / "credential"
+    credential.write_text("s3cret\n")
+    credential.chmod(mode)
+    daemon = daemons.start(
+        "r1", http_address=f"127.0.0.1:{free_port()}", web_credential_file=credential
+    )
+    assert daemon.wait(15) == EXIT_CONFIG
+    [line] = daemon.stderr().splitlines()
+    assert line == (
+        f"Error: web_credential_file {credential}: mode {mode:04o} lets group or others read or "
+        "write it: chmod 600 it"
+    )

@@ -248,6 +248,7 @@ def test_with_a_credential_set_every_page_and_stream_answers_401_without_it(
 ) -> None:
     credential = tmp_path / "credential"
     credential.write_text("correct horse\n")
+    credential.chmod(0o600)
     daemon, base = start_serving(served.runner, "guarded", web_credential_file=credential)
     for path in ("/", "/marquee/alpha", "/events", "/static/web_view.js"):
         assert http_get(base + path)[0] == 401, path

@@ -23,6 +23,7 @@ from playguard_async.service.fleet_table import (
     FleetQuery,
     fleet_page,
 )
+from playguard_async.service.http_guard import HostRule, HttpGuard
 from playguard_async.service.liveness import Liveness
 from playguard_async.service.web_auth import admits, offered_secret
 from playguard_async.service.web_view import WebView
@@ -46,11 +47,11 @@ def basic(user: str, password: str) -> str:
     [
         (None, None),
         ("", None),
-        ("Bearer s3cret", "s3cret"),
-        ("bearer   s3cret ", "s3cret"),
+        ("Bearer s3cret", b"s3cret"),
+        ("bearer   s3cret ", b"s3cret"),
         ("Bearer", None),
-        (basic("anyone", "s3cret"), "s3cret"),
-        (basic("anyone", "pa:ss"), "pa:ss"),
+        (basic("anyone", "s3cret"), b"s3cret"),
+        (basic("anyone", "pa:ss"), b"pa:ss"),
         (basic("anyone", ""), None),
         ("Basic !!!notbase64", None),
         ("Basic " + base64.b64encode(b"no-colon").decode(), None),
@@ -59,7 +60,7 @@ def basic(user: str, password: str) -> str:
     ],
 )
 def test_offered_secret_reads_bearer_and_basic_and_refuses_the_rest(
-    header: str | None, offered: str | None
+    header: str | None, offered: bytes | None
 ) -> None:
     assert offered_secret(header) == offered
 
@@ -181,9 +182,7 @@ def picture_of(statuses: list[MarqueeStatus], story: MarqueeStory | None = None)
 @pytest.fixture
 async def served(request: pytest.FixtureRequest) -> AsyncIterator[TestClient[Any, Any]]:
     picture, credential = request.param
-    view = WebView(
-        picture, replica="r1", outcomes=OUTCOMES, credential=credential, stop=asyncio.Event()
-    )
+    view = WebView(picture, replica="r1", outcomes=OUTCOMES, stop=asyncio.Event())
 
     async def metrics(request: Any) -> Any:
         raise AssertionError("not asked")
@@ -193,6 +192,7 @@ async def served(request: pytest.FixtureRequest) -> AsyncIterator[TestClient[Any
         ready=lambda: asyncio.sleep(0, True),
         ready_timeout=1.0,
         metrics=metrics,
+        guard=HttpGuard(HostRule.bound_to("127.0.0.1"), credential=credential),
         web_view=view,
     )
     async with TestClient(TestServer(app)) as client:
@@ -294,6 +294,7 @@ def test_beyond_loopback_the_web_view_needs_a_credential(tmp_path: Path) -> None
     assert load_settings(http_address="localhost:0").web_credential() is None
     secret = tmp_path / "credential"
     secret.write_text("s3cret\n")
+    secret.chmod(0o600)
     settings = load_settings(http_address="[::]:9464", web_credential_file=secret)
     assert settings.web_credential() == "s3cret"
     secret.write_text("\n")
