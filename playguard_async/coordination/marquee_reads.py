@@ -336,13 +336,14 @@ def _is_counter(value: object) -> TypeGuard[bytes]:
     return isinstance(value, bytes) and 0 < len(value) <= 20 and value.isdigit()
 
 
-def _unreadable(lock: LockState | None, pause: Pause | None, *found: object) -> tuple[str, ...]:
+def _unreadable(lock: LockState | None, pause: Pause | None, *read: object) -> tuple[str, ...]:
     """The lines of ``unreadable``: each key of another type among what was read."""
-    foreign = [lock.foreign if lock is not None else None, pause.foreign if pause else None]
-    lines = [item.describe() for item in (*foreign, *found) if isinstance(item, ForeignType)]
+    lines = []
+    if lock is not None and lock.foreign is not None:
+        lines.append(lock.foreign.describe())
     if pause is not None and pause.foreign is not None:
-        lines[lines.index(pause.foreign.describe())] += " (read as paused)"
-    return tuple(lines)
+        lines.append(f"{pause.foreign.describe()} (read as paused)")
+    return (*lines, *(item.describe() for item in read if isinstance(item, ForeignType)))
 
 
 async def _last(records: CycleRecords, name: str) -> StoredRecord | ForeignType | None:
@@ -402,22 +403,19 @@ async def read_story(
         ),
         paused(redis, name, records.timeout),
     )  # fmt: skip
-    if isinstance(last, ForeignType):
-        unread, last = last, None
-    else:
-        unread = None
+    record = None if isinstance(last, ForeignType) else last
     cycles = [] if isinstance(history, ForeignType) else history
     return MarqueeStory(
         name=name,
         lock=lock,
         fence_counter=int(counter) if _is_counter(counter) else None,
-        last=None if last is None else LastCycle.from_record(last),
-        steps=[] if last is None else phase_steps(last),
-        last_good={} if last is None else last_good_states(last),
-        history=[LastCycle.from_record(record) for record in cycles],
+        last=None if record is None else LastCycle.from_record(record),
+        steps=[] if record is None else phase_steps(record),
+        last_good={} if record is None else last_good_states(record),
+        history=[LastCycle.from_record(entry) for entry in cycles],
         mode=mode,
         pause=pause,
         windows=windows,
         next_opening=next_opening,
-        unreadable=_unreadable(lock, pause, counter, unread, history),
+        unreadable=_unreadable(lock, pause, counter, last, history),
     )

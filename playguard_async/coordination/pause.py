@@ -160,8 +160,7 @@ async def paused(redis: RedisClient, marquee: str, timeout: float) -> Pause | No
     )
     for scope, key, raw in zip((marquee, FLEET), keys, answers, strict=True):
         if is_wrong_type(raw):
-            what = "pause key" if scope != FLEET else "fleet pause key"
-            return Pause.parse(scope, ForeignType(what, key, await type_of(redis, key, timeout)))
+            return Pause.parse(scope, _foreign(scope, await type_of(redis, key, timeout)))
         if isinstance(raw, BaseException):
             raise raw
         if isinstance(raw, bytes | str):
@@ -214,7 +213,7 @@ class FleetPauseWatch:
         if reading is not self._reading:
             return  # overtaken by a later read
         if not reading.cancelled() and is_wrong_type(reading.exception()):
-            self.pause = Pause.parse(FLEET, ForeignType("fleet pause key", FLEET_PAUSE_KEY))
+            self.pause = Pause.parse(FLEET, _foreign(FLEET, None))
             return
         if reading.cancelled() or reading.exception() is not None:
             error = "cancelled" if reading.cancelled() else repr(reading.exception())
@@ -244,9 +243,15 @@ async def lift_pause(redis: RedisClient, scope: str, timeout: float) -> Pause | 
             raise
         kind = await type_of(redis, key, timeout)
         await bounded(timeout, redis.eval(_DELETE_OF_TYPE, 1, key, kind))
-        what = "pause key" if scope != FLEET else "fleet pause key"
-        return Pause.parse(scope, ForeignType(what, key, kind))
+        return Pause.parse(scope, _foreign(scope, kind))
     return None if raw is None else Pause.parse(scope, raw)
+
+
+def _foreign(scope: str, kind: str | None) -> ForeignType:
+    """The pause key of ``scope`` holding a ``kind`` (None: not asked)."""
+    if scope == FLEET:
+        return ForeignType("fleet pause key", FLEET_PAUSE_KEY, kind)
+    return ForeignType("pause key", pause_key(scope), kind)
 
 
 # KEYS[1] a pause key, ARGV[1] the type it was seen to hold. Deletes it only while it holds that

@@ -31,7 +31,7 @@ from playguard_async.coordination.keys import (
 )
 from playguard_async.coordination.lock import LockLost, LockPaused, ReleaseResult, TokenLock
 from playguard_async.coordination.marquee_reads import read_status, read_story
-from playguard_async.coordination.pause import FLEET, lift_pause
+from playguard_async.coordination.pause import FLEET, FleetPauseWatch, lift_pause
 from playguard_async.coordination.records import CycleRecords
 from playguard_async.desired_state.inventory import YamlInventorySource
 from playguard_async.engine.cycle import Cycle
@@ -175,6 +175,13 @@ async def test_a_foreign_fleet_pause_key_pauses_every_marquee_and_fails_none(
         assert status.pause.describe() == (
             f"fleet paused: fleet pause key {FLEET_PAUSE_KEY} holds a hash"
         )
+    watch = FleetPauseWatch(redis, every=0.0, timeout=1.0)  # what a cycle reads
+    fleet_pause = await watch.settled(watch.refresh())
+    assert fleet_pause is not None
+    assert fleet_pause.describe() == (
+        f"fleet paused: fleet pause key {FLEET_PAUSE_KEY} holds a value of another type than a "
+        "string"
+    )
     lifted = await lift_pause(redis, FLEET, 1.0)
     assert lifted is not None
     assert lifted.foreign is not None
