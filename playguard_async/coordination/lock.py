@@ -21,8 +21,14 @@ raises ``LockLost`` rather than letting work continue on a lease we cannot prove
 
 A lock may be given a pause key in its slot (a Marquee's pause, ``coordination.pause``): its
 scripts then read it, so an acquire refuses to take the lock while it holds a value and a renewal
-says so, both as ``LockPaused``, in the round trips the lock makes anyway. A lock without one
-knows of no pause.
+says so, both as ``LockPaused``, in the round trips the lock makes anyway. A pause key of another
+type than a string (a hash, a list...) pauses too: playguard never writes one, so someone meant
+something by it, and a key the lock cannot read is not a go-ahead. A lock without one knows of no
+pause.
+
+A lock key of another type is another holder's (an acquire finds it held, a renewal ``stolen``,
+a release leaves it); a fence counter of another type is dropped at the next acquire like any
+other counter that is not a number. No script fails on a key's type.
 
 All keys of one name share the hash tag ``{name}``, so every script touches a single cluster slot.
 """
@@ -49,6 +55,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from structlog.typing import FilteringBoundLogger
 
 from playguard_async.coordination.client import RedisClient
+from playguard_async.coordination.foreign import ForeignType, is_wrong_type, type_of
 from playguard_async.coordination.keys import fence_key, lock_key, once_key
 from playguard_async.coordination.lock_transport import (
     ScriptCall,
@@ -62,30 +69,33 @@ log = structlog.get_logger("playguard.lock")
 
 LossReason = Literal["expired", "stolen", "unreachable", "fenced", "unreplicated"]
 
-# What a lock's optional pause key holds the lock back with: its value when it is a string key,
-# else false (no key given, no key, or a key of another type, which MGET and so ``pause.paused``
-# read as absent too). pcall: a key of another type must not fail the lock's own scripts.
+# What a lock's optional pause key holds the lock back with: false when no key is given or the
+# key is absent; its value when it is a string key, whatever it holds (ours or not: someone meant
+# it); and when it holds another type (a hash, a list... : not ours, and someone meant something
+# by it), a one-element array of that type's name, so a key of another type pauses too, as
+# ``pause.paused`` reads it for operators. pcall: the key's type must not fail the scripts.
 _PAUSE_OF = """
 local function pause_of(key)
     if key == nil then
         return false
     end
     local value = redis.pcall('GET', key)
-    if type(value) == 'string' then
-        return value
+    if type(value) == 'table' then
+        return {redis.call('TYPE', key)['ok']}
     end
-    return false
+    return value
 end
 """
 
 # KEYS[1] lock key, KEYS[2] fence counter, KEYS[3] (only for a lock with a pause key) its pause
 # key. ARGV[1] holder record, ARGV[2] ttl in ms, ARGV[3] the acquire's not-after: microseconds on
 # Redis's clock (TIME), stamped by the client (see below).
-# Returns the new fence (integer) when the lock was free, nil when someone holds it, LATE (-1) when
-# Redis runs it past its not-after, having written nothing, and the pause key's value (a string,
-# whatever it holds) when KEYS[3] is a string key, having written nothing, whoever holds the lock.
-# The counter is only incremented by a successful SET: while a lock is held, its fence equals the
-# counter's value.
+# Returns the new fence (integer) when the lock was free, nil when someone holds it (a lock key of
+# another type than a string too: SET NX leaves any existing key alone), LATE (-1) when Redis runs
+# it past its not-after, having written nothing, and what the pause key holds the lock back with
+# (``_PAUSE_OF``: a string, or a one-element array naming a foreign type) when it has one, having
+# written nothing, whoever holds the lock. The counter is only incremented by a successful SET:
+# while a lock is held, its fence equals the counter's value.
 #
 # Why the not-after: the client gives up on an acquire at its deadline D (``TokenLock.timeout``
 # after sending) and only then deletes, by exact value, the record it may have written. If TCP
@@ -100,9 +110,10 @@ end
 # connection, so the server, that judges it. What is trusted is what the ttl already trusts: that
 # Redis's clock does not step back (keys expire by it).
 #
-# A counter holding anything but an integer (not written by us) is dropped first, or no lease
-# could ever be had again: the count restarts, and the hosts' fence checks refuse the low fences
-# until the engine lifts the counter to what they accepted (``raise_fence``).
+# A counter holding anything but an integer (not written by us: a string of another text, or a key
+# of another type, read with pcall) is dropped first, or no lease could ever be had again: the
+# count restarts, and the hosts' fence checks refuse the low fences until the engine lifts the
+# counter to what they accepted (``raise_fence``).
 ACQUIRE_SCRIPT = f"""{_PAUSE_OF}
 local now = redis.call('TIME')
 if tonumber(now[1]) * 1000000 + tonumber(now[2]) > tonumber(ARGV[3]) then
@@ -113,8 +124,8 @@ if pause then
     return pause
 end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-    local counter = redis.call('GET', KEYS[2])
-    if counter and not string.match(counter, '^%d+$') then
+    local counter = redis.pcall('GET', KEYS[2])
+    if counter and (type(counter) ~= 'string' or not string.match(counter, '^%d+$')) then
         redis.call('DEL', KEYS[2])
     end
     return redis.call('INCR', KEYS[2])
@@ -124,10 +135,11 @@ return false
 
 # KEYS[1] lock key, KEYS[2] (only for a lock with a pause key) its pause key. ARGV[1] the holder
 # record written at acquire, ARGV[2] ttl in ms.
-# Returns 1 when renewed, 0 when the key is gone, -1 when another record holds it, and the pause
-# key's value (a string, whatever it holds) when renewed while KEYS[2] is a string key.
+# Returns 1 when renewed, 0 when the key is gone, -1 when another record holds it (or a value of
+# another type: pcall, never an error), and what the pause key holds the lock back with
+# (``_PAUSE_OF``) when renewed while it has one.
 RENEW_SCRIPT = f"""{_PAUSE_OF}
-local current = redis.call('GET', KEYS[1])
+local current = redis.pcall('GET', KEYS[1])
 if current == ARGV[1] then
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
     return pause_of(KEYS[2]) or 1
@@ -139,9 +151,10 @@ return -1
 """
 
 # KEYS[1] lock key. ARGV[1] the holder record written at acquire.
-# Returns 1 when deleted, 0 when the key is gone, -1 when another record holds it.
+# Returns 1 when deleted, 0 when the key is gone, -1 when another record holds it (or a value of
+# another type: pcall, never an error; it is left where it is).
 RELEASE_SCRIPT = """
-local current = redis.call('GET', KEYS[1])
+local current = redis.pcall('GET', KEYS[1])
 if current == ARGV[1] then
     redis.call('DEL', KEYS[1])
     return 1
@@ -154,9 +167,10 @@ return -1
 
 # KEYS[1] fence counter. ARGV[1] a fence a host has accepted. Raises the counter to ARGV[1] when
 # it is lower (never lowers it); returns the counter's value afterwards. A counter holding
-# anything but a number (not written by us) is replaced.
+# anything but a number (not written by us, of any type: pcall) is replaced.
 RAISE_FENCE_SCRIPT = """
-local current = tonumber(redis.call('GET', KEYS[1]))
+local current = redis.pcall('GET', KEYS[1])
+current = type(current) == 'string' and tonumber(current) or nil
 local seen = tonumber(ARGV[1])
 if current == nil or current < seen then
     redis.call('SET', KEYS[1], ARGV[1])
@@ -200,9 +214,10 @@ class LockPaused(LockError):
     """The lock's pause key holds a value (``TokenLock(pause_key=...)``): the work it guards is
     held back. From ``TokenLock.acquire``: nothing was taken. From ``Lease.renew``: the lease was
     renewed all the same and is still held, for the caller to release. ``record`` is the key's
-    exact value, outside input: whoever reads it must expect anything."""
+    exact value, outside input: whoever reads it must expect anything; a ``ForeignType`` when the
+    key holds another type than a string."""
 
-    def __init__(self, name: str, record: bytes | str) -> None:
+    def __init__(self, name: str, record: bytes | str | ForeignType) -> None:
         super().__init__(f"lock {name!r} paused")
         self.name = name
         self.record = record
@@ -276,7 +291,8 @@ class LockState:
 
     ``holder`` is None, and ``fence`` may be, when the keys hold values this project did not
     write; ``record`` is the key's exact value all the same, so an operator's delete compares
-    against precisely what was shown, ours or not.
+    against precisely what was shown, ours or not. A lock key of another type than a string has
+    no value to compare: ``foreign`` then says what it holds, and ``record`` is empty.
     """
 
     name: str
@@ -284,12 +300,22 @@ class LockState:
     fence: int | None
     ttl_left: float
     record: bytes = field(repr=False)
+    foreign: ForeignType | None = None
 
 
 def _is_pause(answer: object) -> bool:
-    """Whether a script's answer is a pause key's value (a string: every other answer is an
-    integer or nil)."""
-    return isinstance(answer, bytes | str)
+    """Whether a script's answer is what a pause key holds the lock back with (a string, or the
+    one-element array naming a foreign type: every other answer is an integer or nil)."""
+    return isinstance(answer, bytes | str | list)
+
+
+def _pause_record(lock: TokenLock, answer: bytes | str | list[Any]) -> bytes | str | ForeignType:
+    """A pause answer (``_is_pause``) as ``LockPaused.record``."""
+    if not isinstance(answer, list):
+        return answer
+    kind = answer[0] if answer else None
+    text = kind.decode("ascii", "replace") if isinstance(kind, bytes) else kind
+    return ForeignType("pause key", lock.pause_key or "?", None if text is None else str(text))
 
 
 def release_result(answer: object) -> ReleaseResult:
@@ -377,7 +403,7 @@ class Lease:
         if renewed:
             self.deadline = lock.deadline_from(sent)
             self._log.debug("lock.renewed")
-            raise LockPaused(self.name, outcome)
+            raise LockPaused(self.name, _pause_record(lock, outcome))
         reason: LossReason = "expired" if outcome == 0 else "stolen"
         self._log.warning("lock.lost", reason=reason)
         raise LockLost(self.name, reason)
@@ -600,7 +626,7 @@ class TokenLock:
             raise LockUnavailable(self.name)
         if _is_pause(fence):
             log.debug("lock.paused", lock=self.name)
-            raise LockPaused(self.name, fence)
+            raise LockPaused(self.name, _pause_record(self, fence))
         if fence is None:
             log.debug("lock.busy", lock=self.name)
             return None
@@ -688,26 +714,53 @@ class TokenLock:
 async def inspect_lock(
     redis: RedisClient, name: str, *, timeout: float = DEFAULT_TIMEOUT
 ) -> LockState | None:
-    """Read a lock's holder, fence and time left in one round trip."""
+    """Read a lock's holder, fence and time left in one round trip (``read_lock``)."""
+    state, _ = await read_lock(redis, name, timeout=timeout)
+    return state
+
+
+async def read_lock(
+    redis: RedisClient, name: str, *, timeout: float = DEFAULT_TIMEOUT
+) -> tuple[LockState | None, ForeignType | None]:
+    """A lock's holder, fence and time left in one round trip, and its fence counter's
+    ``ForeignType`` when that holds another type than a string (then ``fence`` is None). A lock
+    key of another type reads as held by it (``LockState.foreign``); each such key costs a TYPE
+    of its own. Never fails for what a key holds; a Redis error is raised."""
+    key, counter = lock_key(name), fence_key(name)
     async with redis.pipeline(transaction=False) as pipe:
-        pipe.get(lock_key(name))
-        pipe.pttl(lock_key(name))
-        pipe.get(fence_key(name))
-        raw, pttl, fence = await bounded(timeout, pipe.execute())
+        pipe.get(key)
+        pipe.pttl(key)
+        pipe.get(counter)
+        raw, pttl, fence = await bounded(timeout, pipe.execute(raise_on_error=False))
+    for answer in (raw, pttl, fence):
+        if isinstance(answer, BaseException) and not is_wrong_type(answer):
+            raise answer
+    fence_foreign = None
+    if is_wrong_type(fence):
+        fence_foreign = ForeignType(
+            "fence counter", counter, await type_of(redis, counter, timeout)
+        )
+        fence = None
+    foreign = None
+    if is_wrong_type(raw):
+        foreign = ForeignType("lock key", key, await type_of(redis, key, timeout))
+        raw = b""
     if raw is None:
-        return None
+        return None, fence_foreign
     try:
-        fence_number: int | None = int(fence or 0)
+        fence_number: int | None = None if fence_foreign else int(fence or 0)
     except ValueError:  # a counter someone else overwrote
         fence_number = None
     record = raw if isinstance(raw, bytes) else str(raw).encode()
-    return LockState(
+    state = LockState(
         name=name,
-        holder=Holder.parse(record),
+        holder=None if foreign else Holder.parse(record),
         fence=fence_number,
         ttl_left=max(0, int(pttl)) / 1000,
         record=record,
+        foreign=foreign,
     )
+    return state, fence_foreign
 
 
 async def once(
@@ -737,4 +790,5 @@ __all__ = [
     "TokenLock",
     "inspect_lock",
     "once",
+    "read_lock",
 ]

@@ -4,6 +4,10 @@ cycle as a typed ``LastCycle``, that cycle phase by phase, its recent cycles.
 ``playguard status``, ``describe`` and ``history`` print it; the daemon's web view
 (``service.web_view``) serves it. Both read through here, so there is one reader of the records
 and one understanding of what a malformed one means (outcome ``unknown``, never an error).
+
+A key of another Redis type than playguard writes there (``foreign``) is that Marquee's news
+alone: it reads as absent (a pause key of another type as a pause, a lock key as held by it) and
+is named in ``unreadable``, one line per key; nothing is written over it.
 """
 
 from __future__ import annotations
@@ -15,8 +19,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeGuard
 
-from playguard_async.coordination.keys import fence_key, marquee_lock_name
-from playguard_async.coordination.lock import LockState, inspect_lock
+from playguard_async.coordination.foreign import ForeignType, read_typed
+from playguard_async.coordination.keys import (
+    cycle_history_key,
+    fence_key,
+    last_cycle_key,
+    marquee_lock_name,
+)
+from playguard_async.coordination.lock import LockState, read_lock
 from playguard_async.coordination.pause import Pause, paused
 from playguard_async.coordination.records import CycleRecords
 from playguard_async.cycle_record import (
@@ -34,7 +44,8 @@ from playguard_async.cycle_record import (
 
 def holder_json(state: LockState) -> dict[str, Any]:
     """A held lock for scripts; the token stays out, as nothing outside the lock needs it. A key
-    holding something else has ``known`` false, null holder fields and its value in ``record``."""
+    holding something else has ``known`` false, null holder fields and its value in ``record``
+    (or, a key of another type, an empty ``record`` and what it holds in ``foreign``)."""
     holder = state.holder
     return {
         "name": state.name,
@@ -45,8 +56,21 @@ def holder_json(state: LockState) -> dict[str, Any]:
         "acquired_at": holder and holder.acquired_at,
         "fence": state.fence,
         "ttl_left": state.ttl_left,
-        "record": None if holder else shown_record(state.record),
+        "record": None if holder else _record_shown(state),
+        "foreign": None if state.foreign is None else state.foreign.describe(),
     }
+
+
+def _record_shown(state: LockState) -> str:
+    return "" if state.foreign is not None else shown_record(state.record)
+
+
+def unknown_holder(state: LockState) -> str:
+    """A lock value this project did not write, as an operator sees it: the value shown, or
+    what type the key holds."""
+    if state.foreign is not None:
+        return f"unknown record: {state.foreign.describe()}"
+    return f"unknown record {shown_record(state.record)}"
 
 
 def shown_record(raw: bytes) -> str:
@@ -158,6 +182,8 @@ class MarqueeStatus:
     mode: str = "apply"
     pause: Pause | None = None
     """The pause that holds it back now (its own, else the fleet's), if any."""
+    unreadable: tuple[str, ...] = ()
+    """One line per key of it that holds another type than playguard writes there."""
 
     def to_json(self, now: float) -> dict[str, Any]:
         """Stable keys for scripts; ``age`` is seconds since the last cycle ended at ``now``."""
@@ -166,6 +192,7 @@ class MarqueeStatus:
             "launchable": self.launchable,
             "mode": self.mode,
             "paused": None if self.pause is None else self.pause.to_json(),
+            "unreadable": list(self.unreadable),
             "lock": None if self.lock is None else holder_json(self.lock),
             "last": None if self.last is None else self.last.to_json(now),
         }
@@ -207,6 +234,8 @@ class MarqueeStory:
     """How many maintenance windows apply to it (its own, else the fleet's)."""
     next_opening: datetime | None = None
     """When its windows next allow changes (now, when they do); None: none found ahead."""
+    unreadable: tuple[str, ...] = ()
+    """One line per key of it that holds another type than playguard writes there."""
 
     def windows_text(self, now: datetime) -> str:
         """Its maintenance windows in words: none, open now, or when they next open."""
@@ -247,6 +276,7 @@ class MarqueeStory:
             "name": self.name,
             "mode": self.mode,
             "paused": None if self.pause is None else self.pause.to_json(),
+            "unreadable": list(self.unreadable),
             "windows": self.windows,
             "next_opening": None if self.next_opening is None else self.next_opening.isoformat(),
             "lock": None if self.lock is None else holder_json(self.lock),
@@ -306,23 +336,42 @@ def _is_counter(value: object) -> TypeGuard[bytes]:
     return isinstance(value, bytes) and 0 < len(value) <= 20 and value.isdigit()
 
 
+def _unreadable(lock: LockState | None, pause: Pause | None, *read: object) -> tuple[str, ...]:
+    """The lines of ``unreadable``: each key of another type among what was read."""
+    lines = []
+    if lock is not None and lock.foreign is not None:
+        lines.append(lock.foreign.describe())
+    if pause is not None and pause.foreign is not None:
+        lines.append(f"{pause.foreign.describe()} (read as paused)")
+    return (*lines, *(item.describe() for item in read if isinstance(item, ForeignType)))
+
+
+async def _last(records: CycleRecords, name: str) -> StoredRecord | ForeignType | None:
+    key = last_cycle_key(name)
+    return await read_typed(
+        records.redis, "last-cycle key", key, records.timeout, records.last(name)
+    )
+
+
 async def read_status(
     records: CycleRecords, name: str, *, launchable: bool, mode: str = "apply"
 ) -> MarqueeStatus:
     """``name``'s lock now, its last cycle and the pause holding it back, read concurrently;
-    ``launchable`` and ``mode`` are the desired state's."""
-    lock, last, pause = await asyncio.gather(
-        inspect_lock(records.redis, marquee_lock_name(name), timeout=records.timeout),
-        records.last(name),
+    ``launchable`` and ``mode`` are the desired state's. A key of another type is named in
+    ``unreadable`` (the module's doc)."""
+    (lock, fence), last, pause = await asyncio.gather(
+        read_lock(records.redis, marquee_lock_name(name), timeout=records.timeout),
+        _last(records, name),
         paused(records.redis, name, records.timeout),
     )
     return MarqueeStatus(
         name=name,
         launchable=launchable,
         lock=lock,
-        last=None if last is None else LastCycle.from_record(last),
+        last=None if last is None or isinstance(last, ForeignType) else LastCycle.from_record(last),
         mode=mode,
         pause=pause,
+        unreadable=_unreadable(lock, pause, fence, last),
     )
 
 
@@ -336,25 +385,37 @@ async def read_story(
     next_opening: datetime | None = None,
 ) -> MarqueeStory:
     """``name``'s lock, fences, pause, last cycle and up to ``limit`` recent cycles, newest
-    first; its ``mode`` and maintenance windows are the desired state's, told by the caller."""
+    first; its ``mode`` and maintenance windows are the desired state's, told by the caller. A
+    key of another type is named in ``unreadable`` (the module's doc)."""
     redis = records.redis
-    lock, counter, last, history, pause = await asyncio.gather(
-        inspect_lock(redis, marquee_lock_name(name), timeout=records.timeout),
-        asyncio.wait_for(redis.get(fence_key(marquee_lock_name(name))), records.timeout),
-        records.last(name),
-        records.history(name, limit=limit),
+    counter_key = fence_key(marquee_lock_name(name))
+    history_key = cycle_history_key(name)
+    (lock, _), counter, last, history, pause = await asyncio.gather(
+        read_lock(redis, marquee_lock_name(name), timeout=records.timeout),
+        read_typed(
+            redis, "fence counter", counter_key, records.timeout,
+            asyncio.wait_for(redis.get(counter_key), records.timeout),
+        ),
+        _last(records, name),
+        read_typed(
+            redis, "history key", history_key, records.timeout,
+            records.history(name, limit=limit),
+        ),
         paused(redis, name, records.timeout),
-    )
+    )  # fmt: skip
+    record = None if isinstance(last, ForeignType) else last
+    cycles = [] if isinstance(history, ForeignType) else history
     return MarqueeStory(
         name=name,
         lock=lock,
         fence_counter=int(counter) if _is_counter(counter) else None,
-        last=None if last is None else LastCycle.from_record(last),
-        steps=[] if last is None else phase_steps(last),
-        last_good={} if last is None else last_good_states(last),
-        history=[LastCycle.from_record(record) for record in history],
+        last=None if record is None else LastCycle.from_record(record),
+        steps=[] if record is None else phase_steps(record),
+        last_good={} if record is None else last_good_states(record),
+        history=[LastCycle.from_record(entry) for entry in cycles],
         mode=mode,
         pause=pause,
         windows=windows,
         next_opening=next_opening,
+        unreadable=_unreadable(lock, pause, counter, last, history),
     )

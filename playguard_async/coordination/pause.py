@@ -10,7 +10,9 @@ changing what should run.
 
 A key's value is outside input (anyone with redis-cli may have written it): a value this module
 did not write still pauses (the key is there, so someone meant it), and reads as an unknown
-record, never as an error.
+record, never as an error. So does a key of another type than a string (a hash, a list...), for
+the lock's scripts (``lock._PAUSE_OF``) and for every reader here alike: it pauses, shown as what
+it holds (``foreign.ForeignType``), and no reader writes over it; ``resume`` deletes it.
 """
 
 from __future__ import annotations
@@ -25,9 +27,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import structlog
+from redis.exceptions import ResponseError
 
 from playguard_async.coordination.channel import ChannelledRedis
 from playguard_async.coordination.client import RedisClient
+from playguard_async.coordination.foreign import ForeignType, is_wrong_type, type_of
 from playguard_async.coordination.keys import FLEET_PAUSE_KEY, pause_key
 from playguard_async.kits.aio import bounded
 
@@ -48,7 +52,7 @@ class Pause:
     """Who paused what, why, when and until when (Unix seconds, wall clock: for display).
 
     ``known`` is False for a value this module did not write: the key still pauses, and
-    ``reason`` then shows the value, bounded and escaped."""
+    ``reason`` then shows the value, bounded and escaped, or what type the key holds."""
 
     scope: str
     user: str
@@ -57,6 +61,8 @@ class Pause:
     since: float
     until: float
     known: bool = True
+    foreign: ForeignType | None = None
+    """Set when the key holds another type than a string (and so pauses, unknown)."""
 
     @classmethod
     def taken_now(cls, scope: str, reason: str, seconds: float) -> Pause:
@@ -81,8 +87,10 @@ class Pause:
         )
 
     @classmethod
-    def parse(cls, scope: str, raw: bytes | str) -> Pause:
+    def parse(cls, scope: str, raw: bytes | str | ForeignType) -> Pause:
         """The pause a key holds; never raises (see the module's doc)."""
+        if isinstance(raw, ForeignType):
+            return cls(scope, "?", "?", raw.describe(), 0.0, 0.0, known=False, foreign=raw)
         try:
             fields = json.loads(raw)
         except (ValueError, RecursionError):
@@ -144,11 +152,17 @@ def _sent(redis: RedisClient, key: str, timeout: float) -> asyncio.Future[Any]:
 async def paused(redis: RedisClient, marquee: str, timeout: float) -> Pause | None:
     """The pause that holds ``marquee`` back now (its own first, else the fleet's), or None; for
     operators. A cycle reads its Marquee's through its lock (``TokenLock(pause_key=...)``) and the
-    fleet's through ``FleetPauseWatch``."""
+    fleet's through ``FleetPauseWatch``. A key of another type pauses (the module's doc): its
+    type is asked in a round trip of its own."""
+    keys = (pause_key(marquee), FLEET_PAUSE_KEY)
     answers = await asyncio.gather(
-        _sent(redis, pause_key(marquee), timeout), _sent(redis, FLEET_PAUSE_KEY, timeout)
+        *(_sent(redis, key, timeout) for key in keys), return_exceptions=True
     )
-    for scope, raw in zip((marquee, FLEET), answers, strict=True):
+    for scope, key, raw in zip((marquee, FLEET), keys, answers, strict=True):
+        if is_wrong_type(raw):
+            return Pause.parse(scope, _foreign(scope, await type_of(redis, key, timeout)))
+        if isinstance(raw, BaseException):
+            raise raw
         if isinstance(raw, bytes | str):
             return Pause.parse(scope, raw)
     return None
@@ -165,7 +179,8 @@ class FleetPauseWatch:
     the lease step the cycle queues next, and the cycle waits for its answer (``settled``); else
     the last answer stands. So a fleet pause reaches every running cycle at its first phase
     boundary ``every`` seconds or more after it was taken. A read that fails leaves the last
-    answer standing (the lease steps beside it failed too, most likely)."""
+    answer standing (the lease steps beside it failed too, most likely); a key of another type
+    pauses the fleet, as a Marquee's own does (the module's doc)."""
 
     def __init__(self, redis: RedisClient, *, every: float, timeout: float) -> None:
         self.redis = redis
@@ -197,6 +212,9 @@ class FleetPauseWatch:
     def _answered(self, reading: asyncio.Future[Any]) -> None:
         if reading is not self._reading:
             return  # overtaken by a later read
+        if not reading.cancelled() and is_wrong_type(reading.exception()):
+            self.pause = Pause.parse(FLEET, _foreign(FLEET, None))
+            return
         if reading.cancelled() or reading.exception() is not None:
             error = "cancelled" if reading.cancelled() else repr(reading.exception())
             # Redis away: the lease steps beside the read say so, once per outage.
@@ -214,7 +232,33 @@ async def take_pause(redis: RedisClient, pause: Pause, timeout: float) -> None:
 
 
 async def lift_pause(redis: RedisClient, scope: str, timeout: float) -> Pause | None:
-    """Delete the pause of ``scope``; the pause lifted, or None when there was none."""
+    """Delete the pause of ``scope``; the pause lifted, or None when there was none. A key of
+    another type pauses as well (the module's doc), so it is lifted too: deleted while it still
+    holds that type, never a pause taken in between."""
     key = FLEET_PAUSE_KEY if scope == FLEET else pause_key(scope)
-    raw = await bounded(timeout, redis.getdel(key))
+    try:
+        raw = await bounded(timeout, redis.getdel(key))
+    except ResponseError as exc:
+        if not is_wrong_type(exc):
+            raise
+        kind = await type_of(redis, key, timeout)
+        await bounded(timeout, redis.eval(_DELETE_OF_TYPE, 1, key, kind))
+        return Pause.parse(scope, _foreign(scope, kind))
     return None if raw is None else Pause.parse(scope, raw)
+
+
+def _foreign(scope: str, kind: str | None) -> ForeignType:
+    """The pause key of ``scope`` holding a ``kind`` (None: not asked)."""
+    if scope == FLEET:
+        return ForeignType("fleet pause key", FLEET_PAUSE_KEY, kind)
+    return ForeignType("pause key", pause_key(scope), kind)
+
+
+# KEYS[1] a pause key, ARGV[1] the type it was seen to hold. Deletes it only while it holds that
+# type (a pause taken meanwhile is a string: it stays); returns how many keys it deleted.
+_DELETE_OF_TYPE = """
+if redis.call('TYPE', KEYS[1])['ok'] == ARGV[1] then
+    return redis.call('DEL', KEYS[1])
+end
+return 0
+"""

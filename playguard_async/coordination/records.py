@@ -30,11 +30,20 @@ log = structlog.get_logger("playguard.records")
 # and times, so an equal one is that same record), and the history is then trimmed to the count
 # and the bytes (the newest record always stays). The name is then published on
 # CYCLE_ENDED_CHANNEL (on a Cluster, every node passes it on). Returns how many records the
-# history keeps.
+# history keeps. Both keys are this script's to write: a last record of another type than a string
+# is replaced by SET like any other value, and a history of another type than a list (never
+# written here; LPOS answers it with an error, pcall) is dropped first, or no record could be
+# written again; until then the readers report them (``marquee_reads``) and leave them as they
+# are. The common path runs no command more for it.
 RECORD_SCRIPT = f"""
 redis.call('SET', KEYS[1], ARGV[#ARGV])
 for index = 4, #ARGV do
-    if not redis.call('LPOS', KEYS[2], ARGV[index]) then
+    local found = redis.pcall('LPOS', KEYS[2], ARGV[index])
+    if type(found) == 'table' then
+        redis.call('DEL', KEYS[2])
+        found = false
+    end
+    if not found then
         redis.call('LPUSH', KEYS[2], ARGV[index])
     end
 end

@@ -23,6 +23,7 @@ import structlog
 
 from playguard_async.coordination.client import RedisClient
 from playguard_async.coordination.cycle_end import CycleEnd
+from playguard_async.coordination.foreign import is_wrong_type
 from playguard_async.coordination.keys import RESUME_KEY
 from playguard_async.coordination.outage import RedisOutage
 from playguard_async.coordination.pause import FleetPauseWatch
@@ -501,6 +502,10 @@ class Engine:
                 self.settings.redis_socket_timeout, self.redis.zrange(RESUME_KEY, 0, -1)
             )
         except Exception as exc:
+            if is_wrong_type(exc):  # Redis answered: the key holds another type than ours
+                self.redis_outage.answered()
+                log.warning("resume.unreadable", key=RESUME_KEY, error=one_line(exc))
+                return set()
             self.redis_outage.failed(one_line(exc))
             log.debug("resume.unreadable", error=one_line(exc))
             return set()

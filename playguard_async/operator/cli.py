@@ -241,7 +241,10 @@ def status(
     """Each Marquee of the inventory: who holds its lock, and how its last cycle went.
 
     FENCE is the holder's while the lock is held, else the last cycle's. With --watch the table
-    is redrawn in place on a terminal (in a pipe, each refresh is printed after the last).
+    is redrawn in place on a terminal (in a pipe, each refresh is printed after the last). A key
+    of a Marquee that holds another Redis type than playguard writes there (a hash where its
+    pause should be) is that Marquee's line "unreadable: <key> holds a hash" (in --json, its
+    "unreadable" list); the exit status stays 0, as for any other value read.
     """
     if as_json and watch:
         fail("--watch draws a table; leave out --json", 2)
@@ -376,7 +379,7 @@ def locks(ctx: click.Context, config: Path | None, as_json: bool) -> None:
         fields = (
             (holder.replica, holder.host, str(holder.pid), holder.acquired_at)
             if holder
-            else (f"unknown record {marquee_reads.shown_record(state.record)}", "-", "-", "-")
+            else (marquee_reads.unknown_holder(state), "-", "-", "-")
         )
         table.add_row(
             state.name, *fields, display.fence_text(state.fence), display.span(state.ttl_left)
@@ -396,10 +399,11 @@ def unlock(ctx: click.Context, marquee: str, config: Path | None, force: bool) -
 
     Only for a holder that is gone for good (its host died, its process was killed): a live
     holder keeps working until its next renewal fails. With --force the key is deleted only if
-    it still holds the record shown, never another holder's. The fence counter is never deleted,
-    so the next holder's fence is still higher. Exit status 0 when the Marquee is not locked (any
-    more), 1 when the lock is still held (without --force, or taken by another holder meanwhile)
-    or MARQUEE is not in the inventory.
+    it still holds the record shown, never another holder's; a lock key of another Redis type (a
+    hash, a list...) holds no record to compare and is never deleted. The fence counter is never
+    deleted, so the next holder's fence is still higher. Exit status 0 when the Marquee is not
+    locked (any more), 1 when the lock is still held (without --force, taken by another holder
+    meanwhile, or a key of another type) or MARQUEE is not in the inventory.
     """
     with _readable_errors(ctx):
         import asyncio
@@ -411,6 +415,12 @@ def unlock(ctx: click.Context, marquee: str, config: Path | None, force: bool) -
     if done.found is None:
         echo(f"{marquee} is not locked (no key {done.key}); nothing to delete")
         return
+    if done.found.foreign is not None:
+        echo(
+            f"nothing deleted: {done.found.foreign.describe()}, not a lock record, so no "
+            f"compare-and-delete can tell whose it is; once you know, `redis-cli DEL {done.key}`"
+        )
+        ctx.exit(1)
     shown = f"{done.key}: held by {display.holder_text(done.found)}"
     kept = f"the fence counter {done.fence_key} stays at {display.fence_text(done.found.fence)}"
     if done.result is None:

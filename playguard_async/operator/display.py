@@ -112,6 +112,11 @@ def pause_text(pause: Pause) -> str:
     return f"{pause.describe()} (until {until})"
 
 
+def unreadable_lines(unreadable: tuple[str, ...]) -> list[str]:
+    """Each key of another type than playguard writes there, as a line of its own."""
+    return [f"unreadable: {line}" for line in unreadable]
+
+
 def status_table(statuses: list[marquee_reads.MarqueeStatus], now: float) -> Table:
     columns = ("MARQUEE", "HOLDER", "FENCE", "TTL LEFT", "LAST", "WHEN", "DURATION", "ACTIONS")
     table = Table(*columns, "FINDINGS", box=None, header_style="bold")
@@ -119,13 +124,14 @@ def status_table(statuses: list[marquee_reads.MarqueeStatus], now: float) -> Tab
         lock, last = marquee.lock, marquee.last
         name = marquee.name + steering_text(marquee)
         paused = "" if marquee.pause is None else pause_text(marquee.pause) + "; "
+        paused += "".join(f"{line}; " for line in unreadable_lines(marquee.unreadable))
         holding: list[str | Text] = ["-", "-", "-"]
         if lock is not None:
             holder = lock.holder
             holding = [
                 f"{holder.replica} ({holder.host}, pid {holder.pid})"
                 if holder
-                else f"unknown record {marquee_reads.shown_record(lock.record)}",
+                else marquee_reads.unknown_holder(lock),
                 fence_text(lock.fence),
                 span(lock.ttl_left),
             ]
@@ -172,6 +178,8 @@ def print_story(told: marquee_reads.MarqueeStory, now: float) -> None:
     out.print(text(f"  windows: {told.windows_text(datetime.fromtimestamp(now, UTC))}"))
     out.print(text("  paused: ", "no" if told.pause is None else pause_text(told.pause)))
     out.print(text("  lock: ", "not held" if lock is None else holder_text(lock)))
+    for line in unreadable_lines(told.unreadable):
+        out.print(text(f"  {line}"))
     host = None if told.last is None else told.last.host_fence
     out.print(
         text(
@@ -247,7 +255,7 @@ def holder_text(state: LockState) -> str:
         f"replica {holder.replica} (host {holder.host}, pid {holder.pid}, since "
         f"{holder.acquired_at})"
         if holder
-        else f"an unknown record {marquee_reads.shown_record(state.record)}"
+        else f"an {marquee_reads.unknown_holder(state)}"
     )
     return f"{held}, fence {fence_text(state.fence)}, {span(state.ttl_left)} left"
 

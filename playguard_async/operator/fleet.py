@@ -171,7 +171,8 @@ async def unlock(settings: Settings, marquee: str, *, force: bool) -> Unlock:
         )
         found = await lock.inspect()
         result = None
-        if found is not None and force:
+        # A key of another type has no record to compare: it is left for a person to delete.
+        if found is not None and force and found.foreign is None:
             # Exactly the record read: one that differs (another holder since) is left alone.
             result = await lock.compare_and_delete(found.record)
             if result is ReleaseResult.UNKNOWN:

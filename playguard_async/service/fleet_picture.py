@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import structlog
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 
 from playguard_async.coordination.marquee_reads import (
     MarqueeStatus,
@@ -33,7 +34,7 @@ from playguard_async.coordination.marquee_reads import (
 from playguard_async.coordination.records import CycleRecords, follow_cycle_ends
 from playguard_async.desired_state.inventory import Marquee
 from playguard_async.desired_state.windows import Window, next_opening
-from playguard_async.engine.results import CycleResult
+from playguard_async.engine.results import CycleResult, one_line
 
 log = structlog.get_logger("playguard.web")
 
@@ -166,26 +167,56 @@ class FleetPicture:
         self._publish()
 
     async def _read(self, marquees: Sequence[Listed]) -> None:
-        try:
-            for start in range(0, len(marquees), READ_BATCH):
-                batch = marquees[start : start + READ_BATCH]
-                read = await asyncio.gather(
-                    *(
-                        read_status(
-                            self.records,
-                            listed.name,
-                            launchable=listed.launchable,
-                            mode=listed.mode,
-                        )
-                        for listed in batch
+        """Read ``marquees`` batch by batch. One Marquee's read that Redis answers with an error
+        is that Marquee's row alone (its ``unreadable``): every other row is still read. A
+        Redis that does not answer stops the read; the banner says so."""
+        failed: BaseException | None = None
+        for start in range(0, len(marquees), READ_BATCH):
+            batch = marquees[start : start + READ_BATCH]
+            read = await asyncio.gather(
+                *(
+                    read_status(
+                        self.records,
+                        listed.name,
+                        launchable=listed.launchable,
+                        mode=listed.mode,
                     )
-                )
-                self.statuses.update((status.name, status) for status in read)
-        except (RedisError, TimeoutError, OSError) as exc:
-            self.error = f"Redis unavailable: {exc or 'no answer'}"
+                    for listed in batch
+                ),
+                return_exceptions=True,
+            )
+            for listed, answer in zip(batch, read, strict=True):
+                if isinstance(answer, ResponseError):  # answered: Redis is there
+                    status = self._unread(listed, answer)
+                elif isinstance(answer, RedisError | TimeoutError | OSError):
+                    failed = failed or answer
+                    continue
+                elif isinstance(answer, BaseException):
+                    raise answer
+                else:
+                    status = answer
+                self._note_unreadable(status)
+                self.statuses[status.name] = status
+            if failed is not None:
+                break
+        if failed is not None:
+            self.error = f"Redis unavailable: {failed or 'no answer'}"
             log.warning("web.read_failed", error=self.error)
         else:
             self.error = None
+
+    def _unread(self, listed: Listed, error: ResponseError) -> MarqueeStatus:
+        """``listed``'s row as last read, saying why this read of it failed."""
+        last = self.statuses.get(listed.name) or MarqueeStatus(
+            listed.name, listed.launchable, None, None, mode=listed.mode
+        )
+        return dataclasses.replace(last, unreadable=(f"not read: {one_line(error)}",))
+
+    def _note_unreadable(self, status: MarqueeStatus) -> None:
+        """One log line when a Marquee's unreadable keys change, not one per read."""
+        before = self.statuses.get(status.name)
+        if status.unreadable and (before is None or before.unreadable != status.unreadable):
+            log.warning("web.unreadable", marquee=status.name, keys=list(status.unreadable))
 
     def _publish(self) -> None:
         self.version += 1

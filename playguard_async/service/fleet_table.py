@@ -39,6 +39,8 @@ class Row:
     """``apply``, ``detect`` or ``off``, as the desired state steers it."""
     paused: str | None
     """Who paused it (or the fleet), why, until when; None: not paused."""
+    unreadable: str | None
+    """Its keys that hold another Redis type than playguard writes there; None: none."""
     holder: str | None
     """Replica@host holding the lock now, ``unknown record`` for a value not ours; None: free."""
     ttl_left: float | None
@@ -66,6 +68,7 @@ class Row:
             launchable=status.launchable,
             mode=status.mode,
             paused=None if status.pause is None else status.pause.describe(),
+            unreadable="; ".join(status.unreadable) or None,
             holder=holder,
             ttl_left=None if lock is None else lock.ttl_left,
             redis_fence=lock.fence if lock is not None else (last.fence if last else None),

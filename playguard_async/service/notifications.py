@@ -33,9 +33,11 @@ from urllib.parse import urlsplit
 
 import aiohttp
 import structlog
+from redis.exceptions import ResponseError
 
 from playguard_async import __version__
 from playguard_async.coordination.client import RedisClient
+from playguard_async.coordination.foreign import is_wrong_type
 from playguard_async.coordination.keys import health_key
 from playguard_async.coordination.lock import once
 from playguard_async.engine.results import CycleResult
@@ -114,15 +116,25 @@ class ChangeNotifier:
         self._idle.set()
         self.dropped = 0
 
+    async def _swap_health(self, marquee: str, health: str) -> bytes | None:
+        """Store ``marquee``'s ``health``; the one it had, None when never recorded or when the
+        key held a value this project did not write (of any type: the key is this method's to
+        write, so one of another type is replaced, as if never recorded)."""
+        key = health_key(marquee)
+        try:
+            previous = await bounded(self.redis_timeout, self.redis.set(key, health, get=True))
+        except ResponseError as exc:
+            if not is_wrong_type(exc):
+                raise
+            await bounded(self.redis_timeout, self.redis.set(key, health))
+            return None
+        return previous if previous in HEALTHS else None
+
     async def notify_cycle(self, result: CycleResult) -> None:
         """Decide whether ``result`` is news and queue it; a Redis error is the caller's to log."""
         health, event = news_of(result)
         if health is not None:
-            previous = await bounded(
-                self.redis_timeout, self.redis.set(health_key(result.marquee), health, get=True)
-            )
-            if previous is not None and previous not in HEALTHS:
-                previous = None  # a value this project did not write: as if never recorded
+            previous = await self._swap_health(result.marquee, health)
             if health == "failing" and previous != b"failing":
                 self._queue("failing", result)
             elif health == "drifted" and previous != b"drifted":

@@ -109,17 +109,24 @@ async def test_an_ending_redis_does_not_answer_is_unknown_not_released_and_the_r
     assert records.unwritten("m1") == 1
 
 
+class RefusedRecords(CycleRecords):
+    """Records whose write Redis answers with an error (a history of another type no longer
+    makes one: the record script replaces it)."""
+
+    def write_command(self, marquee: str, batch: list[str]) -> tuple[str | int, ...]:
+        return ("EVAL", "return redis.error_reply('ERR refused')", 0)
+
+
 async def test_a_record_redis_refuses_leaves_the_release_and_resume_done(redis: Redis) -> None:
-    await redis.set(cycle_history_key("m1"), "not a list")
     await redis.zadd(RESUME_KEY, {"m1": 1.0})
-    records = CycleRecords(redis, history_length=5, timeout=1.0)
+    records = RefusedRecords(redis, history_length=5, timeout=1.0)
     recorder = Recorder()
     harness = EngineHarness(redis, ScriptedPhase("first"), records=records, observer=recorder)
     with capture_logs() as logs:
         result = await harness.cycle()
     assert result.outcome is Outcome.OK
     [failed] = [line for line in logs if line["event"] == "cycle.record_failed"]
-    assert "WRONGTYPE" in failed["error"]
+    assert "refused" in failed["error"]
     assert recorder.heard[-1] == ("released", ReleaseResult.RELEASED)
     assert await redis.exists(marquee_lock_key("m1")) == 0
     assert await redis.zrange(RESUME_KEY, 0, -1) == []

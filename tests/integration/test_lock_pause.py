@@ -3,7 +3,7 @@ scripts read it, never fail on it, and never write past it.
 
 The key is outside input (anyone with redis-cli may write it), so the cases are classes of value
 and type, not one example: any string pauses (an empty one and one that looks like a script's
-own answer included), any other type is no pause.
+own answer included), and so does any other type (someone meant something by it).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import pytest
 from redis.asyncio import Redis
 
 from playguard_async.coordination.client import RedisClient
+from playguard_async.coordination.foreign import ForeignType
 from playguard_async.coordination.keys import (
     FLEET_PAUSE_KEY,
     fence_key,
@@ -95,17 +96,30 @@ async def test_a_pause_during_a_lease_renews_it_and_says_so(redis: Redis, value:
 
 
 @pytest.mark.parametrize(("kind", "write"), OTHER_TYPES, ids=[kind for kind, _ in OTHER_TYPES])
-async def test_a_pause_key_of_another_type_is_no_pause(
+async def test_a_pause_key_of_another_type_pauses_and_is_left_as_it_was(
     redis: Redis, kind: str, write: Writer
 ) -> None:
+    """playguard never writes one, so someone meant something by it: a key the lock cannot
+    read is no go-ahead (``lock._PAUSE_OF``), and ``LockPaused`` says what type it holds."""
+    lease = await paused_lock(redis).acquire()
+    assert lease is not None
     await write(redis, pause_key(MARQUEE))
     assert await redis.type(pause_key(MARQUEE)) == kind.encode()
 
-    lease = await paused_lock(redis).acquire()
-
-    assert lease is not None
-    await lease.renew()  # raises neither LockPaused nor LockLost
+    with pytest.raises(LockPaused) as renewed:
+        await lease.renew()  # renewed all the same: the lease is still held
     assert (await lease.release()).value == "released"
+    with pytest.raises(LockPaused) as refused:
+        await paused_lock(redis).acquire()
+
+    for paused in (renewed, refused):
+        record = paused.value.record
+        assert isinstance(record, ForeignType)
+        assert (record.key, record.kind) == (pause_key(MARQUEE), kind)
+        assert Pause.parse(MARQUEE, record).describe() == (
+            f"paused: pause key {pause_key(MARQUEE)} holds a {kind}"
+        )
+    assert await redis.exists(lock_key(NAME)) == 0, "nothing taken"
     assert await redis.type(pause_key(MARQUEE)) == kind.encode(), "left as it was"
 
 
