@@ -144,7 +144,7 @@ def service_health(
     container: Inspected, now: datetime, *, grace: float, secrets: Iterable[str] = ()
 ) -> ServiceHealth:
     """What one container says of its service at ``now`` (the host's clock). Its restarts are
-    named whenever it is not healthy, and past ``CRASH_LOOP_RESTARTS`` they are its state."""
+    named whenever it is not healthy; from ``CRASH_LOOP_RESTARTS`` on they are its state."""
     health = _judged(container, now, grace, list(secrets))
     restarts = container.restarts
     if health.state == "healthy" or not restarts:
