@@ -13,7 +13,7 @@ they depend on changed (``ComposeState``).
 
 A change is done when it is healthy: after ``up``, the health gate (``remote.health``) waits for
 every service to be healthy by Docker's word, within the Playspec's ``health_timeout`` (counted
-from when this cycle began changing it, which no restart of a container moves) and the lease; a
+from the first start of its input set, which no restart of a container moves) and the lease; a
 service that exited or that Docker keeps restarting fails it at once. A Playground verified
 healthy has its inputs recorded as its last good state; one that is not is reported
 ``unhealthy``, its inputs are remembered as failed and not tried again until they change, and

@@ -4,12 +4,14 @@ A service is healthy when its container runs and, where the image or compose fil
 healthcheck, Docker says ``healthy``; one without a healthcheck when it has been running for
 ``health_grace`` seconds. Nothing here probes a service itself: the healthcheck is Docker's.
 
-The wait is bounded by ``health_timeout``, counted from when this cycle's change began; in a cycle
-that changed nothing (it takes up a wait an earlier cycle's lease cut short), from when the newest
-of the containers was created, by the host's clock. Neither moves when Docker restarts a container
-(its ``StartedAt`` does, at every restart: counted from it, a service that ``restart: always``
-brings back every few seconds was never out of time). The wait is bounded by the lease too, since
-every read here is a Docker API call the lease's deadline bounds.
+The wait is bounded by ``health_timeout``, counted from the first start of the input set: when the
+newest of the containers was created, by the host's clock (compose creates a container for each
+change and starts it at once, and a wait an earlier cycle's lease cut short goes on from there),
+but never from before this cycle's change began (an ``up`` that only started containers that were
+there creates none). Neither moves when Docker restarts a container; its ``StartedAt`` does, at
+every restart: counted from it, a service that ``restart: always`` brings back every few seconds
+was never out of time. The wait is bounded by the lease too, since every read here is a Docker API
+call the lease's deadline bounds.
 
 A crash ends the wait early: a container that exited or died will not come back by waiting
 (compose sets no restart policy unless asked to), and one that Docker restarted
@@ -248,12 +250,13 @@ def verdict(health: PlaygroundHealth, left: float) -> str | None:
 
 
 def waited(health: PlaygroundHealth, *, changed: float | None, began: float, now: float) -> float:
-    """Seconds the wait counts as spent at ``now`` (monotonic): since this cycle's change began
-    (``changed``); in a cycle that changed nothing, the age of the newest container (the wait goes
-    on where an earlier cycle left it), or since this wait ``began`` when no container says."""
+    """Seconds the wait counts as spent at ``now`` (monotonic): the age of the newest container, but
+    no more than since this cycle's change began (``changed``, None in a cycle that changed
+    nothing); since this wait ``began`` when neither is known."""
+    spans = [] if health.age is None else [health.age]
     if changed is not None:
-        return now - changed
-    return health.age if health.age is not None else now - began
+        spans.append(now - changed)
+    return min(spans, default=now - began)
 
 
 async def wait_healthy(
@@ -267,7 +270,7 @@ async def wait_healthy(
 ) -> tuple[PlaygroundHealth, bool]:
     """The Playground's health once it is healthy, once a service failed for good (exited or
     crash-looping), or once ``timeout`` seconds passed (``waited``; ``changed`` is the monotonic
-    time this cycle's change began, None in a cycle that changed nothing); and whether it failed
+    time this cycle began changing it, None in a cycle that changed nothing); and whether it failed
     (False: it is healthy, or the lease ended the wait first and the next cycle goes on with it).
 
     The wait ends before the lease does (one poll's margin), so the phase can still say so.

@@ -266,14 +266,14 @@ async def test_a_service_docker_keeps_restarting_fails_by_its_restarts_and_is_ro
     assert (container["State"]["Status"], container["RestartCount"]) == ("running", 0)
 
 
-async def test_a_slow_crash_loop_fails_at_the_timeout_counted_from_the_change(
+async def test_a_slow_crash_loop_fails_at_the_timeout_not_counted_from_its_last_restart(
     edge: LabEdge, tags: Tags
 ) -> None:
     """A service that dies 10.2 s after each start, past Docker's 10 s backoff reset, comes back
     0.1 s later under ``restart: always``: it is never ``exited`` and its ``StartedAt`` is never
     more than about 10.5 s old. Counted from that, a 13 s health_timeout never came and the gate
     polled until the lease ended, ``pending``, for the next cycle to recreate it and do the same.
-    Counted from the change, the gate fails, and the next cycle holds the inputs."""
+    Counted from the container's creation, the gate fails, and the next cycle holds the inputs."""
     use_policy(edge, tags, "notify", health_timeout=13)
     on_tag(edge, tags, "bad", command=crashes_unless_healthy(10.2), restart="always")
 

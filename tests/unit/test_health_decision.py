@@ -177,12 +177,13 @@ def test_a_slow_crash_loop_fails_at_its_third_restart_though_started_at_keeps_re
     assert max(running_for) < 11.2  # what the old gate counted the timeout by
 
 
-@pytest.mark.parametrize("changed", [0.0, None], ids=["change-this-cycle", "wait-taken-up"])
-def test_a_slow_crash_loop_runs_out_of_time_counted_from_the_change_or_the_creation(
+@pytest.mark.parametrize("changed", [-2.0, None], ids=["change-this-cycle", "wait-taken-up"])
+def test_a_slow_crash_loop_runs_out_of_time_counted_from_its_creation(
     changed: float | None,
 ) -> None:
-    """A timeout shorter than three lives: counted from the change (or, in a cycle that changed
-    nothing, from the container's creation), never from its last start, which is 9 s old."""
+    """A timeout shorter than three lives: counted from the container's creation, never from its
+    last start, which is 9 s old then; nor from the change 2 s before (compose's own time), or
+    from the wait that a cycle which changed nothing takes up."""
     seconds, decided, health = decide(polls(3600), timeout=20, changed=changed)
 
     assert (seconds, decided) == (20, "failed")
@@ -204,10 +205,22 @@ def test_healthy_after_one_restart_passes() -> None:
 
 @pytest.mark.parametrize(
     ("changed", "age", "expected"),
-    [(100.0, 5.0, 30.0), (100.0, 300.0, 30.0), (None, 300.0, 300.0), (None, None, 10.0)],
-    ids=["change-older-than-container", "change-newer-than-container", "taken-up", "no-created"],
+    [
+        (100.0, 5.0, 5.0),
+        (100.0, 300.0, 30.0),
+        (100.0, None, 30.0),
+        (None, 300.0, 300.0),
+        (None, None, 10.0),
+    ],
+    ids=[
+        "up-created-the-container",
+        "up-only-started-an-old-container",
+        "change-and-no-created",
+        "wait-taken-up",
+        "nothing-known",
+    ],
 )
-def test_the_wait_counts_from_the_change_else_the_newest_creation(
+def test_the_wait_counts_from_the_newest_creation_but_not_from_before_the_change(
     changed: float | None, age: float | None, expected: float
 ) -> None:
     health = PlaygroundHealth({"app": ServiceHealth("starting", "")}, age)
