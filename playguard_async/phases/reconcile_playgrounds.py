@@ -12,11 +12,13 @@ records (``remote.last_good``); compose is asked for the service names and hashe
 they depend on changed (``ComposeState``).
 
 A change is done when it is healthy: after ``up``, the health gate (``remote.health``) waits for
-every service to be healthy by Docker's word, within the Playspec's ``health_timeout`` and the
-lease. A Playground verified healthy has its inputs recorded as its last good state; one that is
-not is reported ``unhealthy``, its inputs are remembered as failed and not tried again until they
-change, and under ``rollback: auto`` it is recreated from its last good state by digest
-(``_Running``; README "Healthy, not just started").
+every service to be healthy by Docker's word, within the Playspec's ``health_timeout`` (counted
+from the first start of its input set, which no restart of a container moves) and the lease; a
+service that exited or that Docker keeps restarting fails it at once. A Playground verified
+healthy has its inputs recorded as its last good state; one that is not is reported
+``unhealthy``, its inputs are remembered as failed and not tried again until they change, and
+under ``rollback: auto`` it is recreated from its last good state by digest (``_Running``; README
+"Healthy, not just started").
 
 An expired playground is taken down with its volumes and nothing else is done for it; a stopped
 one (or a running one whose branch is gone and that asks to be stopped then, as fetch_branches
@@ -26,6 +28,7 @@ does) is stopped when anything of it is up.
 from __future__ import annotations
 
 import hashlib
+import time
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -248,6 +251,7 @@ class _Running:
         override = override_content(
             project.marquee.name, project.playground, services, pinned.images if pinned else None
         )
+        changing = time.monotonic()
         drift = await self._bring_up(services, override)
         result = _Converged("running", drift, found=_last_good_of(record))
         verified = record.last_good is not None and record.last_good.inputs == inputs
@@ -260,6 +264,7 @@ class _Running:
             project,
             services,
             timeout=playspec.health_timeout,
+            changed=changing if drift else None,
             secrets=_secrets(self.registry),
         )
         if health.healthy:
@@ -341,6 +346,7 @@ class _Running:
         override = override_content(
             project.marquee.name, project.playground, services, record.last_good.images
         )
+        changing = time.monotonic()
         await session.write_file(
             f"write the compose override of playground {project.playground} "
             f"(roll back to {record.last_good.shown()})",
@@ -353,7 +359,7 @@ class _Running:
         )
         _say_rolled_back(project, record, result, now=True)
         health, time_up = await wait_healthy(
-            session, project, services, timeout=self.playspec.health_timeout
+            session, project, services, timeout=self.playspec.health_timeout, changed=changing
         )
         result.found["rollback_health"] = (
             "healthy" if health.healthy else "unhealthy" if time_up else "pending"

@@ -4,6 +4,7 @@ and registry, images made with ``docker import`` that a healthcheck in the compo
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -224,6 +225,66 @@ async def test_crash_looping_service_is_caught_like_a_failing_healthcheck(
     assert found(crashed)["health"] == "unhealthy"
     assert found(crashed)["unhealthy"] == {"app": "exited: status 3"}
     assert again.actions == []  # its exited container is not brought up again and again
+    assert found(again)["health"] == "held"
+
+
+def crashes_unless_healthy(after: float) -> list[str]:
+    """A command that runs on the ``good`` image (it sets HEALTHY) and, on the ``bad`` one,
+    exits with status 3 ``after`` seconds after each start."""
+    script = f"env | grep -q ^HEALTHY=yes && exec sleep 86400; sleep {after}; exit 3"
+    return ["/bin/sh", "-c", script]
+
+
+async def test_a_service_docker_keeps_restarting_fails_by_its_restarts_and_is_rolled_back(
+    edge: LabEdge, tags: Tags
+) -> None:
+    """Under ``restart: always`` a crashing service is never ``exited``: its third restart fails
+    the gate (a minute's health_timeout is not what ends it), the rollback runs in the same
+    cycle, and the next cycle does not bring the failed inputs up again."""
+    use_policy(edge, tags, "auto", health_timeout=60)
+    loop: dict[str, Any] = {"command": crashes_unless_healthy(0), "restart": "always"}
+    branch = on_tag(edge, tags, "good", **loop)
+    first = await cycle(edge)
+    good_digest = await digest_of(edge.docker, tags.ref("good"))
+    on_tag(edge, tags, "bad", branch, **loop)
+
+    bad = await cycle(edge)
+    after = await cycle(edge)
+
+    assert found(first)["health"] == "healthy"
+    assert found(bad)["health"] == "unhealthy"
+    assert list(found(bad)["unhealthy"]) == ["app"]
+    assert re.fullmatch(r"restarted: \d+ times; starting.*", found(bad)["unhealthy"]["app"])
+    assert found(bad)["rollback"].startswith(
+        f"rolled back to app={good_digest} because app: restarted: "
+    )
+    assert found(bad)["rollback_health"] == "healthy"
+    assert notices(bad, NoticeKind.ROLLED_BACK) == [found(bad)["rollback"]]
+    assert after.actions == []
+    container = await running(edge.docker)
+    assert container["Config"]["Image"] == good_digest
+    assert (container["State"]["Status"], container["RestartCount"]) == ("running", 0)
+
+
+async def test_a_slow_crash_loop_fails_at_the_timeout_not_counted_from_its_last_restart(
+    edge: LabEdge, tags: Tags
+) -> None:
+    """A service that dies 10.2 s after each start, past Docker's 10 s backoff reset, comes back
+    0.1 s later under ``restart: always``: it is never ``exited`` and its ``StartedAt`` is never
+    more than about 10.5 s old. Counted from that, a 13 s health_timeout never came and the gate
+    polled until the lease ended, ``pending``, for the next cycle to recreate it and do the same.
+    Counted from the container's creation, the gate fails, and the next cycle holds the inputs."""
+    use_policy(edge, tags, "notify", health_timeout=13)
+    on_tag(edge, tags, "bad", command=crashes_unless_healthy(10.2), restart="always")
+
+    crashed = await cycle(edge)
+    again = await cycle(edge)
+
+    assert found(crashed)["health"] == "unhealthy"
+    assert list(found(crashed)["unhealthy"]) == ["app"]
+    assert notices(crashed, NoticeKind.UNHEALTHY)
+    assert crashed.report.unhealthy is not None
+    assert again.actions == []
     assert found(again)["health"] == "held"
 
 

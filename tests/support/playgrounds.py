@@ -29,16 +29,20 @@ def compose_yaml(
     sleep: str = "86400",
     healthcheck: bool | list[str] = False,
     command: list[str] | None = None,
+    restart: str | None = None,
 ) -> str:
     """The app service of the lab's compose file; SIGKILL stops it at once (``sleep`` as PID 1
     ignores SIGTERM, and stop would wait its 10 s grace). ``healthcheck`` True is one that always
-    fails, a list is its test; ``command`` replaces the ``sleep``."""
+    fails, a list is its test; ``command`` replaces the ``sleep``; ``restart`` is its restart
+    policy (none unless given, as compose's)."""
     app: dict[str, Any] = {
         "image": image,
         "command": command or ["sleep", sleep],
         "network_mode": "none",
         "stop_signal": "SIGKILL",
     }
+    if restart is not None:
+        app["restart"] = restart
     if healthcheck:
         test = ["CMD", "false"] if healthcheck is True else healthcheck
         app["healthcheck"] = {"test": test, "interval": "1s", "retries": 1}
