@@ -329,6 +329,12 @@ class Settings(BaseSettings):
         description="Seconds between the web view's reads of the whole fleet from Redis; a "
         "cycle's end on any replica shows at once (Pub/Sub), so this is the safety net.",
     )
+    web_update_interval: float = _seconds(
+        1.0,
+        description="Seconds between two updates of the web view's fleet picture at most: the "
+        "cycle ends within it are shown together, so an open page is told of a change (and "
+        "fetches itself again) at most once per interval, however many cycles end.",
+    )
 
     webhook_url: SecretStr | None = Field(
         None,

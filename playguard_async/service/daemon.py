@@ -168,7 +168,8 @@ async def watched(
 
 def web_view(engine: Engine, credential: str | None, stop: asyncio.Event) -> WebView:
     """The web view of ``engine``'s fleet: one picture, read again as this replica's cycles end
-    (the listener that feeds the metrics feeds it too) and whole every ``web_refresh_interval``."""
+    (the listener that feeds the metrics feeds it too) and whole every ``web_refresh_interval``,
+    published to open pages at most once per ``web_update_interval``."""
     settings = engine.settings
 
     def names() -> list[Listed]:
@@ -191,7 +192,11 @@ def web_view(engine: Engine, credential: str | None, stop: asyncio.Event) -> Web
         return await steered_story(records, marquee, settings.windows, limit=HISTORY_SHOWN)
 
     picture = FleetPicture(
-        records, names, interval=settings.web_refresh_interval, tell_story=tell_story
+        records,
+        names,
+        interval=settings.web_refresh_interval,
+        tell_story=tell_story,
+        publish_interval=settings.web_update_interval,
     )
     engine.listeners.append(picture.cycle_ended)
     return WebView(

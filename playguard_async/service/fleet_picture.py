@@ -6,7 +6,14 @@ It is read whole at start and every ``interval`` seconds, and a Marquee is read 
 soon as a cycle ends on it: this replica's (the engine's cycle listeners, which feed the metrics
 too) and every other replica's (the record script publishes the name: ``follow_cycle_ends``). A
 whole read also follows each return of that subscription, since Pub/Sub keeps nothing for a
-subscriber that was away. Each change bumps ``version`` and wakes the streams.
+subscriber that was away.
+
+A change bumps ``version`` and wakes the streams, and every open page then fetches itself again
+(tens of ms of rendering at 10,000 Marquees): so the changes are published at most once per
+``publish_interval``. The first change after a quiet interval is published at once, the ones that
+come within the interval after it together when it is over; none is lost. However many cycles end
+a second, a page is told of a new version at most once per interval, and the pages a publication
+wakes together fetch the same version (``WebView`` renders each page once per version).
 
 A Marquee's page needs more than its row (phases, history, fences): ``story`` reads it once per
 version of the picture, however many browsers ask for it at once.
@@ -16,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -58,6 +66,41 @@ class Listed:
 
 
 @dataclass
+class Coalescer:
+    """Changes published at most once per ``interval`` seconds of ``clock``: a change after a
+    quiet interval at once, the ones within the interval after a publication held until it is
+    over, then published together. Its owner tells it of each ``changed``, asks ``publishable``
+    then, and again ``due_in`` seconds later."""
+
+    interval: float
+    clock: Callable[[], float] = time.monotonic
+    _held: bool = field(default=False, init=False)
+    _published_at: float = field(default=-math.inf, init=False)
+
+    def changed(self) -> None:
+        """Something changed: it is held until it is published."""
+        self._held = True
+
+    def publishable(self) -> bool:
+        """Whether a held change may be published now; when it may, it counts as published."""
+        if not self._held or self.clock() < self._published_at + self.interval:
+            return False
+        self.published()
+        return True
+
+    def published(self) -> None:
+        """A publication made now, whether or not it was due (the last one, at a stop)."""
+        self._held = False
+        self._published_at = self.clock()
+
+    def due_in(self) -> float | None:
+        """Seconds until the held change may be published; None when none is held."""
+        if not self._held:
+            return None
+        return max(0.0, self._published_at + self.interval - self.clock())
+
+
+@dataclass
 class FleetPicture:
     """The fleet as last read from Redis, shared by every request of this replica.
 
@@ -71,6 +114,8 @@ class FleetPicture:
     tell_story: Callable[[str], Awaitable[MarqueeStory]]
     """Reads one Marquee's page from Redis (``marquee_reads.read_story`` with what the desired
     state says of its mode and windows)."""
+    publish_interval: float
+    """Seconds between two publications (new versions) at most (``web_update_interval``)."""
     statuses: dict[str, MarqueeStatus] = field(default_factory=dict)
     version: int = 0
     read_at: float | None = None
@@ -81,6 +126,10 @@ class FleetPicture:
     _whole_due: bool = False
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
     _stories: dict[str, tuple[int, asyncio.Task[MarqueeStory]]] = field(default_factory=dict)
+    _coalescer: Coalescer = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._coalescer = Coalescer(self.publish_interval)
 
     def rows(self) -> list[MarqueeStatus]:
         """Every Marquee of the desired state, in its order; one not read yet has no lock and no
@@ -110,7 +159,8 @@ class FleetPicture:
         self._wake.set()
 
     async def changed(self, seen: int, stop: asyncio.Event) -> int:
-        """Wait until the version differs from ``seen`` (or ``stop`` is set); the version now."""
+        """Wait until the version differs from ``seen`` (or ``stop`` is set); the version now.
+        The version changes at most once per ``publish_interval``."""
         while self.version == seen and not stop.is_set():
             await _either(self._changed, stop)
         return self.version
@@ -147,7 +197,7 @@ class FleetPicture:
                 self._pending.clear()
                 self.read_at = time.time()
                 next_whole = time.monotonic() + self.interval
-                self._publish()
+                self._coalescer.changed()
             else:
                 wanted, self._pending = self._pending, set()
                 unread = [
@@ -157,13 +207,19 @@ class FleetPicture:
                 ]
                 if unread:
                     await self._read(unread)
-                    self._publish()
+                    self._coalescer.changed()
+            if self._coalescer.publishable():
+                self._publish()
             # No desired state yet: look again soon, as the engine loads it without a word.
             wait = UNLOADED_POLL if not names else max(0.0, next_whole - time.monotonic())
+            held = self._coalescer.due_in()
+            if held is not None:
+                wait = min(wait, held)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(wait):
                     await _either(self._wake, stop)
-        self._publish()
+        self._coalescer.published()
+        self._publish()  # wakes the streams: they end
 
     async def _read(self, marquees: Sequence[Listed]) -> None:
         try:

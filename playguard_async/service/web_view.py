@@ -6,6 +6,11 @@ templates are rendered with autoescape on and the Content-Security-Policy allows
 a reason holding ``<script>`` is text. The one script (live updates) is a static file of this
 package; nothing is fetched from elsewhere, and every page works without it. No setting and no
 secret reaches a page: pages show what the cycle records and locks hold, which carry none.
+
+An open page costs the replica its stream and a fetch of itself at each new version of the
+picture, which comes at most once per ``web_update_interval`` (``FleetPicture``); the pages a
+version wakes fetch at once, and each distinct page is rendered once per version and served to
+the rest (``RenderedPages``).
 """
 
 from __future__ import annotations
@@ -31,6 +36,9 @@ from playguard_async.service.web_auth import CHALLENGE, admits
 
 HEARTBEAT = 15.0
 """Seconds between comments on an idle stream: a dead client is found, a proxy keeps it open."""
+
+PAGES_KEPT = 32
+"""Rendered pages kept for the current version at most (distinct URLs: queries, Marquees)."""
 
 RETRY_MS = 1000
 """How soon (ms) a browser reconnects a stream that ended (a replica restarting)."""
@@ -64,6 +72,35 @@ COLUMNS = (
 STATIC = {"web_view.js": "text/javascript", "web_view.css": "text/css"}
 
 _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class RenderedPages:
+    """Pages rendered from one version of the picture, by URL, each served again for at most
+    ``fresh_for`` seconds (so the ages on it stay that fresh): the pages a new version wakes
+    cost one render each, however many browsers show them. At most ``PAGES_KEPT`` are kept, and
+    none of an older version."""
+
+    def __init__(self, fresh_for: float) -> None:
+        self.fresh_for = fresh_for
+        self.version = -1
+        self._pages: dict[str, tuple[float, bytes]] = {}
+
+    def get(self, url: str, version: int) -> bytes | None:
+        kept = self._pages.get(url) if version == self.version else None
+        if kept is None or time.monotonic() >= kept[0] + self.fresh_for:
+            return None
+        return kept[1]
+
+    def keep(self, url: str, version: int, page: bytes) -> None:
+        if version < self.version:  # rendered from a story read before the newest version
+            return
+        if version > self.version:
+            self._pages.clear()
+            self.version = version
+        self._pages.pop(url, None)
+        if len(self._pages) >= PAGES_KEPT:
+            del self._pages[next(iter(self._pages))]  # the oldest
+        self._pages[url] = (time.monotonic(), page)
 
 
 def _secs(value: float | None) -> str:
@@ -103,6 +140,7 @@ class WebView:
         self.credential = credential
         self.stop = stop
         self.environment = templates()
+        self.pages = RenderedPages(fresh_for=picture.publish_interval)
         self.static = {
             name: resources.files("playguard_async.service").joinpath("web", name).read_bytes()
             for name in STATIC
@@ -135,11 +173,13 @@ class WebView:
             status=status, text=text, headers={**SECURITY_HEADERS, **(headers or {})}
         )
 
-    def _render(self, template: str, **values: Any) -> web.Response:
+    def _render(self, url: str, version: int, template: str, **values: Any) -> web.Response:
+        """``template`` rendered from the picture at ``version``, kept for the next asker of
+        ``url`` at that version."""
         picture = self.picture
         read_at = picture.read_at
         html = self.environment.get_template(template).render(
-            version=picture.version,
+            version=version,
             replica=self.replica,
             error=picture.error,
             read_at="never"
@@ -147,15 +187,29 @@ class WebView:
             else time.strftime("%H:%M:%S", time.localtime(read_at)),
             **values,
         )
-        return web.Response(text=html, content_type="text/html", headers=SECURITY_HEADERS)
+        page = html.encode()
+        self.pages.keep(url, version, page)
+        return self._html(page)
+
+    @staticmethod
+    def _html(page: bytes) -> web.Response:
+        return web.Response(
+            body=page, content_type="text/html", charset="utf-8", headers=SECURITY_HEADERS
+        )
 
     async def fleet(self, request: web.Request) -> web.StreamResponse:
+        version = self.picture.version
+        kept = self.pages.get(request.path_qs, version)
+        if kept is not None:
+            return self._html(kept)
         statuses = self.picture.rows()
         # What a record says is outside input, but an outcome on the page must be filterable.
         seen = {status.last.outcome for status in statuses if status.last is not None}
         query = FleetQuery.parse(request.query, [*self.outcomes, *sorted(seen - {*self.outcomes})])
         page = fleet_page(statuses, query, time.time())
         return self._render(
+            request.path_qs,
+            version,
             "fleet.html",
             page=page,
             query=query,
@@ -167,6 +221,10 @@ class WebView:
         name = request.match_info["name"]
         if request.query:
             raise BadQuery("this page takes no parameters")
+        version = self.picture.version
+        kept = self.pages.get(request.path_qs, version)
+        if kept is not None:
+            return self._html(kept)
         if not self.picture.knows(name):
             return self._text(404, "no such Marquee in the desired state\n")
         try:
@@ -179,6 +237,8 @@ class WebView:
             return None if cycle.finished_at is None else max(0.0, now - cycle.finished_at)
 
         return self._render(
+            request.path_qs,
+            version,
             "marquee.html",
             story=story,
             age=age,
@@ -196,7 +256,8 @@ class WebView:
 
     async def events(self, request: web.Request) -> web.StreamResponse:
         """The stream: the picture's version (and why it may be stale) now and at each change,
-        a comment every ``HEARTBEAT`` seconds; it ends when the replica stops."""
+        which is at most once per ``web_update_interval``, and a comment every ``HEARTBEAT``
+        seconds; it ends when the replica stops."""
         response = web.StreamResponse(
             headers={**SECURITY_HEADERS, "Content-Type": "text/event-stream"}
         )

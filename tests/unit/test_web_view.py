@@ -5,18 +5,24 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import itertools
+import json
 import time
-from collections.abc import AsyncIterator
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from playguard_async.coordination.lock import Holder, LockState
 from playguard_async.coordination.marquee_reads import LastCycle, MarqueeStatus, MarqueeStory
+from playguard_async.service import fleet_picture
 from playguard_async.service.endpoints import application
-from playguard_async.service.fleet_picture import FleetPicture, Listed
+from playguard_async.service.fleet_picture import Coalescer, FleetPicture, Listed
 from playguard_async.service.fleet_table import (
     PAGE_SIZE,
     BadQuery,
@@ -25,7 +31,7 @@ from playguard_async.service.fleet_table import (
 )
 from playguard_async.service.liveness import Liveness
 from playguard_async.service.web_auth import admits, offered_secret
-from playguard_async.service.web_view import WebView
+from playguard_async.service.web_view import PAGES_KEPT, RenderedPages, WebView
 from playguard_async.settings import SettingsError, load_settings
 
 OUTCOMES = ("ok", "failed", "locked", "unreachable")
@@ -159,10 +165,17 @@ def test_paging_filters_and_sorts_over_the_whole_fleet() -> None:
 
 
 class StubRecords:
-    """No Redis: the unit tests set the picture by hand."""
+    """No Redis: the unit tests set the picture by hand (or read it from memory: ``live``)."""
+
+    redis = None
 
 
-def picture_of(statuses: list[MarqueeStatus], story: MarqueeStory | None = None) -> FleetPicture:
+def picture_of(
+    statuses: list[MarqueeStatus],
+    story: MarqueeStory | None = None,
+    *,
+    publish_interval: float = 0.2,
+) -> FleetPicture:
     async def told(name: str) -> MarqueeStory:
         assert story is not None
         return story
@@ -173,17 +186,24 @@ def picture_of(statuses: list[MarqueeStatus], story: MarqueeStory | None = None)
         lambda: listed,
         interval=60.0,
         tell_story=told,
+        publish_interval=publish_interval,
     )
     picture.statuses = {status.name: status for status in statuses}
     return picture
 
 
-@pytest.fixture
-async def served(request: pytest.FixtureRequest) -> AsyncIterator[TestClient[Any, Any]]:
-    picture, credential = request.param
-    view = WebView(
-        picture, replica="r1", outcomes=OUTCOMES, credential=credential, stop=asyncio.Event()
+def view_of(picture: FleetPicture, credential: str | None = None) -> WebView:
+    return WebView(
+        picture,
+        replica="r1",
+        outcomes=OUTCOMES,
+        credential=credential,
+        stop=asyncio.Event(),
     )
+
+
+def serving(view: WebView) -> TestClient[Any, Any]:
+    """The endpoints with ``view``, on a real aiohttp server on loopback."""
 
     async def metrics(request: Any) -> Any:
         raise AssertionError("not asked")
@@ -195,7 +215,13 @@ async def served(request: pytest.FixtureRequest) -> AsyncIterator[TestClient[Any
         metrics=metrics,
         web_view=view,
     )
-    async with TestClient(TestServer(app)) as client:
+    return TestClient(TestServer(app, host="127.0.0.1"))
+
+
+@pytest.fixture
+async def served(request: pytest.FixtureRequest) -> AsyncIterator[TestClient[Any, Any]]:
+    picture, credential = request.param
+    async with serving(view_of(picture, credential)) as client:
         yield client
 
 
@@ -301,3 +327,162 @@ def test_beyond_loopback_the_web_view_needs_a_credential(tmp_path: Path) -> None
         settings.web_credential()
     with pytest.raises(SettingsError, match="absent"):
         load_settings(web_credential_file=tmp_path / "absent").web_credential()
+
+
+def test_changes_within_an_interval_are_published_together_when_it_is_over() -> None:
+    """100 changes a second for 10 s on a driven clock: the first at once, then one publication
+    per interval, and the last change published when its interval is over, not lost."""
+    now = [0.0]
+    coalescer = Coalescer(1.0, clock=lambda: now[0])
+    published: list[float] = []
+    due: float | None = None
+    for step in range(1000):
+        now[0] = step / 100
+        if due is not None and now[0] >= due and coalescer.publishable():
+            published.append(now[0])
+        coalescer.changed()
+        if coalescer.publishable():
+            published.append(now[0])
+        wait = coalescer.due_in()
+        due = None if wait is None else now[0] + wait
+    assert published[0] == 0.0
+    assert due is not None, "the last changes are held"
+    assert due - now[0] <= 1.0
+    now[0] = due
+    assert coalescer.publishable()
+    published.append(now[0])
+    assert len(published) == 11
+    assert all(later - earlier >= 1.0 for earlier, later in itertools.pairwise(published))
+    assert coalescer.due_in() is None, "nothing is held after the last publication"
+    assert not coalescer.publishable()
+
+
+def test_a_kept_page_serves_its_version_only_while_fresh() -> None:
+    pages = RenderedPages(fresh_for=60.0)
+    pages.keep("/", 3, b"three")
+    assert pages.get("/", 3) == b"three"
+    assert pages.get("/", 4) is None, "a newer version is rendered again"
+    assert pages.get("/?sort=age", 3) is None
+    pages.keep("/", 4, b"four")
+    pages.keep("/marquee/m", 3, b"story read before version 4")
+    assert pages.get("/marquee/m", 3) is None, "an older version's page is not kept"
+    assert pages.get("/", 3) is None
+    for index in range(PAGES_KEPT + 10):
+        pages.keep(f"/?page={index}", 4, b"x")
+    assert sum(pages.get(f"/?page={index}", 4) is not None for index in range(PAGES_KEPT + 10)) == (
+        PAGES_KEPT
+    )
+    assert pages.get(f"/?page={PAGES_KEPT + 9}", 4) == b"x", "the newest are the ones kept"
+    brief = RenderedPages(fresh_for=0.01)
+    brief.keep("/", 1, b"ages as of now")
+    time.sleep(0.02)
+    assert brief.get("/", 1) is None, "a page's ages are rendered again once it is not fresh"
+
+
+@dataclass
+class Live:
+    """A picture whose loop runs on Marquees read from memory, served on loopback."""
+
+    client: TestClient[Any, Any]
+    picture: FleetPicture
+    view: WebView
+    ended: Callable[[str], None]
+    """What a name published by another replica's record script calls."""
+    reads: Counter[str]
+
+
+@pytest.fixture
+async def live(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[Live]:
+    interval: float = getattr(request, "param", 0.2)
+    statuses = fleet_of(50, time.time())
+    by_name = {status.name: status for status in statuses}
+    reads: Counter[str] = Counter()
+    followers: list[Callable[[str], None]] = []
+
+    async def read_status(records: Any, name: str, **desired: Any) -> MarqueeStatus:
+        reads[name] += 1
+        return by_name[name]
+
+    async def follow_cycle_ends(
+        redis: Any, ended: Callable[[str], None], resumed: Any, stop: asyncio.Event
+    ) -> None:
+        followers.append(ended)
+        await stop.wait()
+
+    monkeypatch.setattr(fleet_picture, "read_status", read_status)
+    monkeypatch.setattr(fleet_picture, "follow_cycle_ends", follow_cycle_ends)
+    picture = picture_of(statuses, publish_interval=interval)
+    view = view_of(picture)
+    running = asyncio.ensure_future(picture.run(view.stop))
+    try:
+        async with serving(view) as client:
+            while picture.version < 1 or not followers:  # noqa: ASYNC110 - the loop's first read
+                await asyncio.sleep(0.01)
+            yield Live(client, picture, view, followers[0], reads)
+    finally:
+        view.stop.set()
+        await running
+
+
+async def events_of(stream: aiohttp.ClientResponse, versions: list[int]) -> None:
+    async for line in stream.content:
+        if line.startswith(b"data:"):
+            versions.append(json.loads(line.removeprefix(b"data:"))["version"])
+
+
+async def until(probe: Callable[[], bool], what: str, timeout: float = 5.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not probe():  # noqa: ASYNC110 - polls state the server changes
+            await asyncio.sleep(0.01)
+
+
+async def test_a_flood_of_cycle_ends_reaches_a_stream_at_most_once_per_interval(
+    live: Live,
+) -> None:
+    interval = live.picture.publish_interval
+    versions: list[int] = []
+    opened = time.monotonic()
+    async with live.client.get("/events") as stream:
+        reading = asyncio.ensure_future(events_of(stream, versions))
+        for bump in range(600):
+            live.ended(f"m{bump % 50:05d}")
+            await asyncio.sleep(0.001)
+        await until(
+            lambda: bool(versions) and versions[-1] == live.picture.version,
+            "the stream at the picture's last version",
+        )
+        await asyncio.sleep(interval * 1.5)  # nothing held: the version stays
+        reading.cancel()
+    elapsed = time.monotonic() - opened
+    assert versions[-1] == live.picture.version
+    assert sum(live.reads.values()) >= 100 + 50, "the flood changed the picture many times"
+    # One event at once, then one per publication, and publications are interval apart.
+    assert len(versions) <= 2 + elapsed / interval, (len(versions), elapsed)
+    assert versions == sorted(set(versions))
+
+
+@pytest.mark.parametrize("live", [60.0], indirect=True)
+async def test_the_pages_a_version_wakes_are_rendered_once_each(
+    live: Live, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rendered: Counter[str] = Counter()
+
+    def counted(statuses: Any, query: FleetQuery, now: float) -> Any:
+        rendered[query.sort] += 1
+        return fleet_page(statuses, query, now)
+
+    monkeypatch.setattr("playguard_async.service.web_view.fleet_page", counted)
+
+    async def fetch(path: str) -> str:
+        async with live.client.get(path) as response:
+            assert response.status == 200
+            return await response.text()
+
+    tabs = await asyncio.gather(*(fetch("/") for _ in range(10)))
+    assert len(set(tabs)) == 1
+    sorted_by_age = await asyncio.gather(*(fetch("/?sort=age") for _ in range(5)))
+    assert len(set(sorted_by_age)) == 1
+    assert rendered == {"name": 1, "age": 1}
+    assert (await live.client.get("/?sort=__class__")).status == 400, "refusals not kept"
