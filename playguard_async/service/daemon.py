@@ -205,6 +205,8 @@ def web_view(engine: Engine, credential: str | None, stop: asyncio.Event) -> Web
         outcomes=[outcome.value for outcome in Outcome],
         credential=credential,
         stop=stop,
+        streams_per_client=settings.web_streams_per_client,
+        streams_total=settings.web_streams_total,
     )
 
 

@@ -89,7 +89,14 @@ def served(
         },
     )
     try:
-        daemon, base = start_serving(runner, web_refresh_interval=1.0, phase_seconds=0.1)
+        # A hundred pages from one address (test_a_hundred_open_pages...) is past the caps.
+        daemon, base = start_serving(
+            runner,
+            web_refresh_interval=1.0,
+            phase_seconds=0.1,
+            web_streams_per_client=200,
+            web_streams_total=200,
+        )
         with chromium(chromium_path, driver_path, workdir / "profile") as browser:
             yield Served(daemon, base, runner, store, browser, workdir)
     finally:

@@ -17,6 +17,7 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
+from structlog.testing import capture_logs
 
 from playguard_async.coordination.lock import Holder, LockState
 from playguard_async.coordination.marquee_reads import LastCycle, MarqueeStatus, MarqueeStory
@@ -192,13 +193,15 @@ def picture_of(
     return picture
 
 
-def view_of(picture: FleetPicture, credential: str | None = None) -> WebView:
+def view_of(picture: FleetPicture, credential: str | None = None, **caps: int) -> WebView:
     return WebView(
         picture,
         replica="r1",
         outcomes=OUTCOMES,
         credential=credential,
         stop=asyncio.Event(),
+        streams_per_client=caps.get("per_client", 2),
+        streams_total=caps.get("total", 3),
     )
 
 
@@ -486,3 +489,62 @@ async def test_the_pages_a_version_wakes_are_rendered_once_each(
     assert len(set(sorted_by_age)) == 1
     assert rendered == {"name": 1, "age": 1}
     assert (await live.client.get("/?sort=__class__")).status == 400, "refusals not kept"
+
+
+async def test_streams_past_either_cap_are_refused_and_a_closed_one_frees_its_place() -> None:
+    """2 streams per client address, 3 in all; a second client connects from 127.0.0.2
+    (loopback answers any 127/8 address)."""
+    view = view_of(picture_of(hostile_fleet()), per_client=2, total=3)
+    async with serving(view) as served:
+        await refuse_and_free(view, served)
+
+
+async def refuse_and_free(view: WebView, served: TestClient[Any, Any]) -> None:
+    events = served.make_url("/events")
+    other = aiohttp.ClientSession(connector=aiohttp.TCPConnector(local_addr=("127.0.0.2", 0)))
+    opened: list[aiohttp.ClientResponse] = []
+
+    async def open_stream(session: aiohttp.ClientSession) -> aiohttp.ClientResponse:
+        response = await session.get(events)
+        if response.status == 200:
+            assert await response.content.readline() == b"retry: 1000\n"
+            opened.append(response)
+        return response
+
+    try:
+        with capture_logs() as logs:
+            for _ in range(2):
+                assert (await open_stream(served.session)).status == 200
+            past_client = await open_stream(served.session)
+            assert past_client.status == 429
+            assert past_client.headers["Retry-After"] == "30"
+            assert "web_streams_per_client" in await past_client.text()
+            assert (await open_stream(other)).status == 200
+            past_total = await open_stream(other)
+            assert past_total.status == 503
+            assert past_total.headers["Retry-After"] == "30"
+            assert "web_streams_total" in await past_total.text()
+            assert (await open_stream(served.session)).status == 503
+        refusals = [line for line in logs if line["event"] == "web.stream_refused"]
+        assert len(refusals) == 1, "one line for the three refusals"
+        assert refusals[0]["client"] == "127.0.0.1"
+        assert view.streams.open == {"127.0.0.1": 2, "127.0.0.2": 1}, "refusals hold nothing"
+
+        opened.pop(0).close()  # a browser tab closed: its place is free within a second
+        admitted: list[int] = []
+
+        async def reopened() -> bool:
+            response = await open_stream(served.session)
+            admitted.append(response.status)
+            return response.status == 200
+
+        async with asyncio.timeout(5):
+            while not await reopened():  # noqa: ASYNC110 - the server frees the place
+                await asyncio.sleep(0.1)
+        assert set(admitted) <= {503, 200}
+    finally:
+        for response in opened:
+            response.close()
+        await other.close()
+    await until(lambda: not view.streams.open, "every place given back")
+    assert view.streams.in_all == 0
