@@ -9,11 +9,13 @@ whole read also follows each return of that subscription, since Pub/Sub keeps no
 subscriber that was away.
 
 A change bumps ``version`` and wakes the streams, and every open page then fetches itself again
-(tens of ms of rendering at 10,000 Marquees): so the changes are published at most once per
-``publish_interval``. The first change after a quiet interval is published at once, the ones that
-come within the interval after it together when it is over; none is lost. However many cycles end
-a second, a page is told of a new version at most once per interval, and the pages a publication
-wakes together fetch the same version (``WebView`` renders each page once per version).
+(tens of ms of rendering at 10,000 Marquees): so the picture is published (takes a new version)
+at most once per ``publish_interval``. A cycle's end after a quiet interval is read and published
+at once; the names that come within the interval after a publication wait for its end, and are
+then read (each once) and published together; none is lost. However many cycles end a second, a
+page is told of a new version at most once per interval, the pages a publication wakes fetch the
+same version (``WebView`` renders each page once per version), and the loop looks over the
+desired state once per interval rather than once per cycle end.
 
 A Marquee's page needs more than its row (phases, history, fences): ``story`` reads it once per
 version of the picture, however many browsers ask for it at once.
@@ -66,41 +68,6 @@ class Listed:
 
 
 @dataclass
-class Coalescer:
-    """Changes published at most once per ``interval`` seconds of ``clock``: a change after a
-    quiet interval at once, the ones within the interval after a publication held until it is
-    over, then published together. Its owner tells it of each ``changed``, asks ``publishable``
-    then, and again ``due_in`` seconds later."""
-
-    interval: float
-    clock: Callable[[], float] = time.monotonic
-    _held: bool = field(default=False, init=False)
-    _published_at: float = field(default=-math.inf, init=False)
-
-    def changed(self) -> None:
-        """Something changed: it is held until it is published."""
-        self._held = True
-
-    def publishable(self) -> bool:
-        """Whether a held change may be published now; when it may, it counts as published."""
-        if not self._held or self.clock() < self._published_at + self.interval:
-            return False
-        self.published()
-        return True
-
-    def published(self) -> None:
-        """A publication made now, whether or not it was due (the last one, at a stop)."""
-        self._held = False
-        self._published_at = self.clock()
-
-    def due_in(self) -> float | None:
-        """Seconds until the held change may be published; None when none is held."""
-        if not self._held:
-            return None
-        return max(0.0, self._published_at + self.interval - self.clock())
-
-
-@dataclass
 class FleetPicture:
     """The fleet as last read from Redis, shared by every request of this replica.
 
@@ -116,6 +83,8 @@ class FleetPicture:
     state says of its mode and windows)."""
     publish_interval: float
     """Seconds between two publications (new versions) at most (``web_update_interval``)."""
+    clock: Callable[[], float] = time.monotonic
+    """The clock publications are paced by (a test drives its own)."""
     statuses: dict[str, MarqueeStatus] = field(default_factory=dict)
     version: int = 0
     read_at: float | None = None
@@ -126,10 +95,7 @@ class FleetPicture:
     _whole_due: bool = False
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
     _stories: dict[str, tuple[int, asyncio.Task[MarqueeStory]]] = field(default_factory=dict)
-    _coalescer: Coalescer = field(init=False)
-
-    def __post_init__(self) -> None:
-        self._coalescer = Coalescer(self.publish_interval)
+    _published_at: float = -math.inf
 
     def rows(self) -> list[MarqueeStatus]:
         """Every Marquee of the desired state, in its order; one not read yet has no lock and no
@@ -190,6 +156,14 @@ class FleetPicture:
         next_whole = 0.0
         while not stop.is_set():
             self._wake.clear()  # a wake while reading below is kept for the wait after it
+            held = self._published_at + self.publish_interval - self.clock()
+            if held > 0:
+                # Published less than publish_interval ago: names (and a whole read falling due)
+                # wait for the interval's end, then are read and published at once.
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(held):
+                        await _either(self._wake, stop)
+                continue
             names = list(self.names())
             if names and (self._whole_due or time.monotonic() >= next_whole):
                 self._whole_due = False
@@ -197,7 +171,7 @@ class FleetPicture:
                 self._pending.clear()
                 self.read_at = time.time()
                 next_whole = time.monotonic() + self.interval
-                self._coalescer.changed()
+                self._publish()
             else:
                 wanted, self._pending = self._pending, set()
                 unread = [
@@ -207,18 +181,12 @@ class FleetPicture:
                 ]
                 if unread:
                     await self._read(unread)
-                    self._coalescer.changed()
-            if self._coalescer.publishable():
-                self._publish()
+                    self._publish()
             # No desired state yet: look again soon, as the engine loads it without a word.
             wait = UNLOADED_POLL if not names else max(0.0, next_whole - time.monotonic())
-            held = self._coalescer.due_in()
-            if held is not None:
-                wait = min(wait, held)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(wait):
                     await _either(self._wake, stop)
-        self._coalescer.published()
         self._publish()  # wakes the streams: they end
 
     async def _read(self, marquees: Sequence[Listed]) -> None:
@@ -244,6 +212,7 @@ class FleetPicture:
             self.error = None
 
     def _publish(self) -> None:
+        self._published_at = self.clock()
         self.version += 1
         self._changed.set()
         self._changed = asyncio.Event()

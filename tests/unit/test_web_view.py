@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import itertools
 import json
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +23,7 @@ from playguard_async.coordination.lock import Holder, LockState
 from playguard_async.coordination.marquee_reads import LastCycle, MarqueeStatus, MarqueeStory
 from playguard_async.service import fleet_picture
 from playguard_async.service.endpoints import application
-from playguard_async.service.fleet_picture import Coalescer, FleetPicture, Listed
+from playguard_async.service.fleet_picture import FleetPicture, Listed
 from playguard_async.service.fleet_table import (
     PAGE_SIZE,
     BadQuery,
@@ -332,34 +332,6 @@ def test_beyond_loopback_the_web_view_needs_a_credential(tmp_path: Path) -> None
         load_settings(web_credential_file=tmp_path / "absent").web_credential()
 
 
-def test_changes_within_an_interval_are_published_together_when_it_is_over() -> None:
-    """100 changes a second for 10 s on a driven clock: the first at once, then one publication
-    per interval, and the last change published when its interval is over, not lost."""
-    now = [0.0]
-    coalescer = Coalescer(1.0, clock=lambda: now[0])
-    published: list[float] = []
-    due: float | None = None
-    for step in range(1000):
-        now[0] = step / 100
-        if due is not None and now[0] >= due and coalescer.publishable():
-            published.append(now[0])
-        coalescer.changed()
-        if coalescer.publishable():
-            published.append(now[0])
-        wait = coalescer.due_in()
-        due = None if wait is None else now[0] + wait
-    assert published[0] == 0.0
-    assert due is not None, "the last changes are held"
-    assert due - now[0] <= 1.0
-    now[0] = due
-    assert coalescer.publishable()
-    published.append(now[0])
-    assert len(published) == 11
-    assert all(later - earlier >= 1.0 for earlier, later in itertools.pairwise(published))
-    assert coalescer.due_in() is None, "nothing is held after the last publication"
-    assert not coalescer.publishable()
-
-
 def test_a_kept_page_serves_its_version_only_while_fresh() -> None:
     pages = RenderedPages(fresh_for=60.0)
     pages.keep("/", 3, b"three")
@@ -392,21 +364,25 @@ class Live:
     ended: Callable[[str], None]
     """What a name published by another replica's record script calls."""
     reads: Counter[str]
+    told: Counter[str]
+    """Cycle ends told per Marquee; a read Marquee's last cycle is named by the count then."""
 
 
-@pytest.fixture
-async def live(
-    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+@asynccontextmanager
+async def live_picture(
+    monkeypatch: pytest.MonkeyPatch,
+    publish_interval: float,
+    clock: Callable[[], float] = time.monotonic,
 ) -> AsyncIterator[Live]:
-    interval: float = getattr(request, "param", 0.2)
-    statuses = fleet_of(50, time.time())
-    by_name = {status.name: status for status in statuses}
+    now = time.time()
+    statuses = fleet_of(50, now)
     reads: Counter[str] = Counter()
+    told: Counter[str] = Counter()
     followers: list[Callable[[str], None]] = []
 
     async def read_status(records: Any, name: str, **desired: Any) -> MarqueeStatus:
         reads[name] += 1
-        return by_name[name]
+        return MarqueeStatus(name, True, None, last("ok", finished_at=now, cycle=str(told[name])))
 
     async def follow_cycle_ends(
         redis: Any, ended: Callable[[str], None], resumed: Any, stop: asyncio.Event
@@ -414,19 +390,64 @@ async def live(
         followers.append(ended)
         await stop.wait()
 
+    def ended(name: str) -> None:
+        told[name] += 1
+        followers[0](name)
+
     monkeypatch.setattr(fleet_picture, "read_status", read_status)
     monkeypatch.setattr(fleet_picture, "follow_cycle_ends", follow_cycle_ends)
-    picture = picture_of(statuses, publish_interval=interval)
+    picture = picture_of(statuses, publish_interval=publish_interval)
+    picture.clock = clock
     view = view_of(picture)
     running = asyncio.ensure_future(picture.run(view.stop))
     try:
         async with serving(view) as client:
-            while picture.version < 1 or not followers:  # noqa: ASYNC110 - the loop's first read
-                await asyncio.sleep(0.01)
-            yield Live(client, picture, view, followers[0], reads)
+            await until(lambda: picture.version >= 1 and bool(followers), "the first read")
+            yield Live(client, picture, view, ended, reads, told)
     finally:
         view.stop.set()
         await running
+
+
+@pytest.fixture
+async def live(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[Live]:
+    async with live_picture(monkeypatch, getattr(request, "param", 0.2)) as running:
+        yield running
+
+
+def cycles_shown(picture: FleetPicture) -> dict[str, str]:
+    return {
+        name: status.last.cycle
+        for name, status in picture.statuses.items()
+        if status.last is not None
+    }
+
+
+async def test_a_flood_of_cycle_ends_is_read_and_published_once_per_interval(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """100 cycle ends a second over 50 Marquees for 10 s of a driven clock: the picture takes
+    one version per second, reads each Marquee at most once per version, and the last ends
+    are published when their second is over, none lost."""
+    now = [0.0]
+    async with live_picture(monkeypatch, 1.0, clock=lambda: now[0]) as running:
+        picture, started = running.picture, running.picture.version
+        running.reads.clear()
+        for step in range(1, 1001):
+            now[0] = step / 100
+            running.ended(f"m{step % 50:05d}")
+            await asyncio.sleep(0.001)  # the loop's turn: it may take any number of them
+        published = picture.version - started
+        assert 1 <= published <= 10, published
+        assert sum(running.reads.values()) <= 50 * published, "a Marquee read once per version"
+        now[0] += 1.0
+        running.ended("m00000")  # wakes the loop past the interval
+        await until(lambda: picture.version == started + published + 1, "the last publication")
+        assert cycles_shown(picture) == {name: str(count) for name, count in running.told.items()}
+        await asyncio.sleep(0.05)
+        assert picture.version == started + published + 1, "nothing more to publish"
 
 
 async def events_of(stream: aiohttp.ClientResponse, versions: list[int]) -> None:
