@@ -34,7 +34,15 @@ from redis.exceptions import RedisError
 
 from playguard_async.coordination.marquee_reads import LastCycle
 from playguard_async.service.fleet_picture import FleetPicture
-from playguard_async.service.fleet_table import BadQuery, FleetQuery, findings_of, fleet_page
+from playguard_async.service.fleet_table import (
+    NEVER,
+    BadQuery,
+    FleetQuery,
+    FleetRows,
+    findings_of,
+    fleet_rows,
+    select_page,
+)
 from playguard_async.service.web_auth import CHALLENGE, admits
 
 log = structlog.get_logger("playguard.web")
@@ -147,12 +155,21 @@ class RenderedPages:
     """Pages rendered from one version of the picture, by URL, each served again for at most
     ``fresh_for`` seconds (so the ages on it stay that fresh): the pages a new version wakes
     cost one render each, however many browsers show them. At most ``PAGES_KEPT`` are kept, and
-    none of an older version."""
+    none of an older version. The fleet's rows are kept so too: every query of a version sorts
+    and cuts the same rows, built once."""
 
     def __init__(self, fresh_for: float) -> None:
         self.fresh_for = fresh_for
         self.version = -1
         self._pages: dict[str, tuple[float, bytes]] = {}
+        self._rows: tuple[int, float, FleetRows] | None = None
+
+    def rows(self, version: int, build: Callable[[], FleetRows]) -> FleetRows:
+        """The fleet's rows at ``version``, built by ``build`` unless kept and fresh."""
+        kept = self._rows
+        if kept is None or kept[0] != version or time.monotonic() >= kept[1] + self.fresh_for:
+            kept = self._rows = (version, time.monotonic(), build())
+        return kept[2]
 
     def get(self, url: str, version: int) -> bytes | None:
         kept = self._pages.get(url) if version == self.version else None
@@ -282,11 +299,11 @@ class WebView:
         kept = self.pages.get(request.path_qs, version)
         if kept is not None:
             return self._html(kept)
-        statuses = self.picture.rows()
+        fleet = self.pages.rows(version, lambda: fleet_rows(self.picture.rows(), time.time()))
         # What a record says is outside input, but an outcome on the page must be filterable.
-        seen = {status.last.outcome for status in statuses if status.last is not None}
-        query = FleetQuery.parse(request.query, [*self.outcomes, *sorted(seen - {*self.outcomes})])
-        page = fleet_page(statuses, query, time.time())
+        seen = set(fleet.counts) - {NEVER, *self.outcomes}
+        query = FleetQuery.parse(request.query, [*self.outcomes, *sorted(seen)])
+        page = select_page(fleet, query)
         return self._render(
             request.path_qs,
             version,

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import jinja2
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from structlog.testing import capture_logs
@@ -28,7 +29,9 @@ from playguard_async.service.fleet_table import (
     PAGE_SIZE,
     BadQuery,
     FleetQuery,
+    FleetRows,
     fleet_page,
+    fleet_rows,
 )
 from playguard_async.service.liveness import Liveness
 from playguard_async.service.web_auth import admits, offered_secret
@@ -491,13 +494,22 @@ async def test_a_flood_of_cycle_ends_reaches_a_stream_at_most_once_per_interval(
 async def test_the_pages_a_version_wakes_are_rendered_once_each(
     live: Live, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Ten tabs on the fleet page and five sorted by age, at one version: the rows built once,
+    each of the two pages rendered once."""
     rendered: Counter[str] = Counter()
+    environment = live.view.environment
+    template = environment.get_template
 
-    def counted(statuses: Any, query: FleetQuery, now: float) -> Any:
-        rendered[query.sort] += 1
-        return fleet_page(statuses, query, now)
+    def counted(name: str, *more: Any) -> jinja2.Template:
+        rendered[name] += 1
+        return template(name, *more)
 
-    monkeypatch.setattr("playguard_async.service.web_view.fleet_page", counted)
+    def rows(statuses: Any, now: float) -> FleetRows:
+        rendered["rows"] += 1
+        return fleet_rows(statuses, now)
+
+    monkeypatch.setattr(environment, "get_template", counted)
+    monkeypatch.setattr("playguard_async.service.web_view.fleet_rows", rows)
 
     async def fetch(path: str) -> str:
         async with live.client.get(path) as response:
@@ -508,7 +520,7 @@ async def test_the_pages_a_version_wakes_are_rendered_once_each(
     assert len(set(tabs)) == 1
     sorted_by_age = await asyncio.gather(*(fetch("/?sort=age") for _ in range(5)))
     assert len(set(sorted_by_age)) == 1
-    assert rendered == {"name": 1, "age": 1}
+    assert rendered == {"fleet.html": 2, "base.html": 2, "rows": 1}
     assert (await live.client.get("/?sort=__class__")).status == 400, "refusals not kept"
 
 
