@@ -1,22 +1,54 @@
-"""Server CPU of the web view's fleet page for a large fleet: each query a browser may send,
-answered by the real handler from a picture set in memory (no Redis: the page never reads it).
+"""Server CPU of the web view for a large fleet, two ways.
+
+Per answer (the default): each query a browser may send, answered by the real handler from a
+picture set in memory (no Redis: the page never reads it). Prints, per query, the median and
+worst CPU time of one answer (rows built, counted, filtered, sorted, one page of 200 rendered)
+and the page's size.
 
     .venv/bin/python bench/web_view.py [--marquees 10000] [--rounds 5]
 
-Prints, per query, the median and worst CPU time of one answer (rows built, counted, filtered,
-sorted, one page of 200 rendered) and the page's size. Never part of the tests: the target
-(under 1 s of CPU at 10,000 Marquees) is read here, not asserted.
+Open tabs under a stream of cycle ends (``--tabs N``): a child process serves the real web view
+(``endpoints.application``, aiohttp on loopback) from a real ``FleetPicture`` whose loop runs as
+the daemon's does, its Redis reads answered from memory (each a Marquee with a new last cycle):
+so the figures are the pages' and streams' cost, not Redis's. ``--rate`` cycle ends a second
+reach the picture as the cycle-end channel's names do. Its share of one core (process CPU over
+wall time: the loop is its only thread) is measured for ``--seconds`` with the cycle ends alone,
+then with ``N`` tabs held open by another process: each loads its page, holds ``/events`` and
+fetches its page again at each new version as that code's ``web_view.js`` does (every version
+at once before the one-fetch-in-flight change; one in flight and one more after it since), at
+most 6 connections each like a browser. ``same``: every tab on the fleet page; ``mixed``: ten
+different fleet queries. With ``--before REF`` the code of git ref ``REF`` is measured first,
+in the same run (``code_versions``).
+
+    .venv/bin/python bench/web_view.py --tabs 10 [--rate 100] [--seconds 10] [--before REF]
+
+Never part of the tests: the targets (under 1 s of CPU per answer at 10,000 Marquees; 10 tabs at
+100 cycle ends a second under 10 % of the loop) are read here, not asserted.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import dataclasses
+import inspect
+import json
+import re
 import statistics
+import sys
+import tempfile
 import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
+import aiohttp
+from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
+from aiohttp.typedefs import Handler
+from code_versions import run_with, versions  # bench/ is on sys.path
 
 from playguard_async.coordination.lock import Holder, LockState
 from playguard_async.coordination.marquee_reads import LastCycle, MarqueeStatus, MarqueeStory
@@ -31,6 +63,21 @@ QUERIES = (
     "/?name=m0999",
     "/?sort=findings&order=desc&page=50",
 )
+
+MIXED = (
+    *QUERIES,
+    "/?page=2",
+    "/?sort=duration&order=desc",
+    "/?outcome=ok",
+    "/?sort=ttl",
+    "/?name=m01&sort=age",
+)
+"""The ten pages of ``mixed`` tabs: each its own render at each version."""
+
+TAB_CONNECTIONS = 6
+"""Connections a tab's client opens to the replica at most, as a browser does (HTTP/1.1)."""
+
+VERSION = re.compile(rb'data-version="(\d+)"')
 
 
 def fleet(count: int, now: float) -> list[MarqueeStatus]:
@@ -52,30 +99,63 @@ def fleet(count: int, now: float) -> list[MarqueeStatus]:
 
 
 class NoRecords:
-    """The bench never reads Redis: the picture is set by hand."""
+    """The bench never reads Redis: the picture is set by hand, or read from memory."""
+
+    redis = None
+
+
+async def no_story(name: str) -> MarqueeStory:
+    raise AssertionError("the fleet page reads no story")
+
+
+def accepted(make: Callable[..., Any], **options: Any) -> dict[str, Any]:
+    """``options`` that ``make`` takes: the code before a change may not know the newer ones."""
+    parameters = inspect.signature(make).parameters
+    return {name: value for name, value in options.items() if name in parameters}
+
+
+def web_defaults() -> dict[str, Any]:
+    """The web view's settings as this code's defaults have them (absent before they existed)."""
+    from playguard_async.settings import Settings  # noqa: PLC0415 - the child's code
+
+    fields = Settings.model_fields
+    return {
+        option: fields[setting].default
+        for option, setting in (
+            ("publish_interval", "web_update_interval"),
+            ("streams_per_client", "web_streams_per_client"),
+            ("streams_total", "web_streams_total"),
+        )
+        if setting in fields
+    }
+
+
+def view_of(picture: FleetPicture, stop: asyncio.Event) -> WebView:
+    options = dict(
+        replica="bench",
+        outcomes=[outcome.value for outcome in Outcome],
+        credential=None,
+        stop=stop,
+        **web_defaults(),
+    )
+    return WebView(picture, **accepted(WebView, **options))
 
 
 async def measure(count: int, rounds: int) -> None:
     statuses = fleet(count, time.time())
     names = [Listed(status.name, status.launchable, status.mode) for status in statuses]
-
-    async def no_story(name: str) -> MarqueeStory:
-        raise AssertionError("the fleet page reads no story")
-
-    picture = FleetPicture(NoRecords(), lambda: names, interval=60.0, tell_story=no_story)  # type: ignore[arg-type]
+    options = dict(interval=60.0, tell_story=no_story, **web_defaults())
+    picture = FleetPicture(NoRecords(), lambda: names, **accepted(FleetPicture, **options))  # type: ignore[arg-type]
     picture.statuses = {status.name: status for status in statuses}
-    view = WebView(
-        picture,
-        replica="bench",
-        outcomes=[outcome.value for outcome in Outcome],
-        stop=asyncio.Event(),
-    )
+    view = view_of(picture, asyncio.Event())
     print(f"{count} Marquees, {rounds} rounds, CPU per answer")
     print(f"{'query':40} {'median ms':>10} {'worst ms':>10} {'KiB':>6}")
     for query in QUERIES:
         spent: list[float] = []
         size = 0
         for _ in range(rounds):
+            # A new version each round: the page is rendered, not served again as kept.
+            picture.version += 1
             request: Any = make_mocked_request("GET", query)
             started = time.process_time()
             response: Any = await view.fleet(request)
@@ -85,12 +165,354 @@ async def measure(count: int, rounds: int) -> None:
         print(f"{query:40} {median:10.1f} {worst:10.1f} {size / 1024:6.0f}")
 
 
-def main() -> None:
+# --- Open tabs under a stream of cycle ends: the serving child --------------------------------
+
+
+class Served:
+    """The web view of a fleet read from memory, its picture's loop running, on loopback."""
+
+    def __init__(self, count: int) -> None:
+        from playguard_async.service import fleet_picture  # noqa: PLC0415 - the child's code
+
+        self.counts: Counter[str] = Counter()
+        self.in_flight = 0
+        self.stop = asyncio.Event()
+        statuses = fleet(count, time.time())
+        self.names = [status.name for status in statuses]
+        by_name = {status.name: status for status in statuses}
+        self.ended: list[Callable[[str], None]] = []
+
+        async def read_status(records: Any, name: str, **desired: Any) -> MarqueeStatus:
+            status = by_name[name]
+            if status.last is not None:  # a cycle just ended on it
+                last = dataclasses.replace(status.last, finished_at=time.time())
+                status = by_name[name] = dataclasses.replace(status, last=last)
+            return status
+
+        async def follow_cycle_ends(
+            redis: Any, ended: Callable[[str], None], resumed: Any, stop: asyncio.Event
+        ) -> None:
+            self.ended.append(ended)
+            await stop.wait()
+
+        fleet_picture.read_status = read_status  # type: ignore[attr-defined]
+        fleet_picture.follow_cycle_ends = follow_cycle_ends  # type: ignore[attr-defined,assignment]
+        listed = [Listed(status.name) for status in statuses]
+        options = dict(interval=10.0, tell_story=no_story, **web_defaults())
+        self.picture = FleetPicture(
+            NoRecords(),  # type: ignore[arg-type]
+            lambda: listed,
+            **accepted(FleetPicture, **options),
+        )
+        self.view = view_of(self.picture, self.stop)
+
+    def count_renders(self) -> None:
+        """Count the fleet page's renders (the template's, whatever the code before it does)."""
+        environment = self.view.environment
+        template = environment.get_template
+
+        def counted(name: Any, *more: Any) -> Any:
+            self.counts["renders"] += name == "fleet.html"
+            return template(name, *more)
+
+        environment.get_template = counted  # type: ignore[method-assign,assignment]
+
+    def app(self) -> web.Application:
+        from playguard_async.service.endpoints import application  # noqa: PLC0415
+        from playguard_async.service.liveness import Liveness  # noqa: PLC0415
+
+        async def metrics(request: web.Request) -> web.Response:
+            return web.Response(text="")
+
+        options: dict[str, Any] = dict(
+            liveness=Liveness(interval=1.0, last_tick=time.monotonic, draining=lambda: False),
+            ready=lambda: asyncio.sleep(0, True),
+            ready_timeout=1.0,
+            metrics=metrics,
+            web_view=self.view,
+        )
+        if "guard" in inspect.signature(application).parameters:  # since the Host check
+            from playguard_async.service.http_guard import HostRule, HttpGuard  # noqa: PLC0415
+
+            options["guard"] = HttpGuard(HostRule.bound_to("127.0.0.1"))
+        app = application(**options)
+
+        @web.middleware
+        async def counted(request: web.Request, handler: Handler) -> web.StreamResponse:
+            if request.path == "/events":
+                self.counts["streams"] += 1
+                return await handler(request)
+            self.counts["pages"] += 1
+            self.in_flight += 1
+            try:
+                return await handler(request)
+            finally:
+                self.in_flight -= 1
+
+        app.middlewares.append(counted)
+        return app
+
+    async def cycle_ends(self, rate: float) -> None:
+        """``rate`` names a second, as the cycle-end channel delivers them, spread over the
+        fleet; late ones are sent at once (the average rate holds)."""
+        period, due, index = 1 / rate, time.monotonic(), 0
+        while not self.stop.is_set():
+            due += period
+            await asyncio.sleep(max(0.0, due - time.monotonic()))
+            self.ended[0](self.names[index * 7919 % len(self.names)])
+            self.counts["cycle_ends"] += 1
+            index += 1
+
+
+async def longest_gap(done: asyncio.Event, gaps: list[float]) -> None:
+    """The longest time the loop was held at once, seen by a 10 ms ticker (coarser than
+    ``loop_stall.LoopStall``'s 1 ms, which would cost the loop a few per cent itself)."""
+    last = time.perf_counter()
+    while not done.is_set():
+        await asyncio.sleep(0.01)
+        now = time.perf_counter()
+        gaps.append(now - last - 0.01)
+        last = now
+
+
+async def window(served: Served, seconds: float) -> dict[str, float]:
+    """The loop's share of a core (process CPU / wall) and what happened, over ``seconds``."""
+    before = Counter(served.counts)
+    done, gaps = asyncio.Event(), [0.0]
+    ticker = asyncio.ensure_future(longest_gap(done, gaps))
+    cpu, wall = time.process_time(), time.monotonic()
+    await asyncio.sleep(seconds)
+    cpu, wall = time.process_time() - cpu, time.monotonic() - wall
+    done.set()
+    await ticker
+    counts = Counter(served.counts)
+    counts.subtract(before)
+    return {
+        "loop": cpu / wall,
+        "stall_ms": max(gaps) * 1000,
+        **{f"{name}/s": counts[name] / wall for name in ("cycle_ends", "pages", "renders")},
+    }
+
+
+async def with_tabs(served: Served, base: str, tabs: int, pages: str, seconds: float) -> Any:
+    script = resources_text("web_view.js")
+    one_in_flight = "fetching" in script  # this code's script keeps one fetch in flight
+    argv = [__file__, "--child-tabs", base, "--tabs", str(tabs), "--pages", pages]
+    argv += ["--seconds", str(seconds), *(["--one-in-flight"] if one_in_flight else [])]
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, *argv, stdout=asyncio.subprocess.PIPE
+    )
+    assert child.stdout is not None
+    assert (await child.stdout.readline()).strip() == b"ready", "the tabs did not start"
+    figures = await window(served, seconds)
+    tabs_said = json.loads((await child.stdout.read()).decode().strip().splitlines()[-1])
+    await child.wait()
+    # The tabs' clients are gone; what they asked for before may still be answered: wait.
+    async with asyncio.timeout(60):
+        while served.in_flight:  # noqa: ASYNC110 - the server's own count
+            await asyncio.sleep(0.1)
+    return {**figures, **tabs_said, "one_in_flight": one_in_flight}
+
+
+def resources_text(name: str) -> str:
+    from importlib import resources  # noqa: PLC0415
+
+    return resources.files("playguard_async.service").joinpath("web", name).read_text()
+
+
+async def serve_and_measure(count: int, tabs: int, rate: float, seconds: float) -> dict[str, Any]:
+    served = Served(count)
+    served.count_renders()
+    runner = web.AppRunner(served.app(), access_log=None, shutdown_timeout=1.0)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    host, port = runner.addresses[0][:2]
+    base = f"http://{host}:{port}"
+    reading = asyncio.ensure_future(served.picture.run(served.stop))
+    while served.picture.version < 1 or not served.ended:  # noqa: ASYNC110 - the first read
+        await asyncio.sleep(0.05)
+    from playguard_async.kits.collector import settle_new_desired_state  # noqa: PLC0415
+
+    settle_new_desired_state()  # as the daemon does once its desired state is in place
+    spent = []
+    for _ in range(3):  # what one render of the fleet page costs now, on this machine as it is
+        served.picture.version += 1  # a new version: rendered, not served again as kept
+        started = time.process_time()
+        await served.view.fleet(make_mocked_request("GET", "/"))
+        spent.append(time.process_time() - started)
+    ending = asyncio.ensure_future(served.cycle_ends(rate))
+    try:
+        await asyncio.sleep(1.0)  # settled
+        row: dict[str, Any] = {"render_ms": statistics.median(spent) * 1000}
+        row["alone"] = await window(served, seconds)
+        for pages in ("same", "mixed"):
+            row[pages] = await with_tabs(served, base, tabs, pages, seconds)
+        row["interval"] = web_defaults().get("publish_interval")
+        return row
+    finally:
+        served.stop.set()
+        ending.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await ending
+        await reading
+        await runner.cleanup()
+
+
+# --- Open tabs: the tabs' child, as browsers running the page's script ------------------------
+
+
+@dataclasses.dataclass
+class TabFigures:
+    events: int = 0
+    fetches: int = 0
+    most_in_flight: int = 0
+    started: int = 0
+
+
+async def tab(base: str, path: str, one_in_flight: bool, figures: TabFigures) -> None:
+    """One browser tab on ``path``: loaded, its stream held, its page fetched again at each new
+    version the stream tells, as ``web_view.js`` does (``one_in_flight``: the script since the
+    change; else the one before it, a fetch per version however many are in flight)."""
+    connector = aiohttp.TCPConnector(limit=TAB_CONNECTIONS)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        in_flight = 0
+        fetching = False
+        shown = announced = asked = ""
+        kept: set[asyncio.Task[None]] = set()
+
+        async def fetch() -> None:
+            nonlocal in_flight, shown
+            in_flight += 1
+            figures.most_in_flight = max(figures.most_in_flight, in_flight)
+            try:
+                async with session.get(base + path) as response:
+                    body = await response.read()
+            finally:
+                in_flight -= 1
+            figures.fetches += 1
+            found = VERSION.search(body)
+            shown = found.group(1).decode() if found else shown
+
+        async def refresh() -> None:
+            nonlocal fetching, asked
+            while True:
+                fetching, asked = True, announced
+                with contextlib.suppress(aiohttp.ClientError):
+                    await fetch()
+                fetching = False
+                if announced in (asked, shown):
+                    return
+
+        def start(work: Any) -> None:
+            task = asyncio.ensure_future(work)
+            kept.add(task)
+            task.add_done_callback(kept.discard)
+
+        await fetch()  # the page's load
+        async with session.get(base + "/events") as stream:
+            figures.started += 1
+            async for line in stream.content:
+                if not line.startswith(b"data:"):
+                    continue
+                figures.events += 1
+                announced = str(json.loads(line.removeprefix(b"data:"))["version"])
+                if announced == shown:
+                    continue
+                if one_in_flight:
+                    if not fetching:
+                        start(refresh())
+                else:
+                    shown = announced
+                    start(fetch())
+
+
+async def run_tabs(base: str, tabs: int, pages: str, seconds: float, one_in_flight: bool) -> None:
+    paths = [MIXED[index % len(MIXED)] if pages == "mixed" else "/" for index in range(tabs)]
+    figures = TabFigures()
+    running = [asyncio.ensure_future(tab(base, path, one_in_flight, figures)) for path in paths]
+    async with asyncio.timeout(60):
+        while figures.started < tabs:  # noqa: ASYNC110 - the tabs' own count
+            await asyncio.sleep(0.05)
+    print("ready", flush=True)
+    before = dataclasses.replace(figures)
+    await asyncio.sleep(seconds)
+    for task in running:
+        task.cancel()
+    await asyncio.gather(*running, return_exceptions=True)
+    print(
+        json.dumps(
+            {
+                "events/tab/s": (figures.events - before.events) / tabs / seconds,
+                "fetches/s": (figures.fetches - before.fetches) / seconds,
+                "most_in_flight": figures.most_in_flight,
+            }
+        )
+    )
+
+
+# --- The parent: both codes side by side --------------------------------------------------------
+
+
+def tabs_main(args: argparse.Namespace) -> None:
+    header = (
+        f"{'code':>8} {'pages':>5} {'loop % alone':>12} {'with tabs':>9} {'tabs add':>8} "
+        f"{'ends/s':>6} {'events/tab/s':>12} {'fetches/s':>9} {'renders/s':>9} "
+        f"{'in flight':>9} {'stall ms alone':>14} {'with tabs':>9} {'render ms':>9}"
+    )
+    with tempfile.TemporaryDirectory(prefix="web-view-bench-") as workdir:
+        codes = versions(args.before, Path(workdir))
+        print(f"{args.marquees} Marquees, {args.tabs} tabs, {args.rate:g} cycle ends/s, "
+              f"{args.seconds:g} s each")  # fmt: skip
+        print(header)
+        for _ in range(args.rounds):
+            for label, code in codes.items():
+                row = run_with(
+                    code, __file__, "--child-serve", "--marquees", str(args.marquees),
+                    "--tabs", str(args.tabs), "--rate", str(args.rate),
+                    "--seconds", str(args.seconds),
+                )  # fmt: skip
+                alone = row["alone"]
+                for pages in ("same", "mixed"):
+                    taken = row[pages]
+                    print(
+                        f"{label:>8} {pages:>5} {alone['loop'] * 100:12.1f} "
+                        f"{taken['loop'] * 100:9.1f} {(taken['loop'] - alone['loop']) * 100:8.1f} "
+                        f"{taken['cycle_ends/s']:6.0f} {taken['events/tab/s']:12.1f} "
+                        f"{taken['fetches/s']:9.1f} {taken['renders/s']:9.1f} "
+                        f"{taken['most_in_flight']:9d} {alone['stall_ms']:14.0f} "
+                        f"{taken['stall_ms']:9.0f} "
+                        f"{row['render_ms']:9.0f}"
+                    )
+    load = Path("/proc/loadavg").read_text().split()[0]
+    print(f"load average {load}; loop % = the serving process's CPU over wall time; render ms: "
+          "one fleet page of the code, measured in its process before the windows")  # fmt: skip
+
+
+def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--marquees", type=int, default=10_000)
-    parser.add_argument("--rounds", type=int, default=5)
-    args = parser.parse_args()
-    asyncio.run(measure(args.marquees, args.rounds))
+    parser.add_argument("--rounds", type=int, default=None, help="5 per answer, 1 with --tabs")
+    parser.add_argument("--tabs", type=int, default=0, help="open tabs (0: per answer only)")
+    parser.add_argument("--rate", type=float, default=100.0, help="cycle ends a second")
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--pages", choices=("same", "mixed"), default="same")
+    parser.add_argument("--before", help="git ref of code to measure beside this checkout")
+    parser.add_argument("--child-serve", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--child-tabs", help=argparse.SUPPRESS)
+    parser.add_argument("--one-in-flight", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child_serve:
+        row = asyncio.run(serve_and_measure(args.marquees, args.tabs, args.rate, args.seconds))
+        print(json.dumps(row))
+    elif args.child_tabs:
+        asyncio.run(run_tabs(args.child_tabs, args.tabs, args.pages, args.seconds,
+                             args.one_in_flight))  # fmt: skip
+    elif args.tabs:
+        args.rounds = args.rounds or 1
+        tabs_main(args)
+    else:
+        asyncio.run(measure(args.marquees, args.rounds or 5))
 
 
 if __name__ == "__main__":

@@ -343,6 +343,26 @@ class Settings(BaseSettings):
         description="Seconds between the web view's reads of the whole fleet from Redis; a "
         "cycle's end on any replica shows at once (Pub/Sub), so this is the safety net.",
     )
+    web_update_interval: float = _seconds(
+        1.0,
+        description="Seconds between two updates of the web view's fleet picture at most: the "
+        "cycle ends within it are shown together, so an open page is told of a change (and "
+        "fetches itself again) at most once per interval, however many cycles end.",
+    )
+    web_streams_per_client: int = Field(
+        20,
+        ge=1,
+        le=10_000,
+        description="Live-update streams (open pages) one client address may hold at once; one "
+        "more is refused with 429 (clients behind one proxy or NAT share an address).",
+    )
+    web_streams_total: int = Field(
+        100,
+        ge=1,
+        le=100_000,
+        description="Live-update streams (open pages) the replica holds at once, all clients "
+        "together; one more is refused with 503. Pages still work without one (reload them).",
+    )
 
     webhook_url: SecretStr | None = Field(
         None,

@@ -176,7 +176,8 @@ async def watched(
 
 def web_view(engine: Engine, stop: asyncio.Event) -> WebView:
     """The web view of ``engine``'s fleet: one picture, read again as this replica's cycles end
-    (the listener that feeds the metrics feeds it too) and whole every ``web_refresh_interval``."""
+    (the listener that feeds the metrics feeds it too) and whole every ``web_refresh_interval``,
+    published to open pages at most once per ``web_update_interval``."""
     settings = engine.settings
 
     def names() -> list[Listed]:
@@ -199,7 +200,11 @@ def web_view(engine: Engine, stop: asyncio.Event) -> WebView:
         return await steered_story(records, marquee, settings.windows, limit=HISTORY_SHOWN)
 
     picture = FleetPicture(
-        records, names, interval=settings.web_refresh_interval, tell_story=tell_story
+        records,
+        names,
+        interval=settings.web_refresh_interval,
+        tell_story=tell_story,
+        publish_interval=settings.web_update_interval,
     )
     engine.listeners.append(picture.cycle_ended)
     return WebView(
@@ -207,6 +212,8 @@ def web_view(engine: Engine, stop: asyncio.Event) -> WebView:
         replica=settings.replica_id,
         outcomes=[outcome.value for outcome in Outcome],
         stop=stop,
+        streams_per_client=settings.web_streams_per_client,
+        streams_total=settings.web_streams_total,
     )
 
 

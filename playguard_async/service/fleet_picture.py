@@ -6,7 +6,16 @@ It is read whole at start and every ``interval`` seconds, and a Marquee is read 
 soon as a cycle ends on it: this replica's (the engine's cycle listeners, which feed the metrics
 too) and every other replica's (the record script publishes the name: ``follow_cycle_ends``). A
 whole read also follows each return of that subscription, since Pub/Sub keeps nothing for a
-subscriber that was away. Each change bumps ``version`` and wakes the streams.
+subscriber that was away.
+
+A change bumps ``version`` and wakes the streams, and every open page then fetches itself again
+(tens of ms of rendering at 10,000 Marquees): so the picture is published (takes a new version)
+at most once per ``publish_interval``. A cycle's end after a quiet interval is read and published
+at once; the names that come within the interval after a publication wait for its end, and are
+then read (each once) and published together; none is lost. However many cycles end a second, a
+page is told of a new version at most once per interval, the pages a publication wakes fetch the
+same version (``WebView`` renders each page once per version), and the loop looks over the
+desired state once per interval rather than once per cycle end.
 
 A Marquee's page needs more than its row (phases, history, fences): ``story`` reads it once per
 version of the picture, however many browsers ask for it at once.
@@ -17,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import math
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -72,6 +82,10 @@ class FleetPicture:
     tell_story: Callable[[str], Awaitable[MarqueeStory]]
     """Reads one Marquee's page from Redis (``marquee_reads.read_story`` with what the desired
     state says of its mode and windows)."""
+    publish_interval: float
+    """Seconds between two publications (new versions) at most (``web_update_interval``)."""
+    clock: Callable[[], float] = time.monotonic
+    """The clock publications are paced by (a test drives its own)."""
     statuses: dict[str, MarqueeStatus] = field(default_factory=dict)
     version: int = 0
     read_at: float | None = None
@@ -82,6 +96,7 @@ class FleetPicture:
     _whole_due: bool = False
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
     _stories: dict[str, tuple[int, asyncio.Task[MarqueeStory]]] = field(default_factory=dict)
+    _published_at: float = -math.inf
 
     def rows(self) -> list[MarqueeStatus]:
         """Every Marquee of the desired state, in its order; one not read yet has no lock and no
@@ -111,7 +126,8 @@ class FleetPicture:
         self._wake.set()
 
     async def changed(self, seen: int, stop: asyncio.Event) -> int:
-        """Wait until the version differs from ``seen`` (or ``stop`` is set); the version now."""
+        """Wait until the version differs from ``seen`` (or ``stop`` is set); the version now.
+        The version changes at most once per ``publish_interval``."""
         while self.version == seen and not stop.is_set():
             await _either(self._changed, stop)
         return self.version
@@ -141,6 +157,14 @@ class FleetPicture:
         next_whole = 0.0
         while not stop.is_set():
             self._wake.clear()  # a wake while reading below is kept for the wait after it
+            held = self._published_at + self.publish_interval - self.clock()
+            if held > 0:
+                # Published less than publish_interval ago: names (and a whole read falling due)
+                # wait for the interval's end, then are read and published at once.
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(held):
+                        await _either(self._wake, stop)
+                continue
             names = list(self.names())
             if names and (self._whole_due or time.monotonic() >= next_whole):
                 self._whole_due = False
@@ -164,7 +188,7 @@ class FleetPicture:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(wait):
                     await _either(self._wake, stop)
-        self._publish()
+        self._publish()  # wakes the streams: they end
 
     async def _read(self, marquees: Sequence[Listed]) -> None:
         """Read ``marquees`` batch by batch. One Marquee's read that Redis answers with an error
@@ -219,6 +243,7 @@ class FleetPicture:
             log.warning("web.unreadable", marquee=status.name, keys=list(status.unreadable))
 
     def _publish(self) -> None:
+        self._published_at = self.clock()
         self.version += 1
         self._changed.set()
         self._changed = asyncio.Event()

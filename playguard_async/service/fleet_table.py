@@ -169,10 +169,25 @@ class FleetPage:
     pages: int
 
 
-def fleet_page(statuses: Sequence[MarqueeStatus], query: FleetQuery, now: float) -> FleetPage:
-    """The rows ``query`` selects, sorted, cut to its page; a page past the last shows the last."""
+@dataclass(frozen=True)
+class FleetRows:
+    """Every Marquee's row as of one moment, and the counts by outcome: what every query of one
+    version of the picture shares (building the rows is most of a page's cost)."""
+
+    rows: list[Row]
+    counts: dict[str, int]
+    """Outcome -> Marquees whose last cycle had it."""
+
+
+def fleet_rows(statuses: Sequence[MarqueeStatus], now: float) -> FleetRows:
     rows = [Row.of(status, now) for status in statuses]
-    counts = dict(sorted(Counter(row.outcome for row in rows).items()))
+    return FleetRows(rows, dict(sorted(Counter(row.outcome for row in rows).items())))
+
+
+def select_page(fleet: FleetRows, query: FleetQuery) -> FleetPage:
+    """The rows ``query`` selects, sorted, cut to its page; a page past the last shows the last.
+    ``fleet`` is left as it was (it serves the next query too)."""
+    rows = fleet.rows
     needle = query.name.casefold()
     selected = [
         row
@@ -186,9 +201,14 @@ def fleet_page(statuses: Sequence[MarqueeStatus], query: FleetQuery, now: float)
     start = (page - 1) * PAGE_SIZE
     return FleetPage(
         rows=selected[start : start + PAGE_SIZE],
-        counts=counts,
+        counts=fleet.counts,
         total=len(rows),
         selected=len(selected),
         page=page,
         pages=pages,
     )
+
+
+def fleet_page(statuses: Sequence[MarqueeStatus], query: FleetQuery, now: float) -> FleetPage:
+    """The rows ``query`` selects, sorted, cut to its page; a page past the last shows the last."""
+    return select_page(fleet_rows(statuses, now), query)

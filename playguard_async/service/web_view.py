@@ -6,6 +6,12 @@ templates are rendered with autoescape on and the Content-Security-Policy allows
 a reason holding ``<script>`` is text. The one script (live updates) is a static file of this
 package; nothing is fetched from elsewhere, and every page works without it. No setting and no
 secret reaches a page: pages show what the cycle records and locks hold, which carry none.
+
+An open page costs the replica its stream and a fetch of itself at each new version of the
+picture, which comes at most once per ``web_update_interval`` (``FleetPicture``); the pages a
+version wakes fetch at once, and each distinct page is rendered once per version and served to
+the rest (``RenderedPages``). Streams are counted per client address and in total, and one past
+either cap is refused (429, 503) before it holds anything.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -21,16 +28,41 @@ from typing import Any
 from urllib.parse import quote
 
 import jinja2
+import structlog
 from aiohttp import web
 from redis.exceptions import RedisError
 
 from playguard_async.coordination.marquee_reads import LastCycle
 from playguard_async.service.fleet_picture import FleetPicture
-from playguard_async.service.fleet_table import BadQuery, FleetQuery, findings_of, fleet_page
+from playguard_async.service.fleet_table import (
+    NEVER,
+    BadQuery,
+    FleetQuery,
+    FleetRows,
+    findings_of,
+    fleet_rows,
+    select_page,
+)
 from playguard_async.service.http_guard import SECURITY_HEADERS
 
+log = structlog.get_logger("playguard.web")
+
 HEARTBEAT = 15.0
-"""Seconds between comments on an idle stream: a dead client is found, a proxy keeps it open."""
+"""Seconds between comments on an idle stream: a proxy keeps it open."""
+
+GONE_CHECK = 1.0
+"""Seconds between looks at whether a stream's client is still connected: one that left frees
+its place this soon (aiohttp does not cancel a handler whose client left)."""
+
+REFUSED_RETRY_AFTER = 30
+"""Seconds a refused stream is told to wait (``Retry-After``)."""
+
+REFUSED_LOG_INTERVAL = 60.0
+"""Seconds between two ``web.stream_refused`` lines at most: a flood of refusals is one line a
+minute, with how many there were."""
+
+PAGES_KEPT = 32
+"""Rendered pages kept for the current version at most (distinct URLs: queries, Marquees)."""
 
 RETRY_MS = 1000
 """How soon (ms) a browser reconnects a stream that ended (a replica restarting)."""
@@ -56,6 +88,103 @@ STATIC = {"web_view.js": "text/javascript", "web_view.css": "text/css"}
 _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
+class StreamSlots:
+    """The open streams, counted per client address and in total: a client takes a place before
+    its stream holds anything, and gives it back however the stream ends. Memory is bounded by
+    the total: a refused client leaves nothing behind."""
+
+    def __init__(self, *, per_client: int, total: int) -> None:
+        self.per_client = per_client
+        self.total = total
+        self.open: dict[str, int] = {}
+        """Client address -> its open streams (none: not there)."""
+        self.in_all = 0
+        self.refused = 0
+        """Refusals not yet told in a log line."""
+        self._told_at = -math.inf
+
+    def take(self, client: str) -> web.Response | None:
+        """None when ``client`` may open one more stream (its place taken), else the answer
+        that refuses it."""
+        held = self.open.get(client, 0)
+        if self.in_all >= self.total:
+            why = f"{self.in_all} streams open on this replica, its limit (web_streams_total)"
+            refusal = _refusal(503, why)
+        elif held >= self.per_client:
+            why = f"{held} streams open from {client}, its limit (web_streams_per_client)"
+            refusal = _refusal(429, why)
+        else:
+            self.open[client] = held + 1
+            self.in_all += 1
+            return None
+        self.refused += 1
+        now = time.monotonic()
+        if now >= self._told_at + REFUSED_LOG_INTERVAL:
+            log.warning("web.stream_refused", client=client, why=why, refused=self.refused)
+            self.refused, self._told_at = 0, now
+        return refusal
+
+    def give_back(self, client: str) -> None:
+        self.in_all -= 1
+        left = self.open[client] - 1
+        if left:
+            self.open[client] = left
+        else:
+            del self.open[client]
+
+
+def _refusal(status: int, why: str) -> web.Response:
+    return web.Response(
+        status=status,
+        text=f"no live updates: {why}; the page works without them (reload it)\n",
+        headers={**SECURITY_HEADERS, "Retry-After": str(REFUSED_RETRY_AFTER)},
+    )
+
+
+class RenderedPages:
+    """Pages rendered from one version of the picture, by URL, each served again for at most
+    ``fresh_for`` seconds (so the ages on it stay that fresh): the pages a new version wakes
+    cost one render each, however many browsers show them. At most ``PAGES_KEPT`` are kept, and
+    none of an older version. The fleet's rows are kept so too: every query of a version sorts
+    and cuts the same rows, built once."""
+
+    def __init__(self, fresh_for: float) -> None:
+        self.fresh_for = fresh_for
+        self.version = -1
+        self._pages: dict[str, tuple[float, bytes]] = {}
+        self._rows: tuple[int, float, FleetRows] | None = None
+
+    def rows(self, version: int, build: Callable[[], FleetRows]) -> FleetRows:
+        """The fleet's rows at ``version``, built by ``build`` unless kept and fresh."""
+        kept = self._rows
+        if kept is None or kept[0] != version or time.monotonic() >= kept[1] + self.fresh_for:
+            kept = self._rows = (version, time.monotonic(), build())
+        return kept[2]
+
+    def get(self, url: str, version: int) -> bytes | None:
+        kept = self._pages.get(url) if version == self.version else None
+        if kept is None or time.monotonic() >= kept[0] + self.fresh_for:
+            return None
+        return kept[1]
+
+    def keep(self, url: str, version: int, page: bytes) -> None:
+        if version < self.version:  # rendered from a story read before the newest version
+            return
+        if version > self.version:
+            self._pages.clear()
+            self.version = version
+        self._pages.pop(url, None)
+        if len(self._pages) >= PAGES_KEPT:
+            del self._pages[next(iter(self._pages))]  # the oldest
+        self._pages[url] = (time.monotonic(), page)
+
+
+def _gone(request: web.Request) -> bool:
+    """Whether ``request``'s client has disconnected."""
+    transport = request.transport
+    return transport is None or transport.is_closing()
+
+
 def _secs(value: float | None) -> str:
     if value is None:
         return "-"
@@ -76,7 +205,9 @@ def templates() -> jinja2.Environment:
 
 class WebView:
     """The pages and the stream of one replica, served from ``picture``. The application's
-    ``HttpGuard`` checks the Host and the credential before any of them runs."""
+    ``HttpGuard`` checks the Host and the credential before any of them runs. At most
+    ``streams_per_client`` streams are open from one client address at once, and
+    ``streams_total`` from all."""
 
     def __init__(
         self,
@@ -85,12 +216,16 @@ class WebView:
         replica: str,
         outcomes: Sequence[str],
         stop: asyncio.Event,
+        streams_per_client: int,
+        streams_total: int,
     ) -> None:
         self.picture = picture
         self.replica = replica
         self.outcomes = list(outcomes)
         self.stop = stop
         self.environment = templates()
+        self.streams = StreamSlots(per_client=streams_per_client, total=streams_total)
+        self.pages = RenderedPages(fresh_for=picture.publish_interval)
         self.static = {
             name: resources.files("playguard_async.service").joinpath("web", name).read_bytes()
             for name in STATIC
@@ -119,11 +254,13 @@ class WebView:
             status=status, text=text, headers={**SECURITY_HEADERS, **(headers or {})}
         )
 
-    def _render(self, template: str, **values: Any) -> web.Response:
+    def _render(self, url: str, version: int, template: str, **values: Any) -> web.Response:
+        """``template`` rendered from the picture at ``version``, kept for the next asker of
+        ``url`` at that version."""
         picture = self.picture
         read_at = picture.read_at
         html = self.environment.get_template(template).render(
-            version=picture.version,
+            version=version,
             replica=self.replica,
             error=picture.error,
             read_at="never"
@@ -131,15 +268,29 @@ class WebView:
             else time.strftime("%H:%M:%S", time.localtime(read_at)),
             **values,
         )
-        return web.Response(text=html, content_type="text/html", headers=SECURITY_HEADERS)
+        page = html.encode()
+        self.pages.keep(url, version, page)
+        return self._html(page)
+
+    @staticmethod
+    def _html(page: bytes) -> web.Response:
+        return web.Response(
+            body=page, content_type="text/html", charset="utf-8", headers=SECURITY_HEADERS
+        )
 
     async def fleet(self, request: web.Request) -> web.StreamResponse:
-        statuses = self.picture.rows()
+        version = self.picture.version
+        kept = self.pages.get(request.path_qs, version)
+        if kept is not None:
+            return self._html(kept)
+        fleet = self.pages.rows(version, lambda: fleet_rows(self.picture.rows(), time.time()))
         # What a record says is outside input, but an outcome on the page must be filterable.
-        seen = {status.last.outcome for status in statuses if status.last is not None}
-        query = FleetQuery.parse(request.query, [*self.outcomes, *sorted(seen - {*self.outcomes})])
-        page = fleet_page(statuses, query, time.time())
+        seen = set(fleet.counts) - {NEVER, *self.outcomes}
+        query = FleetQuery.parse(request.query, [*self.outcomes, *sorted(seen)])
+        page = select_page(fleet, query)
         return self._render(
+            request.path_qs,
+            version,
             "fleet.html",
             page=page,
             query=query,
@@ -151,6 +302,10 @@ class WebView:
         name = request.match_info["name"]
         if request.query:
             raise BadQuery("this page takes no parameters")
+        version = self.picture.version
+        kept = self.pages.get(request.path_qs, version)
+        if kept is not None:
+            return self._html(kept)
         if not self.picture.knows(name):
             return self._text(404, "no such Marquee in the desired state\n")
         try:
@@ -163,6 +318,8 @@ class WebView:
             return None if cycle.finished_at is None else max(0.0, now - cycle.finished_at)
 
         return self._render(
+            request.path_qs,
+            version,
             "marquee.html",
             story=story,
             age=age,
@@ -180,21 +337,36 @@ class WebView:
 
     async def events(self, request: web.Request) -> web.StreamResponse:
         """The stream: the picture's version (and why it may be stale) now and at each change,
-        a comment every ``HEARTBEAT`` seconds; it ends when the replica stops."""
+        which is at most once per ``web_update_interval``, and a comment every ``HEARTBEAT``
+        seconds; it ends when the replica stops or its client leaves. One past the caps is
+        refused (``StreamSlots``) before anything is written."""
+        client = request.remote or "unknown"
+        refusal = self.streams.take(client)
+        if refusal is not None:
+            return refusal
+        try:
+            return await self._stream(request)
+        finally:
+            self.streams.give_back(client)
+
+    async def _stream(self, request: web.Request) -> web.StreamResponse:
         response = web.StreamResponse(
             headers={**SECURITY_HEADERS, "Content-Type": "text/event-stream"}
         )
         await response.prepare(request)
         await response.write(f"retry: {RETRY_MS}\n\n".encode())
         seen = -1
-        while not self.stop.is_set():
+        quiet_until = time.monotonic() + HEARTBEAT
+        while not self.stop.is_set() and not _gone(request):
             if seen != self.picture.version:
                 seen = self.picture.version
                 data = json.dumps({"version": seen, "error": self.picture.error})
                 await response.write(f"data: {data}\n\n".encode())
+                quiet_until = time.monotonic() + HEARTBEAT
+            elif time.monotonic() >= quiet_until:
+                await response.write(b": still here\n\n")
+                quiet_until = time.monotonic() + HEARTBEAT
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(HEARTBEAT):
+                async with asyncio.timeout(GONE_CHECK):
                     await self.picture.changed(seen, self.stop)
-                    continue
-            await response.write(b": still here\n\n")
         return response

@@ -87,6 +87,7 @@ async def test_every_replicas_picture_reads_a_marquee_again_when_any_replica_rec
         lambda: [Listed("m1")],
         interval=3600.0,
         tell_story=lambda name: asyncio.sleep(0, None),  # type: ignore[arg-type]
+        publish_interval=1.0,
     )
     running = asyncio.ensure_future(picture.run(stop))
     try:

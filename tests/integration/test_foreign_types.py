@@ -121,6 +121,7 @@ async def test_a_foreign_key_is_its_marquees_report_and_the_fleet_picture_stays_
         records,
         lambda: [Listed(name) for name in names],
         interval=3600.0,
+        publish_interval=0.0,
         tell_story=lambda name: read_story(records, name, limit=5),
     )
 
@@ -164,9 +165,12 @@ async def test_a_foreign_fleet_pause_key_pauses_every_marquee_and_fails_none(
     records = CycleRecords(redis, history_length=5, timeout=1.0)
     store.hset(FLEET_PAUSE_KEY, "a", "b")
     picture = FleetPicture(
-        records, lambda: [Listed("m0"), Listed("m1")], interval=3600.0,
+        records,
+        lambda: [Listed("m0"), Listed("m1")],
+        interval=3600.0,
+        publish_interval=0.0,
         tell_story=lambda name: read_story(records, name, limit=5),
-    )  # fmt: skip
+    )
     await picture._read([Listed("m0"), Listed("m1")])
     assert picture.error is None
     for status in picture.statuses.values():

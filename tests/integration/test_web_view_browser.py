@@ -8,19 +8,27 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
+from aiohttp import web
 from redis import Redis as SyncRedis
 from selenium import webdriver
 from selenium.common.exceptions import NoAlertPresentException
 from selenium.webdriver.common.by import By
 
-from playguard_async.coordination.keys import cycle_history_key, last_cycle_key, pause_key
+from playguard_async.coordination.keys import (
+    CYCLE_ENDED_CHANNEL,
+    cycle_history_key,
+    last_cycle_key,
+    pause_key,
+)
 from playguard_async.coordination.pause import Pause
 from playguard_async.engine.results import Outcome
 from playguard_async.service.fleet_table import NEVER
@@ -91,7 +99,14 @@ def served(
         },
     )
     try:
-        daemon, base = start_serving(runner, web_refresh_interval=1.0, phase_seconds=0.1)
+        # A hundred pages from one address (test_a_hundred_open_pages...) is past the caps.
+        daemon, base = start_serving(
+            runner,
+            web_refresh_interval=1.0,
+            phase_seconds=0.1,
+            web_streams_per_client=200,
+            web_streams_total=200,
+        )
         with chromium(chromium_path, driver_path, workdir / "profile") as browser:
             yield Served(daemon, base, runner, store, browser, workdir)
     finally:
@@ -241,6 +256,114 @@ async def test_a_hundred_open_pages_cost_redis_no_more_than_one(served: Served) 
     assert many_fetched >= 50 * one_fetched, (one_fetched, many_fetched)
     # The same ticks and cycles run in both windows; a window may hold one cycle more.
     assert many <= one * 1.5 + 40, f"1 page: {one} Redis commands, 100 pages: {many}"
+
+
+async def test_a_flood_of_cycle_ends_reaches_an_open_stream_at_most_once_a_second(
+    served: Served,
+) -> None:
+    """600 names published on the cycle-end channel in about 3 s, as other replicas' record
+    scripts do: each is a read of alpha and a change of the picture, and an open stream hears
+    of them (and of the daemon's own cycles) at most once per ``web_update_interval`` (1 s)."""
+    versions: list[int] = []
+    opened = time.monotonic()
+    async with aiohttp.ClientSession() as session, session.get(served.base + "/events") as stream:
+
+        async def read() -> None:
+            async for line in stream.content:
+                if line.startswith(b"data:"):
+                    versions.append(json.loads(line.removeprefix(b"data:"))["version"])
+
+        reading = asyncio.ensure_future(read())
+        for _ in range(600):
+            served.store.publish(CYCLE_ENDED_CHANNEL, "alpha")
+            await asyncio.sleep(0.005)
+        await asyncio.sleep(1.5)  # the last changes published when their interval is over
+        reading.cancel()
+    elapsed = time.monotonic() - opened
+    assert len(versions) >= 3, "the stream heard of no change"
+    assert len(versions) <= 2 + elapsed / 1.0, (len(versions), elapsed)
+
+
+@asynccontextmanager
+async def stand_in(app: web.Application) -> AsyncIterator[str]:
+    """``app`` served on a free loopback port: its base URL."""
+    runner = web.AppRunner(app, shutdown_timeout=0.5)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        host, port = runner.addresses[0][:2]
+        yield f"http://{host}:{port}"
+    finally:
+        await runner.cleanup()
+
+
+async def test_the_page_script_keeps_one_fetch_in_flight_however_fast_versions_come(
+    served: Served,
+) -> None:
+    """The page's script in the browser against a stand-in replica that announces a version
+    every 20 ms for 2 s and answers each fetch of the page in 300 ms: one fetch at a time, each
+    version announced during one makes a single one more, and the page ends at the last."""
+    script = resources.files("playguard_async.service").joinpath("web", "web_view.js")
+    state = {"version": 0, "in_flight": 0, "most_in_flight": 0, "fetches": 0}
+    announcing = True
+
+    async def page(request: web.Request) -> web.Response:
+        state["fetches"] += 1
+        state["in_flight"] += 1
+        state["most_in_flight"] = max(state["most_in_flight"], state["in_flight"])
+        try:
+            if state["fetches"] > 1:  # the first is the page's load, the rest are the script's
+                await asyncio.sleep(0.3)
+            version = state["version"]
+            return web.Response(
+                content_type="text/html",
+                text=f'<!doctype html><html><head><script src="/static/web_view.js" defer>'
+                f'</script></head><body data-version="{version}"><p id="live-banner" hidden>'
+                f"</p><main><p>{version}</p></main></body></html>",
+            )
+        finally:
+            state["in_flight"] -= 1
+
+    async def events(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        told = -1
+        while announcing or told != state["version"]:
+            if told != state["version"]:
+                told = state["version"]
+                await response.write(f"data: {json.dumps({'version': told})}\n\n".encode())
+            await asyncio.sleep(0.005)
+        await asyncio.sleep(60)  # held open, as a replica does; cancelled at clean-up
+        return response
+
+    async def static(request: web.Request) -> web.Response:
+        return web.Response(body=script.read_bytes(), content_type="text/javascript")
+
+    app = web.Application()
+    app.router.add_get("/", page)
+    app.router.add_get("/events", events)
+    app.router.add_get("/static/web_view.js", static)
+    browser = served.browser
+    async with stand_in(app) as base:
+        await asyncio.to_thread(browser.get, base + "/")
+        started = time.monotonic()
+        for _ in range(100):
+            state["version"] += 1
+            await asyncio.sleep(0.02)
+        announcing = False
+        last = str(state["version"])
+
+        def shown() -> object:
+            return browser.execute_script("return document.body.dataset.version;")
+
+        async with asyncio.timeout(5):
+            while await asyncio.to_thread(shown) != last:  # noqa: ASYNC110 - the browser's page
+                await asyncio.sleep(0.05)
+        elapsed = time.monotonic() - started
+    assert state["most_in_flight"] == 1, state
+    # The load, then one fetch after another, each 300 ms, and one for the last version.
+    assert state["fetches"] <= 1 + elapsed / 0.3 + 1, (state, elapsed)
 
 
 def test_with_a_credential_set_every_page_and_stream_answers_401_without_it(

@@ -37,7 +37,11 @@ async def test_a_drift_made_by_hand_shows_as_found_and_fixed_on_the_open_page(
         {**lab_marquee_fields(ssh, docker, tmp_path / "workdir-2"), "name": "edge-2"}
     )
     daemons.inventory.write_text(json.dumps(lab.data, indent=1), encoding="utf-8")
-    daemon, base = start_serving(daemons, "r1", **{**LAB_SETTINGS, "tick_interval": 1.0})
+    # A cycle a second: each cycle's state lasts about a second, and the page shows only the
+    # last state of each web_update_interval (1 s by default): a fifth of the tick keeps every
+    # cycle, the fixing one included, on the page.
+    settings = {**LAB_SETTINGS, "tick_interval": 1.0, "web_update_interval": 0.2}
+    daemon, base = start_serving(daemons, "r1", **settings)
     with chromium(chromium_path, driver_path, tmp_path / "profile") as browser:
         browser.get(base + "/")
         wait_for(

@@ -5,28 +5,38 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import time
-from collections.abc import AsyncIterator
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import aiohttp
+import jinja2
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
+from structlog.testing import capture_logs
 
 from playguard_async.coordination.lock import Holder, LockState
 from playguard_async.coordination.marquee_reads import LastCycle, MarqueeStatus, MarqueeStory
+from playguard_async.service import fleet_picture
 from playguard_async.service.endpoints import application
 from playguard_async.service.fleet_picture import FleetPicture, Listed
 from playguard_async.service.fleet_table import (
     PAGE_SIZE,
     BadQuery,
     FleetQuery,
+    FleetRows,
     fleet_page,
+    fleet_rows,
 )
 from playguard_async.service.http_guard import HostRule, HttpGuard
 from playguard_async.service.liveness import Liveness
 from playguard_async.service.web_auth import admits, offered_secret
-from playguard_async.service.web_view import WebView
+from playguard_async.service.web_view import PAGES_KEPT, RenderedPages, WebView
 from playguard_async.settings import SettingsError, load_settings
 
 OUTCOMES = ("ok", "failed", "locked", "unreachable")
@@ -160,10 +170,17 @@ def test_paging_filters_and_sorts_over_the_whole_fleet() -> None:
 
 
 class StubRecords:
-    """No Redis: the unit tests set the picture by hand."""
+    """No Redis: the unit tests set the picture by hand (or read it from memory: ``live``)."""
+
+    redis = None
 
 
-def picture_of(statuses: list[MarqueeStatus], story: MarqueeStory | None = None) -> FleetPicture:
+def picture_of(
+    statuses: list[MarqueeStatus],
+    story: MarqueeStory | None = None,
+    *,
+    publish_interval: float = 0.2,
+) -> FleetPicture:
     async def told(name: str) -> MarqueeStory:
         assert story is not None
         return story
@@ -174,15 +191,25 @@ def picture_of(statuses: list[MarqueeStatus], story: MarqueeStory | None = None)
         lambda: listed,
         interval=60.0,
         tell_story=told,
+        publish_interval=publish_interval,
     )
     picture.statuses = {status.name: status for status in statuses}
     return picture
 
 
-@pytest.fixture
-async def served(request: pytest.FixtureRequest) -> AsyncIterator[TestClient[Any, Any]]:
-    picture, credential = request.param
-    view = WebView(picture, replica="r1", outcomes=OUTCOMES, stop=asyncio.Event())
+def view_of(picture: FleetPicture, **caps: int) -> WebView:
+    return WebView(
+        picture,
+        replica="r1",
+        outcomes=OUTCOMES,
+        stop=asyncio.Event(),
+        streams_per_client=caps.get("per_client", 2),
+        streams_total=caps.get("total", 3),
+    )
+
+
+def serving(view: WebView, credential: str | None = None) -> TestClient[Any, Any]:
+    """The endpoints with ``view`` (behind ``credential``), on a real aiohttp server on loopback."""
 
     async def metrics(request: Any) -> Any:
         raise AssertionError("not asked")
@@ -195,7 +222,13 @@ async def served(request: pytest.FixtureRequest) -> AsyncIterator[TestClient[Any
         guard=HttpGuard(HostRule.bound_to("127.0.0.1"), credential=credential),
         web_view=view,
     )
-    async with TestClient(TestServer(app)) as client:
+    return TestClient(TestServer(app, host="127.0.0.1"))
+
+
+@pytest.fixture
+async def served(request: pytest.FixtureRequest) -> AsyncIterator[TestClient[Any, Any]]:
+    picture, credential = request.param
+    async with serving(view_of(picture), credential) as client:
         yield client
 
 
@@ -302,3 +335,251 @@ def test_beyond_loopback_the_web_view_needs_a_credential(tmp_path: Path) -> None
         settings.web_credential()
     with pytest.raises(SettingsError, match="absent"):
         load_settings(web_credential_file=tmp_path / "absent").web_credential()
+
+
+def test_a_kept_page_serves_its_version_only_while_fresh() -> None:
+    pages = RenderedPages(fresh_for=60.0)
+    pages.keep("/", 3, b"three")
+    assert pages.get("/", 3) == b"three"
+    assert pages.get("/", 4) is None, "a newer version is rendered again"
+    assert pages.get("/?sort=age", 3) is None
+    pages.keep("/", 4, b"four")
+    pages.keep("/marquee/m", 3, b"story read before version 4")
+    assert pages.get("/marquee/m", 3) is None, "an older version's page is not kept"
+    assert pages.get("/", 3) is None
+    for index in range(PAGES_KEPT + 10):
+        pages.keep(f"/?page={index}", 4, b"x")
+    assert sum(pages.get(f"/?page={index}", 4) is not None for index in range(PAGES_KEPT + 10)) == (
+        PAGES_KEPT
+    )
+    assert pages.get(f"/?page={PAGES_KEPT + 9}", 4) == b"x", "the newest are the ones kept"
+    brief = RenderedPages(fresh_for=0.01)
+    brief.keep("/", 1, b"ages as of now")
+    time.sleep(0.02)
+    assert brief.get("/", 1) is None, "a page's ages are rendered again once it is not fresh"
+
+
+@dataclass
+class Live:
+    """A picture whose loop runs on Marquees read from memory, served on loopback."""
+
+    client: TestClient[Any, Any]
+    picture: FleetPicture
+    view: WebView
+    ended: Callable[[str], None]
+    """What a name published by another replica's record script calls."""
+    reads: Counter[str]
+    told: Counter[str]
+    """Cycle ends told per Marquee; a read Marquee's last cycle is named by the count then."""
+
+
+@asynccontextmanager
+async def live_picture(
+    monkeypatch: pytest.MonkeyPatch,
+    publish_interval: float,
+    clock: Callable[[], float] = time.monotonic,
+) -> AsyncIterator[Live]:
+    now = time.time()
+    statuses = fleet_of(50, now)
+    reads: Counter[str] = Counter()
+    told: Counter[str] = Counter()
+    followers: list[Callable[[str], None]] = []
+
+    async def read_status(records: Any, name: str, **desired: Any) -> MarqueeStatus:
+        reads[name] += 1
+        return MarqueeStatus(name, True, None, last("ok", finished_at=now, cycle=str(told[name])))
+
+    async def follow_cycle_ends(
+        redis: Any, ended: Callable[[str], None], resumed: Any, stop: asyncio.Event
+    ) -> None:
+        followers.append(ended)
+        await stop.wait()
+
+    def ended(name: str) -> None:
+        told[name] += 1
+        followers[0](name)
+
+    monkeypatch.setattr(fleet_picture, "read_status", read_status)
+    monkeypatch.setattr(fleet_picture, "follow_cycle_ends", follow_cycle_ends)
+    picture = picture_of(statuses, publish_interval=publish_interval)
+    picture.clock = clock
+    view = view_of(picture)
+    running = asyncio.ensure_future(picture.run(view.stop))
+    try:
+        async with serving(view) as client:
+            await until(lambda: picture.version >= 1 and bool(followers), "the first read")
+            yield Live(client, picture, view, ended, reads, told)
+    finally:
+        view.stop.set()
+        await running
+
+
+@pytest.fixture
+async def live(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[Live]:
+    async with live_picture(monkeypatch, getattr(request, "param", 0.2)) as running:
+        yield running
+
+
+def cycles_shown(picture: FleetPicture) -> dict[str, str]:
+    return {
+        name: status.last.cycle
+        for name, status in picture.statuses.items()
+        if status.last is not None
+    }
+
+
+async def test_a_flood_of_cycle_ends_is_read_and_published_once_per_interval(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """100 cycle ends a second over 50 Marquees for 10 s of a driven clock: the picture takes
+    one version per second, reads each Marquee at most once per version, and the last ends
+    are published when their second is over, none lost."""
+    now = [0.0]
+    async with live_picture(monkeypatch, 1.0, clock=lambda: now[0]) as running:
+        picture, started = running.picture, running.picture.version
+        running.reads.clear()
+        for step in range(1, 1001):
+            now[0] = step / 100
+            running.ended(f"m{step % 50:05d}")
+            await asyncio.sleep(0.001)  # the loop's turn: it may take any number of them
+        published = picture.version - started
+        assert 1 <= published <= 10, published
+        assert sum(running.reads.values()) <= 50 * published, "a Marquee read once per version"
+        now[0] += 1.0
+        running.ended("m00000")  # wakes the loop past the interval
+        await until(lambda: picture.version == started + published + 1, "the last publication")
+        assert cycles_shown(picture) == {name: str(count) for name, count in running.told.items()}
+        await asyncio.sleep(0.05)
+        assert picture.version == started + published + 1, "nothing more to publish"
+
+
+async def events_of(stream: aiohttp.ClientResponse, versions: list[int]) -> None:
+    async for line in stream.content:
+        if line.startswith(b"data:"):
+            versions.append(json.loads(line.removeprefix(b"data:"))["version"])
+
+
+async def until(probe: Callable[[], bool], what: str, timeout: float = 5.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not probe():  # noqa: ASYNC110 - polls state the server changes
+            await asyncio.sleep(0.01)
+
+
+async def test_a_flood_of_cycle_ends_reaches_a_stream_at_most_once_per_interval(
+    live: Live,
+) -> None:
+    interval = live.picture.publish_interval
+    versions: list[int] = []
+    opened = time.monotonic()
+    async with live.client.get("/events") as stream:
+        reading = asyncio.ensure_future(events_of(stream, versions))
+        for bump in range(600):
+            live.ended(f"m{bump % 50:05d}")
+            await asyncio.sleep(0.001)
+        await until(
+            lambda: bool(versions) and versions[-1] == live.picture.version,
+            "the stream at the picture's last version",
+        )
+        await asyncio.sleep(interval * 1.5)  # nothing held: the version stays
+        reading.cancel()
+    elapsed = time.monotonic() - opened
+    assert versions[-1] == live.picture.version
+    assert sum(live.reads.values()) >= 100 + 50, "the flood changed the picture many times"
+    # One event at once, then one per publication, and publications are interval apart.
+    assert len(versions) <= 2 + elapsed / interval, (len(versions), elapsed)
+    assert versions == sorted(set(versions))
+
+
+@pytest.mark.parametrize("live", [60.0], indirect=True)
+async def test_the_pages_a_version_wakes_are_rendered_once_each(
+    live: Live, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ten tabs on the fleet page and five sorted by age, at one version: the rows built once,
+    each of the two pages rendered once."""
+    rendered: Counter[str] = Counter()
+    environment = live.view.environment
+    template = environment.get_template
+
+    def counted(name: str, *more: Any) -> jinja2.Template:
+        rendered[name] += 1
+        return template(name, *more)
+
+    def rows(statuses: Any, now: float) -> FleetRows:
+        rendered["rows"] += 1
+        return fleet_rows(statuses, now)
+
+    monkeypatch.setattr(environment, "get_template", counted)
+    monkeypatch.setattr("playguard_async.service.web_view.fleet_rows", rows)
+
+    async def fetch(path: str) -> str:
+        async with live.client.get(path) as response:
+            assert response.status == 200
+            return await response.text()
+
+    tabs = await asyncio.gather(*(fetch("/") for _ in range(10)))
+    assert len(set(tabs)) == 1
+    sorted_by_age = await asyncio.gather(*(fetch("/?sort=age") for _ in range(5)))
+    assert len(set(sorted_by_age)) == 1
+    assert rendered == {"fleet.html": 2, "base.html": 2, "rows": 1}
+    assert (await live.client.get("/?sort=__class__")).status == 400, "refusals not kept"
+
+
+async def test_streams_past_either_cap_are_refused_and_a_closed_one_frees_its_place() -> None:
+    """2 streams per client address, 3 in all; a second client connects from 127.0.0.2
+    (loopback answers any 127/8 address)."""
+    view = view_of(picture_of(hostile_fleet()), per_client=2, total=3)
+    async with serving(view) as served:
+        await refuse_and_free(view, served)
+
+
+async def refuse_and_free(view: WebView, served: TestClient[Any, Any]) -> None:
+    events = served.make_url("/events")
+    other = aiohttp.ClientSession(connector=aiohttp.TCPConnector(local_addr=("127.0.0.2", 0)))
+    opened: list[aiohttp.ClientResponse] = []
+
+    async def open_stream(session: aiohttp.ClientSession) -> aiohttp.ClientResponse:
+        response = await session.get(events)
+        if response.status == 200:
+            assert await response.content.readline() == b"retry: 1000\n"
+            opened.append(response)
+        return response
+
+    try:
+        with capture_logs() as logs:
+            for _ in range(2):
+                assert (await open_stream(served.session)).status == 200
+            past_client = await open_stream(served.session)
+            assert past_client.status == 429
+            assert past_client.headers["Retry-After"] == "30"
+            assert "web_streams_per_client" in await past_client.text()
+            assert (await open_stream(other)).status == 200
+            past_total = await open_stream(other)
+            assert past_total.status == 503
+            assert past_total.headers["Retry-After"] == "30"
+            assert "web_streams_total" in await past_total.text()
+            assert (await open_stream(served.session)).status == 503
+        refusals = [line for line in logs if line["event"] == "web.stream_refused"]
+        assert len(refusals) == 1, "one line for the three refusals"
+        assert refusals[0]["client"] == "127.0.0.1"
+        assert view.streams.open == {"127.0.0.1": 2, "127.0.0.2": 1}, "refusals hold nothing"
+
+        opened.pop(0).close()  # a browser tab closed: its place is free within a second
+        admitted: list[int] = []
+
+        async def reopened() -> bool:
+            response = await open_stream(served.session)
+            admitted.append(response.status)
+            return response.status == 200
+
+        async with asyncio.timeout(5):
+            while not await reopened():  # noqa: ASYNC110 - the server frees the place
+                await asyncio.sleep(0.1)
+        assert set(admitted) <= {503, 200}
+    finally:
+        for response in opened:
+            response.close()
+        await other.close()
+    await until(lambda: not view.streams.open, "every place given back")
+    assert view.streams.in_all == 0

@@ -1,10 +1,15 @@
 // Live updates for the web view: one server-sent event stream per page; on each new version of
 // the replica's fleet picture, the page is fetched again and its <main> swapped in place. The
 // page works without this file; EventSource reconnects by itself after a replica restarts.
+// At most one fetch is in flight: versions announced during a fetch make one more fetch after it,
+// however many they are (none when the page that came is already the last one announced).
 "use strict";
 (function () {
   var banner = document.getElementById("live-banner");
   var shown = document.body.dataset.version;
+  var announced = shown;
+  var fetching = false;
+  var asked = null;
   var source = new EventSource("/events");
 
   function warn(text) {
@@ -13,6 +18,8 @@
   }
 
   function refresh() {
+    fetching = true;
+    asked = announced;
     fetch(window.location.href, { credentials: "same-origin", cache: "no-store" })
       .then(function (response) {
         if (!response.ok) {
@@ -32,18 +39,29 @@
       })
       .catch(function (error) {
         warn("Could not refresh the page from this replica (" + error.message + ").");
+      })
+      .finally(function () {
+        fetching = false;
+        if (announced !== asked && announced !== shown) {
+          refresh();
+        }
       });
   }
 
   source.onmessage = function (event) {
     banner.hidden = true;
-    var version = String(JSON.parse(event.data).version);
-    if (version !== shown) {
-      shown = version;
+    announced = String(JSON.parse(event.data).version);
+    if (announced !== shown && !fetching) {
       refresh();
     }
   };
   source.onerror = function () {
-    warn("Lost the live stream from this replica; reconnecting…");
+    if (source.readyState === EventSource.CLOSED) {
+      // Refused (too many open pages, or the credential) or answered with an error: the
+      // browser does not try again by itself.
+      warn("No live updates from this replica for this page; reload it to try again.");
+    } else {
+      warn("Lost the live stream from this replica; reconnecting…");
+    }
   };
 })();
