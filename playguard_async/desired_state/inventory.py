@@ -896,7 +896,10 @@ class _NeedsNodeTree(Exception):
 _NODE_TREE_TAGS = ("tag:yaml.org,2002:merge", "tag:yaml.org,2002:value")
 """Implicit tags whose meaning depends on the mapping they are keys of (``<<``, ``=``)."""
 _STR_TAG = "tag:yaml.org,2002:str"
-_PLAIN_TAGS = (None, "!", "tag:yaml.org,2002:map", "tag:yaml.org,2002:seq")
+_MAPPING_TAGS = (None, "!", "tag:yaml.org,2002:map")
+_SEQUENCE_TAGS = (None, "!", "tag:yaml.org,2002:seq")
+"""The tags a mapping or a sequence keeps its plain meaning with: ``!!map`` on a sequence (or
+``!!seq`` on a mapping) is the constructor's error to name, not a collection to build."""
 
 # The event classes, dispatched on by identity: the C parser makes exactly these, never subclasses.
 _SCALAR = yaml.ScalarEvent
@@ -972,14 +975,14 @@ class _EventBuilder:
             return self.sequence(event, depth + 1)
         raise _NeedsNodeTree  # an alias without an anchor: the composer names that error
 
-    def opened(self, event: Any, depth: int) -> None:
-        if event.tag not in _PLAIN_TAGS:
+    def opened(self, event: Any, depth: int, plain_tags: tuple[str | None, ...]) -> None:
+        if event.tag not in plain_tags:
             raise _NeedsNodeTree  # !!omap, !!set, !!pairs or a local tag: the constructor's
         if depth > MAX_DEPTH:
             raise _ShapeRefused(f"nested more than {MAX_DEPTH} levels deep")
 
     def mapping(self, start: Any, depth: int) -> dict[Any, Any]:
-        self.opened(start, depth)
+        self.opened(start, depth, _MAPPING_TAGS)
         data: dict[Any, Any] = {}
         next_event = self.next_event
         plain = self.plain
@@ -1022,7 +1025,7 @@ class _EventBuilder:
             data[key] = value
 
     def sequence(self, start: Any, depth: int) -> list[Any]:
-        self.opened(start, depth)
+        self.opened(start, depth, _SEQUENCE_TAGS)
         items: list[Any] = []
         append = items.append
         next_event = self.next_event

@@ -1,6 +1,8 @@
 """The inventory's event builder as it was before the one-loop-per-collection rewrite (commit
 4bf198e), kept word for word as the oracle of the property tests: the new builder must make the
-same data from any text and refuse, or hand to the node tree, exactly what this one did."""
+same data from any text and refuse, or hand to the node tree, exactly what this one did. One
+defect it shared is mended in both: a collection tagged as the other kind (``!!map`` on a
+sequence) was built as a plain one; it goes to the node tree, which refuses it."""
 
 from __future__ import annotations
 
@@ -13,8 +15,9 @@ from yaml.constructor import ConstructorError
 from yaml.nodes import ScalarNode
 
 from playguard_async.desired_state.inventory import (
+    _MAPPING_TAGS,
     _NODE_TREE_TAGS,
-    _PLAIN_TAGS,
+    _SEQUENCE_TAGS,
     _STR_TAG,
     MAX_DEPTH,
     _InventoryLoader,
@@ -81,7 +84,10 @@ class PreviousEventBuilder:
         if isinstance(event, yaml.ScalarEvent):
             self.add(self.scalar(event), event.start_mark)
         elif isinstance(event, yaml.MappingStartEvent | yaml.SequenceStartEvent):
-            if event.tag not in _PLAIN_TAGS or (self.stack and self.stack[-1].wants_key):
+            plain_tags = (
+                _MAPPING_TAGS if isinstance(event, yaml.MappingStartEvent) else _SEQUENCE_TAGS
+            )
+            if event.tag not in plain_tags or (self.stack and self.stack[-1].wants_key):
                 raise _NeedsNodeTree
             if len(self.stack) >= MAX_DEPTH:
                 raise _ShapeRefused(f"nested more than {MAX_DEPTH} levels deep")

@@ -177,6 +177,27 @@ def test_the_event_builder_agrees_on_yamlish_text(text: str) -> None:
     assert_both_paths_agree(text)
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "!!map \n- ",
+        "!!map [1, 2]",
+        "!!seq \na: 1",
+        "!!seq {a: 1}",
+        "- !!map [1]",
+        "a: !!seq {b: 1}",
+        "a: !!map\n  - b",
+        "! [1]",
+        "! {a: 1}",
+        "!!map {a: 1}",
+        "!!seq [1]",
+    ],
+)
+def test_a_collection_tagged_as_the_other_kind_is_refused_on_both_paths(text: str) -> None:
+    """Found by the generated test above: ``!!map`` on a sequence was built as a list."""
+    assert_both_paths_agree(text)
+
+
 def assert_loads_or_refuses(data: bytes) -> None:
     directory = Path(os.environ.get("TMPDIR", "/tmp")) / f"pg-hostile-{os.getpid()}"
     directory.mkdir(exist_ok=True)
