@@ -12,16 +12,20 @@ On a daylight-saving change croniter moves a start that falls into the skipped h
 the gap (``30 2 * * *`` starts at 03:00 that night) and starts twice in a repeated hour (once on
 each side of the change); a duration is elapsed time, so a window across the gap or the repeat
 lasts exactly as long as any other (tested in tests/unit/test_windows.py).
+
+A cron that can never fire (``0 0 31 2 *``: croniter accepts it, then finds no date) is refused
+with the window, like any other bad value.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import croniter
+from croniter import CroniterError, croniter
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 CRON_FIELDS = 5
@@ -32,6 +36,22 @@ OPENINGS_SEARCHED = 200
 """Window starts and ends looked at for the next opening before giving up (a deny window that
 covers every allow window): enough for a week of hourly windows."""
 
+CRONS_KEPT = 4096
+"""Cron expressions whose check is kept (a fleet has a handful)."""
+
+_PROBE_FROM = datetime(2000, 1, 1)
+
+
+@functools.lru_cache(maxsize=CRONS_KEPT)
+def _fires(cron: str) -> bool:
+    """Whether croniter finds any date for ``cron`` (kept per expression: a fleet of 10,000
+    Marquees has a handful)."""
+    try:
+        croniter(cron, _PROBE_FROM).get_next(datetime)
+    except CroniterError:
+        return False
+    return True
+
 
 def _check_cron(value: str) -> str:
     fields = value.split()
@@ -41,7 +61,10 @@ def _check_cron(value: str) -> str:
         )
     if not croniter.is_valid(value):
         raise ValueError("is not a cron expression croniter accepts")
-    return " ".join(fields)
+    cron = " ".join(fields)
+    if not _fires(cron):
+        raise ValueError("never fires: no date has it (a day its months lack, like 30 February)")
+    return cron
 
 
 def _check_zone(value: str) -> str:

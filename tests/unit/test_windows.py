@@ -1,6 +1,7 @@
 """Maintenance windows with a fixed clock: allow and deny, the daylight-saving edges of
 Europe/Berlin (2026-03-29 02:00 -> 03:00, 2026-10-25 03:00 -> 02:00), the next opening, and
-windows refused with one line naming the value, in the inventory and in the settings."""
+windows refused with one line naming the value, in the inventory, the PostgreSQL rows and the
+settings: crons that can never fire among them."""
 
 from __future__ import annotations
 
@@ -11,9 +12,12 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from playguard_async.desired_state.inventory import InventoryError, YamlInventorySource
+from playguard_async.desired_state.postgres import RowMemo, validate_snapshot
 from playguard_async.desired_state.windows import Window, allows, next_opening
 from playguard_async.settings import SettingsError, load_settings
 
@@ -154,3 +158,99 @@ def test_a_bad_fleet_window_in_the_settings_is_refused_naming_the_value(
         load_settings(None)
     assert reason in str(refused.value)
     assert str(next(iter(change.values()))) in str(refused.value)
+
+
+# --- Crons that can never fire --------------------------------------------------------------
+
+DAYS_IN = {2: 29, 4: 30, 6: 30, 9: 30, 11: 30}
+IMPOSSIBLE = st.one_of(
+    st.sampled_from(sorted(DAYS_IN)).flatmap(
+        lambda month: st.integers(DAYS_IN[month] + 1, 31).map(lambda day: (day, str(month)))
+    ),
+    st.just((31, "4,6,9,11")),
+    st.just((30, "2")),
+).flatmap(
+    lambda day_month: st.builds(
+        lambda minute, hour, days: f"{minute} {hour} {days} {day_month[1]} *",
+        st.integers(0, 59),
+        st.integers(0, 23),
+        st.sampled_from([str(day_month[0]), f"{day_month[0]}-31" if day_month[0] < 31 else "31"]),
+    )
+)
+"""Days that the months named never have: 30 or 31 February, 31 April, June, September, November."""
+
+
+@settings(max_examples=40, deadline=None)
+@given(cron=IMPOSSIBLE)
+def test_a_cron_that_never_fires_is_refused(cron: str) -> None:
+    with pytest.raises(ValidationError, match="never fires"):
+        Window.model_validate({**GOOD, "cron": cron})
+
+
+@pytest.mark.parametrize(
+    "cron", ["0 0 29 2 *", "0 0 31 2 1", "0 0 L 2 *", "0 0 31 * *", "0 0 30 1-3 *"]
+)
+def test_a_rare_cron_that_does_fire_is_accepted(cron: str) -> None:
+    assert Window.model_validate({**GOOD, "cron": cron}).cron == cron
+
+
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(cron=IMPOSSIBLE)
+async def test_a_cron_that_never_fires_in_the_inventory_is_one_line_naming_it(
+    tmp_path: Path, cron: str
+) -> None:
+    marquee = {"name": "m1", "host": "127.0.0.1", "user": "u", "identity_file": "id",
+               "known_hosts": "kh", "windows": [GOOD, {**GOOD, "cron": cron}]}  # fmt: skip
+    path = tmp_path / "inventory.yaml"
+    path.write_text(yaml.safe_dump({"marquees": [marquee]}), encoding="utf-8")
+    with pytest.raises(InventoryError) as refused:
+        await YamlInventorySource(path).load()
+    [problem] = refused.value.problems
+    assert "\n" not in problem
+    assert problem.startswith(f"{path}:")
+    assert "marquees[0].windows[1].cron" in problem
+    assert "never fires" in problem
+    assert repr(cron) in problem
+
+
+@settings(max_examples=15, deadline=None)
+@given(cron=IMPOSSIBLE)
+def test_a_cron_that_never_fires_in_a_postgresql_row_refuses_that_marquee_alone(
+    cron: str,
+) -> None:
+    rows = _pg_rows()
+    rows["marquees"][0]["windows"] = json.dumps([{**GOOD, "cron": cron}])
+    validated = validate_snapshot(rows, RowMemo())
+    assert [m.name for m in validated.inventory.marquees] == ["edge-1"]
+    [problem] = validated.problems
+    assert "\n" not in problem
+    assert problem.startswith("marquees 'edge-0': column windows.0.cron: ")
+    assert "never fires" in problem
+    assert cron in problem
+
+
+@settings(max_examples=15, deadline=None)
+@given(cron=IMPOSSIBLE)
+def test_a_cron_that_never_fires_as_the_fleet_default_is_refused_naming_it(cron: str) -> None:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PLAYGUARD_WINDOWS", json.dumps([{**GOOD, "cron": cron}]))
+        with pytest.raises(SettingsError) as refused:
+            load_settings(None)
+    assert "windows" in str(refused.value)
+    assert "never fires" in str(refused.value)
+    assert cron in str(refused.value)
+
+
+def _pg_rows() -> dict[str, Any]:
+    marquee: dict[str, Any] = {
+        "name": "edge-0", "host": "127.0.0.1", "port": 22, "user": "u",
+        "identity_file": "/k/id", "known_hosts": "/k/kh", "docker_socket": "/run/d.sock",
+        "workdir": "/srv/p", "state_dir": None, "launchable": True, "mode": "apply",
+        "windows": None,
+    }  # fmt: skip
+    return {
+        "marquees": [marquee, {**marquee, "name": "edge-1"}],
+        "registries": [], "playspecs": [], "playgrounds": [], "agent_chats": [],
+    }  # fmt: skip
