@@ -9,8 +9,9 @@ they may not, and win over an allow window. Outside what they allow, a cycle run
 
 The cron arithmetic is croniter's, the zones are the system's (zoneinfo); neither is written here.
 On a daylight-saving change croniter moves a start that falls into the skipped hour to the end of
-the gap (``30 2 * * *`` starts at 03:00 that night) and starts twice in a repeated hour (once on
-each side of the change); a duration is elapsed time, so a window across the gap or the repeat
+the gap (``30 2 * * *`` starts at 03:00 that night) or, for a cron that runs every hour, drops it
+(``1 * * * *`` has no 02:01 and next starts at 03:01), and starts twice in a repeated hour (once
+on each side of the change); a duration is elapsed time, so a window across the gap or the repeat
 lasts exactly as long as any other (tested in tests/unit/test_windows.py).
 
 A cron that can never fire (``0 0 31 2 *``: croniter accepts it, then finds no date) is refused

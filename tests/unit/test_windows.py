@@ -195,8 +195,9 @@ CHANGES = ("2026-03-29 01:00", "2026-10-25 01:00", "2026-03-08 07:00", "2026-11-
 class WalkedSet:
     """A window set's answers found by walking the wall clock minute by minute, without croniter's
     search: a window starts at each UTC minute whose wall-clock minute its cron names (in a
-    skipped hour: at the gap's end, when it names a skipped minute; in a repeated hour: on both
-    sides), and is open from a start for its duration, as the module's doc says."""
+    repeated hour: on both sides), and is open from a start for its duration. At the end of a
+    skipped hour croniter alone says whether a skipped start moved there (``30 2 * * *``: 03:00)
+    or was dropped (``1 * * * *``: no start until 03:01): its rule is no simple one."""
 
     def __init__(self, windows: list[Window], now: datetime) -> None:
         self.windows = windows
@@ -212,8 +213,9 @@ class WalkedSet:
         before = (minute - MINUTE).astimezone(zone).replace(tzinfo=None)
         if wall <= before:  # the clock went back: this wall minute again
             return _names(window.cron, wall)
-        skipped = int((wall - before) / MINUTE)
-        return any(_names(window.cron, wall - k * MINUTE) for k in range(skipped))
+        if wall - before > MINUTE:  # the end of a skipped hour
+            return window.last_start(minute) == minute
+        return _names(window.cron, wall)
 
     def is_open(self, index: int, instant: datetime) -> bool:
         starts = self.starts[index]
