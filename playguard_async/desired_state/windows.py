@@ -25,7 +25,7 @@ error: the cycle then changes nothing, and nothing raises.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Literal
@@ -230,9 +230,7 @@ class _Schedule:
         """The first moment after ``now`` (allowed) that the set may not allow: the next deny
         window's start, or the end of the allow windows' cover, whichever comes first (as far
         as ``SEARCH_AHEAD`` and ``SEARCH_STEPS`` look; the answer is asked again then)."""
-        horizon = now + SEARCH_AHEAD
-        until = min(min((_next_start(window, now) for window in self.denying), default=horizon),
-                    horizon)  # fmt: skip
+        until = min([*(_next_start(window, now) for window in self.denying), now + SEARCH_AHEAD])
         if not self.allowing:
             return until
         covered = now
@@ -250,23 +248,25 @@ class _Unanswered(Exception):
     """croniter gave no answer for a window (one that should have been refused at load)."""
 
 
-def _asked(window: Window, question: str, now: datetime) -> datetime:
+def _asked(window: Window, question: Callable[[datetime], datetime], now: datetime) -> datetime:
+    """``question(now)``, one of ``window``'s; whatever croniter raises (CroniterBadDateError
+    for a date it cannot find, or a failure of its own) becomes ``_Unanswered`` naming the
+    window: a window is data, and no cycle or page should fail for it."""
     try:
-        answer: datetime = getattr(window, question)(now)
-    except (CroniterError, ValueError, OverflowError) as exc:
+        return question(now)
+    except Exception as exc:
         raise _Unanswered(f"window {window.describe()}: {type(exc).__name__}: {exc}") from exc
-    return answer
 
 
 def _is_open(window: Window, now: datetime) -> bool:
-    return now < _asked(window, "last_start", now) + window.duration
+    return now < _end(window, now)
 
 
 def _end(window: Window, now: datetime) -> datetime:
     """The end of the window's interval that started last at or before ``now`` (at or before
     ``now`` itself when it does not cover ``now``)."""
-    return _asked(window, "last_start", now) + window.duration
+    return _asked(window, window.last_start, now) + window.duration
 
 
 def _next_start(window: Window, now: datetime) -> datetime:
-    return _asked(window, "next_start", now)
+    return _asked(window, window.next_start, now)
