@@ -24,6 +24,8 @@ run bench/web_view.py --rounds 3
 run bench/dispatch.py --fleets 100,1000,10000
 run bench/scale_out.py --fleet 1000 --replicas 1,2,4
 run bench/start_offsets.py --shares 12500,50000
+# "before": the code before a window set's answers were kept (issue 42)
+run bench/windows.py --cycles 20 --rounds 1 --before ef89b90
 run bench/fleet_simulation.py --short
 # "before": the code before compose's answers were kept on the host (issue 29's cold start); a
 # ref from before the package's folders cannot run today's benchmarks (bench/code_versions.py)

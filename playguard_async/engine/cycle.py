@@ -38,7 +38,7 @@ from playguard_async.coordination.outage import RedisOutage
 from playguard_async.coordination.pause import FleetPauseWatch, Pause
 from playguard_async.coordination.records import CycleRecords
 from playguard_async.desired_state.inventory import Inventory, Marquee
-from playguard_async.desired_state.windows import allows, next_opening
+from playguard_async.desired_state.windows import verdict
 from playguard_async.engine.observer import EngineObserver
 from playguard_async.engine.results import (
     CycleListener,
@@ -344,16 +344,19 @@ class Cycle:
 
     def _outside_windows(self) -> bool:
         """Whether the Marquee's maintenance windows (else the fleet's) keep this cycle from
-        changing the host now: it then runs as ``detect``."""
-        windows = self.marquee.windows
-        if windows is None:
-            windows = list(self.settings.windows)
+        changing the host now: it then runs as ``detect``. The answer is the window set's kept
+        one until it can change (``windows.verdict``); one croniter cannot give is ``detect``
+        too, logged, never the cycle's error."""
+        own = self.marquee.windows
+        windows = self.settings.windows if own is None else own
         if not windows:
             return False
-        now = datetime.fromtimestamp(self.crew.clock(), UTC)
-        if allows(windows, now):
+        found = verdict(windows, datetime.fromtimestamp(self.crew.clock(), UTC))
+        if found.allowed:
             return False
-        opening = next_opening(windows, now)
+        if found.error is not None:
+            log.error("cycle.windows_unanswered", error=found.error)
+        opening = found.opening
         log.info("cycle.outside_windows", opens=None if opening is None else opening.isoformat())
         return True
 
