@@ -446,13 +446,16 @@ async def test_a_flood_of_cycle_ends_is_read_and_published_once_per_interval(
             await asyncio.sleep(0.001)  # the loop's turn: it may take any number of them
         published = picture.version - started
         assert 1 <= published <= 10, published
-        assert sum(running.reads.values()) <= 50 * published, "a Marquee read once per version"
         now[0] += 1.0
         running.ended("m00000")  # wakes the loop past the interval
         await until(lambda: picture.version == started + published + 1, "the last publication")
         assert cycles_shown(picture) == {name: str(count) for name, count in running.told.items()}
         await asyncio.sleep(0.05)
         assert picture.version == started + published + 1, "nothing more to publish"
+        # Counted once every read has become a version: during the flood a read may be under way
+        # for a version not taken yet, wherever the loop's turns fall on a loaded machine.
+        reads = sum(running.reads.values())
+        assert reads <= 50 * (published + 1), f"a Marquee read once per version: {reads}"
 
 
 async def events_of(stream: aiohttp.ClientResponse, versions: list[int]) -> None:
