@@ -20,7 +20,7 @@ def filter_known_dependency_warnings() -> None:
     they warn)."""
     # cryptography 51 deprecated DSA (https://github.com/pyca/cryptography/pull/15597): every
     # public name of its dsa module warns when read, and asyncssh (2.24.1, the newest) still reads
-    # them at import time in asyncssh/crypto/misc.py and dsa.py, five or six warnings on every
+    # them at import time in asyncssh/crypto/misc.py and dsa.py: five warnings, ten lines, on every
     # command. asyncssh's tracking issue for cryptography's deprecations of this kind is
     # https://github.com/ronf/asyncssh/issues/826 (FFDH, cryptography 50). Drop this filter once
     # asyncssh stops touching the deprecated names.
