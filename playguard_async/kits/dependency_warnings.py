@@ -21,9 +21,9 @@ def filter_known_dependency_warnings() -> None:
     # cryptography 51 deprecated DSA (https://github.com/pyca/cryptography/pull/15597): every
     # public name of its dsa module warns when read, and asyncssh (2.24.1, the newest) still reads
     # them at import time in asyncssh/crypto/misc.py and dsa.py: five warnings, ten lines, on every
-    # command. asyncssh's tracking issue for cryptography's deprecations of this kind is
-    # https://github.com/ronf/asyncssh/issues/826 (FFDH, cryptography 50). Drop this filter once
-    # asyncssh stops touching the deprecated names.
+    # command. The nearest asyncssh issue is the same kind of warning for FFDH under cryptography
+    # 50, https://github.com/ronf/asyncssh/issues/826 (open); none for DSA was found. Drop this
+    # filter once asyncssh stops reading the deprecated names.
     warnings.filterwarnings(
         "ignore",
         message="DSA is deprecated",
