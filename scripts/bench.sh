@@ -18,6 +18,7 @@ run() {
 run bench/lock_cycle.py --seconds 1 --fanout 2000
 run bench/lock_topologies.py --seconds 0.5 --rounds 2
 run bench/fence_cost.py --rounds 50
+run bench/ssh_costs.py --rounds 20 --opens 300
 run bench/inventory_load.py --fleets 1000,10000 --rounds 1
 run bench/inventory_queries.py --rounds 2
 run bench/web_view.py --rounds 3

@@ -23,6 +23,7 @@ checks=0
 .venv/bin/mypy || checks=1
 .venv/bin/mypy bench || checks=1  # scripts beside each other, not a package: checked on their own
 .venv/bin/lint-imports || checks=1
+bash scripts/newest.sh || checks=1  # unit tests and a CLI smoke at the newest allowed versions
 
 tests=0
 .venv/bin/python -m pytest -ra "$@" 2>&1 | tee "$logs/pytest" || tests=$?

@@ -24,8 +24,7 @@ from pathlib import Path
 from typing import Any, TypeAlias
 
 from redis.asyncio import BlockingConnectionPool, Redis, RedisCluster, Sentinel
-from redis.asyncio.client import Pipeline
-from redis.asyncio.cluster import ClusterNode, ClusterPipeline
+from redis.asyncio.cluster import ClusterNode
 from redis.asyncio.connection import Connection
 from redis.asyncio.sentinel import SentinelConnectionPool
 from redis.commands.core import AsyncScript
@@ -38,9 +37,6 @@ from playguard_async.kits.aio import bounded
 
 RedisClient: TypeAlias = Redis | RedisCluster
 """What every module holds: a client of one server or Sentinel's primary, or of a Cluster."""
-
-RedisPipeline: TypeAlias = Pipeline | ClusterPipeline
-"""``RedisClient.pipeline()`` of either kind."""
 
 KEEPALIVE_PROBES = 3
 """TCP keepalive probes left unanswered before the kernel ends an idle connection."""

@@ -617,6 +617,12 @@ cli.add_command(db)
 
 
 def main() -> None:
+    """The ``playguard`` command, the daemon's too (``playguard run``, ``python -m
+    playguard_async``): dependency warnings a person cannot act on are filtered first, before any
+    command imports the dependency that raises them."""
+    from playguard_async.kits.dependency_warnings import filter_known_dependency_warnings
+
+    filter_known_dependency_warnings()
     cli(prog_name="playguard")
 
 

@@ -16,6 +16,7 @@ from playguard_async.coordination.marquee_reads import MarqueeStory
 from playguard_async.coordination.records import CycleRecords
 from playguard_async.operator.fleet import OperateError, open_fleet
 from playguard_async.service.fleet_picture import steered_story
+from playguard_async.service.wiring import inventory_source
 from playguard_async.settings import Settings
 
 
@@ -25,11 +26,14 @@ async def marquee_story(
     """``name``'s lock, fences, last cycle and up to ``limit`` recent cycles, newest first; its
     mode, pause and when its maintenance windows next open after ``now`` (default: now)."""
     async with open_fleet(settings) as fleet:
-        inventory = await fleet.inventory()
+        # The error names where the desired state came from: the YAML file's path, or the
+        # database's URL (which never carries its password).
+        source = inventory_source(settings)
+        inventory = await source.load()
         try:
             marquee = inventory.marquee(name)
         except KeyError:
-            raise OperateError(f"no Marquee named {name!r} in {settings.inventory}") from None
+            raise OperateError(f"no Marquee named {name!r} in {source.describe()}") from None
         records = CycleRecords(
             fleet.redis,
             history_length=settings.history_length,

@@ -1,10 +1,10 @@
 """SSH connections kept open between the cycles of the same Marquee: a bounded pool.
 
 A new connection costs far more, ours and the host's CPU, than a cycle's commands on an open one
-(bench/README.md, FACTS.md); a cycle every minute per Marquee makes it the largest share of a
-converged cycle's cost. The pool keeps a
-connection after its cycle ends and hands it to the next cycle of the same Marquee, under rules
-that keep it no weaker than a fresh one:
+(bench/README.md, "Facts the code relies on"); a cycle every minute per Marquee makes it the
+largest share of a converged cycle's cost. The pool keeps a connection after its cycle ends and
+hands it to the next cycle of the same Marquee, under rules that keep it no weaker than a fresh
+one:
 
 - A connection is keyed on the whole Marquee entry (host, port, user, files, sockets, state
   directory: everything the inventory says of it) and on the bytes of its identity and

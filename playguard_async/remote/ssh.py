@@ -62,7 +62,8 @@ log = structlog.get_logger("playguard.remote")
 _T = TypeVar("_T")
 
 # sshd's MaxSessions (10 by default) caps channels per connection, and kept at 10 in flight it
-# refuses some opens (a slot frees a moment after the client sees a channel close; FACTS.md).
+# refuses some opens: a slot frees a moment after the client sees a channel close (bench/README.md,
+# "Facts the code relies on").
 # Commands, Docker API connections and a kill together stay well below it; a refused open is
 # retried.
 COMMAND_CHANNELS = 5

@@ -127,12 +127,12 @@ def test_history_lists_the_records_newest_first_within_the_limit(two_cycles: Pla
 
 
 @pytest.mark.parametrize("command", ["describe", "history"])
-def test_a_marquee_not_in_the_inventory_is_one_line_and_exit_1(
+def test_a_marquee_not_in_the_inventory_is_one_line_naming_the_file_and_exit_1(
     two_cycles: Playguard, command: str
 ) -> None:
     done = two_cycles(command, "nosuch")
     assert done.returncode == 1
-    assert_one_line_error(done, "no Marquee named 'nosuch'")
+    assert_one_line_error(done, f"no Marquee named 'nosuch' in {two_cycles.runner.inventory}")
 
 
 GARBAGE = [b"not json", b"[1, 2]", b'{"outcome": 5}', b"\xff\xfe", b"{" * 5000, b'{"cycle": "x"}']

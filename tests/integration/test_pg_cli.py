@@ -14,7 +14,7 @@ from playguard_lab import free_port
 from tests.support.cli import assert_one_line_error
 from tests.support.daemon import PLAYGUARD
 from tests.support.pg_inventory import by_name, full_document, load_yaml, write_inventory
-from tests.support.postgres import LabDatabase, playguard_with
+from tests.support.postgres import LabDatabase, migrated_fleet, playguard_with
 
 
 async def test_migrate_import_export_from_the_command_line(
@@ -122,3 +122,17 @@ def test_import_is_bounded_by_the_daemons_inventory_max_bytes(
         assert_one_line_error(done, f"{source}: cannot read inventory: {size} bytes, more than "
                               f"the limit of {limit}")  # fmt: skip
         assert "name:" not in exported.stdout  # nothing written
+
+
+@pytest.mark.parametrize("command", ["describe", "history"])
+async def test_a_marquee_not_in_the_database_is_one_line_naming_the_database(
+    postgres: LabDatabase, tmp_path: Path, command: str
+) -> None:
+    connection = await migrated_fleet(postgres, write_inventory(tmp_path, full_document()))
+    await connection.close()
+
+    done = playguard_with(postgres, command, "nosuch")
+
+    assert_one_line_error(done, f"no Marquee named 'nosuch' in {postgres.url}")
+    assert postgres.password not in done.stderr + done.stdout
+    assert ".yaml" not in done.stderr, "names the YAML inventory the settings do not use"

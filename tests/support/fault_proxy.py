@@ -1,8 +1,9 @@
 """A TCP relay on 127.0.0.1 in front of a real server that makes the link slow, stalled or cut.
 
-The kernel here has no ``netem`` (FACTS.md), so latency, bandwidth limits and connections that stay
-open while no byte moves are made in user space: clients connect to ``FaultProxy.port`` and every
-byte goes through two pumps per connection, one per direction (``UP``: client to server, ``DOWN``:
+The kernel here has no ``netem`` qdisc (``tc qdisc add dev lo root netem delay 1ms`` answers
+"Specified qdisc kind is unknown"), so latency, bandwidth limits and connections that stay open
+while no byte moves are made in user space: clients connect to ``FaultProxy.port`` and every byte
+goes through two pumps per connection, one per direction (``UP``: client to server, ``DOWN``:
 server to client). Each direction has a ``Shape`` that can be changed at any time and applies to
 every open connection at once, bytes already on their way included:
 
