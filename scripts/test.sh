@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything, then runs the checks CI runs: ruff, mypy --strict, the import-linter
-# contracts, the whole test suite, and a 5-minute soak (3 replicas x 10 Marquees under random
-# network and process faults; bench/soak.py, exits non-zero on a violated check).
+# contracts, the unit tests and a CLI smoke test at the newest versions our ranges allow
+# (scripts/newest.sh), the whole test suite, and a 5-minute soak (3 replicas x 10 Marquees under
+# random network and process faults; bench/soak.py, exits non-zero on a violated check).
 # Tests start their own real servers on loopback; under CI=true a missing one fails, never skips.
 #
 # The soak runs beside the rest from the start: it starts its own redis-server and sshd on
