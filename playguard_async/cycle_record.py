@@ -7,13 +7,20 @@ the cuts in ``truncated``); PostgreSQL receives it as the observed state
 (``operator.fleet``, ``operator.describe``). A record read back is outside input (anything with
 access to Redis may have written the key), so readers take it as a ``StoredRecord`` and read its
 fields through the functions here, which refuse what is not of the written type.
+
+One phase's findings are read by other layers too: ``reconcile_playgrounds`` writes one
+``PlaygroundFinding`` per Playground, which the observed-state write-back
+(``desired_state.observed_state``) and the readers of a Marquee (``coordination.marquee_reads``)
+take back. Its shape is here, below all three, with its one encoder (``PlaygroundFinding.to_json``)
+and its one decoder (``playground_findings``), so that no reader knows the keys.
 """
 
 from __future__ import annotations
 
 import enum
 from collections.abc import Iterator, Mapping
-from typing import Any, TypedDict, TypeGuard, TypeVar
+from dataclasses import dataclass
+from typing import Any, NotRequired, TypedDict, TypeGuard, TypeVar
 
 
 class NoticeKind(enum.StrEnum):
@@ -117,3 +124,118 @@ def notices_of(record: StoredRecord) -> Iterator[tuple[str, NoticeKind, str, str
                 typed(notice["subject"], str),
                 typed(notice["detail"], str),
             )
+
+
+PLAYGROUND_FINDINGS = "playgrounds"
+"""The key of a phase's findings that holds its ``PlaygroundFinding``s, by Playground name."""
+
+
+class PlaygroundFindingRecord(TypedDict):
+    """A ``PlaygroundFinding`` as written in a cycle record: the fields it has no value for are
+    left out. ``state`` is always there (null only for a finding read back without one)."""
+
+    state: str | None
+    drift: list[str]
+    actions: list[str]
+    last_good: NotRequired[str]
+    rollback: NotRequired[str]
+    health: NotRequired[str]
+    unhealthy: NotRequired[dict[str, str]]
+    rollback_health: NotRequired[str]
+    held: NotRequired[str]
+
+
+@dataclass(frozen=True)
+class PlaygroundFinding:
+    """What one cycle's ``reconcile_playgrounds`` found of and did to one Playground."""
+
+    state: str | None
+    """``running``, ``stopped``, ``branch_gone``, ``expired``, or ``no_checkout`` when sync_git
+    has not cloned it yet. The phase always says; None is a record read back that did not."""
+    drift: tuple[str, ...] = ()
+    """Why it was (or in dry-run would be) changed."""
+    actions: tuple[str, ...] = ()
+    """What was done for it, in order."""
+    last_good: str | None = None
+    """Its last good state (``service=repo@sha256:...``), as its health record holds it."""
+    rollback: str | None = None
+    """``rolled back to <digests> because <reason>``, while it runs its last good state."""
+    health: str | None = None
+    """What the health gate said, when it ran: ``healthy``, ``pending``, ``unhealthy``; or
+    ``held`` (its inputs failed, and it is left as it is)."""
+    unhealthy: Mapping[str, str] | None = None
+    """Service -> ``state: detail`` for each service the gate found not healthy."""
+    rollback_health: str | None = None
+    """What the health gate said of the rollback this cycle made: ``healthy``, ``pending`` or
+    ``unhealthy``."""
+    held: str | None = None
+    """Why its failed inputs were not tried again."""
+
+    def to_json(self) -> PlaygroundFindingRecord:
+        """The finding as a cycle record holds it: the one encoder of the shape, whose output
+        ``playground_findings`` decodes."""
+        encoded: PlaygroundFindingRecord = {
+            "state": self.state,
+            "drift": list(self.drift),
+            "actions": list(self.actions),
+        }
+        if self.last_good is not None:
+            encoded["last_good"] = self.last_good
+        if self.rollback is not None:
+            encoded["rollback"] = self.rollback
+        if self.health is not None:
+            encoded["health"] = self.health
+        if self.unhealthy is not None:
+            encoded["unhealthy"] = dict(self.unhealthy)
+        if self.rollback_health is not None:
+            encoded["rollback_health"] = self.rollback_health
+        if self.held is not None:
+            encoded["held"] = self.held
+        return encoded
+
+
+def playground_findings(findings: object) -> dict[str, PlaygroundFinding]:
+    """Playground -> its finding, from a record's ``findings`` (phase -> that phase's findings),
+    whichever phase wrote them. A record read back is outside input: what is not in the written
+    shape reads as absent, never as an error: a finding that is not an object, a field of another
+    type (a list field keeps its strings only)."""
+    found: dict[str, PlaygroundFinding] = {}
+    for phase_findings in mapping(findings).values():
+        for name, value in mapping(mapping(phase_findings).get(PLAYGROUND_FINDINGS)).items():
+            finding = _playground_finding(value)
+            if isinstance(name, str) and finding is not None:
+                found[name] = finding
+    return found
+
+
+def _playground_finding(value: object) -> PlaygroundFinding | None:
+    if not isinstance(value, Mapping):
+        return None
+    fields: Mapping[str, Any] = value
+    return PlaygroundFinding(
+        state=_string(fields.get("state")),
+        drift=_strings(fields.get("drift")),
+        actions=_strings(fields.get("actions")),
+        last_good=_string(fields.get("last_good")),
+        rollback=_string(fields.get("rollback")),
+        health=_string(fields.get("health")),
+        unhealthy=_string_map(fields.get("unhealthy")),
+        rollback_health=_string(fields.get("rollback_health")),
+        held=_string(fields.get("held")),
+    )
+
+
+def _string(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _strings(value: object) -> tuple[str, ...]:
+    return tuple(item for item in listed(value) if isinstance(item, str))
+
+
+def _string_map(value: object) -> dict[str, str] | None:
+    if not isinstance(value, Mapping):
+        return None
+    return {
+        key: text for key, text in value.items() if isinstance(key, str) and isinstance(text, str)
+    }

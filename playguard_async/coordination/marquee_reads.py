@@ -37,6 +37,7 @@ from playguard_async.cycle_record import (
     mapping,
     notices_of,
     optional,
+    playground_findings,
     seconds,
     typed,
 )
@@ -320,15 +321,13 @@ def phase_steps(record: StoredRecord) -> list[PhaseStep]:
 
 
 def last_good_states(record: StoredRecord) -> dict[str, str]:
-    """Playground -> its last good state, from the ``playgrounds`` findings of a stored record;
-    what is not in the written shape is left out."""
-    found: dict[str, str] = {}
-    for findings in mapping(record.get("findings")).values():
-        for name, playground in mapping(mapping(findings).get("playgrounds")).items():
-            good = mapping(playground).get("last_good")
-            if isinstance(name, str) and isinstance(good, str):
-                found[name] = good
-    return found
+    """Playground -> its last good state, from the Playground findings of a stored record; what
+    is not in the written shape is left out."""
+    return {
+        name: found.last_good
+        for name, found in playground_findings(record.get("findings")).items()
+        if found.last_good is not None
+    }
 
 
 def _is_counter(value: object) -> TypeGuard[bytes]:

@@ -21,7 +21,7 @@ from typing import Any
 import asyncpg
 import structlog
 
-from playguard_async.cycle_record import CycleRecord
+from playguard_async.cycle_record import CycleRecord, playground_findings
 from playguard_async.desired_state.pg import (
     DEFAULT_SCHEMA,
     PasswordSource,
@@ -64,19 +64,17 @@ its slot, kept 8 replicas of a 100,000-Marquee fleet from cycling it within a ti
 
 
 def playground_rows(record: Mapping[str, Any]) -> list[tuple[Any, ...]]:
-    """Each reconciled Playground of a cycle record, as a ``playground_status`` row."""
+    """Each reconciled Playground of a cycle record, as a ``playground_status`` row (one whose
+    finding does not say its state has none: the column holds a state)."""
     finished = datetime.fromtimestamp(record["finished_at"], UTC)
-    rows = []
-    for findings in record["findings"].values():
-        playgrounds = findings.get("playgrounds") if isinstance(findings, dict) else None
-        for name, found in (playgrounds or {}).items():
-            actions = found.get("actions") or []
-            rows.append((
-                name, record["marquee"], str(found.get("state")),
-                json.dumps(list(found.get("drift") or [])),
-                str(actions[-1]) if actions else None, record["cycle"], finished,
-            ))  # fmt: skip
-    return rows
+    return [
+        (
+            name, record["marquee"], found.state, json.dumps(list(found.drift)),
+            found.actions[-1] if found.actions else None, record["cycle"], finished,
+        )
+        for name, found in playground_findings(record["findings"]).items()
+        if found.state is not None
+    ]  # fmt: skip
 
 
 class ObservedStateWriter:

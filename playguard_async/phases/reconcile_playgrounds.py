@@ -31,11 +31,15 @@ import hashlib
 import time
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any
 
-from playguard_async.cycle_record import NoticeKind
+from playguard_async.cycle_record import (
+    PLAYGROUND_FINDINGS,
+    NoticeKind,
+    PlaygroundFinding,
+    PlaygroundFindingRecord,
+)
 from playguard_async.desired_state.inventory import (
     InventoryError,
     Playground,
@@ -86,12 +90,13 @@ class ReconcilePlaygrounds:
     name = "reconcile_playgrounds"
 
     async def __call__(self, ctx: CycleContext) -> PhaseReport:
-        """Findings: ``playgrounds``, playground -> ``state`` (running, stopped, branch_gone,
-        expired, or no_checkout when sync_git has not cloned it yet), ``drift`` (why it was or
-        would be changed) and ``actions`` (what was done for it)."""
+        """Findings: ``playgrounds``, playground -> its ``PlaygroundFinding`` (``cycle_record``):
+        its state, drift (why it was or would be changed), actions (what was done for it) and
+        what its health gate and rollback came to."""
         session = await ctx.remote()
         playgrounds = ctx.inventory.playgrounds_on(ctx.marquee.name)
-        report = PhaseReport(findings={"playgrounds": {}})
+        found: dict[str, PlaygroundFindingRecord] = {}
+        report = PhaseReport(findings={PLAYGROUND_FINDINGS: found})
         if not playgrounds:
             return report
         containers = await list_ours(session)
@@ -109,16 +114,19 @@ class ReconcilePlaygrounds:
         unhealthy: list[str] = []
         for playground, project in zip(playgrounds, projects, strict=True):
             playground_mark = len(session.actions)
-            found: dict[str, Any] = {}
             own = owned[playground.name]
+            finding: PlaygroundFinding
             if playground.name in expired:
                 reason = f"expired at {expired[playground.name].isoformat()}"
-                state, drift = "expired", await _take_down(session, project, own, reason)
+                drift = await _take_down(session, project, own, reason)
+                finding = PlaygroundFinding("expired", tuple(drift))
             elif playground.state == "stopped":
-                state, drift = "stopped", await _stop(session, project, own, "state is stopped")
+                drift = await _stop(session, project, own, "state is stopped")
+                finding = PlaygroundFinding("stopped", tuple(drift))
             elif playground.name in gone:
                 reason = f"branch {playground.branch} is gone"
-                state, drift = "branch_gone", await _stop(session, project, own, reason)
+                drift = await _stop(session, project, own, reason)
+                finding = PlaygroundFinding("branch_gone", tuple(drift))
             else:
                 playspec = ctx.inventory.playspec_of(playground)
                 running = _Running(
@@ -126,17 +134,15 @@ class ReconcilePlaygrounds:
                     ctx.inventory.registry_of(playspec),
                 )  # fmt: skip
                 converged = await running.converge(records)
-                state, drift, found = converged.state, converged.drift, converged.found
+                finding = converged.finding
                 report.notices += converged.notices
                 if converged.unhealthy is not None and playspec.rollback != "off":
                     unhealthy.append(f"playground {playground.name} {converged.unhealthy}")
-            report.findings["playgrounds"][playground.name] = {
-                "state": state,
-                "drift": drift,
-                "actions": session.actions_since(playground_mark),
-                **found,
-            }
-            report.notices += [Notice(NoticeKind.DRIFT, playground.name, why) for why in drift]
+            actions = tuple(session.actions_since(playground_mark))
+            found[playground.name] = replace(finding, actions=actions).to_json()
+            report.notices += [
+                Notice(NoticeKind.DRIFT, playground.name, why) for why in finding.drift
+            ]
         report.unhealthy = "; ".join(unhealthy) or None
         await keep_answers(session, list(states.values()))
         return report
@@ -193,13 +199,11 @@ async def _stop(
 
 @dataclass
 class _Converged:
-    """What converging one running Playground came to: its finding's fields beyond ``state``
-    and ``drift``, its notices, and in a few words why it is unhealthy, for the cycle's outcome
-    (None when it is not known to be; the notices carry the details)."""
+    """What converging one running Playground came to: its finding (its actions are the
+    caller's to add), its notices, and in a few words why it is unhealthy, for the cycle's
+    outcome (None when it is not known to be; the notices carry the details)."""
 
-    state: str
-    drift: list[str] = field(default_factory=list)
-    found: dict[str, Any] = field(default_factory=dict)
+    finding: PlaygroundFinding
     notices: list[Notice] = field(default_factory=list)
     unhealthy: str | None = None
 
@@ -239,7 +243,7 @@ class _Running:
         )  # fmt: skip
         services = await compose.services()
         if services is None:
-            return _Converged("no_checkout")
+            return _Converged(PlaygroundFinding("no_checkout"))
         plain = override_content(project.marquee.name, project.playground, services)
         images = await image_ids(session, playspec.images)
         inputs = input_digest(compose.file_digests(), plain, images)
@@ -253,7 +257,9 @@ class _Running:
         )
         changing = time.monotonic()
         drift = await self._bring_up(services, override)
-        result = _Converged("running", drift, found=_last_good_of(record))
+        result = _Converged(
+            PlaygroundFinding("running", tuple(drift), last_good=_last_good_of(record))
+        )
         verified = record.last_good is not None and record.last_good.inputs == inputs
         if pinned is not None:
             _say_rolled_back(project, record, result, now=bool(drift) and not session.dry_run)
@@ -268,7 +274,7 @@ class _Running:
             secrets=_secrets(self.registry),
         )
         if health.healthy:
-            result.found["health"] = "healthy"
+            result.finding = replace(result.finding, health="healthy")
             if drift:
                 await compose.learn_after_up(health.labels)
             if not held:
@@ -280,14 +286,13 @@ class _Running:
                 )
                 if record != HealthRecord(last_good=good):
                     await write_record(session, project.playground, HealthRecord(last_good=good))
-                result.found["last_good"] = good.shown()
+                result.finding = replace(result.finding, last_good=good.shown())
             return result
         if not time_up:
-            result.found["health"] = "pending"
+            result.finding = replace(result.finding, health="pending")
             return result
         reason = "; ".join(f"{service}: {why}" for service, why in health.problems().items())
-        result.found["health"] = "unhealthy"
-        result.found["unhealthy"] = health.problems()
+        result.finding = replace(result.finding, health="unhealthy", unhealthy=health.problems())
         result.unhealthy = "unhealthy"
         result.notices.append(Notice(NoticeKind.UNHEALTHY, project.playground, reason))
         if held or verified:
@@ -361,8 +366,9 @@ class _Running:
         health, time_up = await wait_healthy(
             session, project, services, timeout=self.playspec.health_timeout, changed=changing
         )
-        result.found["rollback_health"] = (
-            "healthy" if health.healthy else "unhealthy" if time_up else "pending"
+        result.finding = replace(
+            result.finding,
+            rollback_health="healthy" if health.healthy else "unhealthy" if time_up else "pending",
         )
 
 
@@ -375,7 +381,7 @@ def _say_rolled_back(
     assert record.last_good is not None
     assert record.failed is not None
     words = f"rolled back to {record.last_good.shown()} because {record.failed.reason}"
-    result.found["rollback"] = words
+    result.finding = replace(result.finding, rollback=words)
     kind = NoticeKind.ROLLED_BACK if now else NoticeKind.UNHEALTHY
     result.notices.append(Notice(kind, project.playground, words))
     result.unhealthy = "rolled back to its last good state"
@@ -391,18 +397,17 @@ def _held(project: ComposeProject, record: HealthRecord, playspec: Playspec) -> 
     if playspec.rollback == "auto":
         why += "; no last good state to roll back to"
     held = _Converged(
-        "running",
-        found={**_last_good_of(record), "health": "held", "held": why},
+        PlaygroundFinding("running", last_good=_last_good_of(record), health="held", held=why),
         unhealthy="held back: its inputs failed",
     )
     held.notices.append(Notice(NoticeKind.UNHEALTHY, project.playground, why))
     return held
 
 
-def _last_good_of(record: HealthRecord) -> dict[str, str]:
-    """The finding of the Playground's last good state, in every cycle (``describe`` shows the
-    last cycle's)."""
-    return {} if record.last_good is None else {"last_good": record.last_good.shown()}
+def _last_good_of(record: HealthRecord) -> str | None:
+    """The Playground's last good state as its finding holds it, in every cycle (``describe``
+    shows the last cycle's)."""
+    return None if record.last_good is None else record.last_good.shown()
 
 
 async def _running_images(session: RemoteSession, health: PlaygroundHealth) -> dict[str, str]:

@@ -24,11 +24,12 @@ from playguard_async.engine.scheduler import Engine
 from playguard_async.kits.aio import background
 from playguard_async.kits.capacity import raise_open_files_limit
 from playguard_async.service.endpoints import application, serving
-from playguard_async.service.fleet_picture import FleetPicture, Listed, steered_story
+from playguard_async.service.fleet_picture import FleetPicture, Listed
 from playguard_async.service.http_guard import HostRule, HttpGuard
 from playguard_async.service.liveness import Liveness
 from playguard_async.service.metrics import Metrics
 from playguard_async.service.notifications import ChangeNotifier, news_of
+from playguard_async.service.story import steered_story
 from playguard_async.service.systemd import Notifier, report_to_systemd, watchdog_interval
 from playguard_async.service.web_view import WebView
 from playguard_async.service.wiring import (

@@ -30,7 +30,6 @@ import math
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 
 import structlog
 from redis.exceptions import RedisError, ResponseError
@@ -39,11 +38,8 @@ from playguard_async.coordination.marquee_reads import (
     MarqueeStatus,
     MarqueeStory,
     read_status,
-    read_story,
 )
 from playguard_async.coordination.records import CycleRecords, follow_cycle_ends
-from playguard_async.desired_state.inventory import Marquee
-from playguard_async.desired_state.windows import Window, next_opening
 from playguard_async.engine.results import CycleResult, one_line
 
 log = structlog.get_logger("playguard.web")
@@ -257,25 +253,3 @@ async def _either(first: asyncio.Event, second: asyncio.Event) -> None:
     finally:
         for waiter in waiters:
             waiter.cancel()
-
-
-async def steered_story(
-    records: CycleRecords,
-    marquee: Marquee,
-    fleet_windows: Sequence[Window],
-    *,
-    limit: int,
-    now: datetime | None = None,
-) -> MarqueeStory:
-    """``marquee``'s story from Redis with what the desired state steers it by: its mode, and
-    its maintenance windows (its own, else ``fleet_windows``) and when they next open after
-    ``now`` (default: now). ``playguard describe`` and the web view's Marquee page both tell it."""
-    windows = marquee.windows if marquee.windows is not None else list(fleet_windows)
-    return await read_story(
-        records,
-        marquee.name,
-        limit=limit,
-        mode=marquee.mode,
-        windows=len(windows),
-        next_opening=next_opening(windows, now or datetime.now(UTC)) if windows else None,
-    )

@@ -39,7 +39,7 @@ from playguard_async.desired_state.windows import (
     verdict,
 )
 from playguard_async.engine.cycle import Cycle
-from playguard_async.service import fleet_picture
+from playguard_async.service import story
 from playguard_async.settings import Settings, SettingsError, load_settings
 
 BERLIN = "Europe/Berlin"
@@ -528,9 +528,9 @@ async def test_the_marquee_page_of_a_window_croniter_cannot_answer_for_is_told(
         told.update(steering, name=name)
         return told
 
-    monkeypatch.setattr(fleet_picture, "read_story", read_story)
+    monkeypatch.setattr(story, "read_story", read_story)
     marquee = Marquee(name="m1", host="127.0.0.1", user="u", identity_file=Path("id"),
                       known_hosts=Path("kh")).model_copy(update={"windows": [broken]})  # fmt: skip
     records: Any = None
-    await fleet_picture.steered_story(records, marquee, (), limit=5, now=at("2026-12-05 12:00"))
+    await story.steered_story(records, marquee, (), limit=5, now=at("2026-12-05 12:00"))
     assert (told["name"], told["windows"], told["next_opening"]) == ("m1", 1, None)
