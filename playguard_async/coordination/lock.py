@@ -56,7 +56,7 @@ from structlog.typing import FilteringBoundLogger
 
 from playguard_async.coordination.client import RedisClient
 from playguard_async.coordination.foreign import ForeignType, is_wrong_type, type_of
-from playguard_async.coordination.keys import fence_key, lock_key, once_key
+from playguard_async.coordination.keys import fence_key, lock_key
 from playguard_async.coordination.lock_transport import (
     ScriptCall,
     Unreplicated,
@@ -763,21 +763,6 @@ async def read_lock(
     return state, fence_foreign
 
 
-async def once(
-    redis: RedisClient, name: str, ttl: float, *, timeout: float = DEFAULT_TIMEOUT
-) -> bool:
-    """True the first time ``name`` is seen within ``ttl`` seconds, False after that.
-
-    The light guard for "don't fire this twice": a plain NX key, no token, no renewal. A Redis error
-    propagates (as ``LockUnavailable``), so the caller decides whether not firing is the safe side.
-    """
-    try:
-        created = await bounded(timeout, redis.set(once_key(name), "1", nx=True, px=_ms(ttl)))
-    except Exception as exc:
-        raise LockUnavailable(name) from exc
-    return bool(created)
-
-
 __all__ = [
     "Holder",
     "Lease",
@@ -789,6 +774,5 @@ __all__ = [
     "ReleaseResult",
     "TokenLock",
     "inspect_lock",
-    "once",
     "read_lock",
 ]

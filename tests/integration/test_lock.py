@@ -24,8 +24,8 @@ from playguard_async.coordination.lock import (
     ReleaseResult,
     TokenLock,
     inspect_lock,
-    once,
 )
+from playguard_async.service.notifications import once
 from playguard_lab import RedisServer
 from tests.support.topologies import TopologyUnderTest
 
