@@ -13,7 +13,7 @@ on Redis's own clock (converted from a TIME read on the connection that carries 
 acquiring script refuses itself past that moment; the client's clean-up waits for that moment too.
 See ``ACQUIRE_SCRIPT``.
 
-Every script call leaves through the lock's ``transport`` (``lock_transport``): the command
+Every script call leaves through the lock's ``sender`` (``sender.sender_for``): the command
 channel, a pool connection, or a pool connection followed by WAIT for ``min_replicas``.
 
 Uncertainty is loss: any error while renewing, including a Redis that does not answer in time,
@@ -57,11 +57,11 @@ from structlog.typing import FilteringBoundLogger
 from playguard_async.coordination.client import RedisClient
 from playguard_async.coordination.foreign import ForeignType, is_wrong_type, type_of
 from playguard_async.coordination.keys import fence_key, lock_key
-from playguard_async.coordination.lock_transport import (
+from playguard_async.coordination.sender import (
     ScriptCall,
     Unreplicated,
     script_value,
-    transport_for,
+    sender_for,
 )
 from playguard_async.kits.aio import bounded, detached
 
@@ -353,7 +353,7 @@ class Lease:
     """Bound once to the lock's name and this fence: structlog's module-level proxy cost more
     per line than a renewal's own work."""
     _renewal: ScriptCall | None = field(default=None, init=False, repr=False)
-    """The renewal as the lock's transport sends it, built once per lease (it never changes)."""
+    """The renewal as the lock's sender sends it, built once per lease (it never changes)."""
 
     def __post_init__(self) -> None:
         self._log = log.bind(lock=self.lock.name, fence=self.fence)
@@ -378,13 +378,13 @@ class Lease:
             raise RuntimeError(f"lease on {self.name!r} was already released")
         lock = self.lock
         if self._renewal is None:
-            self._renewal = lock.transport.prepare(
+            self._renewal = lock.sender.prepare(
                 lock.scripts.renew, lock.keys_with_pause(lock.key), [self.record, lock.ttl_ms],
                 replicated=True,
             )  # fmt: skip
         sent = time.monotonic()
         try:
-            answer = await lock.transport.call(self._renewal)
+            answer = await lock.sender.call(self._renewal)
         except Exception as exc:
             self._log.warning("lock.lost", reason="unreachable", error=repr(exc))
             raise LockLost(self.name, "unreachable") from exc
@@ -558,7 +558,7 @@ class TokenLock:
         self.fence_key = fence_key(name)
         self.pause_key = pause_key
         self.scripts = _scripts_of(redis)
-        self.transport = transport_for(
+        self.sender = sender_for(
             redis, timeout=timeout, min_replicas=min_replicas, replica_timeout=replica_timeout
         )
 
@@ -566,8 +566,8 @@ class TokenLock:
         """Start the compare-and-delete of ``record``: it runs to its end whatever its caller
         does, bounded by the lock's timeout. The one way a lease is released outside a cycle's
         ending, and an abandoned acquisition undone."""
-        return self.transport.call(
-            self.transport.prepare(self.scripts.release, [self.key], [record]), patient=True
+        return self.sender.call(
+            self.sender.prepare(self.scripts.release, [self.key], [record]), patient=True
         )
 
     def keys_with_pause(self, *keys: str) -> list[str]:
@@ -601,15 +601,15 @@ class TokenLock:
         # The round trip runs on regardless of this caller, so that an abandoned acquisition can
         # be undone once its answer shows whether the SET landed: a compare-and-delete sent
         # before that answer could overtake the SET on another connection.
-        attempt = self.transport.call(
-            self.transport.prepare(
+        attempt = self.sender.call(
+            self.sender.prepare(
                 self.scripts.acquire, self.keys_with_pause(self.key, self.fence_key),
                 [record, self.ttl_ms], replicated=True,
             ),
             not_after=not_after,
         )  # fmt: skip
         try:
-            answer = await self.transport.outlasting(attempt)
+            answer = await self.sender.outlasting(attempt)
         except asyncio.CancelledError:
             attempt.add_done_callback(lambda done: self._undo(done, record, not_after))
             raise
@@ -678,7 +678,7 @@ class TokenLock:
         try:
             outcome = await bounded(
                 self.timeout,
-                self.transport.outlasting(self.delete_record(record)),
+                self.sender.outlasting(self.delete_record(record)),
             )
         except Exception as exc:
             # Returned as UNKNOWN, which each caller says in its own words.
@@ -695,11 +695,9 @@ class TokenLock:
         Raises ``LockUnavailable`` when Redis cannot be reached.
         """
         try:
-            value = await self.transport.outlasting(
-                self.transport.call(
-                    self.transport.prepare(
-                        self.scripts.raise_fence, [self.fence_key], [int(accepted)]
-                    )
+            value = await self.sender.outlasting(
+                self.sender.call(
+                    self.sender.prepare(self.scripts.raise_fence, [self.fence_key], [int(accepted)])
                 )
             )
         except Exception as exc:
