@@ -11,7 +11,7 @@ connection's TCP send queue and be delivered by the kernel's next retransmission
 deleted what it might have written. So each acquire carries the moment after which it must not run,
 on Redis's own clock (converted from a TIME read on the connection that carries it), and the
 acquiring script refuses itself past that moment; the client's clean-up waits for that moment too.
-See ``ACQUIRE_SCRIPT``.
+See ``lock_scripts.ACQUIRE_SCRIPT``.
 
 Every script call leaves through the lock's ``sender`` (``sender.sender_for``): the command
 channel, a pool connection, or a pool connection followed by WAIT for ``min_replicas``.
@@ -44,19 +44,18 @@ import os
 import socket
 import time
 import uuid
-import weakref
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 import structlog
-from redis.commands.core import AsyncScript
 from redis.exceptions import ConnectionError as RedisConnectionError
 from structlog.typing import FilteringBoundLogger
 
 from playguard_async.coordination.client import RedisClient
 from playguard_async.coordination.foreign import ForeignType
 from playguard_async.coordination.keys import fence_key, lock_key
+from playguard_async.coordination.lock_scripts import LATE, is_pause, scripts_of
 from playguard_async.coordination.sender import (
     ScriptCall,
     Unreplicated,
@@ -68,119 +67,6 @@ from playguard_async.kits.aio import bounded, detached
 log = structlog.get_logger("playguard.lock")
 
 LossReason = Literal["expired", "stolen", "unreachable", "fenced", "unreplicated"]
-
-# What a lock's optional pause key holds the lock back with: false when no key is given or the
-# key is absent; its value when it is a string key, whatever it holds (ours or not: someone meant
-# it); and when it holds another type (a hash, a list... : not ours, and someone meant something
-# by it), a one-element array of that type's name, so a key of another type pauses too, as
-# ``pause.paused`` reads it for operators. pcall: the key's type must not fail the scripts.
-_PAUSE_OF = """
-local function pause_of(key)
-    if key == nil then
-        return false
-    end
-    local value = redis.pcall('GET', key)
-    if type(value) == 'table' then
-        return {redis.call('TYPE', key)['ok']}
-    end
-    return value
-end
-"""
-
-# KEYS[1] lock key, KEYS[2] fence counter, KEYS[3] (only for a lock with a pause key) its pause
-# key. ARGV[1] holder record, ARGV[2] ttl in ms, ARGV[3] the acquire's not-after: microseconds on
-# Redis's clock (TIME), stamped by the client (see below).
-# Returns the new fence (integer) when the lock was free, nil when someone holds it (a lock key of
-# another type than a string too: SET NX leaves any existing key alone), LATE (-1) when Redis runs
-# it past its not-after, having written nothing, and what the pause key holds the lock back with
-# (``_PAUSE_OF``: a string, or a one-element array naming a foreign type) when it has one, having
-# written nothing, whoever holds the lock. The counter is only incremented by a successful SET:
-# while a lock is held, its fence equals the counter's value.
-#
-# Why the not-after: the client gives up on an acquire at its deadline D (``TokenLock.timeout``
-# after sending) and only then deletes, by exact value, the record it may have written. If TCP
-# delivers the acquire later than that (a retransmission after a network blip), a SET without
-# this check would take a free key for a whole ttl, held by no lease. D is stamped on Redis's clock
-# from a TIME read on the same connection, early by at most that read's round trip
-# (``channel.ServerClock``); so an acquire that runs at all ran before D, hence before the
-# clean-up, which removes it. Only Redis's clock is compared with a stamp, and only by Redis: the
-# replicas' clocks need no agreement with it or with each other, and a replica's not-after never
-# refuses another replica's acquire (each stamps its own). A Sentinel failover or a Cluster
-# resharding sends the acquire to another server, which is read again: every stamp is made on the
-# connection, so the server, that judges it. What is trusted is what the ttl already trusts: that
-# Redis's clock does not step back (keys expire by it).
-#
-# A counter holding anything but an integer (not written by us: a string of another text, or a key
-# of another type, read with pcall) is dropped first, or no lease could ever be had again: the
-# count restarts, and the hosts' fence checks refuse the low fences until the engine lifts the
-# counter to what they accepted (``raise_fence``).
-ACQUIRE_SCRIPT = f"""{_PAUSE_OF}
-local now = redis.call('TIME')
-if tonumber(now[1]) * 1000000 + tonumber(now[2]) > tonumber(ARGV[3]) then
-    return -1
-end
-local pause = pause_of(KEYS[3])
-if pause then
-    return pause
-end
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-    local counter = redis.pcall('GET', KEYS[2])
-    if counter and (type(counter) ~= 'string' or not string.match(counter, '^%d+$')) then
-        redis.call('DEL', KEYS[2])
-    end
-    return redis.call('INCR', KEYS[2])
-end
-return false
-"""
-
-# KEYS[1] lock key, KEYS[2] (only for a lock with a pause key) its pause key. ARGV[1] the holder
-# record written at acquire, ARGV[2] ttl in ms.
-# Returns 1 when renewed, 0 when the key is gone, -1 when another record holds it (or a value of
-# another type: pcall, never an error), and what the pause key holds the lock back with
-# (``_PAUSE_OF``) when renewed while it has one.
-RENEW_SCRIPT = f"""{_PAUSE_OF}
-local current = redis.pcall('GET', KEYS[1])
-if current == ARGV[1] then
-    redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    return pause_of(KEYS[2]) or 1
-end
-if current == false then
-    return 0
-end
-return -1
-"""
-
-# KEYS[1] lock key. ARGV[1] the holder record written at acquire.
-# Returns 1 when deleted, 0 when the key is gone, -1 when another record holds it (or a value of
-# another type: pcall, never an error; it is left where it is).
-RELEASE_SCRIPT = """
-local current = redis.pcall('GET', KEYS[1])
-if current == ARGV[1] then
-    redis.call('DEL', KEYS[1])
-    return 1
-end
-if current == false then
-    return 0
-end
-return -1
-"""
-
-# KEYS[1] fence counter. ARGV[1] a fence a host has accepted. Raises the counter to ARGV[1] when
-# it is lower (never lowers it); returns the counter's value afterwards. A counter holding
-# anything but a number (not written by us, of any type: pcall) is replaced.
-RAISE_FENCE_SCRIPT = """
-local current = redis.pcall('GET', KEYS[1])
-current = type(current) == 'string' and tonumber(current) or nil
-local seen = tonumber(ARGV[1])
-if current == nil or current < seen then
-    redis.call('SET', KEYS[1], ARGV[1])
-    return seen
-end
-return current
-"""
-
-LATE = -1
-"""ACQUIRE_SCRIPT's answer when Redis ran it past its not-after."""
 
 DEFAULT_TIMEOUT = 5.0
 """Bound on every Redis round trip made by the lock, in seconds."""
@@ -240,14 +126,8 @@ class ReleaseResult(enum.Enum):
     UNKNOWN = "unknown"
 
 
-def _is_pause(answer: object) -> bool:
-    """Whether a script's answer is what a pause key holds the lock back with (a string, or the
-    one-element array naming a foreign type: every other answer is an integer or nil)."""
-    return isinstance(answer, bytes | str | list)
-
-
 def _pause_record(lock: TokenLock, answer: bytes | str | list[Any]) -> bytes | str | ForeignType:
-    """A pause answer (``_is_pause``) as ``LockPaused.record``."""
+    """A pause answer (``lock_scripts.is_pause``) as ``LockPaused.record``."""
     if not isinstance(answer, list):
         return answer
     kind = answer[0] if answer else None
@@ -330,7 +210,7 @@ class Lease:
             self._log.debug("lock.renewed")
             return
         outcome = script_value(answer)
-        renewed = outcome == 1 or _is_pause(outcome)
+        renewed = outcome == 1 or is_pause(outcome)
         if renewed and isinstance(answer, Unreplicated):
             self._log.warning(
                 "lock.lost", reason="unreplicated", acknowledged=answer.acknowledged,
@@ -406,20 +286,6 @@ class Lease:
         return result
 
 
-@dataclass(frozen=True, slots=True)
-class _Scripts:
-    """The lock's scripts as registered with one client."""
-
-    acquire: AsyncScript
-    renew: AsyncScript
-    release: AsyncScript
-    raise_fence: AsyncScript
-
-
-# A TokenLock is made per cycle; registering (hashing) four scripts each time cost more than the
-# lock's own work (bench/README.md). Weak keys: a closed client's scripts go with it.
-_SCRIPTS: weakref.WeakKeyDictionary[RedisClient, _Scripts] = weakref.WeakKeyDictionary()
-
 _HOST = socket.gethostname()
 """Read once: a lock record names the machine, and asking the kernel per acquire costs."""
 
@@ -431,18 +297,6 @@ def _holder_fields(replica: str, pid: int) -> str:
     its own."""
     members = json.dumps({"replica": replica, "host": _HOST, "pid": pid}, separators=(",", ":"))
     return members[1:-1]
-
-
-def _scripts_of(redis: RedisClient) -> _Scripts:
-    scripts = _SCRIPTS.get(redis)
-    if scripts is None:
-        scripts = _SCRIPTS[redis] = _Scripts(
-            acquire=redis.register_script(ACQUIRE_SCRIPT),
-            renew=redis.register_script(RENEW_SCRIPT),
-            release=redis.register_script(RELEASE_SCRIPT),
-            raise_fence=redis.register_script(RAISE_FENCE_SCRIPT),
-        )
-    return scripts
 
 
 class TokenLock:
@@ -495,7 +349,7 @@ class TokenLock:
         self.key = lock_key(name)
         self.fence_key = fence_key(name)
         self.pause_key = pause_key
-        self.scripts = _scripts_of(redis)
+        self.scripts = scripts_of(redis)
         self.sender = sender_for(
             redis, timeout=timeout, min_replicas=min_replicas, replica_timeout=replica_timeout
         )
@@ -531,7 +385,7 @@ class TokenLock:
         holds a value, whoever holds the lock.
         Raises ``LockUnavailable`` when Redis cannot be reached. If the call is cancelled, or times
         out, after the command may have landed, our own record is deleted again (compare-and-delete,
-        so nobody else's), once Redis would refuse the command (see ``ACQUIRE_SCRIPT``).
+        so nobody else's), once Redis would refuse the command (``lock_scripts.ACQUIRE_SCRIPT``).
         """
         token, record = self._new_record()
         sent = time.monotonic()
@@ -562,7 +416,7 @@ class TokenLock:
             # TIME was read. Nothing was written; the next read sets the stamp right.
             log.warning("lock.acquire_late", lock=self.name)
             raise LockUnavailable(self.name)
-        if _is_pause(fence):
+        if is_pause(fence):
             log.debug("lock.paused", lock=self.name)
             raise LockPaused(self.name, _pause_record(self, fence))
         if fence is None:
@@ -589,7 +443,7 @@ class TokenLock:
         Redis refuses it, so the delete cannot be overtaken."""
         if not attempt.cancelled() and attempt.exception() is None:
             fence = script_value(attempt.result())
-            if fence is None or fence == LATE or _is_pause(fence):
+            if fence is None or fence == LATE or is_pause(fence):
                 return  # refused: nothing of ours was written
             self._send_undo(record)
             return

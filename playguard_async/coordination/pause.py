@@ -11,8 +11,8 @@ changing what should run.
 A key's value is outside input (anyone with redis-cli may have written it): a value this module
 did not write still pauses (the key is there, so someone meant it), and reads as an unknown
 record, never as an error. So does a key of another type than a string (a hash, a list...), for
-the lock's scripts (``lock._PAUSE_OF``) and for every reader here alike: it pauses, shown as what
-it holds (``foreign.ForeignType``), and no reader writes over it; ``resume`` deletes it.
+the lock's scripts (``lock_scripts.PAUSE_OF``) and for every reader here alike: it pauses, shown
+as what it holds (``foreign.ForeignType``), and no reader writes over it; ``resume`` deletes it.
 """
 
 from __future__ import annotations

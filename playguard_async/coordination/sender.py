@@ -80,7 +80,7 @@ class RedisSender:
     A script call may carry ``not_after`` (a moment on the loop's clock): it then reaches the
     script as its last ARGV on Redis's own clock, stamped from a TIME read on the connection that
     carries it, and the call fails with ``TimeoutError`` at that moment (see
-    ``lock.ACQUIRE_SCRIPT``).
+    ``lock_scripts.ACQUIRE_SCRIPT``).
     """
 
     __slots__ = ("redis", "timeout")

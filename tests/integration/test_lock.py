@@ -16,13 +16,12 @@ from playguard_async.coordination.channel import ChannelledRedis
 from playguard_async.coordination.client import RedisClient
 from playguard_async.coordination.keys import fence_key, lock_key, once_key
 from playguard_async.coordination.lock import (
-    ACQUIRE_SCRIPT,
-    LATE,
     LockLost,
     LockUnavailable,
     ReleaseResult,
     TokenLock,
 )
+from playguard_async.coordination.lock_scripts import ACQUIRE_SCRIPT, LATE
 from playguard_async.coordination.lock_state import Holder, inspect_lock
 from playguard_async.service.notifications import once
 from playguard_lab import RedisServer
