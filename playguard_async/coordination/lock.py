@@ -55,7 +55,7 @@ from structlog.typing import FilteringBoundLogger
 from playguard_async.coordination.client import RedisClient
 from playguard_async.coordination.foreign import ForeignType
 from playguard_async.coordination.keys import fence_key, lock_key
-from playguard_async.coordination.lock_scripts import LATE, is_pause, scripts_of
+from playguard_async.coordination.lock_scripts import LATE, is_pause, pause_record, scripts_of
 from playguard_async.coordination.sender import (
     ScriptCall,
     Unreplicated,
@@ -124,15 +124,6 @@ class ReleaseResult(enum.Enum):
     EXPIRED = "expired"
     STOLEN = "stolen"
     UNKNOWN = "unknown"
-
-
-def _pause_record(lock: TokenLock, answer: bytes | str | list[Any]) -> bytes | str | ForeignType:
-    """A pause answer (``lock_scripts.is_pause``) as ``LockPaused.record``."""
-    if not isinstance(answer, list):
-        return answer
-    kind = answer[0] if answer else None
-    text = kind.decode("ascii", "replace") if isinstance(kind, bytes) else kind
-    return ForeignType("pause key", lock.pause_key or "?", None if text is None else str(text))
 
 
 def release_result(answer: object) -> ReleaseResult:
@@ -220,7 +211,7 @@ class Lease:
         if renewed:
             self.deadline = lock.deadline_from(sent)
             self._log.debug("lock.renewed")
-            raise LockPaused(self.name, _pause_record(lock, outcome))
+            raise LockPaused(self.name, pause_record(outcome, lock.pause_key))
         reason: LossReason = "expired" if outcome == 0 else "stolen"
         self._log.warning("lock.lost", reason=reason)
         raise LockLost(self.name, reason)
@@ -418,7 +409,7 @@ class TokenLock:
             raise LockUnavailable(self.name)
         if is_pause(fence):
             log.debug("lock.paused", lock=self.name)
-            raise LockPaused(self.name, _pause_record(self, fence))
+            raise LockPaused(self.name, pause_record(fence, self.pause_key))
         if fence is None:
             log.debug("lock.busy", lock=self.name)
             return None

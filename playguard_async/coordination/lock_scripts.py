@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass
+from typing import Any
 
 from redis.commands.core import AsyncScript
 
 from playguard_async.coordination.client import RedisClient
+from playguard_async.coordination.foreign import ForeignType
 
 # What a lock's optional pause key holds the lock back with: false when no key is given or the
 # key is absent; its value when it is a string key, whatever it holds (ours or not: someone meant
@@ -129,6 +131,18 @@ def is_pause(answer: object) -> bool:
     """Whether a script's answer is what a pause key holds the lock back with (a string, or the
     one-element array naming a foreign type: every other answer is an integer or nil)."""
     return isinstance(answer, bytes | str | list)
+
+
+def pause_record(
+    answer: bytes | str | list[Any], pause_key: str | None
+) -> bytes | str | ForeignType:
+    """A pause answer (``is_pause``) as ``lock.LockPaused.record``: the key's value, or what
+    foreign type ``pause_key`` holds."""
+    if not isinstance(answer, list):
+        return answer
+    kind = answer[0] if answer else None
+    text = kind.decode("ascii", "replace") if isinstance(kind, bytes) else kind
+    return ForeignType("pause key", pause_key or "?", None if text is None else str(text))
 
 
 @dataclass(frozen=True, slots=True)
