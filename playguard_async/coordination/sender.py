@@ -241,8 +241,11 @@ def sender_for(
     Cluster has no channel, everything else goes on the channel. Built once per client and
     bounds (``timeout``; ``min_replicas`` acknowledged within ``replica_timeout``)."""
     wait_ms = max(1, round(replica_timeout * 1000)) if min_replicas else 0
-    made = _SENDERS.setdefault(redis, {})
-    sender = made.get((timeout, min_replicas, wait_ms))
+    made = _SENDERS.get(redis)
+    if made is None:
+        made = _SENDERS[redis] = {}
+    bounds = (timeout, min_replicas, wait_ms)
+    sender = made.get(bounds)
     if sender is None:
         if min_replicas:
             sender = AcknowledgedSender(redis, timeout, min_replicas, wait_ms)
@@ -250,7 +253,7 @@ def sender_for(
             sender = ChannelSender(redis, timeout)
         else:
             sender = PoolSender(redis, timeout)
-        made[(timeout, min_replicas, wait_ms)] = sender
+        made[bounds] = sender
     return sender
 
 
