@@ -3,7 +3,7 @@
 Three writes end every cycle that held a lease: the lock's compare-and-delete, the cycle record
 (last + history) and the resume bookkeeping (the Marquee added to ``playguard:resume`` when a stop
 cut its cycle short, removed otherwise). They go out in one round trip, not three, through the
-client's sender (``sender.RedisSender.send_all``): one batch on the command channel (shared with
+client's sender (``client.RedisSender.send_all``): one batch on the command channel (shared with
 the endings of concurrent cycles), or one pipeline on a Cluster.
 
 The batch is not a transaction: the keys live in three Cluster slots (``{marquee:NAME}``,
@@ -33,11 +33,10 @@ from typing import Any
 
 from redis.exceptions import NoScriptError
 
-from playguard_async.coordination.client import RedisClient
+from playguard_async.coordination.client import RedisClient, sender_for
 from playguard_async.coordination.keys import RESUME_KEY
 from playguard_async.coordination.lock import Lease, ReleaseResult
 from playguard_async.coordination.records import CycleRecords
-from playguard_async.coordination.sender import sender_for
 from playguard_async.kits.aio import kept
 
 

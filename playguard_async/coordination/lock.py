@@ -13,7 +13,7 @@ on Redis's own clock (converted from a TIME read on the connection that carries 
 acquiring script refuses itself past that moment; the client's clean-up waits for that moment too.
 See ``lock_scripts.ACQUIRE_SCRIPT``.
 
-Every script call leaves through the lock's ``sender`` (``sender.sender_for``): the command
+Every script call leaves through the lock's ``sender`` (``client.sender_for``): the command
 channel, a pool connection, or a pool connection followed by WAIT for ``min_replicas``.
 
 Uncertainty is loss: any error while renewing, including a Redis that does not answer in time,
@@ -52,16 +52,16 @@ import structlog
 from redis.exceptions import ConnectionError as RedisConnectionError
 from structlog.typing import FilteringBoundLogger
 
-from playguard_async.coordination.client import RedisClient
-from playguard_async.coordination.foreign import ForeignType
-from playguard_async.coordination.keys import fence_key, lock_key
-from playguard_async.coordination.lock_scripts import LATE, is_pause, pause_record, scripts_of
-from playguard_async.coordination.sender import (
+from playguard_async.coordination.client import (
+    RedisClient,
     ScriptCall,
     Unreplicated,
     script_value,
     sender_for,
 )
+from playguard_async.coordination.foreign import ForeignType
+from playguard_async.coordination.keys import fence_key, lock_key
+from playguard_async.coordination.lock_scripts import LATE, is_pause, pause_record, scripts_of
 from playguard_async.kits.aio import bounded, detached
 
 log = structlog.get_logger("playguard.lock")

@@ -29,10 +29,9 @@ from typing import Any
 import structlog
 from redis.exceptions import ResponseError
 
-from playguard_async.coordination.client import RedisClient
+from playguard_async.coordination.client import RedisClient, sender_for
 from playguard_async.coordination.foreign import ForeignType, is_wrong_type, type_of
 from playguard_async.coordination.keys import FLEET_PAUSE_KEY, pause_key
-from playguard_async.coordination.sender import sender_for
 from playguard_async.kits.aio import bounded
 
 log = structlog.get_logger("playguard.pause")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from redis.asyncio import Redis
 
 from playguard_async.coordination.channel import ChannelledRedis
-from playguard_async.coordination.sender import (
+from playguard_async.coordination.client import (
     AcknowledgedSender,
     ChannelSender,
     PoolSender,
