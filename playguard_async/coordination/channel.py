@@ -31,7 +31,7 @@ What callers can rely on:
   ``CLOCK_REFRESH``), never later than the truth. A script that compares it with its own TIME can
   so refuse to run when TCP delivers it late (a retransmission after a network blip), after its
   caller, failed with ``TimeoutError`` at that same moment, may have cleaned up; see
-  ``lock.ACQUIRE_SCRIPT``.
+  ``lock_scripts.ACQUIRE_SCRIPT``.
 
 Answers are RESP values as read (bytes, int, None, lists), without redis-py's response callbacks.
 The batch packs with hiredis and reads without a timeout per answer (the batch has one), at a

@@ -2,9 +2,9 @@
 
 Three writes end every cycle that held a lease: the lock's compare-and-delete, the cycle record
 (last + history) and the resume bookkeeping (the Marquee added to ``playguard:resume`` when a stop
-cut its cycle short, removed otherwise). They go out in one round trip, not three: one batch on
-the client's command channel (``redis_channel``, shared with the endings of concurrent cycles), or
-one pipeline on a Cluster.
+cut its cycle short, removed otherwise). They go out in one round trip, not three, through the
+client's sender (``client.RedisSender.send_all``): one batch on the command channel (shared with
+the endings of concurrent cycles), or one pipeline on a Cluster.
 
 The batch is not a transaction: the keys live in three Cluster slots (``{marquee:NAME}``,
 ``{NAME}`` and the resume set's own), and MULTI/EXEC may not span slots. On a Cluster redis-py
@@ -33,12 +33,11 @@ from typing import Any
 
 from redis.exceptions import NoScriptError
 
-from playguard_async.coordination.channel import ChannelledRedis
-from playguard_async.coordination.client import RedisClient
+from playguard_async.coordination.client import RedisClient, sender_for
 from playguard_async.coordination.keys import RESUME_KEY
 from playguard_async.coordination.lock import Lease, ReleaseResult
 from playguard_async.coordination.records import CycleRecords
-from playguard_async.kits.aio import bounded, kept
+from playguard_async.kits.aio import kept
 
 
 class Resume(enum.Enum):
@@ -67,6 +66,7 @@ class CycleEnd:
         self.redis = redis
         self.records = records
         self.timeout = timeout
+        self.sender = sender_for(redis, timeout=timeout)
 
     def write(
         self,
@@ -106,26 +106,8 @@ class CycleEnd:
         elif resume is Resume.CLEAR:
             commands.append(("ZREM", RESUME_KEY, marquee))
         judged = _Judged(self, ending, marquee, lease, batch, resume, resends)
-        if isinstance(self.redis, ChannelledRedis):
-            channel = self.redis.channel
-            sent = [channel.queue(command, None, self.timeout) for command in commands]
-            # Commands without a fallback are settled in the order they were queued (see
-            # redis_channel): once the last one is, all are.
-            sent[-1].add_done_callback(lambda _: judged([_outcome(answer) for answer in sent]))
-        else:
-            pipelined = kept(self._pipelined(commands))
-            pipelined.add_done_callback(lambda done: judged(_outcome(done)))
+        self.sender.send_all(commands, judged)
         return ending
-
-    async def _pipelined(self, commands: list[tuple[Any, ...]]) -> list[Any]:
-        """Every command's answer or error, in order, from one pipeline within ``timeout``."""
-        try:
-            async with self.redis.pipeline(transaction=False) as pipe:
-                for command in commands:
-                    pipe.execute_command(*command)
-                return list(await bounded(self.timeout, pipe.execute(raise_on_error=False)))
-        except Exception as exc:  # the whole round trip failed: every write is unknown
-            return [exc] * len(commands)
 
 
 @dataclass(slots=True)
@@ -141,9 +123,7 @@ class _Judged:
     resends: list[Callable[[], Awaitable[Any]] | None]
     """Per command but the resume's, how to send its script whole after a NOSCRIPT answer."""
 
-    def __call__(self, answers: Any) -> None:
-        if not isinstance(answers, list):  # the pipeline's task itself ended badly
-            answers = [answers] * (len(self.resends) + (self.resume is not None))
+    def __call__(self, answers: list[Any]) -> None:
         if any(isinstance(answer, NoScriptError) for answer in answers):
             # Redis lost a script (a restart, a failover): each is sent again whole, which
             # takes round trips of their own.
@@ -180,10 +160,3 @@ class _Judged:
         if self.resume is not None and isinstance(error := next(answers), BaseException):
             ending.resume_error = error
         return ending
-
-
-def _outcome(answer: asyncio.Future[Any]) -> Any:
-    """A settled future's result, or its error as a value."""
-    if answer.cancelled():
-        return ConnectionError("the command's answer was cancelled")
-    return answer.exception() or answer.result()

@@ -33,7 +33,7 @@ def fence_key(name: str) -> str:
 
 
 def once_key(name: str) -> str:
-    """The plain NX key of ``lock.once``."""
+    """The plain NX key of ``service.notifications.once``."""
     return f"{PREFIX}:{{{name}}}:once"
 
 

@@ -11,9 +11,9 @@ connection's TCP send queue and be delivered by the kernel's next retransmission
 deleted what it might have written. So each acquire carries the moment after which it must not run,
 on Redis's own clock (converted from a TIME read on the connection that carries it), and the
 acquiring script refuses itself past that moment; the client's clean-up waits for that moment too.
-See ``ACQUIRE_SCRIPT``.
+See ``lock_scripts.ACQUIRE_SCRIPT``.
 
-Every script call leaves through the lock's ``transport`` (``lock_transport``): the command
+Every script call leaves through the lock's ``sender`` (``client.sender_for``): the command
 channel, a pool connection, or a pool connection followed by WAIT for ``min_replicas``.
 
 Uncertainty is loss: any error while renewing, including a Redis that does not answer in time,
@@ -44,143 +44,29 @@ import os
 import socket
 import time
 import uuid
-import weakref
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 import structlog
-from redis.commands.core import AsyncScript
 from redis.exceptions import ConnectionError as RedisConnectionError
 from structlog.typing import FilteringBoundLogger
 
-from playguard_async.coordination.client import RedisClient
-from playguard_async.coordination.foreign import ForeignType, is_wrong_type, type_of
-from playguard_async.coordination.keys import fence_key, lock_key, once_key
-from playguard_async.coordination.lock_transport import (
+from playguard_async.coordination.client import (
+    RedisClient,
     ScriptCall,
     Unreplicated,
     script_value,
-    transport_for,
+    sender_for,
 )
+from playguard_async.coordination.foreign import ForeignType
+from playguard_async.coordination.keys import fence_key, lock_key
+from playguard_async.coordination.lock_scripts import LATE, is_pause, pause_record, scripts_of
 from playguard_async.kits.aio import bounded, detached
 
 log = structlog.get_logger("playguard.lock")
 
 LossReason = Literal["expired", "stolen", "unreachable", "fenced", "unreplicated"]
-
-# What a lock's optional pause key holds the lock back with: false when no key is given or the
-# key is absent; its value when it is a string key, whatever it holds (ours or not: someone meant
-# it); and when it holds another type (a hash, a list... : not ours, and someone meant something
-# by it), a one-element array of that type's name, so a key of another type pauses too, as
-# ``pause.paused`` reads it for operators. pcall: the key's type must not fail the scripts.
-_PAUSE_OF = """
-local function pause_of(key)
-    if key == nil then
-        return false
-    end
-    local value = redis.pcall('GET', key)
-    if type(value) == 'table' then
-        return {redis.call('TYPE', key)['ok']}
-    end
-    return value
-end
-"""
-
-# KEYS[1] lock key, KEYS[2] fence counter, KEYS[3] (only for a lock with a pause key) its pause
-# key. ARGV[1] holder record, ARGV[2] ttl in ms, ARGV[3] the acquire's not-after: microseconds on
-# Redis's clock (TIME), stamped by the client (see below).
-# Returns the new fence (integer) when the lock was free, nil when someone holds it (a lock key of
-# another type than a string too: SET NX leaves any existing key alone), LATE (-1) when Redis runs
-# it past its not-after, having written nothing, and what the pause key holds the lock back with
-# (``_PAUSE_OF``: a string, or a one-element array naming a foreign type) when it has one, having
-# written nothing, whoever holds the lock. The counter is only incremented by a successful SET:
-# while a lock is held, its fence equals the counter's value.
-#
-# Why the not-after: the client gives up on an acquire at its deadline D (``TokenLock.timeout``
-# after sending) and only then deletes, by exact value, the record it may have written. If TCP
-# delivers the acquire later than that (a retransmission after a network blip), a SET without
-# this check would take a free key for a whole ttl, held by no lease. D is stamped on Redis's clock
-# from a TIME read on the same connection, early by at most that read's round trip
-# (``channel.ServerClock``); so an acquire that runs at all ran before D, hence before the
-# clean-up, which removes it. Only Redis's clock is compared with a stamp, and only by Redis: the
-# replicas' clocks need no agreement with it or with each other, and a replica's not-after never
-# refuses another replica's acquire (each stamps its own). A Sentinel failover or a Cluster
-# resharding sends the acquire to another server, which is read again: every stamp is made on the
-# connection, so the server, that judges it. What is trusted is what the ttl already trusts: that
-# Redis's clock does not step back (keys expire by it).
-#
-# A counter holding anything but an integer (not written by us: a string of another text, or a key
-# of another type, read with pcall) is dropped first, or no lease could ever be had again: the
-# count restarts, and the hosts' fence checks refuse the low fences until the engine lifts the
-# counter to what they accepted (``raise_fence``).
-ACQUIRE_SCRIPT = f"""{_PAUSE_OF}
-local now = redis.call('TIME')
-if tonumber(now[1]) * 1000000 + tonumber(now[2]) > tonumber(ARGV[3]) then
-    return -1
-end
-local pause = pause_of(KEYS[3])
-if pause then
-    return pause
-end
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-    local counter = redis.pcall('GET', KEYS[2])
-    if counter and (type(counter) ~= 'string' or not string.match(counter, '^%d+$')) then
-        redis.call('DEL', KEYS[2])
-    end
-    return redis.call('INCR', KEYS[2])
-end
-return false
-"""
-
-# KEYS[1] lock key, KEYS[2] (only for a lock with a pause key) its pause key. ARGV[1] the holder
-# record written at acquire, ARGV[2] ttl in ms.
-# Returns 1 when renewed, 0 when the key is gone, -1 when another record holds it (or a value of
-# another type: pcall, never an error), and what the pause key holds the lock back with
-# (``_PAUSE_OF``) when renewed while it has one.
-RENEW_SCRIPT = f"""{_PAUSE_OF}
-local current = redis.pcall('GET', KEYS[1])
-if current == ARGV[1] then
-    redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    return pause_of(KEYS[2]) or 1
-end
-if current == false then
-    return 0
-end
-return -1
-"""
-
-# KEYS[1] lock key. ARGV[1] the holder record written at acquire.
-# Returns 1 when deleted, 0 when the key is gone, -1 when another record holds it (or a value of
-# another type: pcall, never an error; it is left where it is).
-RELEASE_SCRIPT = """
-local current = redis.pcall('GET', KEYS[1])
-if current == ARGV[1] then
-    redis.call('DEL', KEYS[1])
-    return 1
-end
-if current == false then
-    return 0
-end
-return -1
-"""
-
-# KEYS[1] fence counter. ARGV[1] a fence a host has accepted. Raises the counter to ARGV[1] when
-# it is lower (never lowers it); returns the counter's value afterwards. A counter holding
-# anything but a number (not written by us, of any type: pcall) is replaced.
-RAISE_FENCE_SCRIPT = """
-local current = redis.pcall('GET', KEYS[1])
-current = type(current) == 'string' and tonumber(current) or nil
-local seen = tonumber(ARGV[1])
-if current == nil or current < seen then
-    redis.call('SET', KEYS[1], ARGV[1])
-    return seen
-end
-return current
-"""
-
-LATE = -1
-"""ACQUIRE_SCRIPT's answer when Redis ran it past its not-after."""
 
 DEFAULT_TIMEOUT = 5.0
 """Bound on every Redis round trip made by the lock, in seconds."""
@@ -240,84 +126,6 @@ class ReleaseResult(enum.Enum):
     UNKNOWN = "unknown"
 
 
-@dataclass(frozen=True, slots=True)
-class Holder:
-    """Who holds a lock, as operators read it from the lock key."""
-
-    token: str
-    replica: str
-    host: str
-    pid: int
-    acquired_at: str
-
-    def encode(self) -> str:
-        return json.dumps(
-            {
-                "token": self.token,
-                "replica": self.replica,
-                "host": self.host,
-                "pid": self.pid,
-                "acquired_at": self.acquired_at,
-            },
-            separators=(",", ":"),
-        )
-
-    @classmethod
-    def parse(cls, raw: str | bytes) -> Holder | None:
-        """The holder a lock key names, or None when it holds anything else: a key is outside
-        input (another program, an operator's SET), and reading it must never fail."""
-        try:
-            data = json.loads(raw)
-        except (ValueError, RecursionError):
-            return None
-        texts = ("token", "replica", "host", "acquired_at")
-        if not isinstance(data, dict) or not all(isinstance(data.get(k), str) for k in texts):
-            return None
-        pid = data.get("pid")
-        if not isinstance(pid, int) or isinstance(pid, bool):
-            return None
-        return cls(
-            token=data["token"],
-            replica=data["replica"],
-            host=data["host"],
-            pid=pid,
-            acquired_at=data["acquired_at"],
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class LockState:
-    """A held lock as seen by an operator: its holder, fence and time left.
-
-    ``holder`` is None, and ``fence`` may be, when the keys hold values this project did not
-    write; ``record`` is the key's exact value all the same, so an operator's delete compares
-    against precisely what was shown, ours or not. A lock key of another type than a string has
-    no value to compare: ``foreign`` then says what it holds, and ``record`` is empty.
-    """
-
-    name: str
-    holder: Holder | None
-    fence: int | None
-    ttl_left: float
-    record: bytes = field(repr=False)
-    foreign: ForeignType | None = None
-
-
-def _is_pause(answer: object) -> bool:
-    """Whether a script's answer is what a pause key holds the lock back with (a string, or the
-    one-element array naming a foreign type: every other answer is an integer or nil)."""
-    return isinstance(answer, bytes | str | list)
-
-
-def _pause_record(lock: TokenLock, answer: bytes | str | list[Any]) -> bytes | str | ForeignType:
-    """A pause answer (``_is_pause``) as ``LockPaused.record``."""
-    if not isinstance(answer, list):
-        return answer
-    kind = answer[0] if answer else None
-    text = kind.decode("ascii", "replace") if isinstance(kind, bytes) else kind
-    return ForeignType("pause key", lock.pause_key or "?", None if text is None else str(text))
-
-
 def release_result(answer: object) -> ReleaseResult:
     """RELEASE_SCRIPT's answer as a ``ReleaseResult``: only a 1 is a release."""
     if answer == 1:
@@ -353,7 +161,7 @@ class Lease:
     """Bound once to the lock's name and this fence: structlog's module-level proxy cost more
     per line than a renewal's own work."""
     _renewal: ScriptCall | None = field(default=None, init=False, repr=False)
-    """The renewal as the lock's transport sends it, built once per lease (it never changes)."""
+    """The renewal as the lock's sender sends it, built once per lease (it never changes)."""
 
     def __post_init__(self) -> None:
         self._log = log.bind(lock=self.lock.name, fence=self.fence)
@@ -378,13 +186,13 @@ class Lease:
             raise RuntimeError(f"lease on {self.name!r} was already released")
         lock = self.lock
         if self._renewal is None:
-            self._renewal = lock.transport.prepare(
+            self._renewal = lock.sender.prepare(
                 lock.scripts.renew, lock.keys_with_pause(lock.key), [self.record, lock.ttl_ms],
                 replicated=True,
             )  # fmt: skip
         sent = time.monotonic()
         try:
-            answer = await lock.transport.call(self._renewal)
+            answer = await lock.sender.call(self._renewal)
         except Exception as exc:
             self._log.warning("lock.lost", reason="unreachable", error=repr(exc))
             raise LockLost(self.name, "unreachable") from exc
@@ -393,7 +201,7 @@ class Lease:
             self._log.debug("lock.renewed")
             return
         outcome = script_value(answer)
-        renewed = outcome == 1 or _is_pause(outcome)
+        renewed = outcome == 1 or is_pause(outcome)
         if renewed and isinstance(answer, Unreplicated):
             self._log.warning(
                 "lock.lost", reason="unreplicated", acknowledged=answer.acknowledged,
@@ -403,7 +211,7 @@ class Lease:
         if renewed:
             self.deadline = lock.deadline_from(sent)
             self._log.debug("lock.renewed")
-            raise LockPaused(self.name, _pause_record(lock, outcome))
+            raise LockPaused(self.name, pause_record(outcome, lock.pause_key))
         reason: LossReason = "expired" if outcome == 0 else "stolen"
         self._log.warning("lock.lost", reason=reason)
         raise LockLost(self.name, reason)
@@ -469,42 +277,17 @@ class Lease:
         return result
 
 
-@dataclass(frozen=True, slots=True)
-class _Scripts:
-    """The lock's scripts as registered with one client."""
-
-    acquire: AsyncScript
-    renew: AsyncScript
-    release: AsyncScript
-    raise_fence: AsyncScript
-
-
-# A TokenLock is made per cycle; registering (hashing) four scripts each time cost more than the
-# lock's own work (bench/README.md). Weak keys: a closed client's scripts go with it.
-_SCRIPTS: weakref.WeakKeyDictionary[RedisClient, _Scripts] = weakref.WeakKeyDictionary()
-
 _HOST = socket.gethostname()
 """Read once: a lock record names the machine, and asking the kernel per acquire costs."""
 
 
 @functools.lru_cache(maxsize=16)
 def _holder_fields(replica: str, pid: int) -> str:
-    """The record's ``replica``, ``host`` and ``pid`` members as ``Holder.encode`` writes them
-    (JSON-escaped), without the braces; the pid is a key, so a forked child writes its own."""
+    """The record's ``replica``, ``host`` and ``pid`` members as ``lock_state.Holder.encode``
+    writes them (JSON-escaped), without the braces; the pid is a key, so a forked child writes
+    its own."""
     members = json.dumps({"replica": replica, "host": _HOST, "pid": pid}, separators=(",", ":"))
     return members[1:-1]
-
-
-def _scripts_of(redis: RedisClient) -> _Scripts:
-    scripts = _SCRIPTS.get(redis)
-    if scripts is None:
-        scripts = _SCRIPTS[redis] = _Scripts(
-            acquire=redis.register_script(ACQUIRE_SCRIPT),
-            renew=redis.register_script(RENEW_SCRIPT),
-            release=redis.register_script(RELEASE_SCRIPT),
-            raise_fence=redis.register_script(RAISE_FENCE_SCRIPT),
-        )
-    return scripts
 
 
 class TokenLock:
@@ -557,8 +340,8 @@ class TokenLock:
         self.key = lock_key(name)
         self.fence_key = fence_key(name)
         self.pause_key = pause_key
-        self.scripts = _scripts_of(redis)
-        self.transport = transport_for(
+        self.scripts = scripts_of(redis)
+        self.sender = sender_for(
             redis, timeout=timeout, min_replicas=min_replicas, replica_timeout=replica_timeout
         )
 
@@ -566,8 +349,8 @@ class TokenLock:
         """Start the compare-and-delete of ``record``: it runs to its end whatever its caller
         does, bounded by the lock's timeout. The one way a lease is released outside a cycle's
         ending, and an abandoned acquisition undone."""
-        return self.transport.call(
-            self.transport.prepare(self.scripts.release, [self.key], [record]), patient=True
+        return self.sender.call(
+            self.sender.prepare(self.scripts.release, [self.key], [record]), patient=True
         )
 
     def keys_with_pause(self, *keys: str) -> list[str]:
@@ -578,9 +361,9 @@ class TokenLock:
         return sent + self.ttl - self.drift
 
     def _new_record(self) -> tuple[str, str]:
-        """A fresh token and the record naming it: ``Holder.encode``'s text, built around the
-        part that is the same for every acquisition of this process (a ``Holder`` and a
-        json.dumps per acquisition cost more than the rest of taking it; bench/README.md)."""
+        """A fresh token and the record naming it: ``lock_state.Holder.encode``'s text, built
+        around the part that is the same for every acquisition of this process (a ``Holder`` and
+        a json.dumps per acquisition cost more than the rest of taking it; bench/README.md)."""
         token = uuid.uuid4().hex
         acquired_at = datetime.now(UTC).isoformat(timespec="milliseconds")
         fields = _holder_fields(self.replica, os.getpid())
@@ -593,7 +376,7 @@ class TokenLock:
         holds a value, whoever holds the lock.
         Raises ``LockUnavailable`` when Redis cannot be reached. If the call is cancelled, or times
         out, after the command may have landed, our own record is deleted again (compare-and-delete,
-        so nobody else's), once Redis would refuse the command (see ``ACQUIRE_SCRIPT``).
+        so nobody else's), once Redis would refuse the command (``lock_scripts.ACQUIRE_SCRIPT``).
         """
         token, record = self._new_record()
         sent = time.monotonic()
@@ -601,15 +384,15 @@ class TokenLock:
         # The round trip runs on regardless of this caller, so that an abandoned acquisition can
         # be undone once its answer shows whether the SET landed: a compare-and-delete sent
         # before that answer could overtake the SET on another connection.
-        attempt = self.transport.call(
-            self.transport.prepare(
+        attempt = self.sender.call(
+            self.sender.prepare(
                 self.scripts.acquire, self.keys_with_pause(self.key, self.fence_key),
                 [record, self.ttl_ms], replicated=True,
             ),
             not_after=not_after,
         )  # fmt: skip
         try:
-            answer = await self.transport.outlasting(attempt)
+            answer = await self.sender.outlasting(attempt)
         except asyncio.CancelledError:
             attempt.add_done_callback(lambda done: self._undo(done, record, not_after))
             raise
@@ -624,9 +407,9 @@ class TokenLock:
             # TIME was read. Nothing was written; the next read sets the stamp right.
             log.warning("lock.acquire_late", lock=self.name)
             raise LockUnavailable(self.name)
-        if _is_pause(fence):
+        if is_pause(fence):
             log.debug("lock.paused", lock=self.name)
-            raise LockPaused(self.name, _pause_record(self, fence))
+            raise LockPaused(self.name, pause_record(fence, self.pause_key))
         if fence is None:
             log.debug("lock.busy", lock=self.name)
             return None
@@ -651,7 +434,7 @@ class TokenLock:
         Redis refuses it, so the delete cannot be overtaken."""
         if not attempt.cancelled() and attempt.exception() is None:
             fence = script_value(attempt.result())
-            if fence is None or fence == LATE or _is_pause(fence):
+            if fence is None or fence == LATE or is_pause(fence):
                 return  # refused: nothing of ours was written
             self._send_undo(record)
             return
@@ -678,7 +461,7 @@ class TokenLock:
         try:
             outcome = await bounded(
                 self.timeout,
-                self.transport.outlasting(self.delete_record(record)),
+                self.sender.outlasting(self.delete_record(record)),
             )
         except Exception as exc:
             # Returned as UNKNOWN, which each caller says in its own words.
@@ -695,100 +478,22 @@ class TokenLock:
         Raises ``LockUnavailable`` when Redis cannot be reached.
         """
         try:
-            value = await self.transport.outlasting(
-                self.transport.call(
-                    self.transport.prepare(
-                        self.scripts.raise_fence, [self.fence_key], [int(accepted)]
-                    )
+            value = await self.sender.outlasting(
+                self.sender.call(
+                    self.sender.prepare(self.scripts.raise_fence, [self.fence_key], [int(accepted)])
                 )
             )
         except Exception as exc:
             raise LockUnavailable(self.name) from exc
         return int(value)
 
-    async def inspect(self) -> LockState | None:
-        """Who holds this lock now, or None; for operators, not for deciding anything."""
-        return await inspect_lock(self.redis, self.name, timeout=self.timeout)
-
-
-async def inspect_lock(
-    redis: RedisClient, name: str, *, timeout: float = DEFAULT_TIMEOUT
-) -> LockState | None:
-    """Read a lock's holder, fence and time left in one round trip (``read_lock``)."""
-    state, _ = await read_lock(redis, name, timeout=timeout)
-    return state
-
-
-async def read_lock(
-    redis: RedisClient, name: str, *, timeout: float = DEFAULT_TIMEOUT
-) -> tuple[LockState | None, ForeignType | None]:
-    """A lock's holder, fence and time left in one round trip, and its fence counter's
-    ``ForeignType`` when that holds another type than a string (then ``fence`` is None). A lock
-    key of another type reads as held by it (``LockState.foreign``); each such key costs a TYPE
-    of its own. Never fails for what a key holds; a Redis error is raised."""
-    key, counter = lock_key(name), fence_key(name)
-    async with redis.pipeline(transaction=False) as pipe:
-        pipe.get(key)
-        pipe.pttl(key)
-        pipe.get(counter)
-        raw, pttl, fence = await bounded(timeout, pipe.execute(raise_on_error=False))
-    for answer in (raw, pttl, fence):
-        if isinstance(answer, BaseException) and not is_wrong_type(answer):
-            raise answer
-    fence_foreign = None
-    if is_wrong_type(fence):
-        fence_foreign = ForeignType(
-            "fence counter", counter, await type_of(redis, counter, timeout)
-        )
-        fence = None
-    foreign = None
-    if is_wrong_type(raw):
-        foreign = ForeignType("lock key", key, await type_of(redis, key, timeout))
-        raw = b""
-    if raw is None:
-        return None, fence_foreign
-    try:
-        fence_number: int | None = None if fence_foreign else int(fence or 0)
-    except ValueError:  # a counter someone else overwrote
-        fence_number = None
-    record = raw if isinstance(raw, bytes) else str(raw).encode()
-    state = LockState(
-        name=name,
-        holder=None if foreign else Holder.parse(record),
-        fence=fence_number,
-        ttl_left=max(0, int(pttl)) / 1000,
-        record=record,
-        foreign=foreign,
-    )
-    return state, fence_foreign
-
-
-async def once(
-    redis: RedisClient, name: str, ttl: float, *, timeout: float = DEFAULT_TIMEOUT
-) -> bool:
-    """True the first time ``name`` is seen within ``ttl`` seconds, False after that.
-
-    The light guard for "don't fire this twice": a plain NX key, no token, no renewal. A Redis error
-    propagates (as ``LockUnavailable``), so the caller decides whether not firing is the safe side.
-    """
-    try:
-        created = await bounded(timeout, redis.set(once_key(name), "1", nx=True, px=_ms(ttl)))
-    except Exception as exc:
-        raise LockUnavailable(name) from exc
-    return bool(created)
-
 
 __all__ = [
-    "Holder",
     "Lease",
     "LockError",
     "LockLost",
     "LockPaused",
-    "LockState",
     "LockUnavailable",
     "ReleaseResult",
     "TokenLock",
-    "inspect_lock",
-    "once",
-    "read_lock",
 ]

@@ -26,7 +26,7 @@ from playguard_async.coordination.keys import (
     last_cycle_key,
     marquee_lock_name,
 )
-from playguard_async.coordination.lock import LockState, read_lock
+from playguard_async.coordination.lock_state import LockState, read_lock
 from playguard_async.coordination.pause import Pause, paused
 from playguard_async.coordination.records import CycleRecords
 from playguard_async.cycle_record import (

@@ -11,8 +11,8 @@ changing what should run.
 A key's value is outside input (anyone with redis-cli may have written it): a value this module
 did not write still pauses (the key is there, so someone meant it), and reads as an unknown
 record, never as an error. So does a key of another type than a string (a hash, a list...), for
-the lock's scripts (``lock._PAUSE_OF``) and for every reader here alike: it pauses, shown as what
-it holds (``foreign.ForeignType``), and no reader writes over it; ``resume`` deletes it.
+the lock's scripts (``lock_scripts.PAUSE_OF``) and for every reader here alike: it pauses, shown
+as what it holds (``foreign.ForeignType``), and no reader writes over it; ``resume`` deletes it.
 """
 
 from __future__ import annotations
@@ -29,8 +29,7 @@ from typing import Any
 import structlog
 from redis.exceptions import ResponseError
 
-from playguard_async.coordination.channel import ChannelledRedis
-from playguard_async.coordination.client import RedisClient
+from playguard_async.coordination.client import RedisClient, sender_for
 from playguard_async.coordination.foreign import ForeignType, is_wrong_type, type_of
 from playguard_async.coordination.keys import FLEET_PAUSE_KEY, pause_key
 from playguard_async.kits.aio import bounded
@@ -139,24 +138,15 @@ def _shown(raw: bytes | str) -> str:
     return repr(cut) + (f" (+{len(text) - RAW_SHOWN} chars)" if len(text) > RAW_SHOWN else "")
 
 
-def _sent(redis: RedisClient, key: str, timeout: float) -> asyncio.Future[Any]:
-    """GET ``key``, sent when this is called, not when awaited: on a single server's command
-    channel it goes out in the batch of whatever is queued next, so it costs no round trip of its
-    own; on a Cluster it runs beside it. Awaited, the answer raises what Redis raised (or
-    ``TimeoutError`` past ``timeout``)."""
-    if isinstance(redis, ChannelledRedis):
-        return redis.channel.send("GET", key, timeout=timeout)
-    return asyncio.ensure_future(bounded(timeout, redis.get(key)))
-
-
 async def paused(redis: RedisClient, marquee: str, timeout: float) -> Pause | None:
     """The pause that holds ``marquee`` back now (its own first, else the fleet's), or None; for
     operators. A cycle reads its Marquee's through its lock (``TokenLock(pause_key=...)``) and the
     fleet's through ``FleetPauseWatch``. A key of another type pauses (the module's doc): its
     type is asked in a round trip of its own."""
     keys = (pause_key(marquee), FLEET_PAUSE_KEY)
+    sender = sender_for(redis, timeout=timeout)
     answers = await asyncio.gather(
-        *(_sent(redis, key, timeout) for key in keys), return_exceptions=True
+        *(sender.send("GET", key) for key in keys), return_exceptions=True
     )
     for scope, key, raw in zip((marquee, FLEET), keys, answers, strict=True):
         if is_wrong_type(raw):
@@ -186,6 +176,7 @@ class FleetPauseWatch:
         self.redis = redis
         self.every = every
         self.timeout = timeout
+        self.sender = sender_for(redis, timeout=timeout)
         self.pause: Pause | None = None
         """The fleet's pause as last read; None before the first answer."""
         self._reading: asyncio.Future[Any] | None = None
@@ -197,7 +188,7 @@ class FleetPauseWatch:
         now = time.monotonic()
         if now - self._sent_at >= self.every:
             self._sent_at = now
-            self._reading = _sent(self.redis, FLEET_PAUSE_KEY, self.timeout)
+            self._reading = self.sender.send("GET", FLEET_PAUSE_KEY)
             self._reading.add_done_callback(self._answered)
         reading = self._reading
         return None if reading is None or reading.done() else reading

@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from playguard_async.coordination import marquee_reads
-from playguard_async.coordination.lock import LockState
+from playguard_async.coordination.lock_state import LockState
 from playguard_async.coordination.pause import Pause
 from playguard_async.engine.results import CycleResult, Outcome
 from playguard_async.kits.textclean import clean

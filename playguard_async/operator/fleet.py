@@ -25,7 +25,8 @@ from redis.exceptions import RedisError
 from playguard_async.coordination.address import parse_redis_url
 from playguard_async.coordination.client import RedisClient
 from playguard_async.coordination.keys import fence_key, lock_key, marquee_lock_name
-from playguard_async.coordination.lock import LockState, ReleaseResult, TokenLock, inspect_lock
+from playguard_async.coordination.lock import ReleaseResult, TokenLock
+from playguard_async.coordination.lock_state import LockState, inspect_lock
 from playguard_async.coordination.marquee_reads import MarqueeStatus, read_status
 from playguard_async.coordination.pause import FLEET, Pause, lift_pause, take_pause
 from playguard_async.coordination.records import CycleRecords
@@ -169,7 +170,7 @@ async def unlock(settings: Settings, marquee: str, *, force: bool) -> Unlock:
         lock = TokenLock(
             fleet.redis, marquee_lock_name(marquee), timeout=settings.redis_socket_timeout
         )
-        found = await lock.inspect()
+        found = await inspect_lock(fleet.redis, lock.name, timeout=lock.timeout)
         result = None
         # A key of another type has no record to compare: it is left for a person to delete.
         if found is not None and force and found.foreign is None:

@@ -38,8 +38,8 @@ from redis.exceptions import ResponseError
 from playguard_async import __version__
 from playguard_async.coordination.client import RedisClient
 from playguard_async.coordination.foreign import is_wrong_type
-from playguard_async.coordination.keys import health_key
-from playguard_async.coordination.lock import once
+from playguard_async.coordination.keys import health_key, once_key
+from playguard_async.coordination.lock import DEFAULT_TIMEOUT, LockUnavailable
 from playguard_async.engine.results import CycleResult
 from playguard_async.kits.aio import bounded
 from playguard_async.settings import Settings
@@ -93,6 +93,22 @@ def origin_of(url: str) -> str:
 
 def signature(secret: str, body: bytes) -> str:
     return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+async def once(
+    redis: RedisClient, name: str, ttl: float, *, timeout: float = DEFAULT_TIMEOUT
+) -> bool:
+    """True the first time ``name`` is seen within ``ttl`` seconds, False after that.
+
+    The light guard for "don't fire this twice": a plain NX key, no token, no renewal. A Redis error
+    propagates (as ``LockUnavailable``), so the caller decides whether not firing is the safe side.
+    """
+    ttl_ms = max(1, round(ttl * 1000))
+    try:
+        created = await bounded(timeout, redis.set(once_key(name), "1", nx=True, px=ttl_ms))
+    except Exception as exc:
+        raise LockUnavailable(name) from exc
+    return bool(created)
 
 
 class ChangeNotifier:

@@ -18,6 +18,7 @@ from structlog.testing import capture_logs
 
 from playguard_async.coordination.keys import fence_key, last_cycle_key, lock_key, marquee_lock_name
 from playguard_async.coordination.lock import ReleaseResult, TokenLock
+from playguard_async.coordination.lock_state import inspect_lock
 from playguard_async.coordination.records import CycleRecords
 from playguard_async.desired_state.inventory import SHOWN_PROBLEMS, YamlInventorySource
 from playguard_async.engine.cycle import Cycle
@@ -124,7 +125,7 @@ def test_force_unlock_of_a_foreign_value_leaves_a_value_written_meanwhile(
         redis = Redis.from_url(playguard.runner.redis_url)
         try:
             lock = TokenLock(redis, marquee_lock_name("m1"))
-            found = await lock.inspect()
+            found = await inspect_lock(redis, lock.name, timeout=lock.timeout)
             assert found is not None
             store.set(M1_LOCK, b"written meanwhile", px=60_000)
             return await lock.compare_and_delete(found.record)

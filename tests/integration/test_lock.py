@@ -16,16 +16,14 @@ from playguard_async.coordination.channel import ChannelledRedis
 from playguard_async.coordination.client import RedisClient
 from playguard_async.coordination.keys import fence_key, lock_key, once_key
 from playguard_async.coordination.lock import (
-    ACQUIRE_SCRIPT,
-    LATE,
-    Holder,
     LockLost,
     LockUnavailable,
     ReleaseResult,
     TokenLock,
-    inspect_lock,
-    once,
 )
+from playguard_async.coordination.lock_scripts import ACQUIRE_SCRIPT, LATE
+from playguard_async.coordination.lock_state import Holder, inspect_lock
+from playguard_async.service.notifications import once
 from playguard_lab import RedisServer
 from tests.support.topologies import TopologyUnderTest
 

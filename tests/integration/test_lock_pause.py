@@ -100,7 +100,7 @@ async def test_a_pause_key_of_another_type_pauses_and_is_left_as_it_was(
     redis: Redis, kind: str, write: Writer
 ) -> None:
     """playguard never writes one, so someone meant something by it: a key the lock cannot
-    read is no go-ahead (``lock._PAUSE_OF``), and ``LockPaused`` says what type it holds."""
+    read is no go-ahead (``lock_scripts.PAUSE_OF``), and ``LockPaused`` says what type it holds."""
     lease = await paused_lock(redis).acquire()
     assert lease is not None
     await write(redis, pause_key(MARQUEE))

@@ -2,7 +2,7 @@
 
 A refused acquire leaves no key and moves no counter, so only the server can say that one ran, and
 when: MONITOR stamps each command with the server's clock, the clock an acquire's not-after is
-stamped on (``playguard_async.coordination.lock.ACQUIRE_SCRIPT``).
+stamped on (``playguard_async.coordination.lock_scripts.ACQUIRE_SCRIPT``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from playguard_async.coordination.lock import ACQUIRE_SCRIPT
+from playguard_async.coordination.lock_scripts import ACQUIRE_SCRIPT
 from playguard_lab import RedisServer, find_binary
 
 ACQUIRE_SHA = hashlib.sha1(ACQUIRE_SCRIPT.encode()).hexdigest()

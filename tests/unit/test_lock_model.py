@@ -10,7 +10,8 @@ from redis.asyncio import Redis
 from redis.crc import key_slot
 
 from playguard_async.coordination.keys import fence_key, lock_key, once_key
-from playguard_async.coordination.lock import Holder, TokenLock
+from playguard_async.coordination.lock import TokenLock
+from playguard_async.coordination.lock_state import Holder
 
 
 def test_keys_of_one_name_share_a_cluster_slot() -> None:

@@ -1,0 +1,173 @@
+"""The token lock's Lua scripts: each a named constant with its KEYS, ARGV and answers, registered
+once per client (``scripts_of``) and run by SHA through the lock's sender (``lock.TokenLock``).
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+from redis.commands.core import AsyncScript
+
+from playguard_async.coordination.client import RedisClient
+from playguard_async.coordination.foreign import ForeignType
+
+# What a lock's optional pause key holds the lock back with: false when no key is given or the
+# key is absent; its value when it is a string key, whatever it holds (ours or not: someone meant
+# it); and when it holds another type (a hash, a list... : not ours, and someone meant something
+# by it), a one-element array of that type's name, so a key of another type pauses too, as
+# ``pause.paused`` reads it for operators. pcall: the key's type must not fail the scripts.
+PAUSE_OF = """
+local function pause_of(key)
+    if key == nil then
+        return false
+    end
+    local value = redis.pcall('GET', key)
+    if type(value) == 'table' then
+        return {redis.call('TYPE', key)['ok']}
+    end
+    return value
+end
+"""
+
+# KEYS[1] lock key, KEYS[2] fence counter, KEYS[3] (only for a lock with a pause key) its pause
+# key. ARGV[1] holder record, ARGV[2] ttl in ms, ARGV[3] the acquire's not-after: microseconds on
+# Redis's clock (TIME), stamped by the client (see below).
+# Returns the new fence (integer) when the lock was free, nil when someone holds it (a lock key of
+# another type than a string too: SET NX leaves any existing key alone), LATE (-1) when Redis runs
+# it past its not-after, having written nothing, and what the pause key holds the lock back with
+# (``PAUSE_OF``: a string, or a one-element array naming a foreign type) when it has one, having
+# written nothing, whoever holds the lock. The counter is only incremented by a successful SET:
+# while a lock is held, its fence equals the counter's value.
+#
+# Why the not-after: the client gives up on an acquire at its deadline D (``TokenLock.timeout``
+# after sending) and only then deletes, by exact value, the record it may have written. If TCP
+# delivers the acquire later than that (a retransmission after a network blip), a SET without
+# this check would take a free key for a whole ttl, held by no lease. D is stamped on Redis's clock
+# from a TIME read on the same connection, early by at most that read's round trip
+# (``channel.ServerClock``); so an acquire that runs at all ran before D, hence before the
+# clean-up, which removes it. Only Redis's clock is compared with a stamp, and only by Redis: the
+# replicas' clocks need no agreement with it or with each other, and a replica's not-after never
+# refuses another replica's acquire (each stamps its own). A Sentinel failover or a Cluster
+# resharding sends the acquire to another server, which is read again: every stamp is made on the
+# connection, so the server, that judges it. What is trusted is what the ttl already trusts: that
+# Redis's clock does not step back (keys expire by it).
+#
+# A counter holding anything but an integer (not written by us: a string of another text, or a key
+# of another type, read with pcall) is dropped first, or no lease could ever be had again: the
+# count restarts, and the hosts' fence checks refuse the low fences until the engine lifts the
+# counter to what they accepted (``raise_fence``).
+ACQUIRE_SCRIPT = f"""{PAUSE_OF}
+local now = redis.call('TIME')
+if tonumber(now[1]) * 1000000 + tonumber(now[2]) > tonumber(ARGV[3]) then
+    return -1
+end
+local pause = pause_of(KEYS[3])
+if pause then
+    return pause
+end
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+    local counter = redis.pcall('GET', KEYS[2])
+    if counter and (type(counter) ~= 'string' or not string.match(counter, '^%d+$')) then
+        redis.call('DEL', KEYS[2])
+    end
+    return redis.call('INCR', KEYS[2])
+end
+return false
+"""
+
+# KEYS[1] lock key, KEYS[2] (only for a lock with a pause key) its pause key. ARGV[1] the holder
+# record written at acquire, ARGV[2] ttl in ms.
+# Returns 1 when renewed, 0 when the key is gone, -1 when another record holds it (or a value of
+# another type: pcall, never an error), and what the pause key holds the lock back with
+# (``PAUSE_OF``) when renewed while it has one.
+RENEW_SCRIPT = f"""{PAUSE_OF}
+local current = redis.pcall('GET', KEYS[1])
+if current == ARGV[1] then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    return pause_of(KEYS[2]) or 1
+end
+if current == false then
+    return 0
+end
+return -1
+"""
+
+# KEYS[1] lock key. ARGV[1] the holder record written at acquire.
+# Returns 1 when deleted, 0 when the key is gone, -1 when another record holds it (or a value of
+# another type: pcall, never an error; it is left where it is).
+RELEASE_SCRIPT = """
+local current = redis.pcall('GET', KEYS[1])
+if current == ARGV[1] then
+    redis.call('DEL', KEYS[1])
+    return 1
+end
+if current == false then
+    return 0
+end
+return -1
+"""
+
+# KEYS[1] fence counter. ARGV[1] a fence a host has accepted. Raises the counter to ARGV[1] when
+# it is lower (never lowers it); returns the counter's value afterwards. A counter holding
+# anything but a number (not written by us, of any type: pcall) is replaced.
+RAISE_FENCE_SCRIPT = """
+local current = redis.pcall('GET', KEYS[1])
+current = type(current) == 'string' and tonumber(current) or nil
+local seen = tonumber(ARGV[1])
+if current == nil or current < seen then
+    redis.call('SET', KEYS[1], ARGV[1])
+    return seen
+end
+return current
+"""
+
+LATE = -1
+"""ACQUIRE_SCRIPT's answer when Redis ran it past its not-after."""
+
+
+def is_pause(answer: object) -> bool:
+    """Whether a script's answer is what a pause key holds the lock back with (a string, or the
+    one-element array naming a foreign type: every other answer is an integer or nil)."""
+    return isinstance(answer, bytes | str | list)
+
+
+def pause_record(
+    answer: bytes | str | list[Any], pause_key: str | None
+) -> bytes | str | ForeignType:
+    """A pause answer (``is_pause``) as ``lock.LockPaused.record``: the key's value, or what
+    foreign type ``pause_key`` holds."""
+    if not isinstance(answer, list):
+        return answer
+    kind = answer[0] if answer else None
+    text = kind.decode("ascii", "replace") if isinstance(kind, bytes) else kind
+    return ForeignType("pause key", pause_key or "?", None if text is None else str(text))
+
+
+@dataclass(frozen=True, slots=True)
+class Scripts:
+    """The lock's scripts as registered with one client."""
+
+    acquire: AsyncScript
+    renew: AsyncScript
+    release: AsyncScript
+    raise_fence: AsyncScript
+
+
+# A TokenLock is made per cycle; registering (hashing) four scripts each time cost more than the
+# lock's own work (bench/README.md). Weak keys: a closed client's scripts go with it.
+_SCRIPTS: weakref.WeakKeyDictionary[RedisClient, Scripts] = weakref.WeakKeyDictionary()
+
+
+def scripts_of(redis: RedisClient) -> Scripts:
+    """The lock's scripts registered with ``redis``, once per client."""
+    scripts = _SCRIPTS.get(redis)
+    if scripts is None:
+        scripts = _SCRIPTS[redis] = Scripts(
+            acquire=redis.register_script(ACQUIRE_SCRIPT),
+            renew=redis.register_script(RENEW_SCRIPT),
+            release=redis.register_script(RELEASE_SCRIPT),
+            raise_fence=redis.register_script(RAISE_FENCE_SCRIPT),
+        )
+    return scripts
