@@ -66,7 +66,9 @@ def lab_world(
                 "compose_file": "compose.yaml",
                 "images": [busybox_image],
                 "registry": "lab",
-                "health_timeout": 5,
+                # health_grace (5 s) for its service without a healthcheck, plus compose's own
+                # time: the timeout counts from the container's creation, before its start.
+                "health_timeout": 15,
             }
         ],
         "playgrounds": [
