@@ -32,7 +32,7 @@ from pydantic_settings import (
 from playguard_async.coordination.address import parse_redis_url
 from playguard_async.coordination.lock import default_replica_id
 from playguard_async.desired_state.inventory import INVENTORY_MAX_BYTES, INVENTORY_READ_TIMEOUT
-from playguard_async.desired_state.pg import (
+from playguard_async.desired_state.postgres.connection import (
     DEFAULT_SCHEMA,
     PasswordSource,
     PgAddress,

@@ -27,7 +27,7 @@ from playguard_async.desired_state.inventory import (
     RemoteDesiredState,
     YamlInventorySource,
 )
-from playguard_async.desired_state.pg import DatabaseError, PgAddress
+from playguard_async.desired_state.postgres.connection import DatabaseError, PgAddress
 from playguard_async.engine.cycle import SessionOpener
 from playguard_async.engine.observer import EngineObserver
 from playguard_async.engine.results import CycleListener, CycleResult
@@ -39,7 +39,7 @@ from playguard_async.remote.ssh import RemoteOptions, RemoteSession, connect, op
 from playguard_async.settings import Settings, SettingsError
 
 if TYPE_CHECKING:
-    from playguard_async.desired_state.postgres import PostgresDesiredState
+    from playguard_async.desired_state.postgres.source import PostgresDesiredState
 
 log = structlog.get_logger("playguard.wiring")
 
@@ -116,8 +116,8 @@ def postgres_source(settings: Settings) -> PostgresDesiredState:
     A password file that cannot be read is a configuration error now (``SettingsError``), as a
     malformed URL is: only the database itself being out of reach is waited out."""
     # Imported here: asyncpg is loaded only where the settings name a database.
-    from playguard_async.desired_state.observed_state import ObservedStateWriter  # noqa: PLC0415
-    from playguard_async.desired_state.postgres import PostgresDesiredState  # noqa: PLC0415
+    from playguard_async.desired_state.postgres.observed_state import ObservedStateWriter  # noqa: PLC0415
+    from playguard_async.desired_state.postgres.source import PostgresDesiredState  # noqa: PLC0415
 
     address, password = PgAddress.parse(settings.desired_state), settings.database_password()
     try:

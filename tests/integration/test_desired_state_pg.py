@@ -18,8 +18,8 @@ from playguard_async.desired_state.inventory import (
     InventoryError,
     RemoteDesiredState,
 )
-from playguard_async.desired_state.pg import PgAddress, password_from
-from playguard_async.desired_state.postgres import PostgresDesiredState
+from playguard_async.desired_state.postgres.connection import PgAddress, password_from
+from playguard_async.desired_state.postgres.source import PostgresDesiredState
 from playguard_async.service.wiring import inventory_source
 from playguard_async.settings import load_settings
 from tests.support.engine import EngineHarness, ScriptedPhase

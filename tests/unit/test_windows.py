@@ -30,7 +30,7 @@ from playguard_async.desired_state.inventory import (
     Marquee,
     YamlInventorySource,
 )
-from playguard_async.desired_state.postgres import RowMemo, validate_snapshot
+from playguard_async.desired_state.postgres.source import RowMemo, validate_snapshot
 from playguard_async.desired_state.windows import (
     SEARCH_AHEAD,
     Window,

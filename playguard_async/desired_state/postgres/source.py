@@ -49,14 +49,7 @@ from playguard_async.desired_state.inventory import (
     _reason,
     _shown_value,
 )
-from playguard_async.desired_state.mapping import (
-    CATALOG_QUERY,
-    check_relations,
-    expected_columns,
-    present_columns,
-)
-from playguard_async.desired_state.observed_state import ObservedStateWriter
-from playguard_async.desired_state.pg import (
+from playguard_async.desired_state.postgres.connection import (
     DEFAULT_SCHEMA,
     DatabaseError,
     PasswordSource,
@@ -66,6 +59,13 @@ from playguard_async.desired_state.pg import (
     qualified,
     redacted,
 )
+from playguard_async.desired_state.postgres.mapping import (
+    CATALOG_QUERY,
+    check_relations,
+    expected_columns,
+    present_columns,
+)
+from playguard_async.desired_state.postgres.observed_state import ObservedStateWriter
 from playguard_async.desired_state.windows import Window
 from playguard_async.kits.aio import in_thread
 

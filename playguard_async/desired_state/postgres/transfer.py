@@ -24,9 +24,9 @@ from playguard_async.desired_state.inventory import (
     InventoryError,
     YamlInventorySource,
 )
-from playguard_async.desired_state.mapping import CATALOG_QUERY, present_columns
-from playguard_async.desired_state.pg import DEFAULT_SCHEMA, qualified
-from playguard_async.desired_state.postgres import (
+from playguard_async.desired_state.postgres.connection import DEFAULT_SCHEMA, qualified
+from playguard_async.desired_state.postgres.mapping import CATALOG_QUERY, present_columns
+from playguard_async.desired_state.postgres.source import (
     STEERING,
     TABLES,
     Table,
