@@ -39,7 +39,6 @@ from typing import Any
 import asyncpg
 from inventory_load import PLAYGROUNDS_PER_MARQUEE, write_inventory  # bench/ is on sys.path
 
-from playguard_async.desired_state.inventory import YamlInventorySource
 from playguard_async.desired_state.postgres.connection import (
     PasswordSource,
     PgAddress,
@@ -48,6 +47,7 @@ from playguard_async.desired_state.postgres.connection import (
 from playguard_async.desired_state.postgres.schema import migrate
 from playguard_async.desired_state.postgres.source import PostgresDesiredState, read_snapshot
 from playguard_async.desired_state.postgres.transfer import import_inventory
+from playguard_async.desired_state.yaml_source import YamlInventorySource
 from playguard_async.kits.collector import settle_new_desired_state
 from playguard_lab import PostgresServer
 

@@ -31,7 +31,6 @@ from pydantic_settings import (
 
 from playguard_async.coordination.address import parse_redis_url
 from playguard_async.coordination.lock import default_replica_id
-from playguard_async.desired_state.inventory import INVENTORY_MAX_BYTES, INVENTORY_READ_TIMEOUT
 from playguard_async.desired_state.postgres.connection import (
     DEFAULT_SCHEMA,
     PasswordSource,
@@ -40,6 +39,7 @@ from playguard_async.desired_state.postgres.connection import (
     schema_name,
 )
 from playguard_async.desired_state.windows import Window
+from playguard_async.desired_state.yaml_source import INVENTORY_MAX_BYTES, INVENTORY_READ_TIMEOUT
 from playguard_async.kits.capacity import MAX_SECONDS, cycle_slots
 from playguard_async.kits.files import FileRefused, read_text_limited
 from playguard_async.kits.host_header import host_entry

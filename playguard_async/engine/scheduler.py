@@ -29,14 +29,13 @@ from playguard_async.coordination.outage import RedisOutage
 from playguard_async.coordination.pause import FleetPauseWatch
 from playguard_async.coordination.records import CycleRecords
 from playguard_async.coordination.replicas import ReplicaRoster, Share
-from playguard_async.desired_state.inventory import (
-    DesiredState,
+from playguard_async.desired_state.model import (
     DesiredStateUnavailable,
     Inventory,
     InventoryError,
     Marquee,
-    NarrowDesiredState,
 )
+from playguard_async.desired_state.source import DesiredState, NarrowDesiredState
 from playguard_async.engine.cycle import Cycle, SessionOpener
 from playguard_async.engine.observer import EngineObserver, Unobserved
 from playguard_async.engine.results import CycleListener, CycleResult, PhaseListener, one_line

@@ -35,7 +35,7 @@ def _run(config: Path | None, work: Callable[[asyncpg.Connection, Settings], Awa
     """Run ``work`` on a connection to the settings' database, given the settings (playguard's
     schema is ``desired_state_schema``); one-line errors, exit 1."""
     # Imported here, not at the top: `playguard --help` loads this module (cli's lazy imports).
-    from playguard_async.desired_state.inventory import InventoryError  # noqa: PLC0415
+    from playguard_async.desired_state.model import InventoryError  # noqa: PLC0415
     from playguard_async.desired_state.postgres.connection import (  # noqa: PLC0415
         DatabaseError,
         PgAddress,

@@ -18,7 +18,8 @@ from playguard_async.coordination.client import redis_answers
 from playguard_async.coordination.marquee_reads import MarqueeStory, read_story
 from playguard_async.coordination.records import CycleRecords
 from playguard_async.cycle_record import NoticeKind
-from playguard_async.desired_state.inventory import Inventory, RemoteDesiredState
+from playguard_async.desired_state.model import Inventory
+from playguard_async.desired_state.source import RemoteDesiredState
 from playguard_async.engine.results import CycleResult, Outcome
 from playguard_async.engine.scheduler import Engine
 from playguard_async.kits.aio import background

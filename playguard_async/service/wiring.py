@@ -21,13 +21,10 @@ import structlog
 from playguard_async.coordination.client import RedisClient, connect_redis
 from playguard_async.coordination.lock import Lease
 from playguard_async.coordination.records import CycleRecords
-from playguard_async.desired_state.inventory import (
-    DesiredState,
-    Marquee,
-    RemoteDesiredState,
-    YamlInventorySource,
-)
+from playguard_async.desired_state.model import Marquee
 from playguard_async.desired_state.postgres.connection import DatabaseError, PgAddress
+from playguard_async.desired_state.source import DesiredState, RemoteDesiredState
+from playguard_async.desired_state.yaml_source import YamlInventorySource
 from playguard_async.engine.cycle import SessionOpener
 from playguard_async.engine.observer import EngineObserver
 from playguard_async.engine.results import CycleListener, CycleResult

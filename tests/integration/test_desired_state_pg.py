@@ -13,13 +13,10 @@ import pytest
 from redis.asyncio import Redis
 from structlog.testing import capture_logs
 
-from playguard_async.desired_state.inventory import (
-    DesiredStateUnavailable,
-    InventoryError,
-    RemoteDesiredState,
-)
+from playguard_async.desired_state.model import DesiredStateUnavailable, InventoryError
 from playguard_async.desired_state.postgres.connection import PgAddress, password_from
 from playguard_async.desired_state.postgres.source import PostgresDesiredState
+from playguard_async.desired_state.source import RemoteDesiredState
 from playguard_async.service.wiring import inventory_source
 from playguard_async.settings import load_settings
 from tests.support.engine import EngineHarness, ScriptedPhase

@@ -12,7 +12,7 @@ import asyncpg
 import pytest
 from redis.asyncio import Redis
 
-from playguard_async.desired_state.inventory import Inventory, InventoryError, MarqueeListing
+from playguard_async.desired_state.model import Inventory, InventoryError, MarqueeListing
 from playguard_async.desired_state.postgres.connection import PgAddress, password_from
 from playguard_async.desired_state.postgres.source import PostgresDesiredState
 from tests.integration.test_desired_state_pg_narrow import EVERYONE, _what_concerns

@@ -14,7 +14,7 @@ import pytest
 from redis.asyncio import Redis
 from structlog.testing import capture_logs
 
-from playguard_async.desired_state.inventory import Inventory
+from playguard_async.desired_state.model import Inventory
 from playguard_async.desired_state.postgres.connection import PgAddress, password_from
 from playguard_async.desired_state.postgres.source import (
     NOTIFY_CHANNEL,

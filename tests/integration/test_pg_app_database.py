@@ -15,7 +15,7 @@ import asyncpg
 import pytest
 
 from playguard_async.cycle_record import CycleRecord
-from playguard_async.desired_state.inventory import Inventory
+from playguard_async.desired_state.model import Inventory
 from playguard_async.desired_state.postgres.connection import PgAddress, password_from
 from playguard_async.desired_state.postgres.observed_state import ObservedStateWriter
 from playguard_async.desired_state.postgres.schema import (

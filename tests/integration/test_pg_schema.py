@@ -9,7 +9,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from playguard_async.desired_state.inventory import InventoryError
+from playguard_async.desired_state.model import InventoryError
 from playguard_async.desired_state.postgres.schema import (
     migrate,
     schema_version,

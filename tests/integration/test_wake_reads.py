@@ -15,7 +15,7 @@ import pytest
 from redis.asyncio import Redis
 
 from playguard_async.coordination.replicas import ReplicaRoster
-from playguard_async.desired_state.inventory import Inventory
+from playguard_async.desired_state.model import Inventory
 from playguard_async.engine.scheduler import TICK_READ_WAIT, Engine
 from playguard_async.phases.protocol import PhaseContext
 from tests.support.engine import EngineHarness, ScriptedPhase, inventory_of

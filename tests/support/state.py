@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from playguard_async.desired_state.inventory import Inventory, InventoryError
+from playguard_async.desired_state.model import Inventory, InventoryError
 
 
 class StaticState:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from playguard_async.desired_state.inventory import Inventory, Marquee
+from playguard_async.desired_state.model import Inventory, Marquee
 from playguard_async.phases.protocol import PhaseReport
 from playguard_async.remote.ssh import RemoteOptions
 from playguard_lab import DockerDaemon, SshServer

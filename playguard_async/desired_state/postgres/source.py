@@ -32,8 +32,7 @@ import structlog
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from playguard_async.cycle_record import CycleRecord
-from playguard_async.desired_state.inventory import (
-    INVENTORY_MAX_BYTES,
+from playguard_async.desired_state.model import (
     REFERENCES,
     AgentChat,
     DesiredStateUnavailable,
@@ -67,6 +66,7 @@ from playguard_async.desired_state.postgres.mapping import (
 )
 from playguard_async.desired_state.postgres.observed_state import ObservedStateWriter
 from playguard_async.desired_state.windows import Window
+from playguard_async.desired_state.yaml_source import INVENTORY_MAX_BYTES
 from playguard_async.kits.aio import in_thread
 
 log = structlog.get_logger("playguard.desired_state")
