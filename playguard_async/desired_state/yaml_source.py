@@ -32,6 +32,7 @@ from playguard_async.desired_state.model import (
     _reason,
     _shown_value,
 )
+from playguard_async.desired_state.source import Ability
 from playguard_async.kits.aio import in_thread
 from playguard_async.kits.files import FileRefused, read_limited, signature_of
 
@@ -401,6 +402,8 @@ class YamlInventorySource:
     its own, so neither a slow disk nor a huge document stops the event loop or a shutdown; a read
     still running when the next is due makes that one fail rather than pile up threads.
     """
+
+    abilities: frozenset[Ability] = frozenset()
 
     def __init__(
         self,

@@ -23,7 +23,7 @@ from playguard_async.coordination.lock import Lease
 from playguard_async.coordination.records import CycleRecords
 from playguard_async.desired_state.model import Marquee
 from playguard_async.desired_state.postgres.connection import DatabaseError, PgAddress
-from playguard_async.desired_state.source import DesiredState, RemoteDesiredState
+from playguard_async.desired_state.source import DesiredState, as_remote
 from playguard_async.desired_state.yaml_source import YamlInventorySource
 from playguard_async.engine.cycle import SessionOpener
 from playguard_async.engine.observer import EngineObserver
@@ -182,11 +182,11 @@ def build_engine(
 
     source = inventory_source(settings)
     write_back: list[CycleListener] = []
-    if isinstance(source, RemoteDesiredState):
+    if (remote_source := as_remote(source)) is not None:
 
         async def write_observed(result: CycleResult) -> None:
             if not result.left_alone:
-                source.record_cycle(result.to_record())
+                remote_source.record_cycle(result.to_record())
 
         write_back.append(write_observed)
     return Engine(
@@ -205,8 +205,8 @@ async def close_engine(engine: Engine) -> None:
     """Close what ``build_engine`` opened: its Redis client, then a database source's
     connections, once it has written back the observed state its cycles handed over."""
     await engine.redis.aclose()
-    if isinstance(engine.desired_state, RemoteDesiredState):
-        await engine.desired_state.close()
+    if (source := as_remote(engine.desired_state)) is not None:
+        await source.close()
 
 
 @contextlib.contextmanager

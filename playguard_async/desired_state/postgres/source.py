@@ -65,6 +65,7 @@ from playguard_async.desired_state.postgres.mapping import (
     present_columns,
 )
 from playguard_async.desired_state.postgres.observed_state import ObservedStateWriter
+from playguard_async.desired_state.source import Ability
 from playguard_async.desired_state.windows import Window
 from playguard_async.desired_state.yaml_source import INVENTORY_MAX_BYTES
 from playguard_async.kits.aio import in_thread
@@ -714,6 +715,8 @@ LISTENER_PROBE_INTERVAL = 30.0
 
 class PostgresDesiredState:
     """A ``DesiredState`` that reads PostgreSQL; keeps one connection between ticks."""
+
+    abilities = frozenset({Ability.REMOTE, Ability.NARROW})
 
     def __init__(
         self,
