@@ -42,13 +42,15 @@ def _run(config: Path | None, work: Callable[[asyncpg.Connection, Settings], Awa
         connect,
         redacted,
     )
+    from playguard_async.desired_state.registry import source_kind  # noqa: PLC0415
     from playguard_async.settings import SettingsError, load_settings  # noqa: PLC0415
 
     async def main() -> _T:
         settings = load_settings(config)
-        if settings.desired_state == "yaml":
+        kind = source_kind(settings.desired_state)
+        if not kind.database:
             raise SettingsError(
-                "desired_state is 'yaml': set it to postgresql://user@host:port/database "
+                f"desired_state is {kind.name!r}: set it to postgresql://user@host:port/database "
                 "(PLAYGUARD_DESIRED_STATE) for the db commands"
             )
         address = PgAddress.parse(settings.desired_state)
