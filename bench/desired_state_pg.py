@@ -39,11 +39,15 @@ from typing import Any
 import asyncpg
 from inventory_load import PLAYGROUNDS_PER_MARQUEE, write_inventory  # bench/ is on sys.path
 
-from playguard_async.desired_state.inventory import YamlInventorySource
-from playguard_async.desired_state.pg import PasswordSource, PgAddress, password_from
-from playguard_async.desired_state.postgres import PostgresDesiredState, read_snapshot
-from playguard_async.desired_state.schema import migrate
-from playguard_async.desired_state.transfer import import_inventory
+from playguard_async.desired_state.postgres.connection import (
+    PasswordSource,
+    PgAddress,
+    password_from,
+)
+from playguard_async.desired_state.postgres.schema import migrate
+from playguard_async.desired_state.postgres.source import PostgresDesiredState, read_snapshot
+from playguard_async.desired_state.postgres.transfer import import_inventory
+from playguard_async.desired_state.yaml_source import YamlInventorySource
 from playguard_async.kits.collector import settle_new_desired_state
 from playguard_lab import PostgresServer
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from playguard_async.desired_state.inventory import Marquee
+from playguard_async.desired_state.model import Marquee
 from playguard_async.remote.ssh import RemoteOptions, RemoteSession, open_session
 from playguard_async.service.logs import configure_logging
 from playguard_lab import SshServer

@@ -85,7 +85,7 @@ from inventory_load import write_inventory
 from redis import Redis
 
 from playguard_async.coordination.replicas import ReplicaRoster
-from playguard_async.desired_state.inventory import INVENTORY_MAX_BYTES
+from playguard_async.desired_state.yaml_source import INVENTORY_MAX_BYTES
 from playguard_async.engine.observer import Unobserved
 from playguard_async.engine.results import CycleResult, Outcome
 from playguard_async.engine.scheduler import Engine

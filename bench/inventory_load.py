@@ -32,8 +32,9 @@ from pathlib import Path
 import yaml
 from loop_stall import LoopStall
 
-from playguard_async.desired_state import inventory
-from playguard_async.desired_state.inventory import Inventory, YamlInventorySource
+from playguard_async.desired_state import model, yaml_source
+from playguard_async.desired_state.model import Inventory
+from playguard_async.desired_state.yaml_source import YamlInventorySource
 
 PLAYGROUNDS_PER_MARQUEE = 5
 
@@ -72,25 +73,25 @@ def write_inventory(directory: Path, marquees: int) -> Path:
 
 
 def parse_as_before(path: Path) -> Inventory:
-    loader = inventory._InventoryLoader(path.read_text())
+    loader = yaml_source._InventoryLoader(path.read_text())
     try:
         node = loader.get_single_node()
         assert node is not None
-        assert inventory._check_shape(node) is None
+        assert yaml_source._check_shape(node) is None
         document = loader.construct_document(node)
     finally:
         loader.dispose()
-    return Inventory.model_validate(document, context={inventory._BASE_DIR: path.parent})
+    return Inventory.model_validate(document, context={model._BASE_DIR: path.parent})
 
 
 def parse_and_validate(source: YamlInventorySource, path: Path, text: str) -> tuple[float, float]:
     """CPU ms of the source's parse of ``text``, and of validating what it made."""
-    with inventory._collector_paused():
+    with model._collector_paused():
         started = time.process_time()
         document = source._parse(text)
         parsed = time.process_time()
         Inventory.model_validate(
-            document, context={inventory._BASE_DIR: path.parent, inventory._PATHS_RESOLVED: {}}
+            document, context={model._BASE_DIR: path.parent, model._PATHS_RESOLVED: {}}
         )
         validated = time.process_time()
         del document

@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from playguard_async.desired_state.inventory import Inventory, Playground, Playspec, Registry
+from playguard_async.desired_state.model import Inventory, Playground, Playspec, Registry
 
 PLAYGROUNDS_PER_MARQUEE = 20
 CHATS_PER_MARQUEE = 2

@@ -61,9 +61,9 @@ def import_inventory(
     """Migrate the database and import ``inventory``, with the code ``PYTHONPATH`` names.
     ``max_bytes`` and ``timeout`` bound the inventory's read (a fleet past the default 8 MiB);
     left out, the code's defaults (older code knows no such arguments)."""
-    from playguard_async.desired_state.pg import PgAddress, connect, password_from  # noqa: PLC0415
-    from playguard_async.desired_state.schema import migrate  # noqa: PLC0415
-    from playguard_async.desired_state.transfer import (  # noqa: PLC0415
+    from playguard_async.desired_state.postgres.connection import PgAddress, connect, password_from  # noqa: PLC0415
+    from playguard_async.desired_state.postgres.schema import migrate  # noqa: PLC0415
+    from playguard_async.desired_state.postgres.transfer import (  # noqa: PLC0415
         import_inventory as import_rows,
     )
 

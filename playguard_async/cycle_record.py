@@ -3,16 +3,17 @@
 The engine writes it (``CycleResult.to_record``); Redis keeps it for operators
 (``coordination.records``, which may leave empty fields out and cut an oversized one, counting
 the cuts in ``truncated``); PostgreSQL receives it as the observed state
-(``desired_state.observed_state``); status, describe and history read it back
+(``desired_state.postgres.observed_state``); status, describe and history read it back
 (``operator.fleet``, ``operator.describe``). A record read back is outside input (anything with
 access to Redis may have written the key), so readers take it as a ``StoredRecord`` and read its
 fields through the functions here, which refuse what is not of the written type.
 
 One phase's findings are read by other layers too: ``reconcile_playgrounds`` writes one
 ``PlaygroundFinding`` per Playground, which the observed-state write-back
-(``desired_state.observed_state``) and the readers of a Marquee (``coordination.marquee_reads``)
-take back. Its shape is here, below all three, with its one encoder (``PlaygroundFinding.to_json``)
-and its one decoder (``playground_findings``), so that no reader knows the keys.
+(``desired_state.postgres.observed_state``) and the readers of a Marquee
+(``coordination.marquee_reads``) take back. Its shape is here, below all three, with its one encoder
+(``PlaygroundFinding.to_json``) and its one decoder (``playground_findings``), so that no reader
+knows the keys.
 """
 
 from __future__ import annotations

@@ -31,15 +31,15 @@ from pydantic_settings import (
 
 from playguard_async.coordination.address import parse_redis_url
 from playguard_async.coordination.lock import default_replica_id
-from playguard_async.desired_state.inventory import INVENTORY_MAX_BYTES, INVENTORY_READ_TIMEOUT
-from playguard_async.desired_state.pg import (
+from playguard_async.desired_state.postgres.connection import (
     DEFAULT_SCHEMA,
     PasswordSource,
-    PgAddress,
     password_from,
     schema_name,
 )
+from playguard_async.desired_state.registry import source_kind
 from playguard_async.desired_state.windows import Window
+from playguard_async.desired_state.yaml_source import INVENTORY_MAX_BYTES, INVENTORY_READ_TIMEOUT
 from playguard_async.kits.capacity import MAX_SECONDS, cycle_slots
 from playguard_async.kits.files import FileRefused, read_text_limited
 from playguard_async.kits.host_header import host_entry
@@ -397,8 +397,7 @@ class Settings(BaseSettings):
     @field_validator("desired_state")
     @classmethod
     def _desired_state_form(cls, value: str) -> str:
-        if value != "yaml":
-            PgAddress.parse(value)
+        source_kind(value)
         return value
 
     @field_validator("desired_state_schema")

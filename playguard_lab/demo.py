@@ -65,9 +65,9 @@ def move_desired_state_to_postgres(server: PostgresServer, settings_path: Path) 
     """Point the demo's settings at ``server``: migrate its ``postgres`` database, import the
     demo inventory written next to the settings, and name a password file (0600), never the
     password itself, in the settings."""
-    from playguard_async.desired_state.pg import PgAddress, connect, password_from  # noqa: PLC0415 - asyncpg
-    from playguard_async.desired_state.schema import migrate  # noqa: PLC0415
-    from playguard_async.desired_state.transfer import import_inventory  # noqa: PLC0415
+    from playguard_async.desired_state.postgres.connection import PgAddress, connect, password_from  # noqa: PLC0415 - asyncpg
+    from playguard_async.desired_state.postgres.schema import migrate  # noqa: PLC0415
+    from playguard_async.desired_state.postgres.transfer import import_inventory  # noqa: PLC0415
 
     async def load() -> None:
         address = PgAddress.parse(server.url)

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from playguard_async.coordination.marquee_reads import LastCycle
-from playguard_async.desired_state.inventory import InventoryError
+from playguard_async.desired_state.model import InventoryError
 from playguard_async.kits.textclean import clean
 from playguard_async.operator.describe import marquee_story
 from playguard_async.operator.display import span

@@ -37,7 +37,7 @@ from playguard_async.coordination.lock import (
 from playguard_async.coordination.outage import RedisOutage
 from playguard_async.coordination.pause import FleetPauseWatch, Pause
 from playguard_async.coordination.records import CycleRecords
-from playguard_async.desired_state.inventory import Inventory, Marquee
+from playguard_async.desired_state.model import Inventory, Marquee
 from playguard_async.desired_state.windows import verdict
 from playguard_async.engine.observer import EngineObserver
 from playguard_async.engine.results import (

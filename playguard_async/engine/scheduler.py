@@ -29,14 +29,13 @@ from playguard_async.coordination.outage import RedisOutage
 from playguard_async.coordination.pause import FleetPauseWatch
 from playguard_async.coordination.records import CycleRecords
 from playguard_async.coordination.replicas import ReplicaRoster, Share
-from playguard_async.desired_state.inventory import (
-    DesiredState,
+from playguard_async.desired_state.model import (
     DesiredStateUnavailable,
     Inventory,
     InventoryError,
     Marquee,
-    NarrowDesiredState,
 )
+from playguard_async.desired_state.source import DesiredState, as_narrow
 from playguard_async.engine.cycle import Cycle, SessionOpener
 from playguard_async.engine.observer import EngineObserver, Unobserved
 from playguard_async.engine.results import CycleListener, CycleResult, PhaseListener, one_line
@@ -169,11 +168,11 @@ class Engine:
         async with self._reading:
             source = self.desired_state
             share = None
-            if isinstance(source, NarrowDesiredState):
+            if (narrow := as_narrow(source)) is not None:
                 # The share the roster says now: a read for it holds its rows alone. Alone
                 # (or not sharing), every Marquee is this replica's: a whole read.
                 share = self.roster.share
-                source.set_share(share)
+                narrow.set_share(share)
             try:
                 inventory = await source.load()
             except DesiredStateUnavailable as exc:
@@ -366,8 +365,8 @@ class Engine:
         """After a whole read: drop the wake-up reads its snapshot ended after (it saw what they
         saw, or newer: reads take ``_reading`` one at a time). A source that answered with its
         last snapshot (out of reach) ended none after them, so they stay."""
-        source = self.desired_state
-        if not self._woken or not isinstance(source, NarrowDesiredState):
+        source = as_narrow(self.desired_state)
+        if not self._woken or source is None:
             return
         age = source.snapshot_age()
         if age is not None:
@@ -377,8 +376,8 @@ class Engine:
     async def _wake_inventory(self, names: Collection[str]) -> Inventory | None:
         """What a wake-up starts cycles from: a narrow read of ``names`` where the source can,
         remembered for them (``_newest``); else a whole read."""
-        source = self.desired_state
-        if self.inventory is not None and isinstance(source, NarrowDesiredState):
+        source = as_narrow(self.desired_state)
+        if self.inventory is not None and source is not None:
             async with self._reading:
                 narrow = await source.load_marquees(names)
                 read_at = time.monotonic()

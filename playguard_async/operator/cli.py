@@ -102,7 +102,7 @@ def _readable_errors(ctx: click.Context, *, config_status: int = 1) -> Iterator[
 
     Also quiets the log: the operator commands print for a person, and the engine's own log
     would only repeat it (`run` and `lab` set the log up again from their settings)."""
-    from playguard_async.desired_state.inventory import InventoryError
+    from playguard_async.desired_state.model import InventoryError
     from playguard_async.engine.scheduler import CycleCancelled
     from playguard_async.operator import fleet
     from playguard_async.phases.protocol import UnknownPhase

@@ -35,15 +35,22 @@ def _run(config: Path | None, work: Callable[[asyncpg.Connection, Settings], Awa
     """Run ``work`` on a connection to the settings' database, given the settings (playguard's
     schema is ``desired_state_schema``); one-line errors, exit 1."""
     # Imported here, not at the top: `playguard --help` loads this module (cli's lazy imports).
-    from playguard_async.desired_state.inventory import InventoryError  # noqa: PLC0415
-    from playguard_async.desired_state.pg import DatabaseError, PgAddress, connect, redacted  # noqa: PLC0415
+    from playguard_async.desired_state.model import InventoryError  # noqa: PLC0415
+    from playguard_async.desired_state.postgres.connection import (  # noqa: PLC0415
+        DatabaseError,
+        PgAddress,
+        connect,
+        redacted,
+    )
+    from playguard_async.desired_state.registry import source_kind  # noqa: PLC0415
     from playguard_async.settings import SettingsError, load_settings  # noqa: PLC0415
 
     async def main() -> _T:
         settings = load_settings(config)
-        if settings.desired_state == "yaml":
+        kind = source_kind(settings.desired_state)
+        if not kind.database:
             raise SettingsError(
-                "desired_state is 'yaml': set it to postgresql://user@host:port/database "
+                f"desired_state is {kind.name!r}: set it to postgresql://user@host:port/database "
                 "(PLAYGUARD_DESIRED_STATE) for the db commands"
             )
         address = PgAddress.parse(settings.desired_state)
@@ -77,7 +84,7 @@ def _run(config: Path | None, work: Callable[[asyncpg.Connection, Settings], Awa
 @CONFIG_OPTION
 def migrate(config: Path | None) -> None:
     """Apply the schema migrations the database lacks (one transaction; safe to run again)."""
-    from playguard_async.desired_state import schema as migrations  # noqa: PLC0415 - asyncpg
+    from playguard_async.desired_state.postgres import schema as migrations  # noqa: PLC0415 - asyncpg
 
     async def work(connection: asyncpg.Connection, settings: Settings) -> str:
         schema = settings.desired_state_schema
@@ -97,7 +104,7 @@ def migrate(config: Path | None) -> None:
 @CONFIG_OPTION
 def import_(file: Path, replace: bool, config: Path | None) -> None:
     """Load the YAML inventory FILE into the database: one transaction, all or nothing."""
-    from playguard_async.desired_state.transfer import import_inventory  # noqa: PLC0415
+    from playguard_async.desired_state.postgres.transfer import import_inventory  # noqa: PLC0415
 
     async def work(connection: asyncpg.Connection, settings: Settings) -> dict[str, int]:
         # Bounded as the daemon bounds the file: a fleet's inventory past the default is
@@ -123,7 +130,7 @@ def import_(file: Path, replace: bool, config: Path | None) -> None:
 @CONFIG_OPTION
 def export(output: Path | None, config: Path | None) -> None:
     """Write the database's desired state as a YAML inventory."""
-    from playguard_async.desired_state.transfer import export_inventory  # noqa: PLC0415
+    from playguard_async.desired_state.postgres.transfer import export_inventory  # noqa: PLC0415
 
     text = _run(config, lambda connection, settings: export_inventory(
         connection, settings.desired_state_schema
@@ -139,7 +146,7 @@ def export(output: Path | None, config: Path | None) -> None:
 def check(config: Path | None) -> None:
     """Check the relations playguard reads (tables or views) and their rows: one line per
     problem, exit status 1 when there is any."""
-    from playguard_async.desired_state.check import check_mapping  # noqa: PLC0415 - asyncpg
+    from playguard_async.desired_state.postgres.db_check import check_mapping  # noqa: PLC0415 - asyncpg
 
     problems, summary = _run(config, lambda connection, settings: check_mapping(
         connection, settings.desired_state_schema
@@ -163,7 +170,7 @@ def check(config: Path | None) -> None:
 def triggers(table: str, column: str, lookup: str | None, config: Path | None) -> None:
     """Print, for review, the trigger that wakes the Marquees a change to TABLE's rows concerns
     (COLUMN identifies a row's Marquee). Nothing is run: the application's owner runs it."""
-    from playguard_async.desired_state.triggers import trigger_statement  # noqa: PLC0415
+    from playguard_async.desired_state.postgres.triggers import trigger_statement  # noqa: PLC0415
     from playguard_async.settings import SettingsError, load_settings  # noqa: PLC0415
 
     try:

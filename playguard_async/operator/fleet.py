@@ -31,7 +31,7 @@ from playguard_async.coordination.marquee_reads import MarqueeStatus, read_statu
 from playguard_async.coordination.pause import FLEET, Pause, lift_pause, take_pause
 from playguard_async.coordination.records import CycleRecords
 from playguard_async.coordination.topology import read_topology
-from playguard_async.desired_state.inventory import Inventory, InventoryError, Marquee, Registry
+from playguard_async.desired_state.model import Inventory, InventoryError, Marquee, Registry
 from playguard_async.engine.results import CycleResult, Outcome, PhaseListener
 from playguard_async.kits.aio import bounded
 from playguard_async.phases.protocol import UnknownPhase, resolve_phases

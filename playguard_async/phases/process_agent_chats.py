@@ -19,7 +19,7 @@ import json
 from functools import partial
 from typing import Any
 
-from playguard_async.desired_state.inventory import AgentChat, Inventory
+from playguard_async.desired_state.model import AgentChat, Inventory
 from playguard_async.phases.protocol import PhaseReport
 from playguard_async.phases.toolkit import (
     CycleContext,

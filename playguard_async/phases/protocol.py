@@ -22,7 +22,7 @@ from typing_extensions import TypeVar
 
 from playguard_async.coordination.lock import Lease
 from playguard_async.cycle_record import NoticeKind, NoticeRecord
-from playguard_async.desired_state.inventory import Inventory, Marquee
+from playguard_async.desired_state.model import Inventory, Marquee
 
 
 class RemoteView(Protocol):

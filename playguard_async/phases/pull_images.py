@@ -10,7 +10,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
-from playguard_async.desired_state.inventory import Registry
+from playguard_async.desired_state.model import Registry
 from playguard_async.phases.protocol import PhaseReport
 from playguard_async.phases.toolkit import CycleContext, change_outcome, finish, handle_each
 from playguard_async.remote.registry import auth_for, local_digests, pull, registry_digest

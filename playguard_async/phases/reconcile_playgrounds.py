@@ -40,12 +40,7 @@ from playguard_async.cycle_record import (
     PlaygroundFinding,
     PlaygroundFindingRecord,
 )
-from playguard_async.desired_state.inventory import (
-    InventoryError,
-    Playground,
-    Playspec,
-    Registry,
-)
+from playguard_async.desired_state.model import InventoryError, Playground, Playspec, Registry
 from playguard_async.phases.protocol import Notice, PhaseReport
 from playguard_async.phases.toolkit import (
     Container,

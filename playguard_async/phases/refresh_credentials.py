@@ -16,7 +16,7 @@ import json
 from functools import partial
 from typing import Any
 
-from playguard_async.desired_state.inventory import Registry
+from playguard_async.desired_state.model import Registry
 from playguard_async.phases.protocol import PhaseReport
 from playguard_async.phases.toolkit import CycleContext, change_outcome, finish, handle_each
 from playguard_async.remote.docker import config_entry, docker_config_dir, registry_auth

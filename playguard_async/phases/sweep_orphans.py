@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from playguard_async.desired_state.inventory import Inventory
+from playguard_async.desired_state.model import Inventory
 from playguard_async.phases.protocol import PhaseReport
 from playguard_async.phases.toolkit import (
     Container,

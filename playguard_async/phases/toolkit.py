@@ -15,7 +15,7 @@ from typing import Any
 from structlog.typing import FilteringBoundLogger
 
 from playguard_async.cycle_record import NoticeKind
-from playguard_async.desired_state.inventory import Inventory, InventoryError, Playground
+from playguard_async.desired_state.model import Inventory, InventoryError, Playground
 from playguard_async.phases.protocol import Notice, PartialFailure, PhaseContext, PhaseReport
 from playguard_async.remote import git
 from playguard_async.remote.compose import PROJECT_LABEL, ComposeProject

@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from playguard_async.desired_state.inventory import Marquee
+from playguard_async.desired_state.model import Marquee
 from playguard_async.remote.docker import docker_config_dir, our_labels
 from playguard_async.remote.git import checkout_dir, playground_dir
 

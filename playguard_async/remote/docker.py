@@ -17,7 +17,7 @@ import json
 from datetime import datetime
 from typing import Any
 
-from playguard_async.desired_state.inventory import Marquee, Registry
+from playguard_async.desired_state.model import Marquee, Registry
 from playguard_async.remote.errors import DockerApiError
 from playguard_async.remote.ssh import RemoteSession
 

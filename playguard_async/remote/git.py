@@ -9,7 +9,7 @@ anyway wherever git allows it.
 
 from __future__ import annotations
 
-from playguard_async.desired_state.inventory import Marquee
+from playguard_async.desired_state.model import Marquee
 
 
 def playground_dir(marquee: Marquee, playground: str) -> str:

@@ -25,7 +25,7 @@ import re
 from collections.abc import Sequence
 
 from playguard_async.coordination.fence import FencedLease
-from playguard_async.desired_state.inventory import Marquee
+from playguard_async.desired_state.model import Marquee
 
 REFUSED_STATUS = 75
 """The guard's exit status when it refuses (EX_TEMPFAIL); its stderr then says why."""

@@ -45,7 +45,7 @@ from typing import Any
 
 import structlog
 
-from playguard_async.desired_state.inventory import Marquee
+from playguard_async.desired_state.model import Marquee
 from playguard_async.remote.compose import (
     CONFIG_HASH_LABEL,
     SERVICE_LABEL,

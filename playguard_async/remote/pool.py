@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import asyncssh
 import structlog
 
-from playguard_async.desired_state.inventory import Marquee
+from playguard_async.desired_state.model import Marquee
 from playguard_async.kits.aio import in_thread
 from playguard_async.kits.files import FileRefused, read_limited
 

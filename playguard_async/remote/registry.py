@@ -16,7 +16,7 @@ from typing import TypeVar
 import aiodocker
 from aiodocker.utils import compose_auth_header
 
-from playguard_async.desired_state.inventory import Registry
+from playguard_async.desired_state.model import Registry
 from playguard_async.remote.docker import (
     config_entry,
     inspect_or_none,

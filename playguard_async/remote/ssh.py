@@ -41,7 +41,7 @@ import structlog
 from asyncssh.saslprep import SASLPrepError, saslprep
 
 from playguard_async.coordination.fence import FencedLease, FenceRefused
-from playguard_async.desired_state.inventory import Marquee
+from playguard_async.desired_state.model import Marquee
 from playguard_async.kits.aio import in_thread
 from playguard_async.kits.files import FileRefused, read_limited, read_text_limited
 from playguard_async.remote import guard

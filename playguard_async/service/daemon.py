@@ -18,7 +18,8 @@ from playguard_async.coordination.client import redis_answers
 from playguard_async.coordination.marquee_reads import MarqueeStory, read_story
 from playguard_async.coordination.records import CycleRecords
 from playguard_async.cycle_record import NoticeKind
-from playguard_async.desired_state.inventory import Inventory, RemoteDesiredState
+from playguard_async.desired_state.model import Inventory
+from playguard_async.desired_state.source import as_remote
 from playguard_async.engine.results import CycleResult, Outcome
 from playguard_async.engine.scheduler import Engine
 from playguard_async.kits.aio import background
@@ -79,8 +80,8 @@ async def serve(settings: Settings, *, stop_after: float | None = None) -> None:
     engine.listeners.append(changes.notify_cycle)
     metrics.count_in_flight(lambda: len(engine.cycles))
     metrics.watch_desired_state_loaded(lambda: engine.inventory is not None)
-    source = engine.desired_state
-    if isinstance(source, RemoteDesiredState):
+    source = as_remote(engine.desired_state)
+    if source is not None:
         metrics.watch_desired_state(
             lambda: source.reachable, source.snapshot_age, source.write_failures
         )
@@ -103,8 +104,8 @@ async def serve(settings: Settings, *, stop_after: float | None = None) -> None:
 async def listening(engine: Engine) -> AsyncIterator[None]:
     """While the block runs, a desired state that can tell of changes (PostgreSQL's
     LISTEN/NOTIFY) wakes the changed Marquees' cycles early and resyncs after a reconnect."""
-    source = engine.desired_state
-    if not isinstance(source, RemoteDesiredState):
+    source = as_remote(engine.desired_state)
+    if source is None:
         yield
         return
     async with background("desired-state-listener", source.listen(engine.wake, engine.resync)):
@@ -225,8 +226,8 @@ HISTORY_SHOWN = 20
 def desired_state_missing(engine: Engine) -> str | None:
     """Why the desired state is out of reach (while the engine runs on its last snapshot), or
     why there is none yet (while the engine runs no cycles); None when neither."""
-    source = engine.desired_state
-    if isinstance(source, RemoteDesiredState) and source.reachable is False:
+    source = as_remote(engine.desired_state)
+    if source is not None and source.reachable is False:
         reason = f"desired state {source.describe()} unreachable: {source.last_error}"
         return reason if engine.inventory is not None else f"{reason}; no snapshot yet: no cycles"
     if engine.inventory is None and engine.waiting_for_desired_state is not None:

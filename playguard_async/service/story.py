@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 
 from playguard_async.coordination.marquee_reads import MarqueeStory, read_story
 from playguard_async.coordination.records import CycleRecords
-from playguard_async.desired_state.inventory import Marquee
+from playguard_async.desired_state.model import Marquee
 from playguard_async.desired_state.windows import Window, next_opening
 
 

@@ -14,20 +14,16 @@ import functools
 import signal
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import TYPE_CHECKING
 
 import structlog
 
 from playguard_async.coordination.client import RedisClient, connect_redis
 from playguard_async.coordination.lock import Lease
 from playguard_async.coordination.records import CycleRecords
-from playguard_async.desired_state.inventory import (
-    DesiredState,
-    Marquee,
-    RemoteDesiredState,
-    YamlInventorySource,
-)
-from playguard_async.desired_state.pg import DatabaseError, PgAddress
+from playguard_async.desired_state.model import Marquee
+from playguard_async.desired_state.postgres.connection import DatabaseError
+from playguard_async.desired_state.registry import source_kind
+from playguard_async.desired_state.source import DesiredState, as_remote
 from playguard_async.engine.cycle import SessionOpener
 from playguard_async.engine.observer import EngineObserver
 from playguard_async.engine.results import CycleListener, CycleResult
@@ -37,9 +33,6 @@ from playguard_async.remote.memo import ComposeMemo
 from playguard_async.remote.pool import ConnectionPool
 from playguard_async.remote.ssh import RemoteOptions, RemoteSession, connect, open_session
 from playguard_async.settings import Settings, SettingsError
-
-if TYPE_CHECKING:
-    from playguard_async.desired_state.postgres import PostgresDesiredState
 
 log = structlog.get_logger("playguard.wiring")
 
@@ -100,46 +93,14 @@ def remote_options(settings: Settings) -> RemoteOptions:
 
 
 def inventory_source(settings: Settings) -> DesiredState:
-    """The desired state the settings name, read within their size and time bounds."""
-    if settings.desired_state != "yaml":
-        return postgres_source(settings)
-    return YamlInventorySource(
-        settings.inventory,
-        max_bytes=settings.inventory_max_bytes,
-        timeout=settings.inventory_read_timeout,
-    )
-
-
-def postgres_source(settings: Settings) -> PostgresDesiredState:
-    """The PostgreSQL source ``settings.desired_state`` names, with its password source.
-
-    A password file that cannot be read is a configuration error now (``SettingsError``), as a
-    malformed URL is: only the database itself being out of reach is waited out."""
-    # Imported here: asyncpg is loaded only where the settings name a database.
-    from playguard_async.desired_state.observed_state import ObservedStateWriter  # noqa: PLC0415
-    from playguard_async.desired_state.postgres import PostgresDesiredState  # noqa: PLC0415
-
-    address, password = PgAddress.parse(settings.desired_state), settings.database_password()
+    """The desired state the settings name (``desired_state.registry``), read within their size
+    and time bounds. A password file that cannot be read is a configuration error now
+    (``SettingsError``), as a malformed URL is: only the database itself being out of reach is
+    waited out."""
     try:
-        password()
+        return source_kind(settings.desired_state).build(settings)
     except DatabaseError as exc:
         raise SettingsError(str(exc)) from None
-    return PostgresDesiredState(
-        address,
-        password,
-        timeout=settings.desired_state_timeout,
-        validate_timeout=settings.inventory_read_timeout,
-        max_bytes=settings.inventory_max_bytes,
-        probe_interval=settings.desired_state_probe_interval,
-        observed=ObservedStateWriter(
-            address,
-            password,
-            replica=settings.replica_id,
-            timeout=settings.desired_state_timeout,
-            schema=settings.desired_state_schema,
-        ),
-        schema=settings.desired_state_schema,
-    )
 
 
 def redis_for(settings: Settings) -> RedisClient:
@@ -185,11 +146,11 @@ def build_engine(
 
     source = inventory_source(settings)
     write_back: list[CycleListener] = []
-    if isinstance(source, RemoteDesiredState):
+    if (remote_source := as_remote(source)) is not None:
 
         async def write_observed(result: CycleResult) -> None:
             if not result.left_alone:
-                source.record_cycle(result.to_record())
+                remote_source.record_cycle(result.to_record())
 
         write_back.append(write_observed)
     return Engine(
@@ -208,8 +169,8 @@ async def close_engine(engine: Engine) -> None:
     """Close what ``build_engine`` opened: its Redis client, then a database source's
     connections, once it has written back the observed state its cycles handed over."""
     await engine.redis.aclose()
-    if isinstance(engine.desired_state, RemoteDesiredState):
-        await engine.desired_state.close()
+    if (source := as_remote(engine.desired_state)) is not None:
+        await source.close()
 
 
 @contextlib.contextmanager

@@ -19,8 +19,8 @@ from redis.asyncio import Redis
 
 from playguard_async.coordination.keys import marquee_lock_name
 from playguard_async.coordination.lock import TokenLock
-from playguard_async.desired_state.schema import migrate
-from playguard_async.desired_state.transfer import import_inventory
+from playguard_async.desired_state.postgres.schema import migrate
+from playguard_async.desired_state.postgres.transfer import import_inventory
 from playguard_async.phases.protocol import Phase, PhaseContext, PhaseReport
 from playguard_async.remote.docker import MANAGED
 from playguard_async.remote.memo import ComposeMemo

@@ -21,7 +21,8 @@ from structlog.testing import capture_logs
 
 from playguard_async.coordination.keys import marquee_lock_key
 from playguard_async.coordination.records import CycleRecords
-from playguard_async.desired_state.inventory import InventoryError, YamlInventorySource
+from playguard_async.desired_state.model import InventoryError
+from playguard_async.desired_state.yaml_source import YamlInventorySource
 from playguard_async.engine.results import CycleResult, Outcome
 from playguard_async.phases.process_agent_chats import chat_container_name
 from playguard_async.phases.protocol import Phase, PhaseContext, resolve_phases

@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from playguard_async.desired_state.inventory import Marquee
-from playguard_async.desired_state.pg import PgAddress, password_from
-from playguard_async.desired_state.postgres import NotificationListener
+from playguard_async.desired_state.model import Marquee
+from playguard_async.desired_state.postgres.connection import PgAddress, password_from
+from playguard_async.desired_state.postgres.source import NotificationListener
 from playguard_async.remote.errors import HostUnreachable
 from playguard_async.remote.pool import ConnectionPool
 from playguard_async.remote.ssh import RemoteOptions, connect

@@ -13,13 +13,10 @@ import pytest
 from redis.asyncio import Redis
 from structlog.testing import capture_logs
 
-from playguard_async.desired_state.inventory import (
-    DesiredStateUnavailable,
-    InventoryError,
-    RemoteDesiredState,
-)
-from playguard_async.desired_state.pg import PgAddress, password_from
-from playguard_async.desired_state.postgres import PostgresDesiredState
+from playguard_async.desired_state.model import DesiredStateUnavailable, InventoryError
+from playguard_async.desired_state.postgres.connection import PgAddress, password_from
+from playguard_async.desired_state.postgres.source import PostgresDesiredState
+from playguard_async.desired_state.source import as_remote
 from playguard_async.service.wiring import inventory_source
 from playguard_async.settings import load_settings
 from tests.support.engine import EngineHarness, ScriptedPhase
@@ -44,8 +41,8 @@ async def test_the_settings_url_selects_the_database_and_loads_the_yaml_fleet(
     fleet: asyncpg.Connection, postgres: LabDatabase, tmp_path: Path
 ) -> None:
     settings = load_settings(desired_state=postgres.url, desired_state_password=postgres.password)
-    source = inventory_source(settings)
-    assert isinstance(source, RemoteDesiredState)
+    source = as_remote(inventory_source(settings))
+    assert source is not None
     try:
         inventory = await source.load()
     finally:

@@ -11,9 +11,9 @@ import asyncpg
 import pytest
 from structlog.testing import capture_logs
 
-from playguard_async.desired_state.inventory import Inventory
-from playguard_async.desired_state.pg import PgAddress, password_from
-from playguard_async.desired_state.postgres import NARROW_READ_MAX, PostgresDesiredState
+from playguard_async.desired_state.model import Inventory
+from playguard_async.desired_state.postgres.connection import PgAddress, password_from
+from playguard_async.desired_state.postgres.source import NARROW_READ_MAX, PostgresDesiredState
 from tests.support.fencing import eventually
 from tests.support.postgres import LabDatabase
 

@@ -12,9 +12,9 @@ import asyncpg
 import pytest
 from redis.asyncio import Redis
 
-from playguard_async.desired_state.inventory import Inventory, InventoryError, MarqueeListing
-from playguard_async.desired_state.pg import PgAddress, password_from
-from playguard_async.desired_state.postgres import PostgresDesiredState
+from playguard_async.desired_state.model import Inventory, InventoryError, MarqueeListing
+from playguard_async.desired_state.postgres.connection import PgAddress, password_from
+from playguard_async.desired_state.postgres.source import PostgresDesiredState
 from tests.integration.test_desired_state_pg_narrow import EVERYONE, _what_concerns
 from tests.support.engine import EngineHarness, ScriptedPhase
 from tests.support.postgres import LabDatabase

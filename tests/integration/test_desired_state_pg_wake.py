@@ -14,9 +14,9 @@ import pytest
 from redis.asyncio import Redis
 from structlog.testing import capture_logs
 
-from playguard_async.desired_state.inventory import Inventory
-from playguard_async.desired_state.pg import PgAddress, password_from
-from playguard_async.desired_state.postgres import (
+from playguard_async.desired_state.model import Inventory
+from playguard_async.desired_state.postgres.connection import PgAddress, password_from
+from playguard_async.desired_state.postgres.source import (
     NOTIFY_CHANNEL,
     NotificationListener,
     PostgresDesiredState,

@@ -17,7 +17,7 @@ from playguard_async.coordination.keys import RESUME_KEY, marquee_lock_key, marq
 from playguard_async.coordination.lock import Lease, ReleaseResult, TokenLock
 from playguard_async.coordination.records import CycleRecords
 from playguard_async.cycle_record import NoticeKind
-from playguard_async.desired_state.inventory import Inventory, InventoryError, Marquee
+from playguard_async.desired_state.model import Inventory, InventoryError, Marquee
 from playguard_async.engine.cycle import Cycle
 from playguard_async.engine.results import CycleResult, Outcome
 from playguard_async.engine.scheduler import CycleCancelled

@@ -21,7 +21,7 @@ import aiodocker
 import pytest
 
 from playguard_async.coordination.fence import FenceRefused
-from playguard_async.desired_state.inventory import Marquee
+from playguard_async.desired_state.model import Marquee
 from playguard_async.remote.docker import FENCE, our_labels, remove_container, run_container
 from playguard_async.remote.errors import RemoteCommandTimeout, UnfencedWrite
 from playguard_async.remote.ssh import RemoteOptions, RemoteSession, open_session

@@ -14,7 +14,7 @@ from redis.asyncio import Redis
 from structlog.testing import capture_logs
 
 from playguard_async.coordination.keys import fence_key, lock_key, marquee_lock_name
-from playguard_async.desired_state.inventory import Marquee
+from playguard_async.desired_state.model import Marquee
 from playguard_async.engine.results import Outcome
 from playguard_lab import DockerDaemon, SshServer
 from tests.support.fencing import Fleet, host_fence, journal

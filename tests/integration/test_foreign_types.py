@@ -33,7 +33,7 @@ from playguard_async.coordination.lock import LockLost, LockPaused, ReleaseResul
 from playguard_async.coordination.marquee_reads import read_status, read_story
 from playguard_async.coordination.pause import FLEET, FleetPauseWatch, lift_pause
 from playguard_async.coordination.records import CycleRecords
-from playguard_async.desired_state.inventory import YamlInventorySource
+from playguard_async.desired_state.yaml_source import YamlInventorySource
 from playguard_async.engine.cycle import Cycle
 from playguard_async.engine.results import Outcome
 from playguard_async.engine.scheduler import Engine

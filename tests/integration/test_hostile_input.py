@@ -20,7 +20,8 @@ from playguard_async.coordination.keys import fence_key, last_cycle_key, lock_ke
 from playguard_async.coordination.lock import ReleaseResult, TokenLock
 from playguard_async.coordination.lock_state import inspect_lock
 from playguard_async.coordination.records import CycleRecords
-from playguard_async.desired_state.inventory import SHOWN_PROBLEMS, YamlInventorySource
+from playguard_async.desired_state.model import SHOWN_PROBLEMS
+from playguard_async.desired_state.yaml_source import YamlInventorySource
 from playguard_async.engine.cycle import Cycle
 from playguard_async.engine.observer import Unobserved
 from playguard_async.engine.results import Outcome

@@ -23,7 +23,7 @@ from redis.asyncio import Redis
 from structlog.testing import capture_logs
 
 from playguard_async.coordination.keys import health_key, marquee_lock_key
-from playguard_async.desired_state.inventory import Marquee
+from playguard_async.desired_state.model import Marquee
 from playguard_async.engine.results import CycleResult, Outcome
 from playguard_async.phases.protocol import PhaseContext, PhaseReport
 from playguard_async.service import notifications

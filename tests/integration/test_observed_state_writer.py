@@ -16,9 +16,9 @@ import pytest
 from structlog.testing import capture_logs
 
 from playguard_async.cycle_record import CycleRecord
-from playguard_async.desired_state.observed_state import WRITE_BATCH, ObservedStateWriter
-from playguard_async.desired_state.pg import PgAddress, password_from
-from playguard_async.desired_state.schema import migrate
+from playguard_async.desired_state.postgres.connection import PgAddress, password_from
+from playguard_async.desired_state.postgres.observed_state import WRITE_BATCH, ObservedStateWriter
+from playguard_async.desired_state.postgres.schema import migrate
 from tests.support.postgres import LabDatabase
 
 pytestmark = pytest.mark.integration

@@ -15,12 +15,16 @@ import asyncpg
 import pytest
 
 from playguard_async.cycle_record import CycleRecord
-from playguard_async.desired_state.inventory import Inventory
-from playguard_async.desired_state.observed_state import ObservedStateWriter
-from playguard_async.desired_state.pg import PgAddress, password_from
-from playguard_async.desired_state.postgres import PostgresDesiredState
-from playguard_async.desired_state.schema import SCHEMA_VERSION_TABLE, migrate, shipped_migrations
-from playguard_async.desired_state.transfer import export_inventory, import_inventory
+from playguard_async.desired_state.model import Inventory
+from playguard_async.desired_state.postgres.connection import PgAddress, password_from
+from playguard_async.desired_state.postgres.observed_state import ObservedStateWriter
+from playguard_async.desired_state.postgres.schema import (
+    SCHEMA_VERSION_TABLE,
+    migrate,
+    shipped_migrations,
+)
+from playguard_async.desired_state.postgres.source import PostgresDesiredState
+from playguard_async.desired_state.postgres.transfer import export_inventory, import_inventory
 from tests.support.app_database import (
     AGENT_CHATS_VIEW,
     PLAYGROUNDS_VIEW,

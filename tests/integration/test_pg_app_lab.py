@@ -11,8 +11,8 @@ from pathlib import Path
 
 import aiodocker
 
-from playguard_async.desired_state.schema import migrate
-from playguard_async.desired_state.transfer import import_inventory
+from playguard_async.desired_state.postgres.schema import migrate
+from playguard_async.desired_state.postgres.transfer import import_inventory
 from playguard_lab import DockerDaemon, GitOrigin, SshServer
 from tests.support.app_database import (
     AGENT_CHATS_VIEW,

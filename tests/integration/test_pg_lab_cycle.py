@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 import os
 
-from playguard_async.desired_state.schema import migrate
-from playguard_async.desired_state.transfer import import_inventory
+from playguard_async.desired_state.postgres.schema import migrate
+from playguard_async.desired_state.postgres.transfer import import_inventory
 from tests.integration.test_cli import phase_counts
 from tests.support.cli import LAB_SETTINGS, Playguard
 from tests.support.postgres import LabDatabase

@@ -9,10 +9,18 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from playguard_async.desired_state.inventory import InventoryError
-from playguard_async.desired_state.postgres import read_snapshot, validate_snapshot
-from playguard_async.desired_state.schema import migrate, schema_version, shipped_migrations
-from playguard_async.desired_state.transfer import ImportRefused, export_inventory, import_inventory
+from playguard_async.desired_state.model import InventoryError
+from playguard_async.desired_state.postgres.schema import (
+    migrate,
+    schema_version,
+    shipped_migrations,
+)
+from playguard_async.desired_state.postgres.source import read_snapshot, validate_snapshot
+from playguard_async.desired_state.postgres.transfer import (
+    ImportRefused,
+    export_inventory,
+    import_inventory,
+)
 from tests.support.pg_inventory import by_name, full_document, load_yaml, write_inventory
 from tests.support.postgres import LabDatabase, notified_by
 

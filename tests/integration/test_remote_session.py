@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from playguard_async.desired_state.inventory import Marquee
+from playguard_async.desired_state.model import Marquee
 from playguard_async.remote.errors import (
     AuthRefused,
     HostKeyMismatch,

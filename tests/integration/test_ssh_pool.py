@@ -17,7 +17,7 @@ import asyncssh
 import pytest
 
 from playguard_async.coordination.fence import FenceRefused
-from playguard_async.desired_state.inventory import Marquee
+from playguard_async.desired_state.model import Marquee
 from playguard_async.remote.errors import HostKeyMismatch
 from playguard_async.remote.pool import ConnectionPool
 from playguard_async.remote.ssh import RemoteOptions, connect, open_session

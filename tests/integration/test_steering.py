@@ -23,7 +23,7 @@ from playguard_async.coordination.keys import (
 )
 from playguard_async.coordination.pause import REASON_MAX, Pause, lift_pause, take_pause
 from playguard_async.coordination.records import CycleRecords
-from playguard_async.desired_state.inventory import Inventory
+from playguard_async.desired_state.model import Inventory
 from playguard_async.engine.results import Outcome
 from playguard_async.service.notifications import ChangeNotifier
 from playguard_lab import SshServer

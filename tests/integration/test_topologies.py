@@ -25,7 +25,7 @@ from playguard_async.coordination.keys import (
 from playguard_async.coordination.lock import LockLost, LockUnavailable, ReleaseResult, TokenLock
 from playguard_async.coordination.records import CycleRecords
 from playguard_async.coordination.topology import CLUSTER_SLOTS, read_topology
-from playguard_async.desired_state.inventory import Inventory, Marquee
+from playguard_async.desired_state.model import Inventory, Marquee
 from playguard_async.engine.cycle import Cycle
 from playguard_async.engine.results import CycleResult, Outcome
 from playguard_async.engine.scheduler import Engine

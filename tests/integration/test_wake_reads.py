@@ -15,7 +15,8 @@ import pytest
 from redis.asyncio import Redis
 
 from playguard_async.coordination.replicas import ReplicaRoster
-from playguard_async.desired_state.inventory import Inventory
+from playguard_async.desired_state.model import Inventory
+from playguard_async.desired_state.source import Ability
 from playguard_async.engine.scheduler import TICK_READ_WAIT, Engine
 from playguard_async.phases.protocol import PhaseContext
 from tests.support.engine import EngineHarness, ScriptedPhase, inventory_of
@@ -37,6 +38,8 @@ def _with_hosts(hosts: dict[str, str], **modes: str) -> Inventory:
 class NarrowState(StaticState):
     """A remote source whose whole reads can be held (``hold``) and whose narrow reads answer
     ``narrow``; ``snapshot_age`` as the PostgreSQL source keeps it (set when a whole read ends)."""
+
+    abilities = frozenset({Ability.REMOTE, Ability.NARROW})
 
     def __init__(self, inventory: Inventory) -> None:
         super().__init__(inventory)

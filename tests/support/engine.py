@@ -10,7 +10,8 @@ from typing import Any
 
 from playguard_async.coordination.client import RedisClient
 from playguard_async.coordination.records import CycleRecords
-from playguard_async.desired_state.inventory import DesiredState, Inventory, Marquee
+from playguard_async.desired_state.model import Inventory, Marquee
+from playguard_async.desired_state.source import DesiredState
 from playguard_async.engine.cycle import Cycle, SessionOpener
 from playguard_async.engine.observer import EngineObserver
 from playguard_async.engine.results import CycleResult

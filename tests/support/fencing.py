@@ -13,7 +13,7 @@ from pathlib import Path
 
 from redis.asyncio import Redis
 
-from playguard_async.desired_state.inventory import Inventory, Marquee
+from playguard_async.desired_state.model import Inventory, Marquee
 from playguard_async.engine.cycle import Cycle
 from playguard_async.engine.results import CycleResult, Outcome
 from playguard_async.engine.scheduler import Engine

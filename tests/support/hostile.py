@@ -3,7 +3,7 @@ tests of a daemon that must survive them."""
 
 from __future__ import annotations
 
-from playguard_async.desired_state.inventory import MAX_DEPTH
+from playguard_async.desired_state.yaml_source import MAX_DEPTH
 
 GOOD = """\
 marquees:

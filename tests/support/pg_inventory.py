@@ -8,7 +8,8 @@ from typing import Any
 
 import yaml
 
-from playguard_async.desired_state.inventory import Inventory, YamlInventorySource
+from playguard_async.desired_state.model import Inventory
+from playguard_async.desired_state.yaml_source import YamlInventorySource
 
 STEERING: dict[int, dict[str, Any]] = {
     1: {"windows": []},

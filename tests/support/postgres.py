@@ -13,9 +13,9 @@ from pathlib import Path
 
 import asyncpg
 
-from playguard_async.desired_state.postgres import NOTIFY_CHANNEL
-from playguard_async.desired_state.schema import migrate
-from playguard_async.desired_state.transfer import import_inventory
+from playguard_async.desired_state.postgres.schema import migrate
+from playguard_async.desired_state.postgres.source import NOTIFY_CHANNEL
+from playguard_async.desired_state.postgres.transfer import import_inventory
 from playguard_lab import PostgresServer, free_port
 from tests.support.daemon import PLAYGUARD
 

@@ -14,7 +14,7 @@ from yaml.composer import ComposerError
 from yaml.constructor import ConstructorError
 from yaml.nodes import ScalarNode
 
-from playguard_async.desired_state.inventory import (
+from playguard_async.desired_state.yaml_source import (
     _MAPPING_TAGS,
     _NODE_TREE_TAGS,
     _SEQUENCE_TAGS,

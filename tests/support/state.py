@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from playguard_async.desired_state.inventory import Inventory, InventoryError
+from playguard_async.desired_state.model import Inventory, InventoryError
+from playguard_async.desired_state.source import Ability
 
 
 class StaticState:
+    abilities: frozenset[Ability] = frozenset()
+
     def __init__(self, inventory: Inventory) -> None:
         self.inventory = inventory
         self.error: InventoryError | None = None

@@ -7,9 +7,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from playguard_async.desired_state.inventory import Inventory, Marquee
+from playguard_async.desired_state.model import Inventory, Marquee
+from playguard_async.desired_state.source import Ability
 from playguard_async.phases.protocol import PhaseReport
 from playguard_async.remote.ssh import RemoteOptions
 from playguard_lab import DockerDaemon, SshServer
@@ -63,6 +64,7 @@ class LabWorld:
 
     data: dict[str, Any]
     password_file: Path
+    abilities: ClassVar[frozenset[Ability]] = frozenset()
 
     def inventory(self) -> Inventory:
         return Inventory.model_validate(self.data)

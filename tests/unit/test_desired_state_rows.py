@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from playguard_async.desired_state.postgres import RowMemo, Rows, validate_snapshot
+from playguard_async.desired_state.postgres.source import RowMemo, Rows, validate_snapshot
 
 
 def _rows() -> Rows:

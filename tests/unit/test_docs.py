@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from playguard_async.desired_state.inventory import YamlInventorySource
+from playguard_async.desired_state.yaml_source import YamlInventorySource
 from playguard_async.phases.protocol import BUILTIN_PHASES
 from playguard_async.settings import ENV_PREFIX, Settings, load_settings
 

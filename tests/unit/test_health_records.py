@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from playguard_async.cycle_record import NoticeKind
-from playguard_async.desired_state.inventory import Inventory, Playground, Playspec
+from playguard_async.desired_state.model import Inventory, Playground, Playspec
 from playguard_async.engine.results import CycleResult, Outcome
 from playguard_async.kits.textclean import LINE_LIMIT, host_line
 from playguard_async.remote.compose import override_content

@@ -9,12 +9,9 @@ from typing import NamedTuple
 import pytest
 from pydantic import ValidationError
 
-from playguard_async.desired_state.inventory import (
-    DesiredState,
-    Inventory,
-    InventoryError,
-    YamlInventorySource,
-)
+from playguard_async.desired_state.model import Inventory, InventoryError
+from playguard_async.desired_state.source import DesiredState
+from playguard_async.desired_state.yaml_source import YamlInventorySource
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "config" / "inventory.yaml"
 TOKEN_ENV = "PLAYGUARD_TEST_REGISTRY_TOKEN"

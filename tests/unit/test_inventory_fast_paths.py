@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 from yaml.nodes import ScalarNode
 
-from playguard_async.desired_state.inventory import (
+from playguard_async.desired_state.model import (
     _BASE_DIR,
     _BRANCH_RULES,
     _HOSTNAME,
@@ -20,9 +20,8 @@ from playguard_async.desired_state.inventory import (
     Inventory,
     _check_host,
     _check_safe_chars,
-    _EventBuilder,
-    _InventoryLoader,
 )
+from playguard_async.desired_state.yaml_source import _EventBuilder, _InventoryLoader
 
 BRANCHY = st.text(alphabet="ab-._/lock0@ ~", max_size=16)
 

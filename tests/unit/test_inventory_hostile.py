@@ -16,15 +16,14 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from playguard_async.desired_state import inventory as inventory_module
-from playguard_async.desired_state.inventory import (
-    ALIAS_EXPANSION_LIMIT,
+from playguard_async.desired_state import yaml_source
+from playguard_async.desired_state.model import (
     KEPT_PROBLEMS,
     SHOWN_PROBLEMS,
     Inventory,
     InventoryError,
-    YamlInventorySource,
 )
+from playguard_async.desired_state.yaml_source import ALIAS_EXPANSION_LIMIT, YamlInventorySource
 from playguard_async.kits.aio import in_thread
 from playguard_async.kits.files import FileContent
 from tests.support.hostile import GOOD, HOSTILE, YAML_PIECE_TEXTS, laughs
@@ -132,13 +131,13 @@ DOCUMENTS = st.recursive(
 
 def node_tree_data(text: str) -> object:
     """What PyYAML's own node path makes of ``text`` with the inventory's loader."""
-    return yaml.load(text, Loader=inventory_module._InventoryLoader)
+    return yaml.load(text, Loader=yaml_source._InventoryLoader)
 
 
 def event_data(text: str) -> object:
-    loader = inventory_module._InventoryLoader(text)
+    loader = yaml_source._InventoryLoader(text)
     try:
-        return inventory_module._EventBuilder(loader).build()
+        return yaml_source._EventBuilder(loader).build()
     finally:
         loader.dispose()
 
@@ -152,9 +151,9 @@ def assert_both_paths_agree(text: str) -> None:
         expected = type(exc)
     try:
         got: object = event_data(text)
-    except inventory_module._NeedsNodeTree:
+    except yaml_source._NeedsNodeTree:
         return
-    except inventory_module._ShapeRefused:
+    except yaml_source._ShapeRefused:
         return  # deeper than an inventory may be: refused on either path by the source
     except yaml.YAMLError as exc:
         if "found duplicate key" in str(exc):
@@ -273,7 +272,7 @@ async def test_a_read_that_hangs_is_abandoned_and_the_next_one_refused(
         release.wait(30)
         return FileContent(b"", (), 0)
 
-    monkeypatch.setattr(inventory_module, "read_limited", hang)
+    monkeypatch.setattr(yaml_source, "read_limited", hang)
     path = write(tmp_path, GOOD.encode())
     source = YamlInventorySource(path, timeout=0.2)
     started = time.monotonic()

@@ -11,8 +11,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from playguard_async.desired_state import inventory as inventory_module
-from playguard_async.desired_state.inventory import YamlInventorySource
+from playguard_async.desired_state import yaml_source
+from playguard_async.desired_state.yaml_source import YamlInventorySource
 from tests.support.hostile import YAML_PIECE_TEXTS
 from tests.support.previous_event_builder import PreviousEventBuilder
 
@@ -99,14 +99,14 @@ def test_many_repeats_of_a_value_parse_as_safe_load_parses_them(values: list[str
 
 
 def outcome(
-    builder: type[inventory_module._EventBuilder | PreviousEventBuilder], text: str
+    builder: type[yaml_source._EventBuilder | PreviousEventBuilder], text: str
 ) -> tuple[str, ...]:
     """What ``builder`` makes of ``text``: its data, or the refusal with its message, or the
     hand-over to the node tree."""
-    loader = inventory_module._InventoryLoader(text)
+    loader = yaml_source._InventoryLoader(text)
     try:
         return ("data", repr(builder(loader).build()))
-    except inventory_module._NeedsNodeTree:
+    except yaml_source._NeedsNodeTree:
         return ("node tree",)
     except Exception as exc:  # a YAML error, a shape refusal, an int too long to convert
         return ("refused", type(exc).__name__, str(exc))
@@ -115,9 +115,7 @@ def outcome(
 
 
 def assert_same_outcome(text: str) -> None:
-    assert outcome(inventory_module._EventBuilder, text) == outcome(PreviousEventBuilder, text), (
-        text
-    )
+    assert outcome(yaml_source._EventBuilder, text) == outcome(PreviousEventBuilder, text), text
 
 
 EXTRA_PIECES = ["! ", ".nan", "0x1", "yes", "= ", "k: v", "k: ", "? k", "1: a", "0x1: b",
@@ -143,7 +141,7 @@ def test_the_builder_makes_what_it_made_before_of_dumped_documents(
 
 
 def test_the_builder_refuses_depth_and_duplicates_as_before() -> None:
-    limit = inventory_module.MAX_DEPTH
+    limit = yaml_source.MAX_DEPTH
     for text in (
         "[" * limit + "]" * limit,
         "[" * (limit + 1) + "]" * (limit + 1),
@@ -155,4 +153,4 @@ def test_the_builder_refuses_depth_and_duplicates_as_before() -> None:
         "a: [1, 2\n",
     ):
         assert_same_outcome(text)
-        assert outcome(inventory_module._EventBuilder, text)[0] != "node tree", text
+        assert outcome(yaml_source._EventBuilder, text)[0] != "node tree", text

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 
-from playguard_async.desired_state.observed_state import playground_rows
+from playguard_async.desired_state.postgres.observed_state import playground_rows
 
 
 def test_each_reconciled_playground_becomes_a_row_with_its_last_action() -> None:

@@ -118,7 +118,7 @@ def test_build_context_leaves_out_the_virtualenv_tests_and_lab() -> None:
     assert {".venv", ".git", "tests", "playguard_lab"} <= set(ignored)
 
 
-MIGRATIONS = REPO_ROOT / "playguard_async" / "desired_state" / "migrations"
+MIGRATIONS = REPO_ROOT / "playguard_async" / "desired_state" / "postgres" / "migrations"
 
 
 def test_wheel_holds_the_runtime_package_only(tmp_path: Path) -> None:
@@ -138,7 +138,8 @@ def test_wheel_holds_the_runtime_package_only(tmp_path: Path) -> None:
     assert {top for top in tops if not top.endswith(".dist-info")} == {"playguard_async"}
     assert "playguard_async/py.typed" in names
     shipped = {
-        f"playguard_async/desired_state/migrations/{m.name}" for m in MIGRATIONS.glob("*.sql")
+        f"playguard_async/desired_state/postgres/migrations/{m.name}"
+        for m in MIGRATIONS.glob("*.sql")
     }
     assert shipped, "the PostgreSQL schema's migrations"
     assert shipped <= names, "`playguard db migrate` works from a pip install"

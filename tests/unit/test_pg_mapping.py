@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from playguard_async.desired_state.mapping import (
+from playguard_async.desired_state.postgres.mapping import (
     BOOLEAN,
     INTEGER,
     NUMBER,
@@ -18,7 +18,7 @@ from playguard_async.desired_state.mapping import (
     RelationCheck,
     check_relations,
 )
-from playguard_async.desired_state.postgres import EXPECTED_COLUMNS, KEY_COLUMNS, TABLES
+from playguard_async.desired_state.postgres.source import EXPECTED_COLUMNS, KEY_COLUMNS, TABLES
 
 
 def _column(relation: str, column: str, kind: str) -> dict[str, Any]:

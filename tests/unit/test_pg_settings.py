@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from playguard_async.desired_state.pg import PgAddress, redacted
+from playguard_async.desired_state.postgres.connection import PgAddress, redacted
 from playguard_async.settings import SettingsError, load_settings
 
 SECRET = "Zq7-pg-s3cr3t"

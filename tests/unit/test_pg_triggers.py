@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from playguard_async.desired_state.triggers import trigger_statement
+from playguard_async.desired_state.postgres.triggers import trigger_statement
 
 
 def test_the_statement_names_the_table_the_schema_and_quotes_the_lookup() -> None:

@@ -13,7 +13,7 @@ import pytest
 from playguard_async.coordination.marquee_reads import LastCycle, last_good_states
 from playguard_async.coordination.records import decoded_record, encode_record
 from playguard_async.cycle_record import PlaygroundFinding, playground_findings
-from playguard_async.desired_state.observed_state import playground_rows
+from playguard_async.desired_state.postgres.observed_state import playground_rows
 from playguard_async.engine.results import CycleResult, Outcome
 
 GOOD = "app=registry.example/app@sha256:" + "1" * 64

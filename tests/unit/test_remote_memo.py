@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from playguard_async.desired_state.inventory import Marquee
+from playguard_async.desired_state.model import Marquee
 from playguard_async.remote.compose import CONFIG_HASH_LABEL, SERVICE_LABEL, ComposeProject
 from playguard_async.remote.docker import PLAYGROUND
 from playguard_async.remote.errors import RemoteCommandFailed

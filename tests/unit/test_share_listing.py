@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from playguard_async.desired_state.inventory import Inventory, MarqueeListing
-from playguard_async.desired_state.postgres import _split
+from playguard_async.desired_state.model import Inventory, MarqueeListing
+from playguard_async.desired_state.postgres.source import _split
 from tests.support.engine import inventory_of
 
 GARBAGE_ROWS = [

@@ -24,13 +24,8 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 from structlog.testing import capture_logs
 
-from playguard_async.desired_state.inventory import (
-    Inventory,
-    InventoryError,
-    Marquee,
-    YamlInventorySource,
-)
-from playguard_async.desired_state.postgres import RowMemo, validate_snapshot
+from playguard_async.desired_state.model import Inventory, InventoryError, Marquee
+from playguard_async.desired_state.postgres.source import RowMemo, validate_snapshot
 from playguard_async.desired_state.windows import (
     SEARCH_AHEAD,
     Window,
@@ -38,6 +33,7 @@ from playguard_async.desired_state.windows import (
     next_opening,
     verdict,
 )
+from playguard_async.desired_state.yaml_source import YamlInventorySource
 from playguard_async.engine.cycle import Cycle
 from playguard_async.service import story
 from playguard_async.settings import Settings, SettingsError, load_settings

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import asyncpg
 
-from playguard_async.desired_state.mapping import CATALOG_QUERY, check_relations
-from playguard_async.desired_state.postgres import (
+from playguard_async.desired_state.postgres.mapping import CATALOG_QUERY, check_relations
+from playguard_async.desired_state.postgres.source import (
     EXPECTED_COLUMNS,
     KEY_COLUMNS,
     TABLES,

@@ -32,8 +32,7 @@ import structlog
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from playguard_async.cycle_record import CycleRecord
-from playguard_async.desired_state.inventory import (
-    INVENTORY_MAX_BYTES,
+from playguard_async.desired_state.model import (
     REFERENCES,
     AgentChat,
     DesiredStateUnavailable,
@@ -49,14 +48,7 @@ from playguard_async.desired_state.inventory import (
     _reason,
     _shown_value,
 )
-from playguard_async.desired_state.mapping import (
-    CATALOG_QUERY,
-    check_relations,
-    expected_columns,
-    present_columns,
-)
-from playguard_async.desired_state.observed_state import ObservedStateWriter
-from playguard_async.desired_state.pg import (
+from playguard_async.desired_state.postgres.connection import (
     DEFAULT_SCHEMA,
     DatabaseError,
     PasswordSource,
@@ -66,7 +58,16 @@ from playguard_async.desired_state.pg import (
     qualified,
     redacted,
 )
+from playguard_async.desired_state.postgres.mapping import (
+    CATALOG_QUERY,
+    check_relations,
+    expected_columns,
+    present_columns,
+)
+from playguard_async.desired_state.postgres.observed_state import ObservedStateWriter
+from playguard_async.desired_state.source import Ability
 from playguard_async.desired_state.windows import Window
+from playguard_async.desired_state.yaml_source import INVENTORY_MAX_BYTES
 from playguard_async.kits.aio import in_thread
 
 log = structlog.get_logger("playguard.desired_state")
@@ -714,6 +715,8 @@ LISTENER_PROBE_INTERVAL = 30.0
 
 class PostgresDesiredState:
     """A ``DesiredState`` that reads PostgreSQL; keeps one connection between ticks."""
+
+    abilities = frozenset({Ability.REMOTE, Ability.NARROW})
 
     def __init__(
         self,

@@ -1,4 +1,4 @@
-"""Applying the shipped SQL migrations (``desired_state/migrations/NNNN_name.sql``) inside
+"""Applying the shipped SQL migrations (``desired_state/postgres/migrations/NNNN_name.sql``) inside
 playguard's own schema (``desired_state_schema``, default ``playguard``).
 
 ``migrate`` runs in one transaction under a transaction-scoped advisory lock keyed by the schema,
@@ -24,9 +24,13 @@ from importlib import resources
 
 import asyncpg
 
-from playguard_async.desired_state.pg import DEFAULT_SCHEMA, DatabaseError, qualified
+from playguard_async.desired_state.postgres.connection import (
+    DEFAULT_SCHEMA,
+    DatabaseError,
+    qualified,
+)
 
-MIGRATIONS_PACKAGE = "playguard_async.desired_state.migrations"
+MIGRATIONS_PACKAGE = "playguard_async.desired_state.postgres.migrations"
 MIGRATION_FILE = re.compile(r"(?P<version>[0-9]{4})_(?P<name>[a-z0-9_]+)\.sql")
 
 LEGACY_SCHEMA = "public"

@@ -17,22 +17,21 @@ from typing import Any
 import asyncpg
 import yaml
 
-from playguard_async.desired_state.inventory import (
-    INVENTORY_MAX_BYTES,
-    INVENTORY_READ_TIMEOUT,
-    Inventory,
-    InventoryError,
-    YamlInventorySource,
-)
-from playguard_async.desired_state.mapping import CATALOG_QUERY, present_columns
-from playguard_async.desired_state.pg import DEFAULT_SCHEMA, qualified
-from playguard_async.desired_state.postgres import (
+from playguard_async.desired_state.model import Inventory, InventoryError
+from playguard_async.desired_state.postgres.connection import DEFAULT_SCHEMA, qualified
+from playguard_async.desired_state.postgres.mapping import CATALOG_QUERY, present_columns
+from playguard_async.desired_state.postgres.source import (
     STEERING,
     TABLES,
     Table,
     read_snapshot,
     rows_of,
     validate_snapshot,
+)
+from playguard_async.desired_state.yaml_source import (
+    INVENTORY_MAX_BYTES,
+    INVENTORY_READ_TIMEOUT,
+    YamlInventorySource,
 )
 
 

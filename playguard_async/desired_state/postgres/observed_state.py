@@ -22,7 +22,7 @@ import asyncpg
 import structlog
 
 from playguard_async.cycle_record import CycleRecord, playground_findings
-from playguard_async.desired_state.pg import (
+from playguard_async.desired_state.postgres.connection import (
     DEFAULT_SCHEMA,
     PasswordSource,
     PgAddress,
