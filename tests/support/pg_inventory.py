@@ -25,6 +25,16 @@ STEERING: dict[int, dict[str, Any]] = {
 a mode with windows, so both jsonb and NULL travel through import, snapshot and export."""
 
 
+def marquee_rows(*names: str) -> list[dict[str, Any]]:
+    """A ``marquees`` row for each of ``names`` as the PostgreSQL source reads them, all valid."""
+    row: dict[str, Any] = {
+        "host": "127.0.0.1", "port": 22, "user": "u", "identity_file": "/k/id",
+        "known_hosts": "/k/kh", "docker_socket": "/run/d.sock", "workdir": "/srv/p",
+        "state_dir": None, "launchable": True, "mode": "apply", "windows": None,
+    }  # fmt: skip
+    return [{"name": name, **row} for name in names]
+
+
 def full_document(
     marquees: int = 3, *, command: list[str] | None = None, steered: bool = True
 ) -> dict[str, Any]:

@@ -5,22 +5,16 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 
 from playguard_async.desired_state.postgres.source import RowMemo, Rows, validate_snapshot
+from tests.support.pg_inventory import marquee_rows
 
 
 def _rows() -> Rows:
-    marquee: dict[str, Any] = {
-        "name": "edge-0", "host": "127.0.0.1", "port": 22, "user": "u",
-        "identity_file": "/k/id", "known_hosts": "/k/kh", "docker_socket": "/run/d.sock",
-        "workdir": "/srv/p", "state_dir": None, "launchable": True, "mode": "apply",
-        "windows": None,
-    }  # fmt: skip
     return {
-        "marquees": [marquee, {**marquee, "name": "edge-1"}],
+        "marquees": marquee_rows("edge-0", "edge-1"),
         "registries": [],
         "playspecs": [
             {

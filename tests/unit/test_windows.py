@@ -37,6 +37,7 @@ from playguard_async.desired_state.yaml_source import YamlInventorySource
 from playguard_async.engine.cycle import Cycle
 from playguard_async.service import story
 from playguard_async.settings import Settings, SettingsError, load_settings
+from tests.support.pg_inventory import marquee_rows
 
 BERLIN = "Europe/Berlin"
 
@@ -460,14 +461,8 @@ def test_a_cron_that_never_fires_as_the_fleet_default_is_refused_naming_it(cron:
 
 
 def _pg_rows() -> dict[str, Any]:
-    marquee: dict[str, Any] = {
-        "name": "edge-0", "host": "127.0.0.1", "port": 22, "user": "u",
-        "identity_file": "/k/id", "known_hosts": "/k/kh", "docker_socket": "/run/d.sock",
-        "workdir": "/srv/p", "state_dir": None, "launchable": True, "mode": "apply",
-        "windows": None,
-    }  # fmt: skip
     return {
-        "marquees": [marquee, {**marquee, "name": "edge-1"}],
+        "marquees": marquee_rows("edge-0", "edge-1"),
         "registries": [], "playspecs": [], "playgrounds": [], "agent_chats": [],
     }  # fmt: skip
 
