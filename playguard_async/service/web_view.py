@@ -43,7 +43,6 @@ from playguard_async.service.fleet_table import (
     fleet_rows,
     select_page,
 )
-from playguard_async.service.http_guard import SECURITY_HEADERS
 
 log = structlog.get_logger("playguard.web")
 
@@ -137,7 +136,7 @@ def _refusal(status: int, why: str) -> web.Response:
     return web.Response(
         status=status,
         text=f"no live updates: {why}; the page works without them (reload it)\n",
-        headers={**SECURITY_HEADERS, "Retry-After": str(REFUSED_RETRY_AFTER)},
+        headers={"Retry-After": str(REFUSED_RETRY_AFTER)},
     )
 
 
@@ -250,9 +249,7 @@ class WebView:
 
     @staticmethod
     def _text(status: int, text: str, headers: Mapping[str, str] | None = None) -> web.Response:
-        return web.Response(
-            status=status, text=text, headers={**SECURITY_HEADERS, **(headers or {})}
-        )
+        return web.Response(status=status, text=text, headers=headers)
 
     def _render(self, url: str, version: int, template: str, **values: Any) -> web.Response:
         """``template`` rendered from the picture at ``version``, kept for the next asker of
@@ -274,9 +271,7 @@ class WebView:
 
     @staticmethod
     def _html(page: bytes) -> web.Response:
-        return web.Response(
-            body=page, content_type="text/html", charset="utf-8", headers=SECURITY_HEADERS
-        )
+        return web.Response(body=page, content_type="text/html", charset="utf-8")
 
     async def fleet(self, request: web.Request) -> web.StreamResponse:
         version = self.picture.version
@@ -331,9 +326,7 @@ class WebView:
         name = request.match_info["file"]
         if name not in STATIC:
             return self._text(404, "no such file\n")
-        return web.Response(
-            body=self.static[name], content_type=STATIC[name], headers=SECURITY_HEADERS
-        )
+        return web.Response(body=self.static[name], content_type=STATIC[name])
 
     async def events(self, request: web.Request) -> web.StreamResponse:
         """The stream: the picture's version (and why it may be stale) now and at each change,
@@ -350,9 +343,7 @@ class WebView:
             self.streams.give_back(client)
 
     async def _stream(self, request: web.Request) -> web.StreamResponse:
-        response = web.StreamResponse(
-            headers={**SECURITY_HEADERS, "Content-Type": "text/event-stream"}
-        )
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
         await response.write(f"retry: {RETRY_MS}\n\n".encode())
         seen = -1
