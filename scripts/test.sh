@@ -27,7 +27,7 @@ checks=0
 bash scripts/newest.sh || checks=1  # unit tests and a CLI smoke at the newest allowed versions
 
 tests=0
-.venv/bin/python -m pytest -ra "$@" 2>&1 | tee "$logs/pytest" || tests=$?
+.venv/bin/python -m pytest -ra --durations=30 "$@" 2>&1 | tee "$logs/pytest" || tests=$?
 
 soaked=0
 wait "$soak" || soaked=$?
