@@ -1,4 +1,4 @@
-"""The token lock: on one Marquee, never two reconcilers.
+"""The token lock: a fenced lease on a name in Redis, never two holders at once.
 
 A lock is one Redis key holding a record written at acquisition (a fresh uuid4 token and who holds
 it). Renew and release compare that exact record inside Lua, so a holder whose lease lapsed can
@@ -36,15 +36,11 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import functools
-import json
 import logging
 import os
 import socket
 import time
-import uuid
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any, Literal
 
 import structlog
@@ -59,6 +55,7 @@ from playguard_async.coordination.client import (
     sender_for,
 )
 from playguard_async.coordination.keys import fence_key, lock_key
+from playguard_async.coordination.lock_record import new_record
 from playguard_async.coordination.lock_scripts import LATE, hold_value, is_hold, scripts_of
 from playguard_async.kits.aio import bounded, detached
 
@@ -278,19 +275,6 @@ class Lease:
         return result
 
 
-_HOST = socket.gethostname()
-"""Read once: a lock record names the machine, and asking the kernel per acquire costs."""
-
-
-@functools.lru_cache(maxsize=16)
-def _holder_fields(replica: str, pid: int) -> str:
-    """The record's ``replica``, ``host`` and ``pid`` members as ``lock_state.Holder.encode``
-    writes them (JSON-escaped), without the braces; the pid is a key, so a forked child writes
-    its own."""
-    members = json.dumps({"replica": replica, "host": _HOST, "pid": pid}, separators=(",", ":"))
-    return members[1:-1]
-
-
 class TokenLock:
     """A named lock in Redis taken with ``acquire()`` and held through a ``Lease``.
 
@@ -361,15 +345,6 @@ class TokenLock:
     def deadline_from(self, sent: float) -> float:
         return sent + self.ttl - self.drift
 
-    def _new_record(self) -> tuple[str, str]:
-        """A fresh token and the record naming it: ``lock_state.Holder.encode``'s text, built
-        around the part that is the same for every acquisition of this process (a ``Holder`` and
-        a json.dumps per acquisition cost more than the rest of taking it; bench/README.md)."""
-        token = uuid.uuid4().hex
-        acquired_at = datetime.now(UTC).isoformat(timespec="milliseconds")
-        fields = _holder_fields(self.replica, os.getpid())
-        return token, f'{{"token":"{token}",{fields},"acquired_at":"{acquired_at}"}}'
-
     async def acquire(self) -> Lease | None:
         """Take the lock at once or return None; never waits for another holder.
 
@@ -379,7 +354,7 @@ class TokenLock:
         out, after the command may have landed, our own record is deleted again (compare-and-delete,
         so nobody else's), once Redis would refuse the command (``lock_scripts.ACQUIRE_SCRIPT``).
         """
-        token, record = self._new_record()
+        token, record = new_record(self.replica)
         sent = time.monotonic()
         not_after = sent + self.timeout
         # The round trip runs on regardless of this caller, so that an abandoned acquisition can
