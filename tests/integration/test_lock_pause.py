@@ -53,7 +53,7 @@ OTHER_TYPES: list[tuple[str, Writer]] = [
     ("zset", lambda redis, key: redis.zadd(key, {"x": 1})),
     ("stream", lambda redis, key: redis.xadd(key, {"x": "1"})),
 ]
-"""Keys that do not pause: GET fails on them, and the scripts take that as no pause."""
+"""Keys GET fails on: they pause all the same (a key the lock cannot read is no go-ahead)."""
 
 
 def paused_lock(redis: RedisClient) -> TokenLock:
