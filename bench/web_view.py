@@ -50,7 +50,8 @@ from aiohttp.test_utils import make_mocked_request
 from aiohttp.typedefs import Handler
 from code_versions import run_with, versions  # bench/ is on sys.path
 
-from playguard_async.coordination.lock_state import Holder, LockState
+from playguard_async.coordination.lock_record import Holder
+from playguard_async.coordination.lock_state import LockState
 from playguard_async.coordination.marquee_reads import LastCycle, MarqueeStatus, MarqueeStory
 from playguard_async.engine.results import Outcome
 from playguard_async.service.fleet_picture import FleetPicture, Listed

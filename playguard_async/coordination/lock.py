@@ -1,4 +1,4 @@
-"""The token lock: on one Marquee, never two reconcilers.
+"""The token lock: a fenced lease on a name in Redis, never two holders at once.
 
 A lock is one Redis key holding a record written at acquisition (a fresh uuid4 token and who holds
 it). Renew and release compare that exact record inside Lua, so a holder whose lease lapsed can
@@ -19,12 +19,11 @@ channel, a pool connection, or a pool connection followed by WAIT for ``min_repl
 Uncertainty is loss: any error while renewing, including a Redis that does not answer in time,
 raises ``LockLost`` rather than letting work continue on a lease we cannot prove is ours.
 
-A lock may be given a pause key in its slot (a Marquee's pause, ``coordination.pause``): its
-scripts then read it, so an acquire refuses to take the lock while it holds a value and a renewal
-says so, both as ``LockPaused``, in the round trips the lock makes anyway. A pause key of another
-type than a string (a hash, a list...) pauses too: playguard never writes one, so someone meant
-something by it, and a key the lock cannot read is not a go-ahead. A lock without one knows of no
-pause.
+A lock may be given a hold key in its slot: its scripts then read it, so an acquire refuses to
+take the lock while it has a value and a renewal says so, both as ``LockHeld``, in the round trips
+the lock makes anyway. The lock reads no meaning into the value: that is for whoever gave it the
+key. A hold key of another type than a string (a hash, a list...) holds too, as a key the lock
+cannot read is not a go-ahead. A lock without one is never held back.
 
 A lock key of another type is another holder's (an acquire finds it held, a renewal ``stolen``,
 a release leaves it); a fence counter of another type is dropped at the next acquire like any
@@ -37,15 +36,11 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import functools
-import json
 import logging
 import os
 import socket
 import time
-import uuid
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any, Literal
 
 import structlog
@@ -59,9 +54,9 @@ from playguard_async.coordination.client import (
     script_value,
     sender_for,
 )
-from playguard_async.coordination.foreign import ForeignType
 from playguard_async.coordination.keys import fence_key, lock_key
-from playguard_async.coordination.lock_scripts import LATE, is_pause, pause_record, scripts_of
+from playguard_async.coordination.lock_record import new_record
+from playguard_async.coordination.lock_scripts import LATE, hold_value, is_hold, scripts_of
 from playguard_async.kits.aio import bounded, detached
 
 log = structlog.get_logger("playguard.lock")
@@ -96,17 +91,20 @@ class LockLost(LockError):
         self.reason: LossReason = reason
 
 
-class LockPaused(LockError):
-    """The lock's pause key holds a value (``TokenLock(pause_key=...)``): the work it guards is
+class LockHeld(LockError):
+    """The lock's hold key (``TokenLock(hold_key=...)``) has a value: the work the lock guards is
     held back. From ``TokenLock.acquire``: nothing was taken. From ``Lease.renew``: the lease was
-    renewed all the same and is still held, for the caller to release. ``record`` is the key's
-    exact value, outside input: whoever reads it must expect anything; a ``ForeignType`` when the
-    key holds another type than a string."""
+    renewed all the same and is still held, for the caller to release. ``value`` is the key's
+    exact value, outside input: whoever reads it must expect anything; None when the key holds
+    another type than a string, named by ``foreign_type`` (Redis's TYPE)."""
 
-    def __init__(self, name: str, record: bytes | str | ForeignType) -> None:
-        super().__init__(f"lock {name!r} paused")
+    def __init__(
+        self, name: str, value: bytes | str | None, foreign_type: str | None = None
+    ) -> None:
+        super().__init__(f"lock {name!r} held back")
         self.name = name
-        self.record = record
+        self.value = value
+        self.foreign_type = foreign_type
 
 
 class LockUnavailable(LockError):
@@ -179,15 +177,15 @@ class Lease:
 
         A mismatch, a missing key, a Redis error or a Redis that does not answer within the lock's
         timeout all mean the same thing to the caller: stop, this lease is not provably ours.
-        Renewed while the lock's pause key holds a value, it raises ``LockPaused``, the lease
-        still held: the same round trip renews and tells the caller to stop.
+        Renewed while the lock's hold key has a value, it raises ``LockHeld``, the lease still
+        held: the same round trip renews and tells the caller to stop.
         """
         if self._released is not None:
             raise RuntimeError(f"lease on {self.name!r} was already released")
         lock = self.lock
         if self._renewal is None:
             self._renewal = lock.sender.prepare(
-                lock.scripts.renew, lock.keys_with_pause(lock.key), [self.record, lock.ttl_ms],
+                lock.scripts.renew, lock.keys_with_hold(lock.key), [self.record, lock.ttl_ms],
                 replicated=True,
             )  # fmt: skip
         sent = time.monotonic()
@@ -201,7 +199,7 @@ class Lease:
             self._log.debug("lock.renewed")
             return
         outcome = script_value(answer)
-        renewed = outcome == 1 or is_pause(outcome)
+        renewed = outcome == 1 or is_hold(outcome)
         if renewed and isinstance(answer, Unreplicated):
             self._log.warning(
                 "lock.lost", reason="unreplicated", acknowledged=answer.acknowledged,
@@ -211,7 +209,7 @@ class Lease:
         if renewed:
             self.deadline = lock.deadline_from(sent)
             self._log.debug("lock.renewed")
-            raise LockPaused(self.name, pause_record(outcome, lock.pause_key))
+            raise LockHeld(self.name, *hold_value(outcome))
         reason: LossReason = "expired" if outcome == 0 else "stolen"
         self._log.warning("lock.lost", reason=reason)
         raise LockLost(self.name, reason)
@@ -277,19 +275,6 @@ class Lease:
         return result
 
 
-_HOST = socket.gethostname()
-"""Read once: a lock record names the machine, and asking the kernel per acquire costs."""
-
-
-@functools.lru_cache(maxsize=16)
-def _holder_fields(replica: str, pid: int) -> str:
-    """The record's ``replica``, ``host`` and ``pid`` members as ``lock_state.Holder.encode``
-    writes them (JSON-escaped), without the braces; the pid is a key, so a forked child writes
-    its own."""
-    members = json.dumps({"replica": replica, "host": _HOST, "pid": pid}, separators=(",", ":"))
-    return members[1:-1]
-
-
 class TokenLock:
     """A named lock in Redis taken with ``acquire()`` and held through a ``Lease``.
 
@@ -308,11 +293,11 @@ class TokenLock:
         replica: str | None = None,
         min_replicas: int = 0,
         replica_timeout: float = 0.5,
-        pause_key: str | None = None,
+        hold_key: str | None = None,
     ) -> None:
-        """``pause_key``: a key in the lock's hash slot whose value, while it has one, holds the
-        lock's work back (``LockPaused``), read by the lock's own scripts, so in the round trips
-        the lock makes anyway. Without it the lock knows of no pause."""
+        """``hold_key``: a key in the lock's hash slot whose value, while it has one, holds the
+        lock's work back (``LockHeld``), read by the lock's own scripts, so in the round trips
+        the lock makes anyway. Without it nothing holds the lock back."""
         if ttl <= 0:
             raise ValueError(f"lock {name!r}: ttl must be positive seconds, got {ttl!r}")
         if timeout <= 0:
@@ -339,7 +324,7 @@ class TokenLock:
         self.replica = replica or default_replica_id()
         self.key = lock_key(name)
         self.fence_key = fence_key(name)
-        self.pause_key = pause_key
+        self.hold_key = hold_key
         self.scripts = scripts_of(redis)
         self.sender = sender_for(
             redis, timeout=timeout, min_replicas=min_replicas, replica_timeout=replica_timeout
@@ -353,32 +338,23 @@ class TokenLock:
             self.sender.prepare(self.scripts.release, [self.key], [record]), patient=True
         )
 
-    def keys_with_pause(self, *keys: str) -> list[str]:
-        """A script's ``keys``, followed by the pause key when the lock has one."""
-        return [*keys, self.pause_key] if self.pause_key is not None else list(keys)
+    def keys_with_hold(self, *keys: str) -> list[str]:
+        """A script's ``keys``, followed by the hold key when the lock has one."""
+        return [*keys, self.hold_key] if self.hold_key is not None else list(keys)
 
     def deadline_from(self, sent: float) -> float:
         return sent + self.ttl - self.drift
 
-    def _new_record(self) -> tuple[str, str]:
-        """A fresh token and the record naming it: ``lock_state.Holder.encode``'s text, built
-        around the part that is the same for every acquisition of this process (a ``Holder`` and
-        a json.dumps per acquisition cost more than the rest of taking it; bench/README.md)."""
-        token = uuid.uuid4().hex
-        acquired_at = datetime.now(UTC).isoformat(timespec="milliseconds")
-        fields = _holder_fields(self.replica, os.getpid())
-        return token, f'{{"token":"{token}",{fields},"acquired_at":"{acquired_at}"}}'
-
     async def acquire(self) -> Lease | None:
         """Take the lock at once or return None; never waits for another holder.
 
-        Raises ``LockPaused``, having taken nothing, while the pause key (if the lock has one)
-        holds a value, whoever holds the lock.
+        Raises ``LockHeld``, having taken nothing, while the hold key (if the lock has one) has a
+        value, whoever holds the lock.
         Raises ``LockUnavailable`` when Redis cannot be reached. If the call is cancelled, or times
         out, after the command may have landed, our own record is deleted again (compare-and-delete,
         so nobody else's), once Redis would refuse the command (``lock_scripts.ACQUIRE_SCRIPT``).
         """
-        token, record = self._new_record()
+        token, record = new_record(self.replica)
         sent = time.monotonic()
         not_after = sent + self.timeout
         # The round trip runs on regardless of this caller, so that an abandoned acquisition can
@@ -386,7 +362,7 @@ class TokenLock:
         # before that answer could overtake the SET on another connection.
         attempt = self.sender.call(
             self.sender.prepare(
-                self.scripts.acquire, self.keys_with_pause(self.key, self.fence_key),
+                self.scripts.acquire, self.keys_with_hold(self.key, self.fence_key),
                 [record, self.ttl_ms], replicated=True,
             ),
             not_after=not_after,
@@ -407,9 +383,9 @@ class TokenLock:
             # TIME was read. Nothing was written; the next read sets the stamp right.
             log.warning("lock.acquire_late", lock=self.name)
             raise LockUnavailable(self.name)
-        if is_pause(fence):
-            log.debug("lock.paused", lock=self.name)
-            raise LockPaused(self.name, pause_record(fence, self.pause_key))
+        if is_hold(fence):
+            log.debug("lock.held", lock=self.name)
+            raise LockHeld(self.name, *hold_value(fence))
         if fence is None:
             log.debug("lock.busy", lock=self.name)
             return None
@@ -434,7 +410,7 @@ class TokenLock:
         Redis refuses it, so the delete cannot be overtaken."""
         if not attempt.cancelled() and attempt.exception() is None:
             fence = script_value(attempt.result())
-            if fence is None or fence == LATE or is_pause(fence):
+            if fence is None or fence == LATE or is_hold(fence):
                 return  # refused: nothing of ours was written
             self._send_undo(record)
             return
@@ -491,8 +467,8 @@ class TokenLock:
 __all__ = [
     "Lease",
     "LockError",
+    "LockHeld",
     "LockLost",
-    "LockPaused",
     "LockUnavailable",
     "ReleaseResult",
     "TokenLock",

@@ -11,15 +11,14 @@ from typing import Any
 from redis.commands.core import AsyncScript
 
 from playguard_async.coordination.client import RedisClient
-from playguard_async.coordination.foreign import ForeignType
 
-# What a lock's optional pause key holds the lock back with: false when no key is given or the
-# key is absent; its value when it is a string key, whatever it holds (ours or not: someone meant
-# it); and when it holds another type (a hash, a list... : not ours, and someone meant something
-# by it), a one-element array of that type's name, so a key of another type pauses too, as
-# ``pause.paused`` reads it for operators. pcall: the key's type must not fail the scripts.
-PAUSE_OF = """
-local function pause_of(key)
+# What a lock's optional hold key holds the lock back with: false when no key is given or the key
+# is absent; its value when it is a string key, whatever it holds (the lock reads no meaning into
+# it); and when it holds another type (a hash, a list...), a one-element array of that type's
+# name: a key the lock cannot read is no go-ahead, so it holds too. pcall: the key's type must not
+# fail the scripts.
+HOLD_OF = """
+local function hold_of(key)
     if key == nil then
         return false
     end
@@ -31,13 +30,13 @@ local function pause_of(key)
 end
 """
 
-# KEYS[1] lock key, KEYS[2] fence counter, KEYS[3] (only for a lock with a pause key) its pause
-# key. ARGV[1] holder record, ARGV[2] ttl in ms, ARGV[3] the acquire's not-after: microseconds on
+# KEYS[1] lock key, KEYS[2] fence counter, KEYS[3] (only for a lock with a hold key) its hold key.
+# ARGV[1] holder record, ARGV[2] ttl in ms, ARGV[3] the acquire's not-after: microseconds on
 # Redis's clock (TIME), stamped by the client (see below).
 # Returns the new fence (integer) when the lock was free, nil when someone holds it (a lock key of
 # another type than a string too: SET NX leaves any existing key alone), LATE (-1) when Redis runs
-# it past its not-after, having written nothing, and what the pause key holds the lock back with
-# (``PAUSE_OF``: a string, or a one-element array naming a foreign type) when it has one, having
+# it past its not-after, having written nothing, and what the hold key holds the lock back with
+# (``HOLD_OF``: a string, or a one-element array naming a foreign type) when it has one, having
 # written nothing, whoever holds the lock. The counter is only incremented by a successful SET:
 # while a lock is held, its fence equals the counter's value.
 #
@@ -58,14 +57,14 @@ end
 # of another type, read with pcall) is dropped first, or no lease could ever be had again: the
 # count restarts, and the hosts' fence checks refuse the low fences until the engine lifts the
 # counter to what they accepted (``raise_fence``).
-ACQUIRE_SCRIPT = f"""{PAUSE_OF}
+ACQUIRE_SCRIPT = f"""{HOLD_OF}
 local now = redis.call('TIME')
 if tonumber(now[1]) * 1000000 + tonumber(now[2]) > tonumber(ARGV[3]) then
     return -1
 end
-local pause = pause_of(KEYS[3])
-if pause then
-    return pause
+local hold = hold_of(KEYS[3])
+if hold then
+    return hold
 end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
     local counter = redis.pcall('GET', KEYS[2])
@@ -77,16 +76,16 @@ end
 return false
 """
 
-# KEYS[1] lock key, KEYS[2] (only for a lock with a pause key) its pause key. ARGV[1] the holder
+# KEYS[1] lock key, KEYS[2] (only for a lock with a hold key) its hold key. ARGV[1] the holder
 # record written at acquire, ARGV[2] ttl in ms.
 # Returns 1 when renewed, 0 when the key is gone, -1 when another record holds it (or a value of
-# another type: pcall, never an error), and what the pause key holds the lock back with
-# (``PAUSE_OF``) when renewed while it has one.
-RENEW_SCRIPT = f"""{PAUSE_OF}
+# another type: pcall, never an error), and what the hold key holds the lock back with
+# (``HOLD_OF``) when renewed while it has one.
+RENEW_SCRIPT = f"""{HOLD_OF}
 local current = redis.pcall('GET', KEYS[1])
 if current == ARGV[1] then
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    return pause_of(KEYS[2]) or 1
+    return hold_of(KEYS[2]) or 1
 end
 if current == false then
     return 0
@@ -127,22 +126,20 @@ LATE = -1
 """ACQUIRE_SCRIPT's answer when Redis ran it past its not-after."""
 
 
-def is_pause(answer: object) -> bool:
-    """Whether a script's answer is what a pause key holds the lock back with (a string, or the
+def is_hold(answer: object) -> bool:
+    """Whether a script's answer is what a hold key holds the lock back with (a string, or the
     one-element array naming a foreign type: every other answer is an integer or nil)."""
     return isinstance(answer, bytes | str | list)
 
 
-def pause_record(
-    answer: bytes | str | list[Any], pause_key: str | None
-) -> bytes | str | ForeignType:
-    """A pause answer (``is_pause``) as ``lock.LockPaused.record``: the key's value, or what
-    foreign type ``pause_key`` holds."""
+def hold_value(answer: bytes | str | list[Any]) -> tuple[bytes | str | None, str | None]:
+    """A hold answer (``is_hold``) as ``lock.LockHeld``'s ``value`` and ``foreign_type``: the
+    key's value, or None and the name of the other type it holds (None if Redis named none)."""
     if not isinstance(answer, list):
-        return answer
+        return answer, None
     kind = answer[0] if answer else None
     text = kind.decode("ascii", "replace") if isinstance(kind, bytes) else kind
-    return ForeignType("pause key", pause_key or "?", None if text is None else str(text))
+    return None, None if text is None else str(text)
 
 
 @dataclass(frozen=True, slots=True)

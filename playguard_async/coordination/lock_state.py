@@ -1,6 +1,7 @@
-"""A lock as operators read it: who holds it (``Holder``, the record the lock key holds), its
-fence and time left (``LockState``), read in one round trip (``read_lock``). For showing and for an
-operator's exact-record delete, never for deciding who may work: that is the lease's.
+"""A lock as operators read it: who holds it (``lock_record.Holder``, the record the lock key
+holds), its fence and time left (``LockState``), read in one round trip (``read_lock``). For
+showing and for an operator's exact-record delete, never for deciding who may work: that is the
+lease's.
 
 A key is outside input: another program or an operator's SET may have written anything, of any
 type, and reading it never fails for what it holds.
@@ -8,59 +9,14 @@ type, and reading it never fails for what it holds.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 
 from playguard_async.coordination.client import RedisClient
 from playguard_async.coordination.foreign import ForeignType, is_wrong_type, type_of
 from playguard_async.coordination.keys import fence_key, lock_key
 from playguard_async.coordination.lock import DEFAULT_TIMEOUT
+from playguard_async.coordination.lock_record import Holder
 from playguard_async.kits.aio import bounded
-
-
-@dataclass(frozen=True, slots=True)
-class Holder:
-    """Who holds a lock, as operators read it from the lock key."""
-
-    token: str
-    replica: str
-    host: str
-    pid: int
-    acquired_at: str
-
-    def encode(self) -> str:
-        return json.dumps(
-            {
-                "token": self.token,
-                "replica": self.replica,
-                "host": self.host,
-                "pid": self.pid,
-                "acquired_at": self.acquired_at,
-            },
-            separators=(",", ":"),
-        )
-
-    @classmethod
-    def parse(cls, raw: str | bytes) -> Holder | None:
-        """The holder a lock key names, or None when it holds anything else: a key is outside
-        input (another program, an operator's SET), and reading it must never fail."""
-        try:
-            data = json.loads(raw)
-        except (ValueError, RecursionError):
-            return None
-        texts = ("token", "replica", "host", "acquired_at")
-        if not isinstance(data, dict) or not all(isinstance(data.get(k), str) for k in texts):
-            return None
-        pid = data.get("pid")
-        if not isinstance(pid, int) or isinstance(pid, bool):
-            return None
-        return cls(
-            token=data["token"],
-            replica=data["replica"],
-            host=data["host"],
-            pid=pid,
-            acquired_at=data["acquired_at"],
-        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,18 +1,20 @@
 """Pauses: an operator's "hands off" for one Marquee or the whole fleet, kept in Redis.
 
 A pause lives in its own key (``keys.pause_key``, ``keys.FLEET_PAUSE_KEY``) with a PX expiry, so
-it ends by itself. A Marquee's key shares its lock's slot: the lock's scripts read it
-(``TokenLock(pause_key=...)``), so every replica sees it at its next cycle start and at each phase
-boundary of a cycle already running, in the round trips that take and renew the lease. The
-fleet's key is read at most once per ``fleet_pause_read_interval`` per replica
+it ends by itself. A Marquee's key shares its lock's slot and is that lock's hold key
+(``TokenLock(hold_key=pause_key(marquee))``): the lock's scripts read it, so every replica sees it
+at its next cycle start and at each phase boundary of a cycle already running, in the round trips
+that take and renew the lease; what held the lock back reads as a pause here (``Pause.from_held``).
+The fleet's key is read at most once per ``fleet_pause_read_interval`` per replica
 (``FleetPauseWatch``). The desired state is left as it is: a pause is for incidents, not for
 changing what should run.
 
 A key's value is outside input (anyone with redis-cli may have written it): a value this module
 did not write still pauses (the key is there, so someone meant it), and reads as an unknown
 record, never as an error. So does a key of another type than a string (a hash, a list...), for
-the lock's scripts (``lock_scripts.PAUSE_OF``) and for every reader here alike: it pauses, shown
-as what it holds (``foreign.ForeignType``), and no reader writes over it; ``resume`` deletes it.
+the lock (whose scripts hold back on any hold key they cannot read, ``lock_scripts.HOLD_OF``)
+and for every reader here alike: it pauses, shown as what it holds (``foreign.ForeignType``), and
+no reader writes over it; ``resume`` deletes it.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from redis.exceptions import ResponseError
 from playguard_async.coordination.client import RedisClient, sender_for
 from playguard_async.coordination.foreign import ForeignType, is_wrong_type, type_of
 from playguard_async.coordination.keys import FLEET_PAUSE_KEY, pause_key
+from playguard_async.coordination.lock import LockHeld
 from playguard_async.kits.aio import bounded
 
 log = structlog.get_logger("playguard.pause")
@@ -105,6 +108,14 @@ class Pause:
             )  # fmt: skip
         return cls(scope, "?", "?", f"unknown record {_shown(raw)}", 0.0, 0.0, known=False)
 
+    @classmethod
+    def from_held(cls, marquee: str, held: LockHeld) -> Pause:
+        """The pause that held back ``marquee``'s lock, whose hold key is its pause key; never
+        raises (see the module's doc)."""
+        if held.value is None:
+            return cls.parse(marquee, _foreign(marquee, held.foreign_type))
+        return cls.parse(marquee, held.value)
+
     @property
     def by(self) -> str:
         return f"{self.user}@{self.host}" if self.known else "?"
@@ -140,7 +151,7 @@ def _shown(raw: bytes | str) -> str:
 
 async def paused(redis: RedisClient, marquee: str, timeout: float) -> Pause | None:
     """The pause that holds ``marquee`` back now (its own first, else the fleet's), or None; for
-    operators. A cycle reads its Marquee's through its lock (``TokenLock(pause_key=...)``) and the
+    operators. A cycle reads its Marquee's through its lock (``Pause.from_held``) and the
     fleet's through ``FleetPauseWatch``. A key of another type pauses (the module's doc): its
     type is asked in a round trip of its own."""
     keys = (pause_key(marquee), FLEET_PAUSE_KEY)

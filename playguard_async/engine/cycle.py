@@ -29,8 +29,8 @@ from playguard_async.coordination.fence import FenceRefused
 from playguard_async.coordination.keys import marquee_lock_name, pause_key
 from playguard_async.coordination.lock import (
     Lease,
+    LockHeld,
     LockLost,
-    LockPaused,
     LockUnavailable,
     TokenLock,
 )
@@ -377,13 +377,13 @@ class Cycle:
             replica=settings.replica_id,
             min_replicas=settings.lock_min_replicas,
             replica_timeout=settings.lock_replica_timeout,
-            pause_key=pause_key(self.marquee.name),
+            hold_key=pause_key(self.marquee.name),
         )
         try:
             lease = await lock.acquire()
-        except LockPaused as exc:
+        except LockHeld as exc:
             self.crew.redis_outage.answered()
-            self._paused(Pause.parse(self.marquee.name, exc.record))
+            self._paused(Pause.from_held(self.marquee.name, exc))
             return None
         except LockUnavailable as exc:
             result.outcome = Outcome.REDIS_UNAVAILABLE
@@ -479,10 +479,10 @@ class Cycle:
         reading = None if last else fleet.refresh()
         try:
             await lease.renew()
-        except LockPaused as exc:  # renewed: the ending releases it
+        except LockHeld as exc:  # renewed: the ending releases it
             if last:
                 return True
-            self._paused(Pause.parse(self.marquee.name, exc.record), phase.name)
+            self._paused(Pause.from_held(self.marquee.name, exc), phase.name)
             return False
         except LockLost as exc:
             self.crew.observer.lease_lost(exc.reason)

@@ -29,7 +29,7 @@ from playguard_async.coordination.keys import (
     marquee_lock_name,
     pause_key,
 )
-from playguard_async.coordination.lock import LockLost, LockPaused, ReleaseResult, TokenLock
+from playguard_async.coordination.lock import LockHeld, LockLost, ReleaseResult, TokenLock
 from playguard_async.coordination.marquee_reads import read_status, read_story
 from playguard_async.coordination.pause import FLEET, FleetPauseWatch, lift_pause
 from playguard_async.coordination.records import CycleRecords
@@ -299,13 +299,13 @@ async def test_a_cycle_of_a_marquee_with_a_foreign_key_ends_with_a_classified_ou
 async def test_a_pause_key_of_another_type_stops_a_running_cycle_at_its_next_renewal(
     redis: Redis, store: SyncRedis
 ) -> None:
-    lock = TokenLock(redis, marquee_lock_name("m1"), ttl=10.0, pause_key=pause_key("m1"))
+    lock = TokenLock(redis, marquee_lock_name("m1"), ttl=10.0, hold_key=pause_key("m1"))
     lease = await lock.acquire()
     assert lease is not None
     store.xadd(pause_key("m1"), {"a": "b"})
-    with pytest.raises(LockPaused) as paused:
+    with pytest.raises(LockHeld) as paused:
         await lease.renew()
-    assert getattr(paused.value.record, "kind", None) == "stream"
+    assert paused.value.foreign_type == "stream"
     assert await lease.release() is not None
     assert await redis.exists(marquee_lock_key("m1")) == 0
 
@@ -371,8 +371,8 @@ async def test_foreign_keys_are_reported_on_every_topology(topology: TopologyUnd
         report("last", "zset", "m1"),
     )
     assert report("history", "hash", "m1") in story.unreadable
-    with pytest.raises(LockPaused):
-        await TokenLock(redis, marquee_lock_name("m1"), pause_key=pause_key("m1")).acquire()
+    with pytest.raises(LockHeld):
+        await TokenLock(redis, marquee_lock_name("m1"), hold_key=pause_key("m1")).acquire()
     await redis.delete(
         *(name_of("m1") for _, name_of, _ in KEYS.values()),
         *(name_of("m0") for _, name_of, _ in KEYS.values()),

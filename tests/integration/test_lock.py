@@ -21,8 +21,9 @@ from playguard_async.coordination.lock import (
     ReleaseResult,
     TokenLock,
 )
+from playguard_async.coordination.lock_record import Holder
 from playguard_async.coordination.lock_scripts import ACQUIRE_SCRIPT, LATE
-from playguard_async.coordination.lock_state import Holder, inspect_lock
+from playguard_async.coordination.lock_state import inspect_lock
 from playguard_async.service.notifications import once
 from playguard_lab import RedisServer
 from tests.support.topologies import TopologyUnderTest

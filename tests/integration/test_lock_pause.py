@@ -1,5 +1,5 @@
-"""A lock's pause key against the real redis-server: whatever the key holds, the lock's own
-scripts read it, never fail on it, and never write past it.
+"""A Marquee's pause key as its lock's hold key, against the real redis-server: whatever the key
+holds, the lock's own scripts read it, never fail on it, and never write past it.
 
 The key is outside input (anyone with redis-cli may write it), so the cases are classes of value
 and type, not one example: any string pauses (an empty one and one that looks like a script's
@@ -15,7 +15,6 @@ import pytest
 from redis.asyncio import Redis
 
 from playguard_async.coordination.client import RedisClient
-from playguard_async.coordination.foreign import ForeignType
 from playguard_async.coordination.keys import (
     FLEET_PAUSE_KEY,
     fence_key,
@@ -23,7 +22,7 @@ from playguard_async.coordination.keys import (
     marquee_lock_name,
     pause_key,
 )
-from playguard_async.coordination.lock import LockPaused, TokenLock
+from playguard_async.coordination.lock import LockHeld, TokenLock
 from playguard_async.coordination.pause import FLEET, FleetPauseWatch, Pause
 from playguard_lab.process import free_port
 from tests.support.topologies import TopologyUnderTest
@@ -54,12 +53,12 @@ OTHER_TYPES: list[tuple[str, Writer]] = [
     ("zset", lambda redis, key: redis.zadd(key, {"x": 1})),
     ("stream", lambda redis, key: redis.xadd(key, {"x": "1"})),
 ]
-"""Keys that do not pause: GET fails on them, and the scripts take that as no pause."""
+"""Keys GET fails on: they pause all the same (a key the lock cannot read is no go-ahead)."""
 
 
 def paused_lock(redis: RedisClient) -> TokenLock:
     return TokenLock(
-        redis, NAME, ttl=TTL, timeout=1.0, replica="test-replica", pause_key=pause_key(MARQUEE)
+        redis, NAME, ttl=TTL, timeout=1.0, replica="test-replica", hold_key=pause_key(MARQUEE)
     )
 
 
@@ -70,10 +69,10 @@ async def test_any_string_in_the_pause_key_refuses_the_acquire_and_writes_nothin
     await redis.set(fence_key(NAME), 7)
     await redis.set(pause_key(MARQUEE), value)
 
-    with pytest.raises(LockPaused) as refused:
+    with pytest.raises(LockHeld) as refused:
         await paused_lock(redis).acquire()
 
-    assert refused.value.record == value
+    assert refused.value.value == value
     assert await redis.exists(lock_key(NAME)) == 0
     assert await redis.get(fence_key(NAME)) == b"7", "no fence handed out"
 
@@ -85,10 +84,10 @@ async def test_a_pause_during_a_lease_renews_it_and_says_so(redis: Redis, value:
     await redis.pexpire(lock_key(NAME), 1_000)
     await redis.set(pause_key(MARQUEE), value)
 
-    with pytest.raises(LockPaused) as paused:
+    with pytest.raises(LockHeld) as paused:
         await lease.renew()
 
-    assert paused.value.record == value
+    assert paused.value.value == value
     assert await redis.get(lock_key(NAME)) == lease.record.encode()
     assert await redis.pttl(lock_key(NAME)) > (TTL - 5) * 1000, "renewed to the full ttl"
     assert lease.remaining() > TTL - 5
@@ -100,25 +99,24 @@ async def test_a_pause_key_of_another_type_pauses_and_is_left_as_it_was(
     redis: Redis, kind: str, write: Writer
 ) -> None:
     """playguard never writes one, so someone meant something by it: a key the lock cannot
-    read is no go-ahead (``lock_scripts.PAUSE_OF``), and ``LockPaused`` says what type it holds."""
+    read is no go-ahead (``lock_scripts.HOLD_OF``), and ``LockHeld`` says what type it holds."""
     lease = await paused_lock(redis).acquire()
     assert lease is not None
     await write(redis, pause_key(MARQUEE))
     assert await redis.type(pause_key(MARQUEE)) == kind.encode()
 
-    with pytest.raises(LockPaused) as renewed:
+    with pytest.raises(LockHeld) as renewed:
         await lease.renew()  # renewed all the same: the lease is still held
     assert (await lease.release()).value == "released"
-    with pytest.raises(LockPaused) as refused:
+    with pytest.raises(LockHeld) as refused:
         await paused_lock(redis).acquire()
 
     for paused in (renewed, refused):
-        record = paused.value.record
-        assert isinstance(record, ForeignType)
-        assert (record.key, record.kind) == (pause_key(MARQUEE), kind)
-        assert Pause.parse(MARQUEE, record).describe() == (
-            f"paused: pause key {pause_key(MARQUEE)} holds a {kind}"
-        )
+        assert (paused.value.value, paused.value.foreign_type) == (None, kind)
+        pause = Pause.from_held(MARQUEE, paused.value)
+        assert pause.foreign is not None
+        assert (pause.foreign.key, pause.foreign.kind) == (pause_key(MARQUEE), kind)
+        assert pause.describe() == f"paused: pause key {pause_key(MARQUEE)} holds a {kind}"
     assert await redis.exists(lock_key(NAME)) == 0, "nothing taken"
     assert await redis.type(pause_key(MARQUEE)) == kind.encode(), "left as it was"
 
@@ -130,10 +128,10 @@ async def test_the_pause_key_works_on_every_topology(topology: TopologyUnderTest
     assert lease is not None
     await redis.set(pause_key(MARQUEE), b"frozen", px=60_000)
 
-    with pytest.raises(LockPaused):
+    with pytest.raises(LockHeld):
         await lease.renew()
     assert (await lease.release()).value == "released"
-    with pytest.raises(LockPaused):
+    with pytest.raises(LockHeld):
         await paused_lock(redis).acquire()
     await redis.delete(pause_key(MARQUEE))
     lease = await paused_lock(redis).acquire()

@@ -11,7 +11,7 @@ from redis.crc import key_slot
 
 from playguard_async.coordination.keys import fence_key, lock_key, once_key
 from playguard_async.coordination.lock import TokenLock
-from playguard_async.coordination.lock_state import Holder
+from playguard_async.coordination.lock_record import Holder, new_record
 
 
 def test_keys_of_one_name_share_a_cluster_slot() -> None:
@@ -49,7 +49,7 @@ def test_holder_record_round_trips_exactly() -> None:
 def test_a_new_record_is_exactly_what_its_holder_encodes(replica: str) -> None:
     """The record is built around a cached middle, not by json.dumps per acquisition: it must
     still be Holder.encode's text, for any replica name a setting can hold."""
-    token, record = TokenLock(Redis(), "edge-1", replica=replica)._new_record()
+    token, record = new_record(replica)
     holder = Holder.parse(record)
     assert holder is not None, record
     assert (holder.token, holder.replica, holder.pid) == (token, replica, os.getpid())

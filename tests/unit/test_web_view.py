@@ -20,7 +20,8 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from structlog.testing import capture_logs
 
-from playguard_async.coordination.lock_state import Holder, LockState
+from playguard_async.coordination.lock_record import Holder
+from playguard_async.coordination.lock_state import LockState
 from playguard_async.coordination.marquee_reads import LastCycle, MarqueeStatus, MarqueeStory
 from playguard_async.service import fleet_picture
 from playguard_async.service.endpoints import application
