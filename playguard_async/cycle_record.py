@@ -4,7 +4,7 @@ The engine writes it (``CycleResult.to_record``); Redis keeps it for operators
 (``coordination.records``, which may leave empty fields out and cut an oversized one, counting
 the cuts in ``truncated``); PostgreSQL receives it as the observed state
 (``desired_state.postgres.observed_state``); status, describe and history read it back
-(``operator.fleet``, ``operator.describe``). A record read back is outside input (anything with
+(``operator.status``, ``operator.describe``). A record read back is outside input (anything with
 access to Redis may have written the key), so readers take it as a ``StoredRecord`` and read its
 fields through the functions here, which refuse what is not of the written type.
 

@@ -21,7 +21,8 @@ from playguard_async.desired_state.model import InventoryError
 from playguard_async.kits.textclean import clean
 from playguard_async.operator.describe import marquee_story
 from playguard_async.operator.display import span
-from playguard_async.operator.fleet import OperateError, fleet_status
+from playguard_async.operator.fleet import OperateError
+from playguard_async.operator.status import fleet_status
 from playguard_async.service.logs import configure_logging
 from playguard_async.settings import Settings, SettingsError, load_settings
 

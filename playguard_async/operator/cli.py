@@ -104,7 +104,7 @@ def _readable_errors(ctx: click.Context, *, config_status: int = 1) -> Iterator[
     would only repeat it (`run` and `lab` set the log up again from their settings)."""
     from playguard_async.desired_state.model import InventoryError
     from playguard_async.engine.scheduler import CycleCancelled
-    from playguard_async.operator import fleet
+    from playguard_async.operator.fleet import OperateError
     from playguard_async.phases.protocol import UnknownPhase
     from playguard_async.service.logs import configure_logging
     from playguard_async.settings import SettingsError
@@ -113,7 +113,7 @@ def _readable_errors(ctx: click.Context, *, config_status: int = 1) -> Iterator[
     config_errors = (SettingsError, InventoryError, UnknownPhase)
     try:
         yield
-    except (*config_errors, fleet.OperateError, CycleCancelled) as exc:
+    except (*config_errors, OperateError, CycleCancelled) as exc:
         if isinstance(exc, CycleCancelled):
             status = EXIT_NOT_OK
         else:
@@ -189,7 +189,8 @@ def cycle(
 
         from playguard_async.coordination import marquee_reads
         from playguard_async.engine.results import CycleResult, Outcome
-        from playguard_async.operator import display, fleet
+        from playguard_async.operator import display
+        from playguard_async.operator.cycle import run_cycle
 
         # With --json the phase lines and the spinner go nowhere.
         console = Console(file=io.StringIO()) if as_json else display.console()
@@ -205,7 +206,7 @@ def cycle(
                 done = f"{len(result.durations)} of {len(settings.phases)} phases done"
                 spinner.update(display.text(f"{marquee}: {done}"))
 
-            outcome = asyncio.run(fleet.run_cycle(settings, marquee, show_phase))
+            outcome = asyncio.run(run_cycle(settings, marquee, show_phase))
     result = outcome.result
     if as_json:
         holder = None if outcome.holder is None else marquee_reads.holder_json(outcome.holder)
@@ -256,13 +257,14 @@ def status(
         from rich.live import Live
 
         from playguard_async.coordination import marquee_reads
-        from playguard_async.operator import display, fleet
+        from playguard_async.operator import display
+        from playguard_async.operator.status import fleet_status
 
         settings = command_settings(config)
 
         def read() -> list[marquee_reads.MarqueeStatus]:
             with _readable_errors(ctx):
-                return asyncio.run(fleet.fleet_status(settings))
+                return asyncio.run(fleet_status(settings))
 
         statuses = read()
     if as_json:
@@ -360,9 +362,10 @@ def locks(ctx: click.Context, config: Path | None, as_json: bool) -> None:
         from rich.table import Table
 
         from playguard_async.coordination import marquee_reads
-        from playguard_async.operator import display, fleet
+        from playguard_async.operator import display
+        from playguard_async.operator.locks import held_locks
 
-        held = asyncio.run(fleet.held_locks(command_settings(config)))
+        held = asyncio.run(held_locks(command_settings(config)))
     if as_json:
         click.echo(
             json.dumps({"locks": [marquee_reads.holder_json(state) for state in held]}, indent=2)
@@ -409,9 +412,10 @@ def unlock(ctx: click.Context, marquee: str, config: Path | None, force: bool) -
         import asyncio
 
         from playguard_async.coordination.lock import ReleaseResult
-        from playguard_async.operator import display, fleet
+        from playguard_async.operator import display
+        from playguard_async.operator.unlock import unlock_marquee
 
-        done = asyncio.run(fleet.unlock(command_settings(config), marquee, force=force))
+        done = asyncio.run(unlock_marquee(command_settings(config), marquee, force=force))
     if done.found is None:
         echo(f"{marquee} is not locked (no key {done.key}); nothing to delete")
         return
@@ -458,9 +462,10 @@ def check(ctx: click.Context, config: Path | None, timeout: float, as_json: bool
 
         from rich.table import Table
 
-        from playguard_async.operator import display, fleet
+        from playguard_async.operator import display
+        from playguard_async.operator.check import run_checks
 
-        rows = asyncio.run(fleet.check(config, timeout=timeout))
+        rows = asyncio.run(run_checks(config, timeout=timeout))
     if as_json:
         import json
 
@@ -501,18 +506,25 @@ def plan(
         import asyncio
         import json
 
-        from playguard_async.operator import display, fleet
+        from playguard_async.operator import display
+        from playguard_async.operator.plan import (
+            PlanVerdict,
+            plan_fleet,
+            plan_json,
+            plan_one,
+            plan_verdict,
+        )
 
         settings = command_settings(config)
         if marquee is None:
-            results = asyncio.run(fleet.plan_fleet(settings))
+            results = asyncio.run(plan_fleet(settings))
             holder = None
         else:
-            run = asyncio.run(fleet.plan_one(settings, marquee))
+            run = asyncio.run(plan_one(settings, marquee))
             results, holder = [run.result], run.holder
-    verdicts = [fleet.plan_verdict(result) for result in results]
+    verdicts = [plan_verdict(result) for result in results]
     if as_json:
-        plans = [fleet.plan_json(result) for result in results]
+        plans = [plan_json(result) for result in results]
         click.echo(json.dumps(plans[0] if marquee else {"marquees": plans}, indent=2))
     elif marquee is None:
         for result in results:
@@ -520,9 +532,9 @@ def plan(
     else:
         display.print_plan(results[0], holder)
     worst = (
-        fleet.PlanVerdict.ERROR
-        if fleet.PlanVerdict.ERROR in verdicts
-        else max(verdicts, default=fleet.PlanVerdict.IN_SYNC)
+        PlanVerdict.ERROR
+        if PlanVerdict.ERROR in verdicts
+        else max(verdicts, default=PlanVerdict.IN_SYNC)
     )
     ctx.exit(worst.value)
 
@@ -583,9 +595,10 @@ def pause(
     with _readable_errors(ctx):
         import asyncio
 
-        from playguard_async.operator import display, fleet
+        from playguard_async.operator import display
+        from playguard_async.operator.pause import take_scope_pause
 
-        taken = asyncio.run(fleet.pause(command_settings(config), scope, reason, seconds))
+        taken = asyncio.run(take_scope_pause(command_settings(config), scope, reason, seconds))
     echo(display.pause_text(taken))
 
 
@@ -603,9 +616,10 @@ def resume(ctx: click.Context, marquee: str | None, fleet_wide: bool, config: Pa
     with _readable_errors(ctx):
         import asyncio
 
-        from playguard_async.operator import display, fleet
+        from playguard_async.operator import display
+        from playguard_async.operator.pause import lift_scope_pause
 
-        lifted = asyncio.run(fleet.resume(command_settings(config), scope))
+        lifted = asyncio.run(lift_scope_pause(command_settings(config), scope))
     what = "the fleet" if scope == FLEET else scope
     if lifted is None:
         echo(f"{what} is not paused; nothing to lift")

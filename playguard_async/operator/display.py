@@ -19,7 +19,7 @@ from playguard_async.coordination.lock_state import LockState
 from playguard_async.coordination.pause import Pause
 from playguard_async.engine.results import CycleResult, Outcome
 from playguard_async.kits.textclean import clean
-from playguard_async.operator import fleet
+from playguard_async.operator.plan import PlanVerdict, plan_verdict
 from playguard_async.settings import Settings
 
 PIPE_WIDTH = 500
@@ -220,10 +220,10 @@ def print_story(told: marquee_reads.MarqueeStory, now: float) -> None:
 
 def plan_line(result: CycleResult) -> str:
     """One Marquee's plan in a line (``plan --all``): in sync, what would change, or the error."""
-    verdict = fleet.plan_verdict(result)
-    if verdict is fleet.PlanVerdict.ERROR:
+    verdict = plan_verdict(result)
+    if verdict is PlanVerdict.ERROR:
         return f"{result.marquee}: error: {result.outcome.value}: {result.reason or '-'}"
-    if verdict is fleet.PlanVerdict.IN_SYNC:
+    if verdict is PlanVerdict.IN_SYNC:
         return f"{result.marquee}: in sync"
     counts = ", ".join(f"{phase} {len(taken)}" for phase, taken in result.actions.items() if taken)
     total = sum(len(taken) for taken in result.actions.values())

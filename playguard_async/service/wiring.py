@@ -1,7 +1,7 @@
 """From settings to working parts: the Redis client, the remote options, the engine with its
 phases and cycle records, and the process signals that stop it.
 
-The daemon (``daemon.serve``) and the operator's foreground cycle (``operator.fleet.run_cycle``)
+The daemon (``daemon.serve``) and the operator's foreground cycle (``operator.cycle.run_cycle``)
 are built here alike, so ``playguard cycle`` runs exactly the daemon's engine without importing
 what only the daemon needs around it (HTTP endpoints, systemd notifications, metrics).
 """

@@ -27,7 +27,7 @@ from playguard_async.coordination.keys import (
     marquee_lock_name,
 )
 from playguard_async.operator.cli import cli
-from playguard_async.settings import DEFAULT_PHASES
+from playguard_async.settings.sections import DEFAULT_PHASES
 from playguard_lab import RedisServer, SshServer
 from tests.support.cli import (
     EXIT_LOCKED,

@@ -29,7 +29,7 @@ from playguard_async.phases.protocol import Phase, PhaseContext, resolve_phases
 from playguard_async.remote.docker import AGENT_CHAT, MANAGED, our_labels
 from playguard_async.remote.ssh import open_session
 from playguard_async.service.notifications import ChangeNotifier
-from playguard_async.settings import DEFAULT_PHASES
+from playguard_async.settings.sections import DEFAULT_PHASES
 from playguard_lab import DockerDaemon, GitOrigin, SshServer
 from tests.support.engine import EngineHarness, settings_for
 from tests.support.playgrounds import (

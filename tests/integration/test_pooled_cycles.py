@@ -13,7 +13,7 @@ from redis.asyncio import Redis
 from playguard_async.engine.results import Outcome
 from playguard_async.phases.protocol import resolve_phases
 from playguard_async.service.wiring import RemoteLayer
-from playguard_async.settings import DEFAULT_PHASES
+from playguard_async.settings.sections import DEFAULT_PHASES
 from playguard_lab import GitOrigin
 from tests.support.engine import EngineHarness, settings_for
 from tests.support.playgrounds import project_containers, use_own_branch

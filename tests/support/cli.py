@@ -14,7 +14,7 @@ from typing import Any
 from playguard_async.coordination.client import connect_redis
 from playguard_async.coordination.keys import marquee_lock_name
 from playguard_async.coordination.lock import Lease, TokenLock
-from playguard_async.settings import DEFAULT_PHASES
+from playguard_async.settings.sections import DEFAULT_PHASES
 from playguard_lab import SshServer
 from tests.support.daemon import PLAYGUARD, DaemonRunner, marquee_entry
 from tests.support.world import ssh_marquee

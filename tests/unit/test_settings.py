@@ -10,7 +10,9 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from playguard_async.settings import DEFAULT_PHASES, SettingsError, load_settings, mask_url
+from playguard_async.settings import SettingsError, load_settings
+from playguard_async.settings.addresses import mask_url
+from playguard_async.settings.sections import DEFAULT_PHASES
 
 
 @pytest.fixture(autouse=True)
