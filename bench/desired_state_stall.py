@@ -96,8 +96,9 @@ INPUTS: dict[str, Callable[[], bytes]] = {
 async def measure(
     inventory: Path, name: str, redis_url: str, seconds: float, tick: float
 ) -> dict[str, float]:
-    engine = build_engine(noop_settings(inventory, redis_url))
-    engine.phases = [NoOpPhase(phase) for phase in BUILTIN_PHASES]
+    engine = build_engine(
+        noop_settings(inventory, redis_url), phases=[NoOpPhase(phase) for phase in BUILTIN_PHASES]
+    )
     for _ in range(2):
         await asyncio.gather(*await engine.tick())
     async with LoopStall() as stall:

@@ -91,8 +91,7 @@ def rss_mib(field: str = "VmRSS") -> float:
 
 
 async def measure(settings: Settings) -> dict[str, float]:
-    engine = build_engine(settings)
-    engine.phases = [NoOpPhase(name) for name in BUILTIN_PHASES]
+    engine = build_engine(settings, phases=[NoOpPhase(name) for name in BUILTIN_PHASES])
     gc_seconds = [0.0]
     full_collections = [0]
     started_at = [0.0]

@@ -241,8 +241,9 @@ async def replica(settings: Settings, rundir: Path, replicas: int) -> None:
     """One replica as the daemon runs one, until SIGTERM."""
     name, tick = settings.replica_id, settings.tick_interval
     observer = ShareObserver()
-    engine = build_engine(settings, observer=observer)
-    engine.phases = [NoOpPhase(phase) for phase in BUILTIN_PHASES]
+    engine = build_engine(
+        settings, observer=observer, phases=[NoOpPhase(phase) for phase in BUILTIN_PHASES]
+    )
     journal = TickJournal(engine, observer, name, rundir)
     redis = engine.redis
     try:

@@ -36,8 +36,9 @@ from playguard_lab import RedisServer
 
 
 async def ticks(inventory: Path, redis_url: str, count: int) -> None:
-    engine = build_engine(noop_settings(inventory, redis_url))
-    engine.phases = [NoOpPhase(name) for name in BUILTIN_PHASES]
+    engine = build_engine(
+        noop_settings(inventory, redis_url), phases=[NoOpPhase(name) for name in BUILTIN_PHASES]
+    )
     for _ in range(2):  # scripts loaded, inventory read, the collector settled
         await asyncio.gather(*await engine.tick())
     dump_counters()

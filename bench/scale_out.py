@@ -48,8 +48,7 @@ READY_KEY = "bench:scale_out:ready"
 
 async def replica(name: str, inventory: Path, redis_url: str, shared: bool) -> dict[str, Any]:
     settings = noop_settings(inventory, redis_url, replica_id=name, max_concurrent_cycles=64)
-    engine = build_engine(settings)
-    engine.phases = [NoOpPhase(phase) for phase in BUILTIN_PHASES]
+    engine = build_engine(settings, phases=[NoOpPhase(phase) for phase in BUILTIN_PHASES])
     redis = engine.redis
     try:
         await engine.load_inventory()

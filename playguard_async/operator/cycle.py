@@ -36,8 +36,7 @@ async def run_cycle(settings: Settings, marquee: str, on_phase: PhaseListener) -
     As in the daemon, a first SIGINT or SIGTERM lets the running phase finish and starts no other
     (outcome ``interrupted``); a second one cancels the phase (``engine.CycleCancelled``).
     """
-    engine = build_engine(settings)
-    engine.phase_listeners.append(on_phase)
+    engine = build_engine(settings, phase_listeners=[on_phase])
     try:
         with redis_errors(settings):
             inventory = await engine.load_inventory()

@@ -14,7 +14,7 @@ import contextlib
 import functools
 from collections.abc import AsyncIterator, Callable
 
-from playguard_async.coordination.client import redis_answers
+from playguard_async.coordination.client import RedisClient, redis_answers
 from playguard_async.coordination.marquee_reads import MarqueeStory, read_story
 from playguard_async.coordination.records import CycleRecords
 from playguard_async.cycle_record import NoticeKind
@@ -37,6 +37,7 @@ from playguard_async.service.wiring import (
     RemoteLayer,
     build_engine,
     close_engine,
+    redis_for,
     stopping_on_signals,
 )
 from playguard_async.settings import Settings
@@ -74,10 +75,17 @@ async def serve(settings: Settings, *, stop_after: float | None = None) -> None:
         health, _ = news_of(result)
         metrics.marquee_finished(result.marquee, result.outcome.value, health, result.finished_at)
 
+    redis = redis_for(settings)
+    changes = ChangeNotifier(settings, redis)
+    listeners = [count, changes.notify_cycle]
+    picture = None
+    if settings.http_bind() is not None and settings.web_view:
+        picture = fleet_picture(settings, redis, lambda: engine.inventory)
+        listeners.append(picture.cycle_ended)
     remote = RemoteLayer(settings)
-    engine = build_engine(settings, listeners=[count], observer=metrics, remote=remote)
-    changes = ChangeNotifier(settings, engine.redis)
-    engine.listeners.append(changes.notify_cycle)
+    engine = build_engine(
+        settings, listeners=listeners, observer=metrics, remote=remote, redis=redis
+    )
     metrics.count_in_flight(lambda: len(engine.cycles))
     metrics.watch_desired_state_loaded(lambda: engine.inventory is not None)
     source = as_remote(engine.desired_state)
@@ -90,7 +98,7 @@ async def serve(settings: Settings, *, stop_after: float | None = None) -> None:
     try:
         with stopping_on_signals(engine):
             async with (
-                watched(engine, metrics, credential),
+                watched(engine, metrics, credential, picture),
                 changes.sending(drain=settings.webhook_timeout),
                 listening(engine),
             ):
@@ -114,11 +122,14 @@ async def listening(engine: Engine) -> AsyncIterator[None]:
 
 @contextlib.asynccontextmanager
 async def watched(
-    engine: Engine, metrics: Metrics, credential: str | None = None
+    engine: Engine,
+    metrics: Metrics,
+    credential: str | None = None,
+    picture: FleetPicture | None = None,
 ) -> AsyncIterator[None]:
     """What operators watch of a running ``engine``, for as long as the block lasts: the HTTP
-    endpoints when ``http_address`` is set (with the web view unless ``web_view`` is off; behind
-    the Host check, and ``credential`` when there is one), systemd notifications when
+    endpoints when ``http_address`` is set (with the web view of ``picture`` when there is one;
+    behind the Host check, and ``credential`` when there is one), systemd notifications when
     ``$NOTIFY_SOCKET`` is.
 
     Both share one liveness test (the tick loop turns) and one readiness test (Redis answers PING),
@@ -141,7 +152,7 @@ async def watched(
         bind = settings.http_bind()
         if bind is not None:
             stop = asyncio.Event()
-            view = web_view(engine, stop) if settings.web_view else None
+            view = None if picture is None else web_view(settings, picture, stop)
             guard = HttpGuard(
                 HostRule.bound_to(bind[0], settings.http_allowed_hosts),
                 credential=credential,
@@ -176,39 +187,45 @@ async def watched(
         yield
 
 
-def web_view(engine: Engine, stop: asyncio.Event) -> WebView:
-    """The web view of ``engine``'s fleet: one picture, read again as this replica's cycles end
-    (the listener that feeds the metrics feeds it too) and whole every ``web_refresh_interval``,
-    published to open pages at most once per ``web_update_interval``."""
-    settings = engine.settings
+def fleet_picture(
+    settings: Settings, redis: RedisClient, desired: Callable[[], Inventory | None]
+) -> FleetPicture:
+    """The picture of the fleet the web view shows: read again as this replica's cycles end (its
+    ``cycle_ended``, a cycle listener given to the engine at construction) and whole every
+    ``web_refresh_interval``, published to open pages at most once per ``web_update_interval``;
+    the Marquees are those of the desired state in force (``desired``)."""
 
     def names() -> list[Listed]:
-        inventory = engine.inventory
+        inventory = desired()
         return [Listed(*listing) for listing in inventory.listed()] if inventory is not None else []
 
     records = CycleRecords(
-        engine.redis,
+        redis,
         history_length=settings.history_length,
         timeout=settings.redis_socket_timeout,
     )
 
     async def tell_story(name: str) -> MarqueeStory:
+        inventory = desired()
         try:
-            marquee = engine.inventory.marquee(name) if engine.inventory is not None else None
+            marquee = inventory.marquee(name) if inventory is not None else None
         except KeyError:  # gone from the desired state since the page asked
             marquee = None
         if marquee is None:
             return await read_story(records, name, limit=HISTORY_SHOWN)
         return await steered_story(records, marquee, settings.windows, limit=HISTORY_SHOWN)
 
-    picture = FleetPicture(
+    return FleetPicture(
         records,
         names,
         interval=settings.web_refresh_interval,
         tell_story=tell_story,
         publish_interval=settings.web_update_interval,
     )
-    engine.listeners.append(picture.cycle_ended)
+
+
+def web_view(settings: Settings, picture: FleetPicture, stop: asyncio.Event) -> WebView:
+    """The web view of the fleet ``picture`` shows, its streams ended by ``stop``."""
     return WebView(
         picture,
         replica=settings.replica_id,

@@ -14,6 +14,7 @@ import functools
 import signal
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractAsyncContextManager
+from typing import Any
 
 import structlog
 
@@ -24,11 +25,11 @@ from playguard_async.desired_state.model import Marquee
 from playguard_async.desired_state.postgres.connection import DatabaseError
 from playguard_async.desired_state.registry import source_kind
 from playguard_async.desired_state.source import DesiredState, as_remote
-from playguard_async.engine.cycle import SessionOpener
 from playguard_async.engine.observer import EngineObserver
-from playguard_async.engine.results import CycleListener, CycleResult
+from playguard_async.engine.results import CycleListener, CycleResult, PhaseListener
 from playguard_async.engine.scheduler import Engine
-from playguard_async.phases.protocol import resolve_phases
+from playguard_async.engine.services import CycleServices, SessionOpener
+from playguard_async.phases.protocol import Phase, resolve_phases
 from playguard_async.remote.memo import ComposeMemo
 from playguard_async.remote.pool import ConnectionPool
 from playguard_async.remote.ssh import RemoteOptions, RemoteSession, connect, open_session
@@ -124,18 +125,24 @@ def build_engine(
     settings: Settings,
     *,
     listeners: Sequence[CycleListener] = (),
+    phase_listeners: Sequence[PhaseListener] = (),
     observer: EngineObserver | None = None,
     remote: RemoteLayer | None = None,
+    redis: RedisClient | None = None,
+    phases: Sequence[Phase[Any]] | None = None,
 ) -> Engine:
     """An engine for ``settings``; raises on an unknown phase before anything connects.
 
-    Finished cycles are recorded in Redis (in the round trip that releases their lease), then
-    told to ``listeners``. ``remote`` keeps
-    connections and compose's answers across cycles; without it, each cycle connects anew and
-    keeps nothing (a one-off cycle has nothing to keep them for).
+    What its cycles share (``CycleServices``) is fixed here, nothing is added later. Finished
+    cycles are recorded in Redis (in the round trip that releases their lease), then told to
+    ``listeners``; each finished phase to ``phase_listeners``. ``remote`` keeps connections and
+    compose's answers across cycles; without it, each cycle connects anew and keeps nothing (a
+    one-off cycle has nothing to keep them for). ``redis`` is the client for ``settings`` when the
+    caller needed it first (``redis_for``; ``close_engine`` closes it); ``phases`` stand in for
+    the settings' (a benchmark's no-op phases).
     """
-    phases = resolve_phases(settings.phases)
-    redis = redis_for(settings)
+    phases = resolve_phases(settings.phases) if phases is None else phases
+    redis = redis_for(settings) if redis is None else redis
     records = CycleRecords(
         redis,
         history_length=settings.history_length,
@@ -153,16 +160,17 @@ def build_engine(
                 remote_source.record_cycle(result.to_record())
 
         write_back.append(write_observed)
-    return Engine(
+    services = CycleServices.build(
         settings,
-        source,
         redis,
         phases,
         open_session=(remote or RemoteLayer(settings, pooled=False)).session_opener(),
         listeners=[*write_back, *listeners],
+        phase_listeners=phase_listeners,
         observer=observer,
         records=records,
     )
+    return Engine(services, source)
 
 
 async def close_engine(engine: Engine) -> None:

@@ -8,8 +8,9 @@ through it, the lab registry with auth and the lab git origin.
 from __future__ import annotations
 
 import json
+import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from playguard_async.coordination.keys import marquee_lock_key
 from playguard_async.coordination.records import CycleRecords
 from playguard_async.desired_state.model import InventoryError
 from playguard_async.desired_state.yaml_source import YamlInventorySource
-from playguard_async.engine.results import CycleResult, Outcome
+from playguard_async.engine.results import CycleListener, CycleResult, Outcome
 from playguard_async.phases.process_agent_chats import chat_container_name
 from playguard_async.phases.protocol import Phase, PhaseContext, resolve_phases
 from playguard_async.remote.docker import AGENT_CHAT, MANAGED, our_labels
@@ -53,9 +54,12 @@ def lab_cycles(
     *,
     dry_run: bool = False,
     records: CycleRecords | None = None,
+    listeners: Sequence[CycleListener] = (),
+    clock: Callable[[], float] = time.time,
 ) -> EngineHarness:
     """An engine over the lab world (each change to it seen at the next cycle), with the built-in
-    phases unless told otherwise; its cycles recorded in ``records`` when given."""
+    phases unless told otherwise; its cycles recorded in ``records`` when given, then told to
+    ``listeners``; ``clock`` the wall clock of maintenance windows."""
     return EngineHarness(
         redis,
         *phases,
@@ -64,6 +68,8 @@ def lab_cycles(
             marquee, LAB_OPTIONS, lease=lease, dry_run=cycle_dry_run
         ),
         records=records,
+        listeners=listeners,
+        clock=clock,
         replica_id="convergence",
         lock_ttl=120.0,
         redis_socket_timeout=2.0,
@@ -347,9 +353,8 @@ async def test_a_failing_marquee_does_not_stop_another_in_the_same_tick(
 async def test_detect_mode_reports_drift_every_cycle_changes_nothing_and_tells_it_once(
     redis: Redis, world: LabWorld, lab_docker: aiodocker.Docker
 ) -> None:
-    cycles = lab_cycles(redis, world)
     notifier = ChangeNotifier(settings_for(), redis)
-    cycles.engine.listeners.append(notifier.notify_cycle)
+    cycles = lab_cycles(redis, world, listeners=[notifier.notify_cycle])
     assert (await cycles.cycle()).outcome is Outcome.OK
     await lab_docker.containers.container(chat_container_name("chat-1")).delete(force=True)
     world.data["marquees"][0]["mode"] = "detect"
@@ -383,8 +388,8 @@ async def test_outside_its_allow_window_a_cycle_changes_nothing_and_inside_it_co
     world.data["marquees"][0]["windows"] = [
         {"kind": "allow", "cron": "0 2 * * *", "duration": 3600, "timezone": "Europe/Berlin"}
     ]
-    cycles = lab_cycles(redis, world)
-    cycles.engine.clock = datetime(2026, 12, 5, 11, 0, tzinfo=UTC).timestamp
+    now = [datetime(2026, 12, 5, 11, 0, tzinfo=UTC).timestamp()]
+    cycles = lab_cycles(redis, world, clock=lambda: now[0])
 
     outside = await cycles.cycle()
     assert (outside.outcome, outside.dry_run) == (Outcome.OK, True), outside.reason
@@ -393,7 +398,7 @@ async def test_outside_its_allow_window_a_cycle_changes_nothing_and_inside_it_co
     assert not checkout_of(world).exists()
     assert await project_containers(lab_docker) == []
 
-    cycles.engine.clock = datetime(2026, 12, 5, 1, 30, tzinfo=UTC).timestamp  # 02:30 CET
+    now[0] = datetime(2026, 12, 5, 1, 30, tzinfo=UTC).timestamp()  # 02:30 CET
     inside = await cycles.cycle()
     assert (inside.outcome, inside.dry_run) == (Outcome.OK, False), inside.reason
     [app] = await project_containers(lab_docker)

@@ -191,7 +191,7 @@ async def test_a_burst_of_edits_wakes_by_narrow_reads_never_a_whole_read_per_not
                 await asyncio.sleep(0.025)
 
             def settled() -> bool:
-                woken = engine._woken.get("edge-1")
+                woken = engine.reads.woken.get("edge-1")
                 return woken is not None and any(
                     p.branch == "burst-39" for p in woken[1].playgrounds_on("edge-1")
                 )

@@ -18,9 +18,10 @@ from playguard_async.coordination.lock import Lease, ReleaseResult, TokenLock
 from playguard_async.coordination.records import CycleRecords
 from playguard_async.cycle_record import NoticeKind
 from playguard_async.desired_state.model import Inventory, InventoryError, Marquee
-from playguard_async.engine.cycle import Cycle
+from playguard_async.engine import cycle_ending
 from playguard_async.engine.results import CycleResult, Outcome
 from playguard_async.engine.scheduler import CycleCancelled
+from playguard_async.engine.services import CycleServices
 from playguard_async.phases.protocol import Notice, Phase, PhaseContext, PhaseReport
 from playguard_lab import RedisServer
 from tests.support.engine import EngineHarness, ScriptedPhase, inventory_of
@@ -199,8 +200,12 @@ async def test_phase_listeners_hear_each_phase_as_it_ends_and_cannot_break_the_c
     def broken(result: CycleResult, phase: str) -> None:
         raise RuntimeError("listener bug")
 
-    harness = EngineHarness(redis, ScriptedPhase("first"), ScriptedPhase("second", fail))
-    harness.engine.phase_listeners += [broken, listen]
+    harness = EngineHarness(
+        redis,
+        ScriptedPhase("first"),
+        ScriptedPhase("second", fail),
+        phase_listeners=[broken, listen],
+    )
     with capture_logs() as logs:
         result = await harness.cycle()
     assert heard == [
@@ -335,11 +340,11 @@ async def test_an_observer_bug_ends_the_cycle_in_the_error_outcome_at_once(
 async def test_a_cycle_whose_ending_breaks_is_logged_when_it_fails_not_at_drain(
     redis: Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    async def broken(cycle: Cycle) -> None:
+    async def broken(services: CycleServices, result: CycleResult) -> None:
         raise RuntimeError("ending bug")
 
     harness = EngineHarness(redis, ScriptedPhase("first"))
-    monkeypatch.setattr(Cycle, "_finish", broken)
+    monkeypatch.setattr(cycle_ending, "_finish", broken)
     with capture_logs() as logs:
         [task] = await harness.engine.tick()
         await asyncio.wait([task])
@@ -500,8 +505,9 @@ async def test_remote_session_opens_on_first_use_and_closes_before_release(redis
     async def use(ctx: PhaseContext) -> None:
         events.append(f"got {await ctx.remote()}")
 
-    harness = EngineHarness(redis, ScriptedPhase("first", use), ScriptedPhase("second", use))
-    harness.engine.open_session = opener
+    harness = EngineHarness(
+        redis, ScriptedPhase("first", use), ScriptedPhase("second", use), open_session=opener
+    )
     result = await harness.cycle()
     assert result.outcome is Outcome.OK
     assert events == [
@@ -548,8 +554,7 @@ async def test_each_phase_is_credited_with_the_actions_its_session_recorded_and_
         ScriptedPhase("quiet"),
         Noticing(),
     ]
-    harness = EngineHarness(redis, *phases)
-    harness.engine.open_session = opener
+    harness = EngineHarness(redis, *phases, open_session=opener)
     result = await harness.cycle()
     assert result.actions == {
         "first": ["first change", "second change", "first on m1"],

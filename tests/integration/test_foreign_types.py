@@ -37,6 +37,7 @@ from playguard_async.desired_state.yaml_source import YamlInventorySource
 from playguard_async.engine.cycle import Cycle
 from playguard_async.engine.results import Outcome
 from playguard_async.engine.scheduler import Engine
+from playguard_async.engine.services import CycleServices
 from playguard_async.service.fleet_picture import FleetPicture, Listed
 from playguard_async.service.fleet_table import Row
 from playguard_async.service.notifications import ChangeNotifier
@@ -275,13 +276,11 @@ async def test_a_cycle_of_a_marquee_with_a_foreign_key_ends_with_a_classified_ou
     KINDS[kind](store, planted)
     records = CycleRecords(redis, history_length=5, timeout=1.0)
     phase = ScriptedPhase("first")
-    engine = Engine(
-        settings_for(), YamlInventorySource(Path("/nonexistent")), redis, [phase],
-        records=records,
-    )  # fmt: skip
+    services = CycleServices.build(settings_for(), redis, [phase], records=records)
+    engine = Engine(services, YamlInventorySource(Path("/nonexistent")))
     inventory = inventory_of("m1")
     with capture_logs() as logs:
-        result = await Cycle(engine, inventory.marquee("m1"), inventory).run()
+        result = await Cycle(engine.services, inventory.marquee("m1"), inventory).run()
     assert result.outcome is EXPECTED_OUTCOME[key], (result.outcome, result.reason)
     assert not [line for line in logs if line.get("log_level") in ("error", "critical")]
     if key == "pause":
@@ -338,9 +337,8 @@ async def test_a_foreign_health_key_is_replaced_and_a_foreign_resume_set_is_one_
     assert store.get(health_key("m1")) == b"ok"
 
     store.hset(RESUME_KEY, "a", "b")
-    engine = Engine(
-        settings_for(), YamlInventorySource(Path("/nonexistent")), redis, [ScriptedPhase("p")]
-    )
+    services = CycleServices.build(settings_for(), redis, [ScriptedPhase("p")])
+    engine = Engine(services, YamlInventorySource(Path("/nonexistent")))
     with capture_logs() as logs:
         assert await engine._resume_order() == set()
     assert [line["event"] for line in logs] == ["resume.unreadable"]

@@ -26,6 +26,7 @@ from playguard_async.engine.cycle import Cycle
 from playguard_async.engine.observer import Unobserved
 from playguard_async.engine.results import Outcome
 from playguard_async.engine.scheduler import Engine
+from playguard_async.engine.services import CycleServices
 from playguard_lab import RedisServer
 from tests.support.cli import EXIT_LOCKED, Playguard, assert_one_line_error, hold_lock
 from tests.support.daemon import DaemonRunner, marquee_entry
@@ -205,7 +206,7 @@ async def test_a_running_engine_survives_every_hostile_inventory_edit(
     path = tmp_path / "inventory.yaml"
     good = json.dumps({"marquees": [marquee_entry("m1")]})
     phase = ScriptedPhase("first")
-    engine = Engine(settings_for(), YamlInventorySource(path), redis, [phase])
+    engine = Engine(CycleServices.build(settings_for(), redis, [phase]), YamlInventorySource(path))
     for name, document in HOSTILE.items():
         path.write_text(good, encoding="utf-8")  # a good read between: each refusal is news
         await engine.load_inventory()
@@ -229,16 +230,13 @@ class BrokenObserver(Unobserved):
 async def test_a_failure_outside_any_phase_ends_the_cycle_as_error_never_as_a_lost_task(
     redis: Redis,
 ) -> None:
-    engine = Engine(
-        settings_for(),
-        YamlInventorySource(Path("/nonexistent")),
-        redis,
-        [ScriptedPhase("first")],
-        observer=BrokenObserver(),
+    services = CycleServices.build(
+        settings_for(), redis, [ScriptedPhase("first")], observer=BrokenObserver()
     )
+    engine = Engine(services, YamlInventorySource(Path("/nonexistent")))
     inventory = inventory_of("m1")
     with capture_logs() as logs:
-        result = await Cycle(engine, inventory.marquee("m1"), inventory).run()
+        result = await Cycle(engine.services, inventory.marquee("m1"), inventory).run()
     assert (result.outcome, result.reason) == (
         Outcome.ERROR,
         "RuntimeError: observer bug spanning lines",
@@ -262,14 +260,14 @@ async def test_a_record_redis_does_not_take_is_one_line_and_written_with_the_nex
             redis_server.pause()
 
     pause.first = True  # type: ignore[attr-defined]
-    engine = Engine(
-        settings_for(), YamlInventorySource(Path("/nonexistent")), redis,
-        [ScriptedPhase("first", pause)], listeners=[record],
-    )  # fmt: skip
+    services = CycleServices.build(
+        settings_for(), redis, [ScriptedPhase("first", pause)], listeners=[record]
+    )
+    engine = Engine(services, YamlInventorySource(Path("/nonexistent")))
     inventory = inventory_of("m1")
     try:
         with capture_logs() as logs:
-            lost = await Cycle(engine, inventory.marquee("m1"), inventory).run()
+            lost = await Cycle(engine.services, inventory.marquee("m1"), inventory).run()
     finally:
         redis_server.resume()
     assert lost.outcome is Outcome.LOCK_LOST
@@ -280,7 +278,7 @@ async def test_a_record_redis_does_not_take_is_one_line_and_written_with_the_nex
 
     # Nor could the release reach Redis; let its key expire now instead of after lock_ttl.
     await redis.delete(M1_LOCK)
-    ok = await Cycle(engine, inventory.marquee("m1"), inventory).run()
+    ok = await Cycle(engine.services, inventory.marquee("m1"), inventory).run()
     assert ok.outcome is Outcome.OK
     assert records.unwritten("m1") == 0
     history = await records.history("m1")

@@ -25,7 +25,7 @@ from structlog.testing import capture_logs
 from playguard_async.coordination.keys import health_key, marquee_lock_key
 from playguard_async.desired_state.model import Marquee
 from playguard_async.engine.results import CycleResult, Outcome
-from playguard_async.phases.protocol import PhaseContext, PhaseReport
+from playguard_async.phases.protocol import Phase, PhaseContext, PhaseReport
 from playguard_async.service import notifications
 from playguard_async.service.notifications import ChangeNotifier
 from playguard_lab import DockerDaemon, SshServer
@@ -77,9 +77,12 @@ async def receiver() -> AsyncIterator[Receiver]:
 
 
 class Replica:
-    """An engine whose one phase fails while ``failing`` is set, with its notifier."""
+    """An engine whose one phase fails while ``failing`` is set (or is ``phase``), with its
+    notifier."""
 
-    def __init__(self, redis: Redis, name: str, url: str, **settings: Any) -> None:
+    def __init__(
+        self, redis: Redis, name: str, url: str, phase: Phase | None = None, **settings: Any
+    ) -> None:
         self.failing = False
         self.steal = False
 
@@ -89,7 +92,6 @@ class Replica:
             if self.failing:
                 raise RuntimeError("compose refused: port 80 taken")
 
-        self.harness = EngineHarness(redis, ScriptedPhase("only", act), replica_id=name)
         self.notifier = ChangeNotifier(
             settings_for(
                 replica_id=name,
@@ -100,7 +102,12 @@ class Replica:
             ),
             redis,
         )
-        self.harness.engine.listeners.append(self.notifier.notify_cycle)
+        self.harness = EngineHarness(
+            redis,
+            phase or ScriptedPhase("only", act),
+            listeners=[self.notifier.notify_cycle],
+            replica_id=name,
+        )
 
     async def cycle(self) -> CycleResult:
         return await self.harness.cycle()
@@ -157,7 +164,6 @@ async def test_an_unhealthy_playground_is_told_once_however_many_cycles_hold_it_
     """A rollback's cycle and the cycles that keep the Playground on its last good state all end
     ``unhealthy``: one ``failing`` notification, then one ``recovered`` when a good release is
     applied."""
-    replica = Replica(redis, "r1", receiver.url)
     why: list[str] = ["playground web-main rolled back to its last good state"]
 
     class Gate:
@@ -166,7 +172,7 @@ async def test_an_unhealthy_playground_is_told_once_however_many_cycles_hold_it_
         async def __call__(self, ctx: PhaseContext) -> PhaseReport:
             return PhaseReport(unhealthy=why[0] if why else None)
 
-    replica.harness.engine.phases = [Gate()]
+    replica = Replica(redis, "r1", receiver.url, Gate())
     async with replica.notifier.sending(drain=5):
         outcomes = [(await replica.cycle()).outcome for _ in range(4)]
         why.clear()
@@ -197,11 +203,12 @@ async def test_a_write_the_host_refused_is_told_once_whichever_replica_saw_it(
     (state / "journal").write_text("")
     replicas = []
     for name in ("r1", "r2"):
-        fleet = Fleet(redis, marquee, tmp_path / name, replica_id=name)
         notifier = ChangeNotifier(
             settings_for(replica_id=name, webhook_url=receiver.url, webhook_timeout=1.0), redis
         )
-        fleet.engine.listeners.append(notifier.notify_cycle)
+        fleet = Fleet(
+            redis, marquee, tmp_path / name, replica_id=name, listeners=[notifier.notify_cycle]
+        )
         replicas.append((fleet, notifier))
     async with replicas[0][1].sending(drain=5), replicas[1][1].sending(drain=5):
         for host_fence, (fleet, _) in zip((100, 200), replicas, strict=True):

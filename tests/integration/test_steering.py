@@ -277,9 +277,8 @@ async def test_a_pause_and_its_end_are_told_once_and_a_paused_start_runs_no_phas
 ) -> None:
     phase = ScriptedPhase("only")
     records = CycleRecords(redis, history_length=10, timeout=2.0)
-    harness = EngineHarness(redis, phase, records=records)
     notifier = ChangeNotifier(settings_for(), redis)
-    harness.engine.listeners.append(notifier.notify_cycle)
+    harness = EngineHarness(redis, phase, records=records, listeners=[notifier.notify_cycle])
     await take_pause(redis, Pause.taken_now("m1", "incident", 60.0), 2.0)
 
     with capture_logs() as logs:

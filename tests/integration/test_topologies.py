@@ -29,6 +29,7 @@ from playguard_async.desired_state.model import Inventory, Marquee
 from playguard_async.engine.cycle import Cycle
 from playguard_async.engine.results import CycleResult, Outcome
 from playguard_async.engine.scheduler import Engine
+from playguard_async.engine.services import CycleServices
 from playguard_async.phases.protocol import PhaseContext, PhaseReport
 from playguard_async.remote.ssh import RemoteSession, open_session
 from playguard_lab import DockerDaemon, MissingBinary, SshServer
@@ -160,15 +161,15 @@ def marquee(ssh_server: SshServer, docker_daemon: DockerDaemon, tmp_path: Path) 
 
 def engine_for(redis: RedisClient, marquee: Marquee, replica: str, probe: FencedProbe) -> Engine:
     settings = settings_for(replica_id=replica, lock_ttl=30.0, redis_socket_timeout=2.0)
-    return Engine(
+    services = CycleServices.build(
         settings,
-        StaticState(Inventory(marquees=[marquee])),
         redis,
         [probe],
         open_session=lambda marquee, lease, dry_run: open_session(
             marquee, LAB_OPTIONS, lease=lease, dry_run=dry_run
         ),
     )
+    return Engine(services, StaticState(Inventory(marquees=[marquee])))
 
 
 def lone_engine(url: str, marquee: Marquee) -> tuple[RedisClient, Engine]:
@@ -180,7 +181,7 @@ def lone_engine(url: str, marquee: Marquee) -> tuple[RedisClient, Engine]:
 
 
 async def cycle(engine: Engine, marquee: Marquee) -> CycleResult:
-    return await Cycle(engine, marquee, await engine.load_inventory()).run()
+    return await Cycle(engine.services, marquee, await engine.load_inventory()).run()
 
 
 async def test_sentinel_failover_mid_cycle_never_has_two_holders_and_converges(

@@ -1,8 +1,8 @@
-"""What a wake-up's narrow read means for the ticks after it (``Engine._newest``): until a
-whole snapshot ends after it, a woken Marquee is cycled from what the wake-up read, never from
-the older snapshot, so a tick whose whole read lags cannot undo a change on the host; and for a
-tick's cycle still waiting out its start offset, which starts from it at once. The desired state
-is a source the test holds (two reads it answers by hand); Redis is real."""
+"""What a wake-up's narrow read means for the ticks after it (``DesiredStateReads.newest``):
+until a whole snapshot ends after it, a woken Marquee is cycled from what the wake-up read,
+never from the older snapshot, so a tick whose whole read lags cannot undo a change on the host;
+and for a tick's cycle still waiting out its start offset, which starts from it at once. The
+desired state is a source the test holds (two reads it answers by hand); Redis is real."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ from redis.asyncio import Redis
 from playguard_async.coordination.replicas import ReplicaRoster
 from playguard_async.desired_state.model import Inventory
 from playguard_async.desired_state.source import Ability
-from playguard_async.engine.scheduler import TICK_READ_WAIT, Engine
+from playguard_async.engine.desired_reads import TICK_READ_WAIT
+from playguard_async.engine.scheduler import Engine
 from playguard_async.phases.protocol import PhaseContext
 from tests.support.engine import EngineHarness, ScriptedPhase, inventory_of
 from tests.support.state import StaticState
@@ -118,7 +119,7 @@ async def test_ticks_cycle_a_woken_marquee_from_its_wake_up_read_until_a_whole_r
     seen.clear()
     await harness.tick()
     assert sorted(seen) == [("m1", "10.0.2.1"), ("m2", "10.0.0.2"), ("m3", "10.0.0.3")]
-    assert engine._woken == {}, "superseded wake-up reads are forgotten"
+    assert engine.reads.woken == {}, "superseded wake-up reads are forgotten"
 
 
 async def test_a_source_that_gives_up_a_narrow_read_is_read_whole(redis: Redis) -> None:
@@ -134,7 +135,7 @@ async def test_a_source_that_gives_up_a_narrow_read_is_read_whole(redis: Redis) 
     assert state.last_snapshot_at != whole_reads_before
     assert harness.engine.inventory is not None
     assert harness.engine.inventory.marquee("m1").host == "10.0.9.9"
-    assert harness.engine._woken == {}
+    assert harness.engine.reads.woken == {}
 
 
 async def test_a_replica_reads_and_cycles_only_the_woken_marquees_of_its_share(

@@ -4,7 +4,8 @@ test holds, with scripted phases, fast settings, and every finished cycle kept i
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import time
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -12,10 +13,11 @@ from playguard_async.coordination.client import RedisClient
 from playguard_async.coordination.records import CycleRecords
 from playguard_async.desired_state.model import Inventory, Marquee
 from playguard_async.desired_state.source import DesiredState
-from playguard_async.engine.cycle import Cycle, SessionOpener
+from playguard_async.engine.cycle import Cycle
 from playguard_async.engine.observer import EngineObserver
-from playguard_async.engine.results import CycleResult
+from playguard_async.engine.results import CycleListener, CycleResult, PhaseListener
 from playguard_async.engine.scheduler import Engine
+from playguard_async.engine.services import CycleServices, SessionOpener
 from playguard_async.phases.protocol import Phase, PhaseContext, PhaseReport
 from playguard_async.settings import Settings, load_settings
 from tests.support.daemon import within_lease
@@ -74,8 +76,9 @@ def settings_for(**overrides: Any) -> Settings:
 class EngineHarness:
     """An engine over ``state`` (by default Marquees ``m1`` .. ``m<marquees>``) with ``phases``.
 
-    ``settings`` override ``settings_for``'s. Finished cycles land in ``results`` and, when
-    ``records`` is given, in Redis as the daemon records them.
+    ``settings`` override ``settings_for``'s. Finished cycles land in ``results`` (then go to
+    ``listeners``; each finished phase to ``phase_listeners``) and, when ``records`` is given,
+    in Redis as the daemon records them; ``clock`` is the wall clock of maintenance windows.
     """
 
     def __init__(
@@ -87,22 +90,27 @@ class EngineHarness:
         open_session: SessionOpener | None = None,
         observer: EngineObserver | None = None,
         records: CycleRecords | None = None,
+        listeners: Sequence[CycleListener] = (),
+        phase_listeners: Sequence[PhaseListener] = (),
+        clock: Callable[[], float] = time.time,
         **settings: Any,
     ) -> None:
         self.results: list[CycleResult] = []
         self.records = records
         if state is None:
             state = StaticState(inventory_of(*(f"m{i}" for i in range(1, marquees + 1))))
-        self.engine = Engine(
+        services = CycleServices.build(
             settings_for(**settings),
-            state,
             redis,
             phases,
             open_session=open_session,
-            listeners=[self._record],
+            listeners=[self._record, *listeners],
+            phase_listeners=phase_listeners,
             observer=observer,
             records=records,
+            clock=clock,
         )
+        self.engine = Engine(services, state)
 
     async def _record(self, result: CycleResult) -> None:
         self.results.append(result)
@@ -111,7 +119,7 @@ class EngineHarness:
         """One cycle of Marquee ``name`` (the inventory's first by default), as a tick runs it."""
         inventory = await self.engine.load_inventory()
         marquee = inventory.marquees[0] if name is None else inventory.marquee(name)
-        return await Cycle(self.engine, marquee, inventory).run()
+        return await Cycle(self.engine.services, marquee, inventory).run()
 
     async def tick(self) -> list[CycleResult]:
         """One tick of the engine, awaited to its end: each cycle's result."""

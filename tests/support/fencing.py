@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,8 +15,9 @@ from redis.asyncio import Redis
 
 from playguard_async.desired_state.model import Inventory, Marquee
 from playguard_async.engine.cycle import Cycle
-from playguard_async.engine.results import CycleResult, Outcome
+from playguard_async.engine.results import CycleListener, CycleResult, Outcome
 from playguard_async.engine.scheduler import Engine
+from playguard_async.engine.services import CycleServices
 from playguard_async.phases.protocol import PhaseContext, PhaseReport
 from playguard_async.remote.ssh import RemoteSession, open_session
 from playguard_async.service.metrics import Metrics
@@ -118,7 +119,12 @@ class Fleet:
     """One lab Marquee, an engine whose sessions are real, and the metrics it feeds."""
 
     def __init__(
-        self, redis: Redis, marquee: Marquee, tmp_path: Path, replica_id: str = "fencing"
+        self,
+        redis: Redis,
+        marquee: Marquee,
+        tmp_path: Path,
+        replica_id: str = "fencing",
+        listeners: Sequence[CycleListener] = (),
     ) -> None:
         self.marquee = marquee
         self.record = tmp_path / "record"
@@ -126,20 +132,21 @@ class Fleet:
         self.second = AppendPhase("second", self.record)
         settings = settings_for(replica_id=replica_id, lock_ttl=30.0, redis_socket_timeout=2.0)
         self.metrics = Metrics(outcomes=[outcome.value for outcome in Outcome], lock_ttl=30.0)
-        self.engine = Engine(
+        services = CycleServices.build(
             settings,
-            StaticState(Inventory(marquees=[marquee])),
             redis,
             [self.first, self.second],
             open_session=lambda marquee, lease, dry_run: open_session(
                 marquee, LAB_OPTIONS, lease=lease, dry_run=dry_run
             ),
             observer=self.metrics,
+            listeners=listeners,
         )
+        self.engine = Engine(services, StaticState(Inventory(marquees=[marquee])))
 
     async def cycle(self) -> CycleResult:
         inventory = await self.engine.load_inventory()
-        return await Cycle(self.engine, self.marquee, inventory).run()
+        return await Cycle(self.engine.services, self.marquee, inventory).run()
 
     def fenced_losses(self) -> float:
         value = self.metrics.registry.get_sample_value(

@@ -13,7 +13,7 @@ import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -35,6 +35,7 @@ from playguard_async.desired_state.windows import (
 )
 from playguard_async.desired_state.yaml_source import YamlInventorySource
 from playguard_async.engine.cycle import Cycle
+from playguard_async.engine.services import CycleServices
 from playguard_async.service import story
 from playguard_async.settings import Settings, SettingsError, load_settings
 from tests.support.pg_inventory import marquee_rows
@@ -496,13 +497,13 @@ def test_a_window_croniter_cannot_answer_for_closes_the_set_and_says_why(
 def test_a_cycle_with_a_window_croniter_cannot_answer_for_runs_as_detect(broken: Window) -> None:
     marquee = Marquee(name="m1", host="127.0.0.1", user="u", identity_file=Path("id"),
                       known_hosts=Path("kh"))  # fmt: skip
-    crew = SimpleNamespace(
+    services = SimpleNamespace(
         settings=Settings.model_validate({"inventory": "inventory.yaml"}).model_copy(
             update={"windows": (broken,)}
         ),
         clock=lambda: at("2026-12-05 12:00").timestamp(),
     )
-    cycle = Cycle(crew, marquee, Inventory(marquees=[marquee]))
+    cycle = Cycle(cast(CycleServices, services), marquee, Inventory(marquees=[marquee]))
     with capture_logs() as logs:
         assert cycle._outside_windows() is True
     [error] = [line for line in logs if line["event"] == "cycle.windows_unanswered"]
