@@ -2,14 +2,16 @@
 
 Each fleet size is measured in child processes, the code of git ref ``--before`` (extracted with
 ``code_versions``) and this checkout taking turns: the child builds ``Metrics`` as the daemon
-does, feeds it one finished cycle of each of ``--fleets`` Marquees, all ``ok`` (seven no-op phases
-each, as ``dispatch.py``'s engine runs), serves it with the daemon's own handler on loopback and
-waits. The parent GETs /metrics ``--scrapes`` times as Prometheus does (``Accept-Encoding: gzip``,
-the text format) and reads the child's CPU around each GET from outside (the sum of its threads'
-``/proc/PID/task/*/schedstat``, nanoseconds). Printed: CPU per scrape (first and median), bytes
-on the wire and uncompressed, series, and now/before as ratios.
+does, feeds it one finished cycle of each of ``--fleets`` Marquees, all ``ok`` (seven no-op
+phases each, as ``dispatch.py``'s engine runs; with ``--failing N`` the first N failed), serves
+it with the daemon's own handler on loopback and waits. The parent GETs /metrics ``--scrapes``
+times as Prometheus does (``Accept-Encoding: gzip``, the text format) and reads the child's CPU
+around each GET from outside (the sum of its threads' ``/proc/PID/task/*/schedstat``,
+nanoseconds). Printed: CPU per scrape (first and median), bytes on the wire and uncompressed,
+series, and now/before as ratios.
 
-    .venv/bin/python bench/metrics_scrape.py [--fleets 1000,10000] [--scrapes 5] [--before REF]
+    .venv/bin/python bench/metrics_scrape.py [--fleets 1000,10000] [--scrapes 5] [--failing 0]
+        [--before REF]
 
 Never part of the tests.
 """
@@ -47,22 +49,24 @@ _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 # ---- the child: a fleet's metrics, served --------------------------------------------------
 
 
-async def child(fleet: int) -> None:
+async def child(fleet: int, failing: int) -> None:
     from aiohttp import web  # noqa: PLC0415 - after PYTHONPATH chose the code
 
     from playguard_async.engine.results import Outcome  # noqa: PLC0415
     from playguard_async.service.metrics import Metrics  # noqa: PLC0415
 
-    metrics = Metrics(outcomes=[outcome.value for outcome in Outcome], lock_ttl=300.0)
-    # The code after issue 39 is also told each Marquee's mode and whether it rolled back.
-    extra: dict[str, Any] = {}
-    if "mode" in inspect.signature(metrics.marquee_finished).parameters:
-        extra = {"mode": "apply", "rolled_back": False}
+    # The code after issue 39 caps the Marquees shown, and is told each Marquee's mode and
+    # whether it rolled back.
+    after = "marquees_shown" in inspect.signature(Metrics).parameters
+    shown = {"marquees_shown": 100} if after else {}
+    metrics = Metrics(outcomes=[outcome.value for outcome in Outcome], lock_ttl=300.0, **shown)
+    extra: dict[str, Any] = {"mode": "apply", "rolled_back": False} if after else {}
     durations = dict.fromkeys(PHASES, 0.001)
     now = time.time()
     for number in range(fleet):
-        metrics.cycle_finished("ok", durations)
-        metrics.marquee_finished(f"marquee-{number:05d}", "ok", "ok", now, **extra)
+        outcome, health = ("phase_failed", "failing") if number < failing else ("ok", "ok")
+        metrics.cycle_finished(outcome, durations)
+        metrics.marquee_finished(f"marquee-{number:05d}", outcome, health, now, **extra)
     app = web.Application()
     app.router.add_get("/metrics", metrics.handler())
     runner = web.AppRunner(app, access_log=None)
@@ -85,9 +89,9 @@ def cpu_ns(pid: int) -> int:
     )
 
 
-def measure(code: Path, fleet: int, scrapes: int) -> dict[str, Any]:
+def measure(code: Path, fleet: int, failing: int, scrapes: int) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": str(code)}
-    argv = [sys.executable, __file__, "--child", str(fleet)]
+    argv = [sys.executable, __file__, "--child", str(fleet), "--failing", str(failing)]
     with subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                           env=env) as served:  # fmt: skip
         assert served.stdout is not None
@@ -122,12 +126,15 @@ def main() -> None:
     parser.add_argument("--fleets", default="1000,10000")
     parser.add_argument("--scrapes", type=int, default=5)
     parser.add_argument(
+        "--failing", type=int, default=0, help="Marquees whose last cycle failed (the first N)"
+    )
+    parser.add_argument(
         "--before", help="git ref of the 'before' code (default: where this branch left main)"
     )
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child is not None:
-        asyncio.run(child(args.child))
+        asyncio.run(child(args.child, args.failing))
         return
     fleets = [int(fleet) for fleet in args.fleets.split(",")]
     with tempfile.TemporaryDirectory(prefix="pg-bench-", dir="/tmp") as scratch:
@@ -135,9 +142,10 @@ def main() -> None:
             "rev-parse", "--short", args.before or git_output("merge-base", "HEAD", "main")
         )
         codes = {commit: extract(commit, Path(scratch) / "before"), "now": ROOT}
-        rows = {(label, fleet): measure(code, fleet, args.scrapes)
+        rows = {(label, fleet): measure(code, fleet, args.failing, args.scrapes)
                 for fleet in fleets for label, code in codes.items()}  # fmt: skip
-    print(f"before = {commit}, {args.scrapes} scrapes each, load {os.getloadavg()[0]:.1f}")
+    print(f"before = {commit}, {args.scrapes} scrapes each, {args.failing} Marquees failing, "
+          f"load {os.getloadavg()[0]:.1f}")  # fmt: skip
     header = f"{'code':>8}{'marquees':>10}{'cpu first ms':>14}{'cpu median ms':>15}"
     print(header + f"{'wire KB':>10}{'text KB':>10}{'series':>8}")
     for (label, fleet), row in rows.items():
