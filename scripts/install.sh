@@ -3,7 +3,7 @@
 # tests and the demo start (redis-server, sshd, dockerd, docker-registry, docker-compose, git;
 # redis-tools for redis-cli --cluster create, openssl for the lab's TLS certificate, postgresql
 # for the PostgreSQL desired state, chromium and chromium-driver for the web view's browser
-# tests),
+# tests, prometheus for promtool, which checks and unit-tests the shipped alerting rules),
 # systemd-analyze to check the unit file, and a virtual environment in .venv with the package, its
 # test and dev extras, at the versions CI tested. With --runtime (the demo): the package and its
 # runtime dependencies only, no test or dev extras.
@@ -20,7 +20,7 @@ esac
 packages=(
   redis-server redis-tools openssl openssh-server openssh-client docker.io docker-registry docker-compose
   busybox-static apache2-utils iptables git ca-certificates python3 python3-venv python3-pip
-  systemd postgresql chromium chromium-driver
+  systemd postgresql chromium chromium-driver prometheus
 )
 missing=()
 for package in "${packages[@]}"; do
@@ -29,8 +29,20 @@ for package in "${packages[@]}"; do
 done
 if ((${#missing[@]})); then
   export DEBIAN_FRONTEND=noninteractive
+  # No service may start while packages install (prometheus would listen on :9090 and scrape;
+  # the tests start their own servers on loopback). A policy the machine has already is kept.
+  policy=/usr/sbin/policy-rc.d
+  if [[ ! -e $policy ]]; then
+    printf '#!/bin/sh\nexit 101\n' >"$policy"
+    chmod 755 "$policy"
+    trap 'rm -f "$policy"' EXIT
+  fi
   apt-get update -q
   apt-get install -y -q --no-install-recommends "${missing[@]}"
+  # Only its promtool is used: the package's service is not to start at the next boot either.
+  if [[ " ${missing[*]} " == *" prometheus "* ]]; then
+    systemctl disable --quiet prometheus.service
+  fi
 fi
 # Debian starts redis-server and dockerd as services where systemd runs; the lab starts its own on
 # ephemeral ports and sockets, so those are neither needed nor in the way.
