@@ -13,7 +13,7 @@ from __future__ import annotations
 import heapq
 import typing
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
 
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
@@ -95,6 +95,19 @@ class MarqueeSeries:
             seen.last_success = finished_at
         seen.locked_in_a_row = seen.locked_in_a_row + 1 if outcome == "locked" else 0
         self._judge(marquee, seen, health, rolled_back=rolled_back)
+
+    def keep_only(self, share: Collection[str]) -> None:
+        """Forget the Marquees not in ``share``: gone from the desired state, turned ``off``, or
+        cycled by another replica now. Their counts and series would otherwise stay as they
+        were, and an alert on one not ok would never end."""
+        for marquee in [name for name in self._seen if name not in share]:
+            seen = self._seen.pop(marquee)
+            self._outcomes[seen.outcome] -= 1
+            self._healths[seen.health] -= 1
+            self._modes[seen.mode] -= 1
+            if seen.not_ok is not None:
+                self._reasons[seen.not_ok] -= 1
+                del self._not_ok[marquee]
 
     def _judge(self, marquee: str, seen: _Seen, health: str | None, *, rolled_back: bool) -> None:
         not_ok: NotOk | None = seen.not_ok  # a cycle that says nothing changes nothing

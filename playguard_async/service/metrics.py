@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import typing
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 
 from aiohttp.typedefs import Handler
 from prometheus_client import (
@@ -196,9 +196,10 @@ class Metrics:
     def tick_started(self, lag: float) -> None:
         self.tick_lag.observe(max(0.0, lag))
 
-    def fleet_shared(self, replicas: int, assigned: int) -> None:
+    def fleet_shared(self, replicas: int, share: Collection[str]) -> None:
         self.replicas.set(replicas)
-        self.marquees_assigned.set(assigned)
+        self.marquees_assigned.set(len(share))
+        self.marquee_series.keep_only(share)
 
     def lease_renewing(self, headroom: float) -> None:
         self.lease_headroom.observe(headroom)

@@ -197,6 +197,22 @@ def test_no_marquee_is_shown_with_a_cap_of_zero() -> None:
     assert value(metrics, "playguard_marquees_not_ok_unshown") == 1
 
 
+def test_marquees_that_left_the_share_are_forgotten_at_the_next_tick(metrics: Metrics) -> None:
+    finish(metrics, "stays", [FAILED])
+    finish(metrics, "moved", [FAILED])
+    finish(metrics, "gone", [OK], mode="detect")
+    metrics.fleet_shared(2, frozenset({"stays", "new"}))
+    assert sorted(shown(metrics)) == ["stays"]
+    assert value(metrics, "playguard_marquees_assigned") == 2
+    assert value(metrics, "playguard_marquees", outcome="phase_failed") == 1
+    assert value(metrics, "playguard_marquees", outcome="ok") == 0
+    assert value(metrics, "playguard_marquees_by_health", health="failing") == 1
+    assert value(metrics, "playguard_marquees_by_mode", mode="detect") == 0
+    assert value(metrics, "playguard_marquees_not_ok", reason="failing") == 1
+    finish(metrics, "moved", [FAILED])  # back in the share: counted from its first cycle again
+    assert shown(metrics)["moved"]["cycles"] == "1"
+
+
 def test_series_do_not_grow_with_marquees_that_are_ok() -> None:
     def series(fleet: int) -> int:
         metrics = Metrics(outcomes=["ok"], lock_ttl=10.0, marquees_shown=100)
