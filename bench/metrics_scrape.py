@@ -7,8 +7,9 @@ phases each, as ``dispatch.py``'s engine runs; with ``--failing N`` the first N 
 it with the daemon's own handler on loopback and waits. The parent GETs /metrics ``--scrapes``
 times as Prometheus does (``Accept-Encoding: gzip``, the text format) and reads the child's CPU
 around each GET from outside (the sum of its threads' ``/proc/PID/task/*/schedstat``,
-nanoseconds). Printed: CPU per scrape (first and median), bytes on the wire and uncompressed,
-series, and now/before as ratios.
+nanoseconds). Printed: CPU per scrape (first and median), the text's own rendering in the child
+(``generate_latest``, mean of ``EXPOSITIONS``), bytes on the wire and uncompressed, series, and
+now/before as ratios.
 
     .venv/bin/python bench/metrics_scrape.py [--fleets 1000,10000] [--scrapes 5] [--failing 0]
         [--before REF]
@@ -44,6 +45,9 @@ PHASES = (
     "sweep_orphans",
 )
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+EXPOSITIONS = 50
+"""Times the child renders its registry in process, to show the text's own cost without the
+HTTP server's or this machine's noise around one scrape."""
 
 
 # ---- the child: a fleet's metrics, served --------------------------------------------------
@@ -67,6 +71,13 @@ async def child(fleet: int, failing: int) -> None:
         outcome, health = ("phase_failed", "failing") if number < failing else ("ok", "ok")
         metrics.cycle_finished(outcome, durations)
         metrics.marquee_finished(f"marquee-{number:05d}", outcome, health, now, **extra)
+    from prometheus_client import generate_latest  # noqa: PLC0415
+
+    generate_latest(metrics.registry)
+    started = time.process_time()
+    for _ in range(EXPOSITIONS):
+        generate_latest(metrics.registry)
+    print((time.process_time() - started) / EXPOSITIONS * 1000, flush=True)
     app = web.Application()
     app.router.add_get("/metrics", metrics.handler())
     runner = web.AppRunner(app, access_log=None)
@@ -96,6 +107,7 @@ def measure(code: Path, fleet: int, failing: int, scrapes: int) -> dict[str, Any
                           env=env) as served:  # fmt: skip
         assert served.stdout is not None
         assert served.stdin is not None
+        exposition_ms = float(served.stdout.readline())
         port = int(served.stdout.readline())
         url = f"http://127.0.0.1:{port}/metrics"
         cpus, wire, body = [], 0, b""
@@ -113,6 +125,7 @@ def measure(code: Path, fleet: int, failing: int, scrapes: int) -> dict[str, Any
     text = body.decode()
     series = sum(1 for line in text.splitlines() if line and not line.startswith("#"))
     return {
+        "exposition_ms": exposition_ms,
         "first_ms": cpus[0],
         "median_ms": statistics.median(cpus),
         "wire_kb": wire / 1000,
@@ -147,9 +160,10 @@ def main() -> None:
     print(f"before = {commit}, {args.scrapes} scrapes each, {args.failing} Marquees failing, "
           f"load {os.getloadavg()[0]:.1f}")  # fmt: skip
     header = f"{'code':>8}{'marquees':>10}{'cpu first ms':>14}{'cpu median ms':>15}"
-    print(header + f"{'wire KB':>10}{'text KB':>10}{'series':>8}")
+    print(header + f"{'render ms':>11}{'wire KB':>10}{'text KB':>10}{'series':>8}")
     for (label, fleet), row in rows.items():
         print(f"{label:>8}{fleet:>10}{row['first_ms']:>14.1f}{row['median_ms']:>15.1f}"
+              f"{row['exposition_ms']:>11.2f}"
               f"{row['wire_kb']:>10.1f}{row['text_kb']:>10.1f}{row['series']:>8}")  # fmt: skip
     for fleet in fleets:
         old, new = rows[(commit, fleet)], rows[("now", fleet)]
@@ -160,6 +174,7 @@ def main() -> None:
         small, large = rows[("now", fleets[0])], rows[("now", fleets[-1])]
         print(f"now: {fleets[-1]} / {fleets[0]} Marquees: cpu median "
               f"{_ratio(large, small, 'median_ms')}, "
+              f"render {_ratio(large, small, 'exposition_ms')}, "
               f"text {_ratio(large, small, 'text_kb')}")  # fmt: skip
 
 
