@@ -33,14 +33,18 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from typing import TypedDict
 
+from playguard_async.coordination.pins import Pin
 from playguard_async.cycle_record import (
     PLAYGROUND_FINDINGS,
     NoticeKind,
     PlaygroundFinding,
     PlaygroundFindingRecord,
+    RevisionRecord,
 )
 from playguard_async.desired_state.model import InventoryError, Playground, Playspec, Registry
+from playguard_async.phases.holds import hold_of, pins_of
 from playguard_async.phases.protocol import Notice, PhaseReport
 from playguard_async.phases.toolkit import (
     Container,
@@ -52,11 +56,13 @@ from playguard_async.phases.toolkit import (
     listed_name,
     stop_if_up,
 )
+from playguard_async.remote import git
 from playguard_async.remote.compose import (
     CONFIG_HASH_LABEL,
     SERVICE_LABEL,
     ComposeProject,
     override_content,
+    parse_services,
 )
 from playguard_async.remote.docker import host_now, list_ours
 from playguard_async.remote.health import PlaygroundHealth, wait_healthy
@@ -73,8 +79,10 @@ from playguard_async.remote.last_good import (
     LastGood,
     input_digest,
     read_records,
+    tags_digest,
     write_record,
 )
+from playguard_async.remote.revision import ABSENT, Revision, kept_env_path, restore_env
 from playguard_async.remote.ssh import RemoteSession
 
 # Docker's default health check interval, for containers whose config leaves it unset (0).
@@ -106,6 +114,7 @@ class ReconcilePlaygrounds:
         owned = {project.playground: containers_of(containers, project) for project in projects}
         states = await compose_states(session, projects, owned)
         records = _Records(session, [pg.name for pg in playgrounds])
+        pins = await pins_of(ctx, session)
         unhealthy: list[str] = []
         for playground, project in zip(playgrounds, projects, strict=True):
             playground_mark = len(session.actions)
@@ -124,9 +133,11 @@ class ReconcilePlaygrounds:
                 finding = PlaygroundFinding("branch_gone", tuple(drift))
             else:
                 playspec = ctx.inventory.playspec_of(playground)
+                heads = await branch_heads(session, [playspec.repo])
                 running = _Running(
                     session, project, own, states[playground.name], playspec,
-                    ctx.inventory.registry_of(playspec),
+                    ctx.inventory.registry_of(playspec), pins.get(playground.name),
+                    heads[playspec.repo].get(playground.branch),
                 )  # fmt: skip
                 converged = await running.converge(records)
                 finding = converged.finding
@@ -224,15 +235,19 @@ class _Running:
     compose: ComposeState
     playspec: Playspec
     registry: Registry | None
+    pin: Pin | None
+    head: str | None
+    """The commit at the head of its branch now."""
 
     async def converge(self, records: _Records) -> _Converged:
-        """Bring the Playground to its desired state, then through the health gate.
+        """Bring the Playground to its desired revision, then through the health gate.
 
-        The desired state is the Playground's input set, unless that very set already failed (its
-        digest is the record's ``failed``): then, under ``auto``, its last good state pinned by
-        digest, and otherwise it is left as it is, neither ``up`` again nor recreated as stuck. The
-        gate runs after a change, and on a converged Playground whose inputs were not verified yet
-        (a wait a lease cut short, or one running since before this gate existed)."""
+        The desired revision is its branch head (or the commit it is pinned at) with the images
+        behind its Playspec's tags, unless that very release already failed (``Failed``): then,
+        under ``auto``, its last good revision (``_keep_rolled_back``), and otherwise it is left
+        as it is, neither ``up`` again nor recreated as stuck. The gate runs after a change, and
+        on a converged Playground whose inputs were not verified yet (a wait a lease cut short,
+        or one running since before this gate existed)."""
         session, project, compose, playspec = (
             self.session, self.project, self.compose, self.playspec
         )  # fmt: skip
@@ -241,24 +256,35 @@ class _Running:
             return _Converged(PlaygroundFinding("no_checkout"))
         plain = override_content(project.marquee.name, project.playground, services)
         images = await image_ids(session, playspec.images)
+        tags = tags_digest(images)
         inputs = input_digest(compose.file_digests(), plain, images)
         record = await records.of(project.playground)
-        held = record.failed is not None and record.failed.inputs == inputs
-        pinned = record.last_good if held and playspec.rollback == "auto" else None
-        if held and pinned is None:
+        hold = hold_of(self.pin, record, rollback=playspec.rollback, head=self.head, tags=tags)
+        if hold is not None and hold.pin is None:
+            return await self._keep_rolled_back(services, record)
+        failed = record.failed
+        if (
+            hold is None
+            and failed is not None
+            and (failed.inputs == inputs or failed.is_release(self.head, tags))
+        ):
             return _held(project, record, playspec)
         override = override_content(
-            project.marquee.name, project.playground, services, pinned.images if pinned else None
+            project.marquee.name, project.playground, services, hold.images if hold else None
         )
         changing = time.monotonic()
         drift = await self._bring_up(services, override)
         result = _Converged(
-            PlaygroundFinding("running", tuple(drift), last_good=_last_good_of(record))
-        )
+            PlaygroundFinding(
+                "running", tuple(drift), **_last_good_of(record),
+                pinned=None if hold is None else hold.why,
+            )
+        )  # fmt: skip
         verified = record.last_good is not None and record.last_good.inputs == inputs
-        if pinned is not None:
-            _say_rolled_back(project, record, result, now=bool(drift) and not session.dry_run)
-        if session.dry_run or not (drift or (not verified and not held)):
+        if verified and not drift:
+            assert record.last_good is not None
+            result.finding = replace(result.finding, revision=record.last_good.revision.to_json())
+        if session.dry_run or not (drift or not verified):
             return result
         health, time_up = await wait_healthy(
             session,
@@ -272,16 +298,26 @@ class _Running:
             result.finding = replace(result.finding, health="healthy")
             if drift:
                 await compose.learn_after_up(health.labels)
-            if not held:
-                good = LastGood(
-                    inputs=inputs,
-                    compose=compose.file_digests()["compose"],
-                    override=hashlib.sha256(plain.encode()).hexdigest(),
+            good = LastGood(
+                inputs=inputs,
+                compose=compose.file_digests()["compose"],
+                revision=Revision(
+                    commit=compose.commit,
                     images=await _running_images(session, health),
-                )
-                if record != HealthRecord(last_good=good):
-                    await write_record(session, project.playground, HealthRecord(last_good=good))
-                result.finding = replace(result.finding, last_good=good.shown())
+                    env=compose.file_digests()["env"],
+                    override=hashlib.sha256(plain.encode()).hexdigest(),
+                ),
+            )
+            if record != HealthRecord(last_good=good):
+                await write_record(
+                    session, project.playground, HealthRecord(last_good=good),
+                    env=compose.env_path,
+                )  # fmt: skip
+            result.finding = replace(
+                result.finding,
+                revision=good.revision.to_json(),
+                **_last_good_of(HealthRecord(last_good=good)),
+            )
             return result
         if not time_up:
             result.finding = replace(result.finding, health="pending")
@@ -289,15 +325,56 @@ class _Running:
         reason = "; ".join(f"{service}: {why}" for service, why in health.problems().items())
         result.finding = replace(result.finding, health="unhealthy", unhealthy=health.problems())
         result.unhealthy = "unhealthy"
-        result.notices.append(Notice(NoticeKind.UNHEALTHY, project.playground, reason))
-        if held or verified:
+        now = Revision(
+            compose.commit,
+            await _pinned_tags(session, images),
+            compose.file_digests()["env"],
+            hashlib.sha256(plain.encode()).hexdigest(),
+        )
+        result.finding = replace(result.finding, revision=now.to_json())
+        result.notices.append(
+            Notice(NoticeKind.UNHEALTHY, project.playground, f"{reason} ({_both(now, record)})")
+        )
+        if verified:
             # The last good state itself is not healthy now: reported, not undone, and its inputs
             # are not marked failed (they were verified; what changed is not in them).
             return result
-        failed = HealthRecord(last_good=record.last_good, failed=Failed(inputs, reason))
-        await write_record(session, project.playground, failed)
-        if playspec.rollback == "auto" and failed.last_good is not None:
-            await self._roll_back(services, failed, result)
+        failed_now = Failed(inputs, reason, commit=compose.commit, tags=tags)
+        record = HealthRecord(last_good=record.last_good, failed=failed_now)
+        await write_record(session, project.playground, record)
+        if playspec.rollback == "auto" and record.last_good is not None and hold is None:
+            await self._roll_back(record, result)
+        return result
+
+    async def _keep_rolled_back(self, services: list[str], record: HealthRecord) -> _Converged:
+        """A Playground held at its last good revision because the release at its head failed:
+        finished rolling back where it is not all there yet (a rollback a lost lease cut
+        short: its commit or ``.env`` is not the last good one), else kept there, its images
+        pinned by digest; verified after any change."""
+        session, project = self.session, self.project
+        good = record.last_good
+        assert good is not None
+        result = _Converged(
+            PlaygroundFinding("running", revision=good.revision.to_json(), **_last_good_of(record))
+        )
+        if _off_revision(self.compose, good.revision):
+            await self._roll_back(record, result)
+            result.finding = replace(result.finding, health=result.finding.rollback_health)
+            return result
+        override = override_content(project.marquee.name, project.playground, services, good.images)
+        changing = time.monotonic()
+        drift = await self._bring_up(services, override)
+        result.finding = replace(result.finding, drift=tuple(drift))
+        _say_rolled_back(project, record, result, now=bool(drift) and not session.dry_run)
+        if session.dry_run or not drift:
+            return result
+        health, time_up = await wait_healthy(
+            session, project, services, timeout=self.playspec.health_timeout, changed=changing,
+            secrets=_secrets(self.registry),
+        )  # fmt: skip
+        if health.healthy:
+            await self.compose.learn_after_up(health.labels)
+        result.finding = replace(result.finding, health=_word(health.healthy, time_up))
         return result
 
     async def _bring_up(self, services: list[str], override: str) -> list[str]:
@@ -334,37 +411,89 @@ class _Running:
             drift += reasons
         return drift
 
-    async def _roll_back(
-        self, services: list[str], record: HealthRecord, result: _Converged
-    ) -> None:
-        """Recreate the Playground from its last good state, pinned by digest, and verify it: the
-        override names each service's last good image, and ``up`` recreates what differs. A lease
-        lost midway stops it like any write; the next cycle, seeing the failed inputs again, pins
-        the same override and finishes it."""
-        session, project = self.session, self.project
-        assert record.last_good is not None
-        override = override_content(
-            project.marquee.name, project.playground, services, record.last_good.images
-        )
+    async def _roll_back(self, record: HealthRecord, result: _Converged) -> None:
+        """Put the Playground back at its last good revision, all of it, and verify it: the
+        checkout at its commit (fetched only if missing), its ``.env`` from the copy the host
+        kept, our override naming each service's last good image by digest, then ``up``. A lease
+        lost midway stops it like any write; the next cycle, seeing the same failed release,
+        finishes it (``_keep_rolled_back``)."""
+        session, project, compose = self.session, self.project, self.compose
+        good = record.last_good
+        assert good is not None
+        revision = good.revision
         changing = time.monotonic()
+        if revision.commit is not None and compose.commit != revision.commit:
+            await session.change(
+                f"check out playground {project.playground} at {revision.commit[:12]} "
+                "(roll back to its last good revision)",
+                git.check_out(project.checkout, self.playspec.repo, revision.commit),
+            )
+        if revision.commit is not None and compose.file_digests()["env"] != revision.env:
+            await session.change(
+                f"restore the .env of playground {project.playground} "
+                f"(env={revision.env[:12]}, its last good revision)",
+                restore_env(
+                    project.checkout,
+                    kept_env_path(project.marquee, project.playground),
+                    revision.env != ABSENT,
+                ),
+            )
+        services = await _services_now(session, project)
         await session.write_file(
             f"write the compose override of playground {project.playground} "
-            f"(roll back to {record.last_good.shown()})",
+            f"(roll back to {good.shown()})",
             project.override,
-            override,
+            override_content(project.marquee.name, project.playground, services, good.images),
         )
         await session.change(
-            f"compose up playground {project.playground} (roll back to its last good state)",
+            f"compose up playground {project.playground} (roll back to its last good revision)",
             project.up(),
         )
         _say_rolled_back(project, record, result, now=True)
+        if session.dry_run:
+            return
         health, time_up = await wait_healthy(
-            session, project, services, timeout=self.playspec.health_timeout, changed=changing
-        )
+            session, project, services, timeout=self.playspec.health_timeout, changed=changing,
+            secrets=_secrets(self.registry),
+        )  # fmt: skip
         result.finding = replace(
             result.finding,
-            rollback_health="healthy" if health.healthy else "unhealthy" if time_up else "pending",
+            revision=revision.to_json(),
+            rollback_health=_word(health.healthy, time_up),
         )
+
+
+def _off_revision(compose: ComposeState, revision: Revision) -> bool:
+    """Whether the checkout's commit or ``.env`` is not ``revision``'s (one a record written
+    before revisions had a commit cannot say: never)."""
+    if revision.commit is None:
+        return False
+    return compose.commit != revision.commit or compose.file_digests()["env"] != revision.env
+
+
+async def _services_now(session: RemoteSession, project: ComposeProject) -> list[str]:
+    """The project's services as its checkout is now, asked of compose (the cycle's answer was
+    for the checkout before the rollback moved it)."""
+    if session.dry_run:
+        return []
+    return parse_services((await session.run(project.services())).stdout)
+
+
+def _word(healthy: bool, time_up: bool) -> str:
+    return "healthy" if healthy else "unhealthy" if time_up else "pending"
+
+
+def _both(now: Revision, record: HealthRecord) -> str:
+    """Both revisions, in one line for a notice: the one that failed and the last good one."""
+    good = "none" if record.last_good is None else record.last_good.revision.short()
+    return f"revision {now.short()}; last good {good}"
+
+
+async def _pinned_tags(session: RemoteSession, images: Mapping[str, str]) -> dict[str, str]:
+    """Playspec reference -> the image behind it, by repo digest (where the host has it)."""
+    present = [image for image in images.values() if image != ABSENT]
+    pinned = await pinned_references(session, sorted(set(present)))
+    return {reference: pinned[image] for reference, image in images.items() if image in pinned}
 
 
 def _say_rolled_back(
@@ -375,7 +504,9 @@ def _say_rolled_back(
     counts), ``unhealthy`` in the cycles that keep it there."""
     assert record.last_good is not None
     assert record.failed is not None
-    words = f"rolled back to {record.last_good.shown()} because {record.failed.reason}"
+    commit = record.last_good.revision.commit
+    at = "" if commit is None else f" at {commit[:12]}"
+    words = f"rolled back to {record.last_good.shown()}{at} because {record.failed.reason}"
     result.finding = replace(result.finding, rollback=words)
     kind = NoticeKind.ROLLED_BACK if now else NoticeKind.UNHEALTHY
     result.notices.append(Notice(kind, project.playground, words))
@@ -392,17 +523,26 @@ def _held(project: ComposeProject, record: HealthRecord, playspec: Playspec) -> 
     if playspec.rollback == "auto":
         why += "; no last good state to roll back to"
     held = _Converged(
-        PlaygroundFinding("running", last_good=_last_good_of(record), health="held", held=why),
+        PlaygroundFinding("running", health="held", held=why, **_last_good_of(record)),
         unhealthy="held back: its inputs failed",
     )
     held.notices.append(Notice(NoticeKind.UNHEALTHY, project.playground, why))
     return held
 
 
-def _last_good_of(record: HealthRecord) -> str | None:
+class _LastGoodFields(TypedDict):
+    last_good: str | None
+    last_good_revision: RevisionRecord | None
+
+
+def _last_good_of(record: HealthRecord) -> _LastGoodFields:
     """The Playground's last good state as its finding holds it, in every cycle (``describe``
-    shows the last cycle's)."""
-    return None if record.last_good is None else record.last_good.shown()
+    shows the last cycle's): its images in a few words, and its revision in full."""
+    good = record.last_good
+    return {
+        "last_good": None if good is None else good.shown(),
+        "last_good_revision": None if good is None else good.revision.to_json(),
+    }
 
 
 async def _running_images(session: RemoteSession, health: PlaygroundHealth) -> dict[str, str]:
