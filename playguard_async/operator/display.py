@@ -223,11 +223,22 @@ def plan_line(result: CycleResult) -> str:
     verdict = fleet.plan_verdict(result)
     if verdict is fleet.PlanVerdict.ERROR:
         return f"{result.marquee}: error: {result.outcome.value}: {result.reason or '-'}"
+    held = held_playgrounds(result)
+    also = f"; {len(held)} held" if held else ""
     if verdict is fleet.PlanVerdict.IN_SYNC:
-        return f"{result.marquee}: in sync"
+        return f"{result.marquee}: in sync{also}"
     counts = ", ".join(f"{phase} {len(taken)}" for phase, taken in result.actions.items() if taken)
     total = sum(len(taken) for taken in result.actions.values())
-    return f"{result.marquee}: {total} changes pending ({counts})"
+    return f"{result.marquee}: {total} changes pending ({counts}){also}"
+
+
+def held_playgrounds(result: CycleResult) -> dict[str, str]:
+    """Playground -> why it is held at a revision that is not its branch head (sync_git's
+    finding): shown as held, not as drift."""
+    held = (result.findings.get("sync_git") or {}).get("held")
+    if not isinstance(held, dict):
+        return {}
+    return {str(name): str(why) for name, why in held.items()}
 
 
 def print_plan(result: CycleResult, holder: LockState | None) -> None:
@@ -242,6 +253,8 @@ def print_plan(result: CycleResult, holder: LockState | None) -> None:
             out.print(text((phase, "bold")))
             for action in taken:
                 out.print(text(f"  {action}"), soft_wrap=True)
+    for name, why in sorted(held_playgrounds(result).items()):
+        out.print(text(f"held: {name}: {why}"), soft_wrap=True)
     out.print(text(plan_line(result)))
 
 

@@ -1,0 +1,73 @@
+"""Pinning a Playground, end to end with the installed ``playguard`` against the lab: the pin is
+kept in Redis beside the pause, a moved branch head leaves the pinned checkout where it is,
+``plan`` says held and exits 0, and ``unpin`` lets the next cycle apply the head."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+from redis import Redis as SyncRedis
+
+from playguard_async.coordination.keys import pins_key
+from playguard_lab import GitOrigin
+from tests.support.cli import Playguard
+from tests.support.playgrounds import checkout_head
+from tests.support.world import LabWorld
+
+
+def cycle(playguard: Playguard) -> subprocess.CompletedProcess[str]:
+    done = playguard("cycle", "edge-1", timeout=180.0)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done
+
+
+def test_a_pinned_playground_stays_while_its_head_moves_and_unpin_applies_the_head(
+    playguard: Playguard, lab: LabWorld, git_origin: GitOrigin, store: SyncRedis
+) -> None:
+    branch = lab.data["playgrounds"][0]["branch"]
+    cycle(playguard)
+    pinned_at = checkout_head(git_origin, lab)
+
+    pinned = playguard("pin", "edge-1", "web-main", "--reason", "holding for the demo")
+    new_head = git_origin.commit(branch, {"NOTES": "a new head\n"}, "Move the head")
+    held = cycle(playguard)
+    plan = playguard("plan", "edge-1", timeout=180.0)
+    plan_json = json.loads(playguard("plan", "edge-1", "--json", timeout=180.0).stdout)
+
+    assert pinned.returncode == 0, pinned.stderr
+    assert "pinned at last-good by " in pinned.stdout
+    assert json.loads(store.hget(pins_key("edge-1"), "web-main") or "{}")["revision"] == (
+        "last-good"
+    )
+    assert checkout_head(git_origin, lab) == pinned_at
+    assert "update playground" not in held.stdout
+    assert plan.returncode == 0, plan.stdout + plan.stderr
+    assert "held: web-main: pinned at last-good by " in plan.stdout
+    assert "edge-1: in sync; 1 held" in plan.stdout
+    assert plan_json["verdict"] == "in_sync"
+
+    unpinned = playguard("unpin", "edge-1", "web-main")
+    cycle(playguard)
+
+    assert unpinned.stdout.strip() == "edge-1/web-main: unpinned"
+    assert store.hlen(pins_key("edge-1")) == 0
+    assert checkout_head(git_origin, lab) == new_head != pinned_at
+
+
+def test_pin_refuses_a_revision_or_playground_it_cannot_hold_and_stores_nothing(
+    playguard: Playguard, lab: LabWorld, store: SyncRedis
+) -> None:
+    short = playguard("pin", "edge-1", "web-main", "--revision", "abc123", "--reason", "x")
+    option = playguard(
+        "pin", "edge-1", "web-main", "--revision", "--upload-pack=x", "--reason", "x"
+    )
+    unknown = playguard("pin", "edge-1", "nope", "--reason", "x")
+
+    assert short.returncode == 1
+    assert "give last-good or a full commit name" in short.stderr
+    assert option.returncode != 0
+    assert unknown.returncode == 1
+    assert "no playground named 'nope' on marquee 'edge-1'" in unknown.stderr
+    assert "Traceback" not in short.stderr + option.stderr + unknown.stderr
+    assert store.exists(pins_key("edge-1")) == 0
