@@ -167,6 +167,28 @@ def revision_record(value: object) -> RevisionRecord | None:
     return {"commit": commit, "images": dict(images), "env": env, "override": override}
 
 
+SHORT = 12
+"""Characters of a commit or digest that tables show of it."""
+
+
+def revision_short(revision: RevisionRecord) -> str:
+    """A revision in one short line for tables: its commit, each service's image digest and
+    the digests of ``.env`` and our override, cut to ``SHORT`` characters (JSON has them whole)."""
+    commit = "?" if revision["commit"] is None else revision["commit"][:SHORT]
+    images = [
+        f"{service}={_short_image(image)}" for service, image in sorted(revision["images"].items())
+    ]
+    env, override = revision["env"][:SHORT], revision["override"][:SHORT]
+    return " ".join([commit, *images, f"env={env}", f"override={override}"])
+
+
+def _short_image(image: str) -> str:
+    name, at, digest = image.rpartition("@sha256:")
+    if not at:
+        return image.removeprefix("sha256:")[:SHORT]
+    return f"{name.rsplit('/', 1)[-1]}@{digest[:SHORT]}"
+
+
 def _file_digest(value: object) -> TypeGuard[str]:
     return isinstance(value, str) and (value == ABSENT_FILE or DIGEST.fullmatch(value) is not None)
 

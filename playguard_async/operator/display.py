@@ -17,6 +17,7 @@ from rich.text import Text
 from playguard_async.coordination import marquee_reads
 from playguard_async.coordination.lock_state import LockState
 from playguard_async.coordination.pause import Pause
+from playguard_async.cycle_record import SHORT
 from playguard_async.engine.results import CycleResult, Outcome
 from playguard_async.kits.textclean import clean
 from playguard_async.operator import fleet
@@ -144,12 +145,22 @@ def status_table(statuses: list[marquee_reads.MarqueeStatus], now: float) -> Tab
                 "-" if last.finished_at is None else f"{span(now - last.finished_at)} ago",
                 "-" if last.duration is None else span(last.duration),
                 str(last.actions),
-                paused + findings_text(last),
+                paused + findings_text(last) + pinned_text(marquee.revisions),
             ]
         elif paused:
             history[-1] = paused.removesuffix("; ")
         table.add_row(name, *holding, *history)
     return table
+
+
+def pinned_text(revisions: dict[str, marquee_reads.PlaygroundRevisions]) -> str:
+    """The pinned Playgrounds of a Marquee and their short commits, for its status row."""
+    shown = ""
+    for name, told in sorted(revisions.items()):
+        if told.pinned is not None:
+            commit = None if told.running is None else told.running["commit"]
+            shown += f"; {name} pinned at {(commit or '?')[:SHORT]}"
+    return shown
 
 
 def history_table(cycles: list[marquee_reads.LastCycle], now: float) -> Table:
@@ -206,10 +217,12 @@ def print_story(told: marquee_reads.MarqueeStory, now: float) -> None:
         if step.more:
             out.print(text(f"      ... {step.more} more"))
     last_good = [f"{name}: {state}" for name, state in sorted(told.last_good.items())]
+    revisions = [f"{name}: {shown.short()}" for name, shown in sorted(told.revisions.items())]
     for heading, items in (
         ("still wrong", told.still_wrong),
         ("fixed", told.fixed),
         ("last good", last_good),
+        ("revisions", revisions),
     ):
         out.print(text(f"  {heading}: ", "none" if not items else ""))
         for item in items:

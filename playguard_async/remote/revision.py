@@ -23,7 +23,12 @@ from dataclasses import dataclass, field
 
 import structlog
 
-from playguard_async.cycle_record import ABSENT_FILE, RevisionRecord, revision_record
+from playguard_async.cycle_record import (
+    ABSENT_FILE,
+    RevisionRecord,
+    revision_record,
+    revision_short,
+)
 from playguard_async.desired_state.model import Marquee
 from playguard_async.kits.revision_shapes import COMMIT
 from playguard_async.remote.guard import state_dir
@@ -31,9 +36,6 @@ from playguard_async.remote.guard import state_dir
 log = structlog.get_logger("playguard.revision")
 
 ABSENT = ABSENT_FILE
-
-SHORT = 12
-"""Characters of a commit or digest that tables show."""
 
 
 @dataclass(frozen=True)
@@ -53,25 +55,8 @@ class Revision:
         }
 
     def short(self) -> str:
-        """One line for tables: a short commit, each image's short digest, short file digests."""
-        images = " ".join(
-            f"{service}={_short_image(image)}" for service, image in sorted(self.images.items())
-        )
-        commit = "?" if self.commit is None else self.commit[:SHORT]
-        return " ".join(
-            part
-            for part in (
-                commit, images, f"env={self.env[:SHORT]}", f"override={self.override[:SHORT]}"
-            )
-            if part
-        )  # fmt: skip
-
-
-def _short_image(image: str) -> str:
-    name, at, digest = image.rpartition("@sha256:")
-    if not at:
-        return image.removeprefix("sha256:")[:SHORT]
-    return f"{name.rsplit('/', 1)[-1]}@{digest[:SHORT]}"
+        """One line for tables and notices (``cycle_record.revision_short``)."""
+        return revision_short(self.to_json())
 
 
 def commit_of(value: object, *, source: str) -> str | None:
