@@ -8,8 +8,11 @@ import json
 import subprocess
 
 from redis import Redis as SyncRedis
+from redis.asyncio import Redis
+from structlog.testing import capture_logs
 
 from playguard_async.coordination.keys import pins_key
+from playguard_async.coordination.pins import Pin, read_pins, take_pin
 from playguard_lab import GitOrigin
 from tests.support.cli import Playguard
 from tests.support.playgrounds import checkout_head
@@ -71,3 +74,25 @@ def test_pin_refuses_a_revision_or_playground_it_cannot_hold_and_stores_nothing(
     assert "no playground named 'nope' on marquee 'edge-1'" in unknown.stderr
     assert "Traceback" not in short.stderr + option.stderr + unknown.stderr
     assert store.exists(pins_key("edge-1")) == 0
+
+
+async def test_pins_redis_holds_of_the_wrong_shape_read_as_none_with_one_line_each(
+    redis: Redis,
+) -> None:
+    """Written by hand with redis-cli: a pin whose revision is an option, one that is not JSON,
+    a field name that is not UTF-8, and, on another Marquee, a key of another type."""
+    good = Pin.taken_now("web-main", "a" * 40, "demo")
+    await take_pin(redis, "edge-1", good, 2.0)
+    await redis.hset(pins_key("edge-1"), "evil", '{"revision": "--upload-pack=x"}')
+    await redis.hset(pins_key("edge-1"), "garbage", b"\xff{{")
+    await redis.hset(pins_key("edge-1"), b"\xff\xfe", good.encode())
+    await redis.rpush(pins_key("edge-2"), "a list")
+
+    with capture_logs() as logs:
+        pins = await read_pins(redis, "edge-1", 2.0)
+        other = await read_pins(redis, "edge-2", 2.0)
+
+    assert set(pins) == {"web-main", "\ufffd\ufffd"}
+    assert pins["web-main"] == good
+    assert other == {}
+    assert sorted(entry["event"] for entry in logs) == ["pin.unreadable"] * 3
