@@ -138,8 +138,9 @@ PLAYGROUND_FINDINGS = "playgrounds"
 
 class RevisionRecord(TypedDict):
     """A Playground's revision in full (``remote.revision.Revision``): the commit of its
-    checkout (null where not known), service -> image by repo digest, and the SHA-256 of its
-    ``.env`` and our override (``-`` for a file that does not exist)."""
+    checkout (null where not known), service -> image by repo digest (for a release that failed
+    its gate, which never ran healthy: the Playspec's image reference -> the image behind it),
+    and the SHA-256 of its ``.env`` and our override (``-`` for a file that does not exist)."""
 
     commit: str | None
     images: dict[str, str]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 
+import pytest
 from redis import Redis as SyncRedis
 from redis.asyncio import Redis
 from structlog.testing import capture_logs
@@ -25,28 +26,30 @@ def cycle(playguard: Playguard) -> subprocess.CompletedProcess[str]:
     return done
 
 
+@pytest.mark.parametrize("by", ["last-good", "commit"])
 def test_a_pinned_playground_stays_while_its_head_moves_and_unpin_applies_the_head(
-    playguard: Playguard, lab: LabWorld, git_origin: GitOrigin, store: SyncRedis
+    playguard: Playguard, lab: LabWorld, git_origin: GitOrigin, store: SyncRedis, by: str
 ) -> None:
     branch = lab.data["playgrounds"][0]["branch"]
     cycle(playguard)
     pinned_at = checkout_head(git_origin, lab)
+    revision = "last-good" if by == "last-good" else pinned_at
 
-    pinned = playguard("pin", "edge-1", "web-main", "--reason", "holding for the demo")
+    pinned = playguard(
+        "pin", "edge-1", "web-main", "--revision", revision, "--reason", "holding for the demo"
+    )
     new_head = git_origin.commit(branch, {"NOTES": "a new head\n"}, "Move the head")
     held = cycle(playguard)
     plan = playguard("plan", "edge-1", timeout=180.0)
     plan_json = json.loads(playguard("plan", "edge-1", "--json", timeout=180.0).stdout)
 
     assert pinned.returncode == 0, pinned.stderr
-    assert "pinned at last-good by " in pinned.stdout
-    assert json.loads(store.hget(pins_key("edge-1"), "web-main") or "{}")["revision"] == (
-        "last-good"
-    )
+    assert f"pinned at {revision} by " in pinned.stdout
+    assert json.loads(store.hget(pins_key("edge-1"), "web-main") or "{}")["revision"] == revision
     assert checkout_head(git_origin, lab) == pinned_at
     assert "update playground" not in held.stdout
     assert plan.returncode == 0, plan.stdout + plan.stderr
-    assert "held: web-main: pinned at last-good by " in plan.stdout
+    assert f"held: web-main: pinned at {revision} by " in plan.stdout
     assert "edge-1: in sync; 1 held" in plan.stdout
     assert plan_json["verdict"] == "in_sync"
 
