@@ -23,7 +23,12 @@ from dataclasses import dataclass, field, replace
 from typing import TypedDict
 
 from playguard_async.coordination.pins import Pin
-from playguard_async.cycle_record import NoticeKind, PlaygroundFinding, RevisionRecord
+from playguard_async.cycle_record import (
+    ABSENT_FILE,
+    NoticeKind,
+    PlaygroundFinding,
+    RevisionRecord,
+)
 from playguard_async.desired_state.model import InventoryError, Playspec, Registry
 from playguard_async.phases.container_drift import config_drift, container_drift, service_of, stuck
 from playguard_async.phases.holds import hold_of
@@ -32,7 +37,7 @@ from playguard_async.phases.toolkit import Container
 from playguard_async.remote import git
 from playguard_async.remote.compose import ComposeProject, override_content, parse_services
 from playguard_async.remote.health import PlaygroundHealth, wait_healthy
-from playguard_async.remote.host_state import ComposeState, image_ids, pinned_references
+from playguard_async.remote.host_state import ABSENT, ComposeState, image_ids, pinned_references
 from playguard_async.remote.last_good import (
     Failed,
     HealthRecord,
@@ -42,7 +47,7 @@ from playguard_async.remote.last_good import (
     tags_digest,
     write_record,
 )
-from playguard_async.remote.revision import ABSENT, Revision, kept_env_path, restore_env
+from playguard_async.remote.revision import Revision, kept_env_path, restore_env
 from playguard_async.remote.ssh import RemoteSession
 
 
@@ -290,7 +295,7 @@ class RunningPlayground:
                 restore_env(
                     project.checkout,
                     kept_env_path(project.marquee, project.playground),
-                    revision.env != ABSENT,
+                    revision.env != ABSENT_FILE,
                 ),
             )
         services = await _services_now(session, project)

@@ -32,10 +32,10 @@ from typing import Any
 
 import structlog
 
+from playguard_async.cycle_record import ABSENT_FILE
 from playguard_async.kits.revision_shapes import DIGEST
 from playguard_async.remote.guard import state_dir
 from playguard_async.remote.revision import (
-    ABSENT,
     Revision,
     commit_of,
     kept_env_path,
@@ -114,7 +114,7 @@ class HealthRecord:
         last_good = None
         if good is not None:
             revision = revision_of(
-                {"commit": None, "env": ABSENT} | good, source="the host's health record"
+                {"commit": None, "env": ABSENT_FILE} | good, source="the host's health record"
             )
             if revision is not None:
                 last_good = LastGood(_text(good["inputs"]), _text(good["compose"]), revision)

@@ -35,16 +35,14 @@ from playguard_async.remote.guard import state_dir
 
 log = structlog.get_logger("playguard.revision")
 
-ABSENT = ABSENT_FILE
-
 
 @dataclass(frozen=True)
 class Revision:
     commit: str | None
     """None for a record written before revisions had one (its commit is not known)."""
     images: Mapping[str, str] = field(default_factory=dict)
-    env: str = ABSENT
-    override: str = ABSENT
+    env: str = ABSENT_FILE
+    override: str = ABSENT_FILE
 
     def to_json(self) -> RevisionRecord:
         return {
