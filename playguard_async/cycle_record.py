@@ -23,6 +23,11 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, NotRequired, TypedDict, TypeGuard, TypeVar
 
+from playguard_async.kits.revision_shapes import COMMIT, DIGEST, PINNED_IMAGE
+
+ABSENT_FILE = "-"
+"""The digest of a file that does not exist, in a revision."""
+
 
 class NoticeKind(enum.StrEnum):
     """What a notice asks an operator to look at."""
@@ -131,6 +136,64 @@ PLAYGROUND_FINDINGS = "playgrounds"
 """The key of a phase's findings that holds its ``PlaygroundFinding``s, by Playground name."""
 
 
+class RevisionRecord(TypedDict):
+    """A Playground's revision in full (``remote.revision.Revision``): the commit of its
+    checkout (null where not known), service -> image by repo digest (for a release that failed
+    its gate, which never ran healthy: the Playspec's image reference -> the image behind it),
+    and the SHA-256 of its ``.env`` and our override (``-`` for a file that does not exist)."""
+
+    commit: str | None
+    images: dict[str, str]
+    env: str
+    override: str
+
+
+def revision_record(value: object) -> RevisionRecord | None:
+    """``value`` as a revision when every field of it is of its shape (``kits.revision_shapes``),
+    else None: the one check of a revision read back, wherever from."""
+    if not isinstance(value, Mapping):
+        return None
+    commit, images = value.get("commit"), value.get("images")
+    env, override = value.get("env"), value.get("override")
+    if (
+        (commit is not None and not (isinstance(commit, str) and COMMIT.fullmatch(commit)))
+        or not (_file_digest(env) and _file_digest(override))
+        or not isinstance(images, Mapping)
+        or not all(
+            isinstance(service, str) and isinstance(image, str) and PINNED_IMAGE.fullmatch(image)
+            for service, image in images.items()
+        )
+    ):
+        return None
+    return {"commit": commit, "images": dict(images), "env": env, "override": override}
+
+
+SHORT = 12
+"""Characters of a commit or digest that tables show of it."""
+
+
+def revision_short(revision: RevisionRecord) -> str:
+    """A revision in one short line for tables: its commit, each service's image digest and
+    the digests of ``.env`` and our override, cut to ``SHORT`` characters (JSON has them whole)."""
+    commit = "?" if revision["commit"] is None else revision["commit"][:SHORT]
+    images = [
+        f"{service}={_short_image(image)}" for service, image in sorted(revision["images"].items())
+    ]
+    env, override = revision["env"][:SHORT], revision["override"][:SHORT]
+    return " ".join([commit, *images, f"env={env}", f"override={override}"])
+
+
+def _short_image(image: str) -> str:
+    name, at, digest = image.rpartition("@sha256:")
+    if not at:
+        return image.removeprefix("sha256:")[:SHORT]
+    return f"{name.rsplit('/', 1)[-1]}@{digest[:SHORT]}"
+
+
+def _file_digest(value: object) -> TypeGuard[str]:
+    return isinstance(value, str) and (value == ABSENT_FILE or DIGEST.fullmatch(value) is not None)
+
+
 class PlaygroundFindingRecord(TypedDict):
     """A ``PlaygroundFinding`` as written in a cycle record: the fields it has no value for are
     left out. ``state`` is always there (null only for a finding read back without one)."""
@@ -144,6 +207,9 @@ class PlaygroundFindingRecord(TypedDict):
     unhealthy: NotRequired[dict[str, str]]
     rollback_health: NotRequired[str]
     held: NotRequired[str]
+    revision: NotRequired[RevisionRecord]
+    last_good_revision: NotRequired[RevisionRecord]
+    pinned: NotRequired[str]
 
 
 @dataclass(frozen=True)
@@ -171,6 +237,12 @@ class PlaygroundFinding:
     ``unhealthy``."""
     held: str | None = None
     """Why its failed inputs were not tried again."""
+    revision: RevisionRecord | None = None
+    """The revision it runs, where the cycle knows it."""
+    last_good_revision: RevisionRecord | None = None
+    """Its last good revision, as its health record holds it."""
+    pinned: str | None = None
+    """Why it is held at a revision that is not its branch head, when an operator pinned it."""
 
     def to_json(self) -> PlaygroundFindingRecord:
         """The finding as a cycle record holds it: the one encoder of the shape, whose output
@@ -192,6 +264,12 @@ class PlaygroundFinding:
             encoded["rollback_health"] = self.rollback_health
         if self.held is not None:
             encoded["held"] = self.held
+        if self.revision is not None:
+            encoded["revision"] = self.revision
+        if self.last_good_revision is not None:
+            encoded["last_good_revision"] = self.last_good_revision
+        if self.pinned is not None:
+            encoded["pinned"] = self.pinned
         return encoded
 
 
@@ -223,6 +301,9 @@ def _playground_finding(value: object) -> PlaygroundFinding | None:
         unhealthy=_string_map(fields.get("unhealthy")),
         rollback_health=_string(fields.get("rollback_health")),
         held=_string(fields.get("held")),
+        revision=revision_record(fields.get("revision")),
+        last_good_revision=revision_record(fields.get("last_good_revision")),
+        pinned=_string(fields.get("pinned")),
     )
 
 

@@ -71,3 +71,9 @@ def health_key(marquee: str) -> str:
 def pause_key(marquee: str) -> str:
     """A Marquee's pause (``coordination.pause``), in its lock's slot; expires with it (PX)."""
     return f"{PREFIX}:{{{marquee_lock_name(marquee)}}}:pause"
+
+
+def pins_key(marquee: str) -> str:
+    """A Marquee's pinned Playgrounds (``coordination.pins``): a hash, Playground -> its pin
+    (JSON), in its lock's slot, beside its pause."""
+    return f"{PREFIX}:{{{marquee_lock_name(marquee)}}}:pins"

@@ -31,6 +31,7 @@ from playguard_async.coordination.pause import Pause, paused
 from playguard_async.coordination.records import CycleRecords
 from playguard_async.cycle_record import (
     NoticeKind,
+    RevisionRecord,
     StoredRecord,
     is_seconds,
     listed,
@@ -38,6 +39,7 @@ from playguard_async.cycle_record import (
     notices_of,
     optional,
     playground_findings,
+    revision_short,
     seconds,
     typed,
 )
@@ -175,6 +177,26 @@ class LastCycle:
 
 
 @dataclass(frozen=True)
+class PlaygroundRevisions:
+    """One Playground's revisions as a cycle record holds them: the one it runs, its last good
+    one, and why it is pinned (each None where the record does not say)."""
+
+    running: RevisionRecord | None
+    last_good: RevisionRecord | None
+    pinned: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"running": self.running, "last_good": self.last_good, "pinned": self.pinned}
+
+    def short(self) -> str:
+        """In one line for tables: short forms (``cycle_record.revision_short``)."""
+        running = "?" if self.running is None else revision_short(self.running)
+        good = "none" if self.last_good is None else revision_short(self.last_good)
+        pinned = "" if self.pinned is None else f"; {self.pinned}"
+        return f"runs {running}; last good {good}{pinned}"
+
+
+@dataclass(frozen=True)
 class MarqueeStatus:
     name: str
     launchable: bool
@@ -185,6 +207,8 @@ class MarqueeStatus:
     """The pause that holds it back now (its own, else the fleet's), if any."""
     unreadable: tuple[str, ...] = ()
     """One line per key of it that holds another type than playguard writes there."""
+    revisions: dict[str, PlaygroundRevisions] = dataclasses.field(default_factory=dict)
+    """Playground -> its revisions as the last cycle found them."""
 
     def to_json(self, now: float) -> dict[str, Any]:
         """Stable keys for scripts; ``age`` is seconds since the last cycle ended at ``now``."""
@@ -196,6 +220,7 @@ class MarqueeStatus:
             "unreadable": list(self.unreadable),
             "lock": None if self.lock is None else holder_json(self.lock),
             "last": None if self.last is None else self.last.to_json(now),
+            "revisions": {name: shown.to_json() for name, shown in self.revisions.items()},
         }
 
 
@@ -228,6 +253,8 @@ class MarqueeStory:
     last_good: dict[str, str] = dataclasses.field(default_factory=dict)
     """Playground -> its last good state (``service=repo@sha256:...``) as the last cycle found
     it on the host."""
+    revisions: dict[str, PlaygroundRevisions] = dataclasses.field(default_factory=dict)
+    """Playground -> the revision it runs and its last good one, as the last cycle found them."""
     mode: str = "apply"
     pause: Pause | None = None
     """The pause that holds it back now (its own, else the fleet's), if any."""
@@ -287,6 +314,7 @@ class MarqueeStory:
             "phases": [dataclasses.asdict(step) for step in self.steps],
             "still_wrong": self.still_wrong,
             "last_good": self.last_good,
+            "revisions": {name: shown.to_json() for name, shown in self.revisions.items()},
             "fixed": self.fixed,
             "history": [cycle.to_json(now) for cycle in self.history],
         }
@@ -330,6 +358,16 @@ def last_good_states(record: StoredRecord) -> dict[str, str]:
     }
 
 
+def playground_revisions(record: StoredRecord) -> dict[str, PlaygroundRevisions]:
+    """Playground -> its revisions, from the Playground findings of a stored record (whose
+    decoder leaves out what is not of the written shape)."""
+    return {
+        name: PlaygroundRevisions(found.revision, found.last_good_revision, found.pinned)
+        for name, found in playground_findings(record.get("findings")).items()
+        if found.revision is not None or found.last_good_revision is not None
+    }
+
+
 def _is_counter(value: object) -> TypeGuard[bytes]:
     """A fence counter as INCR writes it (anything else was set by hand or by another tool)."""
     return isinstance(value, bytes) and 0 < len(value) <= 20 and value.isdigit()
@@ -363,14 +401,16 @@ async def read_status(
         _last(records, name),
         paused(records.redis, name, records.timeout),
     )
+    record = None if last is None or isinstance(last, ForeignType) else last
     return MarqueeStatus(
         name=name,
         launchable=launchable,
         lock=lock,
-        last=None if last is None or isinstance(last, ForeignType) else LastCycle.from_record(last),
+        last=None if record is None else LastCycle.from_record(record),
         mode=mode,
         pause=pause,
         unreadable=_unreadable(lock, pause, fence, last),
+        revisions={} if record is None else playground_revisions(record),
     )
 
 
@@ -411,6 +451,7 @@ async def read_story(
         last=None if record is None else LastCycle.from_record(record),
         steps=[] if record is None else phase_steps(record),
         last_good={} if record is None else last_good_states(record),
+        revisions={} if record is None else playground_revisions(record),
         history=[LastCycle.from_record(entry) for entry in cycles],
         mode=mode,
         pause=pause,

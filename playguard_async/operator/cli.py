@@ -627,6 +627,61 @@ def resume(ctx: click.Context, marquee: str | None, fleet_wide: bool, config: Pa
         echo(f"lifted: {display.pause_text(lifted)}")
 
 
+@cli.command("pin")
+@click.argument("marquee")
+@click.argument("playground")
+@click.option(
+    "--revision",
+    default="last-good",
+    show_default=True,
+    metavar="last-good|COMMIT",
+    help="Its last good revision, or a full commit name (40 or 64 hex digits).",
+)
+@click.option("--reason", required=True, help="Why, for whoever looks next (500 chars at most).")
+@CONFIG_OPTION
+@click.pass_context
+def pin_command(
+    ctx: click.Context, *, marquee: str, playground: str, revision: str, reason: str,
+    config: Path | None,
+) -> None:  # fmt: skip
+    """Hold PLAYGROUND of MARQUEE at a revision, whatever its branch head does: its checkout
+    stays at that commit (fetched, never reset to the head) and, for last-good, its images run
+    by digest. ``plan`` shows it held, not as drift. Kept in Redis with who and why until
+    ``unpin``."""
+    from playguard_async.coordination.pins import LAST_GOOD, REASON_MAX
+    from playguard_async.kits.revision_shapes import is_commit
+
+    if revision != LAST_GOOD and not is_commit(revision):
+        fail(f"--revision {revision[:80]!r}: give last-good or a full commit name", 1)
+    if not reason.strip() or len(reason) > REASON_MAX or not reason.isprintable():
+        fail(f"--reason of {len(reason)} characters: give 1 to {REASON_MAX} printable ones", 1)
+    with _readable_errors(ctx):
+        import asyncio
+
+        from playguard_async.operator import pin
+
+        settings = command_settings(config)
+        taken = asyncio.run(pin.pin(settings, marquee, playground, revision, reason))
+    echo(f"{marquee}/{playground}: {taken.describe()}")
+
+
+@cli.command("unpin")
+@click.argument("marquee")
+@click.argument("playground")
+@CONFIG_OPTION
+@click.pass_context
+def unpin_command(ctx: click.Context, marquee: str, playground: str, config: Path | None) -> None:
+    """Let PLAYGROUND of MARQUEE follow its branch head again from its next cycle. Exit status 0
+    also when it was not pinned (it says so)."""
+    with _readable_errors(ctx):
+        import asyncio
+
+        from playguard_async.operator import pin
+
+        lifted = asyncio.run(pin.unpin(command_settings(config), marquee, playground))
+    echo(f"{marquee}/{playground}: " + ("unpinned" if lifted else "not pinned; nothing to lift"))
+
+
 cli.add_command(db)
 
 

@@ -17,6 +17,7 @@ from rich.text import Text
 from playguard_async.coordination import marquee_reads
 from playguard_async.coordination.lock_state import LockState
 from playguard_async.coordination.pause import Pause
+from playguard_async.cycle_record import SHORT
 from playguard_async.engine.results import CycleResult, Outcome
 from playguard_async.kits.textclean import clean
 from playguard_async.operator.plan import PlanVerdict, plan_verdict
@@ -144,12 +145,22 @@ def status_table(statuses: list[marquee_reads.MarqueeStatus], now: float) -> Tab
                 "-" if last.finished_at is None else f"{span(now - last.finished_at)} ago",
                 "-" if last.duration is None else span(last.duration),
                 str(last.actions),
-                paused + findings_text(last),
+                paused + findings_text(last) + pinned_text(marquee.revisions),
             ]
         elif paused:
             history[-1] = paused.removesuffix("; ")
         table.add_row(name, *holding, *history)
     return table
+
+
+def pinned_text(revisions: dict[str, marquee_reads.PlaygroundRevisions]) -> str:
+    """The pinned Playgrounds of a Marquee and their short commits, for its status row."""
+    shown = ""
+    for name, told in sorted(revisions.items()):
+        if told.pinned is not None:
+            commit = None if told.running is None else told.running["commit"]
+            shown += f"; {name} pinned at {(commit or '?')[:SHORT]}"
+    return shown
 
 
 def history_table(cycles: list[marquee_reads.LastCycle], now: float) -> Table:
@@ -206,10 +217,12 @@ def print_story(told: marquee_reads.MarqueeStory, now: float) -> None:
         if step.more:
             out.print(text(f"      ... {step.more} more"))
     last_good = [f"{name}: {state}" for name, state in sorted(told.last_good.items())]
+    revisions = [f"{name}: {shown.short()}" for name, shown in sorted(told.revisions.items())]
     for heading, items in (
         ("still wrong", told.still_wrong),
         ("fixed", told.fixed),
         ("last good", last_good),
+        ("revisions", revisions),
     ):
         out.print(text(f"  {heading}: ", "none" if not items else ""))
         for item in items:
@@ -223,11 +236,22 @@ def plan_line(result: CycleResult) -> str:
     verdict = plan_verdict(result)
     if verdict is PlanVerdict.ERROR:
         return f"{result.marquee}: error: {result.outcome.value}: {result.reason or '-'}"
+    held = held_playgrounds(result)
+    also = f"; {len(held)} held" if held else ""
     if verdict is PlanVerdict.IN_SYNC:
-        return f"{result.marquee}: in sync"
+        return f"{result.marquee}: in sync{also}"
     counts = ", ".join(f"{phase} {len(taken)}" for phase, taken in result.actions.items() if taken)
     total = sum(len(taken) for taken in result.actions.values())
-    return f"{result.marquee}: {total} changes pending ({counts})"
+    return f"{result.marquee}: {total} changes pending ({counts}){also}"
+
+
+def held_playgrounds(result: CycleResult) -> dict[str, str]:
+    """Playground -> why it is held at a revision that is not its branch head (sync_git's
+    finding): shown as held, not as drift."""
+    held = (result.findings.get("sync_git") or {}).get("held")
+    if not isinstance(held, dict):
+        return {}
+    return {str(name): str(why) for name, why in held.items()}
 
 
 def print_plan(result: CycleResult, holder: LockState | None) -> None:
@@ -242,6 +266,8 @@ def print_plan(result: CycleResult, holder: LockState | None) -> None:
             out.print(text((phase, "bold")))
             for action in taken:
                 out.print(text(f"  {action}"), soft_wrap=True)
+    for name, why in sorted(held_playgrounds(result).items()):
+        out.print(text(f"held: {name}: {why}"), soft_wrap=True)
     out.print(text(plan_line(result)))
 
 

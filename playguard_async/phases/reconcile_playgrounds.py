@@ -11,14 +11,8 @@ its Playgrounds' files, one of its images (``remote.host_state``) and one of the
 records (``remote.last_good``); compose is asked for the service names and hashes only when what
 they depend on changed (``ComposeState``).
 
-A change is done when it is healthy: after ``up``, the health gate (``remote.health``) waits for
-every service to be healthy by Docker's word, within the Playspec's ``health_timeout`` (counted
-from the first start of its input set, which no restart of a container moves) and the lease; a
-service that exited or that Docker keeps restarting fails it at once. A Playground verified
-healthy has its inputs recorded as its last good state; one that is not is reported
-``unhealthy``, its inputs are remembered as failed and not tried again until they change, and
-under ``rollback: auto`` it is recreated from its last good state by digest (``_Running``; README
-"Healthy, not just started").
+A change is done when it is healthy, and a release that is not is rolled back under ``rollback:
+auto``: ``phases.running_playground``.
 
 An expired playground is taken down with its volumes and nothing else is done for it; a stopped
 one (or a running one whose branch is gone and that asks to be stopped then, as fetch_branches
@@ -27,11 +21,8 @@ does) is stopped when anything of it is up.
 
 from __future__ import annotations
 
-import hashlib
-import time
-from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from playguard_async.cycle_record import (
@@ -40,45 +31,22 @@ from playguard_async.cycle_record import (
     PlaygroundFinding,
     PlaygroundFindingRecord,
 )
-from playguard_async.desired_state.model import InventoryError, Playground, Playspec, Registry
+from playguard_async.desired_state.model import Playground
+from playguard_async.phases.holds import pins_of
 from playguard_async.phases.protocol import Notice, PhaseReport
+from playguard_async.phases.running_playground import HealthRecords, RunningPlayground
 from playguard_async.phases.toolkit import (
     Container,
     CycleContext,
     branch_heads,
     compose_project,
     containers_of,
-    created_at,
-    listed_name,
     stop_if_up,
 )
-from playguard_async.remote.compose import (
-    CONFIG_HASH_LABEL,
-    SERVICE_LABEL,
-    ComposeProject,
-    override_content,
-)
-from playguard_async.remote.docker import host_now, list_ours
-from playguard_async.remote.health import PlaygroundHealth, wait_healthy
-from playguard_async.remote.host_state import (
-    ComposeState,
-    compose_states,
-    image_ids,
-    keep_answers,
-    pinned_references,
-)
-from playguard_async.remote.last_good import (
-    Failed,
-    HealthRecord,
-    LastGood,
-    input_digest,
-    read_records,
-    write_record,
-)
+from playguard_async.remote.compose import ComposeProject
+from playguard_async.remote.docker import list_ours
+from playguard_async.remote.host_state import compose_states, keep_answers
 from playguard_async.remote.ssh import RemoteSession
-
-# Docker's default health check interval, for containers whose config leaves it unset (0).
-_DEFAULT_HEALTH_INTERVAL = 30.0
 
 
 class ReconcilePlaygrounds:
@@ -105,7 +73,8 @@ class ReconcilePlaygrounds:
         projects = [compose_project(session, ctx.inventory, pg) for pg in playgrounds]
         owned = {project.playground: containers_of(containers, project) for project in projects}
         states = await compose_states(session, projects, owned)
-        records = _Records(session, [pg.name for pg in playgrounds])
+        records = HealthRecords(session, [pg.name for pg in playgrounds])
+        pins = await pins_of(ctx, session)
         unhealthy: list[str] = []
         for playground, project in zip(playgrounds, projects, strict=True):
             playground_mark = len(session.actions)
@@ -124,9 +93,11 @@ class ReconcilePlaygrounds:
                 finding = PlaygroundFinding("branch_gone", tuple(drift))
             else:
                 playspec = ctx.inventory.playspec_of(playground)
-                running = _Running(
+                heads = await branch_heads(session, [playspec.repo])
+                running = RunningPlayground(
                     session, project, own, states[playground.name], playspec,
-                    ctx.inventory.registry_of(playspec),
+                    ctx.inventory.registry_of(playspec), pins.get(playground.name),
+                    heads[playspec.repo].get(playground.branch),
                 )  # fmt: skip
                 converged = await running.converge(records)
                 finding = converged.finding
@@ -141,18 +112,6 @@ class ReconcilePlaygrounds:
         report.unhealthy = "; ".join(unhealthy) or None
         await keep_answers(session, list(states.values()))
         return report
-
-
-def _secrets(registry: Registry | None) -> list[str]:
-    """What must not appear in a health log line shown: the password of the Playspec's
-    registry (a service may well print the credentials it was started with). Read only when a
-    health gate runs: a converged cycle reads no password file."""
-    if registry is None:
-        return []
-    try:
-        return [registry.password().get_secret_value()]
-    except InventoryError:
-        return []  # refresh_credentials names the unreadable password
 
 
 async def _branch_gone(
@@ -190,303 +149,6 @@ async def _stop(
     session: RemoteSession, project: ComposeProject, own: list[Container], reason: str
 ) -> list[str]:
     return [reason] if await stop_if_up(session, project, own, reason) else []
-
-
-@dataclass
-class _Converged:
-    """What converging one running Playground came to: its finding (its actions are the
-    caller's to add), its notices, and in a few words why it is unhealthy, for the cycle's
-    outcome (None when it is not known to be; the notices carry the details)."""
-
-    finding: PlaygroundFinding
-    notices: list[Notice] = field(default_factory=list)
-    unhealthy: str | None = None
-
-
-class _Records:
-    """The Marquee's health records (``remote.last_good``), read once when first asked for."""
-
-    def __init__(self, session: RemoteSession, playgrounds: list[str]) -> None:
-        self._session = session
-        self._playgrounds = playgrounds
-
-    async def of(self, playground: str) -> HealthRecord:
-        return (await read_records(self._session, self._playgrounds))[playground]
-
-
-@dataclass(frozen=True)
-class _Running:
-    """One running Playground converged in this cycle: what its steps share."""
-
-    session: RemoteSession
-    project: ComposeProject
-    own: list[Container]
-    compose: ComposeState
-    playspec: Playspec
-    registry: Registry | None
-
-    async def converge(self, records: _Records) -> _Converged:
-        """Bring the Playground to its desired state, then through the health gate.
-
-        The desired state is the Playground's input set, unless that very set already failed (its
-        digest is the record's ``failed``): then, under ``auto``, its last good state pinned by
-        digest, and otherwise it is left as it is, neither ``up`` again nor recreated as stuck. The
-        gate runs after a change, and on a converged Playground whose inputs were not verified yet
-        (a wait a lease cut short, or one running since before this gate existed)."""
-        session, project, compose, playspec = (
-            self.session, self.project, self.compose, self.playspec
-        )  # fmt: skip
-        services = await compose.services()
-        if services is None:
-            return _Converged(PlaygroundFinding("no_checkout"))
-        plain = override_content(project.marquee.name, project.playground, services)
-        images = await image_ids(session, playspec.images)
-        inputs = input_digest(compose.file_digests(), plain, images)
-        record = await records.of(project.playground)
-        held = record.failed is not None and record.failed.inputs == inputs
-        pinned = record.last_good if held and playspec.rollback == "auto" else None
-        if held and pinned is None:
-            return _held(project, record, playspec)
-        override = override_content(
-            project.marquee.name, project.playground, services, pinned.images if pinned else None
-        )
-        changing = time.monotonic()
-        drift = await self._bring_up(services, override)
-        result = _Converged(
-            PlaygroundFinding("running", tuple(drift), last_good=_last_good_of(record))
-        )
-        verified = record.last_good is not None and record.last_good.inputs == inputs
-        if pinned is not None:
-            _say_rolled_back(project, record, result, now=bool(drift) and not session.dry_run)
-        if session.dry_run or not (drift or (not verified and not held)):
-            return result
-        health, time_up = await wait_healthy(
-            session,
-            project,
-            services,
-            timeout=playspec.health_timeout,
-            changed=changing if drift else None,
-            secrets=_secrets(self.registry),
-        )
-        if health.healthy:
-            result.finding = replace(result.finding, health="healthy")
-            if drift:
-                await compose.learn_after_up(health.labels)
-            if not held:
-                good = LastGood(
-                    inputs=inputs,
-                    compose=compose.file_digests()["compose"],
-                    override=hashlib.sha256(plain.encode()).hexdigest(),
-                    images=await _running_images(session, health),
-                )
-                if record != HealthRecord(last_good=good):
-                    await write_record(session, project.playground, HealthRecord(last_good=good))
-                result.finding = replace(result.finding, last_good=good.shown())
-            return result
-        if not time_up:
-            result.finding = replace(result.finding, health="pending")
-            return result
-        reason = "; ".join(f"{service}: {why}" for service, why in health.problems().items())
-        result.finding = replace(result.finding, health="unhealthy", unhealthy=health.problems())
-        result.unhealthy = "unhealthy"
-        result.notices.append(Notice(NoticeKind.UNHEALTHY, project.playground, reason))
-        if held or verified:
-            # The last good state itself is not healthy now: reported, not undone, and its inputs
-            # are not marked failed (they were verified; what changed is not in them).
-            return result
-        failed = HealthRecord(last_good=record.last_good, failed=Failed(inputs, reason))
-        await write_record(session, project.playground, failed)
-        if playspec.rollback == "auto" and failed.last_good is not None:
-            await self._roll_back(services, failed, result)
-        return result
-
-    async def _bring_up(self, services: list[str], override: str) -> list[str]:
-        """Write the override and ``up`` when anything calls for it, recreate what is stuck;
-        returns why (nothing when the Playground already was as desired)."""
-        session, project, compose = self.session, self.project, self.compose
-        drift: list[str] = []
-        if not compose.override_current(override):
-            await session.write_file(
-                f"write the compose override of playground {project.playground}",
-                project.override,
-                override,
-            )
-            compose.override_written(override)
-            drift.append("override changed")
-        drift += _container_drift(services, self.own)
-        if not drift:
-            drift += _config_drift(self.own, await compose.config_hashes())
-        if drift:
-            # The listing is stale now (up recreated what differed); the health gate that
-            # follows sees what up left, stuck or not.
-            await session.change(
-                f"compose up playground {project.playground} ({'; '.join(drift)})", project.up()
-            )
-            return drift
-        stuck = await _stuck(session, [c for c in self.own if _service(c) in services])
-        if stuck:
-            reasons = [f"{service}: {why}" for service, why in sorted(stuck.items())]
-            await session.change(
-                f"recreate stuck services of playground {project.playground} "
-                f"({'; '.join(reasons)})",
-                project.recreate(sorted(stuck)),
-            )
-            drift += reasons
-        return drift
-
-    async def _roll_back(
-        self, services: list[str], record: HealthRecord, result: _Converged
-    ) -> None:
-        """Recreate the Playground from its last good state, pinned by digest, and verify it: the
-        override names each service's last good image, and ``up`` recreates what differs. A lease
-        lost midway stops it like any write; the next cycle, seeing the failed inputs again, pins
-        the same override and finishes it."""
-        session, project = self.session, self.project
-        assert record.last_good is not None
-        override = override_content(
-            project.marquee.name, project.playground, services, record.last_good.images
-        )
-        changing = time.monotonic()
-        await session.write_file(
-            f"write the compose override of playground {project.playground} "
-            f"(roll back to {record.last_good.shown()})",
-            project.override,
-            override,
-        )
-        await session.change(
-            f"compose up playground {project.playground} (roll back to its last good state)",
-            project.up(),
-        )
-        _say_rolled_back(project, record, result, now=True)
-        health, time_up = await wait_healthy(
-            session, project, services, timeout=self.playspec.health_timeout, changed=changing
-        )
-        result.finding = replace(
-            result.finding,
-            rollback_health="healthy" if health.healthy else "unhealthy" if time_up else "pending",
-        )
-
-
-def _say_rolled_back(
-    project: ComposeProject, record: HealthRecord, result: _Converged, *, now: bool
-) -> None:
-    """The finding, notice and outcome of a Playground running its last good state: the notice
-    is ``rolled_back`` in the cycle that rolled it back (``now``; what the rollback metric
-    counts), ``unhealthy`` in the cycles that keep it there."""
-    assert record.last_good is not None
-    assert record.failed is not None
-    words = f"rolled back to {record.last_good.shown()} because {record.failed.reason}"
-    result.finding = replace(result.finding, rollback=words)
-    kind = NoticeKind.ROLLED_BACK if now else NoticeKind.UNHEALTHY
-    result.notices.append(Notice(kind, project.playground, words))
-    result.unhealthy = "rolled back to its last good state"
-
-
-def _held(project: ComposeProject, record: HealthRecord, playspec: Playspec) -> _Converged:
-    """A Playground whose inputs failed and that is not rolled back: left as it is."""
-    assert record.failed is not None
-    why = (
-        f"inputs {record.failed.inputs[:12]} failed ({record.failed.reason}); "
-        "not retried until they change"
-    )
-    if playspec.rollback == "auto":
-        why += "; no last good state to roll back to"
-    held = _Converged(
-        PlaygroundFinding("running", last_good=_last_good_of(record), health="held", held=why),
-        unhealthy="held back: its inputs failed",
-    )
-    held.notices.append(Notice(NoticeKind.UNHEALTHY, project.playground, why))
-    return held
-
-
-def _last_good_of(record: HealthRecord) -> str | None:
-    """The Playground's last good state as its finding holds it, in every cycle (``describe``
-    shows the last cycle's)."""
-    return None if record.last_good is None else record.last_good.shown()
-
-
-async def _running_images(session: RemoteSession, health: PlaygroundHealth) -> dict[str, str]:
-    """Service -> the image its container runs, by a reference naming exactly that image."""
-    pinned = await pinned_references(
-        session, sorted({service.image for service in health.services.values()})
-    )
-    return {name: pinned[service.image] for name, service in health.services.items()}
-
-
-def _service(container: Container) -> str:
-    return str(container["Labels"].get(SERVICE_LABEL, ""))
-
-
-def _by_service(own: list[Container]) -> dict[str, list[Container]]:
-    grouped: defaultdict[str, list[Container]] = defaultdict(list)
-    for container in own:
-        grouped[_service(container)].append(container)
-    return grouped
-
-
-def _container_drift(services: list[str], own: list[Container]) -> list[str]:
-    """What the listing alone shows: services without a container, exited containers, and
-    containers of services the compose file no longer has."""
-    grouped = _by_service(own)
-    drift: list[str] = []
-    for service in services:
-        if service not in grouped:
-            drift.append(f"{service}: missing")
-        drift += [
-            f"{service}: {listed_name(container)} {container['State']}"
-            for container in grouped.get(service, [])
-            if container["State"] in ("exited", "dead")
-        ]
-    drift += [
-        f"{service}: not in the compose file" for service in sorted(set(grouped) - set(services))
-    ]
-    return drift
-
-
-def _config_drift(own: list[Container], hashes: Mapping[str, str]) -> list[str]:
-    """Containers whose config hash label is not the one compose computes for the same files."""
-    return [
-        f"{service}: {listed_name(container)} config changed"
-        for service, containers in sorted(_by_service(own).items())
-        for container in containers
-        if container["Labels"].get(CONFIG_HASH_LABEL) != hashes.get(service)
-    ]
-
-
-async def _stuck(session: RemoteSession, own: list[Container]) -> dict[str, str]:
-    """Service -> why, for containers stuck longer than ``stuck_after``.
-
-    Created-but-not-started and restarting containers are aged from their creation: compose
-    makes a new container for every change, so one still not up that long after it was made is
-    not coming up by itself. Unhealthy ones are aged by their failing streak times their check
-    interval, since Docker keeps no timestamp of when a container turned unhealthy.
-    """
-    limit = session.options.stuck_after
-    stuck: dict[str, str] = {}
-    waiting = [container for container in own if container["State"] in ("created", "restarting")]
-    if waiting:
-        now = await host_now(session)
-        for container in waiting:
-            seconds = (now - created_at(container)).total_seconds()
-            if seconds > limit:
-                stuck[_service(container)] = (
-                    f"{listed_name(container)} {container['State']} for {seconds:.0f}s"
-                )
-    for container in own:
-        if container["State"] == "running" and "(unhealthy)" in container.get("Status", ""):
-            seconds = await _unhealthy_for(session, container)
-            if seconds > limit:
-                stuck[_service(container)] = (
-                    f"{listed_name(container)} unhealthy for {seconds:.0f}s"
-                )
-    return stuck
-
-
-async def _unhealthy_for(session: RemoteSession, container: Container) -> float:
-    details = await session.api(session.docker.containers.container(container["Id"]).show())
-    streak = int(details["State"].get("Health", {}).get("FailingStreak", 0))
-    interval_ns = (details["Config"].get("Healthcheck") or {}).get("Interval") or 0
-    return streak * (interval_ns / 1e9 or _DEFAULT_HEALTH_INTERVAL)
 
 
 reconcile_playgrounds = ReconcilePlaygrounds()

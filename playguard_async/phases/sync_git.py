@@ -1,16 +1,22 @@
-"""sync_git: every playground's checkout on this Marquee at the head of its branch.
+"""sync_git: every playground's checkout on this Marquee at the head of its branch, unless it is
+held at another revision (``phases.holds``: pinned, or rolled back from a release that failed).
 
 The branch heads come from one ``ls-remote`` per repo (a read) and the checkouts' commits from
 one read of all the Playgrounds' files (``host_state.playground_files``), so a checkout already
 at its head costs no change at all; only a missing checkout (clone) or a moved head (fetch +
-hard reset) changes the host. A playground whose branch
-is gone keeps its checkout as it is: fetch_branches reports it and stops it when asked.
+hard reset) changes the host. The Marquee's pins come from Redis; its health records (which say
+whether a release failed) are read only when a checkout is not at its branch head, so a
+converged Marquee costs no more reads than before. A held checkout is moved to its commit
+(fetched only when missing, never reset to the head). A playground whose branch is gone keeps its
+checkout as it is: fetch_branches reports it and stops it when asked.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from playguard_async.desired_state.model import Playground
+from playguard_async.phases.holds import Hold, hold_of, pins_of
 from playguard_async.phases.protocol import PhaseReport
 from playguard_async.phases.toolkit import (
     CycleContext,
@@ -19,7 +25,9 @@ from playguard_async.phases.toolkit import (
     compose_project,
 )
 from playguard_async.remote import git
-from playguard_async.remote.host_state import playground_files
+from playguard_async.remote.host_state import image_ids, playground_files
+from playguard_async.remote.last_good import read_records, tags_digest
+from playguard_async.remote.ssh import RemoteSession
 
 
 class SyncGit:
@@ -27,7 +35,8 @@ class SyncGit:
 
     async def __call__(self, ctx: CycleContext) -> PhaseReport:
         """Findings: ``heads`` (playground -> the commit its checkout is at, or would be at in
-        dry-run; None when it has none) and ``branch_gone`` (playground -> missing branch)."""
+        dry-run; None when it has none), ``branch_gone`` (playground -> missing branch) and
+        ``held`` (playground -> why its checkout is kept at a revision that is not its head)."""
         session = await ctx.remote()
         playgrounds = ctx.inventory.playgrounds_on(ctx.marquee.name)
         specs = {pg.name: ctx.inventory.playspec_of(pg) for pg in playgrounds}
@@ -35,12 +44,22 @@ class SyncGit:
         files = await playground_files(
             session, [compose_project(session, ctx.inventory, pg) for pg in playgrounds]
         )
-        findings: dict[str, Any] = {"heads": {}, "branch_gone": {}}
+        moved = [
+            pg
+            for pg in playgrounds
+            if files[pg.name].head != heads[specs[pg.name].repo].get(pg.branch)
+        ]
+        holds = await _holds(ctx, session, playgrounds, moved, heads)
+        findings: dict[str, Any] = {"heads": {}, "branch_gone": {}, "held": {}}
         for playground in playgrounds:
             repo = specs[playground.name].repo
             checkout = git.checkout_dir(ctx.marquee, playground.name)
             local = files[playground.name].head
+            hold = holds.get(playground.name)
             wanted = heads[repo].get(playground.branch)
+            if hold is not None:
+                findings["held"][playground.name] = hold.why
+                wanted = hold.commit or local or wanted
             if wanted is None:
                 findings["branch_gone"][playground.name] = playground.branch
                 findings["heads"][playground.name] = local
@@ -50,13 +69,52 @@ class SyncGit:
                     f"clone {repo} branch {playground.branch} for playground {playground.name}",
                     git.clone(repo, playground.branch, checkout),
                 )
-            elif local != wanted:
+                local = heads[repo].get(playground.branch)
+            if local != wanted and hold is not None:
                 await session.change(
-                    f"update playground {playground.name} from {local[:12]} to {wanted[:12]}",
+                    f"hold playground {playground.name} at {wanted[:12]} ({hold.why})",
+                    git.check_out(checkout, repo, wanted),
+                )
+            elif local != wanted:
+                was = (local or "-")[:12]
+                await session.change(
+                    f"update playground {playground.name} from {was} to {wanted[:12]}",
                     git.update(checkout, repo, playground.branch),
                 )
             findings["heads"][playground.name] = wanted
         return PhaseReport(findings=findings, notices=branch_gone_notices(findings["branch_gone"]))
+
+
+async def _holds(
+    ctx: CycleContext,
+    session: RemoteSession,
+    playgrounds: list[Playground],
+    moved: list[Playground],
+    heads: dict[str, dict[str, str]],
+) -> dict[str, Hold]:
+    """The holds on this Marquee's Playgrounds: a pinned one always counts, a rolled back one
+    can only be off its head, so the health records are read only when one is."""
+    pins = await pins_of(ctx, session)
+    if not pins and not moved:
+        return {}
+    records = await read_records(session, [pg.name for pg in playgrounds])
+    holds: dict[str, Hold] = {}
+    for playground in playgrounds:
+        record = records[playground.name]
+        playspec = ctx.inventory.playspec_of(playground)
+        tags = None
+        if record.failed is not None and playspec.rollback == "auto":
+            tags = tags_digest(await image_ids(session, playspec.images))
+        hold = hold_of(
+            pins.get(playground.name),
+            record,
+            rollback=playspec.rollback,
+            head=heads[playspec.repo].get(playground.branch),
+            tags=tags,
+        )
+        if hold is not None:
+            holds[playground.name] = hold
+    return holds
 
 
 sync_git = SyncGit()

@@ -295,6 +295,15 @@ class ComposeState:
     def project_name(self) -> str:
         return self._project.name
 
+    @property
+    def commit(self) -> str | None:
+        """The commit the checkout is at (None where it has no usable one)."""
+        return self._files.head
+
+    @property
+    def env_path(self) -> str:
+        return _env_path(self._project)
+
     def _inputs(self) -> str:
         project, files = self._project, self._files
         return _sha256(

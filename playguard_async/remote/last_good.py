@@ -1,15 +1,18 @@
 """A Playground's last good state and the input set that failed, kept on its host.
 
 Each Playground has one small JSON file, ``<state_dir>/playgrounds/<playground>.json``, under the
-fenced state directory (``remote.guard``): written only through ``RemoteSession.write_file``, so
+fenced state directory (``remote.guard``): written only through the session's fenced door, so
 only the lease the host accepts can change it, and read back by every replica, so it survives a
 restart of all of them. It holds:
 
-- ``last_good``: the inputs of the last state verified healthy: the digest of the whole input set,
-  the compose file's and override's SHA-256, and the image each service actually ran, by repo
-  digest (``repo@sha256:...``; the image ID where the image has none), never by tag;
-- ``failed``: the digest of the input set that last failed its health check, and why, so that
-  set is not tried again until an input changes (no flapping on a bad release).
+- ``last_good``: the last state verified healthy: the digest of the whole input set, the compose
+  file's SHA-256, and its revision (``remote.revision``): the checkout's commit, the image each
+  service actually ran by repo digest (never by tag), and the digests of ``.env`` and our
+  override. Beside the record the host keeps a copy of that ``.env`` (``kept_env_path``), so a
+  rollback restores it without its content ever leaving the host;
+- ``failed``: the release that last failed its health check, and why: the digest of its input set,
+  the commit it was and the digest of the images behind the Playspec's tags then, so it is not
+  tried again until the branch head or an image behind a tag moves (no flapping on a bad release).
 
 The input set is what the desired state makes of a Playground: its compose file, ``.env`` and our
 override as the host has them, and the ID of the image behind each of its Playspec's image
@@ -27,8 +30,20 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import structlog
+
+from playguard_async.cycle_record import ABSENT_FILE
+from playguard_async.kits.revision_shapes import DIGEST
 from playguard_async.remote.guard import state_dir
+from playguard_async.remote.revision import (
+    Revision,
+    commit_of,
+    kept_env_path,
+    revision_of,
+)
 from playguard_async.remote.ssh import RemoteSession
+
+log = structlog.get_logger("playguard.remote")
 
 # $1 state directory ("~/..." is the SSH user's home), then the Playgrounds. One line per record
 # that exists: "<playground> <the file's first line>" (a record is one line). Shell builtins only:
@@ -48,9 +63,12 @@ exit 0
 class LastGood:
     inputs: str
     compose: str
-    override: str
-    images: dict[str, str]
-    """Service -> the image it ran, by repo digest (or image ID)."""
+    revision: Revision
+
+    @property
+    def images(self) -> Mapping[str, str]:
+        """Service -> the image it ran, by repo digest (or image ID)."""
+        return self.revision.images
 
     def shown(self) -> str:
         """``service=reference`` pairs, as status and describe show them."""
@@ -61,6 +79,15 @@ class LastGood:
 class Failed:
     inputs: str
     reason: str
+    commit: str | None = None
+    """The commit the failed release was; None in a record written before releases had one."""
+    tags: str | None = None
+    """The digest of the images behind the Playspec's references then (``tags_digest``)."""
+
+    def is_release(self, head: str | None, tags: str) -> bool:
+        """Whether the release at branch ``head`` with the images ``tags`` is the one that
+        failed: neither the branch head nor an image behind a tag moved since."""
+        return self.commit is not None and self.commit == head and self.tags == tags
 
 
 @dataclass(frozen=True)
@@ -69,26 +96,43 @@ class HealthRecord:
     failed: Failed | None = None
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+        good, failed = self.last_good, self.failed
+        document: dict[str, Any] = {
+            "last_good": None
+            if good is None
+            else {"inputs": good.inputs, "compose": good.compose, **good.revision.to_json()},
+            "failed": None if failed is None else asdict(failed),
+        }
+        return json.dumps(document, sort_keys=True, separators=(",", ":"))
 
     @classmethod
     def parse(cls, text: str) -> HealthRecord:
-        """A record as written; ValueError (or TypeError) for anything else."""
+        """A record as written; ValueError (or TypeError) for anything else. A revision, commit
+        or digest not of its shape reads as absent (``remote.revision``)."""
         data = json.loads(text)
         good, failed = data.get("last_good"), data.get("failed")
+        last_good = None
+        if good is not None:
+            revision = revision_of(
+                {"commit": None, "env": ABSENT_FILE} | good, source="the host's health record"
+            )
+            if revision is not None:
+                last_good = LastGood(_text(good["inputs"]), _text(good["compose"]), revision)
         return cls(
-            last_good=None
-            if good is None
-            else LastGood(
-                inputs=_text(good["inputs"]),
-                compose=_text(good["compose"]),
-                override=_text(good["override"]),
-                images={_text(key): _text(value) for key, value in good["images"].items()},
-            ),
+            last_good=last_good,
             failed=None
             if failed is None
-            else Failed(inputs=_text(failed["inputs"]), reason=_text(failed["reason"])),
+            else Failed(
+                inputs=_text(failed["inputs"]),
+                reason=_text(failed["reason"]),
+                commit=commit_of(failed.get("commit"), source="the host's health record"),
+                tags=_digest(failed.get("tags")),
+            ),
         )
+
+
+def _digest(value: object) -> str | None:
+    return value if isinstance(value, str) and DIGEST.fullmatch(value) else None
 
 
 def _text(value: object) -> str:
@@ -118,20 +162,49 @@ async def read_records(
             if name in playgrounds:
                 try:
                     records[name] = HealthRecord.parse(text)
-                except (ValueError, TypeError, KeyError, AttributeError):
+                except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
+                    log.warning("health_record.unreadable", playground=name, value=text[:80])
                     records[name] = HealthRecord()
         return {name: records.get(name, HealthRecord()) for name in playgrounds}
 
     return await session.read_once(("health-records", tuple(playgrounds)), read)
 
 
-async def write_record(session: RemoteSession, playground: str, record: HealthRecord) -> None:
-    """The Playground's record on the host, through the fenced door."""
-    await session.write_file(
-        f"record the health of playground {playground}",
-        record_path(session, playground),
-        record.to_json() + "\n",
+# $1 the record, $2 the checkout's .env, $3 where its copy is kept; the record comes on stdin.
+# With $2 given, the .env of the revision just verified is kept (or its copy removed where the
+# checkout has none) before the record names it, so no record names a .env the host lacks.
+_WRITE_SCRIPT = """
+f=$1 env=$2 kept=$3
+case $f in "~/"*) f=$HOME/${f#"~/"} ;; esac
+case $kept in "~/"*) kept=$HOME/${kept#"~/"} ;; esac
+umask 077 && mkdir -p -- "$(dirname -- "$f")" || exit
+if [ -n "$env" ]; then
+    if [ -f "$env" ]; then
+        cp -- "$env" "$kept.tmp" && mv -f -- "$kept.tmp" "$kept" || exit
+    else
+        rm -f -- "$kept" || exit
+    fi
+fi
+cat >"$f.tmp" && mv -f -- "$f.tmp" "$f"
+"""
+
+
+async def write_record(
+    session: RemoteSession, playground: str, record: HealthRecord, *, env: str | None = None
+) -> None:
+    """The Playground's record on the host, through the fenced door, in one write; with ``env``
+    (the checkout's ``.env`` path) when the record names a new last good revision, whose
+    ``.env`` the host then keeps."""
+    argv = ["sh", "-c", _WRITE_SCRIPT, "sh", record_path(session, playground), env or "",
+            kept_env_path(session.marquee, playground)]  # fmt: skip
+    await session.change(
+        f"record the health of playground {playground}", argv, stdin=record.to_json() + "\n"
     )
+
+
+def tags_digest(images: Mapping[str, str]) -> str:
+    """The digest of ``images`` (Playspec reference -> the image ID behind it now)."""
+    return hashlib.sha256(json.dumps(dict(sorted(images.items()))).encode()).hexdigest()
 
 
 def input_digest(files: Mapping[str, str], override: str, images: Mapping[str, str]) -> str:

@@ -33,6 +33,7 @@ from aiohttp import web
 from redis.exceptions import RedisError
 
 from playguard_async.coordination.marquee_reads import LastCycle
+from playguard_async.cycle_record import revision_short
 from playguard_async.service.fleet_picture import FleetPicture
 from playguard_async.service.fleet_table import (
     NEVER,
@@ -198,6 +199,7 @@ def templates() -> jinja2.Environment:
         undefined=jinja2.StrictUndefined,
     )
     environment.filters["secs"] = _secs
+    environment.filters["revision"] = revision_short
     environment.filters["path_part"] = lambda text: quote(str(text), safe="")
     return environment
 

@@ -121,7 +121,8 @@ async def test_auto_rolls_a_bad_tag_back_to_the_last_good_digest_and_does_not_fl
     assert found(first)["last_good"] == f"app={good_digest}"
     assert found(bad)["health"] == "unhealthy"
     assert list(found(bad)["unhealthy"]) == ["app"]
-    assert found(bad)["rollback"].startswith(f"rolled back to app={good_digest} because app: ")
+    assert found(bad)["rollback"].startswith(f"rolled back to app={good_digest} at ")
+    assert " because app: " in found(bad)["rollback"]
     assert found(bad)["rollback_health"] == "healthy"
     assert notices(bad, NoticeKind.UNHEALTHY)[0].startswith("app: ")
     assert notices(bad, NoticeKind.ROLLED_BACK) == [found(bad)["rollback"]]
@@ -177,9 +178,9 @@ async def test_notify_leaves_the_bad_playground_and_reports_it_without_recreatin
 async def test_a_rollback_cut_after_the_failure_was_recorded_is_finished_by_the_next_cycle(
     edge: LabEdge, tags: Tags
 ) -> None:
-    """A lease lost between the record of the failed inputs and the rollback's ``up`` leaves the
-    host as a ``notify`` cycle does: the next ``auto`` cycle pins the last good state and
-    verifies it, and the one after has nothing to do."""
+    """A lease lost between the record of the failed release and the rollback leaves the host as
+    a ``notify`` cycle does: the next ``auto`` cycle puts back the last good commit and images
+    and verifies them, and the one after has nothing to do."""
     use_policy(edge, tags, "notify")
     branch = on_tag(edge, tags, "good")
     await cycle(edge)
@@ -191,10 +192,13 @@ async def test_a_rollback_cut_after_the_failure_was_recorded_is_finished_by_the_
     finished = await cycle(edge)
     after = await cycle(edge)
 
-    assert finished.actions[-1] == ("compose up playground web-main (override changed)")
+    assert finished.actions[0].startswith("check out playground web-main at ")
+    assert finished.actions[-1] == (
+        "compose up playground web-main (roll back to its last good revision)"
+    )
     assert found(finished)["health"] == "healthy"
     assert notices(finished, NoticeKind.ROLLED_BACK) == [found(finished)["rollback"]]
-    assert found(finished)["rollback"].startswith(f"rolled back to app={good_digest} because ")
+    assert found(finished)["rollback"].startswith(f"rolled back to app={good_digest} at ")
     assert (await running(edge.docker))["Config"]["Image"] == good_digest
     assert after.actions == []
     assert notices(after, NoticeKind.ROLLED_BACK) == []
@@ -255,9 +259,8 @@ async def test_a_service_docker_keeps_restarting_fails_by_its_restarts_and_is_ro
     assert found(bad)["health"] == "unhealthy"
     assert list(found(bad)["unhealthy"]) == ["app"]
     assert re.fullmatch(r"restarted: \d+ times; starting.*", found(bad)["unhealthy"]["app"])
-    assert found(bad)["rollback"].startswith(
-        f"rolled back to app={good_digest} because app: restarted: "
-    )
+    assert found(bad)["rollback"].startswith(f"rolled back to app={good_digest} at ")
+    assert " because app: restarted: " in found(bad)["rollback"]
     assert found(bad)["rollback_health"] == "healthy"
     assert notices(bad, NoticeKind.ROLLED_BACK) == [found(bad)["rollback"]]
     assert after.actions == []

@@ -17,6 +17,7 @@ from playguard_async.remote.compose import CONFIG_HASH_LABEL
 from playguard_async.remote.docker import our_labels
 from tests.support.edge import LabEdge
 from tests.support.playgrounds import (
+    checkout_head,
     compose_yaml,
     override_of,
     project_containers,
@@ -73,13 +74,20 @@ async def test_fresh_playground_comes_up_with_our_labels_then_costs_nothing(edge
 
     assert first.actions == [WRITE_OVERRIDE, up("override changed", "app: missing"), RECORD]
     [container] = await project_containers(edge.docker)
+    digest = await repo_digest(edge.docker, container["Image"])
+    revision = findings(first)["revision"]
     assert findings(first) == {
         "state": "running",
         "drift": ["override changed", "app: missing"],
         "actions": first.actions,
         "health": "healthy",
-        "last_good": f"app={await repo_digest(edge.docker, container['Image'])}",
+        "last_good": f"app={digest}",
+        "revision": revision,
+        "last_good_revision": revision,
     }
+    assert revision["commit"] == checkout_head(edge.origin, edge.world)
+    assert revision["images"] == {"app": digest}
+    assert revision["env"] == "-"
     assert container["State"]["Running"]
     assert (
         our_labels("edge-1", playground="web-main").items() <= container["Config"]["Labels"].items()
@@ -90,6 +98,8 @@ async def test_fresh_playground_comes_up_with_our_labels_then_costs_nothing(edge
         "drift": [],
         "actions": [],
         "last_good": findings(first)["last_good"],
+        "revision": revision,
+        "last_good_revision": revision,
     }
 
 

@@ -12,6 +12,7 @@ from playguard_async.engine.results import CycleResult, Outcome
 from playguard_async.kits.textclean import LINE_LIMIT, host_line
 from playguard_async.remote.compose import override_content
 from playguard_async.remote.last_good import Failed, HealthRecord, LastGood, input_digest
+from playguard_async.remote.revision import Revision
 from playguard_async.service.daemon import rolled_back_playspecs
 from playguard_async.service.metrics import Metrics
 from tests.support.engine import inventory_of
@@ -61,17 +62,19 @@ def test_huge_host_output_is_bounded(raw: str) -> None:
     assert "\x00" not in shown
 
 
-GOOD = LastGood(inputs="i" * 64, compose="c" * 64, override="o" * 64, images={"app": "r@sha256:1"})
+GOOD = LastGood(
+    inputs="i" * 64,
+    compose="c" * 64,
+    revision=Revision("a" * 40, {"app": "r@sha256:" + "1" * 64}, env="e" * 64, override="0" * 64),
+)
 
 RECORD_FILES = {
     "not-json": "{{{",
     "a-list": "[]",
     "a-number": "42",
     "last-good-not-an-object": '{"last_good": 1}',
-    "images-not-an-object": '{"last_good": {"inputs": "i", "compose": "c", "override": "o", '
-    '"images": []}}',
-    "image-not-a-string": '{"last_good": {"inputs": "i", "compose": "c", "override": "o", '
-    '"images": {"app": 7}}}',
+    "inputs-missing": '{"last_good": {"compose": "c", "override": "' + "0" * 64 + '", '
+    '"images": {}}}',
     "field-missing": '{"failed": {"inputs": "i"}}',
     "reason-not-a-string": '{"failed": {"inputs": "i", "reason": null}}',
 }
@@ -85,8 +88,13 @@ def test_record_file_not_of_the_written_form_is_refused(case: str) -> None:
 
 @pytest.mark.parametrize(
     "record",
-    [HealthRecord(), HealthRecord(last_good=GOOD), HealthRecord(GOOD, Failed("f" * 64, "app: x"))],
-    ids=["empty", "last-good", "last-good-and-failed"],
+    [
+        HealthRecord(),
+        HealthRecord(last_good=GOOD),
+        HealthRecord(GOOD, Failed("f" * 64, "app: x")),
+        HealthRecord(GOOD, Failed("f" * 64, "app: x", commit="b" * 40, tags="d" * 64)),
+    ],
+    ids=["empty", "last-good", "last-good-and-failed", "failed-release"],
 )
 def test_record_reads_back_as_written(record: HealthRecord) -> None:
     assert HealthRecord.parse(record.to_json()) == record

@@ -130,7 +130,7 @@ def test_findings_go_through_a_stored_record_and_back_unchanged() -> None:
     assert playground_rows(stored)[0] == (
         "expired", "edge-1", "expired", json.dumps(["expired at 2026-01-01T00:00:00+00:00"]),
         "take down playground web (expired at 2026-01-01T00:00:00+00:00)", "0123456789ab",
-        finished,
+        finished, None, None, None,
     )  # fmt: skip
 
 

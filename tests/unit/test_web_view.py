@@ -22,7 +22,12 @@ from structlog.testing import capture_logs
 
 from playguard_async.coordination.lock_record import Holder
 from playguard_async.coordination.lock_state import LockState
-from playguard_async.coordination.marquee_reads import LastCycle, MarqueeStatus, MarqueeStory
+from playguard_async.coordination.marquee_reads import (
+    LastCycle,
+    MarqueeStatus,
+    MarqueeStory,
+    PlaygroundRevisions,
+)
 from playguard_async.service import fleet_picture
 from playguard_async.service.endpoints import application
 from playguard_async.service.fleet_picture import FleetPicture, Listed
@@ -259,6 +264,18 @@ def hostile_story() -> MarqueeStory:
         steps=[],
         history=[cycle],
         last_good={value: value},
+        revisions={
+            value: PlaygroundRevisions(
+                {
+                    "commit": "a" * 40,
+                    "images": {"app": "r@sha256:" + "b" * 64},
+                    "env": "-",
+                    "override": "c" * 64,
+                },
+                None,
+                value,
+            )
+        },
     )
 
 

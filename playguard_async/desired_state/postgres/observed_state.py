@@ -1,7 +1,8 @@
 """The observed state written back to PostgreSQL at the end of each cycle, in playguard's schema
 only: one row per Marquee (``marquee_status``: outcome, reason, phase, fence, replica, durations,
 actions, finished time) and one per Playground the cycle reconciled (``playground_status``: state,
-drift, last action). The application reads them there, joined to its own rows by name.
+drift, last action, the revision it runs and its last good one, why it is pinned). The
+application reads them there, joined to its own rows by name.
 
 A cycle hands its record over and goes on; the writer upserts what has gathered, in batches,
 on a connection of its own, each batch bounded by ``desired_state_timeout``. A failure is logged
@@ -46,11 +47,13 @@ WHERE marquee_status.finished_at <= EXCLUDED.finished_at
 
 _UPSERT_PLAYGROUND = """
 INSERT INTO {schema}.playground_status (playground, marquee, state, drift, last_action, cycle,
-                                        finished_at)
-VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7)
+                                        finished_at, revision, last_good_revision, pinned)
+VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7, $8::jsonb, $9::jsonb, $10)
 ON CONFLICT (playground) DO UPDATE SET
     marquee = EXCLUDED.marquee, state = EXCLUDED.state, drift = EXCLUDED.drift,
-    last_action = EXCLUDED.last_action, cycle = EXCLUDED.cycle, finished_at = EXCLUDED.finished_at
+    last_action = EXCLUDED.last_action, cycle = EXCLUDED.cycle, finished_at = EXCLUDED.finished_at,
+    revision = EXCLUDED.revision, last_good_revision = EXCLUDED.last_good_revision,
+    pinned = EXCLUDED.pinned
 WHERE playground_status.finished_at <= EXCLUDED.finished_at
 """
 """The upserts' ``{schema}`` is playguard's schema, quoted (a validated name, never a value).
@@ -71,10 +74,15 @@ def playground_rows(record: Mapping[str, Any]) -> list[tuple[Any, ...]]:
         (
             name, record["marquee"], found.state, json.dumps(list(found.drift)),
             found.actions[-1] if found.actions else None, record["cycle"], finished,
+            _json_or_null(found.revision), _json_or_null(found.last_good_revision), found.pinned,
         )
         for name, found in playground_findings(record["findings"]).items()
         if found.state is not None
     ]  # fmt: skip
+
+
+def _json_or_null(value: object) -> str | None:
+    return None if value is None else json.dumps(value)
 
 
 class ObservedStateWriter:

@@ -1,0 +1,413 @@
+"""One running Playground converged in a cycle: brought to its desired revision, through the
+health gate, and, under ``rollback: auto``, back to its last good revision when that revision is
+not healthy in time.
+
+The desired revision is its branch head (or the commit it is pinned at, ``phases.holds``) with the
+images behind its Playspec's tags. A change is done when it is healthy: after ``up``, the health
+gate (``remote.health``) waits for every service to be healthy by Docker's word, within the
+Playspec's ``health_timeout`` (counted from the first start of its input set, which no restart of
+a container moves) and the lease; a service that exited or that Docker keeps restarting fails it
+at once. A Playground verified healthy has its revision recorded as its last good one
+(``remote.last_good``); one that is not is reported ``unhealthy``, its release is remembered as
+failed and not tried again until its branch head or an image behind a tag moves, and under
+``rollback: auto`` it goes back to its last good revision, all of it: commit, ``.env``, images by
+digest (README "Healthy, not just started").
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import TypedDict
+
+from playguard_async.coordination.pins import Pin
+from playguard_async.cycle_record import (
+    ABSENT_FILE,
+    NoticeKind,
+    PlaygroundFinding,
+    RevisionRecord,
+)
+from playguard_async.desired_state.model import InventoryError, Playspec, Registry
+from playguard_async.phases.container_drift import config_drift, container_drift, service_of, stuck
+from playguard_async.phases.holds import hold_of
+from playguard_async.phases.protocol import Notice
+from playguard_async.phases.toolkit import Container
+from playguard_async.remote import git
+from playguard_async.remote.compose import ComposeProject, override_content, parse_services
+from playguard_async.remote.health import PlaygroundHealth, wait_healthy
+from playguard_async.remote.host_state import ABSENT, ComposeState, image_ids, pinned_references
+from playguard_async.remote.last_good import (
+    Failed,
+    HealthRecord,
+    LastGood,
+    input_digest,
+    read_records,
+    tags_digest,
+    write_record,
+)
+from playguard_async.remote.revision import Revision, kept_env_path, restore_env
+from playguard_async.remote.ssh import RemoteSession
+
+
+def _secrets(registry: Registry | None) -> list[str]:
+    """What must not appear in a health log line shown: the password of the Playspec's
+    registry (a service may well print the credentials it was started with). Read only when a
+    health gate runs: a converged cycle reads no password file."""
+    if registry is None:
+        return []
+    try:
+        return [registry.password().get_secret_value()]
+    except InventoryError:
+        return []  # refresh_credentials names the unreadable password
+
+
+@dataclass
+class Converged:
+    """What converging one running Playground came to: its finding (its actions are the
+    caller's to add), its notices, and in a few words why it is unhealthy, for the cycle's
+    outcome (None when it is not known to be; the notices carry the details)."""
+
+    finding: PlaygroundFinding
+    notices: list[Notice] = field(default_factory=list)
+    unhealthy: str | None = None
+
+
+class HealthRecords:
+    """The Marquee's health records (``remote.last_good``), read once when first asked for."""
+
+    def __init__(self, session: RemoteSession, playgrounds: list[str]) -> None:
+        self._session = session
+        self._playgrounds = playgrounds
+
+    async def of(self, playground: str) -> HealthRecord:
+        return (await read_records(self._session, self._playgrounds))[playground]
+
+
+@dataclass(frozen=True)
+class RunningPlayground:
+    """One running Playground converged in this cycle: what its steps share."""
+
+    session: RemoteSession
+    project: ComposeProject
+    own: list[Container]
+    compose: ComposeState
+    playspec: Playspec
+    registry: Registry | None
+    pin: Pin | None
+    head: str | None
+    """The commit at the head of its branch now."""
+
+    async def converge(self, records: HealthRecords) -> Converged:
+        """Bring the Playground to its desired revision, then through the health gate.
+
+        The desired revision is its branch head (or the commit it is pinned at) with the images
+        behind its Playspec's tags, unless that very release already failed (``Failed``): then,
+        under ``auto``, its last good revision (``_keep_rolled_back``), and otherwise it is left
+        as it is, neither ``up`` again nor recreated as stuck. The gate runs after a change, and
+        on a converged Playground whose inputs were not verified yet (a wait a lease cut short,
+        or one running since before this gate existed)."""
+        session, project, compose, playspec = (
+            self.session, self.project, self.compose, self.playspec
+        )  # fmt: skip
+        services = await compose.services()
+        if services is None:
+            return Converged(PlaygroundFinding("no_checkout"))
+        plain = override_content(project.marquee.name, project.playground, services)
+        images = await image_ids(session, playspec.images)
+        tags = tags_digest(images)
+        inputs = input_digest(compose.file_digests(), plain, images)
+        record = await records.of(project.playground)
+        hold = hold_of(self.pin, record, rollback=playspec.rollback, head=self.head, tags=tags)
+        if hold is not None and hold.pin is None:
+            return await self._keep_rolled_back(services, record)
+        failed = record.failed
+        # A pinned Playground's failed inputs are held like any (its pin is not its branch head,
+        # so it is held by its inputs only).
+        if failed is not None and (
+            failed.inputs == inputs or (hold is None and failed.is_release(self.head, tags))
+        ):
+            return _held(project, record, playspec)
+        override = override_content(
+            project.marquee.name, project.playground, services, hold.images if hold else None
+        )
+        changing = time.monotonic()
+        drift = await self._bring_up(services, override)
+        result = Converged(
+            PlaygroundFinding(
+                "running", tuple(drift), **_last_good_of(record),
+                pinned=None if hold is None else hold.why,
+            )
+        )  # fmt: skip
+        verified = record.last_good is not None and record.last_good.inputs == inputs
+        if verified and not drift:
+            assert record.last_good is not None
+            result.finding = replace(result.finding, revision=record.last_good.revision.to_json())
+        if session.dry_run or not (drift or not verified):
+            return result
+        health, time_up = await wait_healthy(
+            session,
+            project,
+            services,
+            timeout=playspec.health_timeout,
+            changed=changing if drift else None,
+            secrets=_secrets(self.registry),
+        )
+        if health.healthy:
+            result.finding = replace(result.finding, health="healthy")
+            if drift:
+                await compose.learn_after_up(health.labels)
+            good = LastGood(
+                inputs=inputs,
+                compose=compose.file_digests()["compose"],
+                revision=Revision(
+                    commit=compose.commit,
+                    images=await _running_images(session, health),
+                    env=compose.file_digests()["env"],
+                    override=hashlib.sha256(plain.encode()).hexdigest(),
+                ),
+            )
+            if record != HealthRecord(last_good=good):
+                await write_record(
+                    session, project.playground, HealthRecord(last_good=good),
+                    env=compose.env_path,
+                )  # fmt: skip
+            result.finding = replace(
+                result.finding,
+                revision=good.revision.to_json(),
+                **_last_good_of(HealthRecord(last_good=good)),
+            )
+            return result
+        if not time_up:
+            result.finding = replace(result.finding, health="pending")
+            return result
+        reason = "; ".join(f"{service}: {why}" for service, why in health.problems().items())
+        result.finding = replace(result.finding, health="unhealthy", unhealthy=health.problems())
+        result.unhealthy = "unhealthy"
+        now = Revision(
+            compose.commit,
+            await _pinned_tags(session, images),
+            compose.file_digests()["env"],
+            hashlib.sha256(plain.encode()).hexdigest(),
+        )
+        result.finding = replace(result.finding, revision=now.to_json())
+        result.notices.append(
+            Notice(NoticeKind.UNHEALTHY, project.playground, f"{reason} ({_both(now, record)})")
+        )
+        if verified:
+            # The last good state itself is not healthy now: reported, not undone, and its inputs
+            # are not marked failed (they were verified; what changed is not in them).
+            return result
+        failed_now = Failed(inputs, reason, commit=compose.commit, tags=tags)
+        record = HealthRecord(last_good=record.last_good, failed=failed_now)
+        await write_record(session, project.playground, record)
+        if playspec.rollback == "auto" and record.last_good is not None and hold is None:
+            await self._roll_back(record, result)
+        return result
+
+    async def _keep_rolled_back(self, services: list[str], record: HealthRecord) -> Converged:
+        """A Playground held at its last good revision because the release at its head failed:
+        finished rolling back where it is not all there yet (a rollback a lost lease cut
+        short: its commit or ``.env`` is not the last good one), else kept there, its images
+        pinned by digest; verified after any change."""
+        session, project = self.session, self.project
+        good = record.last_good
+        assert good is not None
+        result = Converged(
+            PlaygroundFinding("running", revision=good.revision.to_json(), **_last_good_of(record))
+        )
+        if _off_revision(self.compose, good.revision):
+            await self._roll_back(record, result)
+            result.finding = replace(result.finding, health=result.finding.rollback_health)
+            return result
+        override = override_content(project.marquee.name, project.playground, services, good.images)
+        changing = time.monotonic()
+        drift = await self._bring_up(services, override)
+        result.finding = replace(result.finding, drift=tuple(drift))
+        _say_rolled_back(project, record, result, now=bool(drift) and not session.dry_run)
+        if session.dry_run or not drift:
+            return result
+        health, time_up = await wait_healthy(
+            session, project, services, timeout=self.playspec.health_timeout, changed=changing,
+            secrets=_secrets(self.registry),
+        )  # fmt: skip
+        if health.healthy:
+            await self.compose.learn_after_up(health.labels)
+        result.finding = replace(result.finding, health=_word(health.healthy, time_up))
+        return result
+
+    async def _bring_up(self, services: list[str], override: str) -> list[str]:
+        """Write the override and ``up`` when anything calls for it, recreate what is stuck;
+        returns why (nothing when the Playground already was as desired)."""
+        session, project, compose = self.session, self.project, self.compose
+        drift: list[str] = []
+        if not compose.override_current(override):
+            await session.write_file(
+                f"write the compose override of playground {project.playground}",
+                project.override,
+                override,
+            )
+            compose.override_written(override)
+            drift.append("override changed")
+        drift += container_drift(services, self.own)
+        if not drift:
+            drift += config_drift(self.own, await compose.config_hashes())
+        if drift:
+            # The listing is stale now (up recreated what differed); the health gate that
+            # follows sees what up left, stuck or not.
+            await session.change(
+                f"compose up playground {project.playground} ({'; '.join(drift)})", project.up()
+            )
+            return drift
+        stuck_now = await stuck(session, [c for c in self.own if service_of(c) in services])
+        if stuck_now:
+            reasons = [f"{service}: {why}" for service, why in sorted(stuck_now.items())]
+            await session.change(
+                f"recreate stuck services of playground {project.playground} "
+                f"({'; '.join(reasons)})",
+                project.recreate(sorted(stuck_now)),
+            )
+            drift += reasons
+        return drift
+
+    async def _roll_back(self, record: HealthRecord, result: Converged) -> None:
+        """Put the Playground back at its last good revision, all of it, and verify it: the
+        checkout at its commit (fetched only if missing), its ``.env`` from the copy the host
+        kept, our override naming each service's last good image by digest, then ``up``. A lease
+        lost midway stops it like any write; the next cycle, seeing the same failed release,
+        finishes it (``_keep_rolled_back``)."""
+        session, project, compose = self.session, self.project, self.compose
+        good = record.last_good
+        assert good is not None
+        revision = good.revision
+        changing = time.monotonic()
+        if revision.commit is not None and compose.commit != revision.commit:
+            await session.change(
+                f"check out playground {project.playground} at {revision.commit[:12]} "
+                "(roll back to its last good revision)",
+                git.check_out(project.checkout, self.playspec.repo, revision.commit),
+            )
+        if revision.commit is not None and compose.file_digests()["env"] != revision.env:
+            await session.change(
+                f"restore the .env of playground {project.playground} "
+                f"(env={revision.env[:12]}, its last good revision)",
+                restore_env(
+                    project.checkout,
+                    kept_env_path(project.marquee, project.playground),
+                    revision.env != ABSENT_FILE,
+                ),
+            )
+        services = await _services_now(session, project)
+        await session.write_file(
+            f"write the compose override of playground {project.playground} "
+            f"(roll back to {good.shown()})",
+            project.override,
+            override_content(project.marquee.name, project.playground, services, good.images),
+        )
+        await session.change(
+            f"compose up playground {project.playground} (roll back to its last good revision)",
+            project.up(),
+        )
+        _say_rolled_back(project, record, result, now=True)
+        if session.dry_run:
+            return
+        health, time_up = await wait_healthy(
+            session, project, services, timeout=self.playspec.health_timeout, changed=changing,
+            secrets=_secrets(self.registry),
+        )  # fmt: skip
+        result.finding = replace(
+            result.finding,
+            revision=revision.to_json(),
+            rollback_health=_word(health.healthy, time_up),
+        )
+
+
+def _off_revision(compose: ComposeState, revision: Revision) -> bool:
+    """Whether the checkout's commit or ``.env`` is not ``revision``'s (one a record written
+    before revisions had a commit cannot say: never)."""
+    if revision.commit is None:
+        return False
+    return compose.commit != revision.commit or compose.file_digests()["env"] != revision.env
+
+
+async def _services_now(session: RemoteSession, project: ComposeProject) -> list[str]:
+    """The project's services as its checkout is now, asked of compose (the cycle's answer was
+    for the checkout before the rollback moved it)."""
+    if session.dry_run:
+        return []
+    return parse_services((await session.run(project.services())).stdout)
+
+
+def _word(healthy: bool, time_up: bool) -> str:
+    return "healthy" if healthy else "unhealthy" if time_up else "pending"
+
+
+def _both(now: Revision, record: HealthRecord) -> str:
+    """Both revisions, in one line for a notice: the one that failed and the last good one."""
+    good = "none" if record.last_good is None else record.last_good.revision.short()
+    return f"revision {now.short()}; last good {good}"
+
+
+async def _pinned_tags(session: RemoteSession, images: Mapping[str, str]) -> dict[str, str]:
+    """Playspec reference -> the image behind it, by repo digest (where the host has it)."""
+    present = [image for image in images.values() if image != ABSENT]
+    pinned = await pinned_references(session, sorted(set(present)))
+    return {reference: pinned[image] for reference, image in images.items() if image in pinned}
+
+
+def _say_rolled_back(
+    project: ComposeProject, record: HealthRecord, result: Converged, *, now: bool
+) -> None:
+    """The finding, notice and outcome of a Playground running its last good state: the notice
+    is ``rolled_back`` in the cycle that rolled it back (``now``; what the rollback metric
+    counts), ``unhealthy`` in the cycles that keep it there."""
+    assert record.last_good is not None
+    assert record.failed is not None
+    commit = record.last_good.revision.commit
+    at = "" if commit is None else f" at {commit[:12]}"
+    words = f"rolled back to {record.last_good.shown()}{at} because {record.failed.reason}"
+    result.finding = replace(result.finding, rollback=words)
+    kind = NoticeKind.ROLLED_BACK if now else NoticeKind.UNHEALTHY
+    result.notices.append(Notice(kind, project.playground, words))
+    result.unhealthy = "rolled back to its last good state"
+
+
+def _held(project: ComposeProject, record: HealthRecord, playspec: Playspec) -> Converged:
+    """A Playground whose inputs failed and that is not rolled back: left as it is."""
+    assert record.failed is not None
+    why = (
+        f"inputs {record.failed.inputs[:12]} failed ({record.failed.reason}); "
+        "not retried until they change"
+    )
+    if playspec.rollback == "auto":
+        why += "; no last good state to roll back to"
+    held = Converged(
+        PlaygroundFinding("running", health="held", held=why, **_last_good_of(record)),
+        unhealthy="held back: its inputs failed",
+    )
+    held.notices.append(Notice(NoticeKind.UNHEALTHY, project.playground, why))
+    return held
+
+
+class _LastGoodFields(TypedDict):
+    last_good: str | None
+    last_good_revision: RevisionRecord | None
+
+
+def _last_good_of(record: HealthRecord) -> _LastGoodFields:
+    """The Playground's last good state as its finding holds it, in every cycle (``describe``
+    shows the last cycle's): its images in a few words, and its revision in full."""
+    good = record.last_good
+    return {
+        "last_good": None if good is None else good.shown(),
+        "last_good_revision": None if good is None else good.revision.to_json(),
+    }
+
+
+async def _running_images(session: RemoteSession, health: PlaygroundHealth) -> dict[str, str]:
+    """Service -> the image its container runs, by a reference naming exactly that image."""
+    pinned = await pinned_references(
+        session, sorted({service.image for service in health.services.values()})
+    )
+    return {name: pinned[service.image] for name, service in health.services.items()}

@@ -1,0 +1,237 @@
+"""A release is a revision: the five kinds of bad release our users meet, each under ``auto``,
+``notify`` and ``off``, against the lab (compose over SSH, the lab's dockerd, registry and git
+origin). Under ``auto`` the Playground is back at its last good commit, images and ``.env``
+within the cycle, stays there without retrying, and takes the next good commit; under
+``notify`` and ``off`` nothing changes, and the notice names both revisions."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import aiodocker
+import pytest
+
+from playguard_async.cycle_record import NoticeKind
+from playguard_async.phases.pull_images import pull_images
+from playguard_async.phases.reconcile_playgrounds import reconcile_playgrounds
+from playguard_async.phases.sync_git import sync_git
+from playguard_lab import DockerDaemon, RegistryServer, build_busybox_image, push_image
+from tests.support.edge import LabEdge
+from tests.support.playgrounds import checkout_head, checkout_of, project_containers, set_playground
+from tests.support.world import LAB_OPTIONS, PhaseRun
+
+pytestmark = pytest.mark.integration
+
+CYCLE = (sync_git, pull_images, reconcile_playgrounds)
+
+SERVES = ["/bin/sh", "-c", 'test "$MODE" = good && exec sleep 86400; exit 3']
+"""Runs while ``MODE`` (from ``.env``, through the compose file) is ``good``; exits 3 at once
+otherwise."""
+
+HEALTHY_IMAGE = ["CMD", "/bin/sh", "-c", "env | grep -q ^HEALTHY=yes"]
+
+
+@dataclass(frozen=True)
+class Images:
+    """Two images of the lab registry, made once for the module: one the health test passes
+    on (it sets HEALTHY), one it fails on."""
+
+    docker: DockerDaemon
+    registry: RegistryServer
+    healthy: str
+    unhealthy: str
+
+    def push(self, local: str, tag: str) -> str:
+        """``local`` under ``tag`` of the test's repository; the reference."""
+        return push_image(self.docker, self.registry, local, f"revision-test:{tag}")
+
+
+@pytest.fixture(scope="module")
+def images(docker_daemon: DockerDaemon, registry: RegistryServer) -> Iterator[Images]:
+    made = Images(
+        docker_daemon,
+        registry,
+        f"playguard-test/{uuid.uuid4().hex}:healthy",
+        f"playguard-test/{uuid.uuid4().hex}:unhealthy",
+    )
+    build_busybox_image(docker_daemon, made.healthy, env={"HEALTHY": "yes"})
+    build_busybox_image(docker_daemon, made.unhealthy)
+    yield made
+    docker_daemon.cli("rmi", "--force", made.healthy, made.unhealthy)
+
+
+@dataclass
+class Release:
+    """The test's own branch and tag: what a release commits and pushes."""
+
+    edge: LabEdge
+    images: Images
+    branch: str
+    tag: str
+
+    @property
+    def ref(self) -> str:
+        return f"{self.images.registry.address}/revision-test:{self.tag}"
+
+    def commit(self, *, command: list[str] | None = None, env: str | None = None,
+               healthcheck: list[str] | None = None, message: str = "release") -> None:  # fmt: skip
+        """A commit of the compose file (and ``.env`` when given) on the test's branch."""
+        app: dict[str, Any] = {
+            "image": self.ref,
+            "command": command or ["sleep", "86400"],
+            "network_mode": "none",
+            "stop_signal": "SIGKILL",
+            "environment": {"MODE": "${MODE:-good}"},
+            "healthcheck": {"test": healthcheck or HEALTHY_IMAGE, "interval": "1s", "retries": 1},
+        }
+        files = {"compose.yaml": json.dumps({"services": {"app": app}}, indent=2) + "\n"}
+        if env is not None:
+            files[".env"] = env
+        self.edge.origin.commit(self.branch, files, message)
+
+    def push(self, *, healthy: bool) -> None:
+        self.images.push(self.images.healthy if healthy else self.images.unhealthy, self.tag)
+
+
+def compose_healthcheck_fails(release: Release) -> None:
+    release.commit(healthcheck=["CMD", "false"], message="a healthcheck that always fails")
+
+
+def command_exits(release: Release) -> None:
+    release.commit(command=["sh", "-c", "exit 3"], message="a crash loop")
+
+
+def env_value_bad(release: Release) -> None:
+    release.commit(command=SERVES, env="MODE=bad\n", message="a bad .env value")
+
+
+def image_behind_tag_unhealthy(release: Release) -> None:
+    release.push(healthy=False)
+
+
+def compose_and_image(release: Release) -> None:
+    release.push(healthy=False)
+    release.commit(command=["sleep", "86401"], message="compose and image at once")
+
+
+BAD_RELEASES: dict[str, Callable[[Release], None]] = {
+    "compose-healthcheck": compose_healthcheck_fails,
+    "crash-loop": command_exits,
+    "env-value": env_value_bad,
+    "image-behind-tag": image_behind_tag_unhealthy,
+    "compose-and-image": compose_and_image,
+}
+
+
+@pytest.fixture
+def release(edge: LabEdge, images: Images) -> Release:
+    made = Release(edge, images, f"test-{uuid.uuid4().hex[:10]}", uuid.uuid4().hex[:10])
+    made.push(healthy=True)
+    made.commit(command=SERVES, env="MODE=good\n", message="the good release")
+    set_playground(edge.world, branch=made.branch)
+    return made
+
+
+def use_policy(edge: LabEdge, release: Release, rollback: str) -> None:
+    edge.world.data["playspecs"][0].update(
+        images=[release.ref], rollback=rollback, health_timeout=4
+    )
+
+
+async def cycle(edge: LabEdge) -> PhaseRun:
+    ran: PhaseRun = await edge.runner(CYCLE, edge.world, options=replace(LAB_OPTIONS))
+    return ran
+
+
+def found(run: PhaseRun) -> dict[str, Any]:
+    playground: dict[str, Any] = run.report.findings["playgrounds"]["web-main"]
+    return playground
+
+
+def notices(run: PhaseRun, kind: NoticeKind) -> list[str]:
+    return [notice.detail for notice in run.report.notices if notice.kind is kind]
+
+
+async def running(docker: aiodocker.Docker) -> dict[str, Any]:
+    [container] = await project_containers(docker)
+    return container
+
+
+def env_file(edge: LabEdge) -> str:
+    return (Path(checkout_of(edge.world)) / ".env").read_text()
+
+
+@pytest.mark.parametrize("kind", sorted(BAD_RELEASES))
+async def test_auto_restores_the_whole_last_good_revision_and_waits_for_a_new_head(
+    edge: LabEdge, release: Release, kind: str
+) -> None:
+    use_policy(edge, release, "auto")
+    first = await cycle(edge)
+    good = await running(edge.docker)
+    good_commit = checkout_head(edge.origin, edge.world)
+    good_revision = found(first)["revision"]
+    BAD_RELEASES[kind](release)
+
+    bad = await cycle(edge)
+
+    assert found(first)["health"] == "healthy", found(first).get("unhealthy")
+    assert good_revision["commit"] == good_commit
+    assert found(bad)["health"] == "unhealthy"
+    assert found(bad)["rollback_health"] == "healthy"
+    assert notices(bad, NoticeKind.ROLLED_BACK) == [found(bad)["rollback"]]
+    assert found(bad)["last_good_revision"] == good_revision
+    assert checkout_head(edge.origin, edge.world) == good_commit
+    assert env_file(edge) == "MODE=good\n"
+    after = await running(edge.docker)
+    assert after["Image"] == good["Image"]
+    assert after["Config"]["Image"] == good_revision["images"]["app"]
+    assert after["State"]["Health"]["Status"] == "healthy"
+
+    later = [await cycle(edge) for _ in range(3)]
+
+    assert [run.actions for run in later] == [[], [], []]
+    assert (await running(edge.docker))["Id"] == after["Id"]
+    assert all(notices(run, NoticeKind.ROLLED_BACK) == [] for run in later)
+    assert all(found(run)["revision"] == good_revision for run in later)
+
+    release.push(healthy=True)
+    release.commit(command=SERVES, env="MODE=good\n", message="a new good release")
+    fixed = await cycle(edge)
+
+    assert found(fixed)["health"] == "healthy"
+    assert "rollback" not in found(fixed)
+    assert found(fixed)["revision"]["commit"] == checkout_head(edge.origin, edge.world)
+    assert found(fixed)["revision"]["commit"] != good_commit
+    assert fixed.report.unhealthy is None
+
+
+@pytest.mark.parametrize("kind", sorted(BAD_RELEASES))
+@pytest.mark.parametrize("rollback", ["notify", "off"])
+async def test_notify_and_off_change_nothing_and_name_both_revisions(
+    edge: LabEdge, release: Release, kind: str, rollback: str
+) -> None:
+    use_policy(edge, release, rollback)
+    first = await cycle(edge)
+    good_short = found(first)["revision"]["commit"][:12]
+    BAD_RELEASES[kind](release)
+
+    bad = await cycle(edge)
+    container = await running(edge.docker)
+    again = await cycle(edge)
+
+    assert found(bad)["health"] == "unhealthy"
+    assert "rollback" not in found(bad)
+    bad_short = found(bad)["revision"]["commit"][:12]
+    [said] = notices(bad, NoticeKind.UNHEALTHY)
+    assert f"revision {bad_short}" in said
+    assert f"last good {good_short}" in said
+    assert checkout_head(edge.origin, edge.world)[:12] == bad_short
+    assert again.actions == []
+    assert (await running(edge.docker))["Id"] == container["Id"]
+    assert found(again)["health"] == "held"
+    assert (bad.report.unhealthy is None) == (rollback == "off")
