@@ -73,6 +73,7 @@ import tempfile
 import time
 from array import array
 from collections import Counter
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -122,8 +123,8 @@ class ShareObserver(Unobserved):
         self.replicas = 0
         self.assigned = 0
 
-    def fleet_shared(self, replicas: int, assigned: int) -> None:
-        self.replicas, self.assigned = replicas, assigned
+    def fleet_shared(self, replicas: int, share: Collection[str]) -> None:
+        self.replicas, self.assigned = replicas, len(share)
 
 
 @dataclass(eq=False)

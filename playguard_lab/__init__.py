@@ -17,6 +17,8 @@ does (an import-linter contract says so), and neither the wheel nor the containe
   one server, TLS on every link)
 - ``images``: the busybox image, built here and pushed to the lab registry
 - ``origin``: the git origin of the compose project (``GitOrigin``)
+- ``monitoring``: ``PrometheusServer``, ``AlertmanagerServer`` and a ``WebhookReceiver``, to prove
+  the alerting rules of ``deploy/prometheus/``
 - ``fleet``: the whole lab at once (``Lab`` of ``MarqueeHost``s)
 - ``demo``: settings and an inventory pointing the daemon at a lab
 - ``command``: ``playguard lab run|up|down``

@@ -22,6 +22,8 @@ run bench/ssh_costs.py --rounds 20 --opens 300
 run bench/inventory_load.py --fleets 1000,10000 --rounds 1
 run bench/inventory_queries.py --rounds 2
 run bench/web_view.py --rounds 3
+# "before": main before the bounded per-Marquee series (issue 39)
+run bench/metrics_scrape.py --scrapes 3 --before b49599b
 run bench/dispatch.py --fleets 100,1000,10000
 run bench/scale_out.py --fleet 1000 --replicas 1,2,4
 run bench/start_offsets.py --shares 12500,50000

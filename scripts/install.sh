@@ -3,7 +3,8 @@
 # tests and the demo start (redis-server, sshd, dockerd, docker-registry, docker-compose, git;
 # redis-tools for redis-cli --cluster create, openssl for the lab's TLS certificate, postgresql
 # for the PostgreSQL desired state, chromium and chromium-driver for the web view's browser
-# tests),
+# tests, prometheus (and its promtool) and prometheus-alertmanager, which check and prove the
+# shipped alerting rules),
 # systemd-analyze to check the unit file, and a virtual environment in .venv with the package, its
 # test and dev extras, at the versions CI tested. With --runtime (the demo): the package and its
 # runtime dependencies only, no test or dev extras.
@@ -20,7 +21,7 @@ esac
 packages=(
   redis-server redis-tools openssl openssh-server openssh-client docker.io docker-registry docker-compose
   busybox-static apache2-utils iptables git ca-certificates python3 python3-venv python3-pip
-  systemd postgresql chromium chromium-driver
+  systemd postgresql chromium chromium-driver prometheus prometheus-alertmanager
 )
 missing=()
 for package in "${packages[@]}"; do
@@ -29,8 +30,23 @@ for package in "${packages[@]}"; do
 done
 if ((${#missing[@]})); then
   export DEBIAN_FRONTEND=noninteractive
+  # No service may start while packages install (prometheus would listen on :9090 and scrape;
+  # the tests start their own servers on loopback). A policy the machine has already is kept.
+  policy=/usr/sbin/policy-rc.d
+  if [[ ! -e $policy ]]; then
+    printf '#!/bin/sh\nexit 101\n' >"$policy"
+    chmod 755 "$policy"
+    trap 'rm -f "$policy"' EXIT
+  fi
   apt-get update -q
   apt-get install -y -q --no-install-recommends "${missing[@]}"
+  # The tests start their own, on loopback: the packages' services are not to start at the next
+  # boot either.
+  for service in prometheus prometheus-alertmanager; do
+    if [[ " ${missing[*]} " == *" $service "* ]]; then
+      systemctl disable --quiet "$service.service"
+    fi
+  done
 fi
 # Debian starts redis-server and dockerd as services where systemd runs; the lab starts its own on
 # ephemeral ports and sockets, so those are neither needed nor in the way.

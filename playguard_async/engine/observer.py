@@ -3,6 +3,7 @@ nobody watches."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Protocol
 
 from playguard_async.coordination.lock import LossReason, ReleaseResult
@@ -19,9 +20,10 @@ class EngineObserver(Protocol):
     def tick_started(self, lag: float) -> None:
         """A tick starts ``lag`` seconds after its point on the tick grid."""
 
-    def fleet_shared(self, replicas: int, assigned: int) -> None:
+    def fleet_shared(self, replicas: int, share: Collection[str]) -> None:
         """A tick found ``replicas`` live replicas (0: not sharing, attempting every Marquee) and
-        this one's share of the launchable Marquees to be ``assigned``."""
+        this one's ``share``: the names of the Marquees it attempts (launchable, mode not
+        ``off``), so an observer can forget those that left it."""
 
     def lease_renewing(self, headroom: float) -> None:
         """A lease is about to be renewed with ``headroom`` seconds left before its deadline."""
@@ -39,7 +41,7 @@ class Unobserved:
     def tick_started(self, lag: float) -> None:
         pass
 
-    def fleet_shared(self, replicas: int, assigned: int) -> None:
+    def fleet_shared(self, replicas: int, share: Collection[str]) -> None:
         pass
 
     def lease_renewing(self, headroom: float) -> None:

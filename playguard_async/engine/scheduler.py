@@ -221,7 +221,7 @@ class Engine:
             key=lambda pair: (pair[0].name not in resume_first, pair[0].name),
         )
         sharing_with = len(self.roster.live) if self.roster.sharing else 0
-        self.observer.fleet_shared(sharing_with, len(marquees))
+        self.observer.fleet_shared(sharing_with, frozenset(m.name for m, _ in marquees))
         # A random start offset spreads the share's starts over the tick (and lets replicas that
         # briefly disagree about who is live both win some). Resumed Marquees start at once.
         spread = self.settings.tick_jitter * self.settings.tick_interval

@@ -61,19 +61,39 @@ def rolled_back_playspecs(result: CycleResult, inventory: Inventory | None) -> l
     return [playspecs.get(name, "-") for name in rolled]
 
 
+def mode_of(marquee: str, inventory: Inventory | None) -> str:
+    """The Marquee's mode in the desired state in force; ``unknown`` for one it no longer has."""
+    try:
+        return inventory.marquee(marquee).mode if inventory is not None else "unknown"
+    except KeyError:
+        return "unknown"
+
+
 async def serve(settings: Settings, *, stop_after: float | None = None) -> None:
     """Run the daemon until SIGTERM or SIGINT (or ``stop_after`` seconds), then drain and return."""
     # Before the engine sizes its slots from it (``max_concurrent_cycles = "auto"``).
     raise_open_files_limit()
     credential = settings.web_credential()  # unreadable: refused before anything connects
-    metrics = Metrics(outcomes=[outcome.value for outcome in Outcome], lock_ttl=settings.lock_ttl)
+    metrics = Metrics(
+        outcomes=[outcome.value for outcome in Outcome],
+        lock_ttl=settings.lock_ttl,
+        marquees_shown=settings.metrics_marquees_shown,
+    )
 
     async def count(result: CycleResult) -> None:
         metrics.cycle_finished(result.outcome.value, result.durations)
-        for playspec in rolled_back_playspecs(result, engine.inventory):
+        rolled_back = rolled_back_playspecs(result, engine.inventory)
+        for playspec in rolled_back:
             metrics.rolled_back(playspec)
         health, _ = news_of(result)
-        metrics.marquee_finished(result.marquee, result.outcome.value, health, result.finished_at)
+        metrics.marquee_finished(
+            result.marquee,
+            result.outcome.value,
+            health,
+            result.finished_at,
+            mode=mode_of(result.marquee, engine.inventory),
+            rolled_back=bool(rolled_back),
+        )
 
     redis = redis_for(settings)
     changes = ChangeNotifier(settings, redis)

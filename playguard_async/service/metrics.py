@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import math
 import typing
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 
 from aiohttp.typedefs import Handler
 from prometheus_client import (
     CollectorRegistry,
     Counter,
-    Enum,
     Gauge,
     Histogram,
     disable_created_metrics,
@@ -24,6 +23,7 @@ from prometheus_client import (
 from prometheus_client.aiohttp import make_aiohttp_handler
 
 from playguard_async.coordination.lock import LossReason, ReleaseResult
+from playguard_async.service.marquee_metrics import MarqueeSeries
 
 # Every counter and histogram would also carry a ``_created`` series: when this process made it,
 # which no alert or graph here reads.
@@ -47,7 +47,7 @@ class Metrics:
     an alert on them works before the first occurrence.
     """
 
-    def __init__(self, *, outcomes: Iterable[str], lock_ttl: float) -> None:
+    def __init__(self, *, outcomes: Iterable[str], lock_ttl: float, marquees_shown: int) -> None:
         outcomes = list(outcomes)
         self.registry = CollectorRegistry(auto_describe=True)
         self.cycles = Counter(
@@ -110,25 +110,8 @@ class Metrics:
             "Launchable Marquees this replica attempted at the last tick (its share of the fleet).",
             registry=self.registry,
         )
-        self.marquee_last_success = Gauge(
-            "playguard_marquee_last_success_timestamp_seconds",
-            "When this replica last finished an ok cycle of the Marquee (Unix seconds).",
-            ["marquee"],
-            registry=self.registry,
-        )
-        self.marquee_failures = Gauge(
-            "playguard_marquee_consecutive_failures",
-            "Failed cycles of the Marquee in a row, as this replica ran them (0 after an ok one).",
-            ["marquee"],
-            registry=self.registry,
-        )
-        self.marquee_outcome = Enum(
-            "playguard_marquee_last_outcome",
-            "Outcome of the Marquee's last cycle this replica ran (1 for it, 0 for the others).",
-            ["marquee"],
-            states=outcomes,
-            registry=self.registry,
-        )
+        self.marquee_series = MarqueeSeries(outcomes=outcomes, shown=marquees_shown)
+        self.registry.register(self.marquee_series)
         for outcome in outcomes:
             self.cycles.labels(outcome)
         for reason in typing.get_args(LossReason):
@@ -188,17 +171,21 @@ class Metrics:
             self.phase_duration.labels(phase).observe(seconds)
 
     def marquee_finished(
-        self, marquee: str, outcome: str, health: str | None, finished_at: float
+        self,
+        marquee: str,
+        outcome: str,
+        health: str | None,
+        finished_at: float,
+        *,
+        mode: str,
+        rolled_back: bool,
     ) -> None:
         """A cycle of ``marquee`` ended; ``health`` is what it says of the Marquee (``ok``,
-        ``drifted`` (a dry run that found changes: the cycle itself succeeded), ``failing``, or
-        None when it says nothing: another replica held it, we stopped, it is paused)."""
-        self.marquee_outcome.labels(marquee).state(outcome)
-        if health in ("ok", "drifted"):
-            self.marquee_last_success.labels(marquee).set(finished_at)
-            self.marquee_failures.labels(marquee).set(0)
-        elif health == "failing":
-            self.marquee_failures.labels(marquee).inc()
+        ``drifted`` (a dry run that found changes: the cycle itself succeeded), ``failing``,
+        ``paused``, or None when it says nothing: another replica held it, we stopped)."""
+        self.marquee_series.finished(
+            marquee, outcome, health, finished_at, mode=mode, rolled_back=rolled_back
+        )
 
     def handler(self) -> Handler:
         """An aiohttp handler serving this registry in the Prometheus text (or OpenMetrics) form."""
@@ -209,9 +196,10 @@ class Metrics:
     def tick_started(self, lag: float) -> None:
         self.tick_lag.observe(max(0.0, lag))
 
-    def fleet_shared(self, replicas: int, assigned: int) -> None:
+    def fleet_shared(self, replicas: int, share: Collection[str]) -> None:
         self.replicas.set(replicas)
-        self.marquees_assigned.set(assigned)
+        self.marquees_assigned.set(len(share))
+        self.marquee_series.keep_only(share)
 
     def lease_renewing(self, headroom: float) -> None:
         self.lease_headroom.observe(headroom)

@@ -381,6 +381,14 @@ class HttpSettings(BaseModel):
         description="/metrics asks for the web credential too (`Authorization: Bearer <it>`, "
         "Prometheus' `authorization`); needs web_credential_file.",
     )
+    metrics_marquees_shown: int = Field(
+        100,
+        ge=0,
+        le=100_000,
+        description="Marquees not ok that /metrics shows one by one (those not ok the longest); "
+        "the others are counted in playguard_marquees_not_ok_unshown. Marquees that are ok "
+        "are counted, never shown one by one.",
+    )
     web_refresh_interval: float = _seconds(
         10.0,
         description="Seconds between the web view's reads of the whole fleet from Redis; a "

@@ -4,6 +4,7 @@ renewal with its headroom, every loss, every release (a cancelled cycle's too), 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Collection
 from typing import Any
 
 import pytest
@@ -29,8 +30,8 @@ class Recorder:
     def tick_started(self, lag: float) -> None:
         self.heard.append(("tick", lag))
 
-    def fleet_shared(self, replicas: int, assigned: int) -> None:
-        self.heard.append(("shared", (replicas, assigned)))
+    def fleet_shared(self, replicas: int, share: Collection[str]) -> None:
+        self.heard.append(("shared", (replicas, tuple(sorted(share)))))
 
     def lease_renewing(self, headroom: float) -> None:
         self.heard.append(("renewing", headroom))
@@ -105,4 +106,4 @@ async def test_each_tick_is_heard_with_how_late_it_started(redis: Redis) -> None
     assert len(lags) >= 3
     assert all(lag < 0.1 for lag in lags), lags  # late by far less than an interval
     shares = {value for kind, value in recorder.heard if kind == "shared"}
-    assert shares == {(1, 1)}, "alone, the replica attempts its whole fleet of one"
+    assert shares == {(1, ("m1",))}, "alone, the replica attempts its whole fleet of one"

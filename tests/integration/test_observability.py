@@ -77,46 +77,49 @@ def test_metrics_count_cycles_phases_releases_ticks_and_headroom(daemons: Daemon
 
 
 LAST_SUCCESS = "playguard_marquee_last_success_timestamp_seconds"
-FAILURES = "playguard_marquee_consecutive_failures"
-LAST_OUTCOME = "playguard_marquee_last_outcome"
+NOT_OK = "playguard_marquee_not_ok"
 
 
-def test_per_marquee_metrics_tell_last_success_outcome_and_consecutive_failures(
+def test_only_marquees_not_ok_have_series_of_their_own(
     daemons: DaemonRunner, ssh_server: SshServer, tmp_path: Path
 ) -> None:
     """What alerting needs per Marquee, scraped from a running daemon: one that converges, one
     whose phase fails, one out of reach and one another replica holds (which says nothing of
-    its health, so it counts no failure). Labels are the inventory's Marquee names only."""
+    its health, and is not held long enough to count as not ok). The fine ones are counted, the
+    failing ones shown one by one, with the outcome as a label value."""
     write_mixed_fleet(daemons, ssh_server, tmp_path)
     daemon, base = start_serving(
         daemons, phases=["tests.support.phases:remote_probe"], tick_interval=0.5, tick_jitter=0.0
     )
 
     def settled(metrics: Scrape) -> bool:
-        seen = {s.labels.get("marquee"): s.value for s in metrics.samples if s.name == FAILURES}
+        seen = {s.labels.get("marquee"): s.value for s in metrics.samples if s.name == NOT_OK}
         return min(seen.get("failing-1", 0), seen.get("gone-1", 0)) >= 2
 
-    names = {"reachable", "failing-1", "gone-1", "held-1"}
     metrics = scrape_until(base, settled, what="two failed cycles of each failing Marquee")
     assert daemons.stop_all([daemon], timeout=10) == {"r1": 0}
-    assert metrics.label_values(LAST_OUTCOME, "marquee") == names
-    # A lock held elsewhere says nothing of the Marquee's health: no failure counted, nor reset.
-    assert metrics.label_values(FAILURES, "marquee") == names - {"held-1"}
-    assert metrics.label_values(LAST_SUCCESS, "marquee") == {"reachable"}, "only it ever succeeded"
-    assert metrics.value(LAST_SUCCESS, marquee="reachable") > time.time() - 60
-    assert metrics.value(FAILURES, marquee="reachable") == 0
-    for name, outcome in [
-        ("reachable", "ok"),
-        ("failing-1", "phase_failed"),
-        ("gone-1", "unreachable"),
-        ("held-1", "locked"),
-    ]:
-        states = {
-            sample.labels[LAST_OUTCOME]
-            for sample in metrics.samples
-            if sample.name == LAST_OUTCOME and sample.labels["marquee"] == name and sample.value
-        }
-        assert states == {outcome}, (name, states)
+    shown = {
+        sample.labels["marquee"]: (sample.labels["reason"], sample.labels["outcome"])
+        for sample in metrics.samples
+        if sample.name == NOT_OK
+    }
+    held_long = shown.pop("held-1", None)  # 3 cycles found locked make it not ok too
+    assert held_long in (None, ("locked", "locked"))
+    assert shown == {
+        "failing-1": ("failing", "phase_failed"),
+        "gone-1": ("failing", "unreachable"),
+    }
+    assert metrics.value("playguard_marquees", outcome="ok") == 1
+    assert metrics.value("playguard_marquees", outcome="phase_failed") == 1
+    assert metrics.value("playguard_marquees", outcome="unreachable") == 1
+    assert metrics.value("playguard_marquees", outcome="locked") == 1
+    assert metrics.value("playguard_marquees_by_health", health="ok") == 1
+    assert metrics.value("playguard_marquees_by_health", health="failing") == 2
+    assert metrics.value("playguard_marquees_by_mode", mode="apply") == 4
+    assert metrics.value("playguard_marquees_not_ok", reason="failing") == 2
+    assert metrics.value("playguard_marquees_not_ok_unshown") == 0
+    # Never ok here: no last success to tell; the Marquee that is ok has no series of its own.
+    assert metrics.label_values(LAST_SUCCESS, "marquee") == set()
 
 
 def test_a_marquee_held_elsewhere_counts_as_locked_and_replicas_split_the_rest(

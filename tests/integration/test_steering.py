@@ -193,10 +193,7 @@ def test_a_pause_from_another_process_stops_the_running_cycle_at_the_next_bounda
     status, metrics = http_get(f"http://{address}/metrics")
     assert status == 200
     assert re.search(r'^playguard_cycles_total\{outcome="paused"\} [1-9]', metrics, re.M)
-    assert (
-        'playguard_marquee_last_outcome{marquee="m1",playguard_marquee_last_outcome="paused"} 1.0'
-        in metrics
-    )
+    assert 'playguard_marquee_not_ok{marquee="m1",outcome="paused",reason="paused"} 1.0' in metrics
     pause_ends = paused_at + 8
     wait_for(lambda: journal(state_dir), timeout=45, what="a write once the pause has expired")
     daemon.send(signal.SIGTERM)

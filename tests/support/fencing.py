@@ -131,7 +131,9 @@ class Fleet:
         self.first = AppendPhase("first", self.record)
         self.second = AppendPhase("second", self.record)
         settings = settings_for(replica_id=replica_id, lock_ttl=30.0, redis_socket_timeout=2.0)
-        self.metrics = Metrics(outcomes=[outcome.value for outcome in Outcome], lock_ttl=30.0)
+        self.metrics = Metrics(
+            outcomes=[outcome.value for outcome in Outcome], lock_ttl=30.0, marquees_shown=100
+        )
         services = CycleServices.build(
             settings,
             redis,

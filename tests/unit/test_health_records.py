@@ -132,7 +132,9 @@ def test_each_rollback_counts_once_under_its_playspec() -> None:
         {"kind": NoticeKind.UNHEALTHY.value, "subject": "web-main", "detail": "x"},
         {"kind": NoticeKind.ROLLED_BACK.value, "subject": "deleted-since", "detail": "x"},
     ]
-    metrics = Metrics(outcomes=[outcome.value for outcome in Outcome], lock_ttl=10.0)
+    metrics = Metrics(
+        outcomes=[outcome.value for outcome in Outcome], lock_ttl=10.0, marquees_shown=100
+    )
 
     for playspec in rolled_back_playspecs(result, inventory):
         metrics.rolled_back(playspec)

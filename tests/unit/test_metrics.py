@@ -12,7 +12,9 @@ from playguard_async.service.metrics import Metrics
 
 @pytest.fixture
 def metrics() -> Metrics:
-    return Metrics(outcomes=[outcome.value for outcome in Outcome], lock_ttl=100.0)
+    return Metrics(
+        outcomes=[outcome.value for outcome in Outcome], lock_ttl=100.0, marquees_shown=100
+    )
 
 
 def value(metrics: Metrics, name: str, **labels: str) -> float | None:
@@ -54,7 +56,9 @@ def test_engine_moments_reach_their_metrics(metrics: Metrics) -> None:
 
 
 def test_headroom_buckets_are_shares_of_the_lock_ttl() -> None:
-    text = generate_latest(Metrics(outcomes=["ok"], lock_ttl=900.0).registry).decode()
+    text = generate_latest(
+        Metrics(outcomes=["ok"], lock_ttl=900.0, marquees_shown=100).registry
+    ).decode()
     for bound in ("45.0", "90.0", "225.0", "450.0", "675.0", "810.0", "900.0"):
         assert f'playguard_lease_headroom_seconds_bucket{{le="{bound}"}} 0.0' in text
 
@@ -70,25 +74,153 @@ def test_cycles_in_flight_are_read_at_scrape_time(metrics: Metrics) -> None:
 def test_registry_is_its_own_not_the_global_one(metrics: Metrics) -> None:
     metrics.cycle_finished("ok", {})
     assert REGISTRY.get_sample_value("playguard_cycles_total", {"outcome": "ok"}) is None
-    second = Metrics(outcomes=["ok"], lock_ttl=1.0)  # a second one in the same process is fine
+    second = Metrics(
+        outcomes=["ok"], lock_ttl=1.0, marquees_shown=100
+    )  # a second one in the same process is fine
     assert value(second, "playguard_cycles_total", outcome="ok") == 0
 
 
-def test_per_marquee_metrics_follow_its_health(metrics: Metrics) -> None:
-    for outcome, health, at in [
-        ("ok", "ok", 100.0),
-        ("phase_failed", "failing", 160.0),
-        ("locked", None, 200.0),
-        ("deadline", "failing", 220.0),
-    ]:
-        metrics.marquee_finished("m1", outcome, health, at)
-    assert value(metrics, "playguard_marquee_last_success_timestamp_seconds", marquee="m1") == 100
-    assert value(metrics, "playguard_marquee_consecutive_failures", marquee="m1") == 2
-    last = {"marquee": "m1", "playguard_marquee_last_outcome": "deadline"}
-    assert value(metrics, "playguard_marquee_last_outcome", **last) == 1
-    metrics.marquee_finished("m1", "ok", "ok", 280.0)
-    assert value(metrics, "playguard_marquee_consecutive_failures", marquee="m1") == 0
-    assert value(metrics, "playguard_marquee_last_success_timestamp_seconds", marquee="m1") == 280
+Cycle = tuple[str, str | None, bool]
+"""One finished cycle of a Marquee: its outcome, the health it says, whether it rolled back."""
+
+OK: Cycle = ("ok", "ok", False)
+FAILED: Cycle = ("phase_failed", "failing", False)
+LOCKED: Cycle = ("locked", None, False)
+
+
+def finish(metrics: Metrics, marquee: str, cycles: list[Cycle], *, mode: str = "apply") -> None:
+    for at, (outcome, health, rolled_back) in enumerate(cycles, start=1):
+        metrics.marquee_finished(
+            marquee, outcome, health, float(at), mode=mode, rolled_back=rolled_back
+        )
+
+
+def shown(metrics: Metrics) -> dict[str, dict[str, str]]:
+    """Each Marquee that has a series of its own: its labels and the cycles it was not ok."""
+    families = {family.name: family for family in metrics.registry.collect()}
+    return {
+        sample.labels["marquee"]: {**sample.labels, "cycles": str(int(sample.value))}
+        for sample in families["playguard_marquee_not_ok"].samples
+    }
+
+
+@pytest.mark.parametrize(
+    ("cycles", "expected"),
+    [
+        pytest.param([OK, OK], None, id="ok: counted only"),
+        pytest.param([OK, FAILED], ("failing", "phase_failed", 1), id="fails"),
+        pytest.param(
+            [FAILED, ("deadline", "failing", False)],
+            ("failing", "deadline", 2),
+            id="fails twice: the last outcome",
+        ),
+        pytest.param([FAILED, OK], None, id="ok again: gone"),
+        pytest.param(
+            [("unhealthy", "failing", False)], ("failing", "unhealthy", 1), id="unhealthy"
+        ),
+        pytest.param([FAILED, LOCKED], ("failing", "locked", 2), id="locked says nothing new"),
+        pytest.param([OK, LOCKED, LOCKED], None, id="locked twice: a hand-over"),
+        pytest.param([OK, LOCKED, LOCKED, LOCKED], ("locked", "locked", 1), id="locked too long"),
+        pytest.param([LOCKED, LOCKED, LOCKED, OK], None, id="locked, then ok: gone"),
+        pytest.param([OK, ("ok", "ok", True)], ("rolled_back", "ok", 1), id="rolled back"),
+        pytest.param([("ok", "ok", True), OK], None, id="rolled back, then ok: gone"),
+        pytest.param([OK, ("paused", "paused", False)], ("paused", "paused", 1), id="held"),
+        pytest.param([("paused", "paused", False), OK], None, id="released: gone"),
+        pytest.param([("ok", "drifted", False)], ("drifted", "ok", 1), id="drifted"),
+        pytest.param([OK, ("interrupted", None, False)], None, id="interrupted says nothing"),
+    ],
+)
+def test_a_marquee_has_series_only_while_it_is_not_ok(
+    metrics: Metrics, cycles: list[Cycle], expected: tuple[str, str, int] | None
+) -> None:
+    finish(metrics, "fine", [OK])
+    finish(metrics, "m1", cycles)
+    series = shown(metrics)
+    assert "fine" not in series
+    if expected is None:
+        assert series == {}
+        assert (
+            value(metrics, "playguard_marquee_last_success_timestamp_seconds", marquee="m1") is None
+        )
+        return
+    reason, outcome, in_a_row = expected
+    assert series == {
+        "m1": {"marquee": "m1", "reason": reason, "outcome": outcome, "cycles": str(in_a_row)}
+    }
+    assert value(metrics, "playguard_marquees_not_ok", reason=reason) == 1
+    succeeded = [at for at, cycle in enumerate(cycles, start=1) if cycle[1] in ("ok", "drifted")]
+    last_success = value(metrics, "playguard_marquee_last_success_timestamp_seconds", marquee="m1")
+    assert last_success == (float(succeeded[-1]) if succeeded else None)
+
+
+def test_fleet_counts_follow_each_marquees_last_cycle(metrics: Metrics) -> None:
+    for number in range(998):
+        finish(metrics, f"m{number}", [OK])
+    finish(metrics, "failing", [OK, FAILED])
+    finish(metrics, "held", [("paused", "paused", False)], mode="detect")
+    assert value(metrics, "playguard_marquees", outcome="ok") == 998
+    assert value(metrics, "playguard_marquees", outcome="phase_failed") == 1
+    assert value(metrics, "playguard_marquees", outcome="paused") == 1
+    assert value(metrics, "playguard_marquees", outcome="locked") == 0
+    assert value(metrics, "playguard_marquees_by_health", health="ok") == 998
+    assert value(metrics, "playguard_marquees_by_health", health="failing") == 1
+    assert value(metrics, "playguard_marquees_by_health", health="paused") == 1
+    assert value(metrics, "playguard_marquees_by_mode", mode="apply") == 999
+    assert value(metrics, "playguard_marquees_by_mode", mode="detect") == 1
+    assert value(metrics, "playguard_marquees_by_mode", mode="off") == 0
+    assert value(metrics, "playguard_marquees_not_ok", reason="failing") == 1
+    assert value(metrics, "playguard_marquees_not_ok", reason="paused") == 1
+    finish(metrics, "failing", [OK])
+    assert value(metrics, "playguard_marquees", outcome="ok") == 999
+    assert value(metrics, "playguard_marquees", outcome="phase_failed") == 0
+    assert value(metrics, "playguard_marquees_not_ok", reason="failing") == 0
+
+
+def test_marquees_shown_are_capped_longest_not_ok_first() -> None:
+    metrics = Metrics(outcomes=["ok", "phase_failed"], lock_ttl=10.0, marquees_shown=2)
+    finish(metrics, "once", [FAILED])
+    finish(metrics, "thrice", [FAILED, FAILED, FAILED])
+    finish(metrics, "twice-b", [FAILED, FAILED])
+    finish(metrics, "twice-a", [FAILED, FAILED])
+    assert sorted(shown(metrics)) == ["thrice", "twice-a"]
+    assert value(metrics, "playguard_marquees_not_ok_unshown") == 2
+    assert value(metrics, "playguard_marquees_not_ok", reason="failing") == 4
+    finish(metrics, "thrice", [OK])
+    assert sorted(shown(metrics)) == ["twice-a", "twice-b"]
+    assert value(metrics, "playguard_marquees_not_ok_unshown") == 1
+
+
+def test_no_marquee_is_shown_with_a_cap_of_zero() -> None:
+    metrics = Metrics(outcomes=["ok", "phase_failed"], lock_ttl=10.0, marquees_shown=0)
+    finish(metrics, "m1", [FAILED])
+    assert shown(metrics) == {}
+    assert value(metrics, "playguard_marquees_not_ok_unshown") == 1
+
+
+def test_marquees_that_left_the_share_are_forgotten_at_the_next_tick(metrics: Metrics) -> None:
+    finish(metrics, "stays", [FAILED])
+    finish(metrics, "moved", [FAILED])
+    finish(metrics, "gone", [OK], mode="detect")
+    metrics.fleet_shared(2, frozenset({"stays", "new"}))
+    assert sorted(shown(metrics)) == ["stays"]
+    assert value(metrics, "playguard_marquees_assigned") == 2
+    assert value(metrics, "playguard_marquees", outcome="phase_failed") == 1
+    assert value(metrics, "playguard_marquees", outcome="ok") == 0
+    assert value(metrics, "playguard_marquees_by_health", health="failing") == 1
+    assert value(metrics, "playguard_marquees_by_mode", mode="detect") == 0
+    assert value(metrics, "playguard_marquees_not_ok", reason="failing") == 1
+    finish(metrics, "moved", [FAILED])  # back in the share: counted from its first cycle again
+    assert shown(metrics)["moved"]["cycles"] == "1"
+
+
+def test_series_do_not_grow_with_marquees_that_are_ok() -> None:
+    def series(fleet: int) -> int:
+        metrics = Metrics(outcomes=["ok"], lock_ttl=10.0, marquees_shown=100)
+        for number in range(fleet):
+            finish(metrics, f"m{number}", [OK])
+        return sum(len(family.samples) for family in metrics.registry.collect())
+
+    assert series(10) == series(1000)
 
 
 def test_no_created_series(metrics: Metrics) -> None:

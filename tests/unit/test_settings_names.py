@@ -61,12 +61,15 @@ def test_every_setting_is_read_from_its_environment_name(
     monkeypatch.setenv("PLAYGUARD_TICK_INTERVAL", "7")
     monkeypatch.setenv("PLAYGUARD_WEB_STREAMS_TOTAL", "9")
     monkeypatch.setenv("PLAYGUARD_SSH_POOL_SIZE", "3")
+    monkeypatch.setenv("PLAYGUARD_METRICS_MARQUEES_SHOWN", "0")
     settings = load_settings()
-    assert (settings.tick_interval, settings.web_streams_total, settings.ssh_pool_size) == (
-        7.0,
-        9,
-        3,
+    read = (
+        settings.tick_interval,
+        settings.web_streams_total,
+        settings.ssh_pool_size,
+        settings.metrics_marquees_shown,
     )
+    assert read == (7.0, 9, 3, 0)
 
 
 if __name__ == "__main__":

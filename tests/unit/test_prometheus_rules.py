@@ -1,0 +1,124 @@
+"""The alerting and recording rules and the dashboard we ship (``deploy/``) are valid, behave as
+their promtool unit tests say, and name only metrics the daemon exports."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import yaml
+
+from playguard_async.engine.results import Outcome
+from playguard_async.service.metrics import Metrics
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+RULES = DEPLOY / "prometheus" / "playguard.rules.yml"
+RULE_TESTS = sorted((DEPLOY / "prometheus" / "tests").glob("*.yml"))
+DASHBOARD = DEPLOY / "grafana" / "playguard.json"
+
+METRIC_NAME = re.compile(r"\bplayguard_[a-z0-9_]+")
+"""A daemon metric in an expression (recording rules are named ``playguard:...``, so they are
+not taken for one)."""
+RECORDED = re.compile(r"\bplayguard:[a-z0-9_:]+")
+HISTOGRAM_SERIES = re.compile(r"_bucket$")
+
+
+@pytest.fixture(scope="module")
+def promtool(require_binary: Callable[[str, str], str]) -> str:
+    return require_binary("promtool", "prometheus")
+
+
+def run(promtool: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [promtool, *args], capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def test_promtool_finds_the_rules_valid(promtool: str) -> None:
+    checked = run(promtool, "check", "rules", str(RULES))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "SUCCESS" in checked.stdout
+
+
+def test_the_rules_pass_their_unit_tests(promtool: str) -> None:
+    assert RULE_TESTS, "no promtool unit tests in deploy/prometheus/tests/"
+    tested = run(promtool, "test", "rules", *map(str, RULE_TESTS))
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+
+
+def test_promtool_would_catch_an_alert_that_no_longer_fires(promtool: str, tmp_path: Path) -> None:
+    """The unit tests do test something: with one alert's threshold raised out of reach, they
+    fail, naming that alert."""
+    rules = RULES.read_text(encoding="utf-8")
+    broken = rules.replace('{reason=~"failing|locked|rolled_back"}) >= 3', "{}) >= 1000")
+    assert broken != rules
+    (tmp_path / "tests").mkdir()
+    (tmp_path / RULES.name).write_text(broken, encoding="utf-8")
+    copies = []
+    for test in RULE_TESTS:
+        copy = tmp_path / "tests" / test.name
+        copy.write_text(test.read_text(encoding="utf-8"), encoding="utf-8")
+        copies.append(str(copy))
+    tested = run(promtool, "test", "rules", *copies)
+    assert tested.returncode != 0
+    assert "PlayguardMarqueeNotConverged" in tested.stdout + tested.stderr
+
+
+def exported_names() -> set[str]:
+    """Every metric and sample name a daemon's registry holds, as the daemon builds it, with the
+    optional PostgreSQL gauges and one of each labelled series that starts empty."""
+    metrics = Metrics(
+        outcomes=[outcome.value for outcome in Outcome], lock_ttl=300.0, marquees_shown=100
+    )
+    metrics.count_in_flight(lambda: 0)
+    metrics.watch_desired_state_loaded(lambda: True)
+    metrics.watch_desired_state(lambda: True, lambda: 1.0, lambda: 0)
+    metrics.cycle_finished("ok", {"sync_git": 0.1})
+    metrics.rolled_back("web")
+    metrics.marquee_finished("m1", "phase_failed", "failing", 1.0, mode="apply", rolled_back=False)
+    names = set()
+    for family in metrics.registry.collect():
+        names.add(family.name)
+        names.update(sample.name for sample in family.samples)
+    return names
+
+
+def rule_expressions() -> list[str]:
+    groups = yaml.safe_load(RULES.read_text(encoding="utf-8"))["groups"]
+    return [rule["expr"] for group in groups for rule in group["rules"]]
+
+
+def dashboard_expressions() -> list[str]:
+    dashboard = json.loads(DASHBOARD.read_text(encoding="utf-8"))
+    return [target["expr"] for panel in dashboard["panels"] for target in panel.get("targets", [])]
+
+
+@pytest.mark.parametrize(
+    "expressions", [rule_expressions, dashboard_expressions], ids=["rules", "dashboard"]
+)
+def test_every_metric_used_is_one_the_daemon_exports(
+    expressions: Callable[[], list[str]],
+) -> None:
+    used = {name for expr in expressions() for name in METRIC_NAME.findall(expr)}
+    assert used, "no daemon metric found: the pattern or the file changed"
+    assert used - exported_names() == set()
+
+
+def test_every_alert_has_a_runbook_naming_the_metric_it_uses() -> None:
+    """Through a recording rule too: the runbook names the daemon's metric behind it."""
+    rules = [rule for group in yaml.safe_load(RULES.read_text(encoding="utf-8"))["groups"]
+             for rule in group["rules"]]  # fmt: skip
+    recorded = {rule["record"]: rule["expr"] for rule in rules if "record" in rule}
+    alerts = [rule for rule in rules if "alert" in rule]
+    assert len(alerts) >= 8
+    # An alert on ``up`` (Prometheus' own: a replica not answering) names that.
+    for alert in alerts:
+        expr = RECORDED.sub(lambda name: recorded[name.group()], alert["expr"])
+        named = {HISTOGRAM_SERIES.sub("", name) for name in METRIC_NAME.findall(expr)} or {"up"}
+        runbook = alert["annotations"]["runbook"]
+        assert any(f"Metric: {name}" in runbook for name in named), alert["alert"]
+        assert alert["annotations"]["summary"], alert["alert"]
