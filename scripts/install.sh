@@ -44,7 +44,7 @@ if ((${#missing[@]})); then
   # boot either.
   for service in prometheus prometheus-alertmanager; do
     if [[ " ${missing[*]} " == *" $service "* ]]; then
-      systemctl disable --quiet "$service.service"
+      systemctl disable --quiet "$service.service" || echo "install.sh: $service.service not disabled" >&2
     fi
   done
 fi
