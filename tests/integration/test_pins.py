@@ -15,8 +15,8 @@ from structlog.testing import capture_logs
 from playguard_async.coordination.keys import pins_key
 from playguard_async.coordination.pins import Pin, read_pins, take_pin
 from playguard_lab import GitOrigin
-from tests.support.cli import Playguard
-from tests.support.playgrounds import checkout_head
+from tests.support.cli import EXIT_NOT_OK, LAB_SETTINGS, Playguard
+from tests.support.playgrounds import checkout_head, compose_yaml
 from tests.support.world import LabWorld
 
 
@@ -59,6 +59,48 @@ def test_a_pinned_playground_stays_while_its_head_moves_and_unpin_applies_the_he
     assert unpinned.stdout.strip() == "edge-1/web-main: unpinned"
     assert store.hlen(pins_key("edge-1")) == 0
     assert checkout_head(git_origin, lab) == new_head != pinned_at
+
+
+def test_a_pinned_playground_that_fails_its_gate_is_reported_and_held_never_rolled_back(
+    playguard: Playguard, lab: LabWorld, git_origin: GitOrigin, busybox_image: str
+) -> None:
+    """Under ``rollback: auto``, pinned at a commit whose healthcheck always fails, with a good
+    head past it: the cycle reports it unhealthy at the pinned commit and ends ``unhealthy``
+    (exit 4); it is neither rolled back to its last good revision nor moved to its head, and the
+    next cycles change nothing and end the same."""
+    lab.data["playspecs"][0].update(rollback="auto", health_timeout=8)
+    playguard.configure(lab.data, **LAB_SETTINGS)
+    branch = lab.data["playgrounds"][0]["branch"]
+    cycle(playguard)
+    good = checkout_head(git_origin, lab)
+    bad = git_origin.commit(
+        branch, {"compose.yaml": compose_yaml(busybox_image, healthcheck=True)}, "Always unhealthy"
+    )
+    head = git_origin.commit(branch, {"NOTES": "a later head\n"}, "Move the head past it")
+    playguard("pin", "edge-1", "web-main", "--revision", bad, "--reason", "try it")
+
+    failing = playguard("cycle", "edge-1", timeout=180.0)
+    described = json.loads(playguard("describe", "edge-1", "--json").stdout)
+    later = [playguard("cycle", "edge-1", timeout=180.0) for _ in range(2)]
+    running = described["revisions"]["web-main"]
+
+    assert failing.returncode == EXIT_NOT_OK, failing.stdout + failing.stderr
+    assert "edge-1: unhealthy in reconcile_playgrounds: playground web-main unhealthy" in (
+        failing.stdout
+    )
+    assert f"hold playground web-main at {bad[:12]}" in failing.stdout
+    [said] = [line for line in described["still_wrong"] if line.startswith("web-main: ")]
+    assert f"app: unhealthy (revision {bad[:12]} " in said
+    assert f"last good {good[:12]} " in said
+    assert "roll back" not in failing.stdout + failing.stderr
+    assert running["running"]["commit"] == bad
+    assert running["last_good"]["commit"] == good
+    assert running["pinned"].startswith(f"pinned at {bad} by ")
+    for run in later:
+        assert run.returncode == EXIT_NOT_OK, run.stdout + run.stderr
+        assert "playground web-main held back: its inputs failed; 0 actions taken" in run.stdout
+        assert "roll back" not in run.stdout
+    assert checkout_head(git_origin, lab) == bad != head
 
 
 def test_pin_refuses_a_revision_or_playground_it_cannot_hold_and_stores_nothing(
