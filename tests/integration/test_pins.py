@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import subprocess
+import uuid
 
+import aiodocker
 import pytest
 from redis import Redis as SyncRedis
 from redis.asyncio import Redis
@@ -14,9 +16,14 @@ from structlog.testing import capture_logs
 
 from playguard_async.coordination.keys import pins_key
 from playguard_async.coordination.pins import Pin, read_pins, take_pin
-from playguard_lab import GitOrigin
+from playguard_lab import DockerDaemon, GitOrigin, RegistryServer, build_busybox_image, push_image
 from tests.support.cli import EXIT_NOT_OK, LAB_SETTINGS, Playguard
-from tests.support.playgrounds import checkout_head, compose_yaml
+from tests.support.playgrounds import (
+    checkout_head,
+    compose_yaml,
+    project_containers,
+    use_own_branch,
+)
 from tests.support.world import LabWorld
 
 
@@ -101,6 +108,48 @@ def test_a_pinned_playground_that_fails_its_gate_is_reported_and_held_never_roll
         assert "playground web-main held back: its inputs failed; 0 actions taken" in run.stdout
         assert "roll back" not in run.stdout
     assert checkout_head(git_origin, lab) == bad != head
+
+
+async def test_a_commit_pin_keeps_the_image_it_ran_when_its_tag_is_pushed_again(
+    playguard: Playguard, lab: LabWorld, git_origin: GitOrigin, store: SyncRedis,
+    docker_daemon: DockerDaemon, registry: RegistryServer, lab_docker: aiodocker.Docker,
+) -> None:  # fmt: skip
+    """Pinned at the commit it runs, then a new image pushed behind its tag: the cycles keep the
+    image it ran, by the digest the first of them wrote into the pin, and change nothing after
+    that; the cycle after ``unpin`` runs the new image."""
+    old_build, new_build = (f"playguard-test/{uuid.uuid4().hex}:{n}" for n in ("old", "new"))
+    build_busybox_image(docker_daemon, old_build, env={"BUILD": "old"})
+    build_busybox_image(docker_daemon, new_build, env={"BUILD": "new"})
+    repository = f"pin-test:{uuid.uuid4().hex[:10]}"
+    tag = push_image(docker_daemon, registry, old_build, repository)
+    try:
+        use_own_branch(lab, git_origin, tag)
+        lab.data["playspecs"][0]["images"] = [tag]
+        playguard.configure(lab.data, **LAB_SETTINGS)
+        cycle(playguard)
+        [before] = await project_containers(lab_docker)
+        commit = checkout_head(git_origin, lab)
+        playguard("pin", "edge-1", "web-main", "--revision", commit, "--reason", "hold it")
+        push_image(docker_daemon, registry, new_build, repository)
+
+        applied, again = cycle(playguard), cycle(playguard)
+        [held] = await project_containers(lab_docker)
+        pin = json.loads(store.hget(pins_key("edge-1"), "web-main") or "{}")
+        playguard("unpin", "edge-1", "web-main")
+        unpinned = cycle(playguard)
+        [after] = await project_containers(lab_docker)
+    finally:
+        docker_daemon.cli("rmi", "--force", old_build, new_build, tag)
+
+    assert pin["revision"] == commit
+    assert pin["images"]["app"].startswith(f"{registry.address}/pin-test@sha256:")
+    assert "override changed" in applied.stdout
+    assert "0 actions taken" in again.stdout
+    assert held["Image"] == before["Image"]
+    assert held["Config"]["Image"] == pin["images"]["app"]
+    assert after["Image"] != before["Image"]
+    assert after["Config"]["Image"] == tag
+    assert "compose up playground web-main" in unpinned.stdout
 
 
 def test_pin_refuses_a_revision_or_playground_it_cannot_hold_and_stores_nothing(
