@@ -59,6 +59,9 @@ def test_a_pinned_playground_stays_while_its_head_moves_and_unpin_applies_the_he
     assert f"held: web-main: pinned at {revision} by " in plan.stdout
     assert "edge-1: in sync; 1 held" in plan.stdout
     assert plan_json["verdict"] == "in_sync"
+    assert list(plan_json["held"]) == ["web-main"]
+    assert plan_json["held"]["web-main"].startswith(f"pinned at {revision} by ")
+    assert plan_json["held"]["web-main"].endswith(": holding for the demo")
 
     unpinned = playguard("unpin", "edge-1", "web-main")
     cycle(playguard)
