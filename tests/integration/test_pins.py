@@ -15,7 +15,7 @@ from redis.asyncio import Redis
 from structlog.testing import capture_logs
 
 from playguard_async.coordination.keys import pins_key
-from playguard_async.coordination.pins import Pin, read_pins, take_pin
+from playguard_async.coordination.pins import Pin, read_pins, record_pin_images, take_pin
 from playguard_lab import DockerDaemon, GitOrigin, RegistryServer, build_busybox_image, push_image
 from tests.support.cli import EXIT_NOT_OK, LAB_SETTINGS, Playguard
 from tests.support.playgrounds import (
@@ -193,3 +193,27 @@ async def test_pins_redis_holds_of_the_wrong_shape_read_as_none_with_one_line_ea
     assert pins["web-main"] == good
     assert other == {}
     assert sorted(entry["event"] for entry in logs) == ["pin.unreadable"] * 3
+
+
+async def test_pin_images_are_recorded_only_into_the_pin_the_cycle_read(redis: Redis) -> None:
+    """A cycle writes a commit pin's images back into the hash: into the pin it read, never
+    over an ``unpin`` or a new pin taken since it read it."""
+    images = {"app": "127.0.0.1:5000/shop@sha256:" + "a" * 64}
+    kept, lifted, replaced = (Pin.taken_now(name, "a" * 40, "demo") for name in ("k", "l", "r"))
+    for pin in (kept, lifted, replaced):
+        await take_pin(redis, "edge-1", pin, 2.0)
+    await redis.hdel(pins_key("edge-1"), "l")
+    newer = Pin.taken_now("r", "b" * 40, "a newer pin")
+    await take_pin(redis, "edge-1", newer, 2.0)
+
+    with capture_logs() as logs:
+        held = [
+            await record_pin_images(redis, "edge-1", p, images, 2.0)
+            for p in (kept, lifted, replaced)
+        ]
+    pins = await read_pins(redis, "edge-1", 2.0)
+
+    assert all(pin.images == images for pin in held)
+    assert pins == {"k": held[0], "r": newer}
+    assert newer.images is None
+    assert [entry["event"] for entry in logs] == ["pin.changed_meanwhile"] * 2
