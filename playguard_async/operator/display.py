@@ -20,7 +20,7 @@ from playguard_async.coordination.pause import Pause
 from playguard_async.cycle_record import SHORT
 from playguard_async.engine.results import CycleResult, Outcome
 from playguard_async.kits.textclean import clean
-from playguard_async.operator.plan import PlanVerdict, plan_verdict
+from playguard_async.operator.plan import PlanVerdict, held_playgrounds, plan_verdict
 from playguard_async.settings import Settings
 
 PIPE_WIDTH = 500
@@ -243,15 +243,6 @@ def plan_line(result: CycleResult) -> str:
     counts = ", ".join(f"{phase} {len(taken)}" for phase, taken in result.actions.items() if taken)
     total = sum(len(taken) for taken in result.actions.values())
     return f"{result.marquee}: {total} changes pending ({counts}){also}"
-
-
-def held_playgrounds(result: CycleResult) -> dict[str, str]:
-    """Playground -> why it is held at a revision that is not its branch head (sync_git's
-    finding): shown as held, not as drift."""
-    held = (result.findings.get("sync_git") or {}).get("held")
-    if not isinstance(held, dict):
-        return {}
-    return {str(name): str(why) for name, why in held.items()}
 
 
 def print_plan(result: CycleResult, holder: LockState | None) -> None:

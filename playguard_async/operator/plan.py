@@ -30,12 +30,23 @@ def plan_verdict(result: CycleResult) -> PlanVerdict:
     return PlanVerdict.CHANGES if any(result.actions.values()) else PlanVerdict.IN_SYNC
 
 
+def held_playgrounds(result: CycleResult) -> dict[str, str]:
+    """Playground -> why it is held at a revision that is not its branch head (sync_git's
+    finding): shown as held, not as drift."""
+    held = (result.findings.get("sync_git") or {}).get("held")
+    if not isinstance(held, dict):
+        return {}
+    return {str(name): str(why) for name, why in held.items()}
+
+
 def plan_json(result: CycleResult) -> dict[str, Any]:
-    """A plan for scripts: the verdict, what would change by phase, and the detect cycle."""
+    """A plan for scripts: the verdict, what would change by phase, the Playgrounds held and
+    why, and the detect cycle."""
     return {
         "marquee": result.marquee,
         "verdict": plan_verdict(result).name.lower(),
         "changes": {phase: taken for phase, taken in result.actions.items() if taken},
+        "held": held_playgrounds(result),
         "outcome": result.outcome.value,
         "reason": result.reason,
         "cycle": result.to_record(),

@@ -6,15 +6,21 @@ A Playground is held when an operator pinned it (``coordination.pins``), or when
 ``rollback: auto`` and the release at its branch head, with the images behind its tags now,
 is the one that last failed its health gate (``remote.last_good.Failed.is_release``): it is then
 held at its last good revision until the branch head or an image behind a tag moves again.
+
+A held Playground runs its images by digest: a ``last-good`` pin and a rollback, the last good
+revision's; a commit pin, the ones its services ran when a cycle first applied it
+(``with_images``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from playguard_async.coordination.pins import LAST_GOOD, Pin, read_pins
-from playguard_async.phases.toolkit import CycleContext
+from playguard_async.coordination.pins import LAST_GOOD, Pin, read_pins, record_pin_images
+from playguard_async.phases.container_drift import service_of
+from playguard_async.phases.toolkit import Container, CycleContext
+from playguard_async.remote.host_state import pinned_references
 from playguard_async.remote.last_good import HealthRecord
 from playguard_async.remote.ssh import RemoteSession
 
@@ -42,6 +48,26 @@ async def pins_of(ctx: CycleContext, session: RemoteSession) -> dict[str, Pin]:
     return dict(await session.read_once(("pins", ctx.marquee.name), read, of_host=False))
 
 
+async def with_images(
+    ctx: CycleContext, session: RemoteSession, pin: Pin | None, own: list[Container]
+) -> Pin | None:
+    """``pin`` with the images it holds. A commit pin that holds none yet is being applied for
+    the first time: it holds what each service's container runs now, by digest (read before this
+    cycle changes anything, so a tag pulled since the pin was taken is not it), written into the
+    pin (not in a dry run). A service that had no container then runs what its tag names."""
+    if pin is None or pin.revision == LAST_GOOD or pin.images is not None:
+        return pin
+    running = {service_of(c): str(c["ImageID"]) for c in own if service_of(c)}
+    if not running:
+        return pin
+    by_digest = await pinned_references(session, sorted(set(running.values())))
+    images = {service: by_digest[image] for service, image in running.items()}
+    if session.dry_run:
+        return replace(pin, images=images)
+    lock = ctx.lease.lock
+    return await record_pin_images(lock.redis, ctx.marquee.name, pin, images, lock.timeout)
+
+
 def hold_of(
     pin: Pin | None,
     record: HealthRecord,
@@ -55,7 +81,7 @@ def hold_of(
     good = record.last_good
     if pin is not None:
         if pin.revision != LAST_GOOD:
-            return Hold(pin.revision, None, pin.describe(), pin)
+            return Hold(pin.revision, pin.images, pin.describe(), pin)
         if good is not None:
             return Hold(good.revision.commit, good.images, pin.describe(), pin)
         return None

@@ -32,7 +32,7 @@ from playguard_async.cycle_record import (
     PlaygroundFindingRecord,
 )
 from playguard_async.desired_state.model import Playground
-from playguard_async.phases.holds import pins_of
+from playguard_async.phases.holds import pins_of, with_images
 from playguard_async.phases.protocol import Notice, PhaseReport
 from playguard_async.phases.running_playground import HealthRecords, RunningPlayground
 from playguard_async.phases.toolkit import (
@@ -96,7 +96,8 @@ class ReconcilePlaygrounds:
                 heads = await branch_heads(session, [playspec.repo])
                 running = RunningPlayground(
                     session, project, own, states[playground.name], playspec,
-                    ctx.inventory.registry_of(playspec), pins.get(playground.name),
+                    ctx.inventory.registry_of(playspec),
+                    await with_images(ctx, session, pins.get(playground.name), own),
                     heads[playspec.repo].get(playground.branch),
                 )  # fmt: skip
                 converged = await running.converge(records)

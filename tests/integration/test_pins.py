@@ -6,17 +6,24 @@ from __future__ import annotations
 
 import json
 import subprocess
+import uuid
 
+import aiodocker
 import pytest
 from redis import Redis as SyncRedis
 from redis.asyncio import Redis
 from structlog.testing import capture_logs
 
 from playguard_async.coordination.keys import pins_key
-from playguard_async.coordination.pins import Pin, read_pins, take_pin
-from playguard_lab import GitOrigin
-from tests.support.cli import Playguard
-from tests.support.playgrounds import checkout_head
+from playguard_async.coordination.pins import Pin, read_pins, record_pin_images, take_pin
+from playguard_lab import DockerDaemon, GitOrigin, RegistryServer, build_busybox_image, push_image
+from tests.support.cli import EXIT_NOT_OK, LAB_SETTINGS, Playguard
+from tests.support.playgrounds import (
+    checkout_head,
+    compose_yaml,
+    project_containers,
+    use_own_branch,
+)
 from tests.support.world import LabWorld
 
 
@@ -52,6 +59,9 @@ def test_a_pinned_playground_stays_while_its_head_moves_and_unpin_applies_the_he
     assert f"held: web-main: pinned at {revision} by " in plan.stdout
     assert "edge-1: in sync; 1 held" in plan.stdout
     assert plan_json["verdict"] == "in_sync"
+    assert list(plan_json["held"]) == ["web-main"]
+    assert plan_json["held"]["web-main"].startswith(f"pinned at {revision} by ")
+    assert plan_json["held"]["web-main"].endswith(": holding for the demo")
 
     unpinned = playguard("unpin", "edge-1", "web-main")
     cycle(playguard)
@@ -59,6 +69,90 @@ def test_a_pinned_playground_stays_while_its_head_moves_and_unpin_applies_the_he
     assert unpinned.stdout.strip() == "edge-1/web-main: unpinned"
     assert store.hlen(pins_key("edge-1")) == 0
     assert checkout_head(git_origin, lab) == new_head != pinned_at
+
+
+def test_a_pinned_playground_that_fails_its_gate_is_reported_and_held_never_rolled_back(
+    playguard: Playguard, lab: LabWorld, git_origin: GitOrigin, busybox_image: str
+) -> None:
+    """Under ``rollback: auto``, pinned at a commit whose healthcheck always fails, with a good
+    head past it: the cycle reports it unhealthy at the pinned commit and ends ``unhealthy``
+    (exit 4); it is neither rolled back to its last good revision nor moved to its head, and the
+    next cycles change nothing and end the same."""
+    lab.data["playspecs"][0].update(rollback="auto", health_timeout=8)
+    playguard.configure(lab.data, **LAB_SETTINGS)
+    branch = lab.data["playgrounds"][0]["branch"]
+    cycle(playguard)
+    good = checkout_head(git_origin, lab)
+    bad = git_origin.commit(
+        branch, {"compose.yaml": compose_yaml(busybox_image, healthcheck=True)}, "Always unhealthy"
+    )
+    head = git_origin.commit(branch, {"NOTES": "a later head\n"}, "Move the head past it")
+    playguard("pin", "edge-1", "web-main", "--revision", bad, "--reason", "try it")
+
+    failing = playguard("cycle", "edge-1", timeout=180.0)
+    described = json.loads(playguard("describe", "edge-1", "--json").stdout)
+    later = [playguard("cycle", "edge-1", timeout=180.0) for _ in range(2)]
+    running = described["revisions"]["web-main"]
+
+    assert failing.returncode == EXIT_NOT_OK, failing.stdout + failing.stderr
+    assert "edge-1: unhealthy in reconcile_playgrounds: playground web-main unhealthy" in (
+        failing.stdout
+    )
+    assert f"hold playground web-main at {bad[:12]}" in failing.stdout
+    [said] = [line for line in described["still_wrong"] if line.startswith("web-main: ")]
+    assert f"app: unhealthy (revision {bad[:12]} " in said
+    assert f"last good {good[:12]} " in said
+    assert "roll back" not in failing.stdout + failing.stderr
+    assert running["running"]["commit"] == bad
+    assert running["last_good"]["commit"] == good
+    assert running["pinned"].startswith(f"pinned at {bad} by ")
+    for run in later:
+        assert run.returncode == EXIT_NOT_OK, run.stdout + run.stderr
+        assert "playground web-main held back: its inputs failed; 0 actions taken" in run.stdout
+        assert "roll back" not in run.stdout
+    assert checkout_head(git_origin, lab) == bad != head
+
+
+async def test_a_commit_pin_keeps_the_image_it_ran_when_its_tag_is_pushed_again(
+    playguard: Playguard, lab: LabWorld, git_origin: GitOrigin, store: SyncRedis,
+    docker_daemon: DockerDaemon, registry: RegistryServer, lab_docker: aiodocker.Docker,
+) -> None:  # fmt: skip
+    """Pinned at the commit it runs, then a new image pushed behind its tag: the cycles keep the
+    image it ran, by the digest the first of them wrote into the pin, and change nothing after
+    that; the cycle after ``unpin`` runs the new image."""
+    old_build, new_build = (f"playguard-test/{uuid.uuid4().hex}:{n}" for n in ("old", "new"))
+    build_busybox_image(docker_daemon, old_build, env={"BUILD": "old"})
+    build_busybox_image(docker_daemon, new_build, env={"BUILD": "new"})
+    repository = f"pin-test:{uuid.uuid4().hex[:10]}"
+    tag = push_image(docker_daemon, registry, old_build, repository)
+    try:
+        use_own_branch(lab, git_origin, tag)
+        lab.data["playspecs"][0]["images"] = [tag]
+        playguard.configure(lab.data, **LAB_SETTINGS)
+        cycle(playguard)
+        [before] = await project_containers(lab_docker)
+        commit = checkout_head(git_origin, lab)
+        playguard("pin", "edge-1", "web-main", "--revision", commit, "--reason", "hold it")
+        push_image(docker_daemon, registry, new_build, repository)
+
+        applied, again = cycle(playguard), cycle(playguard)
+        [held] = await project_containers(lab_docker)
+        pin = json.loads(store.hget(pins_key("edge-1"), "web-main") or "{}")
+        playguard("unpin", "edge-1", "web-main")
+        unpinned = cycle(playguard)
+        [after] = await project_containers(lab_docker)
+    finally:
+        docker_daemon.cli("rmi", "--force", old_build, new_build, tag)
+
+    assert pin["revision"] == commit
+    assert pin["images"]["app"].startswith(f"{registry.address}/pin-test@sha256:")
+    assert "override changed" in applied.stdout
+    assert "0 actions taken" in again.stdout
+    assert held["Image"] == before["Image"]
+    assert held["Config"]["Image"] == pin["images"]["app"]
+    assert after["Image"] != before["Image"]
+    assert after["Config"]["Image"] == tag
+    assert "compose up playground web-main" in unpinned.stdout
 
 
 def test_pin_refuses_a_revision_or_playground_it_cannot_hold_and_stores_nothing(
@@ -99,3 +193,27 @@ async def test_pins_redis_holds_of_the_wrong_shape_read_as_none_with_one_line_ea
     assert pins["web-main"] == good
     assert other == {}
     assert sorted(entry["event"] for entry in logs) == ["pin.unreadable"] * 3
+
+
+async def test_pin_images_are_recorded_only_into_the_pin_the_cycle_read(redis: Redis) -> None:
+    """A cycle writes a commit pin's images back into the hash: into the pin it read, never
+    over an ``unpin`` or a new pin taken since it read it."""
+    images = {"app": "127.0.0.1:5000/shop@sha256:" + "a" * 64}
+    kept, lifted, replaced = (Pin.taken_now(name, "a" * 40, "demo") for name in ("k", "l", "r"))
+    for pin in (kept, lifted, replaced):
+        await take_pin(redis, "edge-1", pin, 2.0)
+    await redis.hdel(pins_key("edge-1"), "l")
+    newer = Pin.taken_now("r", "b" * 40, "a newer pin")
+    await take_pin(redis, "edge-1", newer, 2.0)
+
+    with capture_logs() as logs:
+        held = [
+            await record_pin_images(redis, "edge-1", p, images, 2.0)
+            for p in (kept, lifted, replaced)
+        ]
+    pins = await read_pins(redis, "edge-1", 2.0)
+
+    assert all(pin.images == images for pin in held)
+    assert pins == {"k": held[0], "r": newer}
+    assert newer.images is None
+    assert [entry["event"] for entry in logs] == ["pin.changed_meanwhile"] * 2

@@ -114,6 +114,10 @@ HOSTILE_PINS: dict[str, bytes | str] = {
     "since-a-string": pin_value(since="yesterday"),
     "reason-missing": pin_value(reason=None),
     "user-a-number": pin_value(user=3),
+    "images-a-tag": pin_value(revision=COMMIT, images={"app": "shop:latest"}),
+    "images-an-option": pin_value(revision=COMMIT, images={"app": "--privileged"}),
+    "images-a-list": pin_value(revision=COMMIT, images=["shop@sha256:" + "a" * 64]),
+    "images-a-number": pin_value(revision=COMMIT, images={"app": 3}),
 }
 
 
@@ -128,6 +132,14 @@ def test_a_pin_value_of_the_wrong_shape_reads_as_no_pin_with_one_line(case: str)
 def test_a_pin_value_as_written_reads_back(revision: str) -> None:
     pin = Pin.parse("web-main", pin_value(revision=revision))
     assert pin is not None
+    assert Pin.parse("web-main", pin.encode()) == pin
+
+
+def test_a_commit_pin_holding_images_reads_back_with_them() -> None:
+    images = {"app": "127.0.0.1:5000/shop@sha256:" + "a" * 64, "db": "sha256:" + "b" * 64}
+    pin = Pin.parse("web-main", pin_value(revision=COMMIT, images=images))
+    assert pin is not None
+    assert pin.images == images
     assert Pin.parse("web-main", pin.encode()) == pin
 
 
