@@ -23,6 +23,7 @@ from prometheus_client import (
 from prometheus_client.aiohttp import make_aiohttp_handler
 
 from playguard_async.coordination.lock import LossReason, ReleaseResult
+from playguard_async.engine.results import CycleResult
 from playguard_async.service.marquee_metrics import MarqueeSeries
 
 # Every counter and histogram would also carry a ``_created`` series: when this process made it,
@@ -201,8 +202,14 @@ class Metrics:
         self.marquees_assigned.set(len(share))
         self.marquee_series.keep_only(share)
 
+    def cycle_started(self, result: CycleResult) -> None:
+        pass  # counted as it ends (``cycle_finished``)
+
     def lease_renewing(self, headroom: float) -> None:
         self.lease_headroom.observe(headroom)
+
+    def lease_renewal_ended(self, outcome: str) -> None:
+        pass  # a loss is counted in ``lease_lost``
 
     def lease_lost(self, reason: LossReason) -> None:
         self.lock_lost.labels(reason).inc()
