@@ -7,6 +7,7 @@ costs spans (dropped and counted), never a cycle's outcome."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,14 +24,18 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from redis.asyncio import Redis
 from structlog.testing import capture_logs
 
+from playguard_async.coordination.marquee_reads import MarqueeStatus
 from playguard_async.coordination.records import CycleRecords
 from playguard_async.cycle_record import trace_of
 from playguard_async.engine.observer import Unobserved
 from playguard_async.engine.results import Outcome
+from playguard_async.operator.display import print_story
 from playguard_async.phases.protocol import PhaseContext
+from playguard_async.service.story import steered_story
 from playguard_async.service.tracing import CycleTracer
 from playguard_lab import free_port
 from tests.support.engine import EngineHarness, ScriptedPhase, settings_for
+from tests.support.web_view import picture_of, serving, view_of
 
 pytestmark = pytest.mark.integration
 
@@ -109,7 +114,7 @@ def plain(value: AnyValue) -> Any:
 
 
 async def test_a_cycle_is_one_trace_with_a_span_per_phase_and_renewal(
-    redis: Redis, receiver: Receiver
+    redis: Redis, receiver: Receiver, capsys: pytest.CaptureFixture[str]
 ) -> None:
     harness, tracer = traced(redis, receiver.url, ScriptedPhase("first"), ScriptedPhase("second"),
                              redis_password=REDIS_SECRET)  # fmt: skip
@@ -146,6 +151,7 @@ async def test_a_cycle_is_one_trace_with_a_span_per_phase_and_renewal(
     record = await harness.records.last("m1")
     assert record is not None
     assert trace_of(record) == result.trace_id
+    await shown_in_describe_and_web_view(harness, capsys, result.trace_id)
     assert logged
     assert all(line.get("trace") == result.trace_id for line in logged), logged
     # The header went to the receiver; no secret went into a span.
@@ -153,6 +159,26 @@ async def test_a_cycle_is_one_trace_with_a_span_per_phase_and_renewal(
     sent = b"".join(receiver.bodies)
     for secret in (HEADER_SECRET, REDIS_SECRET):
         assert secret.encode() not in sent
+
+
+async def shown_in_describe_and_web_view(
+    harness: EngineHarness, capsys: pytest.CaptureFixture[str], trace_id: str
+) -> None:
+    """``describe``'s report and the web view's Marquee page of m1 both show ``trace_id``."""
+    assert harness.records is not None
+    inventory = await harness.engine.load_inventory()
+    story = await steered_story(harness.records, inventory.marquee("m1"), (), limit=5)
+    assert story.last is not None
+    assert story.last.trace == trace_id
+    capsys.readouterr()
+    print_story(story, time.time())
+    assert f"  trace: {trace_id}" in capsys.readouterr().out.splitlines()
+    status = MarqueeStatus("m1", True, None, story.last)
+    async with serving(view_of(picture_of([status], story))) as client:
+        response = await client.get("/marquee/m1")
+        page = await response.text()
+    assert response.status == 200, page
+    assert f'<td id="trace">{trace_id}</td>' in page
 
 
 async def test_a_failed_phase_marks_its_span_and_the_cycle(
