@@ -58,6 +58,7 @@ class BoundedExport(SpanProcessor):
         self._queue: collections.deque[ReadableSpan] = collections.deque()
         self._changed = threading.Condition()
         self._stopping = False
+        self._exporting = False
         self.dropped = 0
         self.unexported = 0
         self._thread = threading.Thread(target=self._export_all, name="otlp-export", daemon=True)
@@ -76,18 +77,23 @@ class BoundedExport(SpanProcessor):
                 self.dropped += 1
                 return
             self._queue.append(span)
-            self._changed.notify()
+            self._changed.notify_all()
 
     def shutdown(self) -> None:
         """Export what is queued (each batch within the exporter's timeout), then stop."""
         with self._changed:
             self._stopping = True
-            self._changed.notify()
+            self._changed.notify_all()
         self._thread.join()
         self._exporter.shutdown()
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return True
+        """Wait (blocking: from a thread) until the queue is empty and no export is out, or
+        ``timeout_millis``; whether it is."""
+        with self._changed:
+            return self._changed.wait_for(
+                lambda: not self._queue and not self._exporting, timeout_millis / 1000
+            )
 
     def _export_all(self) -> None:
         while True:
@@ -96,9 +102,13 @@ class BoundedExport(SpanProcessor):
                 if not self._queue:
                     return
                 batch = [self._queue.popleft() for _ in range(min(EXPORT_BATCH, len(self._queue)))]
-            if self._exporter.export(batch) is not SpanExportResult.SUCCESS:
-                with self._changed:
+                self._exporting = True
+            exported = self._exporter.export(batch)
+            with self._changed:
+                self._exporting = False
+                if exported is not SpanExportResult.SUCCESS:
                     self.unexported += len(batch)
+                self._changed.notify_all()
 
 
 @dataclass(eq=False)
