@@ -124,6 +124,18 @@ class Metrics:
         """Read the gauge of cycles in flight from ``cycles`` at every scrape."""
         self.cycles_in_flight.set_function(cycles)
 
+    def watch_spans_lost(self, dropped: Callable[[], int], unexported: Callable[[], int]) -> None:
+        """Gauges read at every scrape: the trace spans lost since start, by why."""
+        gauge = Gauge(
+            "playguard_trace_spans_lost",
+            "Trace spans lost since start: dropped (the export queue was full: the endpoint down "
+            "or slow) or unexported (the endpoint refused or never answered their export).",
+            ["reason"],
+            registry=self.registry,
+        )
+        gauge.labels("dropped").set_function(lambda: float(dropped()))
+        gauge.labels("unexported").set_function(lambda: float(unexported()))
+
     def watch_desired_state_loaded(self, loaded: Callable[[], bool]) -> None:
         """A gauge read at every scrape: whether the engine has a desired state to cycle on."""
         gauge = Gauge(

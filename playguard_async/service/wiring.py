@@ -14,7 +14,7 @@ import functools
 import signal
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -34,6 +34,9 @@ from playguard_async.remote.memo import ComposeMemo
 from playguard_async.remote.pool import ConnectionPool
 from playguard_async.remote.ssh import RemoteOptions, RemoteSession, connect, open_session
 from playguard_async.settings import Settings, SettingsError
+
+if TYPE_CHECKING:
+    from playguard_async.service.tracing import CycleTracer
 
 log = structlog.get_logger("playguard.wiring")
 
@@ -186,14 +189,22 @@ async def close_engine(engine: Engine) -> None:
     """Close what ``build_engine`` opened: its Redis client, then a database source's
     connections, once it has written back the observed state its cycles handed over."""
     await engine.redis.aclose()
-    if engine.services.settings.otlp_endpoint:
-        from playguard_async.service.tracing import CycleTracer  # noqa: PLC0415
-
-        tracer = engine.observer
-        assert isinstance(tracer, CycleTracer), "build_engine traces when otlp_endpoint is set"
+    if (tracer := engine_tracer(engine)) is not None:
         await tracer.close()
     if (source := as_remote(engine.desired_state)) is not None:
         await source.close()
+
+
+def engine_tracer(engine: Engine) -> CycleTracer | None:
+    """The tracer ``build_engine`` gave ``engine`` when traces are exported (``otlp_endpoint``);
+    else None, and nothing of OpenTelemetry is imported."""
+    if not engine.services.settings.otlp_endpoint:
+        return None
+    from playguard_async.service.tracing import CycleTracer  # noqa: PLC0415
+
+    tracer = engine.observer
+    assert isinstance(tracer, CycleTracer), "build_engine traces when otlp_endpoint is set"
+    return tracer
 
 
 @contextlib.contextmanager
