@@ -52,9 +52,10 @@ class BoundedExport(SpanProcessor):
     the queue full is dropped and counted in ``dropped``, a batch the exporter refused in
     ``unexported``."""
 
-    def __init__(self, exporter: SpanExporter, queue_size: int) -> None:
+    def __init__(self, exporter: SpanExporter, queue_size: int, *, stop_within: float) -> None:
         self._exporter = exporter
         self._queue_size = queue_size
+        self._stop_within = stop_within
         self._queue: collections.deque[ReadableSpan] = collections.deque()
         self._changed = threading.Condition()
         self._stopping = False
@@ -80,11 +81,15 @@ class BoundedExport(SpanProcessor):
             self._changed.notify_all()
 
     def shutdown(self) -> None:
-        """Export what is queued (each batch within the exporter's timeout), then stop."""
+        """Export what is queued within ``stop_within`` seconds, then stop: what is still queued
+        then is dropped (an endpoint down or slow holds a stop up no longer)."""
         with self._changed:
             self._stopping = True
             self._changed.notify_all()
-        self._thread.join()
+        self._thread.join(self._stop_within)
+        with self._changed:
+            self.dropped += len(self._queue)
+            self._queue.clear()
         self._exporter.shutdown()
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
@@ -138,16 +143,19 @@ class CycleTracer:
             headers=otlp_header_pairs(headers.get_secret_value()) if headers else None,
             timeout=settings.otlp_timeout,
         )
-        self.export = BoundedExport(exporter, settings.trace_queue_size)
+        self.export = BoundedExport(
+            exporter, settings.trace_queue_size, stop_within=settings.otlp_timeout
+        )
         resource = Resource.create(
             {"service.name": "playguard", "service.instance.id": settings.replica_id}
         )
-        self._provider = TracerProvider(resource=resource)
+        # Shut down by ``close``, not at exit as well (a second shutdown logs a warning).
+        self._provider = TracerProvider(resource=resource, shutdown_on_exit=False)
         self._provider.add_span_processor(self.export)
         self._tracer = self._provider.get_tracer("playguard_async")
 
     async def close(self) -> None:
-        """Export the queued spans (each batch bounded by ``otlp_timeout``), off the loop."""
+        """Export the queued spans within ``otlp_timeout``, off the loop."""
         await asyncio.to_thread(self._provider.shutdown)
         if self.export.dropped or self.export.unexported:
             log.warning(
