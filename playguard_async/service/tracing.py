@@ -41,6 +41,9 @@ log = structlog.get_logger("playguard.tracing")
 
 EXPORT_BATCH = 512
 """Spans sent in one export request at most."""
+EXPORT_DELAY = 1.0
+"""Seconds the first span queued waits for others to fill a batch with: a quiet replica sends one
+request a second at most, not one per span."""
 
 _NOT_FAILED = frozenset({Outcome.OK, Outcome.LOCKED, Outcome.PAUSED})
 """Outcomes whose cycle span is not marked as an error."""
@@ -78,7 +81,8 @@ class BoundedExport(SpanProcessor):
                 self.dropped += 1
                 return
             self._queue.append(span)
-            self._changed.notify_all()
+            if len(self._queue) in (1, EXPORT_BATCH):  # the worker waits for nothing else
+                self._changed.notify_all()
 
     def shutdown(self) -> None:
         """Export what is queued within ``stop_within`` seconds, then stop: what is still queued
@@ -104,6 +108,9 @@ class BoundedExport(SpanProcessor):
         while True:
             with self._changed:
                 self._changed.wait_for(lambda: bool(self._queue) or self._stopping)
+                self._changed.wait_for(
+                    lambda: len(self._queue) >= EXPORT_BATCH or self._stopping, EXPORT_DELAY
+                )
                 if not self._queue:
                     return
                 batch = [self._queue.popleft() for _ in range(min(EXPORT_BATCH, len(self._queue)))]
