@@ -166,8 +166,13 @@ def build_engine(
     traced: list[CycleListener] = []
     traced_phases: list[PhaseListener] = []
     if settings.otlp_endpoint:
-        from playguard_async.service.tracing import CycleTracer  # noqa: PLC0415 (OpenTelemetry)
-
+        try:
+            from playguard_async.service.tracing import CycleTracer  # noqa: PLC0415
+        except ImportError as exc:  # the image and --runtime installs leave the extra out
+            raise SettingsError(
+                f"otlp_endpoint is set, but OpenTelemetry cannot be imported ({exc}): install "
+                "playguard_async[tracing]"
+            ) from None
         tracer = CycleTracer(settings, observer or Unobserved())
         observer = tracer
         traced.append(tracer.cycle_finished)

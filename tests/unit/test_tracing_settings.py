@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from playguard_async.service.wiring import build_engine
 from playguard_async.settings import SettingsError, load_settings
 
 SECRET = "Bearer s3cr3t-otlp-token"
@@ -119,3 +120,15 @@ def test_with_an_endpoint_the_engine_traces(tmp_path: Path) -> None:
     loaded = engine_built_imports(tmp_path, PLAYGUARD_OTLP_ENDPOINT="http://127.0.0.1:9/v1/traces")
     assert "'playguard_async.service.tracing'" in loaded
     assert "'opentelemetry.exporter.otlp.proto.http.trace_exporter'" in loaded
+
+
+def test_an_endpoint_without_opentelemetry_installed_is_a_settings_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    inventory = tmp_path / "inventory.yaml"
+    inventory.write_text("marquees: {}\n", encoding="utf-8")
+    monkeypatch.setitem(sys.modules, "opentelemetry.exporter.otlp.proto.http.trace_exporter", None)
+    monkeypatch.delitem(sys.modules, "playguard_async.service.tracing", raising=False)
+    settings = load_settings(inventory=inventory, otlp_endpoint="http://127.0.0.1:4318/v1/traces")
+    with pytest.raises(SettingsError, match=r"install playguard_async\[tracing\]"):
+        build_engine(settings)
