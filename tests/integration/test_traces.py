@@ -24,6 +24,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from redis.asyncio import Redis
 from structlog.testing import capture_logs
 
+from playguard_async.coordination.keys import marquee_lock_key
 from playguard_async.coordination.marquee_reads import MarqueeStatus
 from playguard_async.coordination.records import CycleRecords
 from playguard_async.cycle_record import trace_of
@@ -228,3 +229,21 @@ async def test_an_endpoint_answering_slowly_costs_spans_not_cycles(
     await tracer.close()
     assert len(receiver.spans) + tracer.export.dropped == 12
     assert tracer.export.unexported == 0
+
+
+async def test_a_lost_renewal_is_a_failed_span_saying_why(redis: Redis, receiver: Receiver) -> None:
+    async def steal(ctx: PhaseContext) -> None:
+        await redis.set(marquee_lock_key("m1"), "intruder")
+
+    harness, tracer = traced(redis, receiver.url, ScriptedPhase("first", steal),
+                             ScriptedPhase("second"))  # fmt: skip
+    result = await harness.cycle()
+    await tracer.close()
+    assert result.outcome is Outcome.LOCK_LOST
+    by_name = {span.name: span for span in receiver.spans}
+    assert sorted(by_name) == ["cycle", "lease.renew", "phase first"]
+    renewal = by_name["lease.renew"]
+    assert attributes(renewal)["playguard.lease.renewal"] == "lost"
+    assert attributes(renewal)["playguard.lease.lost"] == "stolen"
+    assert renewal.status.code == by_name["cycle"].status.code != 0
+    assert attributes(by_name["cycle"])["playguard.outcome"] == "lock_lost"
