@@ -19,9 +19,13 @@ asking when it next opens.
 With ``--before REF`` each fleet is also measured with the code of git ref ``REF``, the two taking
 turns ``--rounds`` times, and the ratio of their median ``cpu/cycle`` is printed: on a machine
 whose load swings between runs, only figures from the same minutes compare.
+With ``--tracing`` this checkout is also measured (labelled ``traced``, in the same turns) with
+``otlp_endpoint`` set to an OTLP/HTTP receiver the parent serves on loopback (it answers every
+export with 200): the measured tick then lasts until its spans are exported, so the export
+thread's CPU is counted; the warm-up tick's spans are exported before it starts.
 
     .venv/bin/python bench/dispatch.py [--fleets 100,1000,10000] [--before REF [--rounds 3]]
-        [--windows none|closed]
+        [--windows none|closed] [--tracing]
 
 Starts its own redis-server from the lab on an ephemeral loopback port. Never part of the tests.
 """
@@ -30,14 +34,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import inspect
 import json
 import os
 import statistics
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
 from datetime import datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -48,9 +56,10 @@ from inventory_load import write_inventory
 from redis import Redis
 
 from playguard_async.coordination.client import RedisClient
+from playguard_async.engine.scheduler import Engine
 from playguard_async.phases.protocol import BUILTIN_PHASES, PhaseContext, PhaseReport
 from playguard_async.service.logs import configure_logging
-from playguard_async.service.wiring import build_engine
+from playguard_async.service.wiring import build_engine, close_engine
 from playguard_async.settings import Settings
 from playguard_lab import RedisServer
 
@@ -90,7 +99,17 @@ def rss_mib(field: str = "VmRSS") -> float:
     return float("nan")
 
 
-async def measure(settings: Settings) -> dict[str, float]:
+async def exported(engine: Engine) -> None:
+    """Wait until every span the engine's tracer holds has gone to the receiver."""
+    # Here, not at the top: the code measured beside this checkout (--before) may predate it.
+    from playguard_async.service.wiring import engine_tracer  # noqa: PLC0415
+
+    tracer = engine_tracer(engine)
+    assert tracer is not None
+    assert await asyncio.to_thread(tracer.export.force_flush), "the receiver took no spans"
+
+
+async def measure(settings: Settings, *, traced: bool) -> dict[str, float]:
     engine = build_engine(settings, phases=[NoOpPhase(name) for name in BUILTIN_PHASES])
     gc_seconds = [0.0]
     full_collections = [0]
@@ -105,17 +124,21 @@ async def measure(settings: Settings) -> dict[str, float]:
 
     try:
         await asyncio.gather(*await engine.tick())
+        if traced:
+            await exported(engine)
         commands, redis_cpu = await redis_counters(engine.redis)
         gc.callbacks.append(on_gc)
         cpu = time.process_time()
         wall = time.perf_counter()
         cycles = await asyncio.gather(*await engine.tick())
+        if traced:
+            await exported(engine)
         wall = time.perf_counter() - wall
         cpu = time.process_time() - cpu
         gc.callbacks.remove(on_gc)
         commands_after, redis_cpu_after = await redis_counters(engine.redis)
     finally:
-        await engine.redis.aclose()
+        await close_engine(engine)
     outcomes = {result.outcome.value for result in cycles}
     # A cycle outside its windows still ends ok; one that does not (a loop held so long that a
     # Redis answer outlasts its timeout) is counted, and only then, for the windows' sake.
@@ -144,24 +167,61 @@ def closed_windows() -> list[dict[str, Any]]:
              "timezone": "Europe/Berlin"}]  # fmt: skip
 
 
-def one_fleet(inventory: Path, redis_url: str, windows: list[dict[str, Any]]) -> None:
+def one_fleet(
+    inventory: Path, redis_url: str, windows: list[dict[str, Any]], otlp_endpoint: str
+) -> None:
     """The child: one fleet in a process of its own, so memory figures are its alone (the
     inventory is written by the parent: dumping 10,000 Marquees peaked at 252 MiB by itself)."""
     # As `playguard run` sets it up; code from before ``final`` had no such option.
     final = {"final": True} if "final" in inspect.signature(configure_logging).parameters else {}
     configure_logging("json", "warning", **final)
-    settings = noop_settings(inventory, redis_url, **({"windows": windows} if windows else {}))
+    overrides: dict[str, Any] = {"windows": windows} if windows else {}
+    if otlp_endpoint:
+        overrides["otlp_endpoint"] = otlp_endpoint
+    settings = noop_settings(inventory, redis_url, **overrides)
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        print(json.dumps(runner.run(measure(settings))))
+        print(json.dumps(runner.run(measure(settings, traced=bool(otlp_endpoint)))))
 
 
 def run_child(
-    code: Path, inventory: Path, redis_url: str, windows: list[dict[str, Any]]
+    code: Path, inventory: Path, redis_url: str, windows: list[dict[str, Any]], otlp_endpoint: str
 ) -> dict[str, Any]:
     # On an empty Redis: a tick announces its replica for a tick, so the last child would still
     # be live and share the fleet with this one (it measured 522 of 1,000 Marquees).
     Redis.from_url(redis_url).flushall()
-    return run_with(code, __file__, "--child", str(inventory), redis_url, json.dumps(windows))
+    return run_with(
+        code, __file__, "--child", str(inventory), redis_url, json.dumps(windows), otlp_endpoint
+    )
+
+
+class _TakesExports(BaseHTTPRequestHandler):
+    """An OTLP/HTTP receiver that reads each export and answers 200 (an empty response)."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def otlp_receiver(wanted: bool) -> Iterator[str]:
+    """The URL of a receiver served from a thread while the block runs; "" when not ``wanted``."""
+    if not wanted:
+        yield ""
+        return
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _TakesExports)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1/traces"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def main() -> None:
@@ -173,23 +233,34 @@ def main() -> None:
         "--windows", choices=("none", "closed"), default="none", help="the fleet's default"
     )
     parser.add_argument(
-        "--child", nargs=3, metavar=("INVENTORY", "REDIS_URL", "WINDOWS"), help=argparse.SUPPRESS
+        "--tracing", action="store_true", help="also this checkout with traces sent (traced)"
     )
+    parser.add_argument(
+        "--child", nargs=4, metavar=("INVENTORY", "REDIS_URL", "WINDOWS", "OTLP"),
+        help=argparse.SUPPRESS,
+    )  # fmt: skip
     args = parser.parse_args()
     if args.child:
-        one_fleet(Path(args.child[0]), args.child[1], json.loads(args.child[2]))
+        one_fleet(Path(args.child[0]), args.child[1], json.loads(args.child[2]), args.child[3])
         return
     windows = closed_windows() if args.windows == "closed" else []
     fleets = [int(size) for size in args.fleets.split(",")]
-    with tempfile.TemporaryDirectory() as scratch, RedisServer(Path(scratch) / "redis") as server:
+    with (
+        tempfile.TemporaryDirectory() as scratch,
+        RedisServer(Path(scratch) / "redis") as server,
+        otlp_receiver(args.tracing) as receiver,
+    ):
         workdir = Path(scratch)
         codes = versions(args.before, workdir)
-        rows: dict[str, list[dict[str, Any]]] = {label: [] for label in codes}
+        runs = [(label, code, "") for label, code in codes.items()]
+        if args.tracing:
+            runs.append(("traced", codes["now"], receiver))
+        rows: dict[str, list[dict[str, Any]]] = {label: [] for label, _, _ in runs}
         for fleet in fleets:
             inventory = write_inventory(workdir, fleet)
             for _ in range(args.rounds):
-                for label, code in codes.items():
-                    rows[label].append(run_child(code, inventory, server.url, windows))
+                for label, code, endpoint in runs:
+                    rows[label].append(run_child(code, inventory, server.url, windows, endpoint))
     print(f"load average {os.getloadavg()[0]:.1f}, {os.cpu_count()} cores; windows {windows}")
     print(
         f"{'code':>8} {'marquees':>8} {'cpu/tick s':>10} {'cpu/cycle ms':>12} {'wall/tick s':>11} "
@@ -217,6 +288,10 @@ def main() -> None:
         for fleet in fleets:
             ratio = _median_cycle(new, fleet) / _median_cycle(old, fleet)
             print(f"{fleet} Marquees: cpu/cycle now / {before}: {ratio:.2f}x")
+    if args.tracing:
+        for fleet in fleets:
+            ratio = _median_cycle(rows["traced"], fleet) / _median_cycle(rows["now"], fleet)
+            print(f"{fleet} Marquees: cpu/cycle traced / now: {ratio:.2f}x")
 
 
 def _median_cycle(rows: list[dict[str, Any]], fleet: int) -> float:

@@ -19,6 +19,7 @@ knows the keys.
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, NotRequired, TypedDict, TypeGuard, TypeVar
@@ -76,6 +77,8 @@ class CycleRecord(TypedDict):
     """Wall-clock time (for display only)."""
     waited: float
     duration: float
+    trace: str | None
+    """The cycle's trace ID when traces are exported (``trace_of`` reads it back)."""
 
 
 KEPT_FIELDS = ("marquee", "cycle", "outcome", "finished_at", "duration")
@@ -117,6 +120,16 @@ def mapping(value: object) -> Mapping[str, Any]:
 def listed(value: object) -> list[Any]:
     """A field that should hold a list; anything else reads as empty."""
     return value if isinstance(value, list) else []
+
+
+TRACE_ID = re.compile(r"[0-9a-f]{32}")
+"""An OpenTelemetry trace ID as written: 32 lowercase hex digits."""
+
+
+def trace_of(record: StoredRecord) -> str | None:
+    """The record's trace ID, or None where it has none or one not of the written shape."""
+    trace = record.get("trace")
+    return trace if isinstance(trace, str) and TRACE_ID.fullmatch(trace) else None
 
 
 def notices_of(record: StoredRecord) -> Iterator[tuple[str, NoticeKind, str, str]]:

@@ -6,12 +6,12 @@
 # tests, prometheus (and its promtool) and prometheus-alertmanager, which check and prove the
 # shipped alerting rules),
 # systemd-analyze to check the unit file, and a virtual environment in .venv with the package, its
-# test and dev extras, at the versions CI tested. With --runtime (the demo): the package and its
+# tracing, test and dev extras, at the versions CI tested. With --runtime (the demo): the package and its
 # runtime dependencies only, no test or dev extras.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-extras="[test,dev]"
+extras="[tracing,test,dev]"
 case "${1:-}" in
   "") ;;
   --runtime) extras="" ;;

@@ -18,7 +18,7 @@ unset PIP_CONSTRAINT
 [[ -x "$venv/bin/python" ]] || python3 -m venv "$venv"
 # The dev extra too: a unit test runs mypy on the phases' typing.
 "$venv/bin/python" -m pip install -q --upgrade pip
-"$venv/bin/python" -m pip install -q --upgrade --upgrade-strategy eager -e ".[test,dev]"
+"$venv/bin/python" -m pip install -q --upgrade --upgrade-strategy eager -e ".[tracing,test,dev]"
 echo "--- newest allowed versions:"
 "$venv/bin/python" -m pip list --format freeze 2>/dev/null \
   | grep -iE '^(asyncssh|cryptography|redis|aiohttp|aiodocker|pydantic|pydantic-settings|click|structlog|asyncpg|pytest)==' \

@@ -41,6 +41,7 @@ from playguard_async.cycle_record import (
     playground_findings,
     revision_short,
     seconds,
+    trace_of,
     typed,
 )
 
@@ -126,6 +127,8 @@ class LastCycle:
     unhealthy: dict[str, list[str]] = dataclasses.field(default_factory=dict)
     """Playground -> what its health gate reported: unhealthy services, held-back inputs,
     ``rolled back to <digests> because <reason>``."""
+    trace: str | None = None
+    """Its trace ID, when traces were exported (one not of the written shape reads as None)."""
 
     @classmethod
     def from_record(cls, record: StoredRecord) -> LastCycle:
@@ -169,6 +172,7 @@ class LastCycle:
                 if kind is NoticeKind.FAILED
             ],
             unhealthy=_by_subject(notices, NoticeKind.UNHEALTHY, NoticeKind.ROLLED_BACK),
+            trace=trace_of(record),
         )
 
     def to_json(self, now: float) -> dict[str, Any]:

@@ -216,7 +216,7 @@ def encode_record(record: Mapping[str, Any], max_bytes: int) -> str:
     last_resort = {
         key: value[:64] if isinstance(value, str) else value
         for key, value in compact.items()
-        if key in (*KEPT_FIELDS, "fence", "host_fence", "truncated")
+        if key in (*KEPT_FIELDS, "fence", "host_fence", "trace", "truncated")
     }
     return _json(last_resort)
 

@@ -63,10 +63,16 @@ class Cycle:
         """Wait ``delay`` (unless stopping), then lock, walk the phases, end; always ends in
         exactly one classified outcome."""
         result, services = self.result, self.services
+        services.observer.cycle_started(result)
         # Tokens, not bound_contextvars, which reads the whole context to restore it.
-        bound = structlog.contextvars.bind_contextvars(
-            marquee=self.marquee.name, cycle=result.cycle_id, replica=self.settings.replica_id
-        )
+        context = {
+            "marquee": self.marquee.name,
+            "cycle": result.cycle_id,
+            "replica": self.settings.replica_id,
+        }
+        if result.trace_id is not None:
+            context["trace"] = result.trace_id
+        bound = structlog.contextvars.bind_contextvars(**context)
         try:
             try:
                 if delay > 0:

@@ -103,15 +103,18 @@ async def renew_after(
     try:
         await lease.renew()
     except LockHeld as exc:  # renewed: the ending releases it
+        services.observer.lease_renewal_ended("paused")
         if last:
             return True
         paused(result, Pause.from_held(marquee.name, exc), phase)
         return False
     except LockLost as exc:
         services.observer.lease_lost(exc.reason)
+        services.observer.lease_renewal_ended("lost")
         result.outcome, result.phase = Outcome.LOCK_LOST, phase
         result.reason = exc.reason
         return False
+    services.observer.lease_renewal_ended("renewed")
     if last:
         return True
     # No read on its way: the last answer stands, without a wait to create.

@@ -7,6 +7,7 @@ from collections.abc import Collection
 from typing import Protocol
 
 from playguard_async.coordination.lock import LossReason, ReleaseResult
+from playguard_async.engine.results import CycleResult
 
 
 class EngineObserver(Protocol):
@@ -25,8 +26,18 @@ class EngineObserver(Protocol):
         this one's ``share``: the names of the Marquees it attempts (launchable, mode not
         ``off``), so an observer can forget those that left it."""
 
+    def cycle_started(self, result: CycleResult) -> None:
+        """A cycle's task begins, before its start offset and its lease; its log context is
+        bound next, so a ``result.trace_id`` set here is on every line the cycle logs and in its
+        record. Later calls of the same cycle (renewals, its phase and cycle listeners) run in
+        its task's context."""
+
     def lease_renewing(self, headroom: float) -> None:
         """A lease is about to be renewed with ``headroom`` seconds left before its deadline."""
+
+    def lease_renewal_ended(self, outcome: str) -> None:
+        """The renewal ``lease_renewing`` announced has an answer: ``renewed``, ``paused`` (a
+        pause held it: renewed, and the cycle stops) or ``lost`` (``lease_lost`` says why)."""
 
     def lease_lost(self, reason: LossReason) -> None:
         """A renewal failed; no further phase of the cycle runs."""
@@ -44,7 +55,13 @@ class Unobserved:
     def fleet_shared(self, replicas: int, share: Collection[str]) -> None:
         pass
 
+    def cycle_started(self, result: CycleResult) -> None:
+        pass
+
     def lease_renewing(self, headroom: float) -> None:
+        pass
+
+    def lease_renewal_ended(self, outcome: str) -> None:
         pass
 
     def lease_lost(self, reason: LossReason) -> None:

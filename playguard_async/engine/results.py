@@ -75,6 +75,8 @@ class CycleResult:
     slot, kept apart so that ``duration`` is the cycle's own work."""
     finished_at: float = 0.0
     duration: float = 0.0
+    trace_id: str | None = None
+    """The cycle's trace (32 hex digits) when traces are exported (``otlp_endpoint``)."""
 
     @property
     def left_alone(self) -> bool:
@@ -120,6 +122,7 @@ class CycleResult:
             "finished_at": self.finished_at,
             "waited": self.waited,
             "duration": self.duration,
+            "trace": self.trace_id,
         }
 
 

@@ -207,6 +207,8 @@ def print_story(told: marquee_reads.MarqueeStory, now: float) -> None:
         # Its own work, from the lock on; the start offset and the wait for a slot come apart.
         waited = "" if last.waited is None else f", after waiting {span(last.waited)} to start"
         out.print(text(f"  took {span(last.duration)}{waited}"))
+    if last.trace is not None:
+        out.print(text(f"  trace: {last.trace}"))
     for step in told.steps:
         seconds = "?" if step.seconds is None else span(step.seconds)
         out.print(text(f"    {step.phase}: {seconds}, {actions(len(step.actions))}"))

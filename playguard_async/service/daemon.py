@@ -37,6 +37,7 @@ from playguard_async.service.wiring import (
     RemoteLayer,
     build_engine,
     close_engine,
+    engine_tracer,
     redis_for,
     stopping_on_signals,
 )
@@ -107,6 +108,9 @@ async def serve(settings: Settings, *, stop_after: float | None = None) -> None:
         settings, listeners=listeners, observer=metrics, remote=remote, redis=redis
     )
     metrics.count_in_flight(lambda: len(engine.cycles))
+    if (tracer := engine_tracer(engine)) is not None:
+        export = tracer.export
+        metrics.watch_spans_lost(lambda: export.dropped, lambda: export.unexported)
     metrics.watch_desired_state_loaded(lambda: engine.inventory is not None)
     source = as_remote(engine.desired_state)
     if source is not None:

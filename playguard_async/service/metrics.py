@@ -23,6 +23,7 @@ from prometheus_client import (
 from prometheus_client.aiohttp import make_aiohttp_handler
 
 from playguard_async.coordination.lock import LossReason, ReleaseResult
+from playguard_async.engine.results import CycleResult
 from playguard_async.service.marquee_metrics import MarqueeSeries
 
 # Every counter and histogram would also carry a ``_created`` series: when this process made it,
@@ -123,6 +124,18 @@ class Metrics:
         """Read the gauge of cycles in flight from ``cycles`` at every scrape."""
         self.cycles_in_flight.set_function(cycles)
 
+    def watch_spans_lost(self, dropped: Callable[[], int], unexported: Callable[[], int]) -> None:
+        """Gauges read at every scrape: the trace spans lost since start, by why."""
+        gauge = Gauge(
+            "playguard_trace_spans_lost",
+            "Trace spans lost since start: dropped (the export queue was full: the endpoint down "
+            "or slow) or unexported (the endpoint refused or never answered their export).",
+            ["reason"],
+            registry=self.registry,
+        )
+        gauge.labels("dropped").set_function(lambda: float(dropped()))
+        gauge.labels("unexported").set_function(lambda: float(unexported()))
+
     def watch_desired_state_loaded(self, loaded: Callable[[], bool]) -> None:
         """A gauge read at every scrape: whether the engine has a desired state to cycle on."""
         gauge = Gauge(
@@ -201,8 +214,14 @@ class Metrics:
         self.marquees_assigned.set(len(share))
         self.marquee_series.keep_only(share)
 
+    def cycle_started(self, result: CycleResult) -> None:
+        pass  # counted as it ends (``cycle_finished``)
+
     def lease_renewing(self, headroom: float) -> None:
         self.lease_headroom.observe(headroom)
+
+    def lease_renewal_ended(self, outcome: str) -> None:
+        pass  # a loss is counted in ``lease_lost``
 
     def lease_lost(self, reason: LossReason) -> None:
         self.lock_lost.labels(reason).inc()

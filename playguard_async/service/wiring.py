@@ -14,7 +14,7 @@ import functools
 import signal
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -25,7 +25,7 @@ from playguard_async.desired_state.model import Marquee
 from playguard_async.desired_state.postgres.connection import DatabaseError
 from playguard_async.desired_state.registry import source_kind
 from playguard_async.desired_state.source import DesiredState, as_remote
-from playguard_async.engine.observer import EngineObserver
+from playguard_async.engine.observer import EngineObserver, Unobserved
 from playguard_async.engine.results import CycleListener, CycleResult, PhaseListener
 from playguard_async.engine.scheduler import Engine
 from playguard_async.engine.services import CycleServices, SessionOpener
@@ -34,6 +34,9 @@ from playguard_async.remote.memo import ComposeMemo
 from playguard_async.remote.pool import ConnectionPool
 from playguard_async.remote.ssh import RemoteOptions, RemoteSession, connect, open_session
 from playguard_async.settings import Settings, SettingsError
+
+if TYPE_CHECKING:
+    from playguard_async.service.tracing import CycleTracer
 
 log = structlog.get_logger("playguard.wiring")
 
@@ -160,13 +163,27 @@ def build_engine(
                 remote_source.record_cycle(result.to_record())
 
         write_back.append(write_observed)
+    traced: list[CycleListener] = []
+    traced_phases: list[PhaseListener] = []
+    if settings.otlp_endpoint:
+        try:
+            from playguard_async.service.tracing import CycleTracer  # noqa: PLC0415
+        except ImportError as exc:  # the image and --runtime installs leave the extra out
+            raise SettingsError(
+                f"otlp_endpoint is set, but OpenTelemetry cannot be imported ({exc}): install "
+                "playguard_async[tracing]"
+            ) from None
+        tracer = CycleTracer(settings, observer or Unobserved())
+        observer = tracer
+        traced.append(tracer.cycle_finished)
+        traced_phases.append(tracer.phase_ended)
     services = CycleServices.build(
         settings,
         redis,
         phases,
         open_session=(remote or RemoteLayer(settings, pooled=False)).session_opener(),
-        listeners=[*write_back, *listeners],
-        phase_listeners=phase_listeners,
+        listeners=[*write_back, *listeners, *traced],
+        phase_listeners=[*phase_listeners, *traced_phases],
         observer=observer,
         records=records,
     )
@@ -177,8 +194,22 @@ async def close_engine(engine: Engine) -> None:
     """Close what ``build_engine`` opened: its Redis client, then a database source's
     connections, once it has written back the observed state its cycles handed over."""
     await engine.redis.aclose()
+    if (tracer := engine_tracer(engine)) is not None:
+        await tracer.close()
     if (source := as_remote(engine.desired_state)) is not None:
         await source.close()
+
+
+def engine_tracer(engine: Engine) -> CycleTracer | None:
+    """The tracer ``build_engine`` gave ``engine`` when traces are exported (``otlp_endpoint``);
+    else None, and nothing of OpenTelemetry is imported."""
+    if not engine.services.settings.otlp_endpoint:
+        return None
+    from playguard_async.service.tracing import CycleTracer  # noqa: PLC0415
+
+    tracer = engine.observer
+    assert isinstance(tracer, CycleTracer), "build_engine traces when otlp_endpoint is set"
+    return tracer
 
 
 @contextlib.contextmanager

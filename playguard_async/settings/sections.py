@@ -488,9 +488,61 @@ class NotificationSettings(BaseModel):
 
 
 class LogSettings(BaseModel):
-    """How the daemon's log is written."""
+    """How the daemon's log is written, and where its cycles' traces go."""
 
     log_format: Literal["json", "console", "auto"] = Field(
         "auto", description="json, console, or auto (console on a TTY, json elsewhere)."
     )
     log_level: Literal["debug", "info", "warning", "error"] = Field("info")
+    otlp_endpoint: str = Field(
+        "",
+        description="OTLP/HTTP URL the cycles' traces are sent to (e.g. "
+        "http://127.0.0.1:4318/v1/traces): http:// only to a loopback host, https:// beyond; "
+        "OTEL_* variables never choose it. Empty: no tracing code runs.",
+    )
+    otlp_headers: SecretStr | None = Field(
+        None,
+        description="Headers sent with each export, as name=value,name=value (an API key); a "
+        "secret: never logged or put in a span.",
+    )
+    otlp_timeout: float = _seconds(
+        5.0, description="Seconds one export to otlp_endpoint may take, retries included."
+    )
+    trace_queue_size: int = Field(
+        2048,
+        ge=1,
+        le=1_000_000,
+        description="Finished spans waiting for export at most; while the endpoint is down or "
+        "slow, further spans are dropped and counted, never waited for.",
+    )
+
+    @field_validator("otlp_endpoint")
+    @classmethod
+    def _otlp_endpoint_form(cls, value: str) -> str:
+        if value:
+            url = urlsplit(value)
+            if url.scheme not in ("http", "https") or not url.hostname:
+                raise ValueError("must be an http:// or https:// URL with a host")
+            if url.scheme == "http" and not is_loopback(url.hostname):
+                raise ValueError(f"{url.hostname} is beyond loopback: use https://")
+            if url.username or url.password:
+                raise ValueError("no credentials in the URL: put them in otlp_headers")
+        return value
+
+    @field_validator("otlp_headers")
+    @classmethod
+    def _otlp_headers_form(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            otlp_header_pairs(value.get_secret_value())
+        return value
+
+
+def otlp_header_pairs(text: str) -> dict[str, str]:
+    """``name=value,name=value`` as a mapping; a malformed pair is refused without its value."""
+    pairs = {}
+    for index, item in enumerate(filter(None, (part.strip() for part in text.split(",")))):
+        name, equals, header_value = item.partition("=")
+        if not equals or not name.strip():
+            raise ValueError(f"otlp_headers: pair {index + 1} is not name=value")
+        pairs[name.strip()] = header_value.strip()
+    return pairs

@@ -12,7 +12,7 @@ from redis.asyncio import Redis
 
 from playguard_async.coordination.keys import marquee_lock_key
 from playguard_async.coordination.lock import LossReason, ReleaseResult
-from playguard_async.engine.results import Outcome
+from playguard_async.engine.results import CycleResult, Outcome
 from playguard_async.phases.protocol import PhaseContext
 from tests.support.engine import EngineHarness, ScriptedPhase
 
@@ -26,6 +26,8 @@ class Recorder:
 
     def __init__(self) -> None:
         self.heard: list[tuple[str, Any]] = []
+        self.renewals: list[str] = []
+        """How each renewal ended, apart from ``heard``."""
 
     def tick_started(self, lag: float) -> None:
         self.heard.append(("tick", lag))
@@ -33,8 +35,14 @@ class Recorder:
     def fleet_shared(self, replicas: int, share: Collection[str]) -> None:
         self.heard.append(("shared", (replicas, tuple(sorted(share)))))
 
+    def cycle_started(self, result: CycleResult) -> None:
+        pass
+
     def lease_renewing(self, headroom: float) -> None:
         self.heard.append(("renewing", headroom))
+
+    def lease_renewal_ended(self, outcome: str) -> None:
+        self.renewals.append(outcome)
 
     def lease_lost(self, reason: LossReason) -> None:
         self.heard.append(("lost", reason))
@@ -57,6 +65,7 @@ async def test_every_renewal_is_heard_with_its_headroom_then_the_release(redis: 
     harness, recorder = observed_engine(redis, ScriptedPhase("first"), ScriptedPhase("second"))
     assert (await harness.cycle()).outcome is Outcome.OK
     assert recorder.kinds() == ["renewing", "renewing", "released"]
+    assert recorder.renewals == ["renewed", "renewed"]
     headrooms = [value for kind, value in recorder.heard if kind == "renewing"]
     assert all(TTL * 0.9 < headroom < TTL for headroom in headrooms), headrooms
     assert recorder.heard[-1] == ("released", ReleaseResult.RELEASED)

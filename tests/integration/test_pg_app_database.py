@@ -160,7 +160,7 @@ async def _write_back_as_released_before(
 
 STATUS_RECORD: CycleRecord = {
     "marquee": "edge-0", "outcome": "ok", "reason": None, "phase": None, "fence": 7,
-    "host_fence": None, "cycle": "c-1", "durations": {"sync_git": 0.5},
+    "host_fence": None, "trace": None, "cycle": "c-1", "durations": {"sync_git": 0.5},
     "actions": {"sync_git": ["pulled"]}, "duration": 1.5, "finished_at": 1_700_000_000.0,
     "findings": {"reconcile": {"playgrounds": {"shop-0-1": {"state": "running",
                                                             "drift": ["image"],

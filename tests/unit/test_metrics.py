@@ -226,3 +226,12 @@ def test_series_do_not_grow_with_marquees_that_are_ok() -> None:
 def test_no_created_series(metrics: Metrics) -> None:
     metrics.cycle_finished("ok", {"sync_git": 0.1})
     assert "_created" not in generate_latest(metrics.registry).decode()
+
+
+def test_trace_spans_lost_are_read_at_each_scrape(metrics: Metrics) -> None:
+    lost = {"dropped": 0, "unexported": 0}
+    metrics.watch_spans_lost(lambda: lost["dropped"], lambda: lost["unexported"])
+    assert value(metrics, "playguard_trace_spans_lost", reason="dropped") == 0
+    lost |= {"dropped": 7, "unexported": 2}
+    assert value(metrics, "playguard_trace_spans_lost", reason="dropped") == 7
+    assert value(metrics, "playguard_trace_spans_lost", reason="unexported") == 2

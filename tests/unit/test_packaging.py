@@ -266,7 +266,9 @@ fi
 """
 
 
-@pytest.mark.parametrize(("args", "installed"), [((), "-e .[test,dev]"), (("--runtime",), "-e .")])
+@pytest.mark.parametrize(
+    ("args", "installed"), [((), "-e .[tracing,test,dev]"), (("--runtime",), "-e .")]
+)
 def test_install_script_adds_the_extras_unless_runtime_only(
     tmp_path: Path, args: tuple[str, ...], installed: str
 ) -> None:

@@ -62,14 +62,16 @@ def test_every_setting_is_read_from_its_environment_name(
     monkeypatch.setenv("PLAYGUARD_WEB_STREAMS_TOTAL", "9")
     monkeypatch.setenv("PLAYGUARD_SSH_POOL_SIZE", "3")
     monkeypatch.setenv("PLAYGUARD_METRICS_MARQUEES_SHOWN", "0")
+    monkeypatch.setenv("PLAYGUARD_OTLP_ENDPOINT", "http://127.0.0.1:4318/v1/traces")
     settings = load_settings()
     read = (
         settings.tick_interval,
         settings.web_streams_total,
         settings.ssh_pool_size,
         settings.metrics_marquees_shown,
+        settings.otlp_endpoint,
     )
-    assert read == (7.0, 9, 3, 0)
+    assert read == (7.0, 9, 3, 0, "http://127.0.0.1:4318/v1/traces")
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ from typing import Any
 import aiohttp
 import jinja2
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import TestClient
 from structlog.testing import capture_logs
 
 from playguard_async.coordination.lock_record import Holder
@@ -29,8 +29,7 @@ from playguard_async.coordination.marquee_reads import (
     PlaygroundRevisions,
 )
 from playguard_async.service import fleet_picture
-from playguard_async.service.endpoints import application
-from playguard_async.service.fleet_picture import FleetPicture, Listed
+from playguard_async.service.fleet_picture import FleetPicture
 from playguard_async.service.fleet_table import (
     PAGE_SIZE,
     BadQuery,
@@ -39,13 +38,11 @@ from playguard_async.service.fleet_table import (
     fleet_page,
     fleet_rows,
 )
-from playguard_async.service.http_guard import HostRule, HttpGuard
-from playguard_async.service.liveness import Liveness
 from playguard_async.service.web_auth import admits, offered_secret
 from playguard_async.service.web_view import PAGES_KEPT, RenderedPages, WebView
 from playguard_async.settings import SettingsError, load_settings
+from tests.support.web_view import OUTCOMES, picture_of, serving, view_of
 
-OUTCOMES = ("ok", "failed", "locked", "unreachable")
 HOSTILE = (
     "<script>alert(1)</script>",
     '"><img src=x onerror=alert(2)>',
@@ -173,62 +170,6 @@ def test_paging_filters_and_sorts_over_the_whole_fleet() -> None:
     assert [row.name for row in past_the_end.rows] == [f"m0099{digit}" for digit in range(10)]
     newest_last = fleet_page(statuses, FleetQuery(sort="age", descending=True), now)
     assert newest_last.rows[0].age is None  # never ran: no age, kept apart from the real ones
-
-
-class StubRecords:
-    """No Redis: the unit tests set the picture by hand (or read it from memory: ``live``)."""
-
-    redis = None
-
-
-def picture_of(
-    statuses: list[MarqueeStatus],
-    story: MarqueeStory | None = None,
-    *,
-    publish_interval: float = 0.2,
-) -> FleetPicture:
-    async def told(name: str) -> MarqueeStory:
-        assert story is not None
-        return story
-
-    listed = [Listed(status.name, status.launchable, status.mode) for status in statuses]
-    picture = FleetPicture(
-        StubRecords(),  # type: ignore[arg-type]
-        lambda: listed,
-        interval=60.0,
-        tell_story=told,
-        publish_interval=publish_interval,
-    )
-    picture.statuses = {status.name: status for status in statuses}
-    return picture
-
-
-def view_of(picture: FleetPicture, **caps: int) -> WebView:
-    return WebView(
-        picture,
-        replica="r1",
-        outcomes=OUTCOMES,
-        stop=asyncio.Event(),
-        streams_per_client=caps.get("per_client", 2),
-        streams_total=caps.get("total", 3),
-    )
-
-
-def serving(view: WebView, credential: str | None = None) -> TestClient[Any, Any]:
-    """The endpoints with ``view`` (behind ``credential``), on a real aiohttp server on loopback."""
-
-    async def metrics(request: Any) -> Any:
-        raise AssertionError("not asked")
-
-    app = application(
-        liveness=Liveness(interval=1.0, last_tick=time.monotonic, draining=lambda: False),
-        ready=lambda: asyncio.sleep(0, True),
-        ready_timeout=1.0,
-        metrics=metrics,
-        guard=HttpGuard(HostRule.bound_to("127.0.0.1"), credential=credential),
-        web_view=view,
-    )
-    return TestClient(TestServer(app, host="127.0.0.1"))
 
 
 @pytest.fixture

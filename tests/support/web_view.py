@@ -1,0 +1,75 @@
+"""The web view served from a picture set by hand, without Redis: what the web view's tests and
+the tests of what it shows share."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from aiohttp.test_utils import TestClient, TestServer
+
+from playguard_async.coordination.marquee_reads import MarqueeStatus, MarqueeStory
+from playguard_async.service.endpoints import application
+from playguard_async.service.fleet_picture import FleetPicture, Listed
+from playguard_async.service.http_guard import HostRule, HttpGuard
+from playguard_async.service.liveness import Liveness
+from playguard_async.service.web_view import WebView
+
+OUTCOMES = ("ok", "failed", "locked", "unreachable")
+
+
+class StubRecords:
+    """No Redis: the unit tests set the picture by hand (or read it from memory: ``live``)."""
+
+    redis = None
+
+
+def picture_of(
+    statuses: list[MarqueeStatus],
+    story: MarqueeStory | None = None,
+    *,
+    publish_interval: float = 0.2,
+) -> FleetPicture:
+    async def told(name: str) -> MarqueeStory:
+        assert story is not None
+        return story
+
+    listed = [Listed(status.name, status.launchable, status.mode) for status in statuses]
+    picture = FleetPicture(
+        StubRecords(),  # type: ignore[arg-type]
+        lambda: listed,
+        interval=60.0,
+        tell_story=told,
+        publish_interval=publish_interval,
+    )
+    picture.statuses = {status.name: status for status in statuses}
+    return picture
+
+
+def view_of(picture: FleetPicture, **caps: int) -> WebView:
+    return WebView(
+        picture,
+        replica="r1",
+        outcomes=OUTCOMES,
+        stop=asyncio.Event(),
+        streams_per_client=caps.get("per_client", 2),
+        streams_total=caps.get("total", 3),
+    )
+
+
+def serving(view: WebView, credential: str | None = None) -> TestClient[Any, Any]:
+    """The endpoints with ``view`` (behind ``credential``), on a real aiohttp server on loopback."""
+
+    async def metrics(request: Any) -> Any:
+        raise AssertionError("not asked")
+
+    app = application(
+        liveness=Liveness(interval=1.0, last_tick=time.monotonic, draining=lambda: False),
+        ready=lambda: asyncio.sleep(0, True),
+        ready_timeout=1.0,
+        metrics=metrics,
+        guard=HttpGuard(HostRule.bound_to("127.0.0.1"), credential=credential),
+        web_view=view,
+    )
+    return TestClient(TestServer(app, host="127.0.0.1"))
