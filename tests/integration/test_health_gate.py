@@ -21,7 +21,13 @@ from playguard_async.phases.sync_git import sync_git
 from playguard_async.remote.last_good import HealthRecord
 from playguard_lab import DockerDaemon, RegistryServer, build_busybox_image, push_image
 from tests.support.edge import LabEdge
-from tests.support.playgrounds import compose_yaml, project_containers, set_playground
+from tests.support.playgrounds import (
+    compose_yaml,
+    found,
+    notices,
+    running,
+    set_playground,
+)
 from tests.support.world import LAB_OPTIONS, PhaseRun
 
 pytestmark = pytest.mark.integration
@@ -84,20 +90,6 @@ def use_policy(edge: LabEdge, tags: Tags, rollback: str, health_timeout: float =
 async def cycle(edge: LabEdge, **options: Any) -> PhaseRun:
     ran: PhaseRun = await edge.runner(CYCLE, edge.world, options=replace(LAB_OPTIONS, **options))
     return ran
-
-
-def found(run: PhaseRun) -> dict[str, Any]:
-    playground: dict[str, Any] = run.report.findings["playgrounds"]["web-main"]
-    return playground
-
-
-def notices(run: PhaseRun, kind: NoticeKind) -> list[str]:
-    return [notice.detail for notice in run.report.notices if notice.kind is kind]
-
-
-async def running(docker: aiodocker.Docker) -> dict[str, Any]:
-    [container] = await project_containers(docker)
-    return container
 
 
 async def digest_of(docker: aiodocker.Docker, reference: str) -> str:

@@ -13,7 +13,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import aiodocker
 import pytest
 
 from playguard_async.cycle_record import NoticeKind
@@ -22,7 +21,14 @@ from playguard_async.phases.reconcile_playgrounds import reconcile_playgrounds
 from playguard_async.phases.sync_git import sync_git
 from playguard_lab import DockerDaemon, RegistryServer, build_busybox_image, push_image
 from tests.support.edge import LabEdge
-from tests.support.playgrounds import checkout_head, checkout_of, project_containers, set_playground
+from tests.support.playgrounds import (
+    checkout_head,
+    checkout_of,
+    found,
+    notices,
+    running,
+    set_playground,
+)
 from tests.support.world import LAB_OPTIONS, PhaseRun
 
 pytestmark = pytest.mark.integration
@@ -146,20 +152,6 @@ def use_policy(edge: LabEdge, release: Release, rollback: str) -> None:
 async def cycle(edge: LabEdge) -> PhaseRun:
     ran: PhaseRun = await edge.runner(CYCLE, edge.world, options=replace(LAB_OPTIONS))
     return ran
-
-
-def found(run: PhaseRun) -> dict[str, Any]:
-    playground: dict[str, Any] = run.report.findings["playgrounds"]["web-main"]
-    return playground
-
-
-def notices(run: PhaseRun, kind: NoticeKind) -> list[str]:
-    return [notice.detail for notice in run.report.notices if notice.kind is kind]
-
-
-async def running(docker: aiodocker.Docker) -> dict[str, Any]:
-    [container] = await project_containers(docker)
-    return container
 
 
 def env_file(edge: LabEdge) -> str:

@@ -14,11 +14,12 @@ from typing import Any
 
 import aiodocker
 
+from playguard_async.cycle_record import NoticeKind
 from playguard_async.remote.compose import PROJECT_LABEL, override_path
 from playguard_async.remote.docker import PLAYGROUND
 from playguard_async.remote.git import checkout_dir
 from playguard_lab import GitOrigin
-from tests.support.world import LabWorld
+from tests.support.world import LabWorld, PhaseRun
 
 PLAYGROUND_NAME = "web-main"
 
@@ -82,3 +83,20 @@ async def project_containers(
     )
     listed = await docker.containers.list(all=True, filters=filters)
     return [await container.show() for container in listed]
+
+
+def found(run: PhaseRun) -> dict[str, Any]:
+    """The reconcile phase's finding for the lab's Playground."""
+    playground: dict[str, Any] = run.report.findings["playgrounds"][PLAYGROUND_NAME]
+    return playground
+
+
+def notices(run: PhaseRun, kind: NoticeKind) -> list[str]:
+    """The details of a phase run's notices of ``kind``."""
+    return [notice.detail for notice in run.report.notices if notice.kind is kind]
+
+
+async def running(docker: aiodocker.Docker) -> dict[str, Any]:
+    """The lab Playground's one container."""
+    [container] = await project_containers(docker)
+    return container
