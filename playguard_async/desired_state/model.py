@@ -44,6 +44,7 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails, InitErrorDetails, PydanticCustomError
 
+from playguard_async.desired_state.rollout_policy import RolloutPolicy, parse_policy
 from playguard_async.desired_state.windows import Window
 from playguard_async.kits.files import FileRefused, read_text_limited
 
@@ -329,6 +330,8 @@ class Marquee(_Named):
     default ``~/.local/state/playguard/<name>`` of the SSH user. It must survive reboots."""
     launchable: bool = True
     mode: Mode = "apply"
+    canary: bool = False
+    """Admitted in the first wave of every rollout (``desired_state.rollout_policy``)."""
     windows: list[Window] | None = None
     """Maintenance windows (``desired_state.windows``); None: the fleet's default (the
     ``windows`` setting). Outside what they allow, a cycle runs as ``detect``."""
@@ -347,11 +350,22 @@ class Marquee(_Named):
 
 class MarqueeListing(NamedTuple):
     """A Marquee as a listing of the fleet shows it (the web view's rows): what a replica keeps
-    of a Marquee outside its share, whose full records it does not hold (``Inventory.listed``)."""
+    of a Marquee outside its share, whose full records it does not hold (``Inventory.listed``),
+    and the rollout cohorts it is in, so every replica sizes a rollout's waves alike."""
 
     name: str
     launchable: bool
     mode: Mode
+    canary: bool = False
+    cohorts: tuple[tuple[str, str], ...] = ()
+    """(playspec, branch) of each of its running Playgrounds, when it runs in ``apply`` mode."""
+
+
+class CohortMember(NamedTuple):
+    """A Marquee a rollout may admit (``Inventory.cohort``)."""
+
+    name: str
+    canary: bool
 
 
 PASSWORD_FILE_LIMIT = 64 << 10
@@ -408,6 +422,15 @@ class Playspec(_Named):
     registry: Name | None = None
     rollback: Literal["off", "notify", "auto"] = "notify"
     health_timeout: Annotated[float, Field(gt=0, le=HEALTH_TIMEOUT_MAX, allow_inf_nan=False)] = 60.0
+    rollout: RolloutPolicy | None = None
+    """How a release of it reaches the fleet (``desired_state.rollout_policy``); None: the
+    fleet's default (the ``rollout`` setting), and with none there, every Marquee at once."""
+
+    @field_validator("rollout", mode="before")
+    @classmethod
+    def _rollout_from_json(cls, value: object) -> object:
+        """The database's jsonb column arrives as its JSON text."""
+        return parse_policy(value)
 
 
 class Playground(_Named):
@@ -525,7 +548,7 @@ class Inventory(_Model):
     def listed(self) -> list[MarqueeListing]:
         """Every Marquee of the desired state, those outside the share it was read for
         included, in name order when there are such (the database's order), else in its own."""
-        held = [MarqueeListing(m.name, m.launchable, m.mode) for m in self.marquees]
+        held = [MarqueeListing(m.name, m.launchable, m.mode, m.canary) for m in self.marquees]
         if not self._elsewhere:
             return held
         return sorted([*held, *self._elsewhere])
@@ -586,6 +609,13 @@ class Inventory(_Model):
         }
         order = self._index.registry_order
         return sorted(used.values(), key=lambda registry: order[registry.name])
+
+    def cohort(self, playspec: str, branch: str) -> list[CohortMember]:
+        """The Marquees a release of ``playspec`` at ``branch`` would change: those with a
+        running Playground of it that this replica's cycles may change (``apply`` mode), in
+        name order. Marquees of other replicas' shares are in it when the source listed them
+        with their cohorts (``MarqueeListing.cohorts``)."""
+        return list(self._index.cohorts.get((playspec, branch), ()))
 
     def wants_playground(self, marquee: str, name: str) -> bool:
         """Whether the playground called `name` should exist on `marquee`."""
@@ -666,6 +696,7 @@ class _InventoryIndex:
     agent_chats: dict[str, AgentChat]
     playgrounds_on: dict[str, tuple[Playground, ...]]
     agent_chats_on: dict[str, tuple[AgentChat, ...]]
+    cohorts: dict[tuple[str, str], tuple[CohortMember, ...]]
 
     @classmethod
     def of(cls, inventory: Inventory) -> _InventoryIndex:
@@ -687,7 +718,23 @@ class _InventoryIndex:
             agent_chats={chat.name: chat for chat in inventory.agent_chats},
             playgrounds_on={name: tuple(found) for name, found in playgrounds_on.items()},
             agent_chats_on={name: tuple(found) for name, found in agent_chats_on.items()},
+            cohorts=_cohorts(inventory),
         )
+
+
+def _cohorts(inventory: Inventory) -> dict[tuple[str, str], tuple[CohortMember, ...]]:
+    """(playspec, branch) -> the Marquees a release of it would change (``Inventory.cohort``)."""
+    marquees = {marquee.name: marquee for marquee in inventory.marquees}
+    members: defaultdict[tuple[str, str], set[CohortMember]] = defaultdict(set)
+    for playground in inventory.playgrounds:
+        marquee = marquees[playground.marquee]
+        if playground.state == "running" and marquee.runs_cycles and marquee.mode == "apply":
+            scope = (playground.playspec, playground.branch)
+            members[scope].add(CohortMember(marquee.name, marquee.canary))
+    for listing in inventory._elsewhere:
+        for scope in listing.cohorts:
+            members[scope].add(CohortMember(listing.name, listing.canary))
+    return {scope: tuple(sorted(found)) for scope, found in members.items()}
 
 
 _VALUE_REPR = reprlib.Repr()

@@ -221,7 +221,11 @@ def fleet_picture(
 
     def names() -> list[Listed]:
         inventory = desired()
-        return [Listed(*listing) for listing in inventory.listed()] if inventory is not None else []
+        return (
+            [Listed(m.name, m.launchable, m.mode) for m in inventory.listed()]
+            if inventory is not None
+            else []
+        )
 
     records = CycleRecords(
         redis,
