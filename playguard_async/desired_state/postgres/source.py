@@ -382,12 +382,7 @@ async def _read_once(
         names: list[str] | None = None
         elsewhere: tuple[MarqueeListing, ...] = ()
         if share is not None and not any(failed.get(t) or t in checks for t in _LISTED_FROM):
-            listing, cohorts = _listing(schema, present), _cohorts(schema)
-            await measure(_measured(listing))
-            listed = await _fetch_listing(connection, schema, listing, "marquees")
-            await measure(_measured(cohorts))
-            running = await _fetch_listing(connection, schema, cohorts, "playgrounds")
-            names, elsewhere = _split(listed, _cohorts_by_marquee(running), share)
+            names, elsewhere = await _read_listing(connection, schema, present, share, measure)
 
         async def fetch(table: Table, columns: Sequence[str]) -> list[asyncpg.Record]:
             read[table.name] = list(columns)
@@ -429,18 +424,31 @@ async def _read_once(
     return records, broken, steering, read, elsewhere
 
 
-async def _fetch_listing(
-    connection: asyncpg.Connection, schema: str, query: str, relation: str
-) -> list[asyncpg.Record]:
-    """The rows of ``query`` (``_listing`` or ``_cohorts``); a view that raises is a failed read
-    of ``relation``, as a whole read's would be (read again without a share, its keys alone)."""
-    try:
-        rows: list[asyncpg.Record] = await connection.fetch(query)
-    except Exception as exc:
-        if not _view_error(exc):
-            raise
-        raise _ReadFailed.of(schema, relation, exc) from None
-    return rows
+async def _read_listing(
+    connection: asyncpg.Connection,
+    schema: str,
+    present: Mapping[str, set[str]],
+    share: Callable[[str], bool],
+    measure: Callable[[str], Awaitable[None]],
+) -> tuple[list[str], tuple[MarqueeListing, ...]]:
+    """The names of the share's Marquees and the others listed (``_split``), each query
+    measured before it is read. A view that raises, measured or read, is a failed read of the
+    relation it reads, as a whole read's would be (read again without a share, its keys
+    alone)."""
+
+    async def fetched(query: str, relation: str) -> list[asyncpg.Record]:
+        try:
+            await measure(_measured(query))
+            rows: list[asyncpg.Record] = await connection.fetch(query)
+        except Exception as exc:
+            if not _view_error(exc):
+                raise
+            raise _ReadFailed.of(schema, relation, exc) from None
+        return rows
+
+    listing = await fetched(_listing(schema, present), "marquees")
+    running = await fetched(_cohorts(schema), "playgrounds")
+    return _split(listing, _cohorts_by_marquee(running), share)
 
 
 Scopes = tuple[tuple[str, str], ...]
