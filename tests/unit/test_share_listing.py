@@ -165,3 +165,8 @@ def test_a_cohort_counts_the_marquees_listed_elsewhere_set_after_the_index_was_b
     held._elsewhere = (MarqueeListing("edge-3", True, "apply", False, (("shop", "next"),)),)
     assert held.cohort("shop", "main") == [CohortMember("edge-2", False)]
     assert held.cohort("shop", "next") == [CohortMember("edge-3", False)]
+
+
+def test_a_pair_two_playgrounds_share_is_one_scope() -> None:
+    rows = [("edge-1", ["shop", "shop", "shop"], ["next", "main", "next"])]
+    assert _cohorts_by_marquee(rows) == {"edge-1": SCOPES}

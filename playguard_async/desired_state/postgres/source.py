@@ -336,13 +336,14 @@ def _listing(schema: str, present: Mapping[str, set[str]]) -> str:
 
 def _cohorts(schema: str) -> str:
     """Each Marquee with running Playgrounds, and their (playspec, branch) pairs as two arrays
-    of one order: what ``Inventory.cohort`` needs of a Marquee held elsewhere."""
+    of one order (two aggregates of one group take its rows in the same order): what
+    ``Inventory.cohort`` needs of a Marquee held elsewhere. Repeated pairs are left to
+    ``_cohorts_by_marquee``: a DISTINCT here, or an order within each array, tripled the
+    query's cost (bench/README.md, "Cohorts in a share's listing")."""
     playgrounds = qualified(schema, "playgrounds")
     return (
-        "SELECT marquee, array_agg(playspec ORDER BY playspec, branch) AS playspecs, "
-        "array_agg(branch ORDER BY playspec, branch) AS branches "
-        f"FROM (SELECT DISTINCT marquee, playspec, branch FROM {playgrounds} "
-        "WHERE state = 'running') AS running GROUP BY marquee"
+        "SELECT marquee, array_agg(playspec) AS playspecs, array_agg(branch) AS branches "
+        f"FROM {playgrounds} WHERE state = 'running' GROUP BY marquee"
     )
 
 
@@ -455,22 +456,39 @@ Scopes = tuple[tuple[str, str], ...]
 
 
 def _cohorts_by_marquee(rows: Sequence[asyncpg.Record]) -> dict[str, Scopes]:
-    """Marquee -> the (playspec, branch) of its running Playgrounds, from ``_cohorts``'s rows.
-    A row with anything but text in them (a view's garbage) gives its Marquee none: the replica
-    whose share it is leaves that Marquee out of its snapshot, so out of every cohort too. Equal
-    scopes are one tuple, whatever the number of Marquees that list them."""
+    """Marquee -> the (playspec, branch) of its running Playgrounds, from ``_cohorts``'s rows,
+    each pair once, in order. A row with anything but text in them (a view's garbage) gives its
+    Marquee none: the replica whose share it is leaves that Marquee out of its snapshot, so out
+    of every cohort too. Rows alike (most Marquees run the same Playspecs on the same branches)
+    are worked out once and share one tuple: this runs on the event loop, for every Marquee of
+    the fleet, at every tick."""
     found: dict[str, Scopes] = {}
-    known: dict[Scopes, Scopes] = {}
+    known: dict[tuple[tuple[object, ...], tuple[object, ...]], Scopes | None] = {}
+    interned: dict[Scopes, Scopes] = {}
     for marquee, playspecs, branches in rows:
-        if not isinstance(marquee, str) or not _all_text(playspecs) or not _all_text(branches):
+        if not (isinstance(marquee, str) and isinstance(playspecs, list)
+                and isinstance(branches, list)):  # fmt: skip
             continue
-        scopes = tuple(sorted(zip(playspecs, branches, strict=True)))
-        found[marquee] = known.setdefault(scopes, scopes)
+        key = (tuple(playspecs), tuple(branches))
+        if key not in known:
+            scopes = _scopes(*key)
+            known[key] = None if scopes is None else interned.setdefault(scopes, scopes)
+        scopes = known[key]
+        if scopes is not None:
+            found[marquee] = scopes
     return found
 
 
-def _all_text(values: object) -> bool:
-    return isinstance(values, list) and all(isinstance(value, str) for value in values)
+def _scopes(playspecs: tuple[object, ...], branches: tuple[object, ...]) -> Scopes | None:
+    """The pairs of one ``_cohorts`` row, or None when they are not all text."""
+    if len(playspecs) != len(branches):
+        return None
+    pairs: set[tuple[str, str]] = set()
+    for playspec, branch in zip(playspecs, branches, strict=True):
+        if not (isinstance(playspec, str) and isinstance(branch, str)):
+            return None
+        pairs.add((playspec, branch))
+    return tuple(sorted(pairs))
 
 
 def _split(
