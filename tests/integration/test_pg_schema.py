@@ -394,8 +394,8 @@ async def test_a_schema_before_0008_reads_no_rollout_and_no_canary_and_0008_spar
     finally:
         await source.close()
     assert [migration.version for migration in applied] == [8]
-    assert await fleet.fetchval("SELECT relkind::text FROM pg_class WHERE oid = 'playguard.playspecs'"
-                                "::regclass") == "v"  # fmt: skip
+    kind = "SELECT relkind::text FROM pg_class WHERE oid = 'playguard.playspecs'::regclass"
+    assert await fleet.fetchval(kind) == "v", "still the view"
     assert list(source.problems) == []
     assert [spec.rollout for spec in after.playspecs] == [None, None]
     assert [m.name for m in after.marquees if m.canary] == ["edge-2"]
