@@ -261,8 +261,8 @@ async def read_snapshot(
     (name, launchable, mode, canary, and the rollout cohorts of its running Playgrounds) that
     tells which those are: one consistent snapshot, of which this replica holds its share's rows
     and a line per other Marquee (``Snapshot.elsewhere``), so that ``Inventory.cohort`` counts
-    the whole fleet. A relation that is wrong where the listing reads it (``marquees``,
-    ``playgrounds``) makes this read a whole one.
+    the whole fleet. A ``marquees`` that is wrong where the listing reads it makes this read a
+    whole one.
 
     With ``max_bytes``, each relation's rows are measured by the server before they are read
     (``Table.size``): ``SnapshotTooLarge`` as soon as the relations so far are more, so an
@@ -316,10 +316,6 @@ def _steer(marquees: list[dict[str, Any]], steering: Sequence[asyncpg.Record]) -
 
 
 _MODES = frozenset(get_args(Mode))
-
-_LISTED_FROM = ("marquees", "playgrounds")
-"""The relations a read for a share lists every Marquee from: one of them wrong, it reads
-whole."""
 
 
 def _listing(schema: str, present: Mapping[str, set[str]]) -> str:
@@ -382,8 +378,13 @@ async def _read_once(
 
         names: list[str] | None = None
         elsewhere: tuple[MarqueeListing, ...] = ()
-        if share is not None and not any(failed.get(t) or t in checks for t in _LISTED_FROM):
-            names, elsewhere = await _read_listing(connection, schema, present, share, measure)
+        if share is not None and not (failed.get("marquees") or "marquees" in checks):
+            # A playgrounds relation that is wrong takes every Marquee with Playgrounds out of
+            # its owner's snapshot, hence out of every cohort: the others are listed with none.
+            cohorts = not (failed.get("playgrounds") or "playgrounds" in checks)
+            names, elsewhere = await _read_listing(
+                connection, schema, present, share, measure, cohorts=cohorts
+            )
 
         async def fetch(table: Table, columns: Sequence[str]) -> list[asyncpg.Record]:
             read[table.name] = list(columns)
@@ -431,11 +432,14 @@ async def _read_listing(
     present: Mapping[str, set[str]],
     share: Callable[[str], bool],
     measure: Callable[[str], Awaitable[None]],
+    *,
+    cohorts: bool,
 ) -> tuple[list[str], tuple[MarqueeListing, ...]]:
-    """The names of the share's Marquees and the others listed (``_split``), each query
-    measured before it is read. A view that raises, measured or read, is a failed read of the
-    relation it reads, as a whole read's would be (read again without a share, its keys
-    alone)."""
+    """The names of the share's Marquees and the others listed (``_split``), with their cohorts
+    unless ``cohorts`` is False, each query measured before it is read. A view that raises,
+    measured or read, is a failed read of the relation it reads, as a whole read's would be:
+    ``marquees`` read again without a share, its keys alone; ``playgrounds`` read again by its
+    keys, the others listed without cohorts."""
 
     async def fetched(query: str, relation: str) -> list[asyncpg.Record]:
         try:
@@ -448,7 +452,7 @@ async def _read_listing(
         return rows
 
     listing = await fetched(_listing(schema, present), "marquees")
-    running = await fetched(_cohorts(schema), "playgrounds")
+    running = await fetched(_cohorts(schema), "playgrounds") if cohorts else []
     return _split(listing, _cohorts_by_marquee(running), share)
 
 
