@@ -44,7 +44,7 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails, InitErrorDetails, PydanticCustomError
 
-from playguard_async.desired_state.rollout_policy import RolloutPolicy, parse_policy
+from playguard_async.desired_state.rollout_policy import RolloutPolicy
 from playguard_async.desired_state.windows import Window
 from playguard_async.kits.files import FileRefused, read_text_limited
 
@@ -313,6 +313,21 @@ Mode = Literal["apply", "detect", "off"]
 host is left as it is); ``off`` runs no cycle on it at all."""
 
 
+def _json_column(value: object, what: str) -> object:
+    """A jsonb column's value as the database gives it (its JSON text), for a before-validator.
+    jsonb nests far deeper than Python's parser recurses: such a document is refused as a value,
+    so it takes out its row alone, not the whole snapshot's validation. Text from the YAML file
+    that is not JSON is refused as text."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value)
+    except RecursionError:
+        raise ValueError(f"{what}; this JSON nests too deeply to be one") from None
+    except ValueError:
+        raise ValueError(f"{what}, not text") from None
+
+
 class Marquee(_Named):
     """A Docker host reached over SSH; `launchable` False takes it out of rotation: no cycle runs
     on it, so nothing there is changed, until it is set back to True. ``mode`` steers what its
@@ -339,8 +354,7 @@ class Marquee(_Named):
     @field_validator("windows", mode="before")
     @classmethod
     def _windows_from_json(cls, value: object) -> object:
-        """The database's jsonb column arrives as its JSON text."""
-        return json.loads(value) if isinstance(value, str) else value
+        return _json_column(value, "maintenance windows are a list of windows")
 
     @property
     def runs_cycles(self) -> bool:
@@ -432,8 +446,9 @@ class Playspec(_Named):
     @field_validator("rollout", mode="before")
     @classmethod
     def _rollout_from_json(cls, value: object) -> object:
-        """The database's jsonb column arrives as its JSON text."""
-        return parse_policy(value)
+        return _json_column(
+            value, "a rollout is a mapping of waves, bake, max_failures and wave_timeout"
+        )
 
 
 class Playground(_Named):

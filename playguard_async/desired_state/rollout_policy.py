@@ -90,22 +90,6 @@ class RolloutPolicy(BaseModel):
         return json.dumps(self.model_dump(), separators=(",", ":"))
 
 
-def parse_policy(value: object) -> object:
-    """A policy as the database's jsonb column gives it (its JSON text), for a before-validator.
-    jsonb nests far deeper than Python's parser recurses: such a document is refused as a
-    value, so it takes out its row alone, not the whole snapshot's validation."""
-    if not isinstance(value, str):
-        return value
-    try:
-        return json.loads(value)
-    except RecursionError:
-        raise ValueError("a rollout is a mapping of waves, bake, max_failures and wave_timeout; "
-                         "this JSON nests too deeply to be one") from None  # fmt: skip
-    except ValueError:
-        raise ValueError("a rollout is a mapping of waves, bake, max_failures and wave_timeout, "
-                         "not text") from None  # fmt: skip
-
-
 def admission_key(scope: str, marquee: str, *, canary: bool) -> str:
     """Where ``marquee`` stands in the admission order of ``scope``'s rollouts: canaries first,
     then by SHA-256 of scope and name (the same on every replica, stable across restarts, and

@@ -312,3 +312,21 @@ async def test_a_bad_rollout_takes_out_only_the_marquees_of_its_playspec_and_is_
     assert refused[0].startswith(f"playspecs 'wiki': column {line}")
     assert refused[0] == f"playspecs 'wiki': column {line}" or len(refused[0]) < 300, "bounded"
     assert "hunter2" not in str(logs)
+
+
+async def test_windows_nested_past_the_parser_take_out_only_their_marquee(
+    fleet: asyncpg.Connection, source: PostgresDesiredState
+) -> None:
+    """An array, as 0005's CHECK asks, that Python's JSON parser cannot follow down."""
+    await fleet.execute(
+        "UPDATE playguard.marquee_steering SET windows = $1::jsonb WHERE name = 'edge-1'", DEEP
+    )
+    with capture_logs() as logs:
+        inventory = await source.load()
+
+    assert _names(inventory.marquees) == ["edge-0", "edge-2"]
+    [line] = [entry["error"] for entry in logs if entry["event"] == "desired_state.row_refused"]
+    assert line.startswith(
+        "marquees 'edge-1': column windows: maintenance windows are a list of windows; this JSON "
+        "nests too deeply to be one (value '[[[["
+    )
