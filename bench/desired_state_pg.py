@@ -11,6 +11,10 @@ Interleaved round after round:
   are validated again);
 - ``pg read``: the snapshot's read alone (asyncpg, no validation).
 
+With ``--share N`` the same rounds also read as one replica of N does (``set_share``: its
+share's rows, and a listing of every other Marquee with its rollout cohorts): ``share read``
+(``read_snapshot`` alone), ``share cold`` (a fresh source's ``load()``) and ``share unchanged``.
+
 With ``--views`` the same fleet is also laid out as an application keeps it (schema ``app``:
 ``bigint`` ids, Playgrounds and AgentChats referring by id) and read through the views of the
 README's integration guide (schema ``mapped``: a join per Playground and per chat): ``views
@@ -22,6 +26,7 @@ Marquees), our process's CPU ms for the cold load, and ratios to the YAML source
 PostgreSQL (Debian's, as the tests do) in a temporary directory and stops it at the end.
 
     .venv/bin/python bench/desired_state_pg.py [--fleets 1000,10000] [--rounds 3] [--views]
+        [--share N]
 
 Never part of the tests.
 """
@@ -32,6 +37,7 @@ import argparse
 import asyncio
 import tempfile
 import time
+import zlib
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -103,8 +109,13 @@ ANALYZE;
 """
 
 
+def share_of(replicas: int) -> Callable[[str], bool]:
+    """One replica's share of ``replicas``: about 1/N of the Marquees, the same every round."""
+    return lambda name: zlib.crc32(name.encode()) % replicas == 0
+
+
 async def measure(
-    server: PostgresServer, path: Path, rounds: int, *, views: bool
+    server: PostgresServer, path: Path, rounds: int, *, views: bool, share: int
 ) -> dict[str, float]:
     address, password = PgAddress.parse(server.url), password_from(server.password, None)
     warm = PostgresDesiredState(address, password, timeout=600)
@@ -143,6 +154,8 @@ async def measure(
             keep("pg read", (await timed(lambda: read_snapshot(connection)))[0])
             if views:
                 await measure_views(address, password, connection, warm_views, keep)
+            if share:
+                await measure_share(address, password, connection, share_of(share), keep)
     finally:
         await warm.close()
         await warm_views.close()
@@ -167,6 +180,26 @@ async def measure_views(
     keep("views unchanged", (await timed(warm.load))[0])
 
 
+async def measure_share(
+    address: PgAddress,
+    password: PasswordSource,
+    connection: Any,
+    owns: Callable[[str], bool],
+    keep: Callable[[str, float], None],
+) -> None:
+    """One round of the share figures, right after the tables' (same fleet, same load)."""
+    keep("share read", (await timed(lambda: read_snapshot(connection, share=owns)))[0])
+    source = PostgresDesiredState(address, password, timeout=600)
+    source.set_share(owns)
+    try:
+        wall, cpu = await timed(source.load)
+        keep("share cold", wall)
+        keep("share cold cpu", cpu)
+        keep("share unchanged", (await timed(source.load))[0])
+    finally:
+        await source.close()
+
+
 async def connect_to(server: PostgresServer) -> Any:
     return await asyncpg.connect(server.url, password=server.password)
 
@@ -176,6 +209,7 @@ async def main() -> None:
     parser.add_argument("--fleets", default="1000,10000")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--views", action="store_true", help="also read through views")
+    parser.add_argument("--share", type=int, default=0, help="also read as 1 replica of N")
     args = parser.parse_args()
     with (
         tempfile.TemporaryDirectory(prefix="pg-bench-") as workdir,
@@ -194,7 +228,7 @@ async def main() -> None:
         )
         for marquees in (int(part) for part in args.fleets.split(",")):
             path = write_inventory(Path(workdir), marquees)
-            figures = await measure(server, path, args.rounds, views=args.views)
+            figures = await measure(server, path, args.rounds, views=args.views, share=args.share)
             print(
                 f"{marquees:>8} {figures['yaml']:>7.0f} {figures['pg cold']:>8.0f} "
                 f"{figures['pg cold cpu']:>6.0f} {figures['pg unchanged']:>9.0f} "
@@ -210,6 +244,12 @@ async def main() -> None:
                     f"({figures['views cold'] / figures['pg cold']:.2f}x), "
                     f"unchanged {figures['views unchanged']:.0f} "
                     f"({figures['views unchanged'] / figures['pg unchanged']:.2f}x)"
+                )
+            if args.share:
+                print(
+                    f"{'':>8} share of 1/{args.share}: read {figures['share read']:.0f}, "
+                    f"cold {figures['share cold']:.0f} (cpu {figures['share cold cpu']:.0f}), "
+                    f"unchanged {figures['share unchanged']:.0f}"
                 )
 
 

@@ -12,15 +12,18 @@ sees what a real host of its own would.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from playguard_lab.fleet import Lab, MarqueeHost
 
 
-def marquee_entry(host: MarqueeHost, name: str, directory: Path) -> dict[str, Any]:
+def marquee_entry(
+    host: MarqueeHost, name: str, directory: Path, *, canary: bool = False
+) -> dict[str, Any]:
     """An inventory entry for a Marquee called ``name`` on ``host``, with its workdir and fence
-    state under ``directory``."""
+    state under ``directory``; a ``canary`` goes first in every rollout."""
     return {
         "name": name,
         "host": host.ssh.host,
@@ -31,6 +34,7 @@ def marquee_entry(host: MarqueeHost, name: str, directory: Path) -> dict[str, An
         "docker_socket": str(host.docker.socket),
         "workdir": str(directory / f"{name}-workdir"),
         "state_dir": str(directory / f"{name}-state"),
+        **({"canary": True} if canary else {}),
     }
 
 
@@ -48,19 +52,33 @@ def registry_entry(lab: Lab, directory: Path) -> dict[str, Any]:
 
 
 def shared_host_inventory(
-    lab: Lab, directory: Path, *, marquees: int, playgrounds: int, host: int = 0
+    lab: Lab,
+    directory: Path,
+    *,
+    marquees: int,
+    playgrounds: int,
+    host: int = 0,
+    rollout: Mapping[str, Any] | None = None,
+    canaries: int = 0,
 ) -> dict[str, Any]:
     """A desired state of ``marquees`` Marquees, all on the lab's Marquee host ``host``, each
-    with ``playgrounds`` Playgrounds of the origin's compose project on ``main``."""
+    with ``playgrounds`` Playgrounds of the origin's compose project on ``main``; with
+    ``rollout`` (``{"waves": [1, "50%", "100%"], "bake": 10}``) a release of it goes in
+    waves, the first ``canaries`` Marquees first."""
     directory.mkdir(parents=True, exist_ok=True)
     shared = lab.marquees[host]
     names = [f"{shared.name}-{index}" for index in range(marquees)]
+    web: dict[str, Any] = {"name": "web", "repo": lab.git.url, "images": [lab.image],
+                           "registry": "lab"}  # fmt: skip
+    if rollout is not None:
+        web["rollout"] = dict(rollout)
     return {
-        "marquees": [marquee_entry(shared, name, directory) for name in names],
-        "registries": [registry_entry(lab, directory)],
-        "playspecs": [
-            {"name": "web", "repo": lab.git.url, "images": [lab.image], "registry": "lab"}
+        "marquees": [
+            marquee_entry(shared, name, directory, canary=index < canaries)
+            for index, name in enumerate(names)
         ],
+        "registries": [registry_entry(lab, directory)],
+        "playspecs": [web],
         "playgrounds": [
             {"name": f"{name}-web-{index}", "playspec": "web", "marquee": name, "branch": "main"}
             for name in names

@@ -17,7 +17,7 @@ import os
 import re
 import reprlib
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date
 from functools import cached_property
@@ -44,7 +44,7 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails, InitErrorDetails, PydanticCustomError
 
-from playguard_async.desired_state.rollout_policy import RolloutPolicy, parse_policy
+from playguard_async.desired_state.rollout_policy import RolloutPolicy
 from playguard_async.desired_state.windows import Window
 from playguard_async.kits.files import FileRefused, read_text_limited
 
@@ -313,6 +313,21 @@ Mode = Literal["apply", "detect", "off"]
 host is left as it is); ``off`` runs no cycle on it at all."""
 
 
+def _json_column(value: object, what: str) -> object:
+    """A jsonb column's value as the database gives it (its JSON text), for a before-validator.
+    jsonb nests far deeper than Python's parser recurses: such a document is refused as a value,
+    so it takes out its row alone, not the whole snapshot's validation. Text from the YAML file
+    that is not JSON is refused as text."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value)
+    except RecursionError:
+        raise ValueError(f"{what}; this JSON nests too deeply to be one") from None
+    except ValueError:
+        raise ValueError(f"{what}, not text") from None
+
+
 class Marquee(_Named):
     """A Docker host reached over SSH; `launchable` False takes it out of rotation: no cycle runs
     on it, so nothing there is changed, until it is set back to True. ``mode`` steers what its
@@ -339,8 +354,7 @@ class Marquee(_Named):
     @field_validator("windows", mode="before")
     @classmethod
     def _windows_from_json(cls, value: object) -> object:
-        """The database's jsonb column arrives as its JSON text."""
-        return json.loads(value) if isinstance(value, str) else value
+        return _json_column(value, "maintenance windows are a list of windows")
 
     @property
     def runs_cycles(self) -> bool:
@@ -366,6 +380,9 @@ class CohortMember(NamedTuple):
 
     name: str
     canary: bool
+
+
+_Cohorts = dict[tuple[str, str], tuple[CohortMember, ...]]
 
 
 PASSWORD_FILE_LIMIT = 64 << 10
@@ -429,8 +446,9 @@ class Playspec(_Named):
     @field_validator("rollout", mode="before")
     @classmethod
     def _rollout_from_json(cls, value: object) -> object:
-        """The database's jsonb column arrives as its JSON text."""
-        return parse_policy(value)
+        return _json_column(
+            value, "a rollout is a mapping of waves, bake, max_failures and wave_timeout"
+        )
 
 
 class Playground(_Named):
@@ -481,6 +499,9 @@ class Inventory(_Model):
     _elsewhere: tuple[MarqueeListing, ...] = PrivateAttr(default=())
     """The Marquees of other replicas' shares, when this inventory was read for a share
     (``NarrowDesiredState.set_share``): listed, their records not held."""
+    _elsewhere_cohorts: tuple[tuple[MarqueeListing, ...], _Cohorts] | None = PrivateAttr(None)
+    """``_elsewhere`` and the cohorts it lists, computed at the first ``cohort`` after it was
+    set: the source sets it after the index is built, and anew on an unchanged inventory."""
 
     @field_validator("*", mode="before")
     @classmethod
@@ -548,7 +569,7 @@ class Inventory(_Model):
     def listed(self) -> list[MarqueeListing]:
         """Every Marquee of the desired state, those outside the share it was read for
         included, in name order when there are such (the database's order), else in its own."""
-        held = [MarqueeListing(m.name, m.launchable, m.mode, m.canary) for m in self.marquees]
+        held = list(self._index.listings)
         if not self._elsewhere:
             return held
         return sorted([*held, *self._elsewhere])
@@ -615,7 +636,15 @@ class Inventory(_Model):
         running Playground of it that this replica's cycles may change (``apply`` mode), in
         name order. Marquees of other replicas' shares are in it when the source listed them
         with their cohorts (``MarqueeListing.cohorts``)."""
-        return list(self._index.cohorts.get((playspec, branch), ()))
+        held = self._index.cohorts.get((playspec, branch), ())
+        elsewhere = self._cohorts_elsewhere().get((playspec, branch), ())
+        return sorted((*held, *elsewhere)) if elsewhere else list(held)
+
+    def _cohorts_elsewhere(self) -> _Cohorts:
+        known = self._elsewhere_cohorts
+        if known is None or known[0] is not self._elsewhere:
+            known = self._elsewhere_cohorts = (self._elsewhere, _cohorts_of(self._elsewhere))
+        return known[1]
 
     def wants_playground(self, marquee: str, name: str) -> bool:
         """Whether the playground called `name` should exist on `marquee`."""
@@ -696,7 +725,8 @@ class _InventoryIndex:
     agent_chats: dict[str, AgentChat]
     playgrounds_on: dict[str, tuple[Playground, ...]]
     agent_chats_on: dict[str, tuple[AgentChat, ...]]
-    cohorts: dict[tuple[str, str], tuple[CohortMember, ...]]
+    listings: tuple[MarqueeListing, ...]
+    cohorts: _Cohorts
 
     @classmethod
     def of(cls, inventory: Inventory) -> _InventoryIndex:
@@ -707,6 +737,7 @@ class _InventoryIndex:
         agent_chats_on: defaultdict[str, list[AgentChat]] = defaultdict(list)
         for chat in inventory.agent_chats:
             agent_chats_on[playgrounds[chat.playground].marquee].append(chat)
+        listings = _listings(inventory.marquees, playgrounds_on)
         return cls(
             marquees={marquee.name: marquee for marquee in inventory.marquees},
             registries={registry.name: registry for registry in inventory.registries},
@@ -718,22 +749,37 @@ class _InventoryIndex:
             agent_chats={chat.name: chat for chat in inventory.agent_chats},
             playgrounds_on={name: tuple(found) for name, found in playgrounds_on.items()},
             agent_chats_on={name: tuple(found) for name, found in agent_chats_on.items()},
-            cohorts=_cohorts(inventory),
+            listings=listings,
+            cohorts=_cohorts_of(listings),
         )
 
 
-def _cohorts(inventory: Inventory) -> dict[tuple[str, str], tuple[CohortMember, ...]]:
+def _listings(
+    marquees: Iterable[Marquee], playgrounds_on: Mapping[str, Sequence[Playground]]
+) -> tuple[MarqueeListing, ...]:
+    """Each Marquee as listed (``Inventory.listed``), its cohorts those of its running
+    Playgrounds when its cycles may change them (launchable, ``apply`` mode): what the
+    PostgreSQL source lists of a Marquee outside the share, so both read alike."""
+    listings = []
+    for marquee in marquees:
+        cohorts: tuple[tuple[str, str], ...] = ()
+        if marquee.runs_cycles and marquee.mode == "apply":
+            running = playgrounds_on.get(marquee.name, ())
+            cohorts = tuple(
+                sorted({(p.playspec, p.branch) for p in running if p.state == "running"})
+            )
+        listings.append(
+            MarqueeListing(marquee.name, marquee.launchable, marquee.mode, marquee.canary, cohorts)
+        )
+    return tuple(listings)
+
+
+def _cohorts_of(listings: Iterable[MarqueeListing]) -> _Cohorts:
     """(playspec, branch) -> the Marquees a release of it would change (``Inventory.cohort``)."""
-    marquees = {marquee.name: marquee for marquee in inventory.marquees}
-    members: defaultdict[tuple[str, str], set[CohortMember]] = defaultdict(set)
-    for playground in inventory.playgrounds:
-        marquee = marquees[playground.marquee]
-        if playground.state == "running" and marquee.runs_cycles and marquee.mode == "apply":
-            scope = (playground.playspec, playground.branch)
-            members[scope].add(CohortMember(marquee.name, marquee.canary))
-    for listing in inventory._elsewhere:
+    members: defaultdict[tuple[str, str], list[CohortMember]] = defaultdict(list)
+    for listing in listings:
         for scope in listing.cohorts:
-            members[scope].add(CohortMember(listing.name, listing.canary))
+            members[scope].append(CohortMember(listing.name, listing.canary))
     return {scope: tuple(sorted(found)) for scope, found in members.items()}
 
 

@@ -18,11 +18,12 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PlainValidator
 
 WAVES_MAX = 20
 """Waves a policy may have."""
@@ -30,10 +31,28 @@ WAVES_MAX = 20
 BAKE_MAX = 86_400.0
 """Seconds a wave's bake or timeout may be at most (one day)."""
 
-Percent = Annotated[str, StringConstraints(pattern=r"^(100|[1-9][0-9]?)%$")]
+WAVE_MAX = 1_000_000
+"""Marquees a wave given as a number may take at most."""
+
+_PERCENT = re.compile(r"(100|[1-9][0-9]?)%")
 """A share of the cohort, ``1%`` to ``100%``, rounded up to whole Marquees."""
 
-WaveSize = Annotated[int, Field(ge=1, le=1_000_000)] | Percent
+
+def _wave_size(value: object) -> int | str:
+    """One wave's size, with one reason when it is neither form (a union of the two would give
+    a line per form, each misleading about the other: ``0`` is "not a valid string"). ``true``
+    is an int to Python; as a wave size it is a typo."""
+    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= WAVE_MAX:
+        return value
+    if isinstance(value, str) and _PERCENT.fullmatch(value):
+        return value
+    raise ValueError(
+        f"a wave is a number of Marquees (1 to {WAVE_MAX}) or a percentage of the cohort "
+        "('1%' to '100%', no space)"
+    )
+
+
+WaveSize = Annotated[int | str, PlainValidator(_wave_size)]
 
 
 class RolloutPolicy(BaseModel):
@@ -46,16 +65,8 @@ class RolloutPolicy(BaseModel):
 
     waves: Annotated[list[WaveSize], Field(min_length=1, max_length=WAVES_MAX)]
     bake: Annotated[float, Field(ge=0, le=BAKE_MAX, allow_inf_nan=False)] = 300.0
-    max_failures: Annotated[int, Field(ge=0, le=1_000_000)] = 0
+    max_failures: Annotated[int, Field(ge=0, le=WAVE_MAX)] = 0
     wave_timeout: Annotated[float, Field(gt=0, le=BAKE_MAX, allow_inf_nan=False)] = 900.0
-
-    @field_validator("waves", mode="before")
-    @classmethod
-    def _no_bool(cls, value: object) -> object:
-        """``true`` is an int to pydantic; as a wave size it is a typo."""
-        if isinstance(value, list) and any(isinstance(size, bool) for size in value):
-            raise ValueError("a wave is a number of Marquees or a percentage such as '10%'")
-        return value
 
     def sizes(self, cohort: int) -> tuple[int, ...]:
         """How many Marquees of a cohort of ``cohort`` are admitted once each wave has started:
@@ -77,11 +88,6 @@ class RolloutPolicy(BaseModel):
 
     def encode(self) -> str:
         return json.dumps(self.model_dump(), separators=(",", ":"))
-
-
-def parse_policy(value: object) -> object:
-    """A policy as the database's jsonb column gives it (its JSON text), for a before-validator."""
-    return json.loads(value) if isinstance(value, str) else value
 
 
 def admission_key(scope: str, marquee: str, *, canary: bool) -> str:

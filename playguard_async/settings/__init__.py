@@ -231,7 +231,13 @@ def _describe(
             continue
         field = str(error["loc"][0])
         source = _source_of(field, config, file_data, overrides)
-        problems.append(f"{source}: {field} = {_shown(field, error.get('input'))}: {reason}")
+        place = ".".join(str(part) for part in error["loc"])  # rollout.waves.0: within a table
+        if error["type"] == "extra_forbidden" and len(error["loc"]) > 1:
+            # A key unknown within a table: its value is not shown, it may be a secret typed
+            # into the wrong place.
+            problems.append(f"{source}: {place}: {reason}")
+            continue
+        problems.append(f"{source}: {place} = {_shown(field, error.get('input'))}: {reason}")
     return invalid_settings(problems)
 
 

@@ -24,6 +24,7 @@ from playguard_async.desired_state.postgres.connection import (
     schema_name,
 )
 from playguard_async.desired_state.registry import source_kind
+from playguard_async.desired_state.rollout_policy import RolloutPolicy
 from playguard_async.desired_state.windows import Window
 from playguard_async.desired_state.yaml_source import INVENTORY_MAX_BYTES, INVENTORY_READ_TIMEOUT
 from playguard_async.kits.capacity import MAX_SECONDS
@@ -150,7 +151,8 @@ class SchedulingSettings(BaseModel):
 
 class DesiredStateSettings(BaseModel):
     """Where the desired state comes from (the YAML inventory or PostgreSQL) and how long reading
-    it may take; the fleet's default maintenance windows."""
+    it may take; the fleet's defaults for what the desired state leaves unset (maintenance
+    windows, rollouts)."""
 
     inventory: Path = Field(
         Path("config/inventory.yaml"), description="The desired state (YAML inventory)."
@@ -201,6 +203,13 @@ class DesiredStateSettings(BaseModel):
         description="The fleet's default maintenance windows, for Marquees without windows of "
         'their own: [{kind = "allow" or "deny", cron = "0 2 * * 6", duration = 7200, timezone '
         '= "Europe/Berlin"}]; outside what they allow a cycle runs as detect. Empty: always.',
+    )
+    rollout: RolloutPolicy | None = Field(
+        None,
+        description="The fleet's default rollout, for Playspecs without one of their own: "
+        '{waves = [1, "10%", "100%"], bake = 300, max_failures = 0, wave_timeout = 900} (in the '
+        "environment as JSON); a release reaches the Marquees wave by wave. None: every Marquee "
+        "at once.",
     )
 
     @field_validator("desired_state")

@@ -3,6 +3,7 @@ row taking out only the Marquees it concerns, the last snapshot kept while the s
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -235,3 +236,97 @@ async def test_steering_lives_in_its_own_table_and_a_bad_row_takes_out_only_its_
     assert _names(refused.marquees) == ["edge-0", "edge-2"]
     [line] = [log for log in logs if log["event"] == "desired_state.row_refused"]
     assert "must have 5 fields" in str(line)
+
+
+WAVE = (
+    "a wave is a number of Marquees (1 to 1000000) or a percentage of the cohort ('1%' to "
+    "'100%', no space)"
+)
+
+DEEP = "[" * 5000 + "]" * 5000
+"""JSON that jsonb takes and Python's parser cannot (it recurses once per level)."""
+
+# (the rollout as the row holds it, written around the dropped CHECK; the problem line after
+# "playspecs 'wiki': column ", up to the value shown, cut short, when it is JSON text)
+BAD_ROLLOUTS = [
+    ('"10%"', "rollout: Input should be a valid dictionary or instance of RolloutPolicy "
+              "(value '10%')"),
+    ("[1, 2]", "rollout: Input should be a valid dictionary or instance of RolloutPolicy"),
+    ("{}", "rollout.waves: Field required"),
+    ('{"waves": "100%"}', "rollout.waves: Input should be a valid list (value '100%')"),
+    ('{"waves": [true]}', f"rollout.waves.0: {WAVE} (value True)"),
+    ('{"waves": [0]}', f"rollout.waves.0: {WAVE} (value 0)"),
+    ('{"waves": [1, "0%"]}', f"rollout.waves.1: {WAVE} (value '0%')"),
+    ('{"waves": ["101%"]}', f"rollout.waves.0: {WAVE} (value '101%')"),
+    ('{"waves": ["10 %"]}', f"rollout.waves.0: {WAVE} (value '10 %')"),
+    ('{"waves": [2.5]}', f"rollout.waves.0: {WAVE} (value 2.5)"),
+    ('{"waves": [1], "bake": -1}', "rollout.bake: Input should be greater than or equal to 0 "
+                                   "(value -1)"),
+    ('{"waves": [1], "bake": "nan"}', "rollout.bake: Input should be a finite number "
+                                      "(value 'nan')"),
+    ('{"waves": [1], "wave_timeout": 0}', "rollout.wave_timeout: Input should be greater than 0 "
+                                          "(value 0)"),
+    ('{"waves": [1], "max_failures": 1.5}', "rollout.max_failures: Input should be a valid "
+                                            "integer, got a number with a fractional part "
+                                            "(value 1.5)"),
+    ('{"waves": [1], "password": "hunter2"}', "rollout.password: Extra inputs are not permitted"),
+    (json.dumps({"waves": list(range(1, 100_001))}),
+     "rollout.waves: List should have at most 20 items after validation, not 100000"),
+    (json.dumps({"waves": [1], "bake": 0, "pad": "x" * 1_000_000}),
+     "rollout.pad: Extra inputs are not permitted"),
+    (f'{{"waves": {DEEP}}}', "rollout: a rollout is a mapping of waves, bake, max_failures and "
+                             "wave_timeout; this JSON nests too deeply to be one"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("value", "line"), BAD_ROLLOUTS)
+async def test_a_bad_rollout_takes_out_only_the_marquees_of_its_playspec_and_is_named(
+    fleet: asyncpg.Connection, source: PostgresDesiredState, value: str, line: str
+) -> None:
+    await fleet.execute(
+        "INSERT INTO playguard.playspecs (name, repo, rollout) VALUES ('wiki', 'https://x/w.git', "
+        """'{"waves": [1, "50%"], "bake": 5}')"""
+    )
+    await fleet.execute(
+        "UPDATE playguard.playgrounds SET playspec = 'wiki' WHERE name = 'shop-2-0'"
+    )
+    good = await source.load()
+    await fleet.execute("ALTER TABLE playguard.playspecs DROP CONSTRAINT playspecs_rollout_check")
+    await fleet.execute(
+        "UPDATE playguard.playspecs SET rollout = $1::jsonb WHERE name = 'wiki'", value
+    )
+
+    narrow = await source.load_marquees(["edge-0", "edge-1", "edge-2"])
+    with capture_logs() as logs:
+        inventory = await source.load()
+
+    [wiki] = [spec for spec in good.playspecs if spec.name == "wiki"]
+    assert wiki.rollout is not None
+    assert wiki.rollout.waves == [1, "50%"]
+    assert _names(inventory.marquees) == ["edge-0", "edge-1"]
+    assert narrow is not None
+    assert _names(narrow.marquees) == ["edge-0", "edge-1"]
+    assert _names(inventory.playspecs) == ["blog", "shop"]
+    refused = [entry["error"] for entry in logs if entry["event"] == "desired_state.row_refused"]
+    assert refused[1:] == ["marquees 'edge-2': left out of this snapshot (a row it needs is bad)"]
+    assert refused[0].startswith(f"playspecs 'wiki': column {line}")
+    assert refused[0] == f"playspecs 'wiki': column {line}" or len(refused[0]) < 300, "bounded"
+    assert "hunter2" not in str(logs)
+
+
+async def test_windows_nested_past_the_parser_take_out_only_their_marquee(
+    fleet: asyncpg.Connection, source: PostgresDesiredState
+) -> None:
+    """An array, as 0005's CHECK asks, that Python's JSON parser cannot follow down."""
+    await fleet.execute(
+        "UPDATE playguard.marquee_steering SET windows = $1::jsonb WHERE name = 'edge-1'", DEEP
+    )
+    with capture_logs() as logs:
+        inventory = await source.load()
+
+    assert _names(inventory.marquees) == ["edge-0", "edge-2"]
+    [line] = [entry["error"] for entry in logs if entry["event"] == "desired_state.row_refused"]
+    assert line.startswith(
+        "marquees 'edge-1': column windows: maintenance windows are a list of windows; this JSON "
+        "nests too deeply to be one (value '[[[["
+    )

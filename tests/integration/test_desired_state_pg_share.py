@@ -12,7 +12,7 @@ import asyncpg
 import pytest
 from redis.asyncio import Redis
 
-from playguard_async.desired_state.model import Inventory, InventoryError, MarqueeListing
+from playguard_async.desired_state.model import CohortMember, Inventory, InventoryError
 from playguard_async.desired_state.postgres.connection import PgAddress, password_from
 from playguard_async.desired_state.postgres.source import PostgresDesiredState
 from tests.integration.test_desired_state_pg_narrow import EVERYONE, _what_concerns
@@ -34,10 +34,6 @@ async def source(postgres: LabDatabase) -> AsyncIterator[PostgresDesiredState]:
     await source.close()
 
 
-def _listing(inventory: Inventory) -> list[MarqueeListing]:
-    return [MarqueeListing(m.name, m.launchable, m.mode) for m in inventory.marquees]
-
-
 @pytest.mark.parametrize(
     "share", [[], ["edge-0"], ["edge-2"], ["edge-1", "edge-2"], EVERYONE, ["nobody", "edge-1"]]
 )
@@ -54,7 +50,7 @@ async def test_a_read_for_a_share_holds_its_rows_as_the_whole_snapshot_says_and_
         assert _what_concerns(held, name) == _what_concerns(whole, name)
     assert {p.marquee for p in held.playgrounds} <= set(mine)
     assert {held.playground_of(chat).marquee for chat in held.agent_chats} <= set(mine)
-    assert held.listed() == _listing(whole)
+    assert held.listed() == whole.listed()
     # Models of the whole read are not reused: they would keep its memory (the allocator's
     # arenas) alive for the few a share holds.
     models = {id(model) for model in (*whole.marquees, *whole.playgrounds, *whole.playspecs)}
@@ -147,3 +143,91 @@ async def test_an_engine_reads_for_its_rosters_share_and_for_everyone_alone(
         assert [m.name for m in inventory.listed()] == EVERYONE
     survivors = [sorted(m.name for m in inventory.marquees) for inventory in after]
     assert sorted(name for share in survivors for name in share) == EVERYONE
+
+
+SCOPES = [("blog", "feature/x-0"), ("blog", "gone"), ("shop", "feature/next"),
+          ("shop", "feature/x-1"), ("shop", "feature/x-2")]  # fmt: skip
+"""Every (playspec, branch) of ``full_document``'s Playgrounds, and two no Playground has."""
+
+
+def _cohorts(inventory: Inventory) -> dict[tuple[str, str], list[CohortMember]]:
+    return {scope: inventory.cohort(*scope) for scope in SCOPES}
+
+
+@pytest.mark.parametrize(
+    "share", [[], ["edge-0"], ["edge-1"], ["edge-2"], ["edge-0", "edge-2"], EVERYONE]
+)
+async def test_every_share_counts_the_whole_fleets_cohorts_and_canaries(
+    fleet: asyncpg.Connection, source: PostgresDesiredState, share: list[str]
+) -> None:
+    await fleet.execute("UPDATE playguard.marquee_steering SET canary = true WHERE name = 'edge-1'")
+    # edge-2 is neither launchable nor in apply mode: in no cohort, wherever it is held.
+    await fleet.execute("UPDATE playguard.marquees SET launchable = true WHERE name = 'edge-2'")
+    whole = await source.load()
+    source.set_share(set(share).__contains__)
+    held = await source.load()
+
+    assert held.listed() == whole.listed()
+    assert (
+        _cohorts(held)
+        == _cohorts(whole)
+        == {
+            ("blog", "feature/x-0"): [CohortMember("edge-0", False), CohortMember("edge-1", True)],
+            ("blog", "gone"): [],
+            ("shop", "feature/next"): [],
+            ("shop", "feature/x-1"): [CohortMember("edge-0", False), CohortMember("edge-1", True)],
+            ("shop", "feature/x-2"): [],  # stopped Playgrounds
+        }
+    )
+
+
+async def test_a_cohort_elsewhere_changed_shows_though_the_shares_own_rows_did_not(
+    fleet: asyncpg.Connection, source: PostgresDesiredState
+) -> None:
+    source.set_share({"edge-0"}.__contains__)
+    first = await source.load()
+    await fleet.execute(
+        "UPDATE playguard.playgrounds SET branch = 'feature/next' WHERE name = 'shop-1-1'"
+    )
+    await fleet.execute("UPDATE playguard.marquee_steering SET canary = true WHERE name = 'edge-1'")
+    second = await source.load()
+
+    assert second is first, "the share's rows are unchanged: the same validated inventory"
+    assert second.cohort("shop", "feature/next") == [CohortMember("edge-1", True)]
+    assert second.cohort("shop", "feature/x-1") == [CohortMember("edge-0", False)]
+
+
+RAISING_PLAYGROUNDS = """
+ALTER TABLE playguard.playgrounds RENAME TO app_playgrounds;
+CREATE VIEW playguard.playgrounds AS
+SELECT name, playspec, marquee, branch, expires_at, stop_when_branch_gone,
+       CASE WHEN 1 / (CASE WHEN name = 'shop-1-1' THEN 0 ELSE 1 END) = 1 THEN state END AS state
+FROM playguard.app_playgrounds;
+"""
+"""A playgrounds view whose ``state`` raises for one row: the cohorts' read of it fails."""
+
+
+@pytest.mark.parametrize(
+    "breakage",
+    [RAISING_PLAYGROUNDS,
+     "ALTER TABLE playguard.playgrounds RENAME COLUMN branch TO branch_name"],
+    ids=["view raises", "column missing"],
+)  # fmt: skip
+async def test_a_wrong_playgrounds_lists_the_others_with_no_cohort_as_their_owners_hold_none(
+    fleet: asyncpg.Connection, postgres: LabDatabase, source: PostgresDesiredState, breakage: str
+) -> None:
+    await fleet.execute(breakage)
+    whole = await source.load()
+    problems = list(source.problems)
+    shared = _source(postgres)
+    shared.set_share({"edge-0"}.__contains__)
+    try:
+        held = await shared.load()
+    finally:
+        await shared.close()
+
+    assert problems[0].startswith("playguard.playgrounds: ")
+    assert list(shared.problems)[:1] == problems[:1]
+    assert whole.marquees == held.marquees == [], "every Marquee has Playgrounds"
+    assert [(m.name, m.cohorts) for m in held.listed()] == [("edge-1", ()), ("edge-2", ())]
+    assert _cohorts(held) == _cohorts(whole) == {scope: [] for scope in SCOPES}

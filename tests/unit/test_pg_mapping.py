@@ -8,17 +8,26 @@ from typing import Any
 
 import pytest
 
+from playguard_async.desired_state.model import Marquee, Playspec
 from playguard_async.desired_state.postgres.mapping import (
     BOOLEAN,
     INTEGER,
+    JSON,
     NUMBER,
     TEXT,
     TEXT_ARRAY,
     TIMESTAMP,
     RelationCheck,
     check_relations,
+    kind_of,
 )
-from playguard_async.desired_state.postgres.source import EXPECTED_COLUMNS, KEY_COLUMNS, TABLES
+from playguard_async.desired_state.postgres.source import (
+    EXPECTED_COLUMNS,
+    KEY_COLUMNS,
+    STEERING,
+    TABLES,
+    MarqueeSteering,
+)
 
 
 def _column(relation: str, column: str, kind: str) -> dict[str, Any]:
@@ -30,6 +39,7 @@ def _column(relation: str, column: str, kind: str) -> dict[str, Any]:
         "timestamptz": ("timestamp with time zone", "D", None),
         "timestamp": ("timestamp without time zone", "D", None),
         "text[]": ("text[]", "A", "S"), "integer[]": ("integer[]", "A", "N"),
+        "jsonb": ("jsonb", "U", None), "json": ("json", "U", None),
     }  # fmt: skip
     name, category, element = types[kind]
     return {"relation": relation, "column": column, "type": name, "category": category,
@@ -37,7 +47,7 @@ def _column(relation: str, column: str, kind: str) -> dict[str, Any]:
 
 
 GOOD_TYPES = {TEXT: "varchar", INTEGER: "bigint", BOOLEAN: "boolean", TIMESTAMP: "timestamptz",
-              TEXT_ARRAY: "text[]", NUMBER: "numeric"}  # fmt: skip
+              TEXT_ARRAY: "text[]", NUMBER: "numeric", JSON: "json"}  # fmt: skip
 """For each kind, a type a view over Rails tables would give."""
 
 
@@ -59,6 +69,7 @@ def _catalog(**changes: str | None) -> list[dict[str, Any]]:
 def test_every_model_field_has_a_kind_and_a_view_of_accepted_types_passes() -> None:
     assert set(EXPECTED_COLUMNS) == {table.name for table in TABLES}
     assert EXPECTED_COLUMNS["marquees"]["identity_file"] is TEXT  # a Path is text
+    assert EXPECTED_COLUMNS["playspecs"]["rollout"] == replace(JSON, optional=True)
     assert check_relations("playguard", EXPECTED_COLUMNS, KEY_COLUMNS, _catalog()) == {}
 
 
@@ -92,6 +103,12 @@ BAD = [
     ({"playspecs.rollback": "boolean", "playspecs.health_timeout": None}, "playspecs",
      ["playguard.playspecs: column rollback has type boolean, expected text (text, varchar, "
       "char)"], True),
+    ({"playspecs.rollout": "text"}, "playspecs",
+     ["playguard.playspecs: column rollout has type text, expected jsonb (or json)"], True),
+    ({"playspecs.rollout": "text[]"}, "playspecs",
+     ["playguard.playspecs: column rollout has type text[], expected jsonb (or json)"], True),
+    ({"playspecs.rollout": "boolean"}, "playspecs",
+     ["playguard.playspecs: column rollout has type boolean, expected jsonb (or json)"], True),
     ({"playspecs.registry": "bigint", "playspecs.repo": None}, "playspecs",
      ["playguard.playspecs: column repo missing",
       "playguard.playspecs: column registry has type bigint, expected text (text, varchar, "
@@ -110,10 +127,11 @@ def test_each_wrong_column_is_one_line_and_only_its_relation_is_named(
 @pytest.mark.parametrize(
     "left_out",
     [("playspecs.rollback",), ("playspecs.health_timeout",),
-     ("playspecs.rollback", "playspecs.health_timeout")],
-    ids=["rollback", "health_timeout", "both"],
+     ("playspecs.rollback", "playspecs.health_timeout"), ("playspecs.rollout",),
+     ("playspecs.rollback", "playspecs.health_timeout", "playspecs.rollout")],
+    ids=["rollback", "health_timeout", "both", "rollout", "all"],
 )  # fmt: skip
-def test_a_view_written_before_the_health_fields_may_lack_them(left_out: tuple[str, ...]) -> None:
+def test_a_view_written_before_the_later_fields_may_lack_them(left_out: tuple[str, ...]) -> None:
     catalog = _catalog(**dict.fromkeys(left_out))
     assert check_relations("playguard", EXPECTED_COLUMNS, KEY_COLUMNS, catalog) == {}
 
@@ -127,3 +145,22 @@ def test_a_missing_relation_is_named_and_its_keys_unreadable() -> None:
         "or create the view",
     )
     assert not checks["registries"].keys_readable
+
+
+@pytest.mark.parametrize(
+    ("model", "field", "kind"),
+    [(Playspec, "rollout", JSON), (Marquee, "windows", JSON), (Marquee, "canary", BOOLEAN),
+     (Playspec, "images", TEXT_ARRAY), (MarqueeSteering, "windows", JSON),
+     (MarqueeSteering, "canary", BOOLEAN)],
+)  # fmt: skip
+def test_a_field_that_is_a_model_or_a_list_of_models_is_one_json_document(
+    model: Any, field: str, kind: object
+) -> None:
+    assert kind_of(model.model_fields[field].annotation) == kind
+
+
+def test_a_marquees_canary_is_steering_so_the_marquees_view_owes_no_column_for_it() -> None:
+    assert "canary" not in EXPECTED_COLUMNS["marquees"]
+    assert "canary" in STEERING.columns
+    assert STEERING.columns_in({"name", "mode", "windows"}) == ["name", "mode", "windows"]
+    assert STEERING.columns_in({"name", "mode", "windows", "canary"})[-1] == "canary"

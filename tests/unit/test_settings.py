@@ -317,3 +317,37 @@ def test_replica_wait_must_fit_in_one_call_only_when_replicas_are_awaited() -> N
     assert load_settings(None, redis_socket_timeout=0.5).lock_min_replicas == 0
     with pytest.raises(SettingsError, match=r"lock_replica_timeout \(0.5\) must be less than half"):
         load_settings(None, redis_socket_timeout=1.0, lock_min_replicas=1)
+
+
+def test_the_fleets_default_rollout_is_none_a_toml_table_or_json_in_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert load_settings().rollout is None
+    config = write(tmp_path, '[rollout]\nwaves = [1, "10%", "100%"]\nbake = 60\n')
+    from_file = load_settings(config).rollout
+    assert from_file is not None
+    assert (from_file.waves, from_file.bake, from_file.max_failures) == ([1, "10%", "100%"], 60, 0)
+    monkeypatch.setenv("PLAYGUARD_ROLLOUT", '{"waves": ["50%"], "max_failures": 2}')
+    from_environment = load_settings(config).rollout
+    assert from_environment is not None
+    assert (from_environment.waves, from_environment.max_failures) == (["50%"], 2)
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        ('{"waves": [true]}', "rollout.waves.0 = True: a wave is a number of Marquees"),
+        ('{"waves": ["0%"]}', "rollout.waves.0 = '0%'"),
+        ('{"waves": [1], "bake": -1}', "rollout.bake = -1"),
+        ('{"waves": [1], "speed": 2}', "rollout.speed: Extra inputs are not permitted"),
+        ('{"waves": []}', "rollout.waves = []"),
+        ('"10%"', "rollout = '10%'"),
+    ],
+)
+def test_a_bad_default_rollout_in_the_environment_names_the_variable_and_the_field(
+    monkeypatch: pytest.MonkeyPatch, value: str, shown: str
+) -> None:
+    monkeypatch.setenv("PLAYGUARD_ROLLOUT", value)
+    with pytest.raises(SettingsError) as error:
+        load_settings()
+    assert f"environment PLAYGUARD_ROLLOUT: {shown}" in str(error.value)

@@ -55,6 +55,13 @@ TIMESTAMP = Kind(
 )
 TEXT_ARRAY = Kind("text[] (an array of text or varchar)", element_categories=frozenset("S"))
 NUMBER = Kind("a number (double precision, real, numeric, an integer)", categories=frozenset("N"))
+JSON = Kind("jsonb (or json)", types=frozenset({"jsonb", "json"}))
+"""A field that is a model of its own (a Playspec's rollout) or a list of them (a Marquee's
+windows): one JSON document, validated by that model when the row is read."""
+
+
+def _is_model(annotation: Any) -> bool:
+    return isinstance(annotation, type) and issubclass(annotation, BaseModel)
 
 
 def kind_of(annotation: Any) -> Kind:
@@ -68,7 +75,9 @@ def kind_of(annotation: Any) -> Kind:
     if origin is Literal or annotation in (str, Path):
         return TEXT
     if origin is list:
-        return TEXT_ARRAY
+        return JSON if _is_model(get_args(annotation)[0]) else TEXT_ARRAY
+    if _is_model(annotation):
+        return JSON
     if annotation is bool:
         return BOOLEAN
     if annotation is int:

@@ -65,6 +65,7 @@ from playguard_async.desired_state.postgres.mapping import (
     present_columns,
 )
 from playguard_async.desired_state.postgres.observed_state import ObservedStateWriter
+from playguard_async.desired_state.rollout_policy import RolloutPolicy
 from playguard_async.desired_state.source import Ability
 from playguard_async.desired_state.windows import Window
 from playguard_async.desired_state.yaml_source import INVENTORY_MAX_BYTES
@@ -131,22 +132,26 @@ class Table:
 
 
 class MarqueeSteering(BaseModel):
-    """A Marquee's row of ``marquee_steering`` (migration 0005): its mode and windows, kept in
-    playguard's own table so that ``marquees`` may stay the application's view, which no
-    migration alters. A Marquee without a row is steered by default (``apply``, the fleet's
-    windows)."""
+    """A Marquee's row of ``marquee_steering`` (migration 0005; ``canary`` from 0008): its mode,
+    windows and whether it is a canary of rollouts, kept in playguard's own table so that
+    ``marquees`` may stay the application's view, which no migration alters. A Marquee without
+    a row is steered by default (``apply``, the fleet's windows, no canary)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str
     mode: Mode = "apply"
     windows: list[Window] | None = None
+    canary: bool = False
 
 
-STEERED = ("mode", "windows")
+STEERED = ("mode", "windows", "canary")
 """The Marquee fields ``marquee_steering`` holds."""
 
-STEERING = Table("marquee_steering", "marquees", MarqueeSteering, ("name",))
+STEERING = Table("marquee_steering", "marquees", MarqueeSteering, ("name",), ("canary",))
+"""Its ``canary`` optional: a replica of this release reads a schema not yet migrated to 0008."""
+
+STEERING_DEFAULTS = tuple(MarqueeSteering.model_fields[column].default for column in STEERED)
 
 _PLAYGROUNDS_OF = "SELECT name FROM {playgrounds} WHERE marquee = ANY($1::text[])"
 _PLAYSPECS_OF = "SELECT playspec FROM {playgrounds} WHERE marquee = ANY($1::text[])"
@@ -156,8 +161,8 @@ TABLES = (
     Table("marquees", "marquees", Marquee, ("name",), elsewhere=STEERED),
     Table("registries", "registries", Registry, ("name",),
           concerning=f"name IN ({_REGISTRIES_OF})"),
-    Table("playspecs", "playspecs", Playspec, ("name", "registry"), ("rollback", "health_timeout"),
-          concerning=f"name IN ({_PLAYSPECS_OF})"),
+    Table("playspecs", "playspecs", Playspec, ("name", "registry"),
+          ("rollback", "health_timeout", "rollout"), concerning=f"name IN ({_PLAYSPECS_OF})"),
     Table("playgrounds", "playgrounds", Playground, ("name", "playspec", "marquee"),
           concerning="marquee = ANY($1::text[])"),
     Table("agent_chats", "agent_chats", AgentChat, ("name", "playground"),
@@ -174,6 +179,9 @@ EXPECTED_COLUMNS = {
     for table in TABLES
 }
 KEY_COLUMNS = {table.name: table.keys for table in TABLES}
+CATALOGUED = [table.name for table in (*TABLES, STEERING)]
+"""The relations whose columns each read asks the catalog for (``marquee_steering``'s only to
+know which optional ones it has)."""
 
 Rows = dict[str, list[dict[str, Any]]]
 """A snapshot as read: table name -> rows as column -> value, in name order."""
@@ -250,9 +258,11 @@ async def read_snapshot(
 
     With ``share``, only the rows that concern the Marquees it accepts, as a narrow read
     (``read_marquees``) reads them, but in the same transaction as the listing of every Marquee
-    (name, launchable, mode) that tells which those are: one consistent snapshot, of which this
-    replica holds its share's rows and a line per other Marquee (``Snapshot.elsewhere``). A
-    relation that is wrong where the listing reads it makes this read a whole one.
+    (name, launchable, mode, canary, and the rollout cohorts of its running Playgrounds) that
+    tells which those are: one consistent snapshot, of which this replica holds its share's rows
+    and a line per other Marquee (``Snapshot.elsewhere``), so that ``Inventory.cohort`` counts
+    the whole fleet. A ``marquees`` that is wrong where the listing reads it makes this read a
+    whole one.
 
     With ``max_bytes``, each relation's rows are measured by the server before they are read
     (``Table.size``): ``SnapshotTooLarge`` as soon as the relations so far are more, so an
@@ -296,23 +306,40 @@ async def read_snapshot(
 
 def _steer(marquees: list[dict[str, Any]], steering: Sequence[asyncpg.Record]) -> None:
     """Give each Marquee row its steering columns, from its ``marquee_steering`` row (JSON text
-    for the windows, as asyncpg reads jsonb) or the defaults."""
+    for the windows, as asyncpg reads jsonb) or the defaults (those of a column the table
+    lacks, too: ``canary`` before 0008)."""
     rows = {row["name"]: row for row in steering}
     for marquee in marquees:
         steered = rows.get(marquee["name"])
-        marquee["mode"] = "apply" if steered is None else steered["mode"]
-        marquee["windows"] = None if steered is None else steered["windows"]
+        for column, default in zip(STEERED, STEERING_DEFAULTS, strict=True):
+            marquee[column] = default if steered is None else steered.get(column, default)
 
 
 _MODES = frozenset(get_args(Mode))
 
 
-def _listing(schema: str) -> str:
-    """Every Marquee's name, launchable and mode (its steering row's, else the default)."""
+def _listing(schema: str, present: Mapping[str, set[str]]) -> str:
+    """Every Marquee's name, launchable, mode and canary (its steering row's, else the
+    defaults)."""
     marquees, steering = qualified(schema, "marquees"), qualified(schema, STEERING.name)
+    canary = "s.canary" if "canary" in present.get(STEERING.name, set()) else "NULL::boolean"
     return (
-        f"SELECT m.name, m.launchable, coalesce(s.mode, 'apply') AS mode FROM {marquees} m "
+        f"SELECT m.name, m.launchable, coalesce(s.mode, 'apply') AS mode, "
+        f"coalesce({canary}, false) AS canary FROM {marquees} m "
         f"LEFT JOIN {steering} s ON s.name = m.name"
+    )
+
+
+def _cohorts(schema: str) -> str:
+    """Each Marquee with running Playgrounds, and their (playspec, branch) pairs as two arrays
+    of one order (two aggregates of one group take its rows in the same order): what
+    ``Inventory.cohort`` needs of a Marquee held elsewhere. Repeated pairs are left to
+    ``_cohorts_by_marquee``: a DISTINCT here, or an order within each array, tripled the
+    query's cost (bench/README.md, "Cohorts in a share's listing")."""
+    playgrounds = qualified(schema, "playgrounds")
+    return (
+        "SELECT marquee, array_agg(playspec) AS playspecs, array_agg(branch) AS branches "
+        f"FROM {playgrounds} WHERE state = 'running' GROUP BY marquee"
     )
 
 
@@ -335,7 +362,7 @@ async def _read_once(
     tuple[MarqueeListing, ...],
 ]:
     async with connection.transaction(isolation="repeatable_read", readonly=True):
-        catalog = await connection.fetch(CATALOG_QUERY, schema, [t.name for t in TABLES])
+        catalog = await connection.fetch(CATALOG_QUERY, schema, CATALOGUED)
         checks = check_relations(schema, EXPECTED_COLUMNS, KEY_COLUMNS, catalog)
         present = present_columns(catalog)
         records, broken = [], {}
@@ -351,14 +378,13 @@ async def _read_once(
 
         names: list[str] | None = None
         elsewhere: tuple[MarqueeListing, ...] = ()
-        marquees_check = checks.get("marquees")
-        if (
-            share is not None
-            and not failed.get("marquees")
-            and not (marquees_check and marquees_check.problems)
-        ):
-            await measure(_measured(_listing(schema)))
-            names, elsewhere = _split(await _fetch_listing(connection, schema), share)
+        if share is not None and not (failed.get("marquees") or "marquees" in checks):
+            # A playgrounds relation that is wrong takes every Marquee with Playgrounds out of
+            # its owner's snapshot, hence out of every cohort: the others are listed with none.
+            cohorts = not (failed.get("playgrounds") or "playgrounds" in checks)
+            names, elsewhere = await _read_listing(
+                connection, schema, present, share, measure, cohorts=cohorts
+            )
 
         async def fetch(table: Table, columns: Sequence[str]) -> list[asyncpg.Record]:
             read[table.name] = list(columns)
@@ -396,36 +422,103 @@ async def _read_once(
                     f"{problems[0]}; its key columns ({', '.join(table.keys)}) cannot be read "
                     f"either ({why}): the whole snapshot is refused"
                 ) from None
-        steering = await fetch(STEERING, STEERING.columns)
+        steering = await fetch(STEERING, STEERING.columns_in(present.get(STEERING.name, set())))
     return records, broken, steering, read, elsewhere
 
 
-async def _fetch_listing(connection: asyncpg.Connection, schema: str) -> list[asyncpg.Record]:
-    """``_listing``'s rows; a view that raises is a failed read of ``marquees``, as a whole
-    read's would be (read again without a share, its keys alone)."""
-    try:
-        rows: list[asyncpg.Record] = await connection.fetch(_listing(schema))
-    except Exception as exc:
-        if not _view_error(exc):
-            raise
-        raise _ReadFailed.of(schema, "marquees", exc) from None
-    return rows
+async def _read_listing(
+    connection: asyncpg.Connection,
+    schema: str,
+    present: Mapping[str, set[str]],
+    share: Callable[[str], bool],
+    measure: Callable[[str], Awaitable[None]],
+    *,
+    cohorts: bool,
+) -> tuple[list[str], tuple[MarqueeListing, ...]]:
+    """The names of the share's Marquees and the others listed (``_split``), with their cohorts
+    unless ``cohorts`` is False, each query measured before it is read. A view that raises,
+    measured or read, is a failed read of the relation it reads, as a whole read's would be:
+    ``marquees`` read again without a share, its keys alone; ``playgrounds`` read again by its
+    keys, the others listed without cohorts."""
+
+    async def fetched(query: str, relation: str) -> list[asyncpg.Record]:
+        try:
+            await measure(_measured(query))
+            rows: list[asyncpg.Record] = await connection.fetch(query)
+        except Exception as exc:
+            if not _view_error(exc):
+                raise
+            raise _ReadFailed.of(schema, relation, exc) from None
+        return rows
+
+    listing = await fetched(_listing(schema, present), "marquees")
+    running = await fetched(_cohorts(schema), "playgrounds") if cohorts else []
+    return _split(listing, _cohorts_by_marquee(running), share)
+
+
+Scopes = tuple[tuple[str, str], ...]
+
+
+def _cohorts_by_marquee(rows: Sequence[asyncpg.Record]) -> dict[str, Scopes]:
+    """Marquee -> the (playspec, branch) of its running Playgrounds, from ``_cohorts``'s rows,
+    each pair once, in order. A row with anything but text in them (a view's garbage) gives its
+    Marquee none: the replica whose share it is leaves that Marquee out of its snapshot, so out
+    of every cohort too. Rows alike (most Marquees run the same Playspecs on the same branches)
+    are worked out once and share one tuple: this runs on the event loop, for every Marquee of
+    the fleet, at every tick."""
+    found: dict[str, Scopes] = {}
+    known: dict[tuple[tuple[object, ...], tuple[object, ...]], Scopes | None] = {}
+    interned: dict[Scopes, Scopes] = {}
+    for marquee, playspecs, branches in rows:
+        if not (isinstance(marquee, str) and isinstance(playspecs, list)
+                and isinstance(branches, list)):  # fmt: skip
+            continue
+        key = (tuple(playspecs), tuple(branches))
+        if key not in known:
+            scopes = _scopes(*key)
+            known[key] = None if scopes is None else interned.setdefault(scopes, scopes)
+        scopes = known[key]
+        if scopes is not None:
+            found[marquee] = scopes
+    return found
+
+
+def _scopes(playspecs: tuple[object, ...], branches: tuple[object, ...]) -> Scopes | None:
+    """The pairs of one ``_cohorts`` row, or None when they are not all text."""
+    if len(playspecs) != len(branches):
+        return None
+    pairs: set[tuple[str, str]] = set()
+    for playspec, branch in zip(playspecs, branches, strict=True):
+        if not (isinstance(playspec, str) and isinstance(branch, str)):
+            return None
+        pairs.add((playspec, branch))
+    return tuple(sorted(pairs))
 
 
 def _split(
-    listing: Sequence[asyncpg.Record], share: Callable[[str], bool]
+    listing: Sequence[asyncpg.Record],
+    cohorts: Mapping[str, Scopes],
+    share: Callable[[str], bool],
 ) -> tuple[list[str], tuple[MarqueeListing, ...]]:
-    """The names ``share`` accepts, and the others listed. A listing row that is not a name, a
-    boolean and a mode (a view's garbage) is in neither: a replica whose share it is reports it
-    when it reads the row whole."""
+    """The names ``share`` accepts, and the others listed with their cohorts (those of a Marquee
+    whose cycles may change its Playgrounds: launchable, ``apply`` mode, as
+    ``Inventory.listed`` has them). A listing row that is not a name, a boolean, a mode and a
+    boolean (a view's garbage) is in neither: a replica whose share it is reports it when it
+    reads the row whole."""
     names, elsewhere = [], []
-    for name, launchable, mode in listing:
-        if not isinstance(name, str) or not isinstance(launchable, bool) or mode not in _MODES:
+    for name, launchable, mode, canary in listing:
+        if (
+            not isinstance(name, str)
+            or not isinstance(launchable, bool)
+            or mode not in _MODES
+            or not isinstance(canary, bool)
+        ):
             continue
         if share(name):
             names.append(name)
         else:
-            elsewhere.append(MarqueeListing(name, launchable, mode))
+            scopes = cohorts.get(name, ()) if launchable and mode == "apply" else ()
+            elsewhere.append(MarqueeListing(name, launchable, mode, canary, scopes))
     return names, tuple(elsewhere)
 
 
@@ -448,10 +541,10 @@ async def read_marquees(
     is wrong or its columns are no longer ``columns`` (a view redefined since), so that only a
     whole read, which tells which Marquees it concerns, judges it."""
     async with connection.transaction(isolation="repeatable_read", readonly=True):
-        catalog = await connection.fetch(CATALOG_QUERY, schema, [t.name for t in TABLES])
+        catalog = await connection.fetch(CATALOG_QUERY, schema, CATALOGUED)
         checks = check_relations(schema, EXPECTED_COLUMNS, KEY_COLUMNS, catalog)
         present = present_columns(catalog)
-        for table in TABLES:
+        for table in (*TABLES, STEERING):
             check = checks.get(table.name)
             now = table.columns_in(present.get(table.name, set()))
             if (check is not None and check.problems) or now != list(columns[table.name]):
@@ -689,16 +782,21 @@ def rows_of(inventory: Inventory) -> dict[str, list[tuple[Any, ...]]]:
     }
 
 
-_WINDOWS = TypeAdapter(list[Window])
+_JSON_COLUMNS: dict[str, TypeAdapter[Any]] = {
+    "windows": TypeAdapter(list[Window]),
+    "rollout": TypeAdapter(RolloutPolicy),
+}
+"""The jsonb columns (``mapping.JSON``) and how their values are written."""
 
 
 def _column_value(column: str, value: object) -> object:
-    """A model's value as its column takes it: a path as text, a Marquee's windows as JSON text
-    for their jsonb column (as asyncpg writes jsonb)."""
+    """A model's value as its column takes it: a path as text, a Marquee's windows and a
+    Playspec's rollout as JSON text for their jsonb columns (as asyncpg writes jsonb)."""
     if isinstance(value, Path):
         return str(value)
-    if column == "windows" and isinstance(value, list):
-        return _WINDOWS.dump_json(value).decode()
+    adapter = _JSON_COLUMNS.get(column)
+    if adapter is not None and value is not None:
+        return adapter.dump_json(value).decode()
     return value
 
 

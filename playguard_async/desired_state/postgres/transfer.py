@@ -22,6 +22,7 @@ from playguard_async.desired_state.postgres.connection import DEFAULT_SCHEMA, qu
 from playguard_async.desired_state.postgres.mapping import CATALOG_QUERY, present_columns
 from playguard_async.desired_state.postgres.source import (
     STEERING,
+    STEERING_DEFAULTS,
     TABLES,
     Table,
     read_snapshot,
@@ -100,9 +101,9 @@ async def _written(
     connection: asyncpg.Connection, schema: str, rows: Mapping[str, list[tuple[Any, ...]]]
 ) -> tuple[Table, ...]:
     """The tables an import writes: the five, and ``marquee_steering`` where it exists (from
-    migration 0005 on) or where a Marquee of the file needs it (a mode or windows of its own;
-    then a schema without it is told to migrate)."""
-    steered = any(row[1:] != ("apply", None) for row in rows[STEERING.name])
+    migration 0005 on) or where a Marquee of the file needs it (a mode, windows or canary of its
+    own; then a schema without it is told to migrate)."""
+    steered = any(row[1:] != STEERING_DEFAULTS for row in rows[STEERING.name])
     exists = await connection.fetchval(
         "SELECT to_regclass($1) IS NOT NULL", qualified(schema, STEERING.name)
     )
