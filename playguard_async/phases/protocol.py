@@ -23,6 +23,7 @@ from typing_extensions import TypeVar
 from playguard_async.coordination.lock import Lease
 from playguard_async.cycle_record import NoticeKind, NoticeRecord
 from playguard_async.desired_state.model import Inventory, Marquee
+from playguard_async.desired_state.rollout_policy import RolloutPolicy
 
 
 class RemoteView(Protocol):
@@ -62,6 +63,8 @@ class PhaseContext(Generic[SessionT_co]):
     dry_run: bool
     lease: Lease
     remote: Callable[[], Awaitable[SessionT_co]]
+    rollout_default: RolloutPolicy | None = None
+    """The fleet's rollout policy, for a Playspec that has none of its own."""
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,9 @@ records (``remote.last_good``); compose is asked for the service names and hashe
 they depend on changed (``ComposeState``).
 
 A change is done when it is healthy, and a release that is not is rolled back under ``rollback:
-auto``: ``phases.running_playground``.
+auto``: ``phases.running_playground``. Where a rollout stages the release, a Marquee it has not
+admitted keeps its last good revision, and one it admitted tells it how the release came out
+(``phases.rollout_gate``).
 
 An expired playground is taken down with its volumes and nothing else is done for it; a stopped
 one (or a running one whose branch is gone and that asks to be stopped then, as fetch_branches
@@ -34,6 +36,7 @@ from playguard_async.cycle_record import (
 from playguard_async.desired_state.model import Playground
 from playguard_async.phases.holds import pins_of, with_images
 from playguard_async.phases.protocol import Notice, PhaseReport
+from playguard_async.phases.rollout_gate import held_why, tell_rollout, verdicts
 from playguard_async.phases.running_playground import HealthRecords, RunningPlayground
 from playguard_async.phases.toolkit import (
     Container,
@@ -75,6 +78,7 @@ class ReconcilePlaygrounds:
         states = await compose_states(session, projects, owned)
         records = HealthRecords(session, [pg.name for pg in playgrounds])
         pins = await pins_of(ctx, session)
+        gate = await verdicts(ctx, session)
         unhealthy: list[str] = []
         for playground, project in zip(playgrounds, projects, strict=True):
             playground_mark = len(session.actions)
@@ -94,14 +98,20 @@ class ReconcilePlaygrounds:
             else:
                 playspec = ctx.inventory.playspec_of(playground)
                 heads = await branch_heads(session, [playspec.repo])
+                verdict = gate.get(playground.name)
                 running = RunningPlayground(
                     session, project, own, states[playground.name], playspec,
                     ctx.inventory.registry_of(playspec),
                     await with_images(ctx, session, pins.get(playground.name), own),
                     heads[playspec.repo].get(playground.branch),
+                    held_by=held_why(gate, playground.name),
+                    release=verdict.release if verdict is not None and verdict.admitted else None,
                 )  # fmt: skip
                 converged = await running.converge(records)
                 finding = converged.finding
+                if verdict is not None:
+                    await tell_rollout(ctx, session, verdict, converged.at_release,
+                                 converged.unhealthy or "unhealthy")  # fmt: skip
                 report.notices += converged.notices
                 if converged.unhealthy is not None and playspec.rollback != "off":
                     unhealthy.append(f"playground {playground.name} {converged.unhealthy}")

@@ -72,6 +72,9 @@ class Converged:
     finding: PlaygroundFinding
     notices: list[Notice] = field(default_factory=list)
     unhealthy: str | None = None
+    at_release: bool | None = None
+    """Whether it runs its desired release verified healthy (True), failed it (False), or
+    neither is known (None: held, pending, dry run); what a rollout is told."""
 
 
 class HealthRecords:
@@ -98,6 +101,10 @@ class RunningPlayground:
     pin: Pin | None
     head: str | None
     """The commit at the head of its branch now."""
+    held_by: str | None = None
+    """Why a rollout holds it at its last good revision, if one does."""
+    release: str | None = None
+    """The release a rollout admitted it to, recorded with its last good revision."""
 
     async def converge(self, records: HealthRecords) -> Converged:
         """Bring the Playground to its desired revision, then through the health gate.
@@ -119,8 +126,11 @@ class RunningPlayground:
         tags = tags_digest(images)
         inputs = input_digest(compose.file_digests(), plain, images)
         record = await records.of(project.playground)
-        hold = hold_of(self.pin, record, rollback=playspec.rollback, head=self.head, tags=tags)
-        if hold is not None and hold.pin is None:
+        hold = hold_of(
+            self.pin, record, rollback=playspec.rollback, head=self.head, tags=tags,
+            rollout=self.held_by,
+        )  # fmt: skip
+        if hold is not None and hold.rolled_back:
             return await self._keep_rolled_back(services, record)
         failed = record.failed
         # A pinned Playground's failed inputs are held like any (its pin is not its branch head,
@@ -144,6 +154,7 @@ class RunningPlayground:
         if verified and not drift:
             assert record.last_good is not None
             result.finding = replace(result.finding, revision=record.last_good.revision.to_json())
+            result.at_release = await self._name_release(record)
         if session.dry_run or not (drift or not verified):
             return result
         health, time_up = await wait_healthy(
@@ -167,7 +178,9 @@ class RunningPlayground:
                     env=compose.file_digests()["env"],
                     override=hashlib.sha256(plain.encode()).hexdigest(),
                 ),
+                release=self.release,
             )
+            result.at_release = self.release is not None
             if record != HealthRecord(last_good=good):
                 await write_record(
                     session, project.playground, HealthRecord(last_good=good),
@@ -185,6 +198,7 @@ class RunningPlayground:
         reason = "; ".join(f"{service}: {why}" for service, why in health.problems().items())
         result.finding = replace(result.finding, health="unhealthy", unhealthy=health.problems())
         result.unhealthy = "unhealthy"
+        result.at_release = False if self.release is not None else None
         now = Revision(
             compose.commit,
             await _pinned_tags(session, images),
@@ -205,6 +219,19 @@ class RunningPlayground:
         if playspec.rollback == "auto" and record.last_good is not None and hold is None:
             await self._roll_back(record, result)
         return result
+
+    async def _name_release(self, record: HealthRecord) -> bool | None:
+        """Whether a converged Playground verified healthy runs the release a rollout admitted
+        it to (None: no rollout asks); its record names that release from then on (written
+        once, when it does not yet)."""
+        good = record.last_good
+        assert good is not None
+        if self.release is None or self.session.dry_run:
+            return None
+        if good.release != self.release:
+            named = replace(record, last_good=replace(good, release=self.release))
+            await write_record(self.session, self.project.playground, named)
+        return True
 
     async def _keep_rolled_back(self, services: list[str], record: HealthRecord) -> Converged:
         """A Playground held at its last good revision because the release at its head failed:

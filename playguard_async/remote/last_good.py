@@ -64,6 +64,9 @@ class LastGood:
     inputs: str
     compose: str
     revision: Revision
+    release: str | None = None
+    """The release it was verified at, as rollouts name one (``phases.rollout_gate``); None in
+    a record written before rollouts existed."""
 
     @property
     def images(self) -> Mapping[str, str]:
@@ -100,7 +103,12 @@ class HealthRecord:
         document: dict[str, Any] = {
             "last_good": None
             if good is None
-            else {"inputs": good.inputs, "compose": good.compose, **good.revision.to_json()},
+            else {
+                "inputs": good.inputs,
+                "compose": good.compose,
+                **good.revision.to_json(),
+                **({} if good.release is None else {"release": good.release}),
+            },
             "failed": None if failed is None else asdict(failed),
         }
         return json.dumps(document, sort_keys=True, separators=(",", ":"))
@@ -117,7 +125,12 @@ class HealthRecord:
                 {"commit": None, "env": ABSENT_FILE} | good, source="the host's health record"
             )
             if revision is not None:
-                last_good = LastGood(_text(good["inputs"]), _text(good["compose"]), revision)
+                last_good = LastGood(
+                    _text(good["inputs"]),
+                    _text(good["compose"]),
+                    revision,
+                    _digest(good.get("release")),
+                )
         return cls(
             last_good=last_good,
             failed=None
