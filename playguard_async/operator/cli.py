@@ -682,6 +682,68 @@ def unpin_command(ctx: click.Context, marquee: str, playground: str, config: Pat
     echo(f"{marquee}/{playground}: " + ("unpinned" if lifted else "not pinned; nothing to lift"))
 
 
+@cli.group()
+def rollout() -> None:
+    """The fleet's rollouts: a release of a Playspec at a branch, in waves (README "Rollouts").
+    Exit status 0 when done, 1 on an error, 2 when the command cannot act as asked."""
+
+
+@rollout.command("list")
+@CONFIG_OPTION
+@click.pass_context
+def rollout_list(ctx: click.Context, config: Path | None) -> None:
+    """Every rollout Redis holds, one line each."""
+    with _readable_errors(ctx):
+        import asyncio
+
+        from playguard_async.operator import rollout as rollouts
+
+        found = asyncio.run(rollouts.rollouts(command_settings(config)))
+    for scope, record in found:
+        echo(rollouts.summary(record) if record is not None else f"{scope}: unreadable record")
+    if not found:
+        echo("no rollouts")
+
+
+@rollout.command("show")
+@click.argument("scope", metavar="PLAYSPEC@BRANCH")
+@CONFIG_OPTION
+@click.pass_context
+def rollout_show(ctx: click.Context, scope: str, config: Path | None) -> None:
+    """The rollout of PLAYSPEC@BRANCH: its waves, failures and last events."""
+    with _readable_errors(ctx):
+        import asyncio
+
+        from playguard_async.operator import rollout as rollouts
+
+        record, healthy = asyncio.run(rollouts.show(command_settings(config), scope))
+    for line in rollouts.schedule(record, healthy):
+        echo(line)
+
+
+def _rollout_action(action: str, summary: str) -> None:
+    @rollout.command(action, help=summary)
+    @click.argument("scope", metavar="PLAYSPEC@BRANCH")
+    @click.option("--reason", required=True, help="Why, kept with the rollout (500 chars).")
+    @CONFIG_OPTION
+    @click.pass_context
+    def command(ctx: click.Context, scope: str, reason: str, config: Path | None) -> None:
+        if not reason.strip() or len(reason) > 500 or not reason.isprintable():
+            fail(f"--reason of {len(reason)} characters: give 1 to 500 printable ones", 1)
+        with _readable_errors(ctx):
+            import asyncio
+
+            from playguard_async.operator import rollout as rollouts
+
+            changed = asyncio.run(rollouts.act(command_settings(config), scope, action, reason))
+        echo(rollouts.summary(changed))
+
+
+_rollout_action("promote", "Start the next wave now, whatever its bake; lifts a halt.")
+_rollout_action("pause", "Start no further wave until resume.")
+_rollout_action("resume", "Let a paused rollout go on.")
+_rollout_action("abort", "Stop the rollout: no Marquee takes its release from now on.")
+
 cli.add_command(db)
 
 

@@ -31,7 +31,7 @@ from playguard_async.cycle_record import (
 )
 from playguard_async.desired_state.model import InventoryError, Playspec, Registry
 from playguard_async.phases.container_drift import config_drift, container_drift, service_of, stuck
-from playguard_async.phases.holds import hold_of
+from playguard_async.phases.holds import Hold, hold_of
 from playguard_async.phases.protocol import Notice
 from playguard_async.phases.toolkit import Container
 from playguard_async.remote import git
@@ -140,7 +140,7 @@ class RunningPlayground:
         ):
             return _held(project, record, playspec)
         override = override_content(
-            project.marquee.name, project.playground, services, hold.images if hold else None
+            project.marquee.name, project.playground, services, _pinned(hold, self.own, images)
         )
         changing = time.monotonic()
         drift = await self._bring_up(services, override)
@@ -348,6 +348,20 @@ class RunningPlayground:
             revision=revision.to_json(),
             rollback_health=_word(health.healthy, time_up),
         )
+
+
+def _pinned(
+    hold: Hold | None, own: list[Container], images: Mapping[str, str]
+) -> Mapping[str, str] | None:
+    """The images the override pins by digest: a hold's, except a rollout's while no image
+    behind a tag moved (each container runs what a tag of its Playspec names now): then what
+    runs is what it is held at, and its override stays as it was."""
+    if hold is None:
+        return None
+    behind_tags = set(images.values())
+    if hold.rollout and all(str(c["ImageID"]) in behind_tags for c in own):
+        return None
+    return hold.images
 
 
 def _off_revision(compose: ComposeState, revision: Revision) -> bool:
