@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -139,7 +138,7 @@ def fleet(
     git_origin: GitOrigin,
     busybox_image: str,
     tmp_path: Path,
-) -> Iterator[Fleet]:
+) -> Fleet:
     branch = f"{SCOPE_BRANCH_PREFIX}-{uuid.uuid4().hex[:8]}"
     workdirs = {name: tmp_path / name for name in MARQUEES}
     data = lab_world.data
@@ -160,7 +159,7 @@ def fleet(
     data["agent_chats"] = []
     made = Fleet(lab_world, redis, git_origin, branch, busybox_image, workdirs)
     made.release(healthy=True, message="the first release")
-    yield made
+    return made
 
 
 async def converged_first(fleet: Fleet) -> None:
@@ -224,9 +223,9 @@ async def test_a_bad_release_changes_one_marquee_halts_and_rolls_it_back(fleet: 
     report = await fleet.cycle(CANARY)
     finding = report.findings["playgrounds"][f"web-{CANARY}"]
     assert finding["health"] != "unhealthy"
-    assert report.actions == [] if hasattr(report, "actions") else True
     after = await fleet.record()
-    assert after is not None and after.status == "halted" and after.wave == 0
+    assert after is not None
+    assert (after.status, after.wave) == ("halted", 0)
 
 
 async def test_a_replica_that_dies_mid_bake_leaves_the_rest_to_the_other(fleet: Fleet) -> None:

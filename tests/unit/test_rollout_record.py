@@ -44,21 +44,24 @@ def test_the_next_wave_starts_only_after_the_bake() -> None:
     assert baking is not None
     assert baking.progressed({0: 1}, T0 + 10.9) is None
     started = baking.progressed({0: 1}, T0 + 11)
-    assert started is not None and (started.wave, started.started) == (1, T0 + 11)
+    assert started is not None
+    assert (started.wave, started.started) == (1, T0 + 11)
     assert started.events[-1].what == "wave 2 started"
 
 
 def test_the_last_wave_baked_is_done_and_a_done_rollout_admits_everyone() -> None:
     last = replace(opened(), wave=2, healthy_at=T0)
     done = last.progressed({2: 3}, T0 + 10)
-    assert done is not None and done.status == "done"
+    assert done is not None
+    assert done.status == "done"
     assert done.admits("1ffff", at_target=False)
 
 
 @pytest.mark.parametrize(("max_failures", "status"), [(0, "halted"), (1, "running")])
 def test_failures_past_the_budget_halt(max_failures: int, status: str) -> None:
     failed = opened(max_failures=max_failures).with_failure("m1", 0, "unhealthy", T0 + 3)
-    assert failed is not None and failed.status == status
+    assert failed is not None
+    assert failed.status == status
     assert failed.with_failure("m1", 0, "again", T0 + 4) is None  # counted once
 
 
@@ -86,12 +89,13 @@ def test_operators_actions_follow_the_status(status: str, action: str, allowed: 
             rollout.by_operator(action, "alice@h", "why", T0)
         return
     changed = rollout.by_operator(action, "alice@h", "because", T0 + 5)
-    assert changed.events[-1].by == "alice@h" and changed.events[-1].why == "because"
+    assert (changed.events[-1].by, changed.events[-1].why) == ("alice@h", "because")
 
 
 def test_promote_starts_the_next_wave_and_lifts_a_halt_with_the_budget_whole() -> None:
     halted = opened().with_failure("m1", 0, "unhealthy", T0 + 1)
-    assert halted is not None and halted.status == "halted"
+    assert halted is not None
+    assert halted.status == "halted"
     promoted = halted.by_operator("promote", "alice@h", "known flake", T0 + 2)
     assert (promoted.status, promoted.wave, promoted.failed_count) == ("running", 1, 0)
     assert promoted.failed("m1")
