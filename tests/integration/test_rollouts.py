@@ -220,9 +220,12 @@ async def test_a_bad_release_changes_one_marquee_halts_and_rolls_it_back(fleet: 
     assert changed == [CANARY]
     actions = [action for _, action in fleet.journal(CANARY)[len(before[CANARY]) :]]
     assert any("roll back to its last good revision" in action for action in actions)
+    settled = fleet.journal(CANARY)
     report = await fleet.cycle(CANARY)
     finding = report.findings["playgrounds"][f"web-{CANARY}"]
-    assert finding["health"] != "unhealthy"
+    assert finding["rollback"].startswith("rolled back to ")
+    assert finding.get("health") != "unhealthy"
+    assert fleet.journal(CANARY) == settled  # back and held there: nothing more to do
     after = await fleet.record()
     assert after is not None
     assert (after.status, after.wave) == ("halted", 0)
