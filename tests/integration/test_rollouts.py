@@ -22,6 +22,7 @@ from redis.asyncio import Redis
 from playguard_async.coordination.keys import marquee_lock_name, rollout_key
 from playguard_async.coordination.lock import TokenLock
 from playguard_async.desired_state.model import Inventory
+from playguard_async.desired_state.rollout_policy import admission_key
 from playguard_async.phases.protocol import PhaseContext, PhaseReport
 from playguard_async.phases.pull_images import pull_images
 from playguard_async.phases.reconcile_playgrounds import reconcile_playgrounds
@@ -29,6 +30,7 @@ from playguard_async.phases.rollout_record import Rollout
 from playguard_async.phases.sync_git import sync_git
 from playguard_async.remote.ssh import RemoteSession, open_session
 from playguard_lab import DockerDaemon, GitOrigin, RegistryServer, SshServer
+from tests.support.cli import Playguard
 from tests.support.playgrounds import compose_yaml
 from tests.support.world import LAB_OPTIONS, LabWorld, ssh_marquee
 
@@ -274,3 +276,63 @@ async def test_garbage_in_the_record_halts_nothing_and_is_replaced_by_the_next_r
         return record is not None and record.commit == head
 
     await fleet.until(opened, TWO_REPLICAS, ticks=3)
+
+
+def members(rollout: Rollout, wave: int) -> list[str]:
+    """The Marquees of ``wave`` (0-based) of ``rollout``, by their admission keys."""
+    return [
+        name
+        for name in MARQUEES
+        if rollout.wave_of(admission_key(rollout.scope, name, canary=name == CANARY)) == wave
+    ]
+
+
+async def test_operators_pause_promote_and_abort_from_the_command_line(
+    fleet: Fleet, playguard: Playguard
+) -> None:
+    fleet.world.data["playspecs"][0]["rollout"]["bake"] = 3600  # only an operator moves it on
+    playguard.configure(fleet.world.data)
+    await converged_first(fleet)
+    head = fleet.release(healthy=True, message="a release operators steer")
+
+    async def canary_baking() -> bool:
+        record = await fleet.record()
+        return record is not None and record.commit == head and record.healthy_at is not None
+
+    await fleet.until(canary_baking, TWO_REPLICAS, ticks=10)
+    paused = playguard("rollout", "pause", fleet.scope, "--reason", "watching the graphs")
+    again = playguard("rollout", "pause", fleet.scope, "--reason", "twice")
+    await fleet.tick(TWO_REPLICAS)
+
+    assert paused.returncode == 0, paused.stderr
+    assert f"{fleet.scope}: paused, wave 1 of 3" in paused.stdout
+    assert again.returncode == 1
+    assert "is paused: pause applies to a rollout that is running" in again.stderr
+    record = await fleet.record()
+    assert record is not None
+    assert (record.status, record.wave) == ("paused", 0)
+
+    promoted = playguard("rollout", "promote", fleet.scope, "--reason", "canary looks fine")
+    assert promoted.returncode == 0, promoted.stderr
+    second = members(record, 1)
+
+    async def second_wave_moved() -> bool:
+        return all(fleet.updates(name) for name in second)
+
+    await fleet.until(second_wave_moved, TWO_REPLICAS, ticks=10)
+    aborted = playguard("rollout", "abort", fleet.scope, "--reason", "bad graphs after all")
+    await fleet.tick(TWO_REPLICAS)
+    await fleet.tick(TWO_REPLICAS)
+
+    assert aborted.returncode == 0, aborted.stderr
+    assert all(fleet.updates(name) == [] for name in members(record, 2))
+    shown = playguard("rollout", "show", fleet.scope)
+    listed = playguard("rollout", "list")
+    unknown = playguard("rollout", "show", "nothing@main")
+    assert shown.returncode == 0, shown.stderr
+    assert "abort by " in shown.stdout
+    assert "bad graphs after all" in shown.stdout
+    assert "promote by " in shown.stdout
+    assert f"{fleet.scope}: aborted, wave 2 of 3" in listed.stdout
+    assert unknown.returncode == 1
+    assert "no rollout 'nothing@main'" in unknown.stderr
