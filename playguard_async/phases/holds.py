@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 
 from playguard_async.coordination.pins import LAST_GOOD, Pin, read_pins, record_pin_images
 from playguard_async.phases.container_drift import service_of
+from playguard_async.phases.rollout_desk import RolloutHold
 from playguard_async.phases.toolkit import Container, CycleContext
 from playguard_async.remote.host_state import pinned_references
 from playguard_async.remote.last_good import HealthRecord
@@ -39,6 +40,8 @@ class Hold:
     """The operator's pin, when it is one (a pinned Playground is not rolled back)."""
     rollout: bool = False
     """Held by a rollout that has not admitted this Marquee (``phases.rollout_gate``)."""
+    back: bool = False
+    """Held at the revision before its last good one (an aborted rollout's release)."""
 
     @property
     def rolled_back(self) -> bool:
@@ -84,12 +87,13 @@ def hold_of(
     rollback: str,
     head: str | None,
     tags: str | None,
-    rollout: str | None = None,
+    rollout: RolloutHold | None = None,
 ) -> Hold | None:
     """The hold on one Playground, or None when it runs its branch head (``head``) as the
     images behind its tags (``tags``: their digest, None when not read) are now. A pin comes
-    first, then a rollback from a failed release, then a rollout that holds it (``rollout``:
-    why), each at its last good revision (a Playground with none cannot be held there)."""
+    first, then a rollback from a failed release, then a rollout that holds it, each at its last
+    good revision (a Playground with none cannot be held there), or for an aborted rollout's
+    release, at the one before it."""
     good = record.last_good
     if pin is not None:
         if pin.revision != LAST_GOOD:
@@ -108,6 +112,9 @@ def hold_of(
         assert failed.commit is not None
         why = f"held at its last good revision: release {failed.commit[:12]} failed"
         return Hold(good.revision.commit, good.images, why)
+    if rollout is not None and rollout.back and record.previous is not None:
+        before = record.previous
+        return Hold(before.revision.commit, before.images, rollout.why, rollout=True, back=True)
     if rollout is not None and good is not None:
-        return Hold(good.revision.commit, good.images, rollout, rollout=True)
+        return Hold(good.revision.commit, good.images, rollout.why, rollout=True)
     return None

@@ -36,7 +36,7 @@ from playguard_async.cycle_record import (
 from playguard_async.desired_state.model import Playground
 from playguard_async.phases.holds import pins_of, with_images
 from playguard_async.phases.protocol import Notice, PhaseReport
-from playguard_async.phases.rollout_gate import held_why, tell_rollout, verdicts
+from playguard_async.phases.rollout_gate import rollout_hold, tell_rollout, verdicts
 from playguard_async.phases.running_playground import HealthRecords, RunningPlayground
 from playguard_async.phases.toolkit import (
     Container,
@@ -104,7 +104,7 @@ class ReconcilePlaygrounds:
                     ctx.inventory.registry_of(playspec),
                     await with_images(ctx, session, pins.get(playground.name), own),
                     heads[playspec.repo].get(playground.branch),
-                    held_by=held_why(gate, playground.name),
+                    held_by=rollout_hold(gate, playground.name),
                     release=verdict.release if verdict is not None and verdict.admitted else None,
                 )  # fmt: skip
                 converged = await running.converge(records)

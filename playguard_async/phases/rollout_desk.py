@@ -51,6 +51,21 @@ class Verdict:
     admitted: bool
     key: str
     why: str = ""
+    back: bool = False
+
+    @property
+    def hold(self) -> RolloutHold | None:
+        """The hold it puts on the Playground (None: admitted)."""
+        return None if self.admitted else RolloutHold(self.why, self.back)
+
+
+@dataclass(frozen=True)
+class RolloutHold:
+    """Why a rollout holds a Playground, and whether at the revision before its last good one
+    (``back``: its Marquee runs an aborted rollout's release)."""
+
+    why: str
+    back: bool = False
 
 
 @dataclass(frozen=True)
@@ -60,6 +75,8 @@ class Standing:
 
     has_good: bool
     good_release: str | None
+    has_previous: bool
+    """It keeps the last good revision before that one (where an abort takes it back)."""
     rolls_back: bool
     """Its Playspec's ``rollback`` is ``auto``: a failed Marquee is held at its last good
     revision by the rollout too (else it is left as its health gate left it)."""
@@ -111,6 +128,9 @@ class RolloutDesk:
             or unheld
             or (rollout.failed(self.marquee.name) and not standing.rolls_back)
         )
+        if rollout.status == "aborted" and at_target and standing.has_previous:
+            why = f"{rollout.where(key)}: back at the revision before its release"
+            return Verdict(scope, release, rollout, False, key, why, back=True)
         return Verdict(scope, release, rollout, admitted, key, rollout.where(key))
 
     async def tell(self, verdict: Verdict, healthy: bool | None, why: str) -> None:

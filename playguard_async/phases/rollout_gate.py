@@ -33,7 +33,7 @@ import structlog
 
 from playguard_async.desired_state.model import Inventory, Playspec
 from playguard_async.desired_state.rollout_policy import RolloutPolicy
-from playguard_async.phases.rollout_desk import RolloutDesk, Standing, Verdict
+from playguard_async.phases.rollout_desk import RolloutDesk, RolloutHold, Standing, Verdict
 from playguard_async.phases.toolkit import CycleContext, branch_heads
 from playguard_async.remote.errors import DockerApiError
 from playguard_async.remote.last_good import read_records
@@ -101,6 +101,7 @@ async def _decide(ctx: CycleContext, session: RemoteSession) -> dict[str, Verdic
         standing = Standing(
             has_good=good is not None,
             good_release=None if good is None else good.release,
+            has_previous=records[playground.name].previous is not None,
             rolls_back=playspec.rollback == "auto",
         )
         release = await release_of(session, ctx.inventory, playspec, head)
@@ -120,7 +121,7 @@ async def tell_rollout(
     await _desk(ctx, session).tell(verdict, healthy, why)
 
 
-def held_why(verdicts: Mapping[str, Verdict], playground: str) -> str | None:
-    """Why the gate holds ``playground`` (None when it does not)."""
+def rollout_hold(verdicts: Mapping[str, Verdict], playground: str) -> RolloutHold | None:
+    """The hold the gate puts on ``playground`` (None when it puts none)."""
     verdict = verdicts.get(playground)
-    return None if verdict is None or verdict.admitted else verdict.why
+    return None if verdict is None else verdict.hold

@@ -33,6 +33,7 @@ from playguard_async.desired_state.model import InventoryError, Playspec, Regist
 from playguard_async.phases.container_drift import config_drift, container_drift, service_of, stuck
 from playguard_async.phases.holds import Hold, hold_of
 from playguard_async.phases.protocol import Notice
+from playguard_async.phases.rollout_desk import RolloutHold
 from playguard_async.phases.toolkit import Container
 from playguard_async.remote import git
 from playguard_async.remote.compose import ComposeProject, override_content, parse_services
@@ -101,8 +102,8 @@ class RunningPlayground:
     pin: Pin | None
     head: str | None
     """The commit at the head of its branch now."""
-    held_by: str | None = None
-    """Why a rollout holds it at its last good revision, if one does."""
+    held_by: RolloutHold | None = None
+    """The hold a rollout puts on it, if one does."""
     release: str | None = None
     """The release a rollout admitted it to, recorded with its last good revision."""
 
@@ -181,11 +182,10 @@ class RunningPlayground:
                 release=self.release,
             )
             result.at_release = self.release is not None
-            if record != HealthRecord(last_good=good):
+            if record != record.replaced_by(good):
                 await write_record(
-                    session, project.playground, HealthRecord(last_good=good),
-                    env=compose.env_path,
-                )  # fmt: skip
+                    session, project.playground, record.replaced_by(good), env=compose.env_path
+                )
             result.finding = replace(
                 result.finding,
                 revision=good.revision.to_json(),
@@ -214,7 +214,7 @@ class RunningPlayground:
             # are not marked failed (they were verified; what changed is not in them).
             return result
         failed_now = Failed(inputs, reason, commit=compose.commit, tags=tags)
-        record = HealthRecord(last_good=record.last_good, failed=failed_now)
+        record = replace(record, failed=failed_now)
         await write_record(session, project.playground, record)
         if playspec.rollback == "auto" and record.last_good is not None and hold is None:
             await self._roll_back(record, result)
@@ -359,7 +359,7 @@ def _pinned(
     if hold is None:
         return None
     behind_tags = set(images.values())
-    if hold.rollout and all(str(c["ImageID"]) in behind_tags for c in own):
+    if hold.rollout and not hold.back and all(str(c["ImageID"]) in behind_tags for c in own):
         return None
     return hold.images
 

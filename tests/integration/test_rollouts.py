@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +29,7 @@ from playguard_async.phases.pull_images import pull_images
 from playguard_async.phases.reconcile_playgrounds import reconcile_playgrounds
 from playguard_async.phases.rollout_record import Rollout
 from playguard_async.phases.sync_git import sync_git
+from playguard_async.remote.git import checkout_dir
 from playguard_async.remote.ssh import RemoteSession, open_session
 from playguard_lab import DockerDaemon, GitOrigin, RegistryServer, SshServer
 from tests.support.cli import Playguard
@@ -55,6 +57,8 @@ class Fleet:
     workdirs: dict[str, Path]
     cycles: dict[str, int] = field(default_factory=dict)
     releases: list[str] = field(default_factory=list)
+    first: str = ""
+    """The commit of the release every Marquee starts from."""
 
     @property
     def scope(self) -> str:
@@ -84,6 +88,13 @@ class Fleet:
         return [
             at for at, action in self.journal(marquee) if action.startswith("update playground")
         ]
+
+    def checkout_commit(self, marquee: str) -> str:
+        """The commit the Marquee's checkout of its Playground is at."""
+        target = Inventory.model_validate(self.world.data).marquee(marquee)
+        checkout = checkout_dir(target, f"web-{marquee}")
+        return subprocess.run(["git", "-C", checkout, "rev-parse", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()  # fmt: skip
 
     async def record(self) -> Rollout | None:
         raw = await self.redis.get(rollout_key(self.scope))
@@ -160,7 +171,7 @@ def fleet(
     ]
     data["agent_chats"] = []
     made = Fleet(lab_world, redis, git_origin, branch, busybox_image, workdirs)
-    made.release(healthy=True, message="the first release")
+    made.first = made.release(healthy=True, message="the first release")
     return made
 
 
@@ -326,6 +337,10 @@ async def test_operators_pause_promote_and_abort_from_the_command_line(
 
     assert aborted.returncode == 0, aborted.stderr
     assert all(fleet.updates(name) == [] for name in members(record, 2))
+    admitted = members(record, 0) + second
+    assert {name: fleet.checkout_commit(name) for name in admitted} == dict.fromkeys(
+        admitted, fleet.first
+    )
     shown = playguard("rollout", "show", fleet.scope)
     listed = playguard("rollout", "list")
     unknown = playguard("rollout", "show", "nothing@main")
