@@ -60,6 +60,17 @@ class Verdict:
 
 
 @dataclass(frozen=True)
+class Told:
+    """What telling a rollout came to: the record as it left it, whether this Marquee's
+    failure was counted now, and whether that halted the rollout (this cycle's news alone:
+    exactly one cycle, on whichever replica, halts a rollout)."""
+
+    rollout: Rollout
+    failed: bool
+    halted: bool
+
+
+@dataclass(frozen=True)
 class RolloutHold:
     """Why a rollout holds a Playground, and whether at the revision before its last good one
     (``back``: its Marquee runs an aborted rollout's release)."""
@@ -133,9 +144,10 @@ class RolloutDesk:
             return Verdict(scope, release, rollout, False, key, why, back=True)
         return Verdict(scope, release, rollout, admitted, key, rollout.where(key))
 
-    async def tell(self, verdict: Verdict, healthy: bool | None, why: str) -> None:
+    async def tell(self, verdict: Verdict, healthy: bool | None, why: str) -> Told | None:
         """Tell the rollout how the Playground it admitted came out: verified healthy at its
-        target (``healthy`` True), failed (False, ``why``), or not known yet (None)."""
+        target (``healthy`` True), failed (False, ``why``), or not known yet (None). Returns the
+        record as this told left it (None when nothing was told)."""
         rollout = verdict.rollout
         if (
             rollout is None
@@ -145,7 +157,7 @@ class RolloutDesk:
             or self.dry_run
             or rollout.status in ("done", "aborted")
         ):
-            return
+            return None
         wave = rollout.wave_of(verdict.key)
         try:
             if healthy:
@@ -154,27 +166,30 @@ class RolloutDesk:
                     wave=wave, timeout=self.timeout,
                 )  # fmt: skip
                 current = _parsed(read)
-                if current is not None and current.id == rollout.id:
-                    await self._advance(current, read)
-                return
-            await self._fail(rollout, wave, why)
+                if current is None or current.id != rollout.id:
+                    return None
+                return Told(await self._advance(current, read), failed=False, halted=False)
+            return await self._fail(rollout, wave, why)
         except RedisError as exc:
             log.warning("rollout.report_failed", scope=rollout.scope, error=str(exc)[:200])
+            return None
 
-    async def _fail(self, rollout: Rollout, wave: int, why: str) -> None:
+    async def _fail(self, rollout: Rollout, wave: int, why: str) -> Told | None:
         for _ in range(TRIES):
             read = await read_rollout(self.redis, rollout.scope, self.timeout)
             current = _parsed(read)
             if current is None or current.id != rollout.id:
-                return
+                return None
             failed = current.with_failure(self.marquee.name, wave, why, read.now)
             if failed is None:
-                return
+                return Told(current, failed=False, halted=False)  # counted already
             if await write_rollout(self.redis, read, failed.encode(), opens=False,
                                    timeout=self.timeout):  # fmt: skip
                 log.warning("rollout.failed_here", scope=rollout.scope, why=why[:200],
                             status=failed.status)  # fmt: skip
-                return
+                halted = failed.status == "halted" and current.status != "halted"
+                return Told(failed, failed=True, halted=halted)
+        return None
 
     async def _read(self, scope: str) -> RolloutRead:
         if scope not in self.reads:

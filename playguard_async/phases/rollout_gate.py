@@ -31,6 +31,7 @@ from collections.abc import Mapping
 
 import structlog
 
+from playguard_async.cycle_record import RolloutFinding
 from playguard_async.desired_state.model import Inventory, Playspec
 from playguard_async.desired_state.rollout_policy import RolloutPolicy
 from playguard_async.phases.rollout_desk import RolloutDesk, RolloutHold, Standing, Verdict
@@ -116,12 +117,31 @@ def _desk(ctx: CycleContext, session: RemoteSession) -> RolloutDesk:
 
 async def tell_rollout(
     ctx: CycleContext, session: RemoteSession, verdict: Verdict, healthy: bool | None, why: str
-) -> None:
-    """Tell the rollout how the Playground it admitted came out (``RolloutDesk.tell``)."""
-    await _desk(ctx, session).tell(verdict, healthy, why)
+) -> RolloutFinding:
+    """Tell the rollout how the Playground it admitted came out (``RolloutDesk.tell``); what the
+    cycle records of it."""
+    told = await _desk(ctx, session).tell(verdict, healthy, why)
+    rollout = verdict.rollout if told is None else told.rollout
+    assert rollout is not None
+    return {
+        "status": rollout.status,
+        "wave": rollout.wave + 1,
+        "waves": len(rollout.waves),
+        "release": rollout.target[:12],
+        "held": not verdict.admitted,
+        "failed_here": told is not None and told.failed,
+        "halted_here": None if told is None or not told.halted else rollout.why,
+    }
 
 
 def rollout_hold(verdicts: Mapping[str, Verdict], playground: str) -> RolloutHold | None:
     """The hold the gate puts on ``playground`` (None when it puts none)."""
     verdict = verdicts.get(playground)
     return None if verdict is None else verdict.hold
+
+
+def admitted_release(verdicts: Mapping[str, Verdict], playground: str) -> str | None:
+    """The release a rollout admitted ``playground`` to (None: none admitted it, or none
+    stages its releases), which its last good revision records once verified."""
+    verdict = verdicts.get(playground)
+    return verdict.release if verdict is not None and verdict.admitted else None

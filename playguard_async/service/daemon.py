@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Callable
 from playguard_async.coordination.client import RedisClient, redis_answers
 from playguard_async.coordination.marquee_reads import MarqueeStory, read_story
 from playguard_async.coordination.records import CycleRecords
-from playguard_async.cycle_record import NoticeKind
+from playguard_async.cycle_record import NoticeKind, RolloutFinding
 from playguard_async.desired_state.model import Inventory
 from playguard_async.desired_state.source import as_remote
 from playguard_async.engine.results import CycleResult, Outcome
@@ -62,6 +62,12 @@ def rolled_back_playspecs(result: CycleResult, inventory: Inventory | None) -> l
     return [playspecs.get(name, "-") for name in rolled]
 
 
+def rollouts_of(result: CycleResult) -> dict[str, RolloutFinding]:
+    """The rollouts the cycle took part in (reconcile_playgrounds' ``rollouts`` finding)."""
+    found = result.findings.get("reconcile_playgrounds", {}).get("rollouts")
+    return found if isinstance(found, dict) else {}
+
+
 def mode_of(marquee: str, inventory: Inventory | None) -> str:
     """The Marquee's mode in the desired state in force; ``unknown`` for one it no longer has."""
     try:
@@ -86,6 +92,8 @@ async def serve(settings: Settings, *, stop_after: float | None = None) -> None:
         rolled_back = rolled_back_playspecs(result, engine.inventory)
         for playspec in rolled_back:
             metrics.rolled_back(playspec)
+        for scope, finding in rollouts_of(result).items():
+            metrics.rollout_seen(scope, finding)
         health, _ = news_of(result)
         metrics.marquee_finished(
             result.marquee,
