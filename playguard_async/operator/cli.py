@@ -258,6 +258,7 @@ def status(
 
         from playguard_async.coordination import marquee_reads
         from playguard_async.operator import display
+        from playguard_async.operator import rollout as rollouts
         from playguard_async.operator.status import fleet_status
 
         settings = command_settings(config)
@@ -267,15 +268,20 @@ def status(
                 return asyncio.run(fleet_status(settings))
 
         statuses = read()
+        unfinished = asyncio.run(rollouts.unfinished(settings)) if not watch else []
     if as_json:
         now = time.time()
-        click.echo(json.dumps({"marquees": [s.to_json(now) for s in statuses]}, indent=2))
+        shown = {"marquees": [s.to_json(now) for s in statuses],
+                 "rollouts": [rollouts.as_json(r) for r in unfinished]}  # fmt: skip
+        click.echo(json.dumps(shown, indent=2))
         return
     console = display.console()
     table = display.status_table(statuses, time.time())
     if not (watch and console.is_terminal):
         console.print(table)
     if not watch:
+        for record in unfinished:
+            console.print(display.text(f"rollout {rollouts.summary(record)}"), soft_wrap=True)
         return
     with contextlib.suppress(KeyboardInterrupt):
         if console.is_terminal:
@@ -310,13 +316,25 @@ def describe(
         import time
 
         from playguard_async.operator import describe, display
+        from playguard_async.operator import rollout as rollouts
 
-        told = asyncio.run(describe.marquee_story(command_settings(config), marquee, limit=limit))
+        settings = command_settings(config)
+        told = asyncio.run(describe.marquee_story(settings, marquee, limit=limit))
+        theirs = asyncio.run(rollouts.of_marquee(settings, marquee))
     now = time.time()
     if as_json:
-        click.echo(json.dumps(told.to_json(now), indent=2))
+        story = told.to_json(now)
+        story["rollouts"] = [
+            {**rollouts.as_json(record), "marquee_wave": wave + 1} for record, wave in theirs
+        ]
+        click.echo(json.dumps(story, indent=2))
         return
     display.print_story(told, now)
+    for record, wave in theirs:
+        display.console().print(
+            display.text(f"  rollout {rollouts.summary(record)}; this Marquee in wave {wave + 1}"),
+            soft_wrap=True,
+        )
 
 
 @cli.command()

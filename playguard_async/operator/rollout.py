@@ -15,7 +15,9 @@ from playguard_async.coordination.rollouts import (
     rollout_scopes,
     write_rollout,
 )
-from playguard_async.operator.fleet import OperateError, open_fleet
+from playguard_async.desired_state.rollout_policy import admission_key
+from playguard_async.operator.fleet import OperateError, known_marquee, open_fleet
+from playguard_async.phases.rollout_desk import scope_of
 from playguard_async.phases.rollout_record import Rollout, RolloutRefused
 from playguard_async.settings import Settings
 
@@ -43,6 +45,37 @@ async def rollouts(settings: Settings) -> list[tuple[str, Rollout | None]]:
             readable = read.raw is not None and read.raw != FOREIGN
             found.append((scope, Rollout.parse(scope, read.expected) if readable else None))
         return found
+
+
+async def unfinished(settings: Settings) -> list[Rollout]:
+    """The rollouts not done yet (running, paused, halted, aborted), for ``status``."""
+    return [record for _, record in await rollouts(settings) if record and record.status != "done"]
+
+
+async def of_marquee(settings: Settings, marquee: str) -> list[tuple[Rollout, int]]:
+    """The rollouts of ``marquee``'s Playgrounds' scopes that Redis holds, each with the wave
+    (0-based) the Marquee is in, for ``describe``."""
+    timeout = settings.redis_socket_timeout
+    async with open_fleet(settings) as fleet:
+        inventory = await fleet.inventory()
+        found: list[tuple[Rollout, int]] = []
+        target = known_marquee(inventory, marquee, "the desired state")
+        for scope in sorted({scope_of(pg) for pg in inventory.playgrounds_on(marquee)}):
+            read = await read_rollout(fleet.redis, scope, timeout)
+            record = None if read.raw in (None, FOREIGN) else Rollout.parse(scope, read.expected)
+            if record is not None:
+                key = admission_key(scope, marquee, canary=target.canary)
+                found.append((record, record.wave_of(key)))
+        return found
+
+
+def as_json(rollout: Rollout) -> dict[str, object]:
+    """A rollout for ``status --json`` and ``describe --json``: its summary's fields."""
+    return {
+        "scope": rollout.scope, "status": rollout.status, "wave": rollout.wave + 1,
+        "waves": len(rollout.waves), "release": rollout.target, "commit": rollout.commit,
+        "failed": rollout.failed_count, "why": rollout.why,
+    }  # fmt: skip
 
 
 async def show(settings: Settings, scope: str) -> tuple[Rollout, dict[int, int]]:
@@ -83,11 +116,12 @@ def _when(seconds: float) -> str:
 
 
 def summary(rollout: Rollout) -> str:
-    """One line: scope, status, wave, release, failures."""
+    """One line: scope, status, wave, release, failures, and why it stopped."""
     commit = "-" if rollout.commit is None else rollout.commit[:12]
+    why = f": {rollout.why}" if rollout.status in ("halted", "paused", "aborted") else ""
     return (
         f"{rollout.scope}: {rollout.status}, wave {rollout.wave + 1} of {len(rollout.waves)}, "
-        f"release {rollout.target[:12]} (commit {commit}), {rollout.failed_count} failed"
+        f"release {rollout.target[:12]} (commit {commit}), {rollout.failed_count} failed{why}"
     )
 
 

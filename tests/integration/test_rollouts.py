@@ -322,6 +322,14 @@ async def test_operators_pause_promote_and_abort_from_the_command_line(
     record = await fleet.record()
     assert record is not None
     assert (record.status, record.wave) == ("paused", 0)
+    status = playguard("status", "--json")
+    described = playguard("describe", CANARY)
+    assert status.returncode == 0, status.stderr
+    [shown] = json.loads(status.stdout)["rollouts"]
+    assert (shown["scope"], shown["status"], shown["wave"]) == (fleet.scope, "paused", 1)
+    assert "pause by " in shown["why"]
+    assert f"rollout {fleet.scope}: paused, wave 1 of 3" in described.stdout
+    assert "this Marquee in wave 1" in described.stdout
 
     promoted = playguard("rollout", "promote", fleet.scope, "--reason", "canary looks fine")
     assert promoted.returncode == 0, promoted.stderr
