@@ -11,7 +11,9 @@ reads and never writes.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 import structlog
 from redis.exceptions import RedisError
@@ -27,6 +29,7 @@ from playguard_async.coordination.rollouts import (
 )
 from playguard_async.desired_state.model import Inventory, Marquee, Playground
 from playguard_async.desired_state.rollout_policy import RolloutPolicy, admission_key, waves_of
+from playguard_async.desired_state.windows import Window, allows
 from playguard_async.phases.rollout_record import Rollout
 
 log = structlog.get_logger("playguard.rollouts")
@@ -102,6 +105,7 @@ class RolloutDesk:
     inventory: Inventory
     marquee: Marquee
     dry_run: bool
+    windows_default: Sequence[Window] = ()
     reads: dict[str, RolloutRead] = field(default_factory=dict)
 
     async def verdict(
@@ -241,8 +245,19 @@ class RolloutDesk:
         changed = rollout
         why = f"not verified healthy within wave_timeout {rollout.policy.wave_timeout:g} s"
         for name in await unmarked(self.redis, rollout.scope, members, self.timeout):
-            changed = changed.with_failure(name, rollout.wave, why, read.now) or changed
+            if not self._windowed_out(name, read.now):
+                changed = changed.with_failure(name, rollout.wave, why, read.now) or changed
         return await self._stored(read, rollout, changed)
+
+    def _windowed_out(self, marquee: str, now: float) -> bool:
+        """Whether ``marquee``'s maintenance windows keep its cycles from changing it now (it is
+        pending, not failed); one this replica does not hold counts as not."""
+        try:
+            own = self.inventory.marquee(marquee).windows
+        except KeyError:
+            return False
+        windows = self.windows_default if own is None else own
+        return bool(windows) and not allows(windows, datetime.fromtimestamp(now, UTC))
 
     async def _advance(self, rollout: Rollout, read: RolloutRead) -> Rollout:
         """``rollout`` after the steps due by ``read`` (counts and time), written if any is."""

@@ -112,7 +112,8 @@ async def _decide(ctx: CycleContext, session: RemoteSession) -> dict[str, Verdic
 
 def _desk(ctx: CycleContext, session: RemoteSession) -> RolloutDesk:
     lock = ctx.lease.lock
-    return RolloutDesk(lock.redis, lock.timeout, ctx.inventory, ctx.marquee, session.dry_run)
+    return RolloutDesk(lock.redis, lock.timeout, ctx.inventory, ctx.marquee, session.dry_run,
+                       ctx.windows_default)  # fmt: skip
 
 
 async def tell_rollout(
