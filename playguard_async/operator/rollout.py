@@ -17,7 +17,7 @@ from playguard_async.coordination.rollouts import (
 )
 from playguard_async.desired_state.rollout_policy import admission_key
 from playguard_async.operator.fleet import OperateError, known_marquee, open_fleet
-from playguard_async.phases.rollout_desk import scope_of
+from playguard_async.phases.rollout_desk import scope_of, unfinished_rollouts
 from playguard_async.phases.rollout_record import Rollout, RolloutRefused
 from playguard_async.settings import Settings
 
@@ -49,7 +49,8 @@ async def rollouts(settings: Settings) -> list[tuple[str, Rollout | None]]:
 
 async def unfinished(settings: Settings) -> list[Rollout]:
     """The rollouts not done yet (running, paused, halted, aborted), for ``status``."""
-    return [record for _, record in await rollouts(settings) if record and record.status != "done"]
+    async with open_fleet(settings) as fleet:
+        return await unfinished_rollouts(fleet.redis, settings.redis_socket_timeout)
 
 
 async def of_marquee(settings: Settings, marquee: str) -> list[tuple[Rollout, int]]:

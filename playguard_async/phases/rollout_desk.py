@@ -24,6 +24,7 @@ from playguard_async.coordination.rollouts import (
     RolloutRead,
     mark_healthy,
     read_rollout,
+    rollout_scopes,
     unmarked,
     write_rollout,
 )
@@ -292,3 +293,14 @@ def _parsed(read: RolloutRead) -> Rollout | None:
         log.warning("rollout.unreadable", scope=read.scope, value="a key of another type")
         return None
     return Rollout.parse(read.scope, read.raw)
+
+
+async def unfinished_rollouts(redis: RedisClient, timeout: float) -> list[Rollout]:
+    """Every rollout not done yet (running, paused, halted, aborted) that Redis holds, in scope
+    order: what ``status`` and the web view show."""
+    found: list[Rollout] = []
+    for scope in await rollout_scopes(redis, timeout):
+        record = _parsed(await read_rollout(redis, scope, timeout))
+        if record is not None and record.status != "done":
+            found.append(record)
+    return found

@@ -24,6 +24,7 @@ from playguard_async.engine.results import CycleResult, Outcome
 from playguard_async.engine.scheduler import Engine
 from playguard_async.kits.aio import background
 from playguard_async.kits.capacity import raise_open_files_limit
+from playguard_async.phases.rollout_desk import unfinished_rollouts
 from playguard_async.service.endpoints import application, serving
 from playguard_async.service.fleet_picture import FleetPicture, Listed
 from playguard_async.service.http_guard import HostRule, HttpGuard
@@ -257,6 +258,7 @@ def fleet_picture(
         interval=settings.web_refresh_interval,
         tell_story=tell_story,
         publish_interval=settings.web_update_interval,
+        read_rollouts=lambda: unfinished_rollouts(redis, settings.redis_socket_timeout),
     )
 
 
