@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import subprocess
 import uuid
 from dataclasses import dataclass, field
@@ -32,7 +33,8 @@ from playguard_async.phases.sync_git import sync_git
 from playguard_async.remote.git import checkout_dir
 from playguard_async.remote.ssh import RemoteSession, open_session
 from playguard_lab import DockerDaemon, GitOrigin, RegistryServer, SshServer
-from tests.support.cli import Playguard
+from tests.support.cli import LAB_SETTINGS, Playguard
+from tests.support.daemon import Daemon, DaemonRunner, wait_for
 from tests.support.playgrounds import compose_yaml
 from tests.support.world import LAB_OPTIONS, LabWorld, ssh_marquee
 
@@ -244,28 +246,63 @@ async def test_a_bad_release_changes_one_marquee_halts_and_rolls_it_back(fleet: 
     assert (after.status, after.wave) == ("halted", 0)
 
 
-async def test_a_replica_that_dies_mid_bake_leaves_the_rest_to_the_other(fleet: Fleet) -> None:
-    await converged_first(fleet)
+LEASE = {"tick_interval": 2.0, "lock_ttl": 30.0, "remote_command_timeout": 14.0,
+         "docker_api_timeout": 14.0}  # fmt: skip
+"""Short leases: a killed replica's lapse within ``lock_ttl``, and the survivor has every
+Marquee then."""
+
+
+def wave_three_started(daemons: DaemonRunner) -> Daemon | None:
+    """The replica whose cycle started the last wave, once one has."""
+    for daemon in daemons.started:
+        if daemon.events("rollout.step", step="wave 3 started"):
+            return daemon
+    return None
+
+
+def test_a_replica_killed_after_it_started_the_last_wave_leaves_the_rest_to_the_other(
+    fleet: Fleet, daemons: DaemonRunner
+) -> None:
+    """Two ``playguard run`` processes split the six Marquees; the one that started the last
+    wave is SIGKILLed then, mid-bake: the other takes its Marquees over and finishes."""
+    daemons.inventory.write_text(json.dumps(fleet.world.data), encoding="utf-8")
+    for replica in ("r1", "r2"):
+        values = daemons.settings(replica, **{**LAB_SETTINGS, **LEASE})
+        daemons.start(replica, config=daemons.write_settings(replica, values))
+    wait_for(lambda: all(fleet.journal(name) for name in MARQUEES), timeout=90,
+             what="the first release on every Marquee")  # fmt: skip
     head = fleet.release(healthy=True, message="a release one replica will not see through")
 
-    async def in_wave_two() -> bool:
-        record = await fleet.record()
-        return record is not None and record.commit == head and record.wave >= 1
+    starter = wait_for(lambda: wave_three_started(daemons), timeout=120, what="wave 3")
+    starter.send(signal.SIGKILL)
+    [survivor] = [daemon for daemon in daemons.started if daemon is not starter]
 
-    await fleet.until(in_wave_two, TWO_REPLICAS, ticks=20)
-    # The first replica is gone (nothing of it runs again); the other takes the whole fleet.
-    survivor = [MARQUEES]
-
-    async def done() -> bool:
-        record = await fleet.record()
+    def done() -> bool:
+        record = asyncio.run(_record(daemons, fleet.scope))
         return record is not None and record.commit == head and record.status == "done"
 
-    await fleet.until(done, survivor, ticks=40)
-    rollout = await fleet.record()
-    assert rollout is not None
-    starts = [event.what for event in rollout.events if event.what.startswith("wave ")]
-    assert starts == ["wave 2 started", "wave 3 started"]
-    assert all(len(fleet.updates(name)) == 1 for name in MARQUEES)
+    wait_for(done, timeout=120, what="the rollout done by the survivor", interval=0.5)
+    record = asyncio.run(_record(daemons, fleet.scope))
+    assert record is not None
+    assert [event.what for event in record.events] == [
+        "opened",
+        "wave 2 started",
+        "wave 3 started",
+        "done",
+    ]
+    assert survivor.events("rollout.step", step="done")
+    assert all(len(fleet.updates(name)) == 1 for name in MARQUEES)  # admitted once each
+
+
+async def _record(daemons: DaemonRunner, scope: str) -> Rollout | None:
+    """The rollout record, read with a client of this call's own (the test's loop is not
+    running here: the replicas are processes)."""
+    client = Redis.from_url(daemons.redis_url)
+    try:
+        raw = await client.get(rollout_key(scope))
+    finally:
+        await client.aclose()
+    return None if raw is None else Rollout.parse(scope, raw)
 
 
 async def test_garbage_in_the_record_halts_nothing_and_is_replaced_by_the_next_release(
