@@ -45,6 +45,22 @@ class NoticeKind(enum.StrEnum):
     ROLLED_BACK = "rolled_back"
     """A playground was rolled back to its last good state: ``rolled back to <digests>
     because <reason>``."""
+    ROLLOUT_HALTED = "rollout_halted"
+    """This cycle's failure halted a rollout fleet-wide (subject: its scope): told once."""
+
+
+class RolloutFinding(TypedDict):
+    """A rollout a cycle took part in, as its reconcile_playgrounds finding ``rollouts`` keeps
+    it (scope -> this): its status and wave then, its release, whether the Marquee was held,
+    whether this cycle's failure was counted and, when it halted the rollout, why."""
+
+    status: str
+    wave: int
+    waves: int
+    release: str
+    held: bool
+    failed_here: bool
+    halted_here: str | None
 
 
 class NoticeRecord(TypedDict):

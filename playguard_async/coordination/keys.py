@@ -77,3 +77,23 @@ def pins_key(marquee: str) -> str:
     """A Marquee's pinned Playgrounds (``coordination.pins``): a hash, Playground -> its pin
     (JSON), in its lock's slot, beside its pause."""
     return f"{PREFIX}:{{{marquee_lock_name(marquee)}}}:pins"
+
+
+ROLLOUTS_KEY = f"{PREFIX}:rollouts"
+"""Set of the scopes (``playspec@branch``) that have a rollout record, for ``rollout list``."""
+
+
+def rollout_key(scope: str) -> str:
+    """A scope's rollout record (JSON, ``coordination.rollout_record``); no expiry: a halted
+    rollout stays until the next release or an operator."""
+    return f"{PREFIX}:{{rollout:{scope}}}:state"
+
+
+def rollout_marks_key(scope: str) -> str:
+    """Set of the Marquees verified healthy at the target of the scope's rollout."""
+    return f"{PREFIX}:{{rollout:{scope}}}:healthy"
+
+
+def rollout_counts_key(scope: str) -> str:
+    """Hash: wave index -> how many Marquees of that wave were verified healthy at the target."""
+    return f"{PREFIX}:{{rollout:{scope}}}:counts"

@@ -119,6 +119,7 @@ class PhaseWalk:
                             dry_run=result.dry_run,
                             lease=lease,
                             remote=remote,
+                            windows_default=services.settings.windows,
                         )
                         bound = structlog.contextvars.bind_contextvars(phase=phase.name)
                         before_phases = bound if before_phases is None else before_phases

@@ -258,6 +258,7 @@ def status(
 
         from playguard_async.coordination import marquee_reads
         from playguard_async.operator import display
+        from playguard_async.operator import rollout as rollouts
         from playguard_async.operator.status import fleet_status
 
         settings = command_settings(config)
@@ -267,15 +268,20 @@ def status(
                 return asyncio.run(fleet_status(settings))
 
         statuses = read()
+        unfinished = asyncio.run(rollouts.unfinished(settings)) if not watch else []
     if as_json:
         now = time.time()
-        click.echo(json.dumps({"marquees": [s.to_json(now) for s in statuses]}, indent=2))
+        shown = {"marquees": [s.to_json(now) for s in statuses],
+                 "rollouts": [rollouts.as_json(r) for r in unfinished]}  # fmt: skip
+        click.echo(json.dumps(shown, indent=2))
         return
     console = display.console()
     table = display.status_table(statuses, time.time())
     if not (watch and console.is_terminal):
         console.print(table)
     if not watch:
+        for record in unfinished:
+            console.print(display.text(f"rollout {rollouts.summary(record)}"), soft_wrap=True)
         return
     with contextlib.suppress(KeyboardInterrupt):
         if console.is_terminal:
@@ -310,13 +316,25 @@ def describe(
         import time
 
         from playguard_async.operator import describe, display
+        from playguard_async.operator import rollout as rollouts
 
-        told = asyncio.run(describe.marquee_story(command_settings(config), marquee, limit=limit))
+        settings = command_settings(config)
+        told = asyncio.run(describe.marquee_story(settings, marquee, limit=limit))
+        theirs = asyncio.run(rollouts.of_marquee(settings, marquee))
     now = time.time()
     if as_json:
-        click.echo(json.dumps(told.to_json(now), indent=2))
+        story = told.to_json(now)
+        story["rollouts"] = [
+            {**rollouts.as_json(record), "marquee_wave": wave + 1} for record, wave in theirs
+        ]
+        click.echo(json.dumps(story, indent=2))
         return
     display.print_story(told, now)
+    for record, wave in theirs:
+        display.console().print(
+            display.text(f"  rollout {rollouts.summary(record)}; this Marquee in wave {wave + 1}"),
+            soft_wrap=True,
+        )
 
 
 @cli.command()
@@ -681,6 +699,68 @@ def unpin_command(ctx: click.Context, marquee: str, playground: str, config: Pat
         lifted = asyncio.run(pin.unpin(command_settings(config), marquee, playground))
     echo(f"{marquee}/{playground}: " + ("unpinned" if lifted else "not pinned; nothing to lift"))
 
+
+@cli.group()
+def rollout() -> None:
+    """The fleet's rollouts: a release of a Playspec at a branch, in waves (README "Rollouts").
+    Exit status 0 when done, 1 on an error, 2 when the command cannot act as asked."""
+
+
+@rollout.command("list")
+@CONFIG_OPTION
+@click.pass_context
+def rollout_list(ctx: click.Context, config: Path | None) -> None:
+    """Every rollout Redis holds, one line each."""
+    with _readable_errors(ctx):
+        import asyncio
+
+        from playguard_async.operator import rollout as rollouts
+
+        found = asyncio.run(rollouts.rollouts(command_settings(config)))
+    for scope, record in found:
+        echo(rollouts.summary(record) if record is not None else f"{scope}: unreadable record")
+    if not found:
+        echo("no rollouts")
+
+
+@rollout.command("show")
+@click.argument("scope", metavar="PLAYSPEC@BRANCH")
+@CONFIG_OPTION
+@click.pass_context
+def rollout_show(ctx: click.Context, scope: str, config: Path | None) -> None:
+    """The rollout of PLAYSPEC@BRANCH: its waves, failures and last events."""
+    with _readable_errors(ctx):
+        import asyncio
+
+        from playguard_async.operator import rollout as rollouts
+
+        record, healthy = asyncio.run(rollouts.show(command_settings(config), scope))
+    for line in rollouts.schedule(record, healthy):
+        echo(line)
+
+
+def _rollout_action(action: str, summary: str) -> None:
+    @rollout.command(action, help=summary)
+    @click.argument("scope", metavar="PLAYSPEC@BRANCH")
+    @click.option("--reason", required=True, help="Why, kept with the rollout (500 chars).")
+    @CONFIG_OPTION
+    @click.pass_context
+    def command(ctx: click.Context, scope: str, reason: str, config: Path | None) -> None:
+        if not reason.strip() or len(reason) > 500 or not reason.isprintable():
+            fail(f"--reason of {len(reason)} characters: give 1 to 500 printable ones", 1)
+        with _readable_errors(ctx):
+            import asyncio
+
+            from playguard_async.operator import rollout as rollouts
+
+            changed = asyncio.run(rollouts.act(command_settings(config), scope, action, reason))
+        echo(rollouts.summary(changed))
+
+
+_rollout_action("promote", "Start the next wave now, whatever its bake; lifts a halt.")
+_rollout_action("pause", "Start no further wave until resume.")
+_rollout_action("resume", "Let a paused rollout go on.")
+_rollout_action("abort", "Stop the rollout: no Marquee takes its release from now on.")
 
 cli.add_command(db)
 

@@ -20,7 +20,12 @@ from playguard_async.coordination.pause import Pause
 from playguard_async.cycle_record import SHORT
 from playguard_async.engine.results import CycleResult, Outcome
 from playguard_async.kits.textclean import clean
-from playguard_async.operator.plan import PlanVerdict, held_playgrounds, plan_verdict
+from playguard_async.operator.plan import (
+    PlanVerdict,
+    held_playgrounds,
+    plan_verdict,
+    rollouts_in,
+)
 from playguard_async.settings import Settings
 
 PIPE_WIDTH = 500
@@ -261,6 +266,11 @@ def print_plan(result: CycleResult, holder: LockState | None) -> None:
                 out.print(text(f"  {action}"), soft_wrap=True)
     for name, why in sorted(held_playgrounds(result).items()):
         out.print(text(f"held: {name}: {why}"), soft_wrap=True)
+    for scope, rollout in sorted(rollouts_in(result).items()):
+        here = "held here" if rollout.get("held") else "admitted here"
+        out.print(text(f"rollout {scope}: {rollout.get('status')}, wave {rollout.get('wave')} of "
+                       f"{rollout.get('waves')}, release {rollout.get('release')} ({here})"),
+                  soft_wrap=True)  # fmt: skip
     out.print(text(plan_line(result)))
 
 

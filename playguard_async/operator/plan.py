@@ -39,14 +39,22 @@ def held_playgrounds(result: CycleResult) -> dict[str, str]:
     return {str(name): str(why) for name, why in held.items()}
 
 
+def rollouts_in(result: CycleResult) -> dict[str, dict[str, Any]]:
+    """Scope -> the rollout the cycle's Playgrounds are part of, as reconcile_playgrounds found
+    it (in a plan, the one the cycle would open included)."""
+    found = (result.findings.get("reconcile_playgrounds") or {}).get("rollouts")
+    return found if isinstance(found, dict) else {}
+
+
 def plan_json(result: CycleResult) -> dict[str, Any]:
     """A plan for scripts: the verdict, what would change by phase, the Playgrounds held and
-    why, and the detect cycle."""
+    why, the rollouts its Playgrounds are part of, and the detect cycle."""
     return {
         "marquee": result.marquee,
         "verdict": plan_verdict(result).name.lower(),
         "changes": {phase: taken for phase, taken in result.actions.items() if taken},
         "held": held_playgrounds(result),
+        "rollouts": rollouts_in(result),
         "outcome": result.outcome.value,
         "reason": result.reason,
         "cycle": result.to_record(),

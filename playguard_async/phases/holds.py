@@ -2,13 +2,14 @@
 answer sync_git (which commit a checkout is at) and reconcile_playgrounds (which images and
 ``.env`` it runs) share.
 
-A Playground is held when an operator pinned it (``coordination.pins``), or when it runs under
+A Playground is held when an operator pinned it (``coordination.pins``), when it runs under
 ``rollback: auto`` and the release at its branch head, with the images behind its tags now,
 is the one that last failed its health gate (``remote.last_good.Failed.is_release``): it is then
-held at its last good revision until the branch head or an image behind a tag moves again.
+held at its last good revision until the branch head or an image behind a tag moves again; or
+when a rollout has not admitted its Marquee yet (``phases.rollout_gate``).
 
-A held Playground runs its images by digest: a ``last-good`` pin and a rollback, the last good
-revision's; a commit pin, the ones its services ran when a cycle first applied it
+A held Playground runs its images by digest: a ``last-good`` pin, a rollback and a rollout, the
+last good revision's; a commit pin, the ones its services ran when a cycle first applied it
 (``with_images``).
 """
 
@@ -19,6 +20,7 @@ from dataclasses import dataclass, replace
 
 from playguard_async.coordination.pins import LAST_GOOD, Pin, read_pins, record_pin_images
 from playguard_async.phases.container_drift import service_of
+from playguard_async.phases.rollout_desk import RolloutHold
 from playguard_async.phases.toolkit import Container, CycleContext
 from playguard_async.remote.host_state import pinned_references
 from playguard_async.remote.last_good import HealthRecord
@@ -36,6 +38,16 @@ class Hold:
     why: str
     pin: Pin | None = None
     """The operator's pin, when it is one (a pinned Playground is not rolled back)."""
+    rollout: bool = False
+    """Held by a rollout that has not admitted this Marquee (``phases.rollout_gate``)."""
+    back: bool = False
+    """Held at the revision before its last good one (an aborted rollout's release)."""
+
+    @property
+    def rolled_back(self) -> bool:
+        """Held because its release failed: the rollback restores all of the last good
+        revision (``.env`` too), where a pin or a rollout only keeps what runs."""
+        return self.pin is None and not self.rollout
 
 
 async def pins_of(ctx: CycleContext, session: RemoteSession) -> dict[str, Pin]:
@@ -75,9 +87,13 @@ def hold_of(
     rollback: str,
     head: str | None,
     tags: str | None,
+    rollout: RolloutHold | None = None,
 ) -> Hold | None:
     """The hold on one Playground, or None when it runs its branch head (``head``) as the
-    images behind its tags (``tags``: their digest, None when not read) are now."""
+    images behind its tags (``tags``: their digest, None when not read) are now. A pin comes
+    first, then a rollback from a failed release, then a rollout that holds it, each at its last
+    good revision (a Playground with none cannot be held there), or for an aborted rollout's
+    release, at the one before it."""
     good = record.last_good
     if pin is not None:
         if pin.revision != LAST_GOOD:
@@ -96,4 +112,9 @@ def hold_of(
         assert failed.commit is not None
         why = f"held at its last good revision: release {failed.commit[:12]} failed"
         return Hold(good.revision.commit, good.images, why)
+    if rollout is not None and rollout.back and record.previous is not None:
+        before = record.previous
+        return Hold(before.revision.commit, before.images, rollout.why, rollout=True, back=True)
+    if rollout is not None and good is not None:
+        return Hold(good.revision.commit, good.images, rollout.why, rollout=True)
     return None

@@ -23,6 +23,8 @@ from typing_extensions import TypeVar
 from playguard_async.coordination.lock import Lease
 from playguard_async.cycle_record import NoticeKind, NoticeRecord
 from playguard_async.desired_state.model import Inventory, Marquee
+from playguard_async.desired_state.rollout_policy import RolloutPolicy
+from playguard_async.desired_state.windows import Window
 
 
 class RemoteView(Protocol):
@@ -62,6 +64,11 @@ class PhaseContext(Generic[SessionT_co]):
     dry_run: bool
     lease: Lease
     remote: Callable[[], Awaitable[SessionT_co]]
+    rollout_default: RolloutPolicy | None = None
+    """The fleet's rollout policy, for a Playspec that has none of its own."""
+    windows_default: Sequence[Window] = ()
+    """The fleet's maintenance windows, for a Marquee that has none of its own (a rollout does
+    not count a Marquee outside its windows as failed)."""
 
 
 @dataclass(frozen=True)

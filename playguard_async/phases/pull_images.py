@@ -13,7 +13,7 @@ from typing import Any
 from playguard_async.desired_state.model import Registry
 from playguard_async.phases.protocol import PhaseReport
 from playguard_async.phases.toolkit import CycleContext, change_outcome, finish, handle_each
-from playguard_async.remote.registry import auth_for, local_digests, pull, registry_digest
+from playguard_async.remote.registry import auth_for, local_digests, pull, registry_digest_once
 from playguard_async.remote.ssh import RemoteSession
 
 
@@ -47,7 +47,7 @@ async def _pull_if_stale(
     session: RemoteSession, reference: str, registry: Registry | None
 ) -> dict[str, Any]:
     auth = auth_for(reference, registry)
-    digest = await registry_digest(session, reference, auth)
+    digest = await registry_digest_once(session, reference, auth)
     if digest in (await local_digests(session, reference) or set()):
         return {"state": "unchanged", "digest": digest}
     await pull(session, reference, auth)

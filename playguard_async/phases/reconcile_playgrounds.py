@@ -12,7 +12,9 @@ records (``remote.last_good``); compose is asked for the service names and hashe
 they depend on changed (``ComposeState``).
 
 A change is done when it is healthy, and a release that is not is rolled back under ``rollback:
-auto``: ``phases.running_playground``.
+auto``: ``phases.running_playground``. Where a rollout stages the release, a Marquee it has not
+admitted keeps its last good revision, and one it admitted tells it how the release came out
+(``phases.rollout_gate``).
 
 An expired playground is taken down with its volumes and nothing else is done for it; a stopped
 one (or a running one whose branch is gone and that asks to be stopped then, as fetch_branches
@@ -30,11 +32,23 @@ from playguard_async.cycle_record import (
     NoticeKind,
     PlaygroundFinding,
     PlaygroundFindingRecord,
+    RolloutFinding,
 )
 from playguard_async.desired_state.model import Playground
 from playguard_async.phases.holds import pins_of, with_images
 from playguard_async.phases.protocol import Notice, PhaseReport
-from playguard_async.phases.running_playground import HealthRecords, RunningPlayground
+from playguard_async.phases.rollout_desk import Verdict
+from playguard_async.phases.rollout_gate import (
+    admitted_release,
+    rollout_hold,
+    tell_rollout,
+    verdicts,
+)
+from playguard_async.phases.running_playground import (
+    Converged,
+    HealthRecords,
+    RunningPlayground,
+)
 from playguard_async.phases.toolkit import (
     Container,
     CycleContext,
@@ -55,10 +69,12 @@ class ReconcilePlaygrounds:
     async def __call__(self, ctx: CycleContext) -> PhaseReport:
         """Findings: ``playgrounds``, playground -> its ``PlaygroundFinding`` (``cycle_record``):
         its state, drift (why it was or would be changed), actions (what was done for it) and
-        what its health gate and rollback came to."""
+        what its health gate and rollback came to; ``rollouts``, scope -> ``RolloutFinding``
+        for the rollouts its Playgrounds are part of."""
         session = await ctx.remote()
         playgrounds = ctx.inventory.playgrounds_on(ctx.marquee.name)
         found: dict[str, PlaygroundFindingRecord] = {}
+        rollouts: dict[str, RolloutFinding] = {}
         report = PhaseReport(findings={PLAYGROUND_FINDINGS: found})
         if not playgrounds:
             return report
@@ -75,6 +91,7 @@ class ReconcilePlaygrounds:
         states = await compose_states(session, projects, owned)
         records = HealthRecords(session, [pg.name for pg in playgrounds])
         pins = await pins_of(ctx, session)
+        gate = await verdicts(ctx, session)
         unhealthy: list[str] = []
         for playground, project in zip(playgrounds, projects, strict=True):
             playground_mark = len(session.actions)
@@ -93,15 +110,19 @@ class ReconcilePlaygrounds:
                 finding = PlaygroundFinding("branch_gone", tuple(drift))
             else:
                 playspec = ctx.inventory.playspec_of(playground)
-                heads = await branch_heads(session, [playspec.repo])
                 running = RunningPlayground(
                     session, project, own, states[playground.name], playspec,
                     ctx.inventory.registry_of(playspec),
                     await with_images(ctx, session, pins.get(playground.name), own),
-                    heads[playspec.repo].get(playground.branch),
+                    (await branch_heads(session, [playspec.repo]))[playspec.repo].get(
+                        playground.branch
+                    ),
+                    held_by=rollout_hold(gate, playground.name),
+                    release=admitted_release(gate, playground.name),
                 )  # fmt: skip
                 converged = await running.converge(records)
                 finding = converged.finding
+                await _tell_rollout(ctx, session, gate.get(playground.name), converged, rollouts)
                 report.notices += converged.notices
                 if converged.unhealthy is not None and playspec.rollback != "off":
                     unhealthy.append(f"playground {playground.name} {converged.unhealthy}")
@@ -111,8 +132,29 @@ class ReconcilePlaygrounds:
                 Notice(NoticeKind.DRIFT, playground.name, why) for why in finding.drift
             ]
         report.unhealthy = "; ".join(unhealthy) or None
+        if rollouts:
+            report.findings["rollouts"] = rollouts
         await keep_answers(session, list(states.values()))
         return report
+
+
+async def _tell_rollout(
+    ctx: CycleContext,
+    session: RemoteSession,
+    verdict: Verdict | None,
+    converged: Converged,
+    rollouts: dict[str, RolloutFinding],
+) -> None:
+    """Tell the Playground's rollout (if it has one) how it came out; its finding kept under
+    the scope, and a notice when this very failure halted it."""
+    if verdict is None or verdict.rollout is None:
+        return
+    why = converged.unhealthy or "unhealthy"
+    told = await tell_rollout(ctx, session, verdict, converged.at_release, why)
+    rollouts[verdict.scope] = told
+    if told["halted_here"] is not None:
+        notice = Notice(NoticeKind.ROLLOUT_HALTED, verdict.scope, told["halted_here"])
+        converged.notices.append(notice)
 
 
 async def _branch_gone(

@@ -31,8 +31,9 @@ from playguard_async.cycle_record import (
 )
 from playguard_async.desired_state.model import InventoryError, Playspec, Registry
 from playguard_async.phases.container_drift import config_drift, container_drift, service_of, stuck
-from playguard_async.phases.holds import hold_of
+from playguard_async.phases.holds import Hold, hold_of
 from playguard_async.phases.protocol import Notice
+from playguard_async.phases.rollout_desk import RolloutHold
 from playguard_async.phases.toolkit import Container
 from playguard_async.remote import git
 from playguard_async.remote.compose import ComposeProject, override_content, parse_services
@@ -72,6 +73,9 @@ class Converged:
     finding: PlaygroundFinding
     notices: list[Notice] = field(default_factory=list)
     unhealthy: str | None = None
+    at_release: bool | None = None
+    """Whether it runs its desired release verified healthy (True), failed it (False), or
+    neither is known (None: held, pending, dry run); what a rollout is told."""
 
 
 class HealthRecords:
@@ -98,6 +102,10 @@ class RunningPlayground:
     pin: Pin | None
     head: str | None
     """The commit at the head of its branch now."""
+    held_by: RolloutHold | None = None
+    """The hold a rollout puts on it, if one does."""
+    release: str | None = None
+    """The release a rollout admitted it to, recorded with its last good revision."""
 
     async def converge(self, records: HealthRecords) -> Converged:
         """Bring the Playground to its desired revision, then through the health gate.
@@ -119,8 +127,11 @@ class RunningPlayground:
         tags = tags_digest(images)
         inputs = input_digest(compose.file_digests(), plain, images)
         record = await records.of(project.playground)
-        hold = hold_of(self.pin, record, rollback=playspec.rollback, head=self.head, tags=tags)
-        if hold is not None and hold.pin is None:
+        hold = hold_of(
+            self.pin, record, rollback=playspec.rollback, head=self.head, tags=tags,
+            rollout=self.held_by,
+        )  # fmt: skip
+        if hold is not None and hold.rolled_back:
             return await self._keep_rolled_back(services, record)
         failed = record.failed
         # A pinned Playground's failed inputs are held like any (its pin is not its branch head,
@@ -130,7 +141,7 @@ class RunningPlayground:
         ):
             return _held(project, record, playspec)
         override = override_content(
-            project.marquee.name, project.playground, services, hold.images if hold else None
+            project.marquee.name, project.playground, services, _pinned(hold, self.own, images)
         )
         changing = time.monotonic()
         drift = await self._bring_up(services, override)
@@ -144,6 +155,7 @@ class RunningPlayground:
         if verified and not drift:
             assert record.last_good is not None
             result.finding = replace(result.finding, revision=record.last_good.revision.to_json())
+            result.at_release = await self._name_release(record)
         if session.dry_run or not (drift or not verified):
             return result
         health, time_up = await wait_healthy(
@@ -167,12 +179,13 @@ class RunningPlayground:
                     env=compose.file_digests()["env"],
                     override=hashlib.sha256(plain.encode()).hexdigest(),
                 ),
+                release=self.release,
             )
-            if record != HealthRecord(last_good=good):
+            result.at_release = self.release is not None
+            if record != record.replaced_by(good):
                 await write_record(
-                    session, project.playground, HealthRecord(last_good=good),
-                    env=compose.env_path,
-                )  # fmt: skip
+                    session, project.playground, record.replaced_by(good), env=compose.env_path
+                )
             result.finding = replace(
                 result.finding,
                 revision=good.revision.to_json(),
@@ -185,6 +198,7 @@ class RunningPlayground:
         reason = "; ".join(f"{service}: {why}" for service, why in health.problems().items())
         result.finding = replace(result.finding, health="unhealthy", unhealthy=health.problems())
         result.unhealthy = "unhealthy"
+        result.at_release = False if self.release is not None else None
         now = Revision(
             compose.commit,
             await _pinned_tags(session, images),
@@ -200,11 +214,24 @@ class RunningPlayground:
             # are not marked failed (they were verified; what changed is not in them).
             return result
         failed_now = Failed(inputs, reason, commit=compose.commit, tags=tags)
-        record = HealthRecord(last_good=record.last_good, failed=failed_now)
+        record = replace(record, failed=failed_now)
         await write_record(session, project.playground, record)
         if playspec.rollback == "auto" and record.last_good is not None and hold is None:
             await self._roll_back(record, result)
         return result
+
+    async def _name_release(self, record: HealthRecord) -> bool | None:
+        """Whether a converged Playground verified healthy runs the release a rollout admitted
+        it to (None: no rollout asks); its record names that release from then on (written
+        once, when it does not yet)."""
+        good = record.last_good
+        assert good is not None
+        if self.release is None or self.session.dry_run:
+            return None
+        if good.release != self.release:
+            named = replace(record, last_good=replace(good, release=self.release))
+            await write_record(self.session, self.project.playground, named)
+        return True
 
     async def _keep_rolled_back(self, services: list[str], record: HealthRecord) -> Converged:
         """A Playground held at its last good revision because the release at its head failed:
@@ -321,6 +348,20 @@ class RunningPlayground:
             revision=revision.to_json(),
             rollback_health=_word(health.healthy, time_up),
         )
+
+
+def _pinned(
+    hold: Hold | None, own: list[Container], images: Mapping[str, str]
+) -> Mapping[str, str] | None:
+    """The images the override pins by digest: a hold's, except a rollout's while no image
+    behind a tag moved (each container runs what a tag of its Playspec names now): then what
+    runs is what it is held at, and its override stays as it was."""
+    if hold is None:
+        return None
+    behind_tags = set(images.values())
+    if hold.rollout and not hold.back and all(str(c["ImageID"]) in behind_tags for c in own):
+        return None
+    return hold.images
 
 
 def _off_revision(compose: ComposeState, revision: Revision) -> bool:

@@ -1,5 +1,6 @@
 """sync_git: every playground's checkout on this Marquee at the head of its branch, unless it is
-held at another revision (``phases.holds``: pinned, or rolled back from a release that failed).
+held at another revision (``phases.holds``: pinned, rolled back from a release that failed, or
+not admitted yet by a rollout of its release: ``phases.rollout_gate``).
 
 The branch heads come from one ``ls-remote`` per repo (a read) and the checkouts' commits from
 one read of all the Playgrounds' files (``host_state.playground_files``), so a checkout already
@@ -18,6 +19,7 @@ from typing import Any
 from playguard_async.desired_state.model import Playground
 from playguard_async.phases.holds import Hold, hold_of, pins_of
 from playguard_async.phases.protocol import PhaseReport
+from playguard_async.phases.rollout_gate import rollout_hold, verdicts
 from playguard_async.phases.toolkit import (
     CycleContext,
     branch_gone_notices,
@@ -93,9 +95,11 @@ async def _holds(
     heads: dict[str, dict[str, str]],
 ) -> dict[str, Hold]:
     """The holds on this Marquee's Playgrounds: a pinned one always counts, a rolled back one
-    can only be off its head, so the health records are read only when one is."""
+    can only be off its head, so the health records are read only when one is, or when a
+    rollout holds one."""
     pins = await pins_of(ctx, session)
-    if not pins and not moved:
+    gate = await verdicts(ctx, session)
+    if not pins and not moved and not any(not v.admitted for v in gate.values()):
         return {}
     records = await read_records(session, [pg.name for pg in playgrounds])
     holds: dict[str, Hold] = {}
@@ -111,6 +115,7 @@ async def _holds(
             rollback=playspec.rollback,
             head=heads[playspec.repo].get(playground.branch),
             tags=tags,
+            rollout=rollout_hold(gate, playground.name),
         )
         if hold is not None:
             holds[playground.name] = hold

@@ -64,6 +64,9 @@ class LastGood:
     inputs: str
     compose: str
     revision: Revision
+    release: str | None = None
+    """The release it was verified at, as rollouts name one (``phases.rollout_gate``); None in
+    a record written before rollouts existed."""
 
     @property
     def images(self) -> Mapping[str, str]:
@@ -94,15 +97,24 @@ class Failed:
 class HealthRecord:
     last_good: LastGood | None = None
     failed: Failed | None = None
+    previous: LastGood | None = None
+    """The last good revision before ``last_good`` (kept when a new one replaced it), which an
+    aborted rollout takes a Marquee back to (``phases.rollout_gate``)."""
+
+    def replaced_by(self, good: LastGood) -> HealthRecord:
+        """The record once ``good`` is verified: it is the last good revision; the one it
+        replaces (when another revision) is the previous."""
+        was = self.last_good
+        moved = was is not None and was.revision != good.revision
+        return HealthRecord(last_good=good, previous=was if moved else self.previous)
 
     def to_json(self) -> str:
-        good, failed = self.last_good, self.failed
         document: dict[str, Any] = {
-            "last_good": None
-            if good is None
-            else {"inputs": good.inputs, "compose": good.compose, **good.revision.to_json()},
-            "failed": None if failed is None else asdict(failed),
+            "last_good": _good_json(self.last_good),
+            "failed": None if self.failed is None else asdict(self.failed),
         }
+        if self.previous is not None:
+            document["previous"] = _good_json(self.previous)
         return json.dumps(document, sort_keys=True, separators=(",", ":"))
 
     @classmethod
@@ -110,16 +122,11 @@ class HealthRecord:
         """A record as written; ValueError (or TypeError) for anything else. A revision, commit
         or digest not of its shape reads as absent (``remote.revision``)."""
         data = json.loads(text)
-        good, failed = data.get("last_good"), data.get("failed")
-        last_good = None
-        if good is not None:
-            revision = revision_of(
-                {"commit": None, "env": ABSENT_FILE} | good, source="the host's health record"
-            )
-            if revision is not None:
-                last_good = LastGood(_text(good["inputs"]), _text(good["compose"]), revision)
+        failed = data.get("failed")
+        last_good, previous = _good_of(data.get("last_good")), _good_of(data.get("previous"))
         return cls(
             last_good=last_good,
+            previous=previous,
             failed=None
             if failed is None
             else Failed(
@@ -129,6 +136,26 @@ class HealthRecord:
                 tags=_digest(failed.get("tags")),
             ),
         )
+
+
+def _good_json(good: LastGood | None) -> dict[str, Any] | None:
+    if good is None:
+        return None
+    release = {} if good.release is None else {"release": good.release}
+    return {"inputs": good.inputs, "compose": good.compose, **good.revision.to_json(), **release}
+
+
+def _good_of(good: Any) -> LastGood | None:
+    if good is None:
+        return None
+    revision = revision_of(
+        {"commit": None, "env": ABSENT_FILE} | good, source="the host's health record"
+    )
+    if revision is None:
+        return None
+    return LastGood(
+        _text(good["inputs"]), _text(good["compose"]), revision, _digest(good.get("release"))
+    )
 
 
 def _digest(value: object) -> str | None:

@@ -89,6 +89,18 @@ async def registry_digest(session: RemoteSession, reference: str, auth: Registry
     return str(answer["Descriptor"]["digest"])
 
 
+async def registry_digest_once(
+    session: RemoteSession, reference: str, auth: RegistryAuth | None
+) -> str:
+    """``registry_digest``, asked once per cycle: pull_images and the rollout gate (which names
+    a release by it) share the answer."""
+
+    async def ask() -> str:
+        return await registry_digest(session, reference, auth)
+
+    return await session.read_once(("registry-digest", reference), ask, of_host=False)
+
+
 async def local_digests(session: RemoteSession, reference: str) -> set[str] | None:
     """The registry digests of the image ``reference`` names on the host (from its RepoDigests);
     None when the host has no such image.

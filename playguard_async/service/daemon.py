@@ -17,13 +17,14 @@ from collections.abc import AsyncIterator, Callable
 from playguard_async.coordination.client import RedisClient, redis_answers
 from playguard_async.coordination.marquee_reads import MarqueeStory, read_story
 from playguard_async.coordination.records import CycleRecords
-from playguard_async.cycle_record import NoticeKind
+from playguard_async.cycle_record import NoticeKind, RolloutFinding
 from playguard_async.desired_state.model import Inventory
 from playguard_async.desired_state.source import as_remote
 from playguard_async.engine.results import CycleResult, Outcome
 from playguard_async.engine.scheduler import Engine
 from playguard_async.kits.aio import background
 from playguard_async.kits.capacity import raise_open_files_limit
+from playguard_async.phases.rollout_desk import unfinished_rollouts
 from playguard_async.service.endpoints import application, serving
 from playguard_async.service.fleet_picture import FleetPicture, Listed
 from playguard_async.service.http_guard import HostRule, HttpGuard
@@ -62,6 +63,12 @@ def rolled_back_playspecs(result: CycleResult, inventory: Inventory | None) -> l
     return [playspecs.get(name, "-") for name in rolled]
 
 
+def rollouts_of(result: CycleResult) -> dict[str, RolloutFinding]:
+    """The rollouts the cycle took part in (reconcile_playgrounds' ``rollouts`` finding)."""
+    found = result.findings.get("reconcile_playgrounds", {}).get("rollouts")
+    return found if isinstance(found, dict) else {}
+
+
 def mode_of(marquee: str, inventory: Inventory | None) -> str:
     """The Marquee's mode in the desired state in force; ``unknown`` for one it no longer has."""
     try:
@@ -86,6 +93,8 @@ async def serve(settings: Settings, *, stop_after: float | None = None) -> None:
         rolled_back = rolled_back_playspecs(result, engine.inventory)
         for playspec in rolled_back:
             metrics.rolled_back(playspec)
+        for scope, finding in rollouts_of(result).items():
+            metrics.rollout_seen(scope, finding)
         health, _ = news_of(result)
         metrics.marquee_finished(
             result.marquee,
@@ -249,6 +258,7 @@ def fleet_picture(
         interval=settings.web_refresh_interval,
         tell_story=tell_story,
         publish_interval=settings.web_update_interval,
+        read_rollouts=lambda: unfinished_rollouts(redis, settings.redis_socket_timeout),
     )
 
 

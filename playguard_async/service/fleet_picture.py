@@ -41,6 +41,7 @@ from playguard_async.coordination.marquee_reads import (
 )
 from playguard_async.coordination.records import CycleRecords, follow_cycle_ends
 from playguard_async.engine.results import CycleResult, one_line
+from playguard_async.phases.rollout_record import Rollout
 
 log = structlog.get_logger("playguard.web")
 
@@ -82,7 +83,12 @@ class FleetPicture:
     """Seconds between two publications (new versions) at most (``web_update_interval``)."""
     clock: Callable[[], float] = time.monotonic
     """The clock publications are paced by (a test drives its own)."""
+    read_rollouts: Callable[[], Awaitable[list[Rollout]]] | None = None
+    """Reads the rollouts not done yet (``rollout_desk.unfinished_rollouts``), with each whole
+    read; None: the page shows none."""
     statuses: dict[str, MarqueeStatus] = field(default_factory=dict)
+    rollouts: list[Rollout] = field(default_factory=list)
+    """The rollouts not done yet, as of the last whole read."""
     version: int = 0
     read_at: float | None = None
     """Wall-clock time of the last whole read (for display)."""
@@ -165,6 +171,7 @@ class FleetPicture:
             if names and (self._whole_due or time.monotonic() >= next_whole):
                 self._whole_due = False
                 await self._read(names)
+                await self._read_rollouts()
                 self._pending.clear()
                 self.read_at = time.time()
                 next_whole = time.monotonic() + self.interval
@@ -224,6 +231,15 @@ class FleetPicture:
             log.warning("web.read_failed", error=self.error)
         else:
             self.error = None
+
+    async def _read_rollouts(self) -> None:
+        """The unfinished rollouts, with each whole read; kept as last read when Redis fails."""
+        if self.read_rollouts is None:
+            return
+        try:
+            self.rollouts = await self.read_rollouts()
+        except (RedisError, TimeoutError, OSError) as exc:
+            log.warning("web.rollouts_unread", error=one_line(exc))
 
     def _unread(self, listed: Listed, error: ResponseError) -> MarqueeStatus:
         """``listed``'s row as last read, saying why this read of it failed."""

@@ -23,8 +23,10 @@ from prometheus_client import (
 from prometheus_client.aiohttp import make_aiohttp_handler
 
 from playguard_async.coordination.lock import LossReason, ReleaseResult
+from playguard_async.cycle_record import RolloutFinding
 from playguard_async.engine.results import CycleResult
 from playguard_async.service.marquee_metrics import MarqueeSeries
+from playguard_async.service.rollout_metrics import RolloutSeries
 
 # Every counter and histogram would also carry a ``_created`` series: when this process made it,
 # which no alert or graph here reads.
@@ -63,6 +65,7 @@ class Metrics:
             ["playspec"],
             registry=self.registry,
         )
+        self.rollouts = RolloutSeries(self.registry)
         self.lock_lost = Counter(
             "playguard_lock_lost",
             "Leases lost, by reason: at renewal (expired, stolen, unreachable), or because the "
@@ -173,6 +176,10 @@ class Metrics:
         failures_gauge.set_function(write_failures)
         reachable_gauge.set_function(lambda: _gauge_value(reachable()))
         age_gauge.set_function(lambda: _gauge_value(age()))
+
+    def rollout_seen(self, scope: str, finding: RolloutFinding) -> None:
+        """A cycle took part in ``scope``'s rollout (its reconcile_playgrounds finding)."""
+        self.rollouts.seen(scope, finding)
 
     def rolled_back(self, playspec: str) -> None:
         """A Playground of ``playspec`` was rolled back to its last good state."""

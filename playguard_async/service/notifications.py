@@ -9,7 +9,9 @@ Two kinds of news, kept apart because they repeat differently:
   Marquee that keeps failing (or drifting in ``detect``, or paused) is told once;
 - an event (``lock_lost``, ``fenced``): every occurrence is news, but several replicas can see the
   same one (a frozen holder and its successor), so ``once()`` on a fingerprint of (Marquee, event,
-  reason) lets one of them through per ``notify_window``.
+  reason) lets one of them through per ``notify_window``; and ``rollout_halted``, sent by the one
+  cycle whose failure halted a rollout (the halt is a compare-and-set: no other cycle sees it
+  happen), its reason the scope and why.
 
 Sending never holds up a cycle or a lock's release: the cycle's listener only decides and queues;
 one background task posts, each attempt bounded by ``webhook_timeout``, retried ``webhook_retries``
@@ -40,6 +42,7 @@ from playguard_async.coordination.client import RedisClient
 from playguard_async.coordination.foreign import is_wrong_type
 from playguard_async.coordination.keys import health_key, once_key
 from playguard_async.coordination.lock import DEFAULT_TIMEOUT, LockUnavailable
+from playguard_async.cycle_record import NoticeKind
 from playguard_async.engine.results import CycleResult
 from playguard_async.kits.aio import bounded
 from playguard_async.settings import Settings
@@ -165,13 +168,19 @@ class ChangeNotifier:
             key = f"notify:{fingerprint(result.marquee, event, result.reason)}"
             if await once(self.redis, key, self.window, timeout=self.redis_timeout):
                 self._queue(event, result)
+        for notices in result.notices.values():
+            for notice in notices:
+                if notice["kind"] == NoticeKind.ROLLOUT_HALTED.value:
+                    # One cycle alone halts a rollout (its compare-and-set): told once as is.
+                    self._queue("rollout_halted", result, reason=f"{notice['subject']}: "
+                                f"{notice['detail']}")  # fmt: skip
 
-    def _queue(self, transition: str, result: CycleResult) -> None:
+    def _queue(self, transition: str, result: CycleResult, *, reason: str | None = None) -> None:
         news = {
             "marquee": result.marquee,
             "transition": transition,
             "outcome": result.outcome.value,
-            "reason": result.reason,
+            "reason": result.reason if reason is None else reason,
             "phase": result.phase,
             "fence": result.fence,
             "replica": self.replica,

@@ -293,6 +293,7 @@ class WebView:
             query=query,
             columns=COLUMNS,
             outcomes=[*self.outcomes, "never", "unknown"],
+            rollouts=self.picture.rollouts,
         )
 
     async def marquee(self, request: web.Request) -> web.StreamResponse:

@@ -10,7 +10,7 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,8 @@ from playguard_async.coordination.marquee_reads import (
     MarqueeStory,
     PlaygroundRevisions,
 )
+from playguard_async.desired_state.rollout_policy import RolloutPolicy, Wave
+from playguard_async.phases.rollout_record import Rollout
 from playguard_async.service import fleet_picture
 from playguard_async.service.fleet_picture import FleetPicture
 from playguard_async.service.fleet_table import (
@@ -238,6 +240,36 @@ async def test_hostile_values_render_as_text_under_a_policy_without_inline_scrip
         assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
         assert "&#34;&gt;&lt;img src=x onerror=alert(2)&gt;" in html
         assert html.count("<script") == 1  # the package's own, by src
+
+
+def with_hostile_rollouts(picture: FleetPicture) -> FleetPicture:
+    """``picture`` showing a halted rollout per hostile value: in its scope's place (a scope
+    from Redis is outside input) and in why it halted."""
+    policy = RolloutPolicy(waves=[1, "100%"])
+    picture.rollouts = [
+        replace(
+            Rollout.open(value, "a" * 64, None, policy, (Wave("0", 1), Wave("~", 1)), now=1e9),
+            status="halted",
+            why=value,
+        )
+        for value in HOSTILE
+    ]
+    return picture
+
+
+@pytest.mark.parametrize(
+    "served", [(with_hostile_rollouts(picture_of(hostile_fleet())), None)], indirect=True
+)
+async def test_unfinished_rollouts_are_rows_of_the_fleet_page_as_text(
+    served: TestClient[Any, Any],
+) -> None:
+    response = await served.get("/")
+    html = await response.text()
+    assert response.status == 200, html
+    assert html.count('class="rollout-halted"') == len(HOSTILE)
+    for value in HOSTILE:
+        assert value not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
 
 
 @pytest.mark.parametrize("served", [(picture_of(hostile_fleet()), None)], indirect=True)

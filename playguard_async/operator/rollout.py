@@ -1,0 +1,148 @@
+"""``rollout list|show|promote|pause|resume|abort``: the fleet's rollouts as Redis holds them,
+and an operator's say in them (``phases.rollout_record``). Each action is one compare-and-set
+over the record read, with who (user@host) and why kept in its events; a cycle that changed the
+record meanwhile makes it read again (three tries). This command reaches Redis only."""
+
+from __future__ import annotations
+
+import getpass
+import socket
+from datetime import UTC, datetime
+
+from playguard_async.coordination.rollouts import (
+    FOREIGN,
+    read_rollout,
+    rollout_scopes,
+    write_rollout,
+)
+from playguard_async.desired_state.rollout_policy import admission_key
+from playguard_async.operator.fleet import OperateError, known_marquee, open_fleet
+from playguard_async.phases.rollout_desk import scope_of, unfinished_rollouts
+from playguard_async.phases.rollout_record import Rollout, RolloutRefused
+from playguard_async.settings import Settings
+
+ACTIONS = ("promote", "pause", "resume", "abort")
+
+TRIES = 3
+"""Reads and compare-and-sets an action makes before it gives up on a busy record."""
+
+
+def operator() -> str:
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no name for the uid (a container's user)
+        user = "?"
+    return f"{user}@{socket.gethostname()}"
+
+
+async def rollouts(settings: Settings) -> list[tuple[str, Rollout | None]]:
+    """Every scope that had a rollout, with its record (None: none readable)."""
+    timeout = settings.redis_socket_timeout
+    async with open_fleet(settings) as fleet:
+        found: list[tuple[str, Rollout | None]] = []
+        for scope in await rollout_scopes(fleet.redis, timeout):
+            read = await read_rollout(fleet.redis, scope, timeout)
+            readable = read.raw is not None and read.raw != FOREIGN
+            found.append((scope, Rollout.parse(scope, read.expected) if readable else None))
+        return found
+
+
+async def unfinished(settings: Settings) -> list[Rollout]:
+    """The rollouts not done yet (running, paused, halted, aborted), for ``status``."""
+    async with open_fleet(settings) as fleet:
+        return await unfinished_rollouts(fleet.redis, settings.redis_socket_timeout)
+
+
+async def of_marquee(settings: Settings, marquee: str) -> list[tuple[Rollout, int]]:
+    """The rollouts of ``marquee``'s Playgrounds' scopes that Redis holds, each with the wave
+    (0-based) the Marquee is in, for ``describe``."""
+    timeout = settings.redis_socket_timeout
+    async with open_fleet(settings) as fleet:
+        inventory = await fleet.inventory()
+        found: list[tuple[Rollout, int]] = []
+        target = known_marquee(inventory, marquee, "the desired state")
+        for scope in sorted({scope_of(pg) for pg in inventory.playgrounds_on(marquee)}):
+            read = await read_rollout(fleet.redis, scope, timeout)
+            record = None if read.raw in (None, FOREIGN) else Rollout.parse(scope, read.expected)
+            if record is not None:
+                key = admission_key(scope, marquee, canary=target.canary)
+                found.append((record, record.wave_of(key)))
+        return found
+
+
+def as_json(rollout: Rollout) -> dict[str, object]:
+    """A rollout for ``status --json`` and ``describe --json``: its summary's fields."""
+    return {
+        "scope": rollout.scope, "status": rollout.status, "wave": rollout.wave + 1,
+        "waves": len(rollout.waves), "release": rollout.target, "commit": rollout.commit,
+        "failed": rollout.failed_count, "why": rollout.why,
+    }  # fmt: skip
+
+
+async def show(settings: Settings, scope: str) -> tuple[Rollout, dict[int, int]]:
+    async with open_fleet(settings) as fleet:
+        read = await read_rollout(fleet.redis, scope, settings.redis_socket_timeout)
+    rollout = _readable(scope, read.raw)
+    return rollout, read.healthy
+
+
+async def act(settings: Settings, scope: str, action: str, why: str) -> Rollout:
+    """``action`` applied to ``scope``'s rollout, stored; ``OperateError`` when it has none or
+    its status does not allow it."""
+    timeout = settings.redis_socket_timeout
+    async with open_fleet(settings) as fleet:
+        for _ in range(TRIES):
+            read = await read_rollout(fleet.redis, scope, timeout)
+            try:
+                changed = _readable(scope, read.raw).by_operator(action, operator(), why, read.now)
+            except RolloutRefused as exc:
+                raise OperateError(str(exc)) from None
+            if await write_rollout(fleet.redis, read, changed.encode(), opens=False,
+                                   timeout=timeout):  # fmt: skip
+                return changed
+    raise OperateError(f"rollout {scope}: changed by cycles {TRIES} times meanwhile; try again")
+
+
+def _readable(scope: str, raw: str | None) -> Rollout:
+    if raw is None:
+        raise OperateError(f"no rollout {scope!r} (see: playguard rollout list)")
+    rollout = None if raw == FOREIGN else Rollout.parse(scope, raw)
+    if rollout is None:
+        raise OperateError(f"rollout {scope!r}: its record in Redis is not readable")
+    return rollout
+
+
+def _when(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def summary(rollout: Rollout) -> str:
+    """One line: scope, status, wave, release, failures, and why it stopped."""
+    commit = "-" if rollout.commit is None else rollout.commit[:12]
+    why = f": {rollout.why}" if rollout.status in ("halted", "paused", "aborted") else ""
+    return (
+        f"{rollout.scope}: {rollout.status}, wave {rollout.wave + 1} of {len(rollout.waves)}, "
+        f"release {rollout.target[:12]} (commit {commit}), {rollout.failed_count} failed{why}"
+    )
+
+
+def schedule(rollout: Rollout, healthy: dict[int, int]) -> list[str]:
+    """``show``'s lines: the summary, each wave with its size and progress, why it stopped, the
+    failed Marquees and the last events."""
+    lines = [
+        summary(rollout),
+        f"  opened {_when(rollout.opened)}; policy {rollout.policy.encode()}",
+    ]
+    if rollout.why:
+        lines.append(f"  why: {rollout.why}")
+    for index, wave in enumerate(rollout.waves):
+        state = "done" if index < rollout.wave or rollout.status == "done" else (
+            "current" if index == rollout.wave else "waiting"
+        )  # fmt: skip
+        lines.append(f"  wave {index + 1}: {wave.size} marquee(s), "
+                     f"{healthy.get(index, 0)} verified healthy ({state})")  # fmt: skip
+    lines += [f"  failed: {f.marquee} (wave {f.wave + 1}): {f.why}" for f in rollout.failures]
+    lines += [
+        f"  {_when(event.at)} {event.what} by {event.by}: {event.why}" for event in rollout.events
+    ]
+    return lines

@@ -1,0 +1,306 @@
+"""Where a cycle meets its Marquee's rollouts in Redis: the verdict for one Playground and what
+the cycle tells the rollout afterwards. Nothing here touches a host: the gate
+(``phases.rollout_gate``) brings what the host and registry say (the release, the last good
+revision), so a simulation of the fleet (``bench/rollout.py``) runs this very code.
+
+Each scope's record is read once per cycle (with Redis's clock and the wave counts); every change
+is a compare-and-set over what was read (``coordination.rollouts``), so two replicas never take
+the same step twice, and a replica killed between two steps leaves the record whole. A dry run
+reads and never writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import structlog
+from redis.exceptions import RedisError
+
+from playguard_async.coordination.client import RedisClient
+from playguard_async.coordination.rollouts import (
+    FOREIGN,
+    RolloutRead,
+    mark_healthy,
+    read_rollout,
+    rollout_scopes,
+    unmarked,
+    write_rollout,
+)
+from playguard_async.desired_state.model import Inventory, Marquee, Playground
+from playguard_async.desired_state.rollout_policy import RolloutPolicy, admission_key, waves_of
+from playguard_async.desired_state.windows import Window, allows
+from playguard_async.phases.rollout_record import Rollout
+
+log = structlog.get_logger("playguard.rollouts")
+
+TRIES = 3
+"""Reads and compare-and-sets a failure report makes before it leaves it to the next cycle."""
+
+
+def scope_of(playground: Playground) -> str:
+    """The rollout scope of a Playground: its Playspec at its branch (``@`` is in neither)."""
+    return f"{playground.playspec}@{playground.branch}"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the gate says of one Playground in this cycle: whether it may run ``release``
+    (None: not known), the rollout it is part of, and, when held, why in words."""
+
+    scope: str
+    release: str | None
+    rollout: Rollout | None
+    admitted: bool
+    key: str
+    why: str = ""
+    back: bool = False
+
+    @property
+    def hold(self) -> RolloutHold | None:
+        """The hold it puts on the Playground (None: admitted)."""
+        return None if self.admitted else RolloutHold(self.why, self.back)
+
+
+@dataclass(frozen=True)
+class Told:
+    """What telling a rollout came to: the record as it left it, whether this Marquee's
+    failure was counted now, and whether that halted the rollout (this cycle's news alone:
+    exactly one cycle, on whichever replica, halts a rollout)."""
+
+    rollout: Rollout
+    failed: bool
+    halted: bool
+
+
+@dataclass(frozen=True)
+class RolloutHold:
+    """Why a rollout holds a Playground, and whether at the revision before its last good one
+    (``back``: its Marquee runs an aborted rollout's release)."""
+
+    why: str
+    back: bool = False
+
+
+@dataclass(frozen=True)
+class Standing:
+    """What the host says of a Playground, for its verdict: whether it has a last good
+    revision (one with none cannot be held anywhere), and the release that revision was."""
+
+    has_good: bool
+    good_release: str | None
+    has_previous: bool
+    """It keeps the last good revision before that one (where an abort takes it back)."""
+    rolls_back: bool
+    """Its Playspec's ``rollback`` is ``auto``: a failed Marquee is held at its last good
+    revision by the rollout too (else it is left as its health gate left it)."""
+
+
+@dataclass
+class RolloutDesk:
+    """One cycle's dealings with the rollouts of one Marquee's Playgrounds."""
+
+    redis: RedisClient
+    timeout: float
+    inventory: Inventory
+    marquee: Marquee
+    dry_run: bool
+    windows_default: Sequence[Window] = ()
+    reads: dict[str, RolloutRead] = field(default_factory=dict)
+
+    async def verdict(
+        self,
+        playground: Playground,
+        policy: RolloutPolicy,
+        release: str | None,
+        head: str,
+        standing: Standing,
+    ) -> Verdict:
+        """May ``playground`` run ``release`` (its branch at ``head``) now? Opens the scope's
+        rollout of it when the scope has none and this Playground would change, and takes the
+        rollout's steps that are due."""
+        scope = scope_of(playground)
+        key = admission_key(scope, self.marquee.name, canary=self.marquee.canary)
+        unheld = not standing.has_good
+        try:
+            read = await self._read(scope)
+        except RedisError as exc:
+            log.warning("rollout.unavailable", scope=scope, error=str(exc)[:200])
+            return Verdict(scope, release, None, unheld, key, "rollout state unreadable")
+        if release is None:
+            return Verdict(scope, None, None, unheld, key, "release not known")
+        rollout = _parsed(read)
+        at_target = standing.good_release == release
+        if rollout is None or rollout.target != release:
+            if at_target or unheld or read.raw == FOREIGN:
+                return Verdict(scope, release, rollout, True, key)
+            rollout = await self._open(read, release, head, policy)
+            if rollout is None:
+                return Verdict(scope, release, None, False, key, "rollout opening raced")
+        rollout = await self._take_steps(rollout)
+        admitted = (
+            rollout.admits(key, at_target=at_target)
+            or unheld
+            or (rollout.failed(self.marquee.name) and not standing.rolls_back)
+        )
+        if rollout.status == "aborted" and at_target and standing.has_previous:
+            why = f"{rollout.where(key)}: back at the revision before its release"
+            return Verdict(scope, release, rollout, False, key, why, back=True)
+        return Verdict(scope, release, rollout, admitted, key, rollout.where(key))
+
+    async def tell(self, verdict: Verdict, healthy: bool | None, why: str) -> Told | None:
+        """Tell the rollout how the Playground it admitted came out: verified healthy at its
+        target (``healthy`` True), failed (False, ``why``), or not known yet (None). Returns the
+        record as this told left it (None when nothing was told)."""
+        rollout = verdict.rollout
+        if (
+            rollout is None
+            or healthy is None
+            or not verdict.admitted
+            or verdict.release != rollout.target
+            or self.dry_run
+            or rollout.status in ("done", "aborted")
+        ):
+            return None
+        wave = rollout.wave_of(verdict.key)
+        try:
+            if healthy:
+                read = await mark_healthy(
+                    self.redis, rollout.scope, rollout.id, self.marquee.name,
+                    wave=wave, timeout=self.timeout,
+                )  # fmt: skip
+                current = _parsed(read)
+                if current is None or current.id != rollout.id:
+                    return None
+                return Told(await self._advance(current, read), failed=False, halted=False)
+            return await self._fail(rollout, wave, why)
+        except RedisError as exc:
+            log.warning("rollout.report_failed", scope=rollout.scope, error=str(exc)[:200])
+            return None
+
+    async def _fail(self, rollout: Rollout, wave: int, why: str) -> Told | None:
+        for _ in range(TRIES):
+            read = await read_rollout(self.redis, rollout.scope, self.timeout)
+            current = _parsed(read)
+            if current is None or current.id != rollout.id:
+                return None
+            failed = current.with_failure(self.marquee.name, wave, why, read.now)
+            if failed is None:
+                return Told(current, failed=False, halted=False)  # counted already
+            if await write_rollout(self.redis, read, failed.encode(), opens=False,
+                                   timeout=self.timeout):  # fmt: skip
+                log.warning("rollout.failed_here", scope=rollout.scope, why=why[:200],
+                            status=failed.status)  # fmt: skip
+                halted = failed.status == "halted" and current.status != "halted"
+                return Told(failed, failed=True, halted=halted)
+        return None
+
+    async def _read(self, scope: str) -> RolloutRead:
+        if scope not in self.reads:
+            self.reads[scope] = await read_rollout(self.redis, scope, self.timeout)
+        return self.reads[scope]
+
+    async def _open(
+        self, read: RolloutRead, release: str, head: str, policy: RolloutPolicy
+    ) -> Rollout | None:
+        """A rollout of ``release`` to the scope's cohort, written over the record read; when
+        another replica wrote first, the record it wrote (None if that is not this release's)."""
+        playspec, _, branch = read.scope.partition("@")
+        keys = [
+            admission_key(read.scope, member.name, canary=member.canary)
+            for member in self.inventory.cohort(playspec, branch)
+        ]
+        rollout = Rollout.open(
+            read.scope, release, head, policy, waves_of(policy, keys), now=read.now
+        )
+        if self.dry_run:
+            return rollout  # what plan shows: the rollout this cycle would open
+        if await write_rollout(self.redis, read, rollout.encode(), opens=True,
+                               timeout=self.timeout):  # fmt: skip
+            log.info("rollout.opened", scope=read.scope, release=release[:12],
+                     waves=[wave.size for wave in rollout.waves])  # fmt: skip
+            self.reads[read.scope] = RolloutRead(read.scope, rollout.encode(), {}, read.now)
+            return rollout
+        fresh = await read_rollout(self.redis, read.scope, self.timeout)
+        self.reads[read.scope] = fresh
+        other = _parsed(fresh)
+        return other if other is not None and other.target == release else None
+
+    async def _take_steps(self, rollout: Rollout) -> Rollout:
+        """The rollout after the steps due now: a wave timed out, completed, baked."""
+        read = self.reads[rollout.scope]
+        if rollout.timed_out(read.now):
+            rollout = await self._time_out(rollout, read)
+        return await self._advance(rollout, self.reads[rollout.scope])
+
+    async def _time_out(self, rollout: Rollout, read: RolloutRead) -> Rollout:
+        """The current wave's Marquees that were never verified healthy, counted as failed."""
+        playspec, _, branch = rollout.scope.partition("@")
+        members = [
+            member.name
+            for member in self.inventory.cohort(playspec, branch)
+            if rollout.wave_of(admission_key(rollout.scope, member.name, canary=member.canary))
+            == rollout.wave
+        ]
+        changed = rollout
+        why = f"not verified healthy within wave_timeout {rollout.policy.wave_timeout:g} s"
+        for name in await unmarked(self.redis, rollout.scope, members, self.timeout):
+            if not self._windowed_out(name, read.now):
+                changed = changed.with_failure(name, rollout.wave, why, read.now) or changed
+        return await self._stored(read, rollout, changed)
+
+    def _windowed_out(self, marquee: str, now: float) -> bool:
+        """Whether ``marquee``'s maintenance windows keep its cycles from changing it now (it is
+        pending, not failed); one this replica does not hold counts as not."""
+        try:
+            own = self.inventory.marquee(marquee).windows
+        except KeyError:
+            return False
+        windows = self.windows_default if own is None else own
+        return bool(windows) and not allows(windows, datetime.fromtimestamp(now, UTC))
+
+    async def _advance(self, rollout: Rollout, read: RolloutRead) -> Rollout:
+        """``rollout`` after the steps due by ``read`` (counts and time), written if any is."""
+        changed = rollout.progressed(read.healthy, read.now)
+        if changed is None:
+            return rollout
+        while (step := changed.progressed(read.healthy, read.now)) is not None:
+            changed = step  # a bake of 0 s: the wave completes and the next starts at once
+        return await self._stored(read, rollout, changed)
+
+    async def _stored(self, read: RolloutRead, was: Rollout, now: Rollout) -> Rollout:
+        """``now`` written over ``was`` (as ``read``); what is stored when another replica
+        wrote first (its step is then the one taken; this one is computed again next cycle)."""
+        if now == was or self.dry_run:
+            return now
+        if await write_rollout(self.redis, read, now.encode(), opens=False, timeout=self.timeout):
+            self.reads[read.scope] = RolloutRead(read.scope, now.encode(), read.healthy, read.now)
+            if now.events != was.events:
+                log.info("rollout.step", scope=now.scope, step=now.events[-1].what,
+                         why=now.events[-1].why, status=now.status)  # fmt: skip
+            return now
+        fresh = await read_rollout(self.redis, read.scope, self.timeout)
+        self.reads[read.scope] = fresh
+        current = _parsed(fresh)
+        return current if current is not None and current.id == was.id else was
+
+
+def _parsed(read: RolloutRead) -> Rollout | None:
+    if read.raw is None:
+        return None
+    if read.raw == FOREIGN:
+        log.warning("rollout.unreadable", scope=read.scope, value="a key of another type")
+        return None
+    return Rollout.parse(read.scope, read.raw)
+
+
+async def unfinished_rollouts(redis: RedisClient, timeout: float) -> list[Rollout]:
+    """Every rollout not done yet (running, paused, halted, aborted) that Redis holds, in scope
+    order: what ``status`` and the web view show."""
+    found: list[Rollout] = []
+    for scope in await rollout_scopes(redis, timeout):
+        record = _parsed(await read_rollout(redis, scope, timeout))
+        if record is not None and record.status != "done":
+            found.append(record)
+    return found

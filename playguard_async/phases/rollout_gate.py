@@ -1,0 +1,148 @@
+"""The rollout gate: whether this Marquee may take a Playground's new release now, and what the
+cycle tells the fleet's rollout afterwards.
+
+A release is what the desired state asks of a Playground: its Playspec (as defined), the commit
+at the head of its branch and the digest the registry serves for each of its images
+(``release_of``). When a Playspec with a rollout policy (its own, else the fleet's) is on
+several Marquees at a branch, the release goes to them in waves (``desired_state.rollout_policy``)
+tracked by one record per scope, ``playspec@branch`` (``phases.rollout_record``, kept by
+``coordination.rollouts``). A Playground whose last good revision is not the release opens a
+rollout when the scope has none for it; one outside the admitted waves is held at its last good
+revision (``phases.holds``), the way a ``last-good`` pin holds it: its checkout is not moved and
+its services run their last good images by digest, so nothing on its host changes.
+
+After the Playground converged, an admitted Marquee reports: verified healthy at the release
+(counted once in its wave) or failed (named in the record, which halts the rollout past its
+budget). Every cycle of a Marquee in the cohort also takes the rollout's steps that are due
+(``Rollout.progressed``): a replica that dies mid-rollout leaves nothing half done, as each step
+is one compare-and-set from a reading, and any other replica's next cycle takes the next one.
+
+The verdicts are made once per cycle (sync_git asks first, reconcile_playgrounds reuses them);
+a dry run (``plan``, ``detect``) reads and never writes. A Redis error leaves a Playground with a
+last good revision held (uncertainty means no change), one with none unheld (nothing to hold
+it at).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+
+import structlog
+
+from playguard_async.cycle_record import RolloutFinding
+from playguard_async.desired_state.model import Inventory, Playspec
+from playguard_async.desired_state.rollout_policy import RolloutPolicy
+from playguard_async.phases.rollout_desk import RolloutDesk, RolloutHold, Standing, Verdict
+from playguard_async.phases.toolkit import CycleContext, branch_heads
+from playguard_async.remote.errors import DockerApiError
+from playguard_async.remote.last_good import read_records
+from playguard_async.remote.registry import auth_for, registry_digest_once
+from playguard_async.remote.ssh import RemoteSession
+
+log = structlog.get_logger("playguard.rollouts")
+
+
+def policy_of(ctx: CycleContext, playspec: Playspec) -> RolloutPolicy | None:
+    return playspec.rollout or ctx.rollout_default
+
+
+async def release_of(
+    session: RemoteSession, inventory: Inventory, playspec: Playspec, head: str
+) -> str | None:
+    """The release the desired state asks of a Playground of ``playspec`` whose branch is at
+    ``head``; None when the registry does not say what an image's tag names now."""
+    registry = inventory.registry_of(playspec)
+    digests: dict[str, str] = {}
+    try:
+        for reference in sorted(set(playspec.images)):
+            auth = auth_for(reference, registry)
+            digests[reference] = await registry_digest_once(session, reference, auth)
+    except DockerApiError as exc:
+        log.info("rollout.release_unknown", playspec=playspec.name, reason=str(exc)[:200])
+        return None
+    definition = playspec.model_dump(mode="json", exclude={"rollout"})
+    document = json.dumps([definition, head, digests], sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(document.encode()).hexdigest()
+
+
+async def verdicts(ctx: CycleContext, session: RemoteSession) -> dict[str, Verdict]:
+    """Playground -> the gate's verdict, for this Marquee's running Playgrounds whose release a
+    rollout stages (the others have none: they take their release at once). Made once per
+    cycle."""
+
+    async def decide() -> dict[str, Verdict]:
+        return await _decide(ctx, session)
+
+    return dict(await session.read_once(("rollout-verdicts",), decide, of_host=False))
+
+
+async def _decide(ctx: CycleContext, session: RemoteSession) -> dict[str, Verdict]:
+    staged = [
+        (playground, playspec, policy)
+        for playground in ctx.inventory.playgrounds_on(ctx.marquee.name)
+        if playground.state == "running"
+        and (policy := policy_of(ctx, playspec := ctx.inventory.playspec_of(playground)))
+        and policy.staged(len(ctx.inventory.cohort(playground.playspec, playground.branch)))
+    ]
+    if not staged:
+        return {}
+    heads = await branch_heads(session, (playspec.repo for _, playspec, _ in staged))
+    records = await read_records(
+        session, [pg.name for pg in ctx.inventory.playgrounds_on(ctx.marquee.name)]
+    )
+    desk = _desk(ctx, session)
+    verdicts: dict[str, Verdict] = {}
+    for playground, playspec, policy in staged:
+        head = heads[playspec.repo].get(playground.branch)
+        if head is None:
+            continue  # its branch is gone: sync_git and fetch_branches say so
+        good = records[playground.name].last_good
+        standing = Standing(
+            has_good=good is not None,
+            good_release=None if good is None else good.release,
+            has_previous=records[playground.name].previous is not None,
+            rolls_back=playspec.rollback == "auto",
+        )
+        release = await release_of(session, ctx.inventory, playspec, head)
+        verdicts[playground.name] = await desk.verdict(playground, policy, release, head, standing)
+    return verdicts
+
+
+def _desk(ctx: CycleContext, session: RemoteSession) -> RolloutDesk:
+    lock = ctx.lease.lock
+    return RolloutDesk(lock.redis, lock.timeout, ctx.inventory, ctx.marquee, session.dry_run,
+                       ctx.windows_default)  # fmt: skip
+
+
+async def tell_rollout(
+    ctx: CycleContext, session: RemoteSession, verdict: Verdict, healthy: bool | None, why: str
+) -> RolloutFinding:
+    """Tell the rollout how the Playground it admitted came out (``RolloutDesk.tell``); what the
+    cycle records of it."""
+    told = await _desk(ctx, session).tell(verdict, healthy, why)
+    rollout = verdict.rollout if told is None else told.rollout
+    assert rollout is not None
+    return {
+        "status": rollout.status,
+        "wave": rollout.wave + 1,
+        "waves": len(rollout.waves),
+        "release": rollout.target[:12],
+        "held": not verdict.admitted,
+        "failed_here": told is not None and told.failed,
+        "halted_here": None if told is None or not told.halted else rollout.why,
+    }
+
+
+def rollout_hold(verdicts: Mapping[str, Verdict], playground: str) -> RolloutHold | None:
+    """The hold the gate puts on ``playground`` (None when it puts none)."""
+    verdict = verdicts.get(playground)
+    return None if verdict is None else verdict.hold
+
+
+def admitted_release(verdicts: Mapping[str, Verdict], playground: str) -> str | None:
+    """The release a rollout admitted ``playground`` to (None: none admitted it, or none
+    stages its releases), which its last good revision records once verified."""
+    verdict = verdicts.get(playground)
+    return verdict.release if verdict is not None and verdict.admitted else None

@@ -1,0 +1,133 @@
+"""The rollout desk against a real Redis, without hosts: what two replicas' cycles do to one
+record when they meet it at once, a wave that times out, and keys this project did not write.
+(``test_rollouts.py`` runs the same desk inside real cycles on the lab.)"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+
+from playguard_async.coordination.keys import rollout_counts_key, rollout_key, rollout_marks_key
+from playguard_async.desired_state.model import Inventory
+from playguard_async.desired_state.rollout_policy import admission_key
+from playguard_async.phases.rollout_desk import RolloutDesk, Standing, Verdict
+from playguard_async.phases.rollout_record import Rollout
+from tests.support.daemon import marquee_entry
+
+pytestmark = pytest.mark.integration
+
+NAMES = [f"m{index}" for index in range(6)]
+OLD, NEW = "0" * 64, "1" * 64
+HEAD = "c" * 40
+CLOSED = [{"kind": "allow", "cron": "0 0 1 1 *", "duration": 60, "timezone": "UTC"}]
+"""A window that opens one minute a year: outside it nearly always."""
+
+
+def inventory(
+    *, bake: float = 0, wave_timeout: float = 900, closed: str | None = None
+) -> Inventory:
+    marquees: list[dict[str, Any]] = [marquee_entry(name) for name in NAMES]
+    for entry in marquees:
+        if entry["name"] == closed:
+            entry["windows"] = CLOSED
+    return Inventory.model_validate({
+        "marquees": marquees,
+        "playspecs": [{"name": "web", "repo": "https://git.example/web.git",
+                       "rollout": {"waves": [1, "50%", "100%"], "bake": bake,
+                                   "max_failures": 5, "wave_timeout": wave_timeout}}],
+        "playgrounds": [{"name": f"web-{name}", "playspec": "web", "marquee": name,
+                         "branch": "main"} for name in NAMES],
+    })  # fmt: skip
+
+
+def key_of(name: str) -> str:
+    return admission_key("web@main", name, canary=False)
+
+
+def desk(redis: Redis, world: Inventory, name: str) -> RolloutDesk:
+    return RolloutDesk(redis, 2.0, world, world.marquee(name), dry_run=False)
+
+
+async def verdict(redis: Redis, world: Inventory, name: str, *, at: str = OLD) -> Verdict:
+    playground = world.playgrounds_on(name)[0]
+    policy = world.playspec_of(playground).rollout
+    assert policy is not None
+    standing = Standing(has_good=True, good_release=at, has_previous=False, rolls_back=True)
+    return await desk(redis, world, name).verdict(playground, policy, NEW, HEAD, standing)
+
+
+async def stored(redis: Redis) -> Rollout:
+    raw = await redis.get(rollout_key("web@main"))
+    assert raw is not None
+    record = Rollout.parse("web@main", raw)
+    assert record is not None
+    return record
+
+
+async def test_replicas_meeting_a_release_at_once_open_one_rollout_and_each_wave_once(
+    redis: Redis,
+) -> None:
+    world = inventory()
+    await redis.delete(rollout_key("web@main"), rollout_marks_key("web@main"))
+    first = await asyncio.gather(*(verdict(redis, world, name) for name in NAMES))
+
+    assert len({v.rollout.id for v in first if v.rollout is not None}) == 1
+    assert sum(v.admitted for v in first) == 1  # the first wave: one Marquee
+    for _ in range(4):  # every Marquee reports from both replicas at once, again and again
+        verdicts = await asyncio.gather(*(verdict(redis, world, name) for name in NAMES * 2))
+        await asyncio.gather(*(
+            desk(redis, world, name).tell(v, healthy=True, why="")
+            for name, v in zip(NAMES * 2, verdicts, strict=True) if v.admitted
+        ))  # fmt: skip
+
+    record = await stored(redis)
+    assert record.status == "done"
+    assert [event.what for event in record.events] == [
+        "opened",
+        "wave 2 started",
+        "wave 3 started",
+        "done",
+    ]
+    counts = await redis.hgetall(rollout_counts_key("web@main"))
+    assert {int(wave): int(count) for wave, count in counts.items()} == {0: 1, 1: 2, 2: 3}
+
+
+async def test_a_timed_out_wave_fails_its_silent_marquees_but_not_one_outside_its_windows(
+    redis: Redis,
+) -> None:
+    await redis.delete(rollout_key("web@main"), rollout_marks_key("web@main"))
+    world = inventory(wave_timeout=0.001)
+    opened = await verdict(redis, world, NAMES[0])
+    assert opened.rollout is not None
+    [first] = [name for name in NAMES if opened.rollout.wave_of(key_of(name)) == 0]
+    world = inventory(wave_timeout=0.001, closed=first)
+    await asyncio.sleep(0.01)
+    await verdict(redis, world, NAMES[1])
+
+    assert (await stored(redis)).failures == ()  # the silent one is outside its windows
+    await verdict(redis, inventory(wave_timeout=0.001), NAMES[1])
+    record = await stored(redis)
+    assert [failure.marquee for failure in record.failures] == [first]
+    assert "wave_timeout" in record.failures[0].why
+
+
+@pytest.mark.parametrize(
+    "foreign",
+    [("hset", "a", "b"), ("rpush", "x"), ("sadd", "x")],
+)
+async def test_a_record_key_of_another_type_lets_the_release_through_and_is_left_alone(
+    redis: Redis, foreign: tuple[str, ...]
+) -> None:
+    world = inventory()
+    await redis.delete(rollout_key("web@main"))
+    await getattr(redis, foreign[0])(rollout_key("web@main"), *foreign[1:])
+
+    verdicts = [await verdict(redis, world, name) for name in NAMES]
+
+    assert all(v.admitted for v in verdicts)
+    assert (await redis.type(rollout_key("web@main"))).decode() != "string"
+    assert json.dumps([v.why for v in verdicts]) == json.dumps([""] * len(NAMES))

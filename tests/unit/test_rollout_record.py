@@ -1,0 +1,135 @@
+"""The rollout record's steps, as pure functions of a reading: waves complete, bake, the failure
+budget, operators' actions, and what a garbage record reads as."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from playguard_async.desired_state.rollout_policy import RolloutPolicy, admission_key, waves_of
+from playguard_async.phases.rollout_record import EVENTS_KEPT, Rollout, RolloutRefused
+
+SCOPE = "web@main"
+TARGET = "a" * 64
+T0 = 1_800_000_000.0
+
+
+def opened(*, bake: float = 10, max_failures: int = 0, cohort: int = 6) -> Rollout:
+    policy = RolloutPolicy(waves=[1, "50%", "100%"], bake=bake, max_failures=max_failures,
+                           wave_timeout=60)  # fmt: skip
+    keys = [admission_key(SCOPE, f"m{i}", canary=False) for i in range(cohort)]
+    return Rollout.open(SCOPE, TARGET, "b" * 40, policy, waves_of(policy, keys), now=T0)
+
+
+@pytest.mark.parametrize(
+    ("healthy", "now", "wave", "healthy_at"),
+    [
+        ({}, T0 + 100, 0, None),  # nobody verified: nothing due
+        ({0: 1}, T0 + 1, 0, T0 + 1),  # wave complete: its bake starts
+        ({1: 2}, T0 + 100, 0, None),  # a later wave's marks do not complete this one
+    ],
+)
+def test_a_wave_completes_when_each_of_its_marquees_is_verified(
+    healthy: dict[int, int], now: float, wave: int, healthy_at: float | None
+) -> None:
+    step = opened().progressed(healthy, now)
+    rollout = step or opened()
+    assert (rollout.wave, rollout.healthy_at) == (wave, healthy_at)
+
+
+def test_the_next_wave_starts_only_after_the_bake() -> None:
+    baking = opened().progressed({0: 1}, T0 + 1)
+    assert baking is not None
+    assert baking.progressed({0: 1}, T0 + 10.9) is None
+    started = baking.progressed({0: 1}, T0 + 11)
+    assert started is not None
+    assert (started.wave, started.started) == (1, T0 + 11)
+    assert started.events[-1].what == "wave 2 started"
+
+
+def test_the_last_wave_baked_is_done_and_a_done_rollout_admits_everyone() -> None:
+    last = replace(opened(), wave=2, healthy_at=T0)
+    done = last.progressed({2: 3}, T0 + 10)
+    assert done is not None
+    assert done.status == "done"
+    assert done.admits("1ffff", at_target=False)
+
+
+@pytest.mark.parametrize(("max_failures", "status"), [(0, "halted"), (1, "running")])
+def test_failures_past_the_budget_halt(max_failures: int, status: str) -> None:
+    failed = opened(max_failures=max_failures).with_failure("m1", 0, "unhealthy", T0 + 3)
+    assert failed is not None
+    assert failed.status == status
+    assert failed.with_failure("m1", 0, "again", T0 + 4) is None  # counted once
+
+
+def test_a_halted_or_paused_rollout_admits_only_marquees_already_at_the_target() -> None:
+    rollout = opened()
+    key = admission_key(SCOPE, "m0", canary=True)
+    for status in ("halted", "paused", "aborted"):
+        stopped = replace(rollout, status=status)
+        assert not stopped.admits(key, at_target=False)
+        assert stopped.admits(key, at_target=True) == (status != "aborted")
+    assert rollout.admits(key, at_target=False)  # canaries are in wave 1
+
+
+@pytest.mark.parametrize(
+    ("status", "action", "allowed"),
+    [(s, a, a in ok) for s, ok in {
+        "running": ("promote", "pause", "abort"), "paused": ("promote", "resume", "abort"),
+        "halted": ("promote", "abort"), "aborted": (), "done": (),
+    }.items() for a in ("promote", "pause", "resume", "abort")],
+)  # fmt: skip
+def test_operators_actions_follow_the_status(status: str, action: str, allowed: bool) -> None:
+    rollout = replace(opened(), status=status)
+    if not allowed:
+        with pytest.raises(RolloutRefused, match=status):
+            rollout.by_operator(action, "alice@h", "why", T0)
+        return
+    changed = rollout.by_operator(action, "alice@h", "because", T0 + 5)
+    assert (changed.events[-1].by, changed.events[-1].why) == ("alice@h", "because")
+
+
+def test_promote_starts_the_next_wave_and_lifts_a_halt_with_the_budget_whole() -> None:
+    halted = opened().with_failure("m1", 0, "unhealthy", T0 + 1)
+    assert halted is not None
+    assert halted.status == "halted"
+    promoted = halted.by_operator("promote", "alice@h", "known flake", T0 + 2)
+    assert (promoted.status, promoted.wave, promoted.failed_count) == ("running", 1, 0)
+    assert promoted.failed("m1")
+
+
+def test_the_stored_form_reads_back_and_events_stay_bounded() -> None:
+    rollout = opened()
+    for index in range(EVENTS_KEPT * 3):
+        rollout = rollout.by_operator("pause" if index % 2 == 0 else "resume", "a@h", "x", T0)
+    assert len(rollout.events) == EVENTS_KEPT
+    assert Rollout.parse(SCOPE, rollout.encode()) == rollout
+
+
+def _mutations() -> list[object]:
+    good = json.loads(opened().encode())
+    changed: list[object] = []
+    for name in good:
+        for value in (None, True, -1, 1e300, "x", [], {}, "\x1b[31m" * 1000):
+            changed.append({**good, name: value})
+        changed.append({k: v for k, v in good.items() if k != name})
+    return changed
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [b"", b"\xff\xfe", b"[]", b"null", b"1", b"x" * 70_000, b"[" * 100_000,
+     json.dumps({"scope": "other@main"}).encode()]
+    + [json.dumps(value).encode() for value in _mutations()],
+)  # fmt: skip
+def test_a_record_not_of_the_written_form_reads_as_none_or_as_a_bounded_record(
+    raw: bytes,
+) -> None:
+    parsed = Rollout.parse(SCOPE, raw)
+    # A mutation the record tolerates is a text field holding another string: kept bounded.
+    assert parsed is None or (
+        len(parsed.why) <= 500 and all(len(event.why) <= 500 for event in parsed.events)
+    )
