@@ -502,6 +502,9 @@ class Inventory(_Model):
     _elsewhere_cohorts: tuple[tuple[MarqueeListing, ...], _Cohorts] | None = PrivateAttr(None)
     """``_elsewhere`` and the cohorts it lists, computed at the first ``cohort`` after it was
     set: the source sets it after the index is built, and anew on an unchanged inventory."""
+    _fleet: Inventory | None = PrivateAttr(None)
+    """For a wake-up's narrow read (a few Marquees' rows), the whole inventory in force when it
+    was read: what ``cohort`` answers from, as a rollout's waves are the fleet's."""
 
     @field_validator("*", mode="before")
     @classmethod
@@ -635,10 +638,17 @@ class Inventory(_Model):
         """The Marquees a release of ``playspec`` at ``branch`` would change: those with a
         running Playground of it that this replica's cycles may change (``apply`` mode), in
         name order. Marquees of other replicas' shares are in it when the source listed them
-        with their cohorts (``MarqueeListing.cohorts``)."""
+        with their cohorts (``MarqueeListing.cohorts``). A narrow read answers from the whole
+        inventory it was read beside (``cohorts_from``)."""
+        if self._fleet is not None:
+            return self._fleet.cohort(playspec, branch)
         held = self._index.cohorts.get((playspec, branch), ())
         elsewhere = self._cohorts_elsewhere().get((playspec, branch), ())
         return sorted((*held, *elsewhere)) if elsewhere else list(held)
+
+    def cohorts_from(self, whole: Inventory) -> None:
+        """Answer ``cohort`` from ``whole`` (this inventory holds a few Marquees' rows only)."""
+        self._fleet = whole._fleet or whole
 
     def _cohorts_elsewhere(self) -> _Cohorts:
         known = self._elsewhere_cohorts

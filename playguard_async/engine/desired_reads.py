@@ -181,6 +181,7 @@ class DesiredStateReads:
                 narrow = await source.load_marquees(names)
                 read_at = time.monotonic()
             if narrow is not None:
+                narrow.cohorts_from(self.inventory)  # a rollout's waves are the whole fleet's
                 self.woken.update((name, (read_at, narrow)) for name in names)
                 return narrow
         return await self.desired()

@@ -119,6 +119,7 @@ class PhaseWalk:
                             dry_run=result.dry_run,
                             lease=lease,
                             remote=remote,
+                            rollout_default=services.settings.rollout,
                             windows_default=services.settings.windows,
                         )
                         bound = structlog.contextvars.bind_contextvars(phase=phase.name)

@@ -7,6 +7,7 @@ import contextlib
 import gc
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime
 
 import pytest
 import structlog
@@ -18,6 +19,8 @@ from playguard_async.coordination.lock import Lease, ReleaseResult, TokenLock
 from playguard_async.coordination.records import CycleRecords
 from playguard_async.cycle_record import NoticeKind
 from playguard_async.desired_state.model import Inventory, InventoryError, Marquee
+from playguard_async.desired_state.rollout_policy import RolloutPolicy
+from playguard_async.desired_state.windows import Window
 from playguard_async.engine import cycle_ending
 from playguard_async.engine.results import CycleResult, Outcome
 from playguard_async.engine.scheduler import CycleCancelled
@@ -676,3 +679,22 @@ async def test_unhealthy_report_ends_the_cycle_unhealthy_after_every_phase_ran(
     assert (result.phase, result.reason) == ("unhealthy", "playground web unhealthy")
     assert after.finished == ["m1"]
     assert result.to_record()["outcome"] == "unhealthy"
+
+
+async def test_a_phase_is_given_the_fleets_rollout_and_windows_from_the_settings(
+    redis: Redis,
+) -> None:
+    seen: list[tuple[object, object]] = []
+
+    async def note(ctx: PhaseContext) -> None:
+        seen.append((ctx.rollout_default, tuple(ctx.windows_default)))
+
+    rollout = RolloutPolicy(waves=[1, "100%"], bake=5)
+    windows = [Window(kind="allow", cron="0 2 * * *", duration=3600, timezone="UTC")]
+    result = await EngineHarness(
+        redis, ScriptedPhase("first", note), rollout=rollout, windows=windows,
+        clock=lambda: datetime(2026, 1, 1, 2, 30, tzinfo=UTC).timestamp(),
+    ).cycle()  # fmt: skip
+
+    assert result.outcome is Outcome.OK
+    assert seen == [(rollout, tuple(windows))]

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from playguard_async.desired_state.model import Inventory
 from playguard_async.desired_state.rollout_policy import RolloutPolicy
+from tests.support.daemon import marquee_entry
 from tests.unit.test_inventory import (
     TOKEN_ENV,
     VALID,
@@ -117,3 +119,26 @@ async def test_a_bad_rollout_or_canary_names_file_line_field_and_value(
         assert "hunter2" not in problem
     else:
         assert problem.endswith(f"(value {case.value!r})")
+
+
+def _fleet(names: list[str]) -> Inventory:
+    return Inventory.model_validate({
+        "marquees": [marquee_entry(name) for name in names],
+        "playspecs": [{"name": "web", "repo": "https://git.example/web.git"}],
+        "playgrounds": [{"name": f"web-{name}", "playspec": "web", "marquee": name,
+                         "branch": "main"} for name in names],
+    })  # fmt: skip
+
+
+def test_a_narrow_read_answers_the_cohort_from_the_whole_inventory_beside_it() -> None:
+    whole = _fleet([f"m{index}" for index in range(6)])
+    narrow = _fleet(["m3"])  # a wake-up's read: one Marquee's rows
+    assert [member.name for member in narrow.cohort("web", "main")] == ["m3"]
+
+    narrow.cohorts_from(whole)
+    later = _fleet(["m3"])
+    later.cohorts_from(narrow)  # a read beside a narrow one answers from the same whole
+
+    assert narrow.cohort("web", "main") == whole.cohort("web", "main")
+    assert later.cohort("web", "main") == whole.cohort("web", "main")
+    assert len(whole.cohort("web", "main")) == 6
