@@ -7,7 +7,7 @@ import contextlib
 import gc
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 import structlog
@@ -690,7 +690,7 @@ async def test_a_phase_is_given_the_fleets_rollout_and_windows_from_the_settings
         seen.append((ctx.rollout_default, tuple(ctx.windows_default)))
 
     rollout = RolloutPolicy(waves=[1, "100%"], bake=5)
-    windows = [Window(kind="allow", cron="0 2 * * *", duration=3600, timezone="UTC")]
+    windows = [Window(kind="allow", cron="0 2 * * *", duration=timedelta(hours=1), timezone="UTC")]
     result = await EngineHarness(
         redis, ScriptedPhase("first", note), rollout=rollout, windows=windows,
         clock=lambda: datetime(2026, 1, 1, 2, 30, tzinfo=UTC).timestamp(),

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from playguard_async.desired_state.rollout_policy import RolloutPolicy, admission_key, waves_of
-from playguard_async.phases.rollout_record import EVENTS_KEPT, Rollout, RolloutRefused
+from playguard_async.phases.rollout_record import EVENTS_KEPT, Rollout, RolloutRefused, Status
 
 SCOPE = "web@main"
 TARGET = "a" * 64
@@ -82,7 +82,7 @@ def test_a_halted_or_paused_rollout_admits_only_marquees_already_at_the_target()
         "halted": ("promote", "abort"), "aborted": (), "done": (),
     }.items() for a in ("promote", "pause", "resume", "abort")],
 )  # fmt: skip
-def test_operators_actions_follow_the_status(status: str, action: str, allowed: bool) -> None:
+def test_operators_actions_follow_the_status(status: Status, action: str, allowed: bool) -> None:
     rollout = replace(opened(), status=status)
     if not allowed:
         with pytest.raises(RolloutRefused, match=status):
@@ -113,7 +113,8 @@ def _mutations() -> list[object]:
     good = json.loads(opened().encode())
     changed: list[object] = []
     for name in good:
-        for value in (None, True, -1, 1e300, "x", [], {}, "\x1b[31m" * 1000):
+        values: tuple[object, ...] = (None, True, -1, 1e300, "x", [], {}, "\x1b[31m" * 1000)
+        for value in values:
             changed.append({**good, name: value})
         changed.append({k: v for k, v in good.items() if k != name})
     return changed
