@@ -17,11 +17,16 @@ scope then has no rollout this process can use, one log line per reading.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import structlog
+from redis.exceptions import ResponseError
+
 from playguard_async.coordination.client import RedisClient
+from playguard_async.coordination.foreign import is_wrong_type
 from playguard_async.coordination.keys import (
     ROLLOUTS_KEY,
     rollout_counts_key,
@@ -29,6 +34,8 @@ from playguard_async.coordination.keys import (
     rollout_marks_key,
 )
 from playguard_async.kits.aio import bounded
+
+log = structlog.get_logger("playguard.rollouts")
 
 FOREIGN = "\0foreign"
 """``RolloutRead.raw`` of a record key that holds another type than a string."""
@@ -155,7 +162,20 @@ async def unmarked(
     return [name for name, marked in zip(marquees, found, strict=True) if not marked]
 
 
+SCOPE = re.compile(r"[a-z0-9][a-z0-9-]{0,62}@[A-Za-z0-9._/-]{1,255}")
+"""What a scope looks like (a Playspec's name, ``@``, a branch): a member of the index that does
+not is someone else's, and is not read."""
+
+
 async def rollout_scopes(redis: RedisClient, timeout: float) -> list[str]:
-    """The scopes that had a rollout, in name order (at most ``SCOPES_LISTED``)."""
-    members = await bounded(timeout, redis.smembers(ROLLOUTS_KEY))
-    return sorted(_text(member) for member in members)[:SCOPES_LISTED]
+    """The scopes that had a rollout, in name order (at most ``SCOPES_LISTED``); the index of
+    another Redis type reads as none, with one log line."""
+    try:
+        members = await bounded(timeout, redis.smembers(ROLLOUTS_KEY))
+    except ResponseError as exc:
+        if not is_wrong_type(exc):
+            raise
+        log.warning("rollout.unreadable", key=ROLLOUTS_KEY, value="a key of another type")
+        return []
+    scopes = (_text(member) for member in members)
+    return sorted(scope for scope in scopes if SCOPE.fullmatch(scope))[:SCOPES_LISTED]

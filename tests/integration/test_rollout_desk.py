@@ -11,10 +11,21 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from playguard_async.coordination.keys import rollout_counts_key, rollout_key, rollout_marks_key
+from playguard_async.coordination.keys import (
+    ROLLOUTS_KEY,
+    rollout_counts_key,
+    rollout_key,
+    rollout_marks_key,
+)
+from playguard_async.coordination.rollouts import rollout_scopes
 from playguard_async.desired_state.model import Inventory
 from playguard_async.desired_state.rollout_policy import admission_key
-from playguard_async.phases.rollout_desk import RolloutDesk, Standing, Verdict
+from playguard_async.phases.rollout_desk import (
+    RolloutDesk,
+    Standing,
+    Verdict,
+    unfinished_rollouts,
+)
 from playguard_async.phases.rollout_record import Rollout
 from tests.support.daemon import marquee_entry
 
@@ -131,3 +142,18 @@ async def test_a_record_key_of_another_type_lets_the_release_through_and_is_left
     assert all(v.admitted for v in verdicts)
     assert await redis.type(rollout_key("web@main")) != b"string"
     assert json.dumps([v.why for v in verdicts]) == json.dumps([""] * len(NAMES))
+
+
+async def test_the_index_of_rollouts_reads_only_scopes_and_a_foreign_type_as_none(
+    redis: Redis,
+) -> None:
+    await redis.delete(ROLLOUTS_KEY)
+    hostile = ["x" * 100_000, "<script>@main", "web@", "@main", "web@main\n", "web@ma in"]
+    await redis.sadd(ROLLOUTS_KEY, "web@main", "api@feature/x", *hostile)
+    assert await rollout_scopes(redis, 2.0) == ["api@feature/x", "web@main"]
+    assert await unfinished_rollouts(redis, 2.0) == []  # listed, but no record: nothing shown
+
+    await redis.delete(ROLLOUTS_KEY)
+    await redis.hset(ROLLOUTS_KEY, "a", "b")
+    assert await rollout_scopes(redis, 2.0) == []
+    assert await redis.type(ROLLOUTS_KEY) == b"hash"  # left as found
