@@ -5,10 +5,16 @@
 # random network and process faults; bench/soak.py, exits non-zero on a violated check).
 # Tests start their own real servers on loopback; under CI=true a missing one fails, never skips.
 #
-# The soak runs beside the rest from the start: it starts its own redis-server and sshd on
-# ephemeral ports, its replicas in network namespaces of its own, and shares nothing with the
-# tests, so running it alongside saves its whole length from the run (bench/README.md, "CI").
-# Its lines are kept and printed once it ends, then pytest's result line again, last.
+# Only pytest runs in the foreground; the rest runs beside it from the start and shares nothing
+# with it (bench/README.md, "Beside the tests (CI)"), so none of it adds its length to the run:
+# - the soak starts its own redis-server and sshd on ephemeral ports and its replicas in network
+#   namespaces of its own;
+# - scripts/checks.sh (ruff, mypy, lint-imports, scripts/newest.sh) reads the source and writes
+#   only its caches and .venv-newest, a virtual environment of its own. It runs at a lower
+#   priority (nice): on a machine of two cores it takes the CPU that pytest's waits for servers
+#   and timeouts leave idle, not pytest's.
+# Each one's lines are kept and printed once it and pytest are done, then pytest's result line
+# again, last.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh
@@ -18,17 +24,16 @@ trap 'rm -rf "$logs"' EXIT
 .venv/bin/python bench/soak.py --minutes 5 >"$logs/soak" 2>&1 &
 soak=$!
 
-checks=0
-.venv/bin/ruff check . || checks=1
-.venv/bin/ruff format --check . || checks=1
-.venv/bin/mypy || checks=1
-.venv/bin/mypy bench || checks=1  # scripts beside each other, not a package: checked on their own
-.venv/bin/lint-imports || checks=1
-bash scripts/newest.sh || checks=1  # unit tests and a CLI smoke at the newest allowed versions
+nice -n 10 bash scripts/checks.sh >"$logs/checks" 2>&1 &
+checks_job=$!
 
 tests=0
 .venv/bin/python -m pytest -ra --durations=30 "$@" 2>&1 | tee "$logs/pytest" || tests=$?
 
+checks=0
+wait "$checks_job" || checks=$?
+echo "--- scripts/checks.sh (ran beside the tests), exit status $checks:"
+cat "$logs/checks"
 soaked=0
 wait "$soak" || soaked=$?
 echo "--- bench/soak.py --minutes 5 (ran beside the tests), exit status $soaked:"
