@@ -64,7 +64,9 @@ async def receiver() -> AsyncIterator[Receiver]:
     got = Receiver()
     app = web.Application()
     app.router.add_post(TOKEN_PATH, got.handle)
-    runner = web.AppRunner(app)
+    # A handler still sleeping out ``delay`` when the test ends answers no one (the notifier gave
+    # up on it): cancelled after half a second rather than awaited (aiohttp's default: 60 s).
+    runner = web.AppRunner(app, shutdown_timeout=0.5)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
