@@ -23,10 +23,12 @@ Two fleet runs in one invocation, side by side:
   its first ticks come before the release (a policy, no rollout yet), then the rollout runs
   until its record says ``done``, then one more tick (a done rollout still read every cycle).
 
-Per tick: the rollout's state at its end, cycles, the replicas' CPU per cycle (each replica's
-CPU from the tick's start to its last cycle's end, ``fleet_simulation.TickJournal``), Redis's
-commands per cycle (``total_commands_processed``: heartbeats and the parent's ``INFO`` samples
-included, as in both runs) and Redis's CPU per cycle. Then the ratio of the ticks with a
+Per tick: the rollout's state at its end, cycles started, the replicas' CPU per cycle (each
+replica's CPU from the end of its previous tick's last cycle to the end of this one's, from its
+journal, ``fleet_simulation.TickJournal``: ticks whose cycles outlast them are not counted
+twice), Redis's commands per cycle (``total_commands_processed``: the commands its scripts call
+counted too, heartbeats and the parent's ``INFO`` samples included, as in both runs) and Redis's
+CPU per cycle, over the same spans. Then the ratio of the ticks with a
 rollout running to the ``none`` ticks (goal: within 1.2x), the waves' timeline from the release
 (each wave's start, when its last Marquee was verified healthy, from the record's events and
 the parent's polls of the record) and the wall time from the release to ``done`` against the
@@ -124,7 +126,7 @@ class SimulatedGate:
         release = NEW_RELEASE if time.time() >= self.released_at() else OLD_RELEASE
         for playground, policy in staged:
             good = self.good.get(playground.name, OLD_RELEASE)
-            standing = Standing(has_good=True, good_release=good, rolls_back=True)
+            standing = Standing(True, good, has_previous=True, rolls_back=True)
             verdict = await desk.verdict(playground, policy, release, HEAD, standing)
             if verdict.admitted:
                 self.good[playground.name] = release
@@ -204,6 +206,15 @@ def start_replicas(args: argparse.Namespace, rundir: Path, settings: dict[str, A
     return children
 
 
+def cpu_since_last_line(child: Child, tick: int) -> float:
+    """The replica's CPU between the journal line before ``tick``'s and ``tick``'s own (from
+    its first read's end for the first tick): not the tick's own span, which overlaps the next
+    tick's when a tick's cycles outlast it, so that no CPU is counted twice."""
+    lines = [event for event in child.events() if event["event"] in ("loaded", "tick")]
+    at = next(n for n, event in enumerate(lines) if event.get("tick") == tick)
+    return float(lines[at]["cpu"] - lines[at - 1]["cpu"])
+
+
 def run_fleet(
     args: argparse.Namespace, run: RolloutRun, inventory: Path, server: RedisServer
 ) -> None:
@@ -239,24 +250,23 @@ def run_fleet(
         (rundir / RELEASE_FILE).write_text(repr(run.release or float("inf")))
         redis.set(GO_KEY, repr(go))
         last = args.none_ticks if not rollout else args.release_after + args.most_ticks
-        tick = 0
+        tick, before = 0, RedisSample.take(redis)
         while tick < last:
             time.sleep(max(0.0, go + tick * args.tick - time.time()))
-            start = RedisSample.take(redis)
             wait_for(f"tick {tick}", partial(ended, tick), timeout=args.tick * 10)
-            end = RedisSample.take(redis)
+            after = RedisSample.take(redis)
             record = read_record(redis)
-            journals = [child.ticks()[tick] for child in children]
             run.ticks.append(
                 TickFigures(
                     tick,
                     state_of(record) if rollout else "no policy",
-                    sum(journal["attempts"] for journal in journals),
-                    sum(journal["tick_cpu"] for journal in journals),
-                    end.commands - start.commands,
-                    end.cpu - start.cpu,
+                    sum(child.ticks()[tick]["attempts"] for child in children),
+                    sum(cpu_since_last_line(child, tick) for child in children),
+                    after.commands - before.commands,
+                    after.cpu - before.cpu,
                 )
             )
+            before = after
             if record is not None and record.status == "done" and run.record is None:
                 run.record = record
                 last = tick + 2  # and one tick with the rollout done
@@ -303,10 +313,11 @@ def report(args: argparse.Namespace, runs: list[RolloutRun], load: tuple[float, 
                 f"{commands:>16.2f} {redis_cpu:>18.4f}"
             )
     print(
-        "(cpu: the replicas' CPU from each tick's start to its last cycle's end; redis: "
-        "commands and CPU from the tick's start until every replica's last cycle ended, "
-        "heartbeats and the parent's samples included; the first tick of each run warms up and "
-        "is left out below)"
+        "(cycles: those the tick started, 'cycles' short of the fleet when the last tick's "
+        "were still running; cpu: the replicas', redis: Redis's commands (those its scripts "
+        "call included) and CPU, from one tick's last cycle's end to the next's, heartbeats "
+        "and the parent's samples included; the first tick of each run warms up and is left "
+        "out below)"
     )
     none, rolled = runs
     baseline = per_cycle(none.ticks[1:])
