@@ -17,11 +17,14 @@ scope then has no rollout this process can use, one log line per reading.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import weakref
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from playguard_async.coordination.client import RedisClient
+from redis.commands.core import AsyncScript
+
+from playguard_async.coordination.client import RedisClient, sender_for
 from playguard_async.coordination.keys import (
     ROLLOUTS_KEY,
     rollout_counts_key,
@@ -118,8 +121,47 @@ def _text(value: bytes | str) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
+@dataclass(frozen=True)
+class _Scripts:
+    read: AsyncScript
+    write: AsyncScript
+    mark: AsyncScript
+
+
+# Registered (hashed) once per client, as the lock's are (``lock_scripts.scripts_of``); weak
+# keys: a closed client's scripts go with it.
+_SCRIPTS: weakref.WeakKeyDictionary[RedisClient, _Scripts] = weakref.WeakKeyDictionary()
+
+
+def _scripts_of(redis: RedisClient) -> _Scripts:
+    scripts = _SCRIPTS.get(redis)
+    if scripts is None:
+        scripts = _SCRIPTS[redis] = _Scripts(
+            read=redis.register_script(_READ_SCRIPT),
+            write=redis.register_script(_WRITE_SCRIPT),
+            mark=redis.register_script(_MARK_SCRIPT),
+        )
+    return scripts
+
+
+def _run(
+    redis: RedisClient,
+    timeout: float,
+    script: AsyncScript,
+    keys: Sequence[str],
+    args: Sequence[str],
+) -> Awaitable[Any]:
+    """``script``'s answer within ``timeout``, by SHA through the client's sender
+    (``client.sender_for``): on one server the cycles' command channel, which pipelines every
+    cycle's commands on one connection. Every cycle of a Marquee in a rollout's cohort reads its
+    record, and each admitted one marks itself healthy: as EVALs on pool connections these two
+    cost more CPU than the rest of an in-sync cycle (bench/README.md, "Rollouts")."""
+    sender = sender_for(redis, timeout=timeout)
+    return sender.call(sender.prepare(script, keys, args))
+
+
 async def read_rollout(redis: RedisClient, scope: str, timeout: float) -> RolloutRead:
-    answer = await bounded(timeout, redis.eval(_READ_SCRIPT, 3, *_keys(scope), FOREIGN))
+    answer = await _run(redis, timeout, _scripts_of(redis).read, _keys(scope), (FOREIGN,))
     return _reading(scope, answer)
 
 
@@ -129,7 +171,7 @@ async def write_rollout(
     """Store ``record`` for ``read.scope`` unless its record changed since ``read``; whether it
     did. A rollout that ``opens`` is also listed (``rollout_scopes``)."""
     argv = (read.expected, record, "1" if opens else "0")
-    written = bool(await bounded(timeout, redis.eval(_WRITE_SCRIPT, 3, *_keys(read.scope), *argv)))
+    written = bool(await _run(redis, timeout, _scripts_of(redis).write, _keys(read.scope), argv))
     if written and opens:
         await bounded(timeout, redis.sadd(ROLLOUTS_KEY, read.scope))
     return written
@@ -141,7 +183,7 @@ async def mark_healthy(
     """Count ``marquee`` verified healthy at the target of rollout ``rollout_id`` (once), and
     read the scope again (so the step it may complete is judged on fresh counts)."""
     argv = (FOREIGN, rollout_id, marquee, str(wave))
-    answer = await bounded(timeout, redis.eval(_MARK_SCRIPT, 3, *_keys(scope), *argv))
+    answer = await _run(redis, timeout, _scripts_of(redis).mark, _keys(scope), argv)
     return _reading(scope, answer)
 
 
