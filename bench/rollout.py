@@ -394,7 +394,7 @@ def main() -> None:
     )
     parser.add_argument("--none-ticks", type=int, default=4, help="ticks of the run with none")
     parser.add_argument(
-        "--release-after", type=int, default=2, help="ticks before the release (mid-tick)"
+        "--release-after", type=int, default=3, help="ticks before the release (mid-tick)"
     )
     parser.add_argument(
         "--most-ticks", type=int, default=40, help="ticks after the release before giving up"
