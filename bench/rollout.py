@@ -122,7 +122,9 @@ class SimulatedGate:
         if not staged:
             return PhaseReport()
         lock = ctx.lease.lock
-        desk = RolloutDesk(lock.redis, lock.timeout, inventory, ctx.marquee, ctx.dry_run)
+        desk = RolloutDesk(
+            lock.redis, lock.timeout, inventory, ctx.marquee, ctx.dry_run, ctx.windows_default
+        )
         release = NEW_RELEASE if time.time() >= self.released_at() else OLD_RELEASE
         for playground, policy in staged:
             good = self.good.get(playground.name, OLD_RELEASE)
