@@ -34,8 +34,8 @@ rollout running to the ``none`` ticks (goal: within 1.2x), the waves' timeline f
 the parent's polls of the record) and the wall time from the release to ``done`` against the
 goal, bake x waves + 2 ticks.
 
-    .venv/bin/python bench/rollout.py [--fleet 10000] [--replicas 4] [--tick 5] [--bake 15]
-        [--none-ticks 3] [--release-after 1]
+    .venv/bin/python bench/rollout.py [--fleet 10000] [--replicas 4] [--tick 15] [--bake 15]
+        [--none-ticks 3] [--release-after 3]
 
 Starts its own redis-server from the lab on an ephemeral loopback port; writes under a temporary
 directory. Figures in bench/README.md ("Rollouts"). Never part of the tests.
@@ -389,12 +389,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fleet", type=int, default=10_000)
     parser.add_argument("--replicas", type=int, default=4)
-    parser.add_argument("--tick", type=float, default=5.0, help="tick_interval, seconds")
+    parser.add_argument("--tick", type=float, default=15.0, help="tick_interval, seconds")
     parser.add_argument("--bake", type=float, default=15.0, help="the policy's bake, seconds")
     parser.add_argument(
         "--jitter", type=float, default=Settings.model_fields["tick_jitter"].default
     )
-    parser.add_argument("--none-ticks", type=int, default=4, help="ticks of the run with none")
+    parser.add_argument("--none-ticks", type=int, default=3, help="ticks of the run with none")
     parser.add_argument(
         "--release-after", type=int, default=3, help="ticks before the release (mid-tick)"
     )
