@@ -39,21 +39,25 @@ FOREIGN = "\0foreign"
 SCOPES_LISTED = 10_000
 """Scopes ``rollout_scopes`` returns at most."""
 
-# KEYS[1] the record, KEYS[2] the healthy marks, KEYS[3] the counts. Returns the record (false
-# when absent, the marker when of another type), the counts as a flat list (empty when the key
-# is of another type) and TIME's seconds and microseconds.
+# KEYS[1] the record, KEYS[2] the healthy marks, KEYS[3] the counts. ``reading(raw)``, given
+# what GET of the record answered under pcall, returns the record (false when absent, the marker
+# ARGV[1] when of another type: GET's answer is then an error), the counts as a flat list (empty
+# when the key is of another type) and TIME's seconds and microseconds. pcall rather than TYPE
+# first: every cycle of a cohort reads, and Redis counts each command a script calls
+# (bench/README.md, "Rollouts").
 _READING = """
-local kind = redis.call('TYPE', KEYS[1]).ok
-local record = false
-if kind == 'string' then record = redis.call('GET', KEYS[1])
-elseif kind ~= 'none' then record = ARGV[1] end
-local counts = {}
-if redis.call('TYPE', KEYS[3]).ok == 'hash' then counts = redis.call('HGETALL', KEYS[3]) end
-local now = redis.call('TIME')
-return {record, counts, now[1], now[2]}
+local function reading(raw)
+    local record = false
+    if type(raw) == 'string' then record = raw
+    elseif type(raw) == 'table' then record = ARGV[1] end
+    local counts = redis.pcall('HGETALL', KEYS[3])
+    if counts.err then counts = {} end
+    local now = redis.call('TIME')
+    return {record, counts, now[1], now[2]}
+end
 """
 
-_READ_SCRIPT = _READING
+_READ_SCRIPT = _READING + "return reading(redis.pcall('GET', KEYS[1]))\n"
 
 # KEYS as above; ARGV[1] the record as read ('' when there was none), ARGV[2] the new record,
 # ARGV[3] '1' when it opens a new rollout (the old one's marks and counts go). 1 when written,
@@ -71,18 +75,21 @@ return 1
 
 # KEYS as above; ARGV[1] the marker for a foreign record, ARGV[2] the rollout's id, ARGV[3] the
 # Marquee, ARGV[4] its wave. Marks and counts the Marquee once, and only while the record is
-# still that rollout's; then answers as _READING does.
+# still that rollout's; then answers as _READING does (the record as read before the mark, which
+# does not change it).
 _MARK_SCRIPT = (
-    """
-if redis.call('TYPE', KEYS[1]).ok == 'string' then
-    local ok, record = pcall(cjson.decode, redis.call('GET', KEYS[1]))
+    _READING
+    + """
+local raw = redis.pcall('GET', KEYS[1])
+if type(raw) == 'string' then
+    local ok, record = pcall(cjson.decode, raw)
     if ok and type(record) == 'table' and record['id'] == ARGV[2]
         and redis.call('SADD', KEYS[2], ARGV[3]) == 1 then
         redis.call('HINCRBY', KEYS[3], ARGV[4], 1)
     end
 end
+return reading(raw)
 """
-    + _READING
 )
 
 
