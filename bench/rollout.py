@@ -10,8 +10,9 @@ here it is ``SimulatedGate``, which makes the gate's verdicts with the very ``Ro
 gate uses (``phases.rollout_desk``: the record read, opened, its steps taken, all against Redis)
 and supplies what a host and registry would say from the bench's process:
 
-- the release the desired state asks: an old digest until ``--release-after`` ticks after the
-  replicas' start (mid-tick), a new one from then on (as a new image behind the tag would be);
+- the release the desired state asks: an old digest until ``--release-after`` - 0.5 ticks after
+  the replicas' start (the middle of a tick, its cycles done), a new one from then on (as a new
+  image behind the tag would be);
 - each Marquee's standing: its last good release, the old one until an admitted Marquee
   "converges" (in the same cycle), then the target; every one is verified healthy, so each
   admitted Marquee tells the rollout ``healthy=True`` (``RolloutDesk.tell``) in each cycle.
