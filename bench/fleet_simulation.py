@@ -73,7 +73,7 @@ import tempfile
 import time
 from array import array
 from collections import Counter
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -90,7 +90,7 @@ from playguard_async.desired_state.yaml_source import INVENTORY_MAX_BYTES
 from playguard_async.engine.observer import Unobserved
 from playguard_async.engine.results import CycleResult, Outcome
 from playguard_async.engine.scheduler import Engine
-from playguard_async.phases.protocol import BUILTIN_PHASES
+from playguard_async.phases.protocol import BUILTIN_PHASES, Phase
 from playguard_async.service.logs import configure_logging
 from playguard_async.service.wiring import build_engine, close_engine, stopping_on_signals
 from playguard_async.settings import Settings
@@ -238,13 +238,16 @@ async def announce_until_live(roster: ReplicaRoster, replicas: int) -> None:
         await asyncio.sleep(ANNOUNCE_POLL)
 
 
-async def replica(settings: Settings, rundir: Path, replicas: int) -> None:
-    """One replica as the daemon runs one, until SIGTERM."""
+async def replica(
+    settings: Settings, rundir: Path, replicas: int, phases: Sequence[Phase[Any]] | None = None
+) -> None:
+    """One replica as the daemon runs one, until SIGTERM; its cycles run ``phases`` (by
+    default the seven built-in phases' names, each a no-op)."""
     name, tick = settings.replica_id, settings.tick_interval
     observer = ShareObserver()
-    engine = build_engine(
-        settings, observer=observer, phases=[NoOpPhase(phase) for phase in BUILTIN_PHASES]
-    )
+    if phases is None:
+        phases = [NoOpPhase(phase) for phase in BUILTIN_PHASES]
+    engine = build_engine(settings, observer=observer, phases=phases)
     journal = TickJournal(engine, observer, name, rundir)
     redis = engine.redis
     try:
@@ -306,14 +309,17 @@ class RedisSample:
     cpu: float
     used: float
     rss: float
+    commands: int
+    """``total_commands_processed`` (the three ``INFO`` calls that take a sample included)."""
 
     @classmethod
     def take(cls, redis: Redis) -> RedisSample:
-        cpu, memory = redis.info("cpu"), redis.info("memory")
+        cpu, memory, stats = redis.info("cpu"), redis.info("memory"), redis.info("stats")
         return cls(
             cpu["used_cpu_sys"] + cpu["used_cpu_user"],
             memory["used_memory"] / 2**20,
             memory["used_memory_rss"] / 2**20,
+            int(stats["total_commands_processed"]),
         )
 
 

@@ -28,6 +28,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import yaml
 from loop_stall import LoopStall
@@ -39,7 +40,15 @@ from playguard_async.desired_state.yaml_source import YamlInventorySource
 PLAYGROUNDS_PER_MARQUEE = 5
 
 
-def write_inventory(directory: Path, marquees: int) -> Path:
+def write_inventory(
+    directory: Path,
+    marquees: int,
+    *,
+    playgrounds: int = PLAYGROUNDS_PER_MARQUEE,
+    rollout: dict[str, Any] | None = None,
+) -> Path:
+    """``marquees`` Marquees with ``playgrounds`` Playgrounds each (branches ``feature/0`` on),
+    all of one Playspec, which has the rollout policy ``rollout`` when one is given."""
     (directory / "id").write_text("key\n")
     (directory / "known_hosts").write_text("host\n")
     document = {
@@ -55,6 +64,7 @@ def write_inventory(directory: Path, marquees: int) -> Path:
         ],
         "playspecs": [
             {"name": "shop", "repo": "https://git.example.com/shop.git", "images": ["shop:1"]}
+            | ({} if rollout is None else {"rollout": rollout})
         ],
         "playgrounds": [
             {
@@ -64,7 +74,7 @@ def write_inventory(directory: Path, marquees: int) -> Path:
                 "branch": f"feature/{slot}",
             }
             for index in range(marquees)
-            for slot in range(PLAYGROUNDS_PER_MARQUEE)
+            for slot in range(playgrounds)
         ],
     }
     path = directory / f"inventory-{marquees}.yaml"

@@ -18,14 +18,16 @@ scope then has no rollout this process can use, one log line per reading.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+import weakref
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import structlog
+from redis.commands.core import AsyncScript
 from redis.exceptions import ResponseError
 
-from playguard_async.coordination.client import RedisClient
+from playguard_async.coordination.client import RedisClient, sender_for
 from playguard_async.coordination.foreign import is_wrong_type
 from playguard_async.coordination.keys import (
     ROLLOUTS_KEY,
@@ -43,21 +45,25 @@ FOREIGN = "\0foreign"
 SCOPES_LISTED = 10_000
 """Scopes ``rollout_scopes`` returns at most."""
 
-# KEYS[1] the record, KEYS[2] the healthy marks, KEYS[3] the counts. Returns the record (false
-# when absent, the marker when of another type), the counts as a flat list (empty when the key
-# is of another type) and TIME's seconds and microseconds.
+# KEYS[1] the record, KEYS[2] the healthy marks, KEYS[3] the counts. ``reading(raw)``, given
+# what GET of the record answered under pcall, returns the record (false when absent, the marker
+# ARGV[1] when of another type: GET's answer is then an error), the counts as a flat list (empty
+# when the key is of another type) and TIME's seconds and microseconds. pcall rather than TYPE
+# first: every cycle of a cohort reads, and Redis counts each command a script calls
+# (bench/README.md, "Rollouts").
 _READING = """
-local kind = redis.call('TYPE', KEYS[1]).ok
-local record = false
-if kind == 'string' then record = redis.call('GET', KEYS[1])
-elseif kind ~= 'none' then record = ARGV[1] end
-local counts = {}
-if redis.call('TYPE', KEYS[3]).ok == 'hash' then counts = redis.call('HGETALL', KEYS[3]) end
-local now = redis.call('TIME')
-return {record, counts, now[1], now[2]}
+local function reading(raw)
+    local record = false
+    if type(raw) == 'string' then record = raw
+    elseif type(raw) == 'table' then record = ARGV[1] end
+    local counts = redis.pcall('HGETALL', KEYS[3])
+    if counts.err then counts = {} end
+    local now = redis.call('TIME')
+    return {record, counts, now[1], now[2]}
+end
 """
 
-_READ_SCRIPT = _READING
+_READ_SCRIPT = _READING + "return reading(redis.pcall('GET', KEYS[1]))\n"
 
 # KEYS as above; ARGV[1] the record as read ('' when there was none), ARGV[2] the new record,
 # ARGV[3] '1' when it opens a new rollout (the old one's marks and counts go). 1 when written,
@@ -75,18 +81,21 @@ return 1
 
 # KEYS as above; ARGV[1] the marker for a foreign record, ARGV[2] the rollout's id, ARGV[3] the
 # Marquee, ARGV[4] its wave. Marks and counts the Marquee once, and only while the record is
-# still that rollout's; then answers as _READING does.
+# still that rollout's; then answers as _READING does (the record as read before the mark, which
+# does not change it).
 _MARK_SCRIPT = (
-    """
-if redis.call('TYPE', KEYS[1]).ok == 'string' then
-    local ok, record = pcall(cjson.decode, redis.call('GET', KEYS[1]))
+    _READING
+    + """
+local raw = redis.pcall('GET', KEYS[1])
+if type(raw) == 'string' then
+    local ok, record = pcall(cjson.decode, raw)
     if ok and type(record) == 'table' and record['id'] == ARGV[2]
         and redis.call('SADD', KEYS[2], ARGV[3]) == 1 then
         redis.call('HINCRBY', KEYS[3], ARGV[4], 1)
     end
 end
+return reading(raw)
 """
-    + _READING
 )
 
 
@@ -125,8 +134,47 @@ def _text(value: bytes | str) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
+@dataclass(frozen=True)
+class _Scripts:
+    read: AsyncScript
+    write: AsyncScript
+    mark: AsyncScript
+
+
+# Registered (hashed) once per client, as the lock's are (``lock_scripts.scripts_of``); weak
+# keys: a closed client's scripts go with it.
+_SCRIPTS: weakref.WeakKeyDictionary[RedisClient, _Scripts] = weakref.WeakKeyDictionary()
+
+
+def _scripts_of(redis: RedisClient) -> _Scripts:
+    scripts = _SCRIPTS.get(redis)
+    if scripts is None:
+        scripts = _SCRIPTS[redis] = _Scripts(
+            read=redis.register_script(_READ_SCRIPT),
+            write=redis.register_script(_WRITE_SCRIPT),
+            mark=redis.register_script(_MARK_SCRIPT),
+        )
+    return scripts
+
+
+def _run(
+    redis: RedisClient,
+    timeout: float,
+    script: AsyncScript,
+    keys: Sequence[str],
+    args: Sequence[str],
+) -> Awaitable[Any]:
+    """``script``'s answer within ``timeout``, by SHA through the client's sender
+    (``client.sender_for``): on one server the cycles' command channel, which pipelines every
+    cycle's commands on one connection. Every cycle of a Marquee in a rollout's cohort reads its
+    record, and each admitted one marks itself healthy: as EVALs on pool connections these two
+    cost more CPU than the rest of an in-sync cycle (bench/README.md, "Rollouts")."""
+    sender = sender_for(redis, timeout=timeout)
+    return sender.call(sender.prepare(script, keys, args))
+
+
 async def read_rollout(redis: RedisClient, scope: str, timeout: float) -> RolloutRead:
-    answer = await bounded(timeout, redis.eval(_READ_SCRIPT, 3, *_keys(scope), FOREIGN))
+    answer = await _run(redis, timeout, _scripts_of(redis).read, _keys(scope), (FOREIGN,))
     return _reading(scope, answer)
 
 
@@ -136,7 +184,7 @@ async def write_rollout(
     """Store ``record`` for ``read.scope`` unless its record changed since ``read``; whether it
     did. A rollout that ``opens`` is also listed (``rollout_scopes``)."""
     argv = (read.expected, record, "1" if opens else "0")
-    written = bool(await bounded(timeout, redis.eval(_WRITE_SCRIPT, 3, *_keys(read.scope), *argv)))
+    written = bool(await _run(redis, timeout, _scripts_of(redis).write, _keys(read.scope), argv))
     if written and opens:
         await bounded(timeout, redis.sadd(ROLLOUTS_KEY, read.scope))
     return written
@@ -148,7 +196,7 @@ async def mark_healthy(
     """Count ``marquee`` verified healthy at the target of rollout ``rollout_id`` (once), and
     read the scope again (so the step it may complete is judged on fresh counts)."""
     argv = (FOREIGN, rollout_id, marquee, str(wave))
-    answer = await bounded(timeout, redis.eval(_MARK_SCRIPT, 3, *_keys(scope), *argv))
+    answer = await _run(redis, timeout, _scripts_of(redis).mark, _keys(scope), argv)
     return _reading(scope, answer)
 
 

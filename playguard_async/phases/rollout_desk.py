@@ -286,13 +286,31 @@ class RolloutDesk:
         return current if current is not None and current.id == was.id else was
 
 
+PARSED_KEPT = 256
+"""Scopes whose last parsed record ``_parsed`` keeps (all are dropped past it)."""
+
+_PARSED: dict[str, tuple[str, Rollout]] = {}
+"""Scope -> the record last read and the rollout parsed from it: every cycle of a cohort reads
+the record once and again when it marks itself healthy, and the record changes only at a step,
+so parsing it each time cost more than the rest of an in-sync cycle (bench/README.md,
+"Rollouts"). A ``Rollout`` is immutable; garbage is not kept, so it is logged at each reading."""
+
+
 def _parsed(read: RolloutRead) -> Rollout | None:
     if read.raw is None:
         return None
     if read.raw == FOREIGN:
         log.warning("rollout.unreadable", scope=read.scope, value="a key of another type")
         return None
-    return Rollout.parse(read.scope, read.raw)
+    kept = _PARSED.get(read.scope)
+    if kept is not None and kept[0] == read.raw:
+        return kept[1]
+    rollout = Rollout.parse(read.scope, read.raw)
+    if rollout is not None:
+        if len(_PARSED) >= PARSED_KEPT:
+            _PARSED.clear()
+        _PARSED[read.scope] = (read.raw, rollout)
+    return rollout
 
 
 async def unfinished_rollouts(redis: RedisClient, timeout: float) -> list[Rollout]:

@@ -146,25 +146,27 @@ def test_a_held_marquee_is_listed_as_another_replica_lists_it() -> None:
         MarqueeListing("edge-3", False, "apply", False, ()),
         MarqueeListing("edge-4", True, "apply", False, ()),
     ]
-    assert inventory.cohort("shop", "main") == [CohortMember("edge-1", True)]
-    assert inventory.cohort("shop", "old") == []
+    assert list(inventory.cohort("shop", "main")) == [CohortMember("edge-1", True)]
+    assert list(inventory.cohort("shop", "old")) == []
 
 
 def test_a_cohort_counts_the_marquees_listed_elsewhere_set_after_the_index_was_built() -> None:
     held = _fleet(_marquee("edge-2"), playgrounds=[("a", "edge-2", "main", "running")])
-    assert held.cohort("shop", "main") == [CohortMember("edge-2", False)]  # the index is built
+    assert list(held.cohort("shop", "main")) == [
+        CohortMember("edge-2", False)
+    ]  # the index is built
     held._elsewhere = (
         MarqueeListing("edge-1", True, "apply", True, (("shop", "main"),)),
         MarqueeListing("edge-3", True, "apply", False, SCOPES),
     )
-    assert held.cohort("shop", "main") == [
+    assert list(held.cohort("shop", "main")) == [
         CohortMember("edge-1", True), CohortMember("edge-2", False), CohortMember("edge-3", False)
     ]  # fmt: skip
-    assert held.cohort("shop", "next") == [CohortMember("edge-3", False)]
+    assert list(held.cohort("shop", "next")) == [CohortMember("edge-3", False)]
     # The PostgreSQL source gives an unchanged share's inventory the listing of its next read.
     held._elsewhere = (MarqueeListing("edge-3", True, "apply", False, (("shop", "next"),)),)
-    assert held.cohort("shop", "main") == [CohortMember("edge-2", False)]
-    assert held.cohort("shop", "next") == [CohortMember("edge-3", False)]
+    assert list(held.cohort("shop", "main")) == [CohortMember("edge-2", False)]
+    assert list(held.cohort("shop", "next")) == [CohortMember("edge-3", False)]
 
 
 def test_a_pair_two_playgrounds_share_is_one_scope() -> None:
