@@ -35,6 +35,7 @@ from playguard_async.remote.ssh import RemoteSession, open_session
 from playguard_lab import DockerDaemon, GitOrigin, RegistryServer, SshServer
 from tests.support.cli import LAB_SETTINGS, Playguard
 from tests.support.daemon import Daemon, DaemonRunner, wait_for
+from tests.support.fencing import journal
 from tests.support.playgrounds import compose_yaml
 from tests.support.world import LAB_OPTIONS, LabWorld, ssh_marquee
 
@@ -76,14 +77,8 @@ class Fleet:
 
     def journal(self, marquee: str) -> list[tuple[float, str]]:
         """What the Marquee's host accepted: (time, action) per line of its journal."""
-        path = self.workdirs[marquee].with_name(f"{marquee}-state") / "journal"
-        if not path.exists():
-            return []
-        lines = []
-        for line in path.read_text().splitlines():
-            _fence, stamp, action = line.split(" ", 2)
-            lines.append((float(stamp), action))
-        return lines
+        state = self.workdirs[marquee].with_name(f"{marquee}-state")
+        return [(entry.time, entry.action) for entry in journal(state)]
 
     def updates(self, marquee: str) -> list[float]:
         """When the Marquee's checkout was moved to a new head (the release reaching it)."""
