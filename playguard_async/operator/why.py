@@ -24,6 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from playguard_async.coordination.client import RedisClient
 from playguard_async.coordination.pause import paused
 from playguard_async.coordination.pins import read_pins
 from playguard_async.coordination.records import CycleRecords
@@ -37,7 +38,8 @@ from playguard_async.cycle_record import (
 )
 from playguard_async.desired_state.model import Marquee
 from playguard_async.operator.fleet import known_marquee, open_fleet
-from playguard_async.operator.rollout import of_marquee
+from playguard_async.operator.rollout import rollouts_of
+from playguard_async.phases.rollout_record import Rollout
 from playguard_async.remote import guard
 from playguard_async.remote.errors import RemoteError
 from playguard_async.remote.journal import JournalEntry, parse_journal
@@ -154,7 +156,8 @@ async def marquee_timeline(
         records = CycleRecords(fleet.redis, history_length=settings.history_length, timeout=timeout)
         sources.records = await records.history(name)
         sources.operator_events = await _operator_events(fleet.redis, name, timeout)
-    sources.operator_events.extend(await _rollout_events(settings, name))
+        rollouts = await rollouts_of(fleet.redis, inventory, name, timeout)
+        sources.operator_events.extend(_rollout_events(rollout for rollout, _wave in rollouts))
     host_unread = None
     try:
         sources.writes = await read_host_writes(marquee, settings)
@@ -176,7 +179,7 @@ async def read_host_writes(marquee: Marquee, settings: Settings) -> list[HostWri
     return [HostWrite.from_entry(entry) for entry in parse_journal(result.stdout)]
 
 
-async def _operator_events(redis: Any, name: str, timeout: float) -> list[Event]:
+async def _operator_events(redis: RedisClient, name: str, timeout: float) -> list[Event]:
     """The pause and the pins Redis holds for ``name``, each as the event of its taking."""
     events = []
     pause = await paused(redis, name, timeout)
@@ -188,9 +191,8 @@ async def _operator_events(redis: Any, name: str, timeout: float) -> list[Event]
     return events
 
 
-async def _rollout_events(settings: Settings, name: str) -> list[Event]:
-    """The events of the rollouts of ``name``'s Playgrounds' scopes: waves, failures, and what
-    operators did to them, with why."""
+def _rollout_events(rollouts: Iterable[Rollout]) -> list[Event]:
+    """The events of ``rollouts``: waves, failures, and what operators did to them, with why."""
     return [
         Event(
             event.at,
@@ -198,7 +200,7 @@ async def _rollout_events(settings: Settings, name: str) -> list[Event]:
             bounded(f"{rollout.scope}: {event.what}: {event.why}"),
             bounded(event.by),
         )
-        for rollout, _wave in await of_marquee(settings, name)
+        for rollout in rollouts
         for event in rollout.events
     ]
 

@@ -142,8 +142,9 @@ def read_fence(marquee: Marquee) -> list[str]:
 
 
 def read_journal(marquee: Marquee, limit: int) -> list[str]:
-    """Prints the last ``limit`` bytes of the journal, whole lines only (the first line, cut,
-    is dropped when the journal is longer); prints nothing where no write was journalled yet."""
+    """Prints the last ``limit`` bytes of the journal, whole lines only (when the journal is
+    longer, the first line of that tail, which may be cut, is dropped); prints nothing where no
+    write was journalled yet."""
     script = (
         'd=$1; case $d in "~/"*) d=$HOME/${d#"~/"} ;; esac; f=$d/journal; test -f "$f" || exit 0; '
         'if [ "$(wc -c <"$f")" -gt "$2" ]; then tail -c "$2" -- "$f" | tail -n +2; '

@@ -330,6 +330,13 @@ def members(rollout: Rollout, wave: int) -> list[str]:
     ]
 
 
+def rollout_events(playguard: Playguard, marquee: str) -> list[str]:
+    """The rollout events ``playguard why`` shows for ``marquee``."""
+    why = playguard("why", marquee, "--json")
+    assert why.returncode == 0, why.stderr
+    return [e["text"] for e in json.loads(why.stdout)["events"] if e["kind"] == "rollout"]
+
+
 async def test_operators_pause_promote_and_abort_from_the_command_line(
     fleet: Fleet, playguard: Playguard
 ) -> None:
@@ -362,6 +369,7 @@ async def test_operators_pause_promote_and_abort_from_the_command_line(
     assert "pause by " in shown["why"]
     assert f"rollout {fleet.scope}: paused, wave 1 of 3" in described.stdout
     assert "this Marquee in wave 1" in described.stdout
+    assert f"{fleet.scope}: pause: watching the graphs" in rollout_events(playguard, CANARY)
 
     promoted = playguard("rollout", "promote", fleet.scope, "--reason", "canary looks fine")
     assert promoted.returncode == 0, promoted.stderr

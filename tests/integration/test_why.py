@@ -13,7 +13,7 @@ from typing import Any
 
 from redis import Redis as SyncRedis
 
-from playguard_async.coordination.keys import last_cycle_key, pause_key
+from playguard_async.coordination.keys import last_cycle_key, pause_key, pins_key
 from playguard_lab import GitOrigin
 from tests.support.cli import LAB_SETTINGS, Playguard
 from tests.support.playgrounds import compose_yaml
@@ -90,6 +90,8 @@ def test_hostile_text_is_bounded_and_inert_and_an_unreachable_host_is_said(
     now = time.time()
     pause = {"user": "eve", "host": hostile, "reason": hostile, "since": now, "until": now + 600}
     store.set(pause_key("edge-1"), json.dumps(pause))
+    pin = {"revision": "last-good", "user": hostile, "host": "h", "reason": hostile, "since": now}
+    store.hset(pins_key("edge-1"), "web-main", json.dumps(pin))
 
     status, told, text = why(playguard, "--since", "7d")
 
@@ -107,5 +109,5 @@ def test_hostile_text_is_bounded_and_inert_and_an_unreachable_host_is_said(
     assert status == 1
     assert told["host_read"] is False
     assert told["host_unread"]
-    assert [event["kind"] for event in told["events"]] == ["pause"]
+    assert sorted(event["kind"] for event in told["events"]) == ["pause", "pin"]
     assert "host journal not read: " in text
