@@ -319,6 +319,8 @@ def timeline_lines(timeline: why.Timeline) -> list[str]:
     acted, what it meant to do that its host did not journal, and each write its host accepted."""
     about = timeline.marquee + (f" playground {timeline.playground}" if timeline.playground else "")
     lines = [f"{about}: since {_stamp(timeline.since)} (times UTC)"]
+    if not timeline.playground_wanted:
+        lines.append(f"  playground {timeline.playground} is not in the desired state now")
     if timeline.host_unread is not None:
         lines.append(f"  host journal not read: {timeline.host_unread}")
     if not timeline.events:

@@ -117,12 +117,15 @@ class Timeline:
     """Why the host's journal was not read; None when it was."""
     cycles_kept: int = 0
     """How many cycle records Redis held for the Marquee, the quiet ones too."""
+    playground_wanted: bool = True
+    """False when ``playground`` is not in the desired state now (a typo, or one removed: its
+    past still shows)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
             "marquee": self.marquee, "playground": self.playground, "since": self.since,
             "host_read": self.host_unread is None, "host_unread": self.host_unread,
-            "cycles_kept": self.cycles_kept,
+            "cycles_kept": self.cycles_kept, "playground_wanted": self.playground_wanted,
             "events": [event.to_json() for event in self.events],
         }  # fmt: skip
 
@@ -153,6 +156,9 @@ async def marquee_timeline(
     async with open_fleet(settings) as fleet:
         inventory = await fleet.inventory()
         marquee = known_marquee(inventory, name, "the desired state")
+        wanted = playground is None or any(
+            known.name == playground for known in inventory.playgrounds_on(name)
+        )
         records = CycleRecords(fleet.redis, history_length=settings.history_length, timeout=timeout)
         sources.records = await records.history(name)
         sources.operator_events = await _operator_events(fleet.redis, name, timeout)
@@ -164,7 +170,7 @@ async def marquee_timeline(
     except (RemoteError, OSError, TimeoutError) as exc:
         host_unread = bounded(str(exc) or type(exc).__name__)
     events = joined(sources, extra=extra, playground=playground, since=since)
-    return Timeline(name, playground, since, events, host_unread, len(sources.records))
+    return Timeline(name, playground, since, events, host_unread, len(sources.records), wanted)
 
 
 async def read_host_writes(marquee: Marquee, settings: Settings) -> list[HostWrite]:

@@ -78,6 +78,11 @@ def test_why_joins_a_cycle_with_its_host_writes_and_keeps_them_after_redis_is_fl
     )
     assert f"no cycle record; cycle {moved['cycle']}" in text
 
+    status, told, text = why(playguard, "web-gone")
+    assert status == 0, text
+    assert told["playground_wanted"] is False
+    assert "playground web-gone is not in the desired state now" in text
+
 
 def test_hostile_text_is_bounded_and_inert_and_an_unreachable_host_is_said(
     playguard: Playguard, lab: LabWorld, store: SyncRedis
