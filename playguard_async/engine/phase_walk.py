@@ -44,13 +44,13 @@ class _CycleRemote:
         marquee: Marquee,
         lease: Lease,
         stack: contextlib.AsyncExitStack,
-        dry_run: bool,
+        result: CycleResult,
     ) -> None:
         self._opener = opener
         self._marquee = marquee
         self._lease = lease
         self._stack = stack
-        self._dry_run = dry_run
+        self._result = result
         self._session: RemoteView | None = None
 
     async def __call__(self) -> RemoteView:
@@ -58,7 +58,9 @@ class _CycleRemote:
             if self._opener is None:
                 raise RuntimeError("no remote layer is configured for this engine")
             self._session = await self._stack.enter_async_context(
-                self._opener(self._marquee, self._lease, self._dry_run)
+                self._opener(
+                    self._marquee, self._lease, self._result.dry_run, self._result.cycle_id
+                )
             )
         return self._session
 
@@ -102,9 +104,7 @@ class PhaseWalk:
         walk = structlog.contextvars.bind_contextvars(fence=lease.fence)
         try:
             async with contextlib.AsyncExitStack() as stack:
-                remote = _CycleRemote(
-                    services.open_session, self.marquee, lease, stack, result.dry_run
-                )
+                remote = _CycleRemote(services.open_session, self.marquee, lease, stack, result)
                 watch = LeaseWatch(lease)
                 before_phases: Mapping[str, contextvars.Token[Any]] | None = None
                 try:

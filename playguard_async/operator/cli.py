@@ -1,11 +1,12 @@
 """The ``playguard`` command: parsing and output; the work is in ``fleet`` and ``describe``.
 
-Exit statuses: 0 done (a cycle ended ok, every check passed); 1 an error a person can fix, a
-failed check, or ``unlock`` that deleted nothing; 2 bad usage; 3 ``cycle`` found the Marquee
-locked by another holder; 4 ``cycle`` ran but did not end ok; ``plan`` has its own (0 in sync,
-2 changes pending, 1 an error, as Terraform's -detailed-exitcode); 78 (sysexits' EX_CONFIG) ``run``
-could not start on its configuration (settings, inventory, phases), which the systemd unit does
-not restart on. A crash (a bug) is Python's own 1 with a traceback.
+Exit statuses: 0 done (a cycle ended ok, every check passed); 1 an error a person can fix, a failed
+check, ``unlock`` that deleted nothing, or ``why`` that could not read the host's journal; 2 bad
+usage; 3 ``cycle`` found the Marquee locked by another holder; 4 ``cycle`` ran but did not end ok;
+``plan`` has its own (0 in sync, 2 changes pending, 1 an error, as Terraform's -detailed-exitcode);
+78 (sysexits' EX_CONFIG) ``run`` could not start on its configuration (settings, inventory,
+phases), which the systemd unit does not restart on. A crash (a bug) is Python's own 1 with a
+traceback.
 """
 
 from __future__ import annotations
@@ -339,6 +340,55 @@ def describe(
 
 @cli.command()
 @click.argument("marquee")
+@click.argument("playground", required=False)
+@click.option("--since", default="24h", show_default=True, metavar="DURATION",
+              help="How far back (90s, 15m, 2h, 1d; up to 7d).")  # fmt: skip
+@CONFIG_OPTION
+@JSON_OPTION
+@click.pass_context
+def why(
+    ctx: click.Context,
+    *,
+    marquee: str,
+    playground: str | None,
+    since: str,
+    config: Path | None,
+    as_json: bool,
+) -> None:
+    """Why MARQUEE (or its PLAYGROUND) changed: one timeline, oldest first, of the cycles that
+    acted (replica, fence, outcome, causes) with the writes its host accepted, read back from
+    the host's journal and joined on cycle id, and of pauses, pins and rollout events. A host
+    write whose cycle Redis no longer holds still shows, marked. Exit status 1 when the host's
+    journal could not be read (what Redis had is printed)."""
+    seconds = _duration("--since", since)
+    assert seconds is not None  # the option has a default
+    with _readable_errors(ctx):
+        import asyncio
+        import json
+        import time
+
+        from playguard_async.operator import display
+        from playguard_async.operator.why import marquee_timeline
+
+        told = asyncio.run(
+            marquee_timeline(
+                command_settings(config),
+                marquee,
+                playground=playground,
+                since=time.time() - seconds,
+            )
+        )
+    if as_json:
+        click.echo(json.dumps(told.to_json(), indent=2))
+    else:
+        for line in display.timeline_lines(told):
+            echo(line)
+    if told.host_unread is not None:
+        ctx.exit(1)
+
+
+@cli.command()
+@click.argument("marquee")
 @CONFIG_OPTION
 @JSON_OPTION
 @_limit_option(20, "Cycles shown, newest first.")
@@ -569,8 +619,9 @@ _SPAN = re.compile(r"(?:(?P<d>[0-9]{1,3})d)?(?:(?P<h>[0-9]{1,4})h)?(?:(?P<m>[0-9
 _SPAN_SECONDS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
 
 
-def _pause_duration(value: str | None) -> float | None:
-    """--for as seconds (``90s``, ``15m``, ``2h``, ``1d``, ``1h30m``), None when not given."""
+def _duration(option: str, value: str | None) -> float | None:
+    """``option``'s value as seconds (``90s``, ``15m``, ``2h``, ``1d``, ``1h30m``), None when not
+    given; up to 7 days."""
     if value is None:
         return None
     from playguard_async.kits.capacity import MAX_SECONDS
@@ -580,7 +631,7 @@ def _pause_duration(value: str | None) -> float | None:
         int(count) * _SPAN_SECONDS[unit] for unit, count in match.groupdict().items() if count
     )  # fmt: skip
     if not 0 < seconds <= MAX_SECONDS:
-        fail(f"--for {value!r}: not a duration up to 7d (like 90s, 15m, 2h, 1h30m, 1d)", 1)
+        fail(f"{option} {value!r}: not a duration up to 7d (like 90s, 15m, 2h, 1h30m, 1d)", 1)
     return seconds
 
 
@@ -607,7 +658,7 @@ def pause(
     from playguard_async.coordination.pause import FLEET, REASON_MAX
 
     scope = _one_scope(marquee, fleet_wide) or FLEET
-    seconds = _pause_duration(for_)
+    seconds = _duration("--for", for_)
     if not reason.strip() or len(reason) > REASON_MAX or not reason.isprintable():
         fail(f"--reason of {len(reason)} characters: give 1 to {REASON_MAX} printable ones", 1)
     with _readable_errors(ctx):

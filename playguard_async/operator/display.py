@@ -8,7 +8,7 @@ the engine and the lock load only when a command prints their results.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
@@ -27,6 +27,9 @@ from playguard_async.operator.plan import (
     rollouts_in,
 )
 from playguard_async.settings import Settings
+
+if TYPE_CHECKING:
+    from playguard_async.operator import why
 
 PIPE_WIDTH = 500
 
@@ -309,3 +312,44 @@ def span(seconds: float) -> str:
         return f"{hours} h {minutes} min"
     days, hours = divmod(hours, 24)
     return f"{days} d {hours} h"
+
+
+def timeline_lines(timeline: why.Timeline) -> list[str]:
+    """``playguard why`` for a person: one event a line, oldest first; under a cycle, why it
+    acted, what it meant to do that its host did not journal, and each write its host accepted."""
+    about = timeline.marquee + (f" playground {timeline.playground}" if timeline.playground else "")
+    lines = [f"{about}: since {_stamp(timeline.since)} (times UTC)"]
+    if not timeline.playground_wanted:
+        lines.append(f"  playground {timeline.playground} is not in the desired state now")
+    if timeline.host_unread is not None:
+        lines.append(f"  host journal not read: {timeline.host_unread}")
+    if not timeline.events:
+        lines.append("  nothing happened (cycles in sync are not shown)")
+    for event in timeline.events:
+        head = f"{_stamp(event.at)}  {event.kind}"
+        if event.kind == "cycle":
+            fence = f"fence {fence_text(event.fence)}"
+            head = f"{head} {event.cycle_id}  {event.outcome}  {event.by}  {fence}"
+        elif event.kind == "host write":
+            cycle = f"cycle {event.cycle_id}" if event.cycle_id else "no cycle id"
+            head = f"{head}  fence {fence_text(event.fence)}  {event.text}  [{event.by}; {cycle}]"
+        else:
+            head = f"{head}  {event.by}: {event.text}" if event.by else f"{head}  {event.text}"
+        lines.append(head)
+        if event.kind == "cycle" and event.text != f"cycle {event.cycle_id} {event.outcome}":
+            lines.append(f"    outcome  {event.text}")
+        lines.extend(f"    cause    {cause}" for cause in event.causes)
+        journalled = {write.action for write in event.writes}
+        lines.extend(
+            f"    meant    {action}" for action in event.actions if action not in journalled
+        )
+        if event.kind == "cycle":
+            lines.extend(
+                f"    host     {_stamp(write.at)}  fence {fence_text(write.fence)}  {write.action}"
+                for write in event.writes
+            )
+    return [clean(line) for line in lines]
+
+
+def _stamp(at: float) -> str:
+    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M:%S")

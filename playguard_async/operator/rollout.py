@@ -9,12 +9,14 @@ import getpass
 import socket
 from datetime import UTC, datetime
 
+from playguard_async.coordination.client import RedisClient
 from playguard_async.coordination.rollouts import (
     FOREIGN,
     read_rollout,
     rollout_scopes,
     write_rollout,
 )
+from playguard_async.desired_state.model import Inventory
 from playguard_async.desired_state.rollout_policy import admission_key
 from playguard_async.operator.fleet import OperateError, known_marquee, open_fleet
 from playguard_async.phases.rollout_desk import scope_of, unfinished_rollouts
@@ -56,18 +58,24 @@ async def unfinished(settings: Settings) -> list[Rollout]:
 async def of_marquee(settings: Settings, marquee: str) -> list[tuple[Rollout, int]]:
     """The rollouts of ``marquee``'s Playgrounds' scopes that Redis holds, each with the wave
     (0-based) the Marquee is in, for ``describe``."""
-    timeout = settings.redis_socket_timeout
     async with open_fleet(settings) as fleet:
         inventory = await fleet.inventory()
-        found: list[tuple[Rollout, int]] = []
-        target = known_marquee(inventory, marquee, "the desired state")
-        for scope in sorted({scope_of(pg) for pg in inventory.playgrounds_on(marquee)}):
-            read = await read_rollout(fleet.redis, scope, timeout)
-            record = None if read.raw in (None, FOREIGN) else Rollout.parse(scope, read.expected)
-            if record is not None:
-                key = admission_key(scope, marquee, canary=target.canary)
-                found.append((record, record.wave_of(key)))
-        return found
+        return await rollouts_of(fleet.redis, inventory, marquee, settings.redis_socket_timeout)
+
+
+async def rollouts_of(
+    redis: RedisClient, inventory: Inventory, marquee: str, timeout: float
+) -> list[tuple[Rollout, int]]:
+    """``of_marquee`` on a Redis client and an inventory already at hand (``why``)."""
+    found: list[tuple[Rollout, int]] = []
+    target = known_marquee(inventory, marquee, "the desired state")
+    for scope in sorted({scope_of(pg) for pg in inventory.playgrounds_on(marquee)}):
+        read = await read_rollout(redis, scope, timeout)
+        record = None if read.raw in (None, FOREIGN) else Rollout.parse(scope, read.expected)
+        if record is not None:
+            key = admission_key(scope, marquee, canary=target.canary)
+            found.append((record, record.wave_of(key)))
+    return found
 
 
 def as_json(rollout: Rollout) -> dict[str, object]:

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 
 from playguard_async.coordination.fence import FencedLease
 from playguard_async.desired_state.model import Marquee
+from playguard_async.remote.journal import journal_text
 
 REFUSED_STATUS = 75
 """The guard's exit status when it refuses (EX_TEMPFAIL); its stderr then says why."""
@@ -117,9 +118,16 @@ def lease_id(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()[:16]
 
 
-def guarded(lease: FencedLease, marquee: Marquee, action: str, argv: Sequence[str]) -> list[str]:
-    """``argv`` as a write the host runs only if the lease's fence passes its check."""
-    line = _CONTROL.sub(" ", action)
+def guarded(
+    lease: FencedLease,
+    marquee: Marquee,
+    action: str,
+    argv: Sequence[str],
+    cycle_id: str | None = None,
+) -> list[str]:
+    """``argv`` as a write the host runs only if the lease's fence passes its check; its
+    journal line names ``cycle_id``, the cycle that makes it (``remote.journal``)."""
+    line = journal_text(_CONTROL.sub(" ", action), cycle_id)
     return ["sh", "-c", GUARD_SCRIPT, "playguard-guard", state_dir(marquee), str(lease.fence),
             lease_id(lease.token), line, *argv]  # fmt: skip
 
@@ -131,6 +139,18 @@ def read_fence(marquee: Marquee) -> list[str]:
         'd=$1; case $d in "~/"*) d=$HOME/${d#"~/"} ;; esac; test ! -e "$d" || cat -- "$d/fence"'
     )
     return ["sh", "-c", script, "sh", state_dir(marquee)]
+
+
+def read_journal(marquee: Marquee, limit: int) -> list[str]:
+    """Prints the last ``limit`` bytes of the journal, whole lines only (when the journal is
+    longer, the first line of that tail, which may be cut, is dropped); prints nothing where no
+    write was journalled yet."""
+    script = (
+        'd=$1; case $d in "~/"*) d=$HOME/${d#"~/"} ;; esac; f=$d/journal; test -f "$f" || exit 0; '
+        'if [ "$(wc -c <"$f")" -gt "$2" ]; then tail -c "$2" -- "$f" | tail -n +2; '
+        'else cat -- "$f"; fi'
+    )
+    return ["sh", "-c", script, "sh", state_dir(marquee), str(limit)]
 
 
 def refusal(exit_status: int | None, stderr: str) -> tuple[int | None, str] | None:

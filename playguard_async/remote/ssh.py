@@ -131,6 +131,8 @@ class RemoteSession:
     options: RemoteOptions
     lease: FencedLease | None = None
     dry_run: bool = False
+    cycle_id: str | None = None
+    """The cycle this session writes for: the host's journal names it with each write."""
     actions: list[str] = field(default_factory=list)
     host_fence: int | None = None
     """The highest fence the host was last seen to hold: ours after an accepted write, the
@@ -325,7 +327,7 @@ class RemoteSession:
         assert self.lease is not None  # self.fence refused a session without one
         log.info("remote.change", action=action, fence=fence)
         result = await self.run(
-            guard.guarded(self.lease, self.marquee, action, argv),
+            guard.guarded(self.lease, self.marquee, action, argv, self.cycle_id),
             stdin=stdin,
             timeout=timeout,
             check=False,
@@ -521,6 +523,7 @@ async def open_session(
     *,
     lease: FencedLease | None = None,
     dry_run: bool = False,
+    cycle_id: str | None = None,
     connections: ConnectionSource | None = None,
     compose_memo: ComposeMemo | None = None,
 ) -> AsyncIterator[RemoteSession]:
@@ -542,7 +545,9 @@ async def open_session(
             connector=connector, middlewares=(_read_only(f"{marquee.name}"),)
         )
         docker = aiodocker.Docker(url="unix://localhost", session=http)
-        session = RemoteSession(marquee, connection, docker, options, lease, dry_run=dry_run)
+        session = RemoteSession(
+            marquee, connection, docker, options, lease, dry_run=dry_run, cycle_id=cycle_id
+        )
         if compose_memo is not None:
             session.compose_memo = compose_memo
         try:

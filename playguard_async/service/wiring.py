@@ -63,13 +63,14 @@ class RemoteLayer:
         session of its own on a pooled connection."""
 
         def opener(
-            marquee: Marquee, lease: Lease, dry_run: bool
+            marquee: Marquee, lease: Lease, dry_run: bool, cycle_id: str
         ) -> AbstractAsyncContextManager[RemoteSession]:
             return open_session(
                 marquee,
                 self.options,
                 lease=lease,
                 dry_run=dry_run,
+                cycle_id=cycle_id,
                 connections=self.pool.connection,
                 compose_memo=self.compose_memo,
             )

@@ -64,8 +64,8 @@ def lab_cycles(
         redis,
         *phases,
         state=world,
-        open_session=lambda marquee, lease, cycle_dry_run: open_session(
-            marquee, LAB_OPTIONS, lease=lease, dry_run=cycle_dry_run
+        open_session=lambda marquee, lease, cycle_dry_run, cycle_id: open_session(
+            marquee, LAB_OPTIONS, lease=lease, dry_run=cycle_dry_run, cycle_id=cycle_id
         ),
         records=records,
         listeners=listeners,

@@ -499,7 +499,9 @@ async def test_remote_session_opens_on_first_use_and_closes_before_release(redis
             return "session"
 
     @contextlib.asynccontextmanager
-    async def opener(marquee: Marquee, lease: Lease, dry_run: bool) -> AsyncIterator[Session]:
+    async def opener(
+        marquee: Marquee, lease: Lease, dry_run: bool, cycle_id: str
+    ) -> AsyncIterator[Session]:
         held = await redis.exists(marquee_lock_key(marquee.name))
         events.append(f"open {marquee.name} fence {lease.fence} while locked={held}")
         yield Session()
@@ -534,7 +536,9 @@ async def test_each_phase_is_credited_with_the_actions_its_session_recorded_and_
             self.host_fence: int | None = None
 
     @contextlib.asynccontextmanager
-    async def opener(marquee: Marquee, lease: Lease, dry_run: bool) -> AsyncIterator[Session]:
+    async def opener(
+        marquee: Marquee, lease: Lease, dry_run: bool, cycle_id: str
+    ) -> AsyncIterator[Session]:
         yield Session()
 
     def acting(*done: str) -> Callable[[PhaseContext], Awaitable[None]]:

@@ -35,6 +35,7 @@ from playguard_async.remote.ssh import RemoteSession, open_session
 from playguard_lab import DockerDaemon, GitOrigin, RegistryServer, SshServer
 from tests.support.cli import LAB_SETTINGS, Playguard
 from tests.support.daemon import Daemon, DaemonRunner, wait_for
+from tests.support.fencing import journal
 from tests.support.playgrounds import compose_yaml
 from tests.support.world import LAB_OPTIONS, LabWorld, ssh_marquee
 
@@ -76,14 +77,8 @@ class Fleet:
 
     def journal(self, marquee: str) -> list[tuple[float, str]]:
         """What the Marquee's host accepted: (time, action) per line of its journal."""
-        path = self.workdirs[marquee].with_name(f"{marquee}-state") / "journal"
-        if not path.exists():
-            return []
-        lines = []
-        for line in path.read_text().splitlines():
-            _fence, stamp, action = line.split(" ", 2)
-            lines.append((float(stamp), action))
-        return lines
+        state = self.workdirs[marquee].with_name(f"{marquee}-state")
+        return [(entry.time, entry.action) for entry in journal(state)]
 
     def updates(self, marquee: str) -> list[float]:
         """When the Marquee's checkout was moved to a new head (the release reaching it)."""
@@ -335,6 +330,13 @@ def members(rollout: Rollout, wave: int) -> list[str]:
     ]
 
 
+def rollout_events(playguard: Playguard, marquee: str) -> list[str]:
+    """The rollout events ``playguard why`` shows for ``marquee``."""
+    why = playguard("why", marquee, "--json")
+    assert why.returncode == 0, why.stderr
+    return [e["text"] for e in json.loads(why.stdout)["events"] if e["kind"] == "rollout"]
+
+
 async def test_operators_pause_promote_and_abort_from_the_command_line(
     fleet: Fleet, playguard: Playguard
 ) -> None:
@@ -367,6 +369,7 @@ async def test_operators_pause_promote_and_abort_from_the_command_line(
     assert "pause by " in shown["why"]
     assert f"rollout {fleet.scope}: paused, wave 1 of 3" in described.stdout
     assert "this Marquee in wave 1" in described.stdout
+    assert f"{fleet.scope}: pause: watching the graphs" in rollout_events(playguard, CANARY)
 
     promoted = playguard("rollout", "promote", fleet.scope, "--reason", "canary looks fine")
     assert promoted.returncode == 0, promoted.stderr

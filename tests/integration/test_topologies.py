@@ -165,8 +165,8 @@ def engine_for(redis: RedisClient, marquee: Marquee, replica: str, probe: Fenced
         settings,
         redis,
         [probe],
-        open_session=lambda marquee, lease, dry_run: open_session(
-            marquee, LAB_OPTIONS, lease=lease, dry_run=dry_run
+        open_session=lambda marquee, lease, dry_run, cycle_id: open_session(
+            marquee, LAB_OPTIONS, lease=lease, dry_run=dry_run, cycle_id=cycle_id
         ),
     )
     return Engine(services, StaticState(Inventory(marquees=[marquee])))

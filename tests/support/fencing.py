@@ -19,6 +19,7 @@ from playguard_async.engine.results import CycleListener, CycleResult, Outcome
 from playguard_async.engine.scheduler import Engine
 from playguard_async.engine.services import CycleServices
 from playguard_async.phases.protocol import PhaseContext, PhaseReport
+from playguard_async.remote.journal import JournalEntry, parse_journal
 from playguard_async.remote.ssh import RemoteSession, open_session
 from playguard_async.service.metrics import Metrics
 from tests.support.engine import settings_for
@@ -43,22 +44,14 @@ class StaticLease:
         return self.deadline - time.monotonic()
 
 
-@dataclass(frozen=True)
-class JournalEntry:
-    fence: int
-    time: float
-    action: str
-
-
 def journal(state_dir: Path) -> list[JournalEntry]:
     """The writes the host's guard accepted, in the order it accepted them."""
     path = state_dir / "journal"
     if not path.exists():
         return []
-    entries = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        fence, at, action = line.split(" ", 2)
-        entries.append(JournalEntry(int(fence), float(at), action))
+    text = path.read_text(encoding="utf-8")
+    entries = parse_journal(text)
+    assert len(entries) == len(text.splitlines()), f"a line of {path} is not of the written shape"
     return entries
 
 
@@ -138,8 +131,8 @@ class Fleet:
             settings,
             redis,
             [self.first, self.second],
-            open_session=lambda marquee, lease, dry_run: open_session(
-                marquee, LAB_OPTIONS, lease=lease, dry_run=dry_run
+            open_session=lambda marquee, lease, dry_run, cycle_id: open_session(
+                marquee, LAB_OPTIONS, lease=lease, dry_run=dry_run, cycle_id=cycle_id
             ),
             observer=self.metrics,
             listeners=listeners,

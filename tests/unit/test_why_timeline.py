@@ -1,0 +1,86 @@
+"""The host's journal read back and joined with the cycle records (``playguard why``), without
+servers: the shapes of a line old and new, the join on cycle id, and outside input kept inert."""
+
+from __future__ import annotations
+
+from playguard_async.operator.display import timeline_lines
+from playguard_async.operator.why import (
+    NO_CYCLE_RECORD,
+    TEXT_LIMIT,
+    Event,
+    HostWrite,
+    Sources,
+    Timeline,
+    joined,
+)
+from playguard_async.remote.journal import JournalEntry, journal_text, parse_journal
+
+
+def record(cycle: str, *, at: float, actions: list[str], outcome: str = "ok") -> dict[str, object]:
+    return {
+        "marquee": "m1", "cycle": cycle, "outcome": outcome, "fence": 7, "replica": "r1",
+        "finished_at": at + 1.0, "duration": 1.0, "actions": {"sync_git": actions},
+        "findings": {"reconcile_playgrounds": {"playgrounds": {
+            "web": {"state": "running", "drift": ["commit a -> b"], "actions": actions},
+        }}},
+    }  # fmt: skip
+
+
+def test_a_journal_line_names_its_cycle_and_an_old_line_reads_with_none() -> None:
+    text = (
+        "3 1700000000.123456789 update playground web from a to b\n"
+        f"4 1700000001.5 {journal_text('compose up playground web (commit)', 'c0ffee12ab34')}\n"
+        "5 1700000002 cycle=not-hex keeps its words\n"
+    )
+
+    assert parse_journal(text) == [
+        JournalEntry(3, 1700000000.123456789, "update playground web from a to b", None),
+        JournalEntry(4, 1700000001.5, "compose up playground web (commit)", "c0ffee12ab34"),
+        JournalEntry(5, 1700000002.0, "cycle=not-hex keeps its words", None),
+    ]
+
+
+def test_lines_not_of_the_written_shape_are_left_out() -> None:
+    text = "cut half of a line\n\n-1 17 negative\n7 not-a-time x\n8 1700000000.5 kept\n"
+
+    assert parse_journal(text) == [JournalEntry(8, 1700000000.5, "kept")]
+
+
+def test_host_writes_join_their_cycle_and_a_write_of_no_recorded_cycle_is_marked() -> None:
+    update = HostWrite(1000.2, 7, "update playground web from a to b", "aa11")
+    orphan = HostWrite(2000.0, 8, "compose up playground web (commit)", "bb22")
+    anonymous = HostWrite(3000.0, 6, "stop playground other (expired)", None)
+    sources = Sources(
+        records=[record("aa11", at=1000.0, actions=[update.action]),
+                 record("cc33", at=1500.0, actions=[])],
+        writes=[update, orphan, anonymous],
+        operator_events=[Event(1200.0, "pin", "pin playground web: pinned", "alice@box")],
+    )  # fmt: skip
+    extra = [Event(900.0, "change", "row playguard.playgrounds web: branch", "alice")]
+
+    events = joined(sources, extra=extra, playground=None, since=0.0)
+
+    assert [(event.kind, event.cycle_id) for event in events] == [
+        ("change", None), ("cycle", "aa11"), ("pin", None), ("host write", "bb22"),
+        ("host write", None),
+    ]  # fmt: skip
+    cycle = events[1]
+    assert (cycle.by, cycle.fence, cycle.writes) == ("replica r1", 7, (update,))
+    assert cycle.causes == ("playground web: commit a -> b",)
+    assert events[3].by == events[4].by == NO_CYCLE_RECORD
+    only_web = joined(sources, extra=(), playground="web", since=1100.0)
+    assert [event.kind for event in only_web] == ["pin", "host write"]
+
+
+def test_hostile_text_is_bounded_and_shown_escaped() -> None:
+    hostile = "\x1b]0;owned\x07\x1b[2J" + "A" * 1_000_000
+    write = HostWrite.from_entry(JournalEntry(9, 1700000000.0, hostile, None))
+    sources = Sources(writes=[write], operator_events=[Event(1.0, "pause", "p", hostile[:500])])
+    timeline = Timeline("m1", None, 0.0, joined(sources, extra=(), playground=None, since=0.0))
+
+    lines = timeline_lines(timeline)
+
+    assert len(write.action) == TEXT_LIMIT
+    assert all(len(line) < 2 * TEXT_LIMIT + 200 for line in lines)
+    assert not any("\x1b" in line or "\x07" in line for line in lines)
+    assert "\\x1b]0;owned\\x07" in "\n".join(lines)
