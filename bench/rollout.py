@@ -77,8 +77,7 @@ from redis import Redis
 
 from playguard_async.coordination.keys import rollout_key
 from playguard_async.phases.protocol import BUILTIN_PHASES, Phase, PhaseContext, PhaseReport
-from playguard_async.phases.rollout_desk import RolloutDesk, Standing
-from playguard_async.phases.rollout_gate import policy_of
+from playguard_async.phases.rollout_desk import RolloutDesk, Standing, staged_playgrounds
 from playguard_async.phases.rollout_record import Rollout
 from playguard_async.service.logs import configure_logging
 from playguard_async.settings import Settings
@@ -113,13 +112,7 @@ class SimulatedGate:
 
     async def __call__(self, ctx: PhaseContext[Any]) -> PhaseReport:
         inventory = ctx.inventory
-        staged = [
-            (playground, policy)
-            for playground in inventory.playgrounds_on(ctx.marquee.name)
-            if playground.state == "running"
-            and (policy := policy_of(ctx, inventory.playspec_of(playground)))
-            and policy.staged(len(inventory.cohort(playground.playspec, playground.branch)))
-        ]
+        staged = staged_playgrounds(ctx)
         if not staged:
             return PhaseReport()
         lock = ctx.lease.lock
@@ -127,7 +120,7 @@ class SimulatedGate:
             lock.redis, lock.timeout, inventory, ctx.marquee, ctx.dry_run, ctx.windows_default
         )
         release = NEW_RELEASE if time.time() >= self.released_at() else OLD_RELEASE
-        for playground, policy in staged:
+        for playground, _, policy in staged:
             good = self.good.get(playground.name, OLD_RELEASE)
             standing = Standing(True, good, has_previous=True, rolls_back=True)
             verdict = await desk.verdict(playground, policy, release, HEAD, standing)

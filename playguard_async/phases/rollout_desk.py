@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 import structlog
 from redis.exceptions import RedisError
@@ -28,15 +29,36 @@ from playguard_async.coordination.rollouts import (
     unmarked,
     write_rollout,
 )
-from playguard_async.desired_state.model import Inventory, Marquee, Playground
+from playguard_async.desired_state.model import Inventory, Marquee, Playground, Playspec
 from playguard_async.desired_state.rollout_policy import RolloutPolicy, admission_key, waves_of
 from playguard_async.desired_state.windows import Window, allows
+from playguard_async.phases.protocol import PhaseContext
 from playguard_async.phases.rollout_record import Rollout
 
 log = structlog.get_logger("playguard.rollouts")
 
 TRIES = 3
 """Reads and compare-and-sets a failure report makes before it leaves it to the next cycle."""
+
+
+def policy_of(ctx: PhaseContext[Any], playspec: Playspec) -> RolloutPolicy | None:
+    """The Playspec's rollout policy, else the fleet's (``ctx.rollout_default``)."""
+    return playspec.rollout or ctx.rollout_default
+
+
+def staged_playgrounds(
+    ctx: PhaseContext[Any],
+) -> list[tuple[Playground, Playspec, RolloutPolicy]]:
+    """This Marquee's running Playgrounds whose release a rollout stages (a policy that takes
+    their cohort in more than one wave), with their Playspec and policy."""
+    inventory = ctx.inventory
+    return [
+        (playground, playspec, policy)
+        for playground in inventory.playgrounds_on(ctx.marquee.name)
+        if playground.state == "running"
+        and (policy := policy_of(ctx, playspec := inventory.playspec_of(playground)))
+        and policy.staged(len(inventory.cohort(playground.playspec, playground.branch)))
+    ]
 
 
 def scope_of(playground: Playground) -> str:

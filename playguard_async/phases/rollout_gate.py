@@ -33,8 +33,13 @@ import structlog
 
 from playguard_async.cycle_record import RolloutFinding
 from playguard_async.desired_state.model import Inventory, Playspec
-from playguard_async.desired_state.rollout_policy import RolloutPolicy
-from playguard_async.phases.rollout_desk import RolloutDesk, RolloutHold, Standing, Verdict
+from playguard_async.phases.rollout_desk import (
+    RolloutDesk,
+    RolloutHold,
+    Standing,
+    Verdict,
+    staged_playgrounds,
+)
 from playguard_async.phases.toolkit import CycleContext, branch_heads
 from playguard_async.remote.errors import DockerApiError
 from playguard_async.remote.last_good import read_records
@@ -42,10 +47,6 @@ from playguard_async.remote.registry import auth_for, registry_digest_once
 from playguard_async.remote.ssh import RemoteSession
 
 log = structlog.get_logger("playguard.rollouts")
-
-
-def policy_of(ctx: CycleContext, playspec: Playspec) -> RolloutPolicy | None:
-    return playspec.rollout or ctx.rollout_default
 
 
 async def release_of(
@@ -79,13 +80,7 @@ async def verdicts(ctx: CycleContext, session: RemoteSession) -> dict[str, Verdi
 
 
 async def _decide(ctx: CycleContext, session: RemoteSession) -> dict[str, Verdict]:
-    staged = [
-        (playground, playspec, policy)
-        for playground in ctx.inventory.playgrounds_on(ctx.marquee.name)
-        if playground.state == "running"
-        and (policy := policy_of(ctx, playspec := ctx.inventory.playspec_of(playground)))
-        and policy.staged(len(ctx.inventory.cohort(playground.playspec, playground.branch)))
-    ]
+    staged = staged_playgrounds(ctx)
     if not staged:
         return {}
     heads = await branch_heads(session, (playspec.repo for _, playspec, _ in staged))
