@@ -44,6 +44,6 @@ async def test_a_rollout_and_the_first_marquees_as_canaries_when_asked(tmp_path:
     inventory = await _written(tmp_path, rollout=rollout, canaries=2)
     assert [spec.rollout for spec in inventory.playspecs] == [RolloutPolicy.model_validate(rollout)]
     assert [m.name for m in inventory.marquees if m.canary] == ["marquee-0-0", "marquee-0-1"]
-    assert inventory.cohort("web", "main")[:2] == [
+    assert list(inventory.cohort("web", "main"))[:2] == [
         (name, True) for name in ("marquee-0-0", "marquee-0-1")
     ]
