@@ -390,6 +390,24 @@ class AcknowledgedSender(PoolSender):
         return Unreplicated(value, acknowledged)
 
 
+_REGISTERED: weakref.WeakKeyDictionary[RedisClient, dict[str, AsyncScript]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def registered(redis: RedisClient, source: str) -> AsyncScript:
+    """``source`` registered with ``redis``, hashed once per client and script: made per cycle
+    (a lock, a rollout reading), hashing each time cost more than the work itself
+    (bench/README.md). Weak keys: a closed client's scripts go with it."""
+    scripts = _REGISTERED.get(redis)
+    if scripts is None:
+        scripts = _REGISTERED[redis] = {}
+    script = scripts.get(source)
+    if script is None:
+        script = scripts[source] = redis.register_script(source)
+    return script
+
+
 _SENDERS: weakref.WeakKeyDictionary[RedisClient, dict[tuple[float, int, int], RedisSender]] = (
     weakref.WeakKeyDictionary()
 )

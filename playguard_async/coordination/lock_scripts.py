@@ -4,13 +4,12 @@ once per client (``scripts_of``) and run by SHA through the lock's sender (``loc
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass
 from typing import Any
 
 from redis.commands.core import AsyncScript
 
-from playguard_async.coordination.client import RedisClient
+from playguard_async.coordination.client import RedisClient, registered
 
 # What a lock's optional hold key holds the lock back with: false when no key is given or the key
 # is absent; its value when it is a string key, whatever it holds (the lock reads no meaning into
@@ -152,19 +151,11 @@ class Scripts:
     raise_fence: AsyncScript
 
 
-# A TokenLock is made per cycle; registering (hashing) four scripts each time cost more than the
-# lock's own work (bench/README.md). Weak keys: a closed client's scripts go with it.
-_SCRIPTS: weakref.WeakKeyDictionary[RedisClient, Scripts] = weakref.WeakKeyDictionary()
-
-
 def scripts_of(redis: RedisClient) -> Scripts:
-    """The lock's scripts registered with ``redis``, once per client."""
-    scripts = _SCRIPTS.get(redis)
-    if scripts is None:
-        scripts = _SCRIPTS[redis] = Scripts(
-            acquire=redis.register_script(ACQUIRE_SCRIPT),
-            renew=redis.register_script(RENEW_SCRIPT),
-            release=redis.register_script(RELEASE_SCRIPT),
-            raise_fence=redis.register_script(RAISE_FENCE_SCRIPT),
-        )
-    return scripts
+    """The lock's scripts registered with ``redis`` (``client.registered``: once per client)."""
+    return Scripts(
+        acquire=registered(redis, ACQUIRE_SCRIPT),
+        renew=registered(redis, RENEW_SCRIPT),
+        release=registered(redis, RELEASE_SCRIPT),
+        raise_fence=registered(redis, RAISE_FENCE_SCRIPT),
+    )

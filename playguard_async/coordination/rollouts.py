@@ -18,7 +18,6 @@ scope then has no rollout this process can use, one log line per reading.
 from __future__ import annotations
 
 import re
-import weakref
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -27,7 +26,7 @@ import structlog
 from redis.commands.core import AsyncScript
 from redis.exceptions import ResponseError
 
-from playguard_async.coordination.client import RedisClient, sender_for
+from playguard_async.coordination.client import RedisClient, registered, sender_for
 from playguard_async.coordination.foreign import is_wrong_type
 from playguard_async.coordination.keys import (
     ROLLOUTS_KEY,
@@ -134,29 +133,6 @@ def _text(value: bytes | str) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
-@dataclass(frozen=True)
-class _Scripts:
-    read: AsyncScript
-    write: AsyncScript
-    mark: AsyncScript
-
-
-# Registered (hashed) once per client, as the lock's are (``lock_scripts.scripts_of``); weak
-# keys: a closed client's scripts go with it.
-_SCRIPTS: weakref.WeakKeyDictionary[RedisClient, _Scripts] = weakref.WeakKeyDictionary()
-
-
-def _scripts_of(redis: RedisClient) -> _Scripts:
-    scripts = _SCRIPTS.get(redis)
-    if scripts is None:
-        scripts = _SCRIPTS[redis] = _Scripts(
-            read=redis.register_script(_READ_SCRIPT),
-            write=redis.register_script(_WRITE_SCRIPT),
-            mark=redis.register_script(_MARK_SCRIPT),
-        )
-    return scripts
-
-
 def _run(
     redis: RedisClient,
     timeout: float,
@@ -174,7 +150,7 @@ def _run(
 
 
 async def read_rollout(redis: RedisClient, scope: str, timeout: float) -> RolloutRead:
-    answer = await _run(redis, timeout, _scripts_of(redis).read, _keys(scope), (FOREIGN,))
+    answer = await _run(redis, timeout, registered(redis, _READ_SCRIPT), _keys(scope), (FOREIGN,))
     return _reading(scope, answer)
 
 
@@ -184,7 +160,9 @@ async def write_rollout(
     """Store ``record`` for ``read.scope`` unless its record changed since ``read``; whether it
     did. A rollout that ``opens`` is also listed (``rollout_scopes``)."""
     argv = (read.expected, record, "1" if opens else "0")
-    written = bool(await _run(redis, timeout, _scripts_of(redis).write, _keys(read.scope), argv))
+    written = bool(
+        await _run(redis, timeout, registered(redis, _WRITE_SCRIPT), _keys(read.scope), argv)
+    )
     if written and opens:
         await bounded(timeout, redis.sadd(ROLLOUTS_KEY, read.scope))
     return written
@@ -196,7 +174,7 @@ async def mark_healthy(
     """Count ``marquee`` verified healthy at the target of rollout ``rollout_id`` (once), and
     read the scope again (so the step it may complete is judged on fresh counts)."""
     argv = (FOREIGN, rollout_id, marquee, str(wave))
-    answer = await _run(redis, timeout, _scripts_of(redis).mark, _keys(scope), argv)
+    answer = await _run(redis, timeout, registered(redis, _MARK_SCRIPT), _keys(scope), argv)
     return _reading(scope, answer)
 
 
