@@ -5,6 +5,7 @@ wakes replicas also appends one entry per changed row, naming the transaction's 
 from __future__ import annotations
 
 import json
+import re
 import secrets
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -16,6 +17,7 @@ import pytest
 from playguard_async.desired_state.postgres.audit_chain import prune_changes, verify_changes
 from playguard_async.desired_state.postgres.schema import migrate
 from tests.support.app_database import AppFleet, create_app, limited_role, literal
+from tests.support.daemon import REPO_ROOT
 from tests.support.postgres import LabDatabase, playguard_with
 
 NEWEST = "SELECT * FROM playguard.changes ORDER BY id DESC LIMIT 1"
@@ -294,3 +296,51 @@ async def test_the_daemons_role_can_neither_change_nor_add_entries(
     ), refused.value
     assert await daemons_role.fetch("SELECT * FROM playguard.changes") == before
     assert len(before) == 1
+
+
+def _readme_hand_over(audit_role: str, daemon_role: str) -> str:
+    """The README's statements that hand the audit to a role of its own, for these roles."""
+    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Why did this change?\n", 1)[1].split("\n## ", 1)[0]
+    blocks: list[str] = re.findall(r"```\n(CREATE ROLE playguard_audit .*?)```", section, re.DOTALL)
+    (block,) = blocks
+    return block.replace("playguard_audit", audit_role).replace(
+        " TO playguard;", f" TO {daemon_role};"
+    )
+
+
+async def test_after_the_readmes_hand_over_the_daemons_role_cannot_get_the_audit_back(
+    postgres: LabDatabase,
+) -> None:
+    await create_app(postgres, AppFleet())
+    audit_role = f"audit_{secrets.token_hex(5)}"
+    admin = await postgres.connect()
+    try:
+        async with limited_role(postgres, schema="granted") as daemon:
+            connection = await daemon.database.connect()
+            try:
+                await migrate(connection)
+                await admin.execute(_readme_hand_over(audit_role, daemon.name))
+                await connection.execute(
+                    f"GRANT UPDATE, DELETE ON playguard.changes TO {daemon.name}"
+                )
+                await connection.execute(
+                    "INSERT INTO playguard.marquee_steering (name, mode) VALUES ('edge-a', 'off')"
+                )
+                for statement in (
+                    "UPDATE playguard.changes SET actor = 'mallory'",
+                    "DELETE FROM playguard.changes",
+                    "DROP TABLE playguard.changes",
+                ):
+                    with pytest.raises(asyncpg.InsufficientPrivilegeError):
+                        await connection.execute(statement)
+                entries = await connection.fetch("SELECT actor, chain FROM playguard.changes")
+                found = await verify_changes(connection)
+            finally:
+                await connection.close()
+            await admin.execute(f"DROP OWNED BY {audit_role}")
+    finally:
+        await admin.execute(f"DROP ROLE IF EXISTS {audit_role}")
+        await admin.close()
+    assert [(row["actor"], row["chain"]) for row in entries] == [(daemon.name, "edge-a")]
+    assert (found.intact, found.entries) == (True, 1)
