@@ -99,8 +99,9 @@ async def test_the_import_records_every_row_inserted_with_all_its_columns(
         ("<script>alert(1)</script>", "<script>alert(1)</script>"),
         ("a" * 1_000_000, "a" * 200),
         ("\x1b[31mred\x07\u202edlrow\u2028x\x9b", "?[31mred??dlrow?x?"),
+        ("ä\U0001f469\u200d\U0001f4bb", "ä\U0001f469?\U0001f4bb"),
     ],
-    ids=["markup", "one-megabyte", "control-characters"],
+    ids=["markup", "one-megabyte", "control-characters", "beyond-the-basic-plane"],
 )
 async def test_a_hostile_actor_is_bounded_and_inert(
     fleet: asyncpg.Connection, actor: str, stored: str

@@ -167,9 +167,7 @@ async def prune_changes(
         for head in heads:
             chain, seq = head["chain"], head["seq"]
             await connection.execute(
-                "SELECT pg_advisory_xact_lock(hashtextextended($1 || ' changes ' || $2, 0))",
-                schema,
-                chain,
+                f"SELECT {qualified(schema, 'playguard_lock_chain')}($1)", chain
             )
             await connection.execute(
                 f"INSERT INTO {anchors} (chain, seq, hash) "

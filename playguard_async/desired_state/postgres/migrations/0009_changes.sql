@@ -71,6 +71,17 @@ CREATE FUNCTION playguard_change_text(value text) RETURNS text
     RETURN regexp_replace(left(value, 200),
         '[\x01-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]', '?', 'g');
 
+-- Held until the transaction ends by whoever appends to `chain` or cuts it. The chains share
+-- 64 locks (a hash of the name picks one): an import of 100,000 Marquees holds 64, not 100,000
+-- entries of the server's lock table, at the price of writers to two Marquees sometimes
+-- waiting for each other's commit.
+CREATE FUNCTION playguard_lock_chain(chain text) RETURNS void
+    LANGUAGE sql VOLATILE
+    SET search_path FROM CURRENT
+    BEGIN ATOMIC
+        SELECT pg_advisory_xact_lock(hashtext(current_schema() || ' changes'), hashtext(chain) % 64);
+    END;
+
 -- Append one entry. SECURITY DEFINER: the application's roles, whose writes fire the triggers,
 -- hold no privilege on `changes`; the function runs as its owner (the role that migrated).
 -- Called by the triggers only (pg_trigger_depth): a direct call could add a made-up entry.
@@ -103,7 +114,7 @@ BEGIN
         changed := ARRAY(SELECT k FROM jsonb_object_keys(coalesce(new_row, old_row)) AS k
                          ORDER BY k COLLATE "C");
     END IF;
-    PERFORM pg_advisory_xact_lock(hashtextextended(current_schema() || ' changes ' || chain_name, 0));
+    PERFORM playguard_lock_chain(chain_name);
     SELECT c.seq, c.hash INTO last_seq, last_hash
         FROM changes c WHERE c.chain = chain_name ORDER BY c.seq DESC LIMIT 1;
     IF last_seq IS NULL THEN
