@@ -48,21 +48,31 @@ CREATE FUNCTION playguard_change_field(value text) RETURNS text
     RETURN CASE WHEN value IS NULL THEN '-' ELSE length(value)::text || ':' || value END;
 
 -- The text an entry's hash covers (besides the previous hash): every field but hash itself,
--- the time as microseconds since the epoch.
+-- the time as microseconds since the epoch. PL/pgSQL rather than SQL: a trigger calls it for
+-- every row, and a SQL function with subqueries would be planned again at each call.
 CREATE FUNCTION playguard_change_canonical(id bigint, at timestamptz, relation text, key text,
         columns text[], operation text, actor text, marquees text[], chain text, seq bigint)
     RETURNS text
-    LANGUAGE sql STABLE PARALLEL SAFE
-    RETURN id::text || '|' || (extract(epoch FROM at) * 1000000)::bigint::text
-        || '|' || playguard_change_field(relation) || playguard_change_field(key)
-        || cardinality(columns)::text || '['
-        || coalesce((SELECT string_agg(playguard_change_field(c), '' ORDER BY n)
-                     FROM unnest(columns) WITH ORDINALITY AS u(c, n)), '') || ']'
-        || playguard_change_field(operation) || playguard_change_field(actor)
-        || cardinality(marquees)::text || '['
-        || coalesce((SELECT string_agg(playguard_change_field(m), '' ORDER BY n)
-                     FROM unnest(marquees) WITH ORDINALITY AS u(m, n)), '') || ']'
-        || playguard_change_field(chain) || seq::text;
+    LANGUAGE plpgsql STABLE PARALLEL SAFE AS $$
+DECLARE
+    canonical text := id::text || '|' || (extract(epoch FROM at) * 1000000)::bigint::text || '|'
+        || playguard_change_field(relation) || playguard_change_field(key)
+        || cardinality(columns)::text || '[';
+    item text;
+BEGIN
+    FOREACH item IN ARRAY columns LOOP
+        canonical := canonical || playguard_change_field(item);
+    END LOOP;
+    canonical := canonical || ']' || playguard_change_field(operation)
+        || playguard_change_field(actor) || cardinality(marquees)::text || '[';
+    FOREACH item IN ARRAY marquees LOOP
+        canonical := canonical || playguard_change_field(item);
+    END LOOP;
+    RETURN canonical || ']' || playguard_change_field(chain) || seq::text;
+END;
+$$;
+ALTER FUNCTION playguard_change_canonical(bigint, timestamptz, text, text, text[], text, text,
+    text[], text, bigint) SET search_path FROM CURRENT;
 
 -- Printable and bounded: at most 200 characters, control characters (C0, DEL, C1) and
 -- invisible formatting ones (zero-width, bidi overrides, line separators) as '?'.
@@ -72,15 +82,12 @@ CREATE FUNCTION playguard_change_text(value text) RETURNS text
         '[\x01-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]', '?', 'g');
 
 -- Held until the transaction ends by whoever appends to `chain` or cuts it. The chains share
--- 64 locks (a hash of the name picks one): an import of 100,000 Marquees holds 64, not 100,000
--- entries of the server's lock table, at the price of writers to two Marquees sometimes
--- waiting for each other's commit.
+-- 64 locks (a hash of the name picks one; installations in other schemas of the database share
+-- them too): an import of 100,000 Marquees holds 64, not 100,000 entries of the server's lock
+-- table, at the price of writers to two Marquees sometimes waiting for each other's commit.
 CREATE FUNCTION playguard_lock_chain(chain text) RETURNS void
     LANGUAGE sql VOLATILE
-    SET search_path FROM CURRENT
-    BEGIN ATOMIC
-        SELECT pg_advisory_xact_lock(hashtext(current_schema() || ' changes'), hashtext(chain) % 64);
-    END;
+    RETURN pg_advisory_xact_lock(hashtext('playguard changes'), hashtext(chain) % 64);
 
 -- Append one entry. SECURITY DEFINER: the application's roles, whose writes fire the triggers,
 -- hold no privilege on `changes`; the function runs as its owner (the role that migrated).
@@ -115,12 +122,14 @@ BEGIN
                          ORDER BY k COLLATE "C");
     END IF;
     PERFORM playguard_lock_chain(chain_name);
-    SELECT c.seq, c.hash INTO last_seq, last_hash
-        FROM changes c WHERE c.chain = chain_name ORDER BY c.seq DESC LIMIT 1;
-    IF last_seq IS NULL THEN
-        SELECT a.seq, a.hash INTO last_seq, last_hash
-            FROM change_anchors a WHERE a.chain = chain_name ORDER BY a.seq DESC LIMIT 1;
-    END IF;
+    -- The chain's head: its newest entry, else the anchor of its last cut. EXECUTE, planned
+    -- at each call: a cached plan made while `changes` was empty scans it whole, and an import
+    -- appending to it in one transaction took quadratic time.
+    EXECUTE 'SELECT seq, hash FROM ('
+        '(SELECT seq, hash FROM changes WHERE chain = $1 ORDER BY seq DESC LIMIT 1) UNION ALL '
+        '(SELECT seq, hash FROM change_anchors WHERE chain = $1 ORDER BY seq DESC LIMIT 1)'
+        ') AS head ORDER BY seq DESC LIMIT 1'
+        INTO last_seq, last_hash USING chain_name;
     last_seq := coalesce(last_seq, 0);
     last_hash := coalesce(last_hash, '');
     key := playguard_change_text(key);
