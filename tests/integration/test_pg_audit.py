@@ -4,6 +4,7 @@ wakes replicas also appends one entry per changed row, naming the transaction's 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import secrets
@@ -345,3 +346,36 @@ async def test_after_the_readmes_hand_over_the_daemons_role_cannot_get_the_audit
         await admin.close()
     assert [(row["actor"], row["chain"]) for row in entries] == [(daemon.name, "edge-a")]
     assert (found.intact, found.entries) == (True, 1)
+
+
+async def test_two_writers_to_one_marquee_never_fork_its_chain(
+    fleet: asyncpg.Connection, postgres: LabDatabase
+) -> None:
+    other = await postgres.connect()
+    try:
+        async with fleet.transaction():
+            await fleet.execute(MOVE_BRANCH, "feature/first")
+            second = asyncio.create_task(
+                other.execute(
+                    "UPDATE playguard.playgrounds SET branch = 'feature/second' "
+                    "WHERE name = 'shop-0-2'"
+                )
+            )
+            await _until_waiting_on_a_lock(fleet, other.get_server_pid())
+        await second
+    finally:
+        await other.close()
+    entries = await fleet.fetch(
+        "SELECT key, seq FROM playguard.changes WHERE chain = 'edge-0' ORDER BY seq DESC LIMIT 2"
+    )
+    assert [row["key"] for row in entries] == ["shop-0-2", "shop-0-1"]
+    assert entries[0]["seq"] == entries[1]["seq"] + 1
+    assert (await verify_changes(fleet)).intact
+
+
+async def _until_waiting_on_a_lock(observer: asyncpg.Connection, pid: int) -> None:
+    async with asyncio.timeout(10):
+        while not await observer.fetchval(  # noqa: ASYNC110 - another server session waits
+            "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = $1", pid
+        ):
+            await asyncio.sleep(0.02)

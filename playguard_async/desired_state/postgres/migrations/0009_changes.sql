@@ -106,7 +106,7 @@ DECLARE
     changed text[];
     actor text := playguard_change_text(coalesce(
         nullif(current_setting('playguard.actor', true), ''), session_user::text));
-    entry_id bigint := nextval('changes_id_seq');
+    entry_id bigint;
     entry_at timestamptz := transaction_timestamp();
     last_seq bigint;
     last_hash text;
@@ -122,6 +122,8 @@ BEGIN
                          ORDER BY k COLLATE "C");
     END IF;
     PERFORM playguard_lock_chain(chain_name);
+    -- Under the lock: a chain's ids then rise with its seq, which verify checks.
+    entry_id := nextval('changes_id_seq');
     -- The chain's head: its newest entry, else the anchor of its last cut. EXECUTE, planned
     -- at each call: a cached plan made while `changes` was empty scans it whole, and an import
     -- appending to it in one transaction took quadratic time.
