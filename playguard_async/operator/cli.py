@@ -21,6 +21,7 @@ import click
 
 from playguard_async import __version__
 from playguard_async.kits.textclean import clean
+from playguard_async.operator.audit import audit
 from playguard_async.operator.db import db
 from playguard_async.operator.options import CONFIG_OPTION
 
@@ -814,6 +815,7 @@ _rollout_action("resume", "Let a paused rollout go on.")
 _rollout_action("abort", "Stop the rollout: no Marquee takes its release from now on.")
 
 cli.add_command(db)
+cli.add_command(audit)
 
 
 def main() -> None:

@@ -31,7 +31,9 @@ def db() -> None:
     """The PostgreSQL desired state: schema, import from YAML, export to YAML."""
 
 
-def _run(config: Path | None, work: Callable[[asyncpg.Connection, Settings], Awaitable[_T]]) -> _T:
+def run_on_database(
+    config: Path | None, work: Callable[[asyncpg.Connection, Settings], Awaitable[_T]]
+) -> _T:
     """Run ``work`` on a connection to the settings' database, given the settings (playguard's
     schema is ``desired_state_schema``); one-line errors, exit 1."""
     # Imported here, not at the top: `playguard --help` loads this module (cli's lazy imports).
@@ -95,7 +97,7 @@ def migrate(config: Path | None) -> None:
         names = ", ".join(f"{m.version:04d}_{m.name}" for m in applied)
         return f"applied {names}; schema {schema} version {version}"
 
-    click.echo(_run(config, work))
+    click.echo(run_on_database(config, work))
 
 
 @db.command(name="import")
@@ -118,7 +120,7 @@ def import_(file: Path, replace: bool, config: Path | None) -> None:
             timeout=settings.inventory_read_timeout,
         )
 
-    counts = _run(config, work)
+    counts = run_on_database(config, work)
     click.echo("imported " + ", ".join(f"{count} {table}" for table, count in counts.items()))
 
 
@@ -132,7 +134,7 @@ def export(output: Path | None, config: Path | None) -> None:
     """Write the database's desired state as a YAML inventory."""
     from playguard_async.desired_state.postgres.transfer import export_inventory  # noqa: PLC0415
 
-    text = _run(config, lambda connection, settings: export_inventory(
+    text = run_on_database(config, lambda connection, settings: export_inventory(
         connection, settings.desired_state_schema
     ))  # fmt: skip
     if output is None:
@@ -148,7 +150,7 @@ def check(config: Path | None) -> None:
     problem, exit status 1 when there is any."""
     from playguard_async.desired_state.postgres.db_check import check_mapping  # noqa: PLC0415 - asyncpg
 
-    problems, summary = _run(config, lambda connection, settings: check_mapping(
+    problems, summary = run_on_database(config, lambda connection, settings: check_mapping(
         connection, settings.desired_state_schema
     ))  # fmt: skip
     for line in problems:

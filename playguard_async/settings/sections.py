@@ -192,6 +192,13 @@ class DesiredStateSettings(BaseModel):
         description="Seconds connecting to PostgreSQL and reading one snapshot may take; past "
         "it the last good snapshot stays in force.",
     )
+    audit_retention_days: int = Field(
+        90,
+        ge=0,
+        le=36500,
+        description="Days the audit of desired-state changes (PostgreSQL's playguard.changes) "
+        "keeps entries when the operator's `playguard audit prune` runs; 0 keeps them forever.",
+    )
     desired_state_probe_interval: float = _seconds(
         30.0,
         description="Seconds between the SELECT 1 probes of the LISTEN connection "

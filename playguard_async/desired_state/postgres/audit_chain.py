@@ -1,0 +1,182 @@
+"""The audit of desired-state changes (migration 0009's ``changes``): checking its hash chains,
+and the operator's retention cut that keeps them checkable.
+
+The hashes are computed here again from each entry's fields, as migration 0009's
+``playguard_change_canonical`` defines them, not by calling that function: a function changed in
+the database must not vouch for the rows it would have to condemn. An entry is condemned when
+its hash is not that of its fields, when it does not follow the hash before it in its chain, or
+when entries are missing before it (its chain's numbers jump). Entries cut from a chain's tail
+leave no trace in the chain itself: the README says how to keep the heads elsewhere.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import asyncpg
+
+from playguard_async.desired_state.postgres.connection import DEFAULT_SCHEMA, qualified
+
+FLEET_CHAIN = "*"
+"""The chain of changes that concern no Marquee or several (no Marquee name can be ``*``)."""
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_FETCH_ROWS = 1000
+_COLUMNS = "id, at, relation, key, columns, operation, actor, marquees, chain, seq, prev_hash, hash"
+
+
+def _field(value: str | None) -> str:
+    return "-" if value is None else f"{len(value)}:{value}"
+
+
+def _listed(values: Sequence[str | None]) -> str:
+    return f"{len(values)}[" + "".join(_field(value) for value in values) + "]"
+
+
+def canonical(entry: Mapping[str, Any]) -> str:
+    """The text an entry's hash covers besides the previous hash (the SQL function
+    ``playguard_change_canonical``)."""
+    micros = (entry["at"] - _EPOCH) // timedelta(microseconds=1)
+    return (
+        f"{entry['id']}|{micros}|{_field(entry['relation'])}{_field(entry['key'])}"
+        f"{_listed(entry['columns'])}{_field(entry['operation'])}{_field(entry['actor'])}"
+        f"{_listed(entry['marquees'])}{_field(entry['chain'])}{entry['seq']}"
+    )
+
+
+def entry_hash(prev_hash: str, entry: Mapping[str, Any]) -> str:
+    return hashlib.sha256(f"{prev_hash}|{canonical(entry)}".encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class ChainProblem:
+    """One entry condemned (or a run of entries missing), said in one line."""
+
+    chain: str
+    seq: int
+    change_id: int | None
+    """The entry's id; None for missing entries."""
+    problem: str
+
+    def line(self) -> str:
+        where = f"changes id {self.change_id}" if self.change_id is not None else "changes"
+        return f"{where} (chain {self.chain!r}, seq {self.seq}): {self.problem}"
+
+
+@dataclass
+class Verification:
+    """What ``verify`` found: every entry read, the problems up to ``limit`` and a count of the
+    rest, so a table rewritten whole still answers in bounded output."""
+
+    limit: int
+    entries: int = 0
+    chains: int = 0
+    problems: list[ChainProblem] = field(default_factory=list)
+    more: int = 0
+
+    @property
+    def intact(self) -> bool:
+        return not self.problems
+
+    def add(self, problem: ChainProblem) -> None:
+        if len(self.problems) < self.limit:
+            self.problems.append(problem)
+        else:
+            self.more += 1
+
+
+@dataclass
+class _ChainCursor:
+    """Where the walk is in one chain: the seq and hash the next entry must follow."""
+
+    seq: int
+    hash: str
+    change_id: int | None
+
+    def follow(self, entry: Mapping[str, Any]) -> None:
+        self.seq, self.hash, self.change_id = entry["seq"], entry["hash"], entry["id"]
+
+
+async def verify_changes(
+    connection: asyncpg.Connection, schema: str = DEFAULT_SCHEMA, *, limit: int = 100
+) -> Verification:
+    """Walk every chain of ``changes`` in one REPEATABLE READ snapshot, from each chain's newest
+    retention anchor (else its start)."""
+    found = Verification(limit)
+    async with connection.transaction(isolation="repeatable_read", readonly=True):
+        anchors = {
+            row["chain"]: _ChainCursor(row["seq"], row["hash"], None)
+            for row in await connection.fetch(
+                f"SELECT DISTINCT ON (chain) chain, seq, hash "
+                f"FROM {qualified(schema, 'change_anchors')} ORDER BY chain, seq DESC"
+            )
+        }
+        current: tuple[str, _ChainCursor] | None = None
+        async for row in connection.cursor(
+            f"SELECT {_COLUMNS} FROM {qualified(schema, 'changes')} ORDER BY chain, seq",
+            prefetch=_FETCH_ROWS,
+        ):
+            found.entries += 1
+            if current is None or current[0] != row["chain"]:
+                found.chains += 1
+                current = (row["chain"], anchors.get(row["chain"]) or _ChainCursor(0, "", None))
+            for problem in _problems(row, current[1]):
+                found.add(problem)
+            current[1].follow(row)
+    return found
+
+
+def _problems(row: Mapping[str, Any], before: _ChainCursor) -> Iterator[ChainProblem]:
+    chain, seq, change_id = row["chain"], row["seq"], row["id"]
+    if seq > before.seq + 1:
+        after = f"after id {before.change_id}" if before.change_id is not None else "at its start"
+        first = before.seq + 1
+        gap = f"seq {first}" if seq == first + 1 else f"seq {first}..{seq - 1}"
+        yield ChainProblem(chain, first, None,
+                           f"{gap} missing ({after}, before id {change_id})")  # fmt: skip
+    elif row["prev_hash"] != before.hash:
+        yield ChainProblem(chain, seq, change_id, "does not follow the hash of the entry before it")
+    if seq <= before.seq:
+        yield ChainProblem(chain, seq, change_id, f"seq {seq} is not after {before.seq}")
+    if entry_hash(row["prev_hash"], row) != row["hash"]:
+        yield ChainProblem(chain, seq, change_id, "hash mismatch: the entry was changed")
+    if before.change_id is not None and change_id <= before.change_id:
+        yield ChainProblem(chain, seq, change_id, f"id is not after id {before.change_id}")
+
+
+async def prune_changes(
+    connection: asyncpg.Connection, schema: str = DEFAULT_SCHEMA, *, older_than: timedelta
+) -> dict[str, int]:
+    """Cut each chain's entries older than ``older_than``, in one transaction, recording the
+    last entry cut as the chain's anchor so the first one kept still verifies; returns the
+    entries cut per chain. Each chain is locked as the trigger locks it, so an entry appended
+    meanwhile follows the anchor. Needs DELETE on ``changes`` and INSERT on ``change_anchors``,
+    which the daemon's role does not hold (README: "Why did this change?")."""
+    changes, anchors = qualified(schema, "changes"), qualified(schema, "change_anchors")
+    cut: dict[str, int] = {}
+    async with connection.transaction():
+        heads = await connection.fetch(
+            f"SELECT chain, max(seq) AS seq FROM {changes} "
+            "WHERE at < transaction_timestamp() - $1::interval GROUP BY chain ORDER BY chain",
+            older_than,
+        )
+        for head in heads:
+            chain, seq = head["chain"], head["seq"]
+            await connection.execute(
+                f"SELECT {qualified(schema, 'playguard_lock_chain')}($1)", chain
+            )
+            await connection.execute(
+                f"INSERT INTO {anchors} (chain, seq, hash) "
+                f"SELECT chain, seq, hash FROM {changes} WHERE chain = $1 AND seq = $2",
+                chain,
+                seq,
+            )
+            deleted = await connection.execute(
+                f"DELETE FROM {changes} WHERE chain = $1 AND seq <= $2", chain, seq
+            )
+            cut[chain] = int(deleted.split()[-1])
+    return cut

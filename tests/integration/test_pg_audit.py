@@ -1,0 +1,381 @@
+"""The audit of desired-state changes on the lab's PostgreSQL (migration 0009): the trigger that
+wakes replicas also appends one entry per changed row, naming the transaction's actor, and
+``playguard audit verify`` finds an entry changed or cut out of its chain."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import secrets
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import timedelta
+
+import asyncpg
+import pytest
+
+from playguard_async.desired_state.postgres.audit_chain import prune_changes, verify_changes
+from playguard_async.desired_state.postgres.schema import migrate
+from tests.support.app_database import AppFleet, create_app, limited_role, literal
+from tests.support.daemon import REPO_ROOT
+from tests.support.postgres import LabDatabase, playguard_with
+
+NEWEST = "SELECT * FROM playguard.changes ORDER BY id DESC LIMIT 1"
+MOVE_BRANCH = "UPDATE playguard.playgrounds SET branch = $1 WHERE name = 'shop-0-1'"
+
+
+async def _moved_by(
+    fleet: asyncpg.Connection, actor: str | None, branch: str
+) -> list[asyncpg.Record]:
+    """The entries one application transaction leaves when it moves shop-0-1 to ``branch``
+    (with ``SET LOCAL playguard.actor`` = ``actor`` unless None)."""
+    before = await fleet.fetchval("SELECT coalesce(max(id), 0) FROM playguard.changes")
+    async with fleet.transaction():
+        if actor is not None:
+            await fleet.execute("SELECT set_config('playguard.actor', $1, true)", actor)
+        await fleet.execute(MOVE_BRANCH, branch)
+    rows: list[asyncpg.Record] = await fleet.fetch(
+        "SELECT * FROM playguard.changes WHERE id > $1 ORDER BY id", before
+    )
+    return rows
+
+
+async def test_an_apps_transaction_records_one_entry_naming_its_actor(
+    fleet: asyncpg.Connection,
+) -> None:
+    async with fleet.transaction():
+        await fleet.execute("SET LOCAL playguard.actor = 'alice'")
+        await fleet.execute(MOVE_BRANCH, "feature/next")
+    entries = await fleet.fetch(
+        "SELECT * FROM playguard.changes WHERE relation = 'playguard.playgrounds' "
+        "AND key = 'shop-0-1' AND operation = 'UPDATE'"
+    )
+    assert len(entries) == 1
+    entry = entries[0]
+    assert (entry["actor"], entry["columns"], entry["marquees"], entry["chain"]) == (
+        "alice", ["branch"], ["edge-0"], "edge-0",
+    )  # fmt: skip
+    assert entry["at"] == await fleet.fetchval(
+        "SELECT max(at) FROM playguard.changes WHERE chain = 'edge-0'"
+    )
+    assert "feature/next" not in " ".join(str(value) for value in entry.values()), (
+        "a column's value is never stored"
+    )
+
+
+async def test_without_an_actor_the_entry_names_the_sessions_role(
+    fleet: asyncpg.Connection, postgres: LabDatabase
+) -> None:
+    (entry,) = await _moved_by(fleet, None, "feature/role")
+    assert entry["actor"] == postgres.server.user
+    (entry,) = await _moved_by(fleet, "", "feature/empty")
+    assert entry["actor"] == postgres.server.user, "an empty actor is no actor"
+
+
+async def test_the_import_records_every_row_inserted_with_all_its_columns(
+    fleet: asyncpg.Connection,
+) -> None:
+    inserted = await fleet.fetch(
+        "SELECT relation, key, columns, chain FROM playguard.changes WHERE operation = 'INSERT'"
+    )
+    by_key = {(row["relation"], row["key"]): row for row in inserted}
+    relations = sorted({relation for relation, _key in by_key})
+    assert relations == [f"playguard.{name}" for name in (
+        "agent_chats", "marquee_steering", "marquees", "playgrounds", "playspecs", "registries",
+    )]  # fmt: skip
+    assert len(by_key) == len(inserted), "one entry per row"
+    chat = by_key[("playguard.agent_chats", "chat-1")]
+    assert (chat["columns"], chat["chain"]) == (
+        ["command", "image", "name", "playground", "state"], "edge-1",
+    )  # fmt: skip
+    assert by_key[("playguard.playspecs", "shop")]["chain"] == "*", "a playspec many use"
+    steering = by_key[("playguard.marquee_steering", "edge-0")]
+    assert steering["chain"] == "edge-0", "notify_marquee records too"
+
+
+@pytest.mark.parametrize(
+    ("actor", "stored"),
+    [
+        ("<script>alert(1)</script>", "<script>alert(1)</script>"),
+        ("a" * 1_000_000, "a" * 200),
+        ("\x1b[31mred\x07\u202edlrow\u2028x\x9b", "?[31mred??dlrow?x?"),
+        ("ä\U0001f469\u200d\U0001f4bb", "ä\U0001f469?\U0001f4bb"),
+    ],
+    ids=["markup", "one-megabyte", "control-characters", "beyond-the-basic-plane"],
+)
+async def test_a_hostile_actor_is_bounded_and_inert(
+    fleet: asyncpg.Connection, actor: str, stored: str
+) -> None:
+    (entry,) = await _moved_by(fleet, actor, f"feature/h-{secrets.token_hex(3)}")
+    assert entry["actor"] == stored
+    assert (await verify_changes(fleet)).intact
+
+
+async def test_verify_passes_an_untouched_log(
+    fleet: asyncpg.Connection, postgres: LabDatabase
+) -> None:
+    await _moved_by(fleet, "alice", "feature/a")
+    done = playguard_with(postgres, "audit", "verify")
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout.startswith("intact: "), done.stdout
+
+
+async def _tampered(fleet: asyncpg.Connection) -> int:
+    """Three moves on edge-0's chain; returns the middle entry's id."""
+    ids: list[int] = [
+        (await _moved_by(fleet, "alice", f"feature/t-{n}"))[0]["id"] for n in range(3)
+    ]
+    return ids[1]
+
+
+async def test_verify_names_an_entry_changed_by_a_superuser(
+    fleet: asyncpg.Connection, postgres: LabDatabase
+) -> None:
+    changed = await _tampered(fleet)
+    await fleet.execute("UPDATE playguard.changes SET actor = 'mallory' WHERE id = $1", changed)
+    done = playguard_with(postgres, "audit", "verify")
+    assert done.returncode == 1
+    assert done.stdout.splitlines()[0].startswith(f"changes id {changed} (chain 'edge-0', seq ")
+    assert "hash mismatch: the entry was changed" in done.stdout.splitlines()[0]
+    assert done.stdout.splitlines()[-1].startswith("NOT intact: ")
+    assert len(done.stdout.splitlines()) == 2, done.stdout
+
+
+async def test_verify_names_an_entry_deleted_as_missing(
+    fleet: asyncpg.Connection, postgres: LabDatabase
+) -> None:
+    deleted = await _tampered(fleet)
+    seq = await fleet.fetchval("SELECT seq FROM playguard.changes WHERE id = $1", deleted)
+    await fleet.execute("DELETE FROM playguard.changes WHERE id = $1", deleted)
+    done = playguard_with(postgres, "audit", "verify", "--json")
+    assert done.returncode == 1
+    found = json.loads(done.stdout)
+    assert found["intact"] is False
+    (problem,) = found["problems"]
+    assert (problem["chain"], problem["seq"], problem["id"]) == ("edge-0", seq, None)
+    assert problem["problem"].startswith(f"seq {seq} missing (after id ")
+
+
+async def test_verify_bounds_its_output_when_every_entry_is_changed(
+    fleet: asyncpg.Connection, postgres: LabDatabase
+) -> None:
+    total = await fleet.fetchval("SELECT count(*) FROM playguard.changes")
+    await fleet.execute("UPDATE playguard.changes SET actor = 'mallory'")
+    done = playguard_with(postgres, "audit", "verify", "--limit", "3")
+    assert done.returncode == 1
+    lines = done.stdout.splitlines()
+    assert len(lines) == 5
+    assert lines[3] == f"... and {total - 3} more problems"
+
+
+async def test_prune_cuts_old_entries_and_the_chains_still_verify(
+    fleet: asyncpg.Connection,
+) -> None:
+    await fleet.execute("UPDATE playguard.changes SET at = at - interval '100 days'")
+    # The backdating above changed every entry: rebuild the chains as the trigger would have.
+    await _rehash(fleet)
+    kept = await _moved_by(fleet, "alice", "feature/after-cut")
+    cut = await prune_changes(fleet, older_than=timedelta(days=90))
+    assert cut["edge-0"] > 0
+    remaining = await fleet.fetch("SELECT id FROM playguard.changes")
+    assert [row["id"] for row in remaining] == [kept[0]["id"]]
+    found = await verify_changes(fleet)
+    assert found.intact, [p.line() for p in found.problems]
+    after = await _moved_by(fleet, "bob", "feature/after-anchor")
+    assert after[0]["seq"] == kept[0]["seq"] + 1
+    assert (await verify_changes(fleet)).intact
+
+
+async def _rehash(fleet: asyncpg.Connection) -> None:
+    """Each entry's hash computed again in chain order (as the trigger computes it)."""
+    await fleet.execute(
+        """
+        DO $$
+        DECLARE entry record; previous text := ''; chain_of text := NULL;
+        BEGIN
+            FOR entry IN SELECT * FROM playguard.changes ORDER BY chain, seq LOOP
+                IF chain_of IS DISTINCT FROM entry.chain THEN previous := ''; END IF;
+                chain_of := entry.chain;
+                previous := encode(sha256(convert_to(previous || '|' ||
+                    playguard.playguard_change_canonical(entry.id, entry.at, entry.relation,
+                        entry.key, entry.columns, entry.operation, entry.actor, entry.marquees,
+                        entry.chain, entry.seq), 'UTF8')), 'hex');
+                UPDATE playguard.changes SET hash = previous WHERE id = entry.id;
+                UPDATE playguard.changes SET prev_hash = coalesce((SELECT c.hash FROM
+                    playguard.changes c WHERE c.chain = entry.chain AND c.seq = entry.seq - 1), '')
+                    WHERE id = entry.id;
+            END LOOP;
+        END;
+        $$
+        """
+    )
+
+
+@pytest.fixture
+async def daemons_role(postgres: LabDatabase) -> AsyncIterator[asyncpg.Connection]:
+    """A connection as a role that may create only in playguard's schema, which it migrated,
+    in the database of a Rails-style application holding the Marquee edge-a."""
+    await create_app(
+        postgres, AppFleet(marquees=[{"name": "edge-a", "host": "10.0.0.1", "port": 22}])
+    )
+    async with limited_role(postgres) as role:
+        connection = await role.database.connect()
+        try:
+            await migrate(connection)
+            yield connection
+        finally:
+            await connection.close()
+
+
+@asynccontextmanager
+async def _app_role(
+    admin: asyncpg.Connection, database: LabDatabase
+) -> AsyncIterator[asyncpg.Connection]:
+    """A connection as a role of the application's: it may update ``public.marquees`` and use
+    playguard's schema (as the README grants), and holds nothing on ``playguard.changes``."""
+    name, password = f"app_{secrets.token_hex(5)}", secrets.token_urlsafe(12)
+    await admin.execute(f"CREATE ROLE {name} LOGIN PASSWORD {literal(password)}")
+    try:
+        await admin.execute(f"GRANT USAGE ON SCHEMA playguard TO {name}")
+        await admin.execute(f"GRANT SELECT, UPDATE ON public.marquees TO {name}")
+        url = database.url.replace(f"{database.server.user}@", f"{name}@", 1)
+        connection = await asyncpg.connect(url, password=password)
+        try:
+            yield connection
+        finally:
+            await connection.close()
+    finally:
+        await admin.execute(f"DROP OWNED BY {name}")
+        await admin.execute(f"DROP ROLE {name}")
+
+
+async def test_an_app_roles_write_to_its_own_table_is_recorded_through_the_trigger(
+    daemons_role: asyncpg.Connection, postgres: LabDatabase
+) -> None:
+    admin = await postgres.connect()
+    try:
+        await admin.execute(
+            "CREATE TRIGGER playguard_notify AFTER INSERT OR UPDATE OR DELETE ON public.marquees "
+            "FOR EACH ROW EXECUTE FUNCTION playguard.notify_marquee('name')"
+        )
+        async with _app_role(admin, postgres) as app:
+            async with app.transaction():
+                await app.execute("SET LOCAL playguard.actor = 'alice'")
+                await app.execute("UPDATE public.marquees SET ssh_port = 2222, updated_at = now()")
+            with pytest.raises(asyncpg.InsufficientPrivilegeError):
+                await app.fetch("SELECT * FROM playguard.changes")
+    finally:
+        await admin.close()
+    (entry,) = await daemons_role.fetch("SELECT * FROM playguard.changes")
+    assert (entry["relation"], entry["key"], entry["columns"], entry["actor"], entry["chain"]) == (
+        "public.marquees", "edge-a", ["ssh_port", "updated_at"], "alice", "edge-a",
+    )  # fmt: skip
+    assert (await verify_changes(daemons_role)).intact
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "UPDATE playguard.changes SET actor = 'mallory'",
+        "DELETE FROM playguard.changes",
+        "TRUNCATE playguard.changes",
+        "DELETE FROM playguard.change_anchors",
+        "SELECT playguard.playguard_record_change('marquees', 'x', 'INSERT', NULL, '{}', '{}')",
+    ],
+)
+async def test_the_daemons_role_can_neither_change_nor_add_entries(
+    daemons_role: asyncpg.Connection, statement: str
+) -> None:
+    await daemons_role.execute(
+        "INSERT INTO playguard.marquee_steering (name, mode) VALUES ('edge-a', 'detect')"
+    )
+    before = await daemons_role.fetch("SELECT * FROM playguard.changes")
+    with pytest.raises(asyncpg.PostgresError) as refused:
+        await daemons_role.execute(statement)
+    assert isinstance(refused.value, asyncpg.InsufficientPrivilegeError) or (
+        "called by playguard's triggers only" in str(refused.value)
+    ), refused.value
+    assert await daemons_role.fetch("SELECT * FROM playguard.changes") == before
+    assert len(before) == 1
+
+
+def _readme_hand_over(audit_role: str, daemon_role: str) -> str:
+    """The README's statements that hand the audit to a role of its own, for these roles."""
+    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Why did this change?\n", 1)[1].split("\n## ", 1)[0]
+    blocks: list[str] = re.findall(r"```\n(CREATE ROLE playguard_audit .*?)```", section, re.DOTALL)
+    (block,) = blocks
+    return block.replace("playguard_audit", audit_role).replace(
+        " TO playguard;", f" TO {daemon_role};"
+    )
+
+
+async def test_after_the_readmes_hand_over_the_daemons_role_cannot_get_the_audit_back(
+    postgres: LabDatabase,
+) -> None:
+    await create_app(postgres, AppFleet())
+    audit_role = f"audit_{secrets.token_hex(5)}"
+    admin = await postgres.connect()
+    try:
+        async with limited_role(postgres, schema="granted") as daemon:
+            connection = await daemon.database.connect()
+            try:
+                await migrate(connection)
+                await admin.execute(_readme_hand_over(audit_role, daemon.name))
+                await connection.execute(
+                    f"GRANT UPDATE, DELETE ON playguard.changes TO {daemon.name}"
+                )
+                await connection.execute(
+                    "INSERT INTO playguard.marquee_steering (name, mode) VALUES ('edge-a', 'off')"
+                )
+                for statement in (
+                    "UPDATE playguard.changes SET actor = 'mallory'",
+                    "DELETE FROM playguard.changes",
+                    "DROP TABLE playguard.changes",
+                ):
+                    with pytest.raises(asyncpg.InsufficientPrivilegeError):
+                        await connection.execute(statement)
+                entries = await connection.fetch("SELECT actor, chain FROM playguard.changes")
+                found = await verify_changes(connection)
+            finally:
+                await connection.close()
+            await admin.execute(f"DROP OWNED BY {audit_role}")
+    finally:
+        await admin.execute(f"DROP ROLE IF EXISTS {audit_role}")
+        await admin.close()
+    assert [(row["actor"], row["chain"]) for row in entries] == [(daemon.name, "edge-a")]
+    assert (found.intact, found.entries) == (True, 1)
+
+
+async def test_two_writers_to_one_marquee_never_fork_its_chain(
+    fleet: asyncpg.Connection, postgres: LabDatabase
+) -> None:
+    other = await postgres.connect()
+    try:
+        async with fleet.transaction():
+            await fleet.execute(MOVE_BRANCH, "feature/first")
+            second = asyncio.create_task(
+                other.execute(
+                    "UPDATE playguard.playgrounds SET branch = 'feature/second' "
+                    "WHERE name = 'shop-0-2'"
+                )
+            )
+            await _until_waiting_on_a_lock(fleet, other.get_server_pid())
+        await second
+    finally:
+        await other.close()
+    entries = await fleet.fetch(
+        "SELECT key, seq FROM playguard.changes WHERE chain = 'edge-0' ORDER BY seq DESC LIMIT 2"
+    )
+    assert [row["key"] for row in entries] == ["shop-0-2", "shop-0-1"]
+    assert entries[0]["seq"] == entries[1]["seq"] + 1
+    assert (await verify_changes(fleet)).intact
+
+
+async def _until_waiting_on_a_lock(observer: asyncpg.Connection, pid: int) -> None:
+    async with asyncio.timeout(10):
+        while not await observer.fetchval(  # noqa: ASYNC110 - another server session waits
+            "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = $1", pid
+        ):
+            await asyncio.sleep(0.02)
