@@ -303,7 +303,8 @@ async def test_the_daemons_role_can_neither_change_nor_add_entries(
 def _readme_hand_over(audit_role: str, daemon_role: str) -> str:
     """The README's statements that hand the audit to a role of its own, for these roles."""
     readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme.split("## Why did this change?\n", 1)[1].split("\n## ", 1)[0]
+    section = readme.split("## Why did this change, in PostgreSQL: the change log\n", 1)[1]
+    section = section.split("\n## ", 1)[0]
     blocks: list[str] = re.findall(r"```\n(CREATE ROLE playguard_audit .*?)```", section, re.DOTALL)
     (block,) = blocks
     return block.replace("playguard_audit", audit_role).replace(
