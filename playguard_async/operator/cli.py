@@ -384,7 +384,7 @@ def why(
     else:
         for line in display.timeline_lines(told):
             echo(line)
-    if told.host_unread is not None:
+    if not told.complete:
         ctx.exit(1)
 
 

@@ -3,6 +3,7 @@ lifted (the two halves of one stored pause)."""
 
 from __future__ import annotations
 
+from playguard_async.coordination.operator_actions import record_operator_action
 from playguard_async.coordination.pause import FLEET, Pause, lift_pause, take_pause
 from playguard_async.operator.fleet import known_marquee, open_fleet
 from playguard_async.service.wiring import inventory_source
@@ -19,6 +20,10 @@ async def take_scope_pause(
             known_marquee(await fleet.inventory(), scope, inventory_source(settings).describe())
         taken = Pause.taken_now(scope, reason, seconds or settings.pause_default_for)
         await take_pause(fleet.redis, taken, settings.redis_socket_timeout)
+        await record_operator_action(
+            fleet.redis, scope, "pause", reason=reason, by=taken.by, at=taken.since,
+            target=f"until {taken.until:.0f}", timeout=settings.redis_socket_timeout,
+        )  # fmt: skip
     return taken
 
 
@@ -28,4 +33,10 @@ async def lift_scope_pause(settings: Settings, scope: str) -> Pause | None:
     async with open_fleet(settings) as fleet:
         if scope != FLEET:
             known_marquee(await fleet.inventory(), scope, inventory_source(settings).describe())
-        return await lift_pause(fleet.redis, scope, settings.redis_socket_timeout)
+        lifted = await lift_pause(fleet.redis, scope, settings.redis_socket_timeout)
+        if lifted is not None:
+            await record_operator_action(
+                fleet.redis, scope, "resume", reason=f"lifted: {lifted.describe()}",
+                timeout=settings.redis_socket_timeout,
+            )  # fmt: skip
+        return lifted

@@ -179,6 +179,11 @@ EXPECTED_COLUMNS = {
     for table in TABLES
 }
 KEY_COLUMNS = {table.name: table.keys for table in TABLES}
+CHANGE_LOG = "changes"
+"""Migration 0009's change log: a whole read notes its highest id, the version of the desired
+state each cycle names (one index lookup in the snapshot's transaction; the catalog query that
+opens it says whether the log is there)."""
+
 CATALOGUED = [table.name for table in (*TABLES, STEERING)]
 """The relations whose columns each read asks the catalog for (``marquee_steering``'s only to
 know which optional ones it has)."""
@@ -201,6 +206,8 @@ class Snapshot:
     """The columns read of each relation (those of ``broken`` ones: their keys)."""
     elsewhere: tuple[MarqueeListing, ...] = ()
     """Read for a share: the Marquees outside it, listed (their rows not read)."""
+    last_change: int | None = None
+    """The highest change-log id the transaction saw (None: no change log, or empty)."""
 
 
 class MappingUnreadable(DatabaseError):
@@ -281,7 +288,7 @@ async def read_snapshot(
     replanned = False
     while True:
         try:
-            records, broken, steering, columns, elsewhere = await _read_once(
+            records, broken, steering, columns, elsewhere, last_change = await _read_once(
                 connection, schema, failed, max_bytes, share
             )
         except _ReadFailed as exc:
@@ -301,7 +308,7 @@ async def read_snapshot(
             }
             if "marquees" not in broken:
                 _steer(rows["marquees"], steering)
-        return Snapshot(rows, broken, columns, elsewhere)
+        return Snapshot(rows, broken, columns, elsewhere, last_change)
 
 
 def _steer(marquees: list[dict[str, Any]], steering: Sequence[asyncpg.Record]) -> None:
@@ -360,9 +367,10 @@ async def _read_once(
     list[asyncpg.Record],
     dict[str, list[str]],
     tuple[MarqueeListing, ...],
+    int | None,
 ]:
     async with connection.transaction(isolation="repeatable_read", readonly=True):
-        catalog = await connection.fetch(CATALOG_QUERY, schema, CATALOGUED)
+        catalog = await connection.fetch(CATALOG_QUERY, schema, [*CATALOGUED, CHANGE_LOG])
         checks = check_relations(schema, EXPECTED_COLUMNS, KEY_COLUMNS, catalog)
         present = present_columns(catalog)
         records, broken = [], {}
@@ -423,7 +431,12 @@ async def _read_once(
                     f"either ({why}): the whole snapshot is refused"
                 ) from None
         steering = await fetch(STEERING, STEERING.columns_in(present.get(STEERING.name, set())))
-    return records, broken, steering, read, elsewhere
+        last_change = None
+        if CHANGE_LOG in present:
+            last_change = await connection.fetchval(
+                f"SELECT max(id) FROM {qualified(schema, CHANGE_LOG)}"
+            )
+    return records, broken, steering, read, elsewhere, last_change
 
 
 async def _read_listing(
@@ -903,6 +916,8 @@ class PostgresDesiredState:
         # The listing of other shares is no part of the rows the memo compares: an unchanged
         # share with a changed listing gives the same inventory, listing the others anew.
         validated.inventory._elsewhere = snapshot.elsewhere
+        last = snapshot.last_change
+        validated.inventory._version = None if last is None else {"change": last}
         self._last = validated.inventory
         self._columns = None if snapshot.broken else snapshot.columns
         self.last_snapshot_at = time.monotonic()
