@@ -40,9 +40,10 @@ TARGET_MAX = 300
 """Characters kept of who, of the reason and of what was acted on (a Playground, a rollout's
 scope, a duration); with the fixed fields, an entry is at most ``ENTRY_MAX`` bytes."""
 
-ENTRY_MAX = 4 * (WHO_MAX + REASON_MAX + TARGET_MAX) + 200
-"""Bytes of one stored entry at most (each character at most 4 bytes of UTF-8, JSON's escapes
-of control characters aside: those are cut before encoding as any other)."""
+ENTRY_MAX = 12 * (WHO_MAX + REASON_MAX + 2 * TARGET_MAX) + 200
+"""Bytes of one stored entry at most: each character of the four texts (the action is cut to
+``TARGET_MAX`` too) is at most 12 bytes as JSON writes it (``\\uXXXX`` twice for one beyond
+the basic plane), and the time and keys take under 200."""
 
 
 def operator_identity() -> str:
