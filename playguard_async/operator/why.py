@@ -49,11 +49,11 @@ from playguard_async.cycle_record import (
     optional,
     playground_findings,
 )
-from playguard_async.desired_state.model import Marquee
+from playguard_async.desired_state.model import DesiredStateUnavailable, Inventory, Marquee
 from playguard_async.desired_state.postgres.change_log import ChangeEntry, read_marquee_changes
 from playguard_async.desired_state.postgres.connection import DatabaseError, PgAddress
 from playguard_async.desired_state.registry import source_kind
-from playguard_async.operator.fleet import known_marquee, open_fleet
+from playguard_async.operator.fleet import Fleet, known_marquee, open_fleet
 from playguard_async.operator.rollout import rollouts_of
 from playguard_async.phases.rollout_record import Rollout
 from playguard_async.remote import guard
@@ -185,35 +185,28 @@ async def marquee_timeline(
     extra: Sequence[Event] = (),
 ) -> Timeline:
     """``name``'s timeline from ``since`` (Unix seconds), oldest first, for one ``playground``
-    or all; ``extra`` events (another source's, already read) join it as they are. The host's
-    journal is read last: when it cannot be, the timeline still holds what Redis had, and
-    ``host_unread`` says why."""
+    or all; ``extra`` events (another source's, already read) join it as they are. Each source
+    that cannot be read is said and the others still give the timeline: the host's journal
+    (``host_unread``), PostgreSQL's change log (``changes_unread``); a database out of reach
+    altogether leaves the host unread too (its address is in the desired state) and the Marquee
+    unchecked, and what Redis holds still shows."""
     sources = Sources()
-    timeout = settings.redis_socket_timeout
     async with open_fleet(settings) as fleet:
-        inventory = await fleet.inventory()
-        marquee = known_marquee(inventory, name, "the desired state")
-        wanted = playground is None or any(
-            known.name == playground for known in inventory.playgrounds_on(name)
+        inventory: Inventory | None = None
+        desired_unread: str | None = None
+        try:
+            inventory = await fleet.inventory()
+        except DesiredStateUnavailable as exc:
+            desired_unread = bounded(str(exc))
+        marquee = None if inventory is None else known_marquee(inventory, name, "the desired state")
+        wanted = (
+            inventory is None
+            or playground is None
+            or any(known.name == playground for known in inventory.playgrounds_on(name))
         )
-        records = CycleRecords(fleet.redis, history_length=settings.history_length, timeout=timeout)
-        sources.records = await records.history(name)
-        rollouts = [rollout for rollout, _wave in await rollouts_of(fleet.redis, inventory, name,
-                                                                     timeout)]  # fmt: skip
-        kept = await operator_actions(fleet.redis, name, timeout)
-        kept += [
-            action
-            for action in await operator_actions(fleet.redis, FLEET, timeout)
-            if action.target in {rollout.scope for rollout in rollouts}
-            or not action.action.startswith("rollout ")
-        ]
-        sources.operator_events = _kept_action_events(kept)
-        sources.operator_events += _unkept(
-            await _operator_events(fleet.redis, name, timeout) + _rollout_events(rollouts),
-            kept,
-        )
-    changes_unread = None
-    if source_kind(settings.desired_state).database:
+        await _read_redis(fleet, settings, name, inventory, sources)
+    changes_unread = desired_unread
+    if source_kind(settings.desired_state).database and desired_unread is None:
         keys = None if playground is None else [playground, name]
         try:
             sources.changes = await _change_events(settings, name, since=since, keys=keys)
@@ -221,13 +214,42 @@ async def marquee_timeline(
                 TimeoutError) as exc:  # fmt: skip
             changes_unread = bounded(str(exc) or type(exc).__name__)
     host_unread = None
-    try:
-        sources.writes = await read_host_writes(marquee, settings)
-    except (RemoteError, OSError, TimeoutError) as exc:
-        host_unread = bounded(str(exc) or type(exc).__name__)
+    if marquee is None:
+        host_unread = f"its address is in the desired state, not read: {desired_unread}"
+    else:
+        try:
+            sources.writes = await read_host_writes(marquee, settings)
+        except (RemoteError, OSError, TimeoutError) as exc:
+            host_unread = bounded(str(exc) or type(exc).__name__)
     events = joined(sources, extra=extra, playground=playground, since=since)
     return Timeline(name, playground, since, events, host_unread, len(sources.records), wanted,
                     changes_unread)  # fmt: skip
+
+
+async def _read_redis(
+    fleet: Fleet, settings: Settings, name: str, inventory: Inventory | None, sources: Sources
+) -> None:
+    """What Redis holds of ``name``: its cycle records, the operator actions kept for it and for
+    the fleet (rollout commands: of its rollouts only), and what is in force that no kept action
+    tells (a pause, pins, rollout events). Without ``inventory`` its rollouts are not known."""
+    timeout = settings.redis_socket_timeout
+    records = CycleRecords(fleet.redis, history_length=settings.history_length, timeout=timeout)
+    sources.records = await records.history(name)
+    rollouts = []
+    if inventory is not None:
+        rollouts = [rollout for rollout, _wave in await rollouts_of(fleet.redis, inventory, name,
+                                                                     timeout)]  # fmt: skip
+    scopes = {rollout.scope for rollout in rollouts}
+    kept = await operator_actions(fleet.redis, name, timeout)
+    kept += [
+        action
+        for action in await operator_actions(fleet.redis, FLEET, timeout)
+        if action.target in scopes or not action.action.startswith("rollout ")
+    ]
+    sources.operator_events = _kept_action_events(kept)
+    sources.operator_events += _unkept(
+        await _operator_events(fleet.redis, name, timeout) + _rollout_events(rollouts), kept
+    )
 
 
 async def read_host_writes(marquee: Marquee, settings: Settings) -> list[HostWrite]:

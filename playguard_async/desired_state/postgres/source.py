@@ -431,11 +431,7 @@ async def _read_once(
                     f"either ({why}): the whole snapshot is refused"
                 ) from None
         steering = await fetch(STEERING, STEERING.columns_in(present.get(STEERING.name, set())))
-        last_change = None
-        if CHANGE_LOG in present:
-            last_change = await connection.fetchval(
-                f"SELECT max(id) FROM {qualified(schema, CHANGE_LOG)}"
-            )
+        last_change = await _last_change(connection, schema, present)
     return records, broken, steering, read, elsewhere, last_change
 
 
@@ -542,19 +538,19 @@ async def read_marquees(
     columns: Mapping[str, Sequence[str]],
     *,
     max_bytes: int | None = None,
-) -> Rows:
+) -> tuple[Rows, int | None]:
     """The rows that concern the Marquees ``names`` alone, from one REPEATABLE READ READ ONLY
     transaction: theirs, their steering, their playgrounds and those playgrounds' chats, and the
     playspecs and registries those refer to (``Table.concerning``), read by ``columns`` (a
-    whole snapshot's). What is read refers to nothing outside it, so it validates as an
-    inventory of its own: each Marquee in it as consistent as in a whole snapshot. Bounded by
-    ``max_bytes`` as a whole read is.
+    whole snapshot's); and the change log's highest id in that transaction. What is read refers
+    to nothing outside it, so it validates as an inventory of its own: each Marquee in it as
+    consistent as in a whole snapshot. Bounded by ``max_bytes`` as a whole read is.
 
     The catalog is checked as a whole read checks it: ``NarrowReadRefused`` when a relation
     is wrong or its columns are no longer ``columns`` (a view redefined since), so that only a
     whole read, which tells which Marquees it concerns, judges it."""
     async with connection.transaction(isolation="repeatable_read", readonly=True):
-        catalog = await connection.fetch(CATALOG_QUERY, schema, CATALOGUED)
+        catalog = await connection.fetch(CATALOG_QUERY, schema, [*CATALOGUED, CHANGE_LOG])
         checks = check_relations(schema, EXPECTED_COLUMNS, KEY_COLUMNS, catalog)
         present = present_columns(catalog)
         for table in (*TABLES, STEERING):
@@ -570,13 +566,27 @@ async def read_marquees(
                 if size > max_bytes:
                     raise SnapshotTooLarge(size, max_bytes)
             records.append(await connection.fetch(table.select(schema, wanted, narrow=True), names))
+        last_change = await _last_change(connection, schema, present)
     *tables, steering = records
     rows = {
         table.name: [dict(record) for record in table_records]
         for table, table_records in zip(TABLES, tables, strict=True)
     }
     _steer(rows["marquees"], steering)
-    return rows
+    return rows, last_change
+
+
+async def _last_change(
+    connection: asyncpg.Connection, schema: str, present: Mapping[str, set[str]]
+) -> int | None:
+    """The change log's highest id in the transaction's snapshot; None without a change log
+    (before migration 0009) or with an empty one."""
+    if CHANGE_LOG not in present:
+        return None
+    found: int | None = await connection.fetchval(
+        f"SELECT max(id) FROM {qualified(schema, CHANGE_LOG)}"
+    )
+    return found
 
 
 @dataclass
@@ -945,16 +955,20 @@ class PostgresDesiredState:
             if self._columns is None or self._validating.locked():
                 return None
             try:
-                rows = await asyncio.wait_for(self._read_narrow(sorted(names)), self._timeout)
+                rows, last_change = await asyncio.wait_for(
+                    self._read_narrow(sorted(names)), self._timeout
+                )
             except (SnapshotTooLarge, NarrowReadRefused, DatabaseError, OSError, TimeoutError,
                     asyncpg.PostgresError, asyncpg.InterfaceError) as exc:  # fmt: skip
                 await self._drop_connection()  # a transaction cut short: start clean
                 log.info("desired_state.narrow_read_failed", source=self.describe(),
                          error=redacted(f"{type(exc).__name__}: {exc}", None)[:300])  # fmt: skip
                 return None
-            return validate_snapshot(rows, RowMemo(models=self._memo.models)).inventory
+            inventory = validate_snapshot(rows, RowMemo(models=self._memo.models)).inventory
+            inventory._version = None if last_change is None else {"change": last_change}
+            return inventory
 
-    async def _read_narrow(self, names: Sequence[str]) -> Rows:
+    async def _read_narrow(self, names: Sequence[str]) -> tuple[Rows, int | None]:
         assert self._columns is not None
         if self._connection is None or self._connection.is_closed():
             self._connection = await connect(self.address, self._password, timeout=self._timeout)
