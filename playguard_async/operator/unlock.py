@@ -44,8 +44,8 @@ async def unlock_marquee(settings: Settings, marquee: str, *, force: bool) -> Un
             result = await lock.compare_and_delete(found.record)
             if result is ReleaseResult.RELEASED:
                 await record_operator_action(
-                    fleet.redis, marquee, "unlock", target=f"fence {found.fence}",
-                    reason="lock deleted by hand (--force)", timeout=lock.timeout,
+                    fleet.redis, marquee, "unlock", reason="deleted by hand (--force)",
+                    target=f"lock of {marquee} at fence {found.fence}", timeout=lock.timeout,
                 )  # fmt: skip
             if result is ReleaseResult.UNKNOWN:
                 raise RedisUnavailable(settings, "no answer to the delete; run `playguard locks`")
