@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -444,7 +444,7 @@ def _cycle_event(record: StoredRecord, by_cycle: dict[str, list[HostWrite]]) -> 
         bounded(f"playground {name}: {cause}")
         for name, finding in playground_findings(record.get("findings")).items()
         for cause in _causes(finding)
-    )
+    ) + tuple(bounded(cause) for cause in _phase_causes(mapping(record.get("findings"))))
     version = desired_version(record.get("desired"))
     outcome, replica = record.get("outcome"), record.get("replica")
     outcome = bounded(outcome) if isinstance(outcome, str) else "?"
@@ -465,6 +465,27 @@ def _cycle_event(record: StoredRecord, by_cycle: dict[str, list[HostWrite]]) -> 
         writes=tuple(by_cycle.get(cycle_id, ())),
         version=None if version is None else describe_version(version),
     )
+
+
+def _phase_causes(findings: Mapping[str, Any]) -> list[str]:
+    """What other phases' findings say moved the cycle: an image whose tag the registry now
+    serves at another digest (``pull_images``), a rollout wave the Marquee took part in
+    (``reconcile_playgrounds``). Outside input: what is not of the written shape is passed
+    over."""
+    causes = []
+    for reference, image in mapping(mapping(findings.get("pull_images")).get("images")).items():
+        state, digest = mapping(image).get("state"), mapping(image).get("digest")
+        if state in ("pulled", "would pull") and isinstance(digest, str):
+            short = digest.removeprefix("sha256:")[:12]
+            causes.append(f"image {reference}: its tag now names {short} ({state})")
+    for scope, rollout in mapping(
+        mapping(findings.get("reconcile_playgrounds")).get("rollouts")
+    ).items():
+        wave, waves = mapping(rollout).get("wave"), mapping(rollout).get("waves")
+        status = mapping(rollout).get("status")
+        if isinstance(wave, int) and isinstance(waves, int) and isinstance(status, str):
+            causes.append(f"rollout {scope}: wave {wave} of {waves}, {status}")
+    return causes
 
 
 def _causes(finding: PlaygroundFinding) -> list[str]:

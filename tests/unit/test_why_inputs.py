@@ -22,9 +22,11 @@ from playguard_async.desired_state.postgres.change_log import ChangeEntry
 from playguard_async.operator.display import timeline_lines
 from playguard_async.operator.why import (
     Event,
+    Sources,
     Timeline,
     change_event,
     including_cycles,
+    joined,
     version_events,
 )
 
@@ -67,8 +69,8 @@ def test_a_change_joins_the_first_cycle_that_acted_after_it(
 
     assert [event.included_in for event in joined_inputs] == included_in
     assert {c.cycle_id: len(c.includes) for c in joined_cycles if c.includes} == includes
-    for joined in joined_cycles:
-        assert all(name.startswith("change ") for name in joined.includes)
+    for including in joined_cycles:
+        assert all(name.startswith("change ") for name in including.includes)
 
 
 @pytest.mark.parametrize(
@@ -236,3 +238,45 @@ def test_a_kept_action_is_bounded_in_bytes_and_reads_back_inert(action: Operator
 )
 def test_an_entry_not_of_the_written_shape_is_left_out(raw: str | bytes) -> None:
     assert OperatorAction.parse("m1", raw) is None
+
+
+@pytest.mark.parametrize(
+    ("findings", "causes"),
+    [
+        pytest.param(
+            {"reconcile_playgrounds": {"playgrounds": {"web": {
+                "state": "running", "drift": ["app: missing"], "actions": ["compose up"],
+                "rollback": "rolled back to app=r@sha256:aa because unhealthy",
+                "pinned": "held at last-good by alice: canary"}}}},
+            ["playground web: app: missing",
+             "playground web: rolled back to app=r@sha256:aa because unhealthy",
+             "playground web: pinned: held at last-good by alice: canary"],
+            id="a playground's drift, rollback and pin",
+        ),
+        pytest.param(
+            {"pull_images": {"images": {
+                "r/shop:1": {"state": "pulled", "digest": "sha256:" + "b" * 64},
+                "r/db:2": {"state": "unchanged", "digest": "sha256:" + "c" * 64}}}},
+            ["image r/shop:1: its tag now names bbbbbbbbbbbb (pulled)"],
+            id="an image whose tag moved, not one that did not",
+        ),
+        pytest.param(
+            {"reconcile_playgrounds": {"rollouts": {"shop@main": {
+                "status": "running", "wave": 2, "waves": 4, "release": "abc", "held": False,
+                "failed_here": False, "halted_here": None}}}},
+            ["rollout shop@main: wave 2 of 4, running"],
+            id="a rollout wave",
+        ),
+        pytest.param({"pull_images": {"images": ["not", "a", "map"]}, "x": 5}, [],
+                     id="findings of another shape"),
+    ],
+)  # fmt: skip
+def test_a_cycle_names_the_causes_its_phases_found(
+    findings: dict[str, object], causes: list[str]
+) -> None:
+    recorded = {"marquee": "m1", "cycle": "c1", "outcome": "ok", "finished_at": 10.0,
+                "duration": 1.0, "actions": {"sync_git": ["x"]}, "findings": findings}  # fmt: skip
+
+    (event,) = joined(Sources(records=[recorded]), extra=(), playground=None, since=0.0)
+
+    assert list(event.causes) == causes
