@@ -326,14 +326,16 @@ def _record_start(record: StoredRecord) -> float:
 
 def _kept_action_events(actions: Iterable[OperatorAction]) -> list[Event]:
     """The operator actions kept, each an event of its kind (``pause``, ``pin``, ``rollout``...)
-    that says what, to what and why."""
+    that says what, to what and why; a rollout command as the rollout's own events say one
+    (``<scope>: <command>: <why>``)."""
     events = []
     for action in actions:
-        scope = "the fleet" if action.scope == FLEET else action.scope
-        text = f"{action.action} {action.target or scope}"
-        if action.reason:
-            text += f": {action.reason}"
-        kind = action.action.split(" ", 1)[0]
+        kind, _, command = action.action.partition(" ")
+        if kind == "rollout":
+            text = f"{action.target}: {command}: {action.reason}"
+        else:
+            text = f"{action.action} {action.target or action.scope}"
+            text += f": {action.reason}" if action.reason else ""
         events.append(Event(action.at, kind, bounded(text), bounded(action.by)))
     return events
 
