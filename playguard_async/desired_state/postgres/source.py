@@ -431,7 +431,7 @@ async def _read_once(
                     f"either ({why}): the whole snapshot is refused"
                 ) from None
         steering = await fetch(STEERING, STEERING.columns_in(present.get(STEERING.name, set())))
-        last_change = await _last_change(connection, schema, present)
+        last_change = await _last_change(connection, schema, catalog)
     return records, broken, steering, read, elsewhere, last_change
 
 
@@ -566,7 +566,7 @@ async def read_marquees(
                 if size > max_bytes:
                     raise SnapshotTooLarge(size, max_bytes)
             records.append(await connection.fetch(table.select(schema, wanted, narrow=True), names))
-        last_change = await _last_change(connection, schema, present)
+        last_change = await _last_change(connection, schema, catalog)
     *tables, steering = records
     rows = {
         table.name: [dict(record) for record in table_records]
@@ -577,11 +577,12 @@ async def read_marquees(
 
 
 async def _last_change(
-    connection: asyncpg.Connection, schema: str, present: Mapping[str, set[str]]
+    connection: asyncpg.Connection, schema: str, catalog: Sequence[asyncpg.Record]
 ) -> int | None:
     """The change log's highest id in the transaction's snapshot; None without a change log
-    (before migration 0009) or with an empty one."""
-    if CHANGE_LOG not in present:
+    (before migration 0009), with an empty one, or one the role may not read (the catalog
+    query says so: a refused SELECT would end the snapshot's transaction)."""
+    if not any(row["relation"] == CHANGE_LOG and row["readable"] for row in catalog):
         return None
     found: int | None = await connection.fetchval(
         f"SELECT max(id) FROM {qualified(schema, CHANGE_LOG)}"
