@@ -71,6 +71,60 @@ class NoticeRecord(TypedDict):
     detail: str
 
 
+class DesiredVersion(TypedDict, total=False):
+    """Which desired state a cycle read: for a YAML file, the start of its SHA-256 (``digest``),
+    its mtime (Unix seconds) and, when it is in a git work tree, that tree's HEAD ``commit``; for
+    PostgreSQL, the highest change-log id its snapshot saw (``change``). A few dozen bytes: a
+    record stays small however large the file."""
+
+    digest: str
+    mtime: float
+    commit: str
+    change: int
+
+
+VERSION_DIGEST = 12
+"""Hex digits of a YAML file's SHA-256 a version keeps: enough to tell edits apart."""
+
+
+def desired_version(value: object) -> DesiredVersion | None:
+    """``value`` (a record's ``desired``, outside input) as a version when each field it has is
+    of its shape, else None."""
+    if not isinstance(value, Mapping) or not value:
+        return None
+    version: DesiredVersion = {}
+    digest, mtime = value.get("digest"), value.get("mtime")
+    commit, change = value.get("commit"), value.get("change")
+    if digest is not None:
+        if not (isinstance(digest, str) and re.fullmatch(r"[0-9a-f]{1,64}", digest)):
+            return None
+        version["digest"] = digest[:VERSION_DIGEST]
+    if mtime is not None:
+        if not is_seconds(mtime):
+            return None
+        version["mtime"] = float(mtime)
+    if commit is not None:
+        if not (isinstance(commit, str) and COMMIT.fullmatch(commit)):
+            return None
+        version["commit"] = commit
+    if change is not None:
+        if not (isinstance(change, int) and not isinstance(change, bool) and change >= 0):
+            return None
+        version["change"] = change
+    return version or None
+
+
+def describe_version(version: DesiredVersion) -> str:
+    """A version in one line: ``file sha256 <digest> (commit <commit>)`` or ``change log up to
+    id <n>``."""
+    if "change" in version:
+        return f"change log up to id {version['change']}"
+    text = f"file sha256 {version.get('digest', '?')}"
+    if "commit" in version:
+        return f"{text} (commit {version['commit'][:SHORT]})"
+    return text
+
+
 class CycleRecord(TypedDict):
     """A cycle's record as the engine writes it: every field present."""
 
@@ -95,6 +149,8 @@ class CycleRecord(TypedDict):
     duration: float
     trace: str | None
     """The cycle's trace ID when traces are exported (``trace_of`` reads it back)."""
+    desired: DesiredVersion | None
+    """The desired state the cycle acted on (``desired_version`` reads it back)."""
 
 
 KEPT_FIELDS = ("marquee", "cycle", "outcome", "finished_at", "duration")

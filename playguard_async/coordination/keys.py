@@ -97,3 +97,10 @@ def rollout_marks_key(scope: str) -> str:
 def rollout_counts_key(scope: str) -> str:
     """Hash: wave index -> how many Marquees of that wave were verified healthy at the target."""
     return f"{PREFIX}:{{rollout:{scope}}}:counts"
+
+
+def operator_actions_key(scope: str) -> str:
+    """What operators did to a Marquee (``coordination.operator_actions``): a capped list of
+    JSON entries, newest first, in its lock's slot; ``operator_actions_key("*")`` the fleet's
+    (``--all`` pauses, rollout commands)."""
+    return f"{PREFIX}:{{{marquee_lock_name(scope)}}}:actions"

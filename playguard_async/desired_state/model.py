@@ -44,6 +44,7 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails, InitErrorDetails, PydanticCustomError
 
+from playguard_async.cycle_record import DesiredVersion
 from playguard_async.desired_state.rollout_policy import RolloutPolicy
 from playguard_async.desired_state.windows import Window
 from playguard_async.kits.files import FileRefused, read_text_limited
@@ -502,9 +503,27 @@ class Inventory(_Model):
     _elsewhere_cohorts: tuple[tuple[MarqueeListing, ...], _Cohorts] | None = PrivateAttr(None)
     """``_elsewhere`` and the cohorts it lists, computed at the first ``cohort`` after it was
     set: the source sets it after the index is built, and anew on an unchanged inventory."""
+    _version: DesiredVersion | None = PrivateAttr(None)
+    """Which desired state this is, as its source read it (a file's digest, the change log's
+    highest id); each cycle's record names it. None: the source does not say (a narrow read)."""
     _fleet: Inventory | None = PrivateAttr(None)
     """For a wake-up's narrow read (a few Marquees' rows), the whole inventory in force when it
     was read: what ``cohort`` answers from, as a rollout's waves are the fleet's."""
+
+    @property
+    def version(self) -> DesiredVersion | None:
+        return self._version
+
+    def __eq__(self, other: object) -> bool:
+        """Equal content, whichever read gave it: the ``version`` a source noted is no part of
+        what an inventory holds (two files of one content are one desired state)."""
+        if not isinstance(other, Inventory) or self._version == other._version:
+            return super().__eq__(other)
+        twin = other.model_copy()
+        twin._version = self._version
+        return super().__eq__(twin)
+
+    __hash__ = None  # type: ignore[assignment]  # unhashable, as every pydantic model
 
     @field_validator("*", mode="before")
     @classmethod

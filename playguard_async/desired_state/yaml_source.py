@@ -20,6 +20,7 @@ from yaml.composer import ComposerError
 from yaml.constructor import ConstructorError
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from playguard_async.desired_state.file_version import file_version
 from playguard_async.desired_state.model import (
     _BASE_DIR,
     _PATHS_RESOLVED,
@@ -468,6 +469,7 @@ class YamlInventorySource:
         else:
             try:
                 outcome = self._validated(content.data)
+                outcome._version = file_version(self._path, digest.hex(), content.mtime_ns)
             except InventoryError as exc:
                 # Kept, so it must not keep what it was raised from: the parser's errors, frames.
                 outcome = exc.with_traceback(None)

@@ -123,6 +123,7 @@ class Cycle:
                 self.lease = await take_lease(services, self.marquee, result)
             if self.lease is not None and result.outcome is Outcome.OK:
                 result.fence = self.lease.fence
+                result.desired = self.inventory.version
                 await PhaseWalk(services, self.marquee, self.inventory, result, self.lease).run()
         except asyncio.CancelledError:
             result.outcome = Outcome.INTERRUPTED

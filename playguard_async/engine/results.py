@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from playguard_async.cycle_record import CycleRecord, NoticeRecord
+from playguard_async.cycle_record import CycleRecord, DesiredVersion, NoticeRecord
 
 
 class Outcome(enum.Enum):
@@ -77,6 +77,8 @@ class CycleResult:
     duration: float = 0.0
     trace_id: str | None = None
     """The cycle's trace (32 hex digits) when traces are exported (``otlp_endpoint``)."""
+    desired: DesiredVersion | None = None
+    """The version of the desired state the cycle acted on, as its source read it."""
 
     @property
     def left_alone(self) -> bool:
@@ -123,6 +125,7 @@ class CycleResult:
             "waited": self.waited,
             "duration": self.duration,
             "trace": self.trace_id,
+            "desired": self.desired,
         }
 
 

@@ -1,12 +1,12 @@
 """The ``playguard`` command: parsing and output; the work is in ``fleet`` and ``describe``.
 
 Exit statuses: 0 done (a cycle ended ok, every check passed); 1 an error a person can fix, a failed
-check, ``unlock`` that deleted nothing, or ``why`` that could not read the host's journal; 2 bad
-usage; 3 ``cycle`` found the Marquee locked by another holder; 4 ``cycle`` ran but did not end ok;
-``plan`` has its own (0 in sync, 2 changes pending, 1 an error, as Terraform's -detailed-exitcode);
-78 (sysexits' EX_CONFIG) ``run`` could not start on its configuration (settings, inventory,
-phases), which the systemd unit does not restart on. A crash (a bug) is Python's own 1 with a
-traceback.
+check, ``unlock`` that deleted nothing, or ``why`` that could not read the host's journal or the
+change log; 2 bad usage; 3 ``cycle`` found the Marquee locked by another holder; 4 ``cycle`` ran
+but did not end ok; ``plan`` has its own (0 in sync, 2 changes pending, 1 an error, as
+Terraform's -detailed-exitcode); 78 (sysexits' EX_CONFIG) ``run`` could not start on its
+configuration (settings, inventory, phases), which the systemd unit does not restart on. A crash
+(a bug) is Python's own 1 with a traceback.
 """
 
 from __future__ import annotations
@@ -357,10 +357,12 @@ def why(
     as_json: bool,
 ) -> None:
     """Why MARQUEE (or its PLAYGROUND) changed: one timeline, oldest first, of the cycles that
-    acted (replica, fence, outcome, causes) with the writes its host accepted, read back from
-    the host's journal and joined on cycle id, and of pauses, pins and rollout events. A host
-    write whose cycle Redis no longer holds still shows, marked. Exit status 1 when the host's
-    journal could not be read (what Redis had is printed)."""
+    acted (replica, fence, outcome, the desired state they read, causes) with the writes its
+    host accepted, read back from the host's journal and joined on cycle id; of the inputs each
+    cycle included (PostgreSQL's change log with its actors, a YAML file's new versions); and of
+    operators' actions (pause, resume, pin, unpin, unlock, rollout commands). A host write whose
+    cycle Redis no longer holds still shows, marked. Exit status 1 when the host's journal or
+    the change log could not be read (what the other sources had is printed)."""
     seconds = _duration("--since", since)
     assert seconds is not None  # the option has a default
     with _readable_errors(ctx):
@@ -384,7 +386,7 @@ def why(
     else:
         for line in display.timeline_lines(told):
             echo(line)
-    if told.host_unread is not None:
+    if not told.complete:
         ctx.exit(1)
 
 

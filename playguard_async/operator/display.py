@@ -323,6 +323,8 @@ def timeline_lines(timeline: why.Timeline) -> list[str]:
         lines.append(f"  playground {timeline.playground} is not in the desired state now")
     if timeline.host_unread is not None:
         lines.append(f"  host journal not read: {timeline.host_unread}")
+    if timeline.changes_unread is not None:
+        lines.append(f"  change log not read: {timeline.changes_unread}")
     if not timeline.events:
         lines.append("  nothing happened (cycles in sync are not shown)")
     for event in timeline.events:
@@ -335,7 +337,12 @@ def timeline_lines(timeline: why.Timeline) -> list[str]:
             head = f"{head}  fence {fence_text(event.fence)}  {event.text}  [{event.by}; {cycle}]"
         else:
             head = f"{head}  {event.by}: {event.text}" if event.by else f"{head}  {event.text}"
+        if event.included_in is not None:
+            head = f"{head}  [in cycle {event.included_in}]"
         lines.append(head)
+        if event.version is not None:
+            lines.append(f"    read     {event.version}")
+        lines.extend(f"    includes {included}" for included in event.includes)
         if event.kind == "cycle" and event.text != f"cycle {event.cycle_id} {event.outcome}":
             lines.append(f"    outcome  {event.text}")
         lines.extend(f"    cause    {cause}" for cause in event.causes)

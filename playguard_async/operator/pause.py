@@ -3,6 +3,9 @@ lifted (the two halves of one stored pause)."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
+from playguard_async.coordination.operator_actions import record_operator_action
 from playguard_async.coordination.pause import FLEET, Pause, lift_pause, take_pause
 from playguard_async.operator.fleet import known_marquee, open_fleet
 from playguard_async.service.wiring import inventory_source
@@ -19,6 +22,11 @@ async def take_scope_pause(
             known_marquee(await fleet.inventory(), scope, inventory_source(settings).describe())
         taken = Pause.taken_now(scope, reason, seconds or settings.pause_default_for)
         await take_pause(fleet.redis, taken, settings.redis_socket_timeout)
+        until = datetime.fromtimestamp(taken.until, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+        await record_operator_action(
+            fleet.redis, scope, "pause", reason=reason, by=taken.by, at=taken.since,
+            target=f"{_scope_text(scope)} until {until}", timeout=settings.redis_socket_timeout,
+        )  # fmt: skip
     return taken
 
 
@@ -28,4 +36,14 @@ async def lift_scope_pause(settings: Settings, scope: str) -> Pause | None:
     async with open_fleet(settings) as fleet:
         if scope != FLEET:
             known_marquee(await fleet.inventory(), scope, inventory_source(settings).describe())
-        return await lift_pause(fleet.redis, scope, settings.redis_socket_timeout)
+        lifted = await lift_pause(fleet.redis, scope, settings.redis_socket_timeout)
+        if lifted is not None:
+            await record_operator_action(
+                fleet.redis, scope, "resume", target=_scope_text(scope),
+                reason=f"lifted the pause by {lifted.by}", timeout=settings.redis_socket_timeout,
+            )  # fmt: skip
+        return lifted
+
+
+def _scope_text(scope: str) -> str:
+    return "the fleet" if scope == FLEET else scope

@@ -4,6 +4,7 @@ command reaches Redis only, never a host."""
 
 from __future__ import annotations
 
+from playguard_async.coordination.operator_actions import record_operator_action
 from playguard_async.coordination.pins import Pin, lift_pin, take_pin
 from playguard_async.desired_state.model import Inventory
 from playguard_async.operator.fleet import OperateError, open_fleet
@@ -29,10 +30,19 @@ async def pin(settings: Settings, marquee: str, playground: str, revision: str, 
                      inventory_source(settings).describe())  # fmt: skip
         taken = Pin.taken_now(playground, revision, reason)
         await take_pin(fleet.redis, marquee, taken, settings.redis_socket_timeout)
+        await record_operator_action(
+            fleet.redis, marquee, "pin", reason=reason, target=f"playground {playground} at "
+            f"{revision}", by=taken.by, at=taken.since, timeout=settings.redis_socket_timeout,
+        )  # fmt: skip
     return taken
 
 
 async def unpin(settings: Settings, marquee: str, playground: str) -> bool:
     """Let ``playground`` follow its branch head again; whether it was pinned."""
     async with open_fleet(settings) as fleet:
-        return await lift_pin(fleet.redis, marquee, playground, settings.redis_socket_timeout)
+        lifted = await lift_pin(fleet.redis, marquee, playground, settings.redis_socket_timeout)
+        if lifted:
+            await record_operator_action(fleet.redis, marquee, "unpin",
+                                         target=f"playground {playground}",
+                                         timeout=settings.redis_socket_timeout)  # fmt: skip
+        return lifted

@@ -5,11 +5,14 @@ record meanwhile makes it read again (three tries). This command reaches Redis o
 
 from __future__ import annotations
 
-import getpass
-import socket
 from datetime import UTC, datetime
 
 from playguard_async.coordination.client import RedisClient
+from playguard_async.coordination.operator_actions import (
+    FLEET,
+    operator_identity,
+    record_operator_action,
+)
 from playguard_async.coordination.rollouts import (
     FOREIGN,
     read_rollout,
@@ -27,14 +30,6 @@ ACTIONS = ("promote", "pause", "resume", "abort")
 
 TRIES = 3
 """Reads and compare-and-sets an action makes before it gives up on a busy record."""
-
-
-def operator() -> str:
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):  # no name for the uid (a container's user)
-        user = "?"
-    return f"{user}@{socket.gethostname()}"
 
 
 async def rollouts(settings: Settings) -> list[tuple[str, Rollout | None]]:
@@ -98,15 +93,20 @@ async def act(settings: Settings, scope: str, action: str, why: str) -> Rollout:
     """``action`` applied to ``scope``'s rollout, stored; ``OperateError`` when it has none or
     its status does not allow it."""
     timeout = settings.redis_socket_timeout
+    who = operator_identity()
     async with open_fleet(settings) as fleet:
         for _ in range(TRIES):
             read = await read_rollout(fleet.redis, scope, timeout)
             try:
-                changed = _readable(scope, read.raw).by_operator(action, operator(), why, read.now)
+                changed = _readable(scope, read.raw).by_operator(action, who, why, read.now)
             except RolloutRefused as exc:
                 raise OperateError(str(exc)) from None
             if await write_rollout(fleet.redis, read, changed.encode(), opens=False,
                                    timeout=timeout):  # fmt: skip
+                await record_operator_action(
+                    fleet.redis, FLEET, f"rollout {action}", reason=why, target=scope, by=who,
+                    at=read.now, timeout=timeout,
+                )  # fmt: skip
                 return changed
     raise OperateError(f"rollout {scope}: changed by cycles {TRIES} times meanwhile; try again")
 

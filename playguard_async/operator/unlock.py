@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from playguard_async.coordination.keys import marquee_lock_name
 from playguard_async.coordination.lock import ReleaseResult, TokenLock
 from playguard_async.coordination.lock_state import LockState, inspect_lock
+from playguard_async.coordination.operator_actions import record_operator_action
 from playguard_async.operator.fleet import RedisUnavailable, known_marquee, open_fleet
 from playguard_async.service.wiring import inventory_source
 from playguard_async.settings import Settings
@@ -41,6 +42,11 @@ async def unlock_marquee(settings: Settings, marquee: str, *, force: bool) -> Un
         if found is not None and force and found.foreign is None:
             # Exactly the record read: one that differs (another holder since) is left alone.
             result = await lock.compare_and_delete(found.record)
+            if result is ReleaseResult.RELEASED:
+                await record_operator_action(
+                    fleet.redis, marquee, "unlock", reason="deleted by hand (--force)",
+                    target=f"lock of {marquee} at fence {found.fence}", timeout=lock.timeout,
+                )  # fmt: skip
             if result is ReleaseResult.UNKNOWN:
                 raise RedisUnavailable(settings, "no answer to the delete; run `playguard locks`")
     return Unlock(lock.key, lock.fence_key, found, result)

@@ -8,8 +8,14 @@ Four sources, joined here and nowhere else:
 - the host's journal (``remote.journal``), read back over a session that cannot write (as
   ``check`` opens one), a bounded tail: what the host accepted, each write named by the cycle
   that made it, so it still shows, marked, when Redis lost that cycle's record;
-- what operators did that Redis still holds: the pause, pins (who, why, since), rollout events;
-- ``extra`` events from elsewhere (a database's change log), taken as they are.
+- what operators did: the actions kept for the Marquee and the fleet
+  (``coordination.operator_actions``: pause, resume, pin, unpin, unlock, rollout commands), and
+  what Redis still holds of them otherwise: the pause and pins in force, rollout events;
+- the desired state's changes: with PostgreSQL, the change log's entries for the Marquee
+  (``desired_state.postgres.change_log``); with a YAML file, each new version of it the cycle
+  records name (digest, mtime, git commit); each joined to the first cycle after it that acted
+  on the Marquee, the cycle that ``includes`` it;
+- ``extra`` events from elsewhere, taken as they are.
 
 Everything read is outside input: each text is cut to ``TEXT_LIMIT`` characters here, and the
 display escapes control characters, so neither a record nor a journal line can flood or steer a
@@ -20,24 +26,34 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+import asyncpg
+
 from playguard_async.coordination.client import RedisClient
+from playguard_async.coordination.operator_actions import FLEET, OperatorAction, operator_actions
 from playguard_async.coordination.pause import paused
 from playguard_async.coordination.pins import read_pins
 from playguard_async.coordination.records import CycleRecords
 from playguard_async.cycle_record import (
+    DesiredVersion,
+    PlaygroundFinding,
     StoredRecord,
+    describe_version,
+    desired_version,
     is_seconds,
     listed,
     mapping,
     optional,
     playground_findings,
 )
-from playguard_async.desired_state.model import Marquee
-from playguard_async.operator.fleet import known_marquee, open_fleet
+from playguard_async.desired_state.model import DesiredStateUnavailable, Inventory, Marquee
+from playguard_async.desired_state.postgres.change_log import ChangeEntry, read_marquee_changes
+from playguard_async.desired_state.postgres.connection import DatabaseError, PgAddress
+from playguard_async.desired_state.registry import source_kind
+from playguard_async.operator.fleet import Fleet, known_marquee, open_fleet
 from playguard_async.operator.rollout import rollouts_of
 from playguard_async.phases.rollout_record import Rollout
 from playguard_async.remote import guard
@@ -52,6 +68,10 @@ TEXT_LIMIT = 300
 
 QUIET_OUTCOMES = ("ok", "locked", "paused")
 """Outcomes of a cycle that, with no action and no host write, changed nothing: left out."""
+
+INPUT_KINDS = ("change", "desired state")
+"""Kinds of event that are inputs of the desired state: each joins the first cycle after it that
+acted (``Event.included_in``)."""
 
 NO_CYCLE_RECORD = "no cycle record"
 """How a host write whose cycle Redis no longer holds (or never did) is marked."""
@@ -94,16 +114,24 @@ class Event:
     fence: int | None = None
     outcome: str | None = None
     causes: tuple[str, ...] = ()
-    """Why the cycle acted: each Playground's drift, as its finding says."""
+    """Why the cycle acted: each Playground's drift, rollback, pin or hold, as its finding
+    says."""
     actions: tuple[str, ...] = ()
     writes: tuple[HostWrite, ...] = ()
+    version: str | None = None
+    """For a cycle: the desired state it acted on (``cycle_record.describe_version``)."""
+    includes: tuple[str, ...] = ()
+    """For a cycle: the inputs (``INPUT_KINDS`` events) it is the first to act after."""
+    included_in: str | None = None
+    """For an input: the cycle id of the first cycle after it that acted on the Marquee."""
 
     def to_json(self) -> dict[str, Any]:
         return {
             "at": self.at, "kind": self.kind, "text": self.text, "by": self.by,
             "cycle": self.cycle_id, "fence": self.fence, "outcome": self.outcome,
             "causes": list(self.causes), "actions": list(self.actions),
-            "writes": [write.to_json() for write in self.writes],
+            "writes": [write.to_json() for write in self.writes], "version": self.version,
+            "includes": list(self.includes), "included_in": self.included_in,
         }  # fmt: skip
 
 
@@ -120,11 +148,19 @@ class Timeline:
     playground_wanted: bool = True
     """False when ``playground`` is not in the desired state now (a typo, or one removed: its
     past still shows)."""
+    changes_unread: str | None = None
+    """Why PostgreSQL's change log was not read; None when it was, or the source has none."""
+
+    @property
+    def complete(self) -> bool:
+        """Whether every source was read (else ``why`` exits 1)."""
+        return self.host_unread is None and self.changes_unread is None
 
     def to_json(self) -> dict[str, Any]:
         return {
             "marquee": self.marquee, "playground": self.playground, "since": self.since,
             "host_read": self.host_unread is None, "host_unread": self.host_unread,
+            "changes_read": self.changes_unread is None, "changes_unread": self.changes_unread,
             "cycles_kept": self.cycles_kept, "playground_wanted": self.playground_wanted,
             "events": [event.to_json() for event in self.events],
         }  # fmt: skip
@@ -137,6 +173,7 @@ class Sources:
     records: list[StoredRecord] = field(default_factory=list)
     writes: list[HostWrite] = field(default_factory=list)
     operator_events: list[Event] = field(default_factory=list)
+    changes: list[Event] = field(default_factory=list)
 
 
 async def marquee_timeline(
@@ -148,29 +185,71 @@ async def marquee_timeline(
     extra: Sequence[Event] = (),
 ) -> Timeline:
     """``name``'s timeline from ``since`` (Unix seconds), oldest first, for one ``playground``
-    or all; ``extra`` events (another source's, already read) join it as they are. The host's
-    journal is read last: when it cannot be, the timeline still holds what Redis had, and
-    ``host_unread`` says why."""
+    or all; ``extra`` events (another source's, already read) join it as they are. Each source
+    that cannot be read is said and the others still give the timeline: the host's journal
+    (``host_unread``), PostgreSQL's change log (``changes_unread``); a database out of reach
+    altogether leaves the host unread too (its address is in the desired state) and the Marquee
+    unchecked, and what Redis holds still shows."""
     sources = Sources()
-    timeout = settings.redis_socket_timeout
     async with open_fleet(settings) as fleet:
-        inventory = await fleet.inventory()
-        marquee = known_marquee(inventory, name, "the desired state")
-        wanted = playground is None or any(
-            known.name == playground for known in inventory.playgrounds_on(name)
+        inventory: Inventory | None = None
+        desired_unread: str | None = None
+        try:
+            inventory = await fleet.inventory()
+        except DesiredStateUnavailable as exc:
+            desired_unread = bounded(str(exc))
+        marquee = None if inventory is None else known_marquee(inventory, name, "the desired state")
+        wanted = (
+            inventory is None
+            or playground is None
+            or any(known.name == playground for known in inventory.playgrounds_on(name))
         )
-        records = CycleRecords(fleet.redis, history_length=settings.history_length, timeout=timeout)
-        sources.records = await records.history(name)
-        sources.operator_events = await _operator_events(fleet.redis, name, timeout)
-        rollouts = await rollouts_of(fleet.redis, inventory, name, timeout)
-        sources.operator_events.extend(_rollout_events(rollout for rollout, _wave in rollouts))
+        await _read_redis(fleet, settings, name, inventory, sources)
+    changes_unread = desired_unread
+    if source_kind(settings.desired_state).database and desired_unread is None:
+        keys = None if playground is None else [playground, name]
+        try:
+            sources.changes = await _change_events(settings, name, since=since, keys=keys)
+        except (DatabaseError, asyncpg.PostgresError, asyncpg.InterfaceError, OSError,
+                TimeoutError) as exc:  # fmt: skip
+            changes_unread = bounded(str(exc) or type(exc).__name__)
     host_unread = None
-    try:
-        sources.writes = await read_host_writes(marquee, settings)
-    except (RemoteError, OSError, TimeoutError) as exc:
-        host_unread = bounded(str(exc) or type(exc).__name__)
+    if marquee is None:
+        host_unread = f"its address is in the desired state, not read: {desired_unread}"
+    else:
+        try:
+            sources.writes = await read_host_writes(marquee, settings)
+        except (RemoteError, OSError, TimeoutError) as exc:
+            host_unread = bounded(str(exc) or type(exc).__name__)
     events = joined(sources, extra=extra, playground=playground, since=since)
-    return Timeline(name, playground, since, events, host_unread, len(sources.records), wanted)
+    return Timeline(name, playground, since, events, host_unread, len(sources.records), wanted,
+                    changes_unread)  # fmt: skip
+
+
+async def _read_redis(
+    fleet: Fleet, settings: Settings, name: str, inventory: Inventory | None, sources: Sources
+) -> None:
+    """What Redis holds of ``name``: its cycle records, the operator actions kept for it and for
+    the fleet (rollout commands: of its rollouts only), and what is in force that no kept action
+    tells (a pause, pins, rollout events). Without ``inventory`` its rollouts are not known."""
+    timeout = settings.redis_socket_timeout
+    records = CycleRecords(fleet.redis, history_length=settings.history_length, timeout=timeout)
+    sources.records = await records.history(name)
+    rollouts = []
+    if inventory is not None:
+        rollouts = [rollout for rollout, _wave in await rollouts_of(fleet.redis, inventory, name,
+                                                                     timeout)]  # fmt: skip
+    scopes = {rollout.scope for rollout in rollouts}
+    kept = await operator_actions(fleet.redis, name, timeout)
+    kept += [
+        action
+        for action in await operator_actions(fleet.redis, FLEET, timeout)
+        if action.target in scopes or not action.action.startswith("rollout ")
+    ]
+    sources.operator_events = _kept_action_events(kept)
+    sources.operator_events += _unkept(
+        await _operator_events(fleet.redis, name, timeout) + _rollout_events(rollouts), kept
+    )
 
 
 async def read_host_writes(marquee: Marquee, settings: Settings) -> list[HostWrite]:
@@ -197,6 +276,77 @@ async def _operator_events(redis: RedisClient, name: str, timeout: float) -> lis
     return events
 
 
+async def _change_events(
+    settings: Settings, name: str, *, since: float, keys: list[str] | None
+) -> list[Event]:
+    """The change log's entries for ``name`` (rows keyed by one of ``keys``, all when None)
+    from ``since``, each an event; read with the daemon's own connection settings."""
+    entries = await read_marquee_changes(
+        PgAddress.parse(settings.desired_state), settings.database_password(),
+        settings.desired_state_schema, name, since=since, keys=keys,
+        timeout=settings.desired_state_timeout,
+    )  # fmt: skip
+    return [change_event(entry) for entry in entries]
+
+
+def change_event(entry: ChangeEntry) -> Event:
+    """A change-log entry as an event: ``relation key columns changed by actor``."""
+    what = "inserted" if entry.operation == "INSERT" else "deleted"
+    if entry.operation == "UPDATE":
+        what = f"{', '.join(entry.columns) or 'nothing'} changed"
+    key = "?" if entry.key is None else entry.key
+    text = f"change {entry.change_id}: {entry.relation} {key}: {what}"
+    return Event(entry.at, "change", bounded(text), bounded(entry.actor, 200))
+
+
+def version_events(records: Sequence[StoredRecord]) -> list[Event]:
+    """One ``desired state`` event for each new version of a YAML file that the cycle records
+    name, oldest first, at the file's mtime: when a record's version differs from the record
+    before it (the first record kept tells no change: nothing before it is known)."""
+    events = []
+    previous: DesiredVersion | None = None
+    for record in sorted(records, key=_record_start):
+        version = desired_version(record.get("desired"))
+        if version is None or "change" in version:
+            continue  # none recorded, or PostgreSQL's (its change log tells its changes)
+        if previous is not None and version != previous:
+            at = version.get("mtime", _record_start(record))
+            text = f"desired state file changed: {describe_version(version)}"
+            events.append(Event(at, "desired state", text, "file"))
+        previous = version
+    return events
+
+
+def _record_start(record: StoredRecord) -> float:
+    finished, duration = record.get("finished_at"), record.get("duration")
+    if is_seconds(finished) and is_seconds(duration):
+        return float(finished) - float(duration)
+    return 0.0
+
+
+def _kept_action_events(actions: Iterable[OperatorAction]) -> list[Event]:
+    """The operator actions kept, each an event of its kind (``pause``, ``pin``, ``rollout``...)
+    that says what, to what and why; a rollout command as the rollout's own events say one
+    (``<scope>: <command>: <why>``)."""
+    events = []
+    for action in actions:
+        kind, _, command = action.action.partition(" ")
+        if kind == "rollout":
+            text = f"{action.target}: {command}: {action.reason}"
+        else:
+            text = f"{action.action} {action.target or action.scope}"
+            text += f": {action.reason}" if action.reason else ""
+        events.append(Event(action.at, kind, bounded(text), bounded(action.by)))
+    return events
+
+
+def _unkept(events: Iterable[Event], kept: Iterable[OperatorAction]) -> list[Event]:
+    """``events`` read from what is in force (a pause, a pin, a rollout's events) but for those
+    a kept action already tells: taken at the same time by the same operator."""
+    told = {(round(action.at, 3), bounded(action.by)) for action in kept}
+    return [event for event in events if (round(event.at, 3), event.by) not in told]
+
+
 def _rollout_events(rollouts: Iterable[Rollout]) -> list[Event]:
     """The events of ``rollouts``: waves, failures, and what operators did to them, with why."""
     return [
@@ -221,15 +371,21 @@ def joined(
     for write in sources.writes:
         if write.cycle_id is not None:
             by_cycle.setdefault(write.cycle_id, []).append(write)
+    inputs = [*sources.changes, *version_events(sources.records)]
     events = list(extra) + sources.operator_events
     recorded = set()
+    acted: list[Event] = []
     for record in sources.records:
         event = _cycle_event(record, by_cycle)
         if event is None:
             continue
         recorded.add(event.cycle_id)
-        if event.actions or event.writes or event.outcome not in QUIET_OUTCOMES:
+        if event.actions or event.writes:
+            acted.append(event)
+        elif event.outcome not in QUIET_OUTCOMES:
             events.append(event)
+    included, including = including_cycles(inputs, acted)
+    events += included + including
     for write in sources.writes:
         if write.cycle_id is None or write.cycle_id not in recorded:
             events.append(
@@ -245,6 +401,28 @@ def joined(
             )
     kept = [e for e in events if e.at >= since and _about(e, playground)]
     return sorted(kept, key=lambda event: event.at)
+
+
+def including_cycles(
+    inputs: Sequence[Event], cycles: Sequence[Event]
+) -> tuple[list[Event], list[Event]]:
+    """Each input joined to the first of ``cycles`` (those that acted) that started at or after
+    it: the input naming that cycle (``included_in``), the cycle naming its inputs
+    (``includes``); an input no cycle followed yet names none."""
+    by_start = sorted(cycles, key=lambda cycle: cycle.at)
+    includes: dict[str, list[str]] = {}
+    joined_inputs = []
+    for event in inputs:
+        cycle = next((cycle for cycle in by_start if cycle.at >= event.at), None)
+        if cycle is None or cycle.cycle_id is None:
+            joined_inputs.append(event)
+            continue
+        includes.setdefault(cycle.cycle_id, []).append(event.text.split(":", 1)[0])
+        joined_inputs.append(replace(event, included_in=cycle.cycle_id))
+    joined_cycles = [
+        replace(cycle, includes=tuple(includes.get(cycle.cycle_id or "", ()))) for cycle in by_start
+    ]
+    return joined_inputs, joined_cycles
 
 
 def _cycle_event(record: StoredRecord, by_cycle: dict[str, list[HostWrite]]) -> Event | None:
@@ -265,10 +443,11 @@ def _cycle_event(record: StoredRecord, by_cycle: dict[str, list[HostWrite]]) -> 
         if isinstance(action, str)
     )
     causes = tuple(
-        bounded(f"playground {name}: {'; '.join(finding.drift)}")
+        bounded(f"playground {name}: {cause}")
         for name, finding in playground_findings(record.get("findings")).items()
-        if finding.drift
-    )
+        for cause in _causes(finding)
+    ) + tuple(bounded(cause) for cause in _phase_causes(mapping(record.get("findings"))))
+    version = desired_version(record.get("desired"))
     outcome, replica = record.get("outcome"), record.get("replica")
     outcome = bounded(outcome) if isinstance(outcome, str) else "?"
     reason = record.get("reason")
@@ -286,13 +465,48 @@ def _cycle_event(record: StoredRecord, by_cycle: dict[str, list[HostWrite]]) -> 
         causes=causes,
         actions=actions,
         writes=tuple(by_cycle.get(cycle_id, ())),
+        version=None if version is None else describe_version(version),
     )
+
+
+def _phase_causes(findings: Mapping[str, Any]) -> list[str]:
+    """What other phases' findings say moved the cycle: an image whose tag the registry now
+    serves at another digest (``pull_images``), a rollout wave the Marquee took part in
+    (``reconcile_playgrounds``). Outside input: what is not of the written shape is passed
+    over."""
+    causes = []
+    for reference, image in mapping(mapping(findings.get("pull_images")).get("images")).items():
+        state, digest = mapping(image).get("state"), mapping(image).get("digest")
+        if state in ("pulled", "would pull") and isinstance(digest, str):
+            short = digest.removeprefix("sha256:")[:12]
+            causes.append(f"image {reference}: its tag now names {short} ({state})")
+    for scope, rollout in mapping(
+        mapping(findings.get("reconcile_playgrounds")).get("rollouts")
+    ).items():
+        wave, waves = mapping(rollout).get("wave"), mapping(rollout).get("waves")
+        status = mapping(rollout).get("status")
+        if isinstance(wave, int) and isinstance(waves, int) and isinstance(status, str):
+            causes.append(f"rollout {scope}: wave {wave} of {waves}, {status}")
+    return causes
+
+
+def _causes(finding: PlaygroundFinding) -> list[str]:
+    """What a Playground's finding says moved the cycle: its drift, a rollback, a pin, a hold."""
+    causes = ["; ".join(finding.drift)] if finding.drift else []
+    if finding.rollback is not None:
+        causes.append(finding.rollback)
+    if finding.pinned is not None:
+        causes.append(f"pinned: {finding.pinned}")
+    if finding.held is not None:
+        causes.append(f"held: {finding.held}")
+    return causes
 
 
 def _about(event: Event, playground: str | None) -> bool:
     """Whether ``event`` concerns ``playground`` (every event does when None): a cycle that acted
     on it or found it drifted, a write to it, a pin of it; a pause or a rollout of the Marquee."""
-    if playground is None or event.kind in ("pause", "rollout"):
+    if playground is None or event.kind in ("pause", "resume", "rollout", "unlock", "change",
+                                            "desired state"):  # fmt: skip
         return True
     named = re.compile(rf"playground {re.escape(playground)}(?![\w.-])")
     texts: Iterable[str] = (

@@ -165,7 +165,7 @@ STATUS_RECORD: CycleRecord = {
     "findings": {"reconcile": {"playgrounds": {"shop-0-1": {"state": "running",
                                                             "drift": ["image"],
                                                             "actions": ["recreated"]}}}},
-    "notices": {}, "replica": "r0", "dry_run": False, "waited": 0.0,
+    "notices": {}, "replica": "r0", "dry_run": False, "waited": 0.0, "desired": {"change": 3},
 }  # fmt: skip
 
 

@@ -11,14 +11,18 @@ import secrets
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
+from pathlib import Path
 
 import asyncpg
 import pytest
 
 from playguard_async.desired_state.postgres.audit_chain import prune_changes, verify_changes
 from playguard_async.desired_state.postgres.schema import migrate
+from playguard_async.desired_state.postgres.source import read_marquees, read_snapshot
+from playguard_async.desired_state.postgres.transfer import import_inventory
 from tests.support.app_database import AppFleet, create_app, limited_role, literal
 from tests.support.daemon import REPO_ROOT
+from tests.support.pg_inventory import full_document, write_inventory
 from tests.support.postgres import LabDatabase, playguard_with
 
 NEWEST = "SELECT * FROM playguard.changes ORDER BY id DESC LIMIT 1"
@@ -380,3 +384,21 @@ async def _until_waiting_on_a_lock(observer: asyncpg.Connection, pid: int) -> No
             "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = $1", pid
         ):
             await asyncio.sleep(0.02)
+
+
+async def test_a_snapshot_names_the_change_log_it_saw_and_reads_on_when_it_may_not_read_it(
+    daemons_role: asyncpg.Connection, tmp_path: Path
+) -> None:
+    await import_inventory(daemons_role, write_inventory(tmp_path, full_document()))
+    newest = await daemons_role.fetchval("SELECT max(id) FROM playguard.changes")
+
+    seen = await read_snapshot(daemons_role)
+    rows, narrow_seen = await read_marquees(daemons_role, "playguard", ["edge-0"], seen.columns)
+    await daemons_role.execute("REVOKE SELECT ON playguard.changes FROM CURRENT_USER")
+    unreadable = await read_snapshot(daemons_role)
+
+    assert newest is not None
+    assert (seen.last_change, narrow_seen) == (newest, newest)
+    assert [row["name"] for row in rows["marquees"]] == ["edge-0"]
+    assert unreadable.last_change is None
+    assert unreadable.rows == seen.rows, "the rest of the snapshot read as before"

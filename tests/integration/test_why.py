@@ -1,7 +1,9 @@
 """``playguard why`` end to end against the lab: a cycle that moves a Playground to a new head is
 shown with its replica and fence and the writes its host accepted, joined on cycle id; after
 Redis loses everything the host's writes still show, marked; hostile text from Redis and from the
-host's journal is bounded and inert; an unreachable host is said, with what Redis had."""
+host's journal is bounded and inert; an unreachable host is said, with what Redis had. With the
+desired state in PostgreSQL, an application's change names its actor and the cycle that
+included it, and operators' actions and a drift fixed on the host join the same timeline."""
 
 from __future__ import annotations
 
@@ -11,12 +13,23 @@ import time
 from pathlib import Path
 from typing import Any
 
+import aiodocker
+import asyncpg
 from redis import Redis as SyncRedis
 
-from playguard_async.coordination.keys import last_cycle_key, pause_key, pins_key
+from playguard_async.coordination.keys import (
+    last_cycle_key,
+    operator_actions_key,
+    pause_key,
+    pins_key,
+)
+from playguard_async.desired_state.postgres.schema import migrate
+from playguard_async.desired_state.postgres.transfer import import_inventory
 from playguard_lab import GitOrigin
 from tests.support.cli import LAB_SETTINGS, Playguard
-from tests.support.playgrounds import compose_yaml
+from tests.support.daemon import Daemon, wait_for
+from tests.support.playgrounds import compose_yaml, project_containers
+from tests.support.postgres import LabDatabase
 from tests.support.world import LabWorld
 
 
@@ -116,3 +129,145 @@ def test_hostile_text_is_bounded_and_inert_and_an_unreachable_host_is_said(
     assert told["host_unread"]
     assert sorted(event["kind"] for event in told["events"]) == ["pause", "pin"]
     assert "host journal not read: " in text
+
+
+async def _remove_by_hand(docker: aiodocker.Docker) -> None:
+    """The Playground's containers deleted as a person on the host would: a drift to fix."""
+    for shown in await project_containers(docker):
+        await docker.containers.container(shown["Id"]).delete(force=True)
+
+
+async def _desired_state_in(
+    postgres: LabDatabase, connection: asyncpg.Connection, playguard: Playguard, lab: LabWorld,
+    tmp_path: Path,
+) -> dict[str, object]:  # fmt: skip
+    """The lab's inventory moved into PostgreSQL (migrated, imported), the only desired state of
+    the CLI's settings; those settings."""
+    await migrate(connection)
+    await import_inventory(connection, playguard.runner.inventory)
+    password_file = tmp_path / "pg-password"
+    password_file.write_text(postgres.password + "\n")
+    password_file.chmod(0o600)
+    settings = {**LAB_SETTINGS, "desired_state": postgres.url,
+                "desired_state_password_file": password_file}  # fmt: skip
+    playguard.configure(lab.data, **settings)
+    playguard.runner.inventory.unlink()
+    return settings
+
+
+def _cycles_of_edge_1(daemon: Daemon) -> int:
+    return len(daemon.events("cycle.finished", marquee="edge-1"))
+
+
+async def _alice_moves_web_main(
+    playguard: Playguard, settings: dict[str, object], connection: asyncpg.Connection,
+    git_origin: GitOrigin, busybox_image: str,
+) -> None:  # fmt: skip
+    """A daemon converges edge-1, then alice's transaction moves web-main to a new branch: the
+    row's NOTIFY wakes a cycle (the 600 s tick is not waited for)."""
+    runner = playguard.runner
+    config = runner.write_settings(
+        "r1", runner.settings("r1", **settings, tick_interval=600.0, tick_jitter=0.0)
+    )
+    daemon = runner.start("r1", phase_seconds=0.2, config=config)
+    try:
+        wait_for(lambda: _cycles_of_edge_1(daemon) >= 1, timeout=180,
+                 what=f"edge-1 converged:\n{daemon.stderr_tail()}")  # fmt: skip
+        branch = f"why-{time.monotonic_ns()}"
+        git_origin.commit(branch, {"compose.yaml": compose_yaml(busybox_image)}, "Moved")
+        before = _cycles_of_edge_1(daemon)
+        async with connection.transaction():
+            await connection.execute("SET LOCAL playguard.actor = 'alice'")
+            await connection.execute(
+                "UPDATE playguard.playgrounds SET branch = $1 WHERE name = 'web-main'", branch
+            )
+        wait_for(lambda: _cycles_of_edge_1(daemon) > before, timeout=60,
+                 what=f"the cycle after alice's change:\n{daemon.stderr_tail()}")  # fmt: skip
+        assert runner.stop_all([daemon], timeout=30) == {"r1": 0}
+    finally:
+        runner.kill_all()
+
+
+async def _hostile_actor_and_action(connection: asyncpg.Connection, store: SyncRedis) -> None:
+    """Hostile text where each source takes it: the application's actor, a kept action written
+    into Redis by hand."""
+    async with connection.transaction():
+        await connection.execute("SELECT set_config('playguard.actor', $1, true)", HOSTILE)
+        await connection.execute(
+            "UPDATE playguard.marquees SET launchable = launchable WHERE name = 'edge-1'"
+        )
+    entry = {"at": time.time(), "action": HOSTILE, "by": HOSTILE, "reason": HOSTILE,
+             "target": HOSTILE}  # fmt: skip
+    store.lpush(operator_actions_key("edge-1"), json.dumps(entry))
+
+
+HOSTILE = "\x1b]0;owned\x07\x1b[2J<script>alert(1)</script>" + "A" * 1_000_000
+
+
+def _one(events: list[dict[str, Any]], **fields: object) -> dict[str, Any]:
+    (found,) = [e for e in events if all(e[key] == value for key, value in fields.items())]
+    return found
+
+
+async def test_why_follows_a_row_changed_by_alice_to_the_hosts_write_then_a_pause_and_a_drift(
+    playguard: Playguard, lab: LabWorld, postgres: LabDatabase, git_origin: GitOrigin,
+    busybox_image: str, lab_docker: aiodocker.Docker, store: SyncRedis, tmp_path: Path,
+) -> None:  # fmt: skip
+    connection = await postgres.connect()
+    try:
+        settings = await _desired_state_in(postgres, connection, playguard, lab, tmp_path)
+        await _alice_moves_web_main(playguard, settings, connection, git_origin, busybox_image)
+        moved = json.loads(store.get(last_cycle_key("edge-1")) or "{}")
+
+        status, told, text = why(playguard, "web-main")
+
+        assert status == 0, text
+        change = _one(told["events"], kind="change", by="alice")
+        assert change["text"].endswith(": playguard.playgrounds web-main: branch changed")
+        assert change["included_in"] == moved["cycle"]
+        including = _one(told["events"], kind="cycle", cycle=moved["cycle"])
+        assert (including["by"], including["fence"]) == ("replica r1", moved["fence"])
+        assert including["includes"] == [change["text"].split(":")[0]]
+        assert including["version"].startswith("change log up to id ")
+        updates = [w for w in including["writes"] if w["action"].startswith("update playground")]
+        assert [w["cycle"] for w in updates] == [moved["cycle"]]
+        assert f"alice: {change['text']}  [in cycle {moved['cycle']}]" in text
+
+        paused = playguard("pause", "edge-1", "--reason", "<b>disk</b> full, investigating")
+        assert paused.returncode == 0, paused.stderr
+        assert playguard("resume", "edge-1").returncode == 0
+        await _remove_by_hand(lab_docker)
+        cycle(playguard)
+        fixed = json.loads(store.get(last_cycle_key("edge-1")) or "{}")
+        await _hostile_actor_and_action(connection, store)
+
+        status, told, text = why(playguard)
+
+        assert status == 0, text
+        kinds = [event["kind"] for event in told["events"]]
+        assert kinds.index("pause") < kinds.index("resume")
+        pause = _one(told["events"], kind="pause")
+        assert pause["text"].endswith(": <b>disk</b> full, investigating")
+        assert "@" in pause["by"]
+        drift = _one(told["events"], kind="cycle", cycle=fixed["cycle"])
+        assert any("web-main" in cause and "missing" in cause for cause in drift["causes"])
+        assert any(
+            w["action"].startswith("compose up playground web-main") for w in drift["writes"]
+        )
+        assert "\x1b" not in text
+        assert "\x07" not in text
+        assert "\\x1b]0;owned\\x07" in text, "the kept action's, escaped"
+        assert "?]0;owned?" in text, "the actor's, as the trigger bounded it"
+        assert max(len(line) for line in text.splitlines()) < 1_500
+        assert len(json.dumps(told)) < 50_000
+
+        away = {**settings, "desired_state": "postgresql://playguard@127.0.0.1:1/gone"}
+        playguard.configure(lab.data, **away)
+        status, told, text = why(playguard)
+
+        assert status == 1
+        assert told["changes_read"] is False
+        assert [event["kind"] for event in told["events"]].count("pause") == 1
+        assert "change log not read: " in text
+    finally:
+        await connection.close()

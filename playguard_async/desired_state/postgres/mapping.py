@@ -112,7 +112,7 @@ def present_columns(catalog: Iterable[Mapping[str, Any]]) -> dict[str, set[str]]
 CATALOG_QUERY = """
 SELECT c.relname::text AS relation, a.attname::text AS column,
        format_type(a.atttypid, NULL) AS type, t.typcategory::text AS category,
-       e.typcategory::text AS element_category
+       e.typcategory::text AS element_category, has_table_privilege(c.oid, 'SELECT') AS readable
 FROM pg_class c
 JOIN pg_namespace n ON n.oid = c.relnamespace
 LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
@@ -121,7 +121,8 @@ LEFT JOIN pg_type e ON e.oid = t.typelem AND t.typcategory = 'A'
 WHERE n.nspname = $1 AND c.relname = ANY ($2::text[]) AND c.relkind IN ('r', 'v', 'm', 'p', 'f')
 """
 """Every column of the named relations of a schema (a relation without columns: one row of
-NULLs), whether tables, views, materialized views, partitioned or foreign tables."""
+NULLs), whether tables, views, materialized views, partitioned or foreign tables, and whether
+the session may read the relation."""
 
 
 @dataclass(frozen=True)

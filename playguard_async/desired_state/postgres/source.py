@@ -179,6 +179,11 @@ EXPECTED_COLUMNS = {
     for table in TABLES
 }
 KEY_COLUMNS = {table.name: table.keys for table in TABLES}
+CHANGE_LOG = "changes"
+"""Migration 0009's change log: a whole read notes its highest id, the version of the desired
+state each cycle names (one index lookup in the snapshot's transaction; the catalog query that
+opens it says whether the log is there)."""
+
 CATALOGUED = [table.name for table in (*TABLES, STEERING)]
 """The relations whose columns each read asks the catalog for (``marquee_steering``'s only to
 know which optional ones it has)."""
@@ -201,6 +206,8 @@ class Snapshot:
     """The columns read of each relation (those of ``broken`` ones: their keys)."""
     elsewhere: tuple[MarqueeListing, ...] = ()
     """Read for a share: the Marquees outside it, listed (their rows not read)."""
+    last_change: int | None = None
+    """The highest change-log id the transaction saw (None: no change log, or empty)."""
 
 
 class MappingUnreadable(DatabaseError):
@@ -281,7 +288,7 @@ async def read_snapshot(
     replanned = False
     while True:
         try:
-            records, broken, steering, columns, elsewhere = await _read_once(
+            records, broken, steering, columns, elsewhere, last_change = await _read_once(
                 connection, schema, failed, max_bytes, share
             )
         except _ReadFailed as exc:
@@ -301,7 +308,7 @@ async def read_snapshot(
             }
             if "marquees" not in broken:
                 _steer(rows["marquees"], steering)
-        return Snapshot(rows, broken, columns, elsewhere)
+        return Snapshot(rows, broken, columns, elsewhere, last_change)
 
 
 def _steer(marquees: list[dict[str, Any]], steering: Sequence[asyncpg.Record]) -> None:
@@ -360,9 +367,10 @@ async def _read_once(
     list[asyncpg.Record],
     dict[str, list[str]],
     tuple[MarqueeListing, ...],
+    int | None,
 ]:
     async with connection.transaction(isolation="repeatable_read", readonly=True):
-        catalog = await connection.fetch(CATALOG_QUERY, schema, CATALOGUED)
+        catalog = await connection.fetch(CATALOG_QUERY, schema, [*CATALOGUED, CHANGE_LOG])
         checks = check_relations(schema, EXPECTED_COLUMNS, KEY_COLUMNS, catalog)
         present = present_columns(catalog)
         records, broken = [], {}
@@ -423,7 +431,8 @@ async def _read_once(
                     f"either ({why}): the whole snapshot is refused"
                 ) from None
         steering = await fetch(STEERING, STEERING.columns_in(present.get(STEERING.name, set())))
-    return records, broken, steering, read, elsewhere
+        last_change = await _last_change(connection, schema, catalog)
+    return records, broken, steering, read, elsewhere, last_change
 
 
 async def _read_listing(
@@ -529,19 +538,19 @@ async def read_marquees(
     columns: Mapping[str, Sequence[str]],
     *,
     max_bytes: int | None = None,
-) -> Rows:
+) -> tuple[Rows, int | None]:
     """The rows that concern the Marquees ``names`` alone, from one REPEATABLE READ READ ONLY
     transaction: theirs, their steering, their playgrounds and those playgrounds' chats, and the
     playspecs and registries those refer to (``Table.concerning``), read by ``columns`` (a
-    whole snapshot's). What is read refers to nothing outside it, so it validates as an
-    inventory of its own: each Marquee in it as consistent as in a whole snapshot. Bounded by
-    ``max_bytes`` as a whole read is.
+    whole snapshot's); and the change log's highest id in that transaction. What is read refers
+    to nothing outside it, so it validates as an inventory of its own: each Marquee in it as
+    consistent as in a whole snapshot. Bounded by ``max_bytes`` as a whole read is.
 
     The catalog is checked as a whole read checks it: ``NarrowReadRefused`` when a relation
     is wrong or its columns are no longer ``columns`` (a view redefined since), so that only a
     whole read, which tells which Marquees it concerns, judges it."""
     async with connection.transaction(isolation="repeatable_read", readonly=True):
-        catalog = await connection.fetch(CATALOG_QUERY, schema, CATALOGUED)
+        catalog = await connection.fetch(CATALOG_QUERY, schema, [*CATALOGUED, CHANGE_LOG])
         checks = check_relations(schema, EXPECTED_COLUMNS, KEY_COLUMNS, catalog)
         present = present_columns(catalog)
         for table in (*TABLES, STEERING):
@@ -557,13 +566,28 @@ async def read_marquees(
                 if size > max_bytes:
                     raise SnapshotTooLarge(size, max_bytes)
             records.append(await connection.fetch(table.select(schema, wanted, narrow=True), names))
+        last_change = await _last_change(connection, schema, catalog)
     *tables, steering = records
     rows = {
         table.name: [dict(record) for record in table_records]
         for table, table_records in zip(TABLES, tables, strict=True)
     }
     _steer(rows["marquees"], steering)
-    return rows
+    return rows, last_change
+
+
+async def _last_change(
+    connection: asyncpg.Connection, schema: str, catalog: Sequence[asyncpg.Record]
+) -> int | None:
+    """The change log's highest id in the transaction's snapshot; None without a change log
+    (before migration 0009), with an empty one, or one the role may not read (the catalog
+    query says so: a refused SELECT would end the snapshot's transaction)."""
+    if not any(row["relation"] == CHANGE_LOG and row["readable"] for row in catalog):
+        return None
+    found: int | None = await connection.fetchval(
+        f"SELECT max(id) FROM {qualified(schema, CHANGE_LOG)}"
+    )
+    return found
 
 
 @dataclass
@@ -903,6 +927,8 @@ class PostgresDesiredState:
         # The listing of other shares is no part of the rows the memo compares: an unchanged
         # share with a changed listing gives the same inventory, listing the others anew.
         validated.inventory._elsewhere = snapshot.elsewhere
+        last = snapshot.last_change
+        validated.inventory._version = None if last is None else {"change": last}
         self._last = validated.inventory
         self._columns = None if snapshot.broken else snapshot.columns
         self.last_snapshot_at = time.monotonic()
@@ -930,16 +956,20 @@ class PostgresDesiredState:
             if self._columns is None or self._validating.locked():
                 return None
             try:
-                rows = await asyncio.wait_for(self._read_narrow(sorted(names)), self._timeout)
+                rows, last_change = await asyncio.wait_for(
+                    self._read_narrow(sorted(names)), self._timeout
+                )
             except (SnapshotTooLarge, NarrowReadRefused, DatabaseError, OSError, TimeoutError,
                     asyncpg.PostgresError, asyncpg.InterfaceError) as exc:  # fmt: skip
                 await self._drop_connection()  # a transaction cut short: start clean
                 log.info("desired_state.narrow_read_failed", source=self.describe(),
                          error=redacted(f"{type(exc).__name__}: {exc}", None)[:300])  # fmt: skip
                 return None
-            return validate_snapshot(rows, RowMemo(models=self._memo.models)).inventory
+            inventory = validate_snapshot(rows, RowMemo(models=self._memo.models)).inventory
+            inventory._version = None if last_change is None else {"change": last_change}
+            return inventory
 
-    async def _read_narrow(self, names: Sequence[str]) -> Rows:
+    async def _read_narrow(self, names: Sequence[str]) -> tuple[Rows, int | None]:
         assert self._columns is not None
         if self._connection is None or self._connection.is_closed():
             self._connection = await connect(self.address, self._password, timeout=self._timeout)

@@ -1,0 +1,100 @@
+"""Reading the change log (migration 0009's ``changes``) for ``playguard why``: one Marquee's
+entries since a time, newest ``limit`` of them, in one bounded read-only statement.
+
+The entries are the triggers' (``playguard_record_change``): names, never values. What is read
+is outside input all the same (the actor is whatever the application set): the reader of a
+``ChangeEntry`` bounds and escapes its texts before showing them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import asyncpg
+
+from playguard_async.desired_state.postgres.connection import (
+    PasswordSource,
+    PgAddress,
+    connect,
+    qualified,
+)
+
+CHANGES_SHOWN = 200
+"""Entries ``why`` reads at most: the newest, when more fall within ``--since``."""
+
+_READ = """
+SELECT id, extract(epoch FROM at)::float8 AS at, relation, key, columns, operation, actor
+FROM {changes}
+WHERE marquees @> ARRAY[$1::text] AND at >= to_timestamp($2)
+  AND ($3::text[] IS NULL OR key = ANY ($3))
+ORDER BY id DESC
+LIMIT $4
+"""
+"""The GIN index on ``marquees`` finds the Marquee's entries (its chain's and the fleet chain's
+that name it); ``$3`` narrows to rows keyed by a Playground (or its Marquee), when asked."""
+
+
+@dataclass(frozen=True)
+class ChangeEntry:
+    """One entry of the change log: ``relation``'s row ``key`` had ``columns`` changed
+    (``operation``) by ``actor`` in a transaction of time ``at`` (Unix seconds)."""
+
+    change_id: int
+    at: float
+    relation: str
+    key: str | None
+    columns: tuple[str, ...]
+    operation: str
+    actor: str
+
+
+async def read_changes(
+    connection: asyncpg.Connection,
+    schema: str,
+    marquee: str,
+    *,
+    since: float,
+    keys: Sequence[str] | None = None,
+    limit: int = CHANGES_SHOWN,
+) -> list[ChangeEntry]:
+    """The entries concerning ``marquee`` from ``since``, keyed by one of ``keys`` (all when
+    None): the newest ``limit``, oldest first, read in a read-only transaction."""
+    async with connection.transaction(readonly=True):
+        rows = await connection.fetch(
+            _READ.format(changes=qualified(schema, "changes")),
+            marquee, since, None if keys is None else list(keys), limit,
+        )  # fmt: skip
+    return [
+        ChangeEntry(
+            row["id"],
+            row["at"],
+            row["relation"],
+            row["key"],
+            tuple(row["columns"]),
+            row["operation"],
+            row["actor"],
+        )
+        for row in reversed(rows)
+    ]
+
+
+async def read_marquee_changes(
+    address: PgAddress,
+    password: PasswordSource,
+    schema: str,
+    marquee: str,
+    *,
+    since: float,
+    keys: Sequence[str] | None,
+    timeout: float,
+) -> list[ChangeEntry]:
+    """``read_changes`` on a connection of its own, opened with the daemon's settings and closed
+    after, the whole bounded by ``timeout`` (beyond connecting)."""
+    connection = await connect(address, password, timeout=timeout)
+    try:
+        async with asyncio.timeout(timeout):
+            return await read_changes(connection, schema, marquee, since=since, keys=keys)
+    finally:
+        connection.terminate()
