@@ -67,13 +67,15 @@ class Pause:
     """Set when the key holds another type than a string (and so pauses, unknown)."""
 
     @classmethod
-    def taken_now(cls, scope: str, reason: str, seconds: float) -> Pause:
-        """A pause of ``scope`` by this process's user on this host, from now for ``seconds``."""
+    def taken_now(cls, scope: str, reason: str, seconds: float, user: str | None = None) -> Pause:
+        """A pause of ``scope`` by ``user`` (default: this process's user; the web view names its
+        logged-in user) on this host, from now for ``seconds``."""
         now = time.time()
-        try:
-            user = getpass.getuser()
-        except (KeyError, OSError):  # no name for the uid (a container's user)
-            user = "?"
+        if user is None:
+            try:
+                user = getpass.getuser()
+            except (KeyError, OSError):  # no name for the uid (a container's user)
+                user = "?"
         return cls(scope, user, socket.gethostname(), reason, now, now + seconds)
 
     def encode(self) -> str:

@@ -57,11 +57,13 @@ class Pin:
     until then, and always for a ``last-good`` pin (its images are the last good revision's)."""
 
     @classmethod
-    def taken_now(cls, playground: str, revision: str, reason: str) -> Pin:
-        try:
-            user = getpass.getuser()
-        except (KeyError, OSError):  # no name for the uid (a container's user)
-            user = "?"
+    def taken_now(cls, playground: str, revision: str, reason: str, user: str | None = None) -> Pin:
+        """A pin by ``user`` (default: this process's user) on this host, from now."""
+        if user is None:
+            try:
+                user = getpass.getuser()
+            except (KeyError, OSError):  # no name for the uid (a container's user)
+                user = "?"
         return cls(playground, revision, user, socket.gethostname(), reason, time.time())
 
     @property

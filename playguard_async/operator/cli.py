@@ -12,7 +12,6 @@ traceback.
 from __future__ import annotations
 
 import contextlib
-import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
@@ -615,25 +614,24 @@ def _one_scope(marquee: str | None, fleet_wide: bool) -> str | None:
     return marquee
 
 
-_SPAN = re.compile(r"(?:(?P<d>[0-9]{1,3})d)?(?:(?P<h>[0-9]{1,4})h)?(?:(?P<m>[0-9]{1,5})m)?"
-                   r"(?:(?P<s>[0-9]{1,6})s)?")  # fmt: skip
-_SPAN_SECONDS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
-
-
 def _duration(option: str, value: str | None) -> float | None:
-    """``option``'s value as seconds (``90s``, ``15m``, ``2h``, ``1d``, ``1h30m``), None when not
-    given; up to 7 days."""
+    """``option``'s value as seconds (``action_input.span_seconds``), None when not given."""
     if value is None:
         return None
-    from playguard_async.kits.capacity import MAX_SECONDS
+    from playguard_async.operator.action_input import span_seconds
 
-    match = _SPAN.fullmatch(value.strip())
-    seconds = 0.0 if match is None else sum(
-        int(count) * _SPAN_SECONDS[unit] for unit, count in match.groupdict().items() if count
-    )  # fmt: skip
-    if not 0 < seconds <= MAX_SECONDS:
-        fail(f"{option} {value!r}: not a duration up to 7d (like 90s, 15m, 2h, 1h30m, 1d)", 1)
-    return seconds
+    try:
+        return span_seconds(value)
+    except ValueError as exc:
+        fail(f"{option} {exc}", 1)
+
+
+def _check_reason(reason: str, limit: int) -> None:
+    from playguard_async.operator.action_input import reason_problem
+
+    problem = reason_problem(reason, limit)
+    if problem is not None:
+        fail(f"--reason {problem}", 1)
 
 
 @cli.command()
@@ -660,8 +658,7 @@ def pause(
 
     scope = _one_scope(marquee, fleet_wide) or FLEET
     seconds = _duration("--for", for_)
-    if not reason.strip() or len(reason) > REASON_MAX or not reason.isprintable():
-        fail(f"--reason of {len(reason)} characters: give 1 to {REASON_MAX} printable ones", 1)
+    _check_reason(reason, REASON_MAX)
     with _readable_errors(ctx):
         import asyncio
 
@@ -723,8 +720,7 @@ def pin_command(
 
     if revision != LAST_GOOD and not is_commit(revision):
         fail(f"--revision {revision[:80]!r}: give last-good or a full commit name", 1)
-    if not reason.strip() or len(reason) > REASON_MAX or not reason.isprintable():
-        fail(f"--reason of {len(reason)} characters: give 1 to {REASON_MAX} printable ones", 1)
+    _check_reason(reason, REASON_MAX)
     with _readable_errors(ctx):
         import asyncio
 
@@ -798,8 +794,7 @@ def _rollout_action(action: str, summary: str) -> None:
     @CONFIG_OPTION
     @click.pass_context
     def command(ctx: click.Context, scope: str, reason: str, config: Path | None) -> None:
-        if not reason.strip() or len(reason) > 500 or not reason.isprintable():
-            fail(f"--reason of {len(reason)} characters: give 1 to 500 printable ones", 1)
+        _check_reason(reason, 500)
         with _readable_errors(ctx):
             import asyncio
 

@@ -10,14 +10,15 @@ from playguard_async.settings import Settings
 
 
 async def take_scope_pause(
-    settings: Settings, scope: str, reason: str, seconds: float | None
+    settings: Settings, scope: str, reason: str, seconds: float | None, *, user: str | None = None
 ) -> Pause:
     """Pause ``scope`` (a Marquee of the inventory, or ``FLEET``) for ``seconds`` (default
-    ``pause_default_for``); the pause stored. Nothing is stored for an unknown Marquee."""
+    ``pause_default_for``) as ``user`` (default: this process's); the pause stored. Nothing is
+    stored for an unknown Marquee."""
     async with open_fleet(settings) as fleet:
         if scope != FLEET:
             known_marquee(await fleet.inventory(), scope, inventory_source(settings).describe())
-        taken = Pause.taken_now(scope, reason, seconds or settings.pause_default_for)
+        taken = Pause.taken_now(scope, reason, seconds or settings.pause_default_for, user)
         await take_pause(fleet.redis, taken, settings.redis_socket_timeout)
     return taken
 

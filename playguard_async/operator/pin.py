@@ -21,13 +21,22 @@ def _check_known(inventory: Inventory, marquee: str, playground: str, source: st
         )
 
 
-async def pin(settings: Settings, marquee: str, playground: str, revision: str, reason: str) -> Pin:
+async def pin(
+    settings: Settings,
+    marquee: str,
+    playground: str,
+    revision: str,
+    reason: str,
+    *,
+    user: str | None = None,
+) -> Pin:
     """Hold ``playground`` of ``marquee`` at ``revision`` (``last-good`` or a full commit name,
-    checked by the caller); the pin stored, replacing any earlier one."""
+    checked by the caller) as ``user`` (default: this process's); the pin stored, replacing any
+    earlier one."""
     async with open_fleet(settings) as fleet:
         _check_known(await fleet.inventory(), marquee, playground,
                      inventory_source(settings).describe())  # fmt: skip
-        taken = Pin.taken_now(playground, revision, reason)
+        taken = Pin.taken_now(playground, revision, reason, user)
         await take_pin(fleet.redis, marquee, taken, settings.redis_socket_timeout)
     return taken
 

@@ -29,11 +29,13 @@ TRIES = 3
 """Reads and compare-and-sets an action makes before it gives up on a busy record."""
 
 
-def operator() -> str:
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):  # no name for the uid (a container's user)
-        user = "?"
+def operator(user: str | None = None) -> str:
+    """``user`` (default: this process's user) at this host, as an action records who."""
+    if user is None:
+        try:
+            user = getpass.getuser()
+        except (KeyError, OSError):  # no name for the uid (a container's user)
+            user = "?"
     return f"{user}@{socket.gethostname()}"
 
 
@@ -94,15 +96,19 @@ async def show(settings: Settings, scope: str) -> tuple[Rollout, dict[int, int]]
     return rollout, read.healthy
 
 
-async def act(settings: Settings, scope: str, action: str, why: str) -> Rollout:
-    """``action`` applied to ``scope``'s rollout, stored; ``OperateError`` when it has none or
-    its status does not allow it."""
+async def act(
+    settings: Settings, scope: str, action: str, why: str, *, user: str | None = None
+) -> Rollout:
+    """``action`` applied to ``scope``'s rollout by ``user`` (default: this process's), stored;
+    ``OperateError`` when it has none or its status does not allow it."""
     timeout = settings.redis_socket_timeout
     async with open_fleet(settings) as fleet:
         for _ in range(TRIES):
             read = await read_rollout(fleet.redis, scope, timeout)
             try:
-                changed = _readable(scope, read.raw).by_operator(action, operator(), why, read.now)
+                changed = _readable(scope, read.raw).by_operator(
+                    action, operator(user), why, read.now
+                )
             except RolloutRefused as exc:
                 raise OperateError(str(exc)) from None
             if await write_rollout(fleet.redis, read, changed.encode(), opens=False,
