@@ -25,6 +25,9 @@ from playguard_async.settings import Settings
 
 ACTIONS = ("promote", "pause", "resume", "abort")
 
+REASON_MAX = 500
+"""Characters of an operator's reason for an action at most."""
+
 TRIES = 3
 """Reads and compare-and-sets an action makes before it gives up on a busy record."""
 
