@@ -64,7 +64,7 @@ OPEN_PATHS = PROBES | {"/login"}
 STATIC_PREFIX = "/static/"
 """The page's script and style, which the login page needs too; they hold no fleet data."""
 
-PRINCIPAL = "playguard.principal"
+PRINCIPAL = web.RequestKey("principal", Principal)
 """The request's key of who it comes from (``principal_of``)."""
 
 METRICS = "/metrics"
@@ -199,8 +199,7 @@ def _wants_page(request: web.BaseRequest) -> bool:
 
 def principal_of(request: web.BaseRequest) -> Principal | None:
     """Who ``request`` comes from; None when nobody is asked (no users set) or nobody logged in."""
-    found = request.get(PRINCIPAL)
-    return found if isinstance(found, Principal) else None
+    return request.get(PRINCIPAL)
 
 
 GUARD = web.AppKey("guard", HttpGuard)

@@ -164,15 +164,15 @@ class WebActions:
         }
 
     def fill(self, request: web.BaseRequest, page: bytes) -> bytes:
-        """``page`` (rendered for the bucket) with ``request``'s user's own parts put in."""
+        """``page`` (rendered for the bucket) with ``request``'s user's own parts put in; with
+        nobody logged in, the slots emptied."""
         principal = principal_of(request)
-        personal = self.environment.get_template("personal.html").render(
-            principal=principal,
-            csrf=self.token_of(principal) if principal else "",
-            results=list(self.results.get(principal.name, ())) if principal else [],
-            here=request.path_qs,
-        )
-        token = self.token_of(principal) if principal else ""
+        token, personal = "", ""
+        if principal is not None:
+            token = self.token_of(principal)
+            personal = self.environment.get_template("personal.html").render(
+                principal=principal, csrf=token, results=list(self.results.get(principal.name, ()))
+            )
         return page.replace(self.csrf_slot.encode(), token.encode()).replace(
             self.personal_slot.encode(), personal.encode()
         )

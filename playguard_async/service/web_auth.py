@@ -5,7 +5,10 @@ Prometheus' ``basic_auth``), or a user a trusted auth proxy names.
 A header is outside input down to its bytes: aiohttp hands over bytes that are not UTF-8 as lone
 surrogates (``surrogateescape``). Every header, whatever its bytes, is therefore either a user or
 a refusal, never an exception. A password is checked by argon2 in a thread (``PasswordCheck``):
-the event loop never waits on it.
+the event loop never waits on it. Failed checks are counted per user name and per client address
+(``FAILURES_PER_MINUTE`` each, shared with the login form): past that, basic auth of that name or
+from that address is refused without a check for the rest of the minute, so guessing costs the
+machine a bounded amount of argon2 work.
 
 The proxy (oauth2-proxy's ``X-Forwarded-User`` and ``X-Forwarded-Groups``) is believed only from
 the addresses of ``web_trusted_proxies``; the role is the highest its groups map to in
@@ -24,8 +27,9 @@ from http.cookies import CookieError, SimpleCookie
 import structlog
 from aiohttp import BasicAuth, hdrs, web
 
+from playguard_async.kits.rate_limit import RateLimit
 from playguard_async.service.web_session import SESSION_COOKIE, Session, Sessions
-from playguard_async.service.web_users import PasswordCheck, Role, UsersFile
+from playguard_async.service.web_users import PasswordCheck, Role, UsersFile, WebUser
 
 log = structlog.get_logger("playguard.web")
 
@@ -34,6 +38,9 @@ CHALLENGE = 'Basic realm="playguard", charset="UTF-8"'
 
 PROXY_USER = "X-Forwarded-User"
 PROXY_GROUPS = "X-Forwarded-Groups"
+
+FAILURES_PER_MINUTE = 5
+"""Failed password checks of one user name, and from one client address, a minute."""
 
 UNTRUSTED_TOLD = 1_000
 """Peers whose proxy headers were ignored, remembered so each is logged once."""
@@ -166,6 +173,26 @@ class WebAuth:
         self.secure_cookie = secure_cookie
         self.passwords = PasswordCheck()
         self.sessions = Sessions()
+        self.failures_by_user = RateLimit(FAILURES_PER_MINUTE, 60.0)
+        self.failures_by_client = RateLimit(FAILURES_PER_MINUTE, 60.0)
+
+    def failures_wait(self, name: str, client: str) -> int | None:
+        """Seconds until ``name`` from ``client`` may be checked again; None: now."""
+        return self.failures_by_user.retry_after(name) or self.failures_by_client.retry_after(
+            client
+        )
+
+    async def check(self, name: str, password: str, client: str) -> WebUser | None:
+        """The user ``name`` when ``password`` is theirs; None otherwise, also when too many
+        checks of that name or from ``client`` failed this minute (then nothing is checked)."""
+        if self.failures_wait(name, client) is not None:
+            return None
+        user = None if self.users is None else self.users.user(name)
+        if await self.passwords.verify(user, password) and user is not None:
+            return user
+        self.failures_by_user.note(name)
+        self.failures_by_client.note(client)
+        return None
 
     async def identify(self, request: web.BaseRequest) -> Principal | None:
         if self.proxy is not None and (principal := self.proxy.principal(request)) is not None:
@@ -179,10 +206,8 @@ class WebAuth:
         offered = offered_basic(request.headers.get(hdrs.AUTHORIZATION))
         if offered is None or self.users is None:
             return None
-        user = self.users.user(offered[0])
-        if not await self.passwords.verify(user, offered[1]) or user is None:
-            return None
-        return Principal(user.name, user.role, "basic")
+        user = await self.check(*offered, request.remote or "unknown")
+        return None if user is None else Principal(user.name, user.role, "basic")
 
     def secure(self, request: web.BaseRequest) -> bool:
         """Whether the session cookie is marked ``Secure``: over TLS, or when set so."""

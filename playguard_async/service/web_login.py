@@ -3,9 +3,9 @@ gets a session cookie (``service.web_session``); logging out ends the session.
 
 The form carries a CSRF token bound to a cookie the login page sets (an HMAC of its random
 value under a key of this process) and must come from this server's own origin, so another site
-cannot log a browser in as someone else. Attempts are limited per user name and per client
-address (``LOGINS_PER_MINUTE`` failures each, then 429), and every attempt is one log line with
-the name bounded and escaped. The password check runs in a thread (``PasswordCheck``).
+cannot log a browser in as someone else. Failed attempts are limited per user name and per
+client address (``WebAuth.check``: then 429), and every attempt is one log line with the name
+bounded and escaped. The password check runs in a thread (``PasswordCheck``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ import jinja2
 import structlog
 from aiohttp import hdrs, web
 
-from playguard_async.kits.rate_limit import RateLimit
 from playguard_async.service.http_guard import principal_of
 from playguard_async.service.web_actions import CSRF_HEADER, same_origin
 from playguard_async.service.web_auth import WebAuth, session_id_of, shown_name
@@ -27,8 +26,6 @@ from playguard_async.service.web_session import cleared_cookie, session_cookie
 log = structlog.get_logger("playguard.web")
 
 LOGIN_COOKIE = "playguard_login"
-LOGINS_PER_MINUTE = 5
-"""Failed logins of one user name, and of one client address, a minute."""
 NAME_LIMIT = 200
 PASSWORD_LIMIT = 1_024
 
@@ -37,8 +34,6 @@ class WebLogin:
     def __init__(self, auth: WebAuth, environment: jinja2.Environment) -> None:
         self.auth = auth
         self.environment = environment
-        self.by_user = RateLimit(LOGINS_PER_MINUTE, 60.0)
-        self.by_client = RateLimit(LOGINS_PER_MINUTE, 60.0)
         self._key = secrets.token_bytes(32)
 
     def add_routes(self, app: web.Application) -> None:
@@ -74,17 +69,15 @@ class WebLogin:
         ):
             return self._form(request, 403, "The form expired: try again.")
         name, password = name[:NAME_LIMIT], password[:PASSWORD_LIMIT]
-        wait = self.by_user.retry_after(name) or self.by_client.retry_after(client)
+        wait = self.auth.failures_wait(name, client)
         if wait is not None:
             log.warning("web.login", user=shown_name(name), client=client, ok=False,
                         why="too many failures")  # fmt: skip
             response = self._form(request, 429, f"Too many failed logins: wait {wait} s.")
             response.headers[hdrs.RETRY_AFTER] = str(wait)
             return response
-        user = None if self.auth.users is None else self.auth.users.user(name)
-        if not await self.auth.passwords.verify(user, password) or user is None:
-            self.by_user.note(name)
-            self.by_client.note(client)
+        user = await self.auth.check(name, password, client)
+        if user is None:
             log.warning("web.login", user=shown_name(name), client=client, ok=False,
                         why="wrong user or password")  # fmt: skip
             return self._form(request, 401, "Wrong user or password.")

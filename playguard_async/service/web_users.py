@@ -51,6 +51,13 @@ VERIFY_CONCURRENCY = 2
 """argon2 verifications running at once (each takes tens of ms and 64 MiB): more wait their
 turn in threads' stead, so a flood of logins cannot take the machine's memory."""
 
+DECOY_HASH = (
+    "$argon2id$v=19$m=65536,t=3,p=4$4X7GfGh1onnd9kB0k7+wQA$utojcL"
+    "MSnAf7HyF+DDUkqZXEXtlZ5NKwKEHNzAJVrig"
+)
+"""What an unknown user's password is checked against: the hash of a random secret nobody
+kept, at the hasher's default cost, so a refusal takes as long whether the name exists or not."""
+
 VERIFIED_KEPT = 256
 """(user, password) pairs remembered as verified: basic auth sends the password with every request
 (a page's stream and fetches too), and each must not cost an argon2 run."""
@@ -196,7 +203,6 @@ class PasswordCheck:
         self.slots = asyncio.Semaphore(VERIFY_CONCURRENCY)
         self._key = secrets.token_bytes(32)
         self._verified: OrderedDict[bytes, None] = OrderedDict()
-        self._decoy = self.hasher.hash(secrets.token_hex(16))
 
     def _remembered(self, user: WebUser, password: str) -> bytes:
         message = f"{user.name}\n{user.secret_hash}\n{password}".encode("utf-8", "surrogatepass")
@@ -210,7 +216,7 @@ class PasswordCheck:
             if key in self._verified:
                 self._verified.move_to_end(key)
                 return True
-        secret_hash = self._decoy if user is None else user.secret_hash
+        secret_hash = DECOY_HASH if user is None else user.secret_hash
         async with self.slots:
             ok = await asyncio.to_thread(self._check, secret_hash, password)
         if ok and user is not None:
