@@ -104,50 +104,63 @@ def _shown(value: str) -> str:
 
 def parse_users(text: str, path: Path) -> dict[str, WebUser]:
     """The users of ``text`` (the file ``path``) by name; ``UsersFileError`` on the first bad
-    line. Blank lines and lines starting with ``#`` are skipped; a CRLF line end is a line end."""
+    line. Blank lines and lines starting with ``#`` are skipped; a CRLF line end is a line end.
+
+    A file of one line that is not a users line is taken for the old format (one shared secret,
+    which may hold spaces): refused without quoting any of it."""
+    lines = [
+        (number, line)
+        for number, raw in enumerate(text.split("\n"), start=1)
+        if (line := raw.removesuffix("\r")).strip() and not line.lstrip().startswith("#")
+    ]
     users: dict[str, WebUser] = {}
-    for number, raw in enumerate(text.split("\n"), start=1):
-        line = raw.removesuffix("\r")
-        if not line.strip() or line.lstrip().startswith("#"):
-            continue
+    for number, line in lines:
         where = f"{path}: line {number}"
-        fields = line.split()
-        if len(fields) == 1:
-            raise OldFormat(
-                f"{where}: one field, as in the old format of one shared secret; users are "
-                f"now `name role secret-hash` lines: write them with `playguard web add-user "
-                f"NAME ROLE --file {path}` (roles {', '.join(ROLE_NAMES)})"
-            )
-        if len(fields) != 3:
-            raise UsersFileError(
-                f"{where}: {len(fields)} fields, expected 3 (name role secret-hash)"
-            )
-        name, role_text, secret_hash = fields
-        if not NAME.fullmatch(name):
-            raise UsersFileError(
-                f"{where}: field name {_shown(name)}: letters, digits and . _ @ - only, "
-                "at most 64, starting with a letter or digit"
-            )
-        role = Role.named(role_text)
-        if role is None:
-            raise UsersFileError(
-                f"{where}: field role {_shown(role_text)}: one of {', '.join(ROLE_NAMES)}"
-            )
-        if (
-            not secret_hash.startswith(HASH_PREFIX)
-            or len(secret_hash) > HASH_LIMIT
-            or not secret_hash.isascii()
-            or not secret_hash.isprintable()
-        ):
-            # Never quoted: it may be a plain secret written where the hash belongs.
-            raise UsersFileError(
-                f"{where}: field secret-hash of user {name}: not an argon2id hash (it starts "
-                f"{HASH_PREFIX}); write it with `playguard web add-user {name} {role.label}`"
-            )
-        if name in users:
-            raise UsersFileError(f"{where}: field name {_shown(name)}: a second line for it")
-        users[name] = WebUser(name, role, secret_hash)
+        try:
+            user = _parse_line(line, where)
+        except _BadField as exc:
+            if len(lines) == 1:
+                raise OldFormat(
+                    f"{where}: not a `name role secret-hash` line, as in the old format of one "
+                    f"shared secret: write named users with `playguard web add-user NAME ROLE "
+                    f"--file {path}` (roles {', '.join(ROLE_NAMES)})"
+                ) from None
+            raise UsersFileError(str(exc)) from None
+        if user.name in users:
+            raise UsersFileError(f"{where}: field name {_shown(user.name)}: a second line for it")
+        users[user.name] = user
     return users
+
+
+class _BadField(Exception):
+    """A line that is not ``name role secret-hash``; its hash is never quoted."""
+
+
+def _parse_line(line: str, where: str) -> WebUser:
+    fields = line.split()
+    if len(fields) != 3:
+        raise _BadField(f"{where}: {len(fields)} fields, expected 3 (name role secret-hash)")
+    name, role_text, secret_hash = fields
+    if not NAME.fullmatch(name):
+        raise _BadField(
+            f"{where}: field name {_shown(name)}: letters, digits and . _ @ - only, "
+            "at most 64, starting with a letter or digit"
+        )
+    role = Role.named(role_text)
+    if role is None:
+        raise _BadField(f"{where}: field role {_shown(role_text)}: one of {', '.join(ROLE_NAMES)}")
+    if (
+        not secret_hash.startswith(HASH_PREFIX)
+        or len(secret_hash) > HASH_LIMIT
+        or not secret_hash.isascii()
+        or not secret_hash.isprintable()
+    ):
+        # Never quoted: it may be a plain secret written where the hash belongs.
+        raise UsersFileError(
+            f"{where}: field secret-hash of user {name}: not an argon2id hash (it starts "
+            f"{HASH_PREFIX}); write it with `playguard web add-user {name} {role.label}`"
+        )
+    return WebUser(name, role, secret_hash)
 
 
 def read_users(path: Path) -> tuple[dict[str, WebUser], tuple[int, ...]]:
