@@ -221,6 +221,10 @@ class PasswordCheck:
         message = f"{user.name}\n{user.secret_hash}\n{password}".encode("utf-8", "surrogatepass")
         return hmac.new(self._key, message, hashlib.sha256).digest()
 
+    def known(self, user: WebUser | None, password: str) -> bool:
+        """Whether ``password`` was verified as ``user``'s before (and is remembered)."""
+        return user is not None and self._remembered(user, password) in self._verified
+
     async def verify(self, user: WebUser | None, password: str) -> bool:
         """Whether ``password`` is ``user``'s; an unknown user (None) costs as much as a known
         one, so the time of a refusal does not tell which names exist."""

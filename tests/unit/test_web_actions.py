@@ -247,3 +247,15 @@ async def test_proxy_headers_only_from_trusted_peers_and_logged_once(
     principal = trusting.principal(request)
     assert principal is not None
     assert (principal.name, principal.role.label, principal.via) == ("eve", "admin", "proxy")
+
+
+async def test_failed_checks_past_the_limit_check_nothing_but_a_known_pair(tmp_path: Path) -> None:
+    auth = auth_of(tmp_path / "users", USERS)
+    assert await auth.check("ada", "a-pw", "10.0.0.1") is not None  # verified, remembered
+    for _ in range(5):
+        assert await auth.check("otto", "guess", "10.0.0.1") is None
+    assert auth.failures_wait("otto", "10.0.0.9") == 60  # the name, from anywhere
+    assert await auth.check("otto", "o-pw", "10.0.0.9") is None, "not checked at all"
+    assert await auth.check("vera", "v-pw", "10.0.0.1") is None, "nor anyone from that address"
+    assert await auth.check("ada", "a-pw", "10.0.0.1") is not None, "a known pair still is"
+    assert await auth.check("vera", "v-pw", "10.0.0.2") is not None
