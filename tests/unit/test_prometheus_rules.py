@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from playguard_async.cycle_record import RolloutFinding
 from playguard_async.engine.results import Outcome
 from playguard_async.service.metrics import Metrics
 
@@ -80,6 +81,13 @@ def exported_names() -> set[str]:
     metrics.cycle_finished("ok", {"sync_git": 0.1})
     metrics.rolled_back("web")
     metrics.marquee_finished("m1", "phase_failed", "failing", 1.0, mode="apply", rolled_back=False)
+    metrics.rollout_seen(
+        "web@main",
+        RolloutFinding(
+            status="halted", wave=1, waves=3, release="r", held=False, failed_here=True,
+            halted_here="max_failures",
+        ),
+    )  # fmt: skip
     names = set()
     for family in metrics.registry.collect():
         names.add(family.name)
