@@ -52,6 +52,9 @@ def _scope(form: Mapping[str, str]) -> str:
 
 
 class CliDesk:
+    """The actions of ``service.web_actions.ACTIONS``, each the CLI command's own functions with
+    the daemon's settings; what cannot be done as asked is an ``ActionRefused`` saying why."""
+
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.actions: dict[str, _Action] = {

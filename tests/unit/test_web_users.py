@@ -9,9 +9,11 @@ import re
 import stat
 from pathlib import Path
 
+import click
 import pytest
 
 from playguard_async.kits.rate_limit import RateLimit
+from playguard_async.operator.cli import web_add_user
 from playguard_async.service.web_actions import ACTIONS
 from playguard_async.service.web_users import (
     ROLE_NAMES,
@@ -175,6 +177,9 @@ def test_add_user_replaces_the_old_format_and_refuses_a_bad_file(tmp_path: Path)
 
 def test_role_table() -> None:
     assert ROLE_NAMES == WEB_ROLES == tuple(role.label for role in Role)
+    [role_argument] = [param for param in web_add_user.params if param.name == "role"]
+    assert isinstance(role_argument.type, click.Choice)
+    assert tuple(role_argument.type.choices) == WEB_ROLES
     allowed = {
         role.label: sorted(action for action, least in ACTIONS.items() if role >= least)
         for role in Role
