@@ -339,3 +339,34 @@ def test_the_proxy_header_is_believed_only_from_a_trusted_address(acting: Acting
     ignored = acting.daemon.events("web.proxy_header_ignored")
     assert [(line["peer"], line["user"]) for line in ignored] == [("127.0.0.1", "'mallory'")]
     assert proxied_get(acting.base, "127.0.0.2") == 200
+
+
+def test_plan_and_cycle_now_run_the_clis_code_in_the_daemon(acting: Acting) -> None:
+    headers = {"Authorization": basic("otto"), "Origin": acting.base}
+    token = answer(acting.base + "/csrf", headers=headers)[1].strip()
+    headers["X-CSRF-Token"] = token
+    planned = answer(
+        acting.base + "/action", headers=headers, data={"action": "plan", "marquee": "beta"}
+    )
+    assert planned[0] == 200, planned
+    # The witness phases would each act once: the diff phase by phase, then the verdict (or,
+    # when the daemon's own cycle of beta held the lock just then, that).
+    assert planned[1] in {
+        "first\n  witnessed beta\nsecond\n  witnessed beta\n"
+        "beta: 2 changes pending (first 1, second 1)\n",
+    } or planned[1].startswith("beta: error: locked by"), planned
+    cycled = answer(
+        acting.base + "/action", headers=headers, data={"action": "cycle", "marquee": "beta"}
+    )
+    assert cycled[0] == 200, cycled
+    assert cycled[1].startswith(("beta: ok; ", "beta is locked by")), cycled
+    unknown = answer(
+        acting.base + "/action", headers=headers, data={"action": "cycle", "marquee": "nope"}
+    )
+    assert unknown[0] == 409
+    assert "nope" in unknown[1]
+    unlock = answer(
+        acting.base + "/action", headers=headers, data={"action": "unlock", "marquee": "beta"}
+    )
+    assert unlock == (403, "refused: unlock needs the role admin\n")
+    assert acting.daemon.process.poll() is None, "the daemon kept its signal handlers and runs"
