@@ -259,3 +259,20 @@ async def test_failed_checks_past_the_limit_check_nothing_but_a_known_pair(tmp_p
     assert await auth.check("vera", "v-pw", "10.0.0.1") is None, "nor anyone from that address"
     assert await auth.check("ada", "a-pw", "10.0.0.1") is not None, "a known pair still is"
     assert await auth.check("vera", "v-pw", "10.0.0.2") is not None
+
+
+async def test_without_users_the_view_only_looks(desk: RecordingDesk) -> None:
+    async with serving(view_of(picture_of([]), desk=desk)) as served:
+        page = await served.get("/")
+        assert "act-fleet" not in await page.text()
+        refused = await served.post(
+            "/action",
+            data={"action": "pause", "marquee": "m1", "reason": "r"},
+            headers={"Origin": origin(served)},
+        )
+        assert (refused.status, await refused.text()) == (
+            403,
+            "refused: actions need named users (web_credential_file)\n",
+        )
+        assert (await served.get("/csrf")).status == 403
+    assert desk.asked == []
