@@ -79,12 +79,14 @@ class ActionDesk(Protocol):
         ...
 
 
-def request_origin(request: web.BaseRequest) -> str:
-    """This page's own origin: the scheme and the Host the guard admitted."""
-    return f"{request.scheme}://{request.host}".lower()
+def request_origin(request: web.BaseRequest, *, behind_tls: bool = False) -> str:
+    """This page's own origin: the scheme (``https`` when a proxy in front ends TLS:
+    ``web_cookie_secure``) and the Host the guard admitted."""
+    scheme = "https" if behind_tls else request.scheme
+    return f"{scheme}://{request.host}".lower()
 
 
-def same_origin(request: web.BaseRequest) -> bool:
+def same_origin(request: web.BaseRequest, *, behind_tls: bool = False) -> bool:
     """Whether ``request`` comes from a page of this server: its ``Origin`` is ours, or it has
     none and its ``Referer``'s origin is; neither (or ``Origin: null``): no."""
     origin = request.headers.get(hdrs.ORIGIN)
@@ -99,7 +101,7 @@ def same_origin(request: web.BaseRequest) -> bool:
         origin = f"{parts.scheme}://{parts.netloc}"
     return hmac.compare_digest(
         origin.strip().lower().encode("utf-8", "surrogateescape"),
-        request_origin(request).encode("utf-8", "surrogateescape"),
+        request_origin(request, behind_tls=behind_tls).encode("utf-8", "surrogateescape"),
     )
 
 
@@ -191,9 +193,11 @@ class WebActions:
         principal = principal_of(request)
         if principal is None or self.desk is None:
             return _refused(403, "actions need named users (web_credential_file)")
-        if not same_origin(request):
+        behind_tls = self.auth is not None and self.auth.secure(request)
+        if not same_origin(request, behind_tls=behind_tls):
             log.warning("web.action_refused", user=shown_name(principal.name), why="origin")
-            return _refused(403, f"not from a page of {request_origin(request)}")
+            own = request_origin(request, behind_tls=behind_tls)
+            return _refused(403, f"not from a page of {own}")
         form = {key: value for key, value in (await request.post()).items()
                 if isinstance(value, str)}  # fmt: skip
         offered = form.get("csrf") or request.headers.get(CSRF_HEADER) or ""

@@ -59,7 +59,7 @@ class WebLogin:
 
     async def login(self, request: web.Request) -> web.StreamResponse:
         client = request.remote or "unknown"
-        if not same_origin(request):
+        if not same_origin(request, behind_tls=self.auth.secure(request)):
             return self._form(request, 403, "This form must be sent from this server's page.")
         form = await request.post()
         name, password, offered = (str(form.get(key, "")) for key in ("user", "password", "csrf"))
@@ -96,7 +96,9 @@ class WebLogin:
             return web.Response(status=400, text="not logged in with a session\n")
         form = await request.post()
         offered = str(form.get("csrf", "")) or request.headers.get(CSRF_HEADER, "")
-        if not same_origin(request) or not hmac.compare_digest(
+        if not same_origin(
+            request, behind_tls=self.auth.secure(request)
+        ) or not hmac.compare_digest(
             offered.encode("utf-8", "surrogateescape"), principal.session.csrf.encode()
         ):
             return web.Response(status=403, text="refused: not from this server's page\n")

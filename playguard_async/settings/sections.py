@@ -417,7 +417,8 @@ class HttpSettings(BaseModel):
     web_cookie_secure: bool = Field(
         False,
         description="Mark the login's session cookie Secure even when this server is reached "
-        "over plain HTTP (behind a proxy that ends TLS); over TLS it is marked anyway.",
+        "over plain HTTP (behind a proxy that ends TLS, so the pages' origin is https://); over "
+        "TLS it is marked anyway.",
     )
     metrics_marquees_shown: int = Field(
         100,

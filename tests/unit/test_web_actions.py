@@ -276,3 +276,11 @@ async def test_without_users_the_view_only_looks(desk: RecordingDesk) -> None:
         )
         assert (await served.get("/csrf")).status == 403
     assert desk.asked == []
+
+
+def test_behind_a_proxy_that_ends_tls_the_own_origin_is_https() -> None:
+    request = make_mocked_request(
+        "POST", "/action", headers={"Host": "ops.example", "Origin": "https://ops.example"}
+    )
+    assert not same_origin(request)
+    assert same_origin(request, behind_tls=True)
