@@ -30,6 +30,7 @@ from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 
 from playguard_async.coordination.keys import last_cycle_key, pause_key
+from playguard_async.operator.cli import EXIT_CONFIG
 from playguard_lab import RedisServer, free_port
 from tests.support.browser import cell_texts, chromium, mark, not_reloaded
 from tests.support.cli import Playguard
@@ -370,3 +371,19 @@ def test_plan_and_cycle_now_run_the_clis_code_in_the_daemon(acting: Acting) -> N
     )
     assert unlock == (403, "refused: unlock needs the role admin\n")
     assert acting.daemon.process.poll() is None, "the daemon kept its signal handlers and runs"
+
+
+def test_a_file_of_one_shared_secret_stops_the_start_naming_the_command(acting: Acting) -> None:
+    old = acting.shots / "old-credential"
+    old.write_text("correct horse battery\n")
+    old.chmod(0o600)
+    daemon = acting.runner.start(
+        "old", http_address=f"127.0.0.1:{free_port()}", web_credential_file=old
+    )
+    assert daemon.wait(30) == EXIT_CONFIG
+    [line] = daemon.stderr().splitlines()
+    assert line == (
+        f"Error: {old}: line 1: not a `name role secret-hash` line, as in the old format of one "
+        f"shared secret: write named users with `playguard web add-user NAME ROLE --file {old}` "
+        "(roles viewer, operator, admin)"
+    )
