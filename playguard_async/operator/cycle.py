@@ -34,7 +34,7 @@ async def run_cycle(settings: Settings, marquee: str, on_phase: PhaseListener) -
     in Redis like the daemon's, ``on_phase`` told as each phase ends.
 
     As in the daemon, a first SIGINT or SIGTERM lets the running phase finish and starts no other
-    (outcome ``interrupted``); a second one cancels the phase (``engine.CycleCancelled``).
+    (outcome ``interrupted``); a second one cancels the phase (``engine.results.CycleCancelled``).
     """
     engine = build_engine(settings, phase_listeners=[on_phase])
     try:

@@ -9,7 +9,7 @@ from playguard_async.coordination.keys import marquee_lock_name
 from playguard_async.coordination.lock import ReleaseResult, TokenLock
 from playguard_async.coordination.lock_state import LockState, inspect_lock
 from playguard_async.operator.fleet import RedisUnavailable, known_marquee, open_fleet
-from playguard_async.service.wiring import inventory_source
+from playguard_async.service.connections import inventory_source
 from playguard_async.settings import Settings
 
 
