@@ -84,6 +84,12 @@ class Verdict:
         """The hold it puts on the Playground (None: admitted)."""
         return None if self.admitted else RolloutHold(self.why, self.back)
 
+    @property
+    def admitted_release(self) -> str | None:
+        """The release the rollout admitted the Playground to (None: not admitted), which its
+        last good revision records once verified."""
+        return self.release if self.admitted else None
+
 
 @dataclass(frozen=True)
 class Told:
