@@ -180,7 +180,14 @@ class RolloutDesk:
     async def tell(self, verdict: Verdict, healthy: bool | None, why: str) -> Told | None:
         """Tell the rollout how the Playground it admitted came out: verified healthy at its
         target (``healthy`` True), failed (False, ``why``), or not known yet (None). Returns the
-        record as this told left it (None when nothing was told)."""
+        record as this told left it (None when nothing was told).
+
+        A healthy Marquee of a wave the record read has moved past tells nothing: its mark
+        counts for nothing any more (a wave's count and marks are read only while it is the
+        current one: its completion, its timeout), so the mark script is not run each cycle of
+        each earlier wave's Marquees until the rollout is done. That holds whatever Redis kept of
+        the marks; a Marquee of the current wave still marks itself every cycle, which also puts
+        back a mark Redis lost."""
         rollout = verdict.rollout
         if (
             rollout is None
@@ -192,6 +199,8 @@ class RolloutDesk:
         ):
             return None
         wave = rollout.wave_of(verdict.key)
+        if healthy and wave < rollout.wave:
+            return None
         try:
             if healthy:
                 read = await mark_healthy(
