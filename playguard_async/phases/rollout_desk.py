@@ -350,12 +350,20 @@ def _parsed(read: RolloutRead) -> Rollout | None:
     return rollout
 
 
+async def recorded_rollouts(redis: RedisClient, timeout: float) -> list[tuple[str, Rollout | None]]:
+    """Every scope that had a rollout, in scope order, with its record (None: none readable):
+    what ``rollout list`` shows."""
+    return [
+        (scope, _parsed(await read_rollout(redis, scope, timeout)))
+        for scope in await rollout_scopes(redis, timeout)
+    ]
+
+
 async def unfinished_rollouts(redis: RedisClient, timeout: float) -> list[Rollout]:
     """Every rollout not done yet (running, paused, halted, aborted) that Redis holds, in scope
     order: what ``status`` and the web view show."""
-    found: list[Rollout] = []
-    for scope in await rollout_scopes(redis, timeout):
-        record = _parsed(await read_rollout(redis, scope, timeout))
-        if record is not None and record.status != "done":
-            found.append(record)
-    return found
+    return [
+        record
+        for _, record in await recorded_rollouts(redis, timeout)
+        if record is not None and record.status != "done"
+    ]
