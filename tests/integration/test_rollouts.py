@@ -253,8 +253,8 @@ async def test_a_bad_release_changes_one_marquee_halts_and_rolls_it_back(fleet: 
     assert (after.status, after.wave) == ("halted", 0)
 
 
-LEASE = {"tick_interval": 2.0, "lock_ttl": 30.0, "remote_command_timeout": 14.0,
-         "docker_api_timeout": 14.0}  # fmt: skip
+LEASE = {"tick_interval": 2.0, "lock_ttl": 20.0, "remote_command_timeout": 9.0,
+         "docker_api_timeout": 9.0}  # fmt: skip
 """Short leases: a killed replica's lapse within ``lock_ttl``, and the survivor has every
 Marquee then."""
 
