@@ -44,7 +44,7 @@ from tests.support.world import LAB_OPTIONS, LabWorld, ssh_marquee
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
-BAKE = 4.0
+BAKE = 2.0
 """Seconds each wave must stay healthy before the next starts."""
 
 MARQUEES = [f"wave-{index}" for index in range(6)]
