@@ -22,6 +22,20 @@ in the same run (``code_versions``).
 
     .venv/bin/python bench/web_view.py --tabs 10 [--rate 100] [--seconds 10] [--before REF]
 
+On a real Redis (``--redis``): the bench starts its own redis-server on an ephemeral loopback
+port and writes ``--cycles`` records for each Marquee as the daemon does (``CycleRecords.record``
+of ``CycleResult.to_record``: the last record, the history, the PUBLISH of the name). A child
+process per code runs a real ``FleetPicture`` on it (its whole read, its subscription to cycle
+ends) and measures the CPU (process time: the redis-server is another process) of a fleet-page
+render at a new version, and of one live-stream update: a cycle recorded as the daemon does, then
+what this process spends on it, the picture's read of that Marquee (told by the PUBLISH), its new
+version, and the fleet page rendered again for it as an open tab fetches it. With ``--before
+REF`` the code of ``REF`` is measured beside this checkout's, round by round, and the ratios
+now/before printed.
+
+    .venv/bin/python bench/web_view.py --redis [--marquees 10000] [--cycles 50] [--rounds 3]
+        [--before REF]
+
 Never part of the tests: the targets (under 1 s of CPU per answer at 10,000 Marquees; 10 tabs at
 100 cycle ends a second under 10 % of the loop) are read here, not asserted.
 """
@@ -103,6 +117,9 @@ class NoRecords:
     """The bench never reads Redis: the picture is set by hand, or read from memory."""
 
     redis = None
+
+    async def history(self, marquee: str, *, limit: int | None = None) -> list[Any]:
+        return []  # no strip on a row: the per-answer figures stay the page's own
 
 
 async def no_story(name: str) -> MarqueeStory:
@@ -452,6 +469,153 @@ async def run_tabs(base: str, tabs: int, pages: str, seconds: float, one_in_flig
     )
 
 
+# --- On a real Redis: records as the daemon writes them -----------------------------------------
+
+REDIS_OUTCOMES = (
+    *(["ok"] * 12), "phase_failed", "unreachable", "unhealthy", "paused", "deadline", "locked",
+)  # fmt: skip
+"""Outcomes of the written cycles, in turn: mostly ``ok``, every kind of trouble now and then."""
+
+
+def written_cycle(name: str, index: int, number: int) -> Any:
+    """Cycle ``number`` of Marquee ``index`` as the engine ends it: seven phases, an action now
+    and then, a reason where the outcome has one, every fifth Marquee a dry run."""
+    from playguard_async.engine.results import CycleResult  # noqa: PLC0415 - the child's code
+    from playguard_async.phases.protocol import BUILTIN_PHASES  # noqa: PLC0415
+
+    outcome = Outcome(REDIS_OUTCOMES[(index + number) % len(REDIS_OUTCOMES)])
+    result = CycleResult(marquee=name, cycle_id=f"{index:05d}{number:07x}", outcome=outcome)
+    result.fence = result.host_fence = number + 1
+    result.durations = {phase: 0.01 * (1 + (index + number) % 7) for phase in BUILTIN_PHASES}
+    result.actions = {phase: [] for phase in BUILTIN_PHASES}
+    if number % 5 == 0:
+        result.actions["reconcile_playgrounds"] = [f"compose up -d pg-{number % 3}"]
+    if outcome is not Outcome.OK:
+        result.phase = "reconcile_playgrounds"
+        result.reason = f"ssh to {name}: connection refused"
+    result.dry_run = index % 5 == 0
+    result.replica = f"replica-{index % 3}"
+    result.finished_at = time.time() - 60.0 * (50 - number)
+    result.duration = 0.2 + (index * 7 + number * 13) % 40 / 10
+    return result
+
+
+async def fill(url: str, count: int, cycles: int) -> None:
+    """``cycles`` records of each of ``count`` Marquees, written as the daemon writes them: a
+    tick's records in one pipeline (``CycleRecords.write_command``, then ``answered``)."""
+    from playguard_async.coordination.client import connect_redis  # noqa: PLC0415
+    from playguard_async.coordination.records import CycleRecords  # noqa: PLC0415
+
+    redis = connect_redis(url)
+    records = CycleRecords(redis, history_length=50, timeout=30.0)
+    await records.record("m00000", written_cycle("m00000", 0, 0).to_record())  # loads the script
+    try:
+        for number in range(cycles):
+            for start in range(0, count, 1000):
+                batches = {
+                    name: records.pending(name, written_cycle(name, index, number).to_record())
+                    for index in range(start, min(count, start + 1000))
+                    for name in [f"m{index:05d}"]
+                }
+                pipeline = redis.pipeline(transaction=False)
+                for name, batch in batches.items():
+                    pipeline.execute_command(*records.write_command(name, batch))
+                answers = await pipeline.execute(raise_on_error=False)
+                for (name, batch), answer in zip(batches.items(), answers, strict=True):
+                    if records.answered(name, batch, answer) is not None:
+                        raise RuntimeError(f"{name}'s record was not written: {answer}")
+    finally:
+        await redis.aclose()
+
+
+async def on_redis(url: str, count: int, rounds: int, updates: int) -> dict[str, Any]:
+    """The CPU of a fleet-page render and of a live update, this code on Redis at ``url``."""
+    from playguard_async.coordination.client import connect_redis  # noqa: PLC0415
+    from playguard_async.coordination.records import CycleRecords  # noqa: PLC0415
+    from playguard_async.kits.collector import settle_new_desired_state  # noqa: PLC0415
+
+    redis = connect_redis(url)
+    records = CycleRecords(redis, history_length=50, timeout=30.0)
+    listed = [Listed(f"m{index:05d}") for index in range(count)]
+    stop = asyncio.Event()
+    options = dict(interval=3600.0, tell_story=no_story, publish_interval=0.0)
+    picture = FleetPicture(records, lambda: listed, **accepted(FleetPicture, **options))
+    view = view_of(picture, stop)
+    reading = asyncio.ensure_future(picture.run(stop))
+    try:
+        async with asyncio.timeout(600):
+            while picture.version < 1:  # noqa: ASYNC110 - the first whole read
+                await asyncio.sleep(0.05)
+        await asyncio.sleep(0.5)  # the subscription to cycle ends is in place
+        settle_new_desired_state()  # as the daemon does once its desired state is in place
+        renders, size = [], 0
+        for _ in range(rounds + 1):  # the first warms what a page keeps between versions
+            picture.version += 1  # a new version: rendered, not served again as kept
+            started = time.process_time()
+            response: Any = await view.fleet(make_mocked_request("GET", "/"))
+            renders.append(time.process_time() - started)
+            size = len(response.body)
+        spent = []
+        for number in range(updates):
+            index = number * 7 % min(count, 200)  # rows of the first page, as a tab shows them
+            name = f"m{index:05d}"
+            await records.record(name, written_cycle(name, index, 1000 + number).to_record())
+            seen = picture.version
+            started = time.process_time()
+            async with asyncio.timeout(30):
+                await picture.changed(seen, stop)
+            await view.fleet(make_mocked_request("GET", "/"))
+            spent.append(time.process_time() - started)
+        return {
+            "render_ms": statistics.median(renders[1:]) * 1000,
+            "first_render_ms": renders[0] * 1000,
+            "update_ms": statistics.median(spent) * 1000,
+            "update_worst_ms": max(spent) * 1000,
+            "kib": size / 1024,
+        }
+    finally:
+        stop.set()
+        await reading
+        await redis.aclose()
+
+
+def redis_main(args: argparse.Namespace) -> None:
+    from playguard_lab import RedisServer  # noqa: PLC0415
+
+    rounds = args.rounds or 3
+    with (
+        tempfile.TemporaryDirectory(prefix="web-view-bench-") as workdir,
+        RedisServer(Path(workdir)) as server,
+    ):
+        codes = versions(args.before, Path(workdir))
+        started = time.monotonic()
+        asyncio.run(fill(server.url, args.marquees, args.cycles))
+        print(f"{args.marquees} Marquees x {args.cycles} cycles written in "
+              f"{time.monotonic() - started:.0f} s; {rounds} rounds of each code")  # fmt: skip
+        print(f"{'code':>8} {'render ms':>9} {'first':>6} {'update ms':>9} {'worst':>6} {'KiB':>5}")
+        figures: dict[str, list[dict[str, Any]]] = {label: [] for label in codes}
+        for _ in range(rounds):
+            for label, code in codes.items():
+                row = run_with(
+                    code, __file__, "--child-redis", server.url,
+                    "--marquees", str(args.marquees), "--rounds", "5", "--updates", "20",
+                )  # fmt: skip
+                figures[label].append(row)
+                print(f"{label:>8} {row['render_ms']:9.1f} {row['first_render_ms']:6.0f} "
+                      f"{row['update_ms']:9.1f} {row['update_worst_ms']:6.0f} "
+                      f"{row['kib']:5.0f}")  # fmt: skip
+    if args.before:
+        before, now = (figures[label] for label in codes)
+        for key in ("render_ms", "update_ms"):
+            ratio = statistics.median(n[key] for n in now) / statistics.median(
+                b[key] for b in before
+            )
+            print(f"{key}: now/before {ratio:.2f} (medians over the rounds)")
+    load = Path("/proc/loadavg").read_text().split()[0]
+    print(f"load average {load}; render: one fleet page at a new version (first: the first one "
+          "after the whole read); update: a cycle's end to its page rendered again")  # fmt: skip
+
+
 # --- The parent: both codes side by side --------------------------------------------------------
 
 
@@ -499,11 +663,20 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--pages", choices=("same", "mixed"), default="same")
     parser.add_argument("--before", help="git ref of code to measure beside this checkout")
+    parser.add_argument("--redis", action="store_true", help="on a real Redis (the module's doc)")
+    parser.add_argument("--cycles", type=int, default=50, help="records written per Marquee")
+    parser.add_argument("--updates", type=int, default=20, help=argparse.SUPPRESS)
+    parser.add_argument("--child-redis", help=argparse.SUPPRESS)
     parser.add_argument("--child-serve", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--child-tabs", help=argparse.SUPPRESS)
     parser.add_argument("--one-in-flight", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.child_serve:
+    if args.child_redis:
+        row = asyncio.run(on_redis(args.child_redis, args.marquees, args.rounds, args.updates))
+        print(json.dumps(row))
+    elif args.redis:
+        redis_main(args)
+    elif args.child_serve:
         row = asyncio.run(serve_and_measure(args.marquees, args.tabs, args.rate, args.seconds))
         print(json.dumps(row))
     elif args.child_tabs:
