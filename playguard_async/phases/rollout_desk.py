@@ -335,12 +335,32 @@ def _parsed(read: RolloutRead) -> Rollout | None:
     return rollout
 
 
-async def unfinished_rollouts(redis: RedisClient, timeout: float) -> list[Rollout]:
+@dataclass(frozen=True)
+class RolloutStanding:
+    """A rollout not done yet and how many Marquees of each wave were verified healthy (wave ->
+    count): what the web view draws as its progress."""
+
+    rollout: Rollout
+    healthy: dict[int, int]
+
+    @property
+    def verified(self) -> int:
+        """Marquees of the current wave verified healthy."""
+        return self.healthy.get(self.rollout.wave, 0)
+
+
+async def rollouts_standing(redis: RedisClient, timeout: float) -> list[RolloutStanding]:
     """Every rollout not done yet (running, paused, halted, aborted) that Redis holds, in scope
-    order: what ``status`` and the web view show."""
-    found: list[Rollout] = []
+    order, with its healthy counts."""
+    found: list[RolloutStanding] = []
     for scope in await rollout_scopes(redis, timeout):
-        record = _parsed(await read_rollout(redis, scope, timeout))
+        read = await read_rollout(redis, scope, timeout)
+        record = _parsed(read)
         if record is not None and record.status != "done":
-            found.append(record)
+            found.append(RolloutStanding(record, read.healthy))
     return found
+
+
+async def unfinished_rollouts(redis: RedisClient, timeout: float) -> list[Rollout]:
+    """Every rollout not done yet that Redis holds, in scope order: what ``status`` shows."""
+    return [standing.rollout for standing in await rollouts_standing(redis, timeout)]

@@ -41,7 +41,7 @@ from playguard_async.coordination.marquee_reads import (
 )
 from playguard_async.coordination.records import CycleRecords, follow_cycle_ends
 from playguard_async.engine.results import CycleResult, one_line
-from playguard_async.phases.rollout_record import Rollout
+from playguard_async.phases.rollout_desk import RolloutStanding
 
 log = structlog.get_logger("playguard.web")
 
@@ -83,11 +83,11 @@ class FleetPicture:
     """Seconds between two publications (new versions) at most (``web_update_interval``)."""
     clock: Callable[[], float] = time.monotonic
     """The clock publications are paced by (a test drives its own)."""
-    read_rollouts: Callable[[], Awaitable[list[Rollout]]] | None = None
-    """Reads the rollouts not done yet (``rollout_desk.unfinished_rollouts``), with each whole
-    read; None: the page shows none."""
+    read_rollouts: Callable[[], Awaitable[list[RolloutStanding]]] | None = None
+    """Reads the rollouts not done yet and their healthy counts (``rollout_desk.
+    rollouts_standing``), with each whole read; None: the page shows none."""
     statuses: dict[str, MarqueeStatus] = field(default_factory=dict)
-    rollouts: list[Rollout] = field(default_factory=list)
+    rollouts: list[RolloutStanding] = field(default_factory=list)
     """The rollouts not done yet, as of the last whole read."""
     version: int = 0
     read_at: float | None = None

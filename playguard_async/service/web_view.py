@@ -30,10 +30,12 @@ from urllib.parse import quote
 import jinja2
 import structlog
 from aiohttp import web
+from markupsafe import Markup
 from redis.exceptions import RedisError
 
 from playguard_async.coordination.marquee_reads import LastCycle
 from playguard_async.cycle_record import revision_short
+from playguard_async.service import web_pictures
 from playguard_async.service.fleet_picture import FleetPicture
 from playguard_async.service.fleet_table import (
     NEVER,
@@ -44,6 +46,7 @@ from playguard_async.service.fleet_table import (
     fleet_rows,
     select_page,
 )
+from playguard_async.service.recent_cycles import RecentCycles
 
 log = structlog.get_logger("playguard.web")
 
@@ -61,6 +64,9 @@ REFUSED_LOG_INTERVAL = 60.0
 """Seconds between two ``web.stream_refused`` lines at most: a flood of refusals is one line a
 minute, with how many there were."""
 
+HISTORY_LISTED = 20
+"""Cycles a Marquee's page lists in its history table (its pictures draw ``CYCLES_DRAWN``)."""
+
 PAGES_KEPT = 32
 """Rendered pages kept for the current version at most (distinct URLs: queries, Marquees)."""
 
@@ -75,6 +81,7 @@ COLUMNS = (
     ("ttl", "TTL left"),
     ("", "Fence Redis / host"),
     ("outcome", "Last outcome"),
+    ("", "Recent cycles"),
     ("", "Reason"),
     ("duration", "Duration"),
     ("actions", "Actions"),
@@ -201,6 +208,17 @@ def templates() -> jinja2.Environment:
     environment.filters["secs"] = _secs
     environment.filters["revision"] = revision_short
     environment.filters["path_part"] = lambda text: quote(str(text), safe="")
+    environment.globals.update(
+        cycle_strip=web_pictures.cycle_strip,
+        duration_chart=web_pictures.duration_chart,
+        actions_chart=web_pictures.actions_chart,
+        row_badges=web_pictures.row_badges,
+        rollout_progress=web_pictures.rollout_progress,
+        progress_words=web_pictures.progress_words,
+        cycles_drawn=web_pictures.CYCLES_DRAWN,
+        legend=web_pictures.LEGEND,
+        history_listed=HISTORY_LISTED,
+    )
     return environment
 
 
@@ -227,6 +245,10 @@ class WebView:
         self.environment = templates()
         self.streams = StreamSlots(per_client=streams_per_client, total=streams_total)
         self.pages = RenderedPages(fresh_for=picture.publish_interval)
+        self.recent = RecentCycles(picture.records)
+        self._health: tuple[FleetRows, Markup] | None = None
+        self._rendering: dict[str, tuple[int, asyncio.Task[bytes]]] = {}
+        """URL -> the render of its page under way, and at which version."""
         self.static = {
             name: resources.files("playguard_async.service").joinpath("web", name).read_bytes()
             for name in STATIC
@@ -253,7 +275,7 @@ class WebView:
     def _text(status: int, text: str, headers: Mapping[str, str] | None = None) -> web.Response:
         return web.Response(status=status, text=text, headers=headers)
 
-    def _render(self, url: str, version: int, template: str, **values: Any) -> web.Response:
+    def _render(self, url: str, version: int, template: str, **values: Any) -> bytes:
         """``template`` rendered from the picture at ``version``, kept for the next asker of
         ``url`` at that version."""
         picture = self.picture
@@ -269,24 +291,42 @@ class WebView:
         )
         page = html.encode()
         self.pages.keep(url, version, page)
-        return self._html(page)
+        return page
 
     @staticmethod
     def _html(page: bytes) -> web.Response:
         return web.Response(body=page, content_type="text/html", charset="utf-8")
 
     async def fleet(self, request: web.Request) -> web.StreamResponse:
-        version = self.picture.version
-        kept = self.pages.get(request.path_qs, version)
+        url, version = request.path_qs, self.picture.version
+        kept = self.pages.get(url, version)
         if kept is not None:
             return self._html(kept)
         fleet = self.pages.rows(version, lambda: fleet_rows(self.picture.rows(), time.time()))
         # What a record says is outside input, but an outcome on the page must be filterable.
         seen = set(fleet.counts) - {NEVER, *self.outcomes}
         query = FleetQuery.parse(request.query, [*self.outcomes, *sorted(seen)])
+        rendering = self._rendering.get(url)
+        if rendering is None or rendering[0] != version:
+            # The strips may wait on Redis: the askers of this page meanwhile share its render.
+            task = asyncio.ensure_future(self._fleet_page(url, version, fleet, query))
+            rendering = self._rendering[url] = (version, task)
+            task.add_done_callback(lambda done: self._rendered(url, done))
+        return self._html(await asyncio.shield(rendering[1]))
+
+    def _rendered(self, url: str, done: asyncio.Task[bytes]) -> None:
+        if self._rendering.get(url, (0, None))[1] is done:
+            del self._rendering[url]
+
+    async def _fleet_page(
+        self, url: str, version: int, fleet: FleetRows, query: FleetQuery
+    ) -> bytes:
         page = select_page(fleet, query)
+        strips = await self.recent.strips(
+            [(row.name, row.cycle) for row in page.rows if row.cycle is not None]
+        )
         return self._render(
-            request.path_qs,
+            url,
             version,
             "fleet.html",
             page=page,
@@ -294,7 +334,17 @@ class WebView:
             columns=COLUMNS,
             outcomes=[*self.outcomes, "never", "unknown"],
             rollouts=self.picture.rollouts,
+            health=self._health_bar(fleet),
+            strips=strips,
         )
+
+    def _health_bar(self, fleet: FleetRows) -> Markup:
+        """The fleet's health bar, drawn once per rows built (once per version), whatever the
+        query or page."""
+        kept = self._health
+        if kept is None or kept[0] is not fleet:
+            kept = self._health = (fleet, web_pictures.health_bar(fleet.counts))
+        return kept[1]
 
     async def marquee(self, request: web.Request) -> web.StreamResponse:
         name = request.match_info["name"]
@@ -315,14 +365,16 @@ class WebView:
         def age(cycle: LastCycle) -> float | None:
             return None if cycle.finished_at is None else max(0.0, now - cycle.finished_at)
 
-        return self._render(
-            request.path_qs,
-            version,
-            "marquee.html",
-            story=story,
-            age=age,
-            findings=findings_of,
-            windows=story.windows_text(datetime.now(UTC)),
+        return self._html(
+            self._render(
+                request.path_qs,
+                version,
+                "marquee.html",
+                story=story,
+                age=age,
+                findings=findings_of,
+                windows=story.windows_text(datetime.now(UTC)),
+            )
         )
 
     async def static_file(self, request: web.Request) -> web.StreamResponse:

@@ -20,9 +20,16 @@ OUTCOMES = ("ok", "failed", "locked", "unreachable")
 
 
 class StubRecords:
-    """No Redis: the unit tests set the picture by hand (or read it from memory: ``live``)."""
+    """No Redis: the unit tests set the picture by hand (or read it from memory: ``live``);
+    each Marquee's history is its last cycle alone (``histories`` may say otherwise)."""
 
     redis = None
+
+    def __init__(self, histories: dict[str, list[dict[str, Any]]] | None = None) -> None:
+        self.histories = histories or {}
+
+    async def history(self, marquee: str, *, limit: int | None = None) -> list[dict[str, Any]]:
+        return self.histories.get(marquee, [])[:limit]
 
 
 def picture_of(

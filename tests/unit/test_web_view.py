@@ -29,6 +29,7 @@ from playguard_async.coordination.marquee_reads import (
     PlaygroundRevisions,
 )
 from playguard_async.desired_state.rollout_policy import RolloutPolicy, Wave
+from playguard_async.phases.rollout_desk import RolloutStanding
 from playguard_async.phases.rollout_record import Rollout
 from playguard_async.service import fleet_picture
 from playguard_async.service.fleet_picture import FleetPicture
@@ -247,10 +248,13 @@ def with_hostile_rollouts(picture: FleetPicture) -> FleetPicture:
     from Redis is outside input) and in why it halted."""
     policy = RolloutPolicy(waves=[1, "100%"])
     picture.rollouts = [
-        replace(
-            Rollout.open(value, "a" * 64, None, policy, (Wave("0", 1), Wave("~", 1)), now=1e9),
-            status="halted",
-            why=value,
+        RolloutStanding(
+            replace(
+                Rollout.open(value, "a" * 64, None, policy, (Wave("0", 1), Wave("~", 1)), now=1e9),
+                status="halted",
+                why=value,
+            ),
+            {0: 1},
         )
         for value in HOSTILE
     ]
@@ -516,7 +520,9 @@ async def test_the_pages_a_version_wakes_are_rendered_once_each(
     assert len(set(tabs)) == 1
     sorted_by_age = await asyncio.gather(*(fetch("/?sort=age") for _ in range(5)))
     assert len(set(sorted_by_age)) == 1
-    assert rendered == {"fleet.html": 2, "base.html": 2, "rows": 1}
+    pages = {name: rendered[name] for name in ("fleet.html", "base.html", "rows")}
+    assert pages == {"fleet.html": 2, "base.html": 2, "rows": 1}
+    assert set(rendered.values()) == {1, 2}, "each partial once per page rendered"
     assert (await live.client.get("/?sort=__class__")).status == 400, "refusals not kept"
 
 
