@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import math
+import re
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
@@ -274,6 +276,73 @@ async def test_unfinished_rollouts_are_rows_of_the_fleet_page_as_text(
     for value in HOSTILE:
         assert value not in html
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+
+
+def recorded(cycle: LastCycle) -> dict[str, Any]:
+    """``cycle`` as the engine's record holds what a strip draws of it."""
+    return {
+        "cycle": cycle.cycle, "outcome": cycle.outcome, "finished_at": cycle.finished_at,
+        "duration": cycle.duration, "actions": {}, "dry_run": cycle.dry_run,
+    }  # fmt: skip
+
+
+def pictured_fleet() -> FleetPicture:
+    statuses = fleet_of(450, time.time())
+    histories = {
+        status.name: [recorded(status.last)] * 3 for status in statuses if status.last is not None
+    }
+    return picture_of(statuses, histories=histories)
+
+
+async def test_the_health_bar_counts_every_marquee_and_only_the_pages_rows_get_strips() -> None:
+    """450 Marquees, 200 a page: the health bar says all 450; the page's 200 rows have a strip
+    each but those that never ran, read once each, and no other Marquee's history is read."""
+    picture = pictured_fleet()
+    async with serving(view_of(picture)) as served:
+        html = await (await served.get("/")).text()
+        await served.get("/?sort=name")  # another page of the same rows at the same version
+    health = re.search(r'<svg class="health"[^>]*aria-label="([^"]*)"', html)
+    assert health is not None
+    assert "ok: 128 of 450" in health.group(1)
+    assert "never: 65 of 450" in health.group(1)
+    reads = picture.records.reads  # type: ignore[attr-defined]
+    first_page = {f"m{index:05d}" for index in range(PAGE_SIZE) if index % 7}
+    assert set(reads) == first_page
+    assert set(reads.values()) == {1}
+    assert html.count('<svg class="strip"') == len(first_page)
+    assert html.count("<script") == 1, "pictures need no script"
+    assert 'style="' not in html
+
+
+def pictured_story() -> MarqueeStory:
+    """60 cycles, newest first: one of each hostile outcome, a NaN and a huge duration."""
+    cycles = [
+        last(value, finished_at=1e9, cycle=f"h{index}", duration=math.nan)
+        for index, value in enumerate(HOSTILE)
+    ]
+    cycles += [last("ok", finished_at=1e9, cycle="huge", duration=1e300, actions=10**9)]
+    cycles += [last("ok", finished_at=1e9, cycle=f"c{index}") for index in range(55)]
+    return replace(hostile_story(), history=cycles)
+
+
+@pytest.mark.parametrize(
+    "served", [(picture_of(hostile_fleet(), pictured_story()), None)], indirect=True
+)
+async def test_the_marquee_page_draws_its_last_fifty_cycles_and_lists_twenty(
+    served: TestClient[Any, Any],
+) -> None:
+    html = await (await served.get("/marquee/m-0")).text()
+    for kind in ("strip", "chart"):
+        assert f'<svg class="{kind}"' in html
+    assert html.count('<svg class="chart"') == 2, "duration and actions"
+    assert "Last 50 cycles" in html
+    assert "unknown time" in html
+    assert "a day or more" in html
+    for value in HOSTILE:
+        assert value not in html
+    history = html[html.index('<table id="history">') :]
+    assert history.count("<tr") == 1 + 20
+    assert 'style="' not in html
 
 
 @pytest.mark.parametrize("served", [(picture_of(hostile_fleet()), None)], indirect=True)
