@@ -70,6 +70,7 @@ from playguard_async.coordination.marquee_reads import LastCycle, MarqueeStatus,
 from playguard_async.engine.results import Outcome
 from playguard_async.service.fleet_picture import FleetPicture, Listed
 from playguard_async.service.web_view import WebView
+from tests.support.fleet_records import write_fleet, written_cycle
 
 QUERIES = (
     "/",
@@ -471,62 +472,6 @@ async def run_tabs(base: str, tabs: int, pages: str, seconds: float, one_in_flig
 
 # --- On a real Redis: records as the daemon writes them -----------------------------------------
 
-REDIS_OUTCOMES = (
-    *(["ok"] * 12), "phase_failed", "unreachable", "unhealthy", "paused", "deadline", "locked",
-)  # fmt: skip
-"""Outcomes of the written cycles, in turn: mostly ``ok``, every kind of trouble now and then."""
-
-
-def written_cycle(name: str, index: int, number: int) -> Any:
-    """Cycle ``number`` of Marquee ``index`` as the engine ends it: seven phases, an action now
-    and then, a reason where the outcome has one, every fifth Marquee a dry run."""
-    from playguard_async.engine.results import CycleResult  # noqa: PLC0415 - the child's code
-    from playguard_async.phases.protocol import BUILTIN_PHASES  # noqa: PLC0415
-
-    outcome = Outcome(REDIS_OUTCOMES[(index + number) % len(REDIS_OUTCOMES)])
-    result = CycleResult(marquee=name, cycle_id=f"{index:05d}{number:07x}", outcome=outcome)
-    result.fence = result.host_fence = number + 1
-    result.durations = {phase: 0.01 * (1 + (index + number) % 7) for phase in BUILTIN_PHASES}
-    result.actions = {phase: [] for phase in BUILTIN_PHASES}
-    if number % 5 == 0:
-        result.actions["reconcile_playgrounds"] = [f"compose up -d pg-{number % 3}"]
-    if outcome is not Outcome.OK:
-        result.phase = "reconcile_playgrounds"
-        result.reason = f"ssh to {name}: connection refused"
-    result.dry_run = index % 5 == 0
-    result.replica = f"replica-{index % 3}"
-    result.finished_at = time.time() - 60.0 * (50 - number)
-    result.duration = 0.2 + (index * 7 + number * 13) % 40 / 10
-    return result
-
-
-async def fill(url: str, count: int, cycles: int) -> None:
-    """``cycles`` records of each of ``count`` Marquees, written as the daemon writes them: a
-    tick's records in one pipeline (``CycleRecords.write_command``, then ``answered``)."""
-    from playguard_async.coordination.client import connect_redis  # noqa: PLC0415
-    from playguard_async.coordination.records import CycleRecords  # noqa: PLC0415
-
-    redis = connect_redis(url)
-    records = CycleRecords(redis, history_length=50, timeout=30.0)
-    await records.record("m00000", written_cycle("m00000", 0, 0).to_record())  # loads the script
-    try:
-        for number in range(cycles):
-            for start in range(0, count, 1000):
-                batches = {
-                    name: records.pending(name, written_cycle(name, index, number).to_record())
-                    for index in range(start, min(count, start + 1000))
-                    for name in [f"m{index:05d}"]
-                }
-                pipeline = redis.pipeline(transaction=False)
-                for name, batch in batches.items():
-                    pipeline.execute_command(*records.write_command(name, batch))
-                answers = await pipeline.execute(raise_on_error=False)
-                for (name, batch), answer in zip(batches.items(), answers, strict=True):
-                    if records.answered(name, batch, answer) is not None:
-                        raise RuntimeError(f"{name}'s record was not written: {answer}")
-    finally:
-        await redis.aclose()
-
 
 async def on_redis(url: str, count: int, rounds: int, updates: int) -> dict[str, Any]:
     """The CPU of a fleet-page render and of a live update, this code on Redis at ``url``."""
@@ -589,7 +534,8 @@ def redis_main(args: argparse.Namespace) -> None:
     ):
         codes = versions(args.before, Path(workdir))
         started = time.monotonic()
-        asyncio.run(fill(server.url, args.marquees, args.cycles))
+        names = [f"m{index:05d}" for index in range(args.marquees)]
+        asyncio.run(write_fleet(server.url, names, args.cycles))
         print(f"{args.marquees} Marquees x {args.cycles} cycles written in "
               f"{time.monotonic() - started:.0f} s; {rounds} rounds of each code")  # fmt: skip
         print(f"{'code':>8} {'render ms':>9} {'first':>6} {'update ms':>9} {'worst':>6} {'KiB':>5}")

@@ -229,20 +229,29 @@ def _drawn(newest_first: Sequence[LastCycle]) -> list[LastCycle]:
     return list(reversed(newest_first[:CYCLES_DRAWN]))
 
 
-def cycle_strip(newest_first: Sequence[LastCycle], *, height: int = 18) -> Markup:
-    """The last ``CYCLES_DRAWN`` cycles, oldest left: one cell each, its look by outcome, a dry
-    run hollow."""
-    cycles = _drawn(newest_first)
-    marks = [
-        _mark(_cell_class(cycle), _cycle_words(cycle), (index * CELL, 0, CELL - 1, height))
-        for index, cycle in enumerate(cycles)
-    ]
-    label = f"Last {len(cycles)} cycles, oldest first: {_tally(cycles) or 'none'}"
-    return _svg(max(CELL, len(cycles) * CELL), height, label, marks, "strip")
+def _frame(cell: float, count: int, height: float) -> tuple[float, str]:
+    """Where the first of ``count`` cycles is drawn, and the frame behind them all: every
+    cycle picture is ``CYCLES_DRAWN`` cells wide with the newest on the right, so a Marquee
+    with few cycles shows how few, and pictures one under another line up."""
+    frame = f'<rect class="frame" width="{CYCLES_DRAWN * cell}" height="{height}"/>'
+    return (CYCLES_DRAWN - count) * cell, frame
 
 
 def _cell_class(cycle: LastCycle) -> str:
     return f"pic-{look_of(cycle.outcome).kind}{' dry' if cycle.dry_run else ''}"
+
+
+def cycle_strip(newest_first: Sequence[LastCycle], *, height: int = 22) -> Markup:
+    """The last ``CYCLES_DRAWN`` cycles, oldest left: one cell each, its look by outcome, a dry
+    run hollow."""
+    cycles = _drawn(newest_first)
+    left, frame = _frame(CELL, len(cycles), height)
+    marks = [frame] + [
+        _mark(_cell_class(cycle), _cycle_words(cycle), (left + index * CELL, 0, CELL - 1, height))
+        for index, cycle in enumerate(cycles)
+    ]
+    label = f"Last {len(cycles)} cycles, oldest first: {_tally(cycles) or 'none'}"
+    return _svg(CYCLES_DRAWN * CELL, height, label, marks, "strip")
 
 
 SMALL_CELL = 3
@@ -254,64 +263,67 @@ def small_strip(newest_first: Sequence[LastCycle], *, height: int = 12) -> Marku
     drawn as one mark, told in words once (its label), as a page draws two hundred of them: the
     Marquee's page has each cycle's words."""
     cycles = _drawn(newest_first)
-    marks, start = [], 0
+    left, frame = _frame(SMALL_CELL, len(cycles), height)
+    marks, start = [frame], 0
     for index in range(1, len(cycles) + 1):
         if index < len(cycles) and _cell_class(cycles[index]) == _cell_class(cycles[start]):
             continue
         run = cycles[start:index]
         marks.append(
-            f'<rect class="{_cell_class(run[0])}" x="{start * SMALL_CELL}" '
+            f'<rect class="{_cell_class(run[0])}" x="{left + start * SMALL_CELL}" '
             f'width="{len(run) * SMALL_CELL - 0.5}" height="{height}"/>'
         )
         start = index
     label = f"Last {len(cycles)} cycles, oldest first: {_tally(cycles) or 'none'}"
-    return _svg(max(SMALL_CELL, len(cycles) * SMALL_CELL), height, label, marks, "strip")
+    return _svg(CYCLES_DRAWN * SMALL_CELL, height, label, marks, "strip")
 
 
 CHART_HEIGHT = 60
 
 
-def _bars(values: Sequence[float | None], top: float, words: Sequence[str], css: str) -> list[str]:
-    marks = []
-    for index, (value, said) in enumerate(zip(values, words, strict=True)):
+def _chart(
+    cycles: Sequence[LastCycle], values: Sequence[float | None], label: str, css: str
+) -> Markup:
+    """``values`` (one per cycle, None: unknown) as bars scaled to the largest, on the frame."""
+    top = max((value for value in values if value is not None), default=0.0)
+    left, frame = _frame(CELL, len(cycles), CHART_HEIGHT)
+    marks = [frame]
+    for index, (cycle, value) in enumerate(zip(cycles, values, strict=True)):
+        x, said = left + index * CELL, _cycle_words(cycle)
         if value is None:
-            marks.append(_mark("bar-unknown", said, (index * CELL, CHART_HEIGHT - 2, CELL - 1, 2)))
+            marks.append(_mark("bar-unknown", said, (x, CHART_HEIGHT - 2, CELL - 1, 2)))
             continue
         tall = 0.0 if top <= 0 else max(1.0, CHART_HEIGHT * min(value, top) / top)
-        marks.append(_mark(css, said, (index * CELL, CHART_HEIGHT - tall, CELL - 1, tall)))
-    return marks
+        marks.append(_mark(css, said, (x, CHART_HEIGHT - tall, CELL - 1, tall)))
+    return _svg(CYCLES_DRAWN * CELL, CHART_HEIGHT, label, marks, "chart")
+
+
+def longest_text(newest_first: Sequence[LastCycle]) -> str:
+    """The longest duration a duration chart draws, in words (its top)."""
+    drawn = [finite_seconds(cycle.duration) for cycle in newest_first[:CYCLES_DRAWN]]
+    return seconds_text(max((value for value in drawn if value is not None), default=0.0))
+
+
+def actions_text(newest_first: Sequence[LastCycle]) -> str:
+    """The most actions an actions chart draws (its top), and how many in all, in words."""
+    drawn = [max(0, cycle.actions) for cycle in newest_first[:CYCLES_DRAWN]]
+    return f"at most {max(drawn, default=0)}, {sum(drawn)} in all"
 
 
 def duration_chart(newest_first: Sequence[LastCycle]) -> Markup:
     """Each cycle's duration as a bar, oldest left, scaled to the longest drawn."""
     cycles = _drawn(newest_first)
-    values = [finite_seconds(cycle.duration) for cycle in cycles]
-    top = max((value for value in values if value is not None), default=0.0)
-    words = [_cycle_words(cycle) for cycle in cycles]
-    label = f"Duration of the last {len(cycles)} cycles, oldest first; longest {seconds_text(top)}"
-    return _svg(
-        max(CELL, len(cycles) * CELL),
-        CHART_HEIGHT,
-        label,
-        _bars(values, top, words, "bar-duration"),
-        "chart",
+    label = (
+        f"Duration of the last {len(cycles)} cycles, oldest first; "
+        f"longest {longest_text(newest_first)}"
     )
+    values = [finite_seconds(cycle.duration) for cycle in cycles]
+    return _chart(cycles, values, label, "bar-duration")
 
 
 def actions_chart(newest_first: Sequence[LastCycle]) -> Markup:
     """Each cycle's action count as a bar, oldest left, scaled to the most drawn."""
     cycles = _drawn(newest_first)
+    label = f"Actions of the last {len(cycles)} cycles, oldest first; {actions_text(newest_first)}"
     values: list[float | None] = [float(max(0, cycle.actions)) for cycle in cycles]
-    top = max((value or 0.0 for value in values), default=0.0)
-    words = [_cycle_words(cycle) for cycle in cycles]
-    label = (
-        f"Actions of the last {len(cycles)} cycles, oldest first; at most {top:.0f}, "
-        f"{sum(value or 0.0 for value in values):.0f} in all"
-    )
-    return _svg(
-        max(CELL, len(cycles) * CELL),
-        CHART_HEIGHT,
-        label,
-        _bars(values, top, words, "bar-actions"),
-        "chart",
-    )
+    return _chart(cycles, values, label, "bar-actions")

@@ -212,6 +212,8 @@ def templates() -> jinja2.Environment:
         cycle_strip=web_pictures.cycle_strip,
         duration_chart=web_pictures.duration_chart,
         actions_chart=web_pictures.actions_chart,
+        longest_text=web_pictures.longest_text,
+        actions_text=web_pictures.actions_text,
         row_badges=web_pictures.row_badges,
         rollout_progress=web_pictures.rollout_progress,
         progress_words=web_pictures.progress_words,

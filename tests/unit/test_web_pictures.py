@@ -52,7 +52,7 @@ HOSTILE = (
 
 CLASSES = {
     "strip", "chart", "health", "progress", "wave", "wave-done", "bar-duration",
-    "bar-actions", "bar-unknown", "dry",
+    "bar-actions", "bar-unknown", "dry", "frame",
     *(f"pic-{look.kind}" for look in web_pictures.LEGEND),
 }  # fmt: skip
 """Every class a picture may give: none comes from a value."""
@@ -157,7 +157,7 @@ def test_a_strip_draws_the_last_fifty_cycles_oldest_left_a_dry_run_hollow() -> N
         cycle("ok", name=f"c{index}", dry_run=index == 1) for index in range(1, 80)
     ]
     root = parsed(cycle_strip(newest_first))
-    marks = list(root.iter(f"{SVG}rect"))
+    marks = [rect for rect in root.iter(f"{SVG}rect") if rect.get("class") != "frame"]
     assert len(marks) == CYCLES_DRAWN
     assert marks[-1].get("class") == "pic-bad"
     assert "newest" in (marks[-1].findtext(f"{SVG}title") or "")
@@ -165,11 +165,21 @@ def test_a_strip_draws_the_last_fifty_cycles_oldest_left_a_dry_run_hollow() -> N
     assert "49 ok, 1 phase_failed" in (root.get("aria-label") or "")
 
 
+@pytest.mark.parametrize("draw", [cycle_strip, small_strip, duration_chart, actions_chart])
+def test_few_cycles_are_drawn_on_the_right_of_a_frame_fifty_cycles_wide(draw: Any) -> None:
+    root = parsed(draw([cycle("ok")] * 3))
+    frame, *marks = root.iter(f"{SVG}rect")
+    assert frame.get("class") == "frame"
+    assert float(frame.get("width") or "") == float((root.get("viewBox") or "").split()[2])
+    cell = float(frame.get("width") or "") / CYCLES_DRAWN
+    assert float(marks[0].get("x") or "") == pytest.approx((CYCLES_DRAWN - 3) * cell)
+
+
 def test_a_fleet_row_strip_draws_a_run_of_like_cycles_as_one_mark() -> None:
     newest_first = [cycle("ok")] * 30 + [cycle("unreachable")] * 5 + [cycle("ok")] * 40
     root = parsed(small_strip(newest_first))
     assert [rect.get("class") for rect in root.iter(f"{SVG}rect")] == [
-        "pic-good", "pic-bad", "pic-good",
+        "frame", "pic-good", "pic-bad", "pic-good",
     ]  # fmt: skip
     assert "45 ok, 5 unreachable" in (root.get("aria-label") or "")
     assert parsed(small_strip([])).get("aria-label") == "Last 0 cycles, oldest first: none"
