@@ -273,6 +273,9 @@ async def test_unfinished_rollouts_are_rows_of_the_fleet_page_as_text(
     html = await response.text()
     assert response.status == 200, html
     assert html.count('class="rollout-halted"') == len(HOSTILE)
+    assert html.count('<svg class="progress"') == len(HOSTILE)
+    # Each said three times: the picture's label and title, and the words beside it.
+    assert html.count("wave 1 of 2, 1 of 1 verified healthy") == 3 * len(HOSTILE)
     for value in HOSTILE:
         assert value not in html
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
