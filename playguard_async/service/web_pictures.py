@@ -126,8 +126,12 @@ class Slice:
 
 def health_slices(counts: Mapping[str, int]) -> list[Slice]:
     """``counts`` (outcome -> Marquees, over the whole fleet, as ``FleetRows`` keeps them once
-    per version) in the order of ``LEGEND``, then by outcome; a count below 1 is left out."""
+    per version) in the order of ``LEGEND``, then by outcome; a count below 1 is left out, and
+    outcomes playguard does not write are one slice when there are several."""
     kept = {outcome: count for outcome, count in counts.items() if count > 0}
+    odd = [outcome for outcome in kept if look_of(outcome) is ODD]
+    if len(odd) > 1:  # any number of garbled records: one slice, so the bar's slices are few
+        kept[f"{len(odd)} other outcomes"] = sum(kept.pop(outcome) for outcome in odd)
     total = sum(kept.values())
     order = {look.kind: index for index, look in enumerate(LEGEND)}
     ranked = sorted(kept, key=lambda outcome: (order[look_of(outcome).kind], outcome))

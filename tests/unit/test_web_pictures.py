@@ -206,6 +206,17 @@ def test_the_health_bar_gives_every_outcome_a_visible_slice_and_its_count_in_wor
         assert text in words(root)
 
 
+def test_many_outcomes_playguard_does_not_write_are_one_slice_of_the_health_bar() -> None:
+    counts = {f"garbage-{index}": 1 for index in range(300)} | {"ok": 9_700}
+    slices = health_slices(counts)
+    assert [(piece.outcome, piece.count) for piece in slices] == [
+        ("ok", 9_700), ("300 other outcomes", 300),
+    ]  # fmt: skip
+    root = parsed(health_bar(counts))
+    widths = [float(rect.get("width") or "") for rect in root.iter(f"{SVG}rect")]
+    assert sum(widths) == pytest.approx(HEALTH_WIDTH, abs=0.5)
+
+
 def test_the_health_bar_orders_slices_good_held_bad_none_odd() -> None:
     slices = health_slices({"zz": 1, "never": 1, "error": 1, "locked": 1, "ok": 1})
     assert [piece.outcome for piece in slices] == ["ok", "locked", "error", "never", "zz"]
