@@ -10,14 +10,10 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from playguard_async.coordination.marquee_reads import (
-    LastCycle,
-    MarqueeStatus,
-    PlaygroundRevisions,
-)
+from playguard_async.coordination.marquee_reads import LastCycle, MarqueeStatus
 
 PAGE_SIZE = 200
 """Rows per page: a 10,000-Marquee fleet stays a page a browser draws at once."""
@@ -58,16 +54,6 @@ class Row:
     actions: int
     findings: int
     age: float | None
-    cycle: str | None = None
-    """The last cycle's id (None: none recorded): a row's strip is drawn again when it changes."""
-    revisions: Mapping[str, PlaygroundRevisions] = field(default_factory=dict)
-    """Playground -> its revisions as the last cycle found them (the status's own, not copied)."""
-
-    @property
-    def held(self) -> int:
-        """Playgrounds the last cycle found held (pinned, or held back by a rollout); counted
-        only for the rows a page shows."""
-        return sum(told.pinned is not None for told in self.revisions.values())
 
     @classmethod
     def of(cls, status: MarqueeStatus, now: float) -> Row:
@@ -96,8 +82,6 @@ class Row:
             age=None
             if last is None or last.finished_at is None
             else max(0.0, now - last.finished_at),
-            cycle=None if last is None else last.cycle,
-            revisions=status.revisions,
         )
 
 

@@ -37,15 +37,19 @@ class RecentCycles:
         self._kept: dict[str, tuple[str, Markup]] = {}
         self._reading: dict[tuple[str, str], asyncio.Task[Markup | None]] = {}
 
-    async def strips(self, rows: Sequence[tuple[str, str]]) -> dict[str, Markup]:
+    async def strips(self, rows: Sequence[tuple[str, str]], *, read: bool) -> dict[str, Markup]:
         """Marquee -> its strip, for ``rows`` of (Marquee, the id of its last cycle as the
-        picture has it); a Marquee whose history could not be read has none this time."""
+        picture has it); a Marquee whose history could not be read has none this time. Without
+        ``read`` (Redis is known to be away: a page must not wait out its timeout), the strips
+        kept are given as they are, whatever cycle they end on."""
         found: dict[str, Markup] = {}
         wanted: list[tuple[str, asyncio.Task[Markup | None]]] = []
         for name, cycle in rows:
             kept = self._kept.get(name)
-            if kept is not None and kept[0] == cycle:
+            if kept is not None and (kept[0] == cycle or not read):
                 found[name] = kept[1]
+                continue
+            if not read:
                 continue
             key = (name, cycle)
             task = self._reading.get(key)

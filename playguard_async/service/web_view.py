@@ -33,7 +33,7 @@ from aiohttp import web
 from markupsafe import Markup
 from redis.exceptions import RedisError
 
-from playguard_async.coordination.marquee_reads import LastCycle
+from playguard_async.coordination.marquee_reads import LastCycle, MarqueeStatus
 from playguard_async.cycle_record import revision_short
 from playguard_async.service import web_pictures
 from playguard_async.service.fleet_picture import FleetPicture
@@ -198,6 +198,11 @@ def _secs(value: float | None) -> str:
     return f"{value:.1f} s" if value < 120 else f"{value / 60:.0f} min"
 
 
+def held_playgrounds(status: MarqueeStatus) -> int:
+    """Playgrounds ``status``'s last cycle found held (pinned, or held back by a rollout)."""
+    return sum(told.pinned is not None for told in status.revisions.values())
+
+
 def templates() -> jinja2.Environment:
     """The package's templates, autoescaped whatever their name, undefined names an error."""
     environment = jinja2.Environment(
@@ -324,9 +329,12 @@ class WebView:
         self, url: str, version: int, fleet: FleetRows, query: FleetQuery
     ) -> bytes:
         page = select_page(fleet, query)
-        strips = await self.recent.strips(
-            [(row.name, row.cycle) for row in page.rows if row.cycle is not None]
-        )
+        # What the pictures need of a row beyond the table (its last cycle's id, its held
+        # Playgrounds) is taken for the page's rows alone, not in every row's build.
+        shown = [self.picture.statuses.get(row.name) for row in page.rows]
+        lasts = [(status.name, status.last.cycle) for status in shown if status and status.last]
+        held = {status.name: held_playgrounds(status) for status in shown if status}
+        strips = await self.recent.strips(lasts, read=self.picture.error is None)
         return self._render(
             url,
             version,
@@ -338,6 +346,7 @@ class WebView:
             rollouts=self.picture.rollouts,
             health=self._health_bar(fleet),
             strips=strips,
+            held=held,
         )
 
     def _health_bar(self, fleet: FleetRows) -> Markup:

@@ -298,14 +298,14 @@ async def test_a_rows_strip_is_read_once_per_last_cycle_however_many_pages_ask()
     histories.histories = {"m1": [record("ok", 2), record("error", 1)], "m2": []}
     recent = RecentCycles(histories)  # type: ignore[arg-type]
     rows = [("m1", "c2"), ("m2", "c9")]
-    asked = await asyncio.gather(*(recent.strips(rows) for _ in range(20)))
+    asked = await asyncio.gather(*(recent.strips(rows, read=True) for _ in range(20)))
     assert histories.reads == {"m1": 1, "m2": 1}
     assert all(strips == asked[0] for strips in asked)
     assert "1 error, 1 ok" in str(asked[0]["m1"])
-    await recent.strips(rows)
+    await recent.strips(rows, read=True)
     assert histories.reads == {"m1": 1, "m2": 1}, "kept while the last cycle is the same"
     histories.histories["m1"].insert(0, record("paused", 3))
-    again = await recent.strips([("m1", "c3")])
+    again = await recent.strips([("m1", "c3")], read=True)
     assert histories.reads["m1"] == 2
     assert "1 error, 1 ok, 1 paused" in str(again["m1"])
 
@@ -317,8 +317,18 @@ async def test_a_history_redis_cannot_give_is_no_strip_and_another_type_an_empty
         "a-set": ResponseError("WRONGTYPE Operation against a key holding the wrong kind"),
     }
     recent = RecentCycles(histories)  # type: ignore[arg-type]
-    strips = await recent.strips([("gone", "c1"), ("a-set", "c1")])
+    strips = await recent.strips([("gone", "c1"), ("a-set", "c1")], read=True)
     assert "gone" not in strips
     assert "oldest first: none" in str(strips["a-set"])
-    await recent.strips([("gone", "c1"), ("a-set", "c1")])
+    await recent.strips([("gone", "c1"), ("a-set", "c1")], read=True)
     assert histories.reads == {"gone": 2, "a-set": 1}, "a failed read is tried again"
+
+
+async def test_while_redis_is_away_the_strips_kept_are_shown_and_nothing_is_read() -> None:
+    histories = CountedHistories()
+    histories.histories = {"m1": [record("ok", 1)]}
+    recent = RecentCycles(histories)  # type: ignore[arg-type]
+    kept = await recent.strips([("m1", "c1")], read=True)
+    away = await recent.strips([("m1", "c2"), ("m2", "c1")], read=False)
+    assert away == kept, "m1's last strip as it was, m2 none"
+    assert histories.reads == {"m1": 1}

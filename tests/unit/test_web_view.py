@@ -317,6 +317,22 @@ async def test_the_health_bar_counts_every_marquee_and_only_the_pages_rows_get_s
     assert 'style="' not in html
 
 
+async def test_a_row_with_held_playgrounds_wears_a_held_badge() -> None:
+    now = time.time()
+    held = PlaygroundRevisions(None, None, "held by rollout web@main: wave 2 not started")
+    statuses = [
+        replace(fleet_of(2, now)[1], revisions={"web": held, "api": held}, mode="detect"),
+        replace(fleet_of(2, now)[1], name="m-free", revisions={"web": replace(held, pinned=None)}),
+    ]
+    async with serving(view_of(picture_of(statuses))) as served:
+        html = await (await served.get("/")).text()
+    rows = re.findall(r'<tr data-marquee="([^"]+)">', html)
+    assert rows == ["m-free", "m00001"]
+    assert html.count("⚓ 2 held") == 1
+    assert "held</span>" not in html.split('data-marquee="m-free"')[1].split("</td>")[0]
+    assert '<span class="badge badge-detect">◌ detect</span>' in html
+
+
 def pictured_story() -> MarqueeStory:
     """60 cycles, newest first: one of each hostile outcome, a NaN and a huge duration."""
     cycles = [
