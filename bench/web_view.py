@@ -544,7 +544,7 @@ def redis_main(args: argparse.Namespace) -> None:
             for label, code in codes.items():
                 row = run_with(
                     code, __file__, "--child-redis", server.url,
-                    "--marquees", str(args.marquees), "--rounds", "5", "--updates", "20",
+                    "--marquees", str(args.marquees), "--rounds", "11", "--updates", "20",
                 )  # fmt: skip
                 figures[label].append(row)
                 print(f"{label:>8} {row['render_ms']:9.1f} {row['first_render_ms']:6.0f} "
