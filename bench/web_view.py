@@ -36,6 +36,16 @@ now/before printed.
     .venv/bin/python bench/web_view.py --redis [--marquees 10000] [--cycles 50] [--rounds 3]
         [--before REF]
 
+Instructions (``--instructions``): this machine's CPU time swings with what else runs, so the
+same render is also counted in instructions by callgrind (as ``instructions.py`` does), which
+the load leaves alone: a child under valgrind builds the in-memory picture, renders the fleet
+page twice (the second finds each row's strip kept, as a page does between versions), then
+``--renders`` times at new versions, counted. Each row's history is 50 cycles of the outcomes
+``fleet_records`` writes in turn. Needs valgrind; about a minute per code at 10,000 Marquees.
+
+    .venv/bin/python bench/web_view.py --instructions [--marquees 10000] [--renders 3]
+        [--before REF]
+
 Never part of the tests: the targets (under 1 s of CPU per answer at 10,000 Marquees; 10 tabs at
 100 cycle ends a second under 10 % of the loop) are read here, not asserted.
 """
@@ -48,8 +58,10 @@ import contextlib
 import dataclasses
 import inspect
 import json
+import os
 import re
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -70,7 +82,7 @@ from playguard_async.coordination.marquee_reads import LastCycle, MarqueeStatus,
 from playguard_async.engine.results import Outcome
 from playguard_async.service.fleet_picture import FleetPicture, Listed
 from playguard_async.service.web_view import WebView
-from tests.support.fleet_records import write_fleet, written_cycle
+from tests.support.fleet_records import OUTCOMES_IN_TURN, write_fleet, written_cycle
 
 QUERIES = (
     "/",
@@ -562,6 +574,59 @@ def redis_main(args: argparse.Namespace) -> None:
           "after the whole read); update: a cycle's end to its page rendered again")  # fmt: skip
 
 
+# --- Instructions per render, counted by callgrind ---------------------------------------------
+
+
+class RecordedHistories(NoRecords):
+    """Every Marquee's history: 50 cycles of the outcomes ``fleet_records`` writes in turn."""
+
+    async def history(self, marquee: str, *, limit: int | None = None) -> list[Any]:
+        outcomes = [OUTCOMES_IN_TURN[number % len(OUTCOMES_IN_TURN)] for number in range(50)]
+        return [
+            {"cycle": f"c{number}", "outcome": outcome, "finished_at": 1e9 + number,
+             "duration": 0.5 + number % 7, "actions": {}}
+            for number, outcome in enumerate(outcomes)
+        ][:limit]  # fmt: skip
+
+
+async def counted_renders(count: int, renders: int) -> None:
+    from instructions import dump_counters  # noqa: PLC0415 - bench/ is on sys.path
+
+    statuses = fleet(count, time.time())
+    names = [Listed(status.name, status.launchable, status.mode) for status in statuses]
+    options = dict(interval=60.0, tell_story=no_story, **web_defaults())
+    picture = FleetPicture(RecordedHistories(), lambda: names, **accepted(FleetPicture, **options))  # type: ignore[arg-type]
+    picture.statuses = {status.name: status for status in statuses}
+    view = view_of(picture, asyncio.Event())
+    for part in range(2):
+        for _ in range(2 if part == 0 else renders):
+            picture.version += 1  # a new version: rendered, not served again as kept
+            await view.fleet(make_mocked_request("GET", "/"))
+        dump_counters()
+
+
+def instructions_main(args: argparse.Namespace) -> None:
+    from instructions import counted  # noqa: PLC0415 - bench/ is on sys.path
+
+    with tempfile.TemporaryDirectory(prefix="web-view-bench-") as workdir:
+        codes = versions(args.before, Path(workdir))
+        per: dict[str, float] = {}
+        for label, code in codes.items():
+            out = Path(workdir) / f"callgrind-{label}"
+            command = [
+                "valgrind", "--tool=callgrind", f"--callgrind-out-file={out}.%p",
+                sys.executable, __file__, "--child-instructions", "--marquees",
+                str(args.marquees), "--renders", str(args.renders),
+            ]  # fmt: skip
+            env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONPATH": str(code)}
+            subprocess.run(command, env=env, capture_output=True, check=True, timeout=3600)
+            per[label] = counted(out, 2) / args.renders
+            print(f"{label:>8} {per[label]:,.0f} instructions per fleet-page render")
+    if args.before:
+        before, now = per.values()
+        print(f"now/before {now / before:.3f} ({args.marquees} Marquees, {args.renders} renders)")
+
+
 # --- The parent: both codes side by side --------------------------------------------------------
 
 
@@ -613,11 +678,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--cycles", type=int, default=50, help="records written per Marquee")
     parser.add_argument("--updates", type=int, default=20, help=argparse.SUPPRESS)
     parser.add_argument("--child-redis", help=argparse.SUPPRESS)
+    parser.add_argument("--instructions", action="store_true", help="counted by callgrind")
+    parser.add_argument("--renders", type=int, default=3, help="renders counted (--instructions)")
+    parser.add_argument("--child-instructions", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--child-serve", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--child-tabs", help=argparse.SUPPRESS)
     parser.add_argument("--one-in-flight", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.child_redis:
+    if args.child_instructions:
+        asyncio.run(counted_renders(args.marquees, args.renders))
+    elif args.instructions:
+        instructions_main(args)
+    elif args.child_redis:
         row = asyncio.run(on_redis(args.child_redis, args.marquees, args.rounds, args.updates))
         print(json.dumps(row))
     elif args.redis:
