@@ -13,6 +13,7 @@ it reads in grey and to a screen reader.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -160,7 +161,7 @@ def health_bar(counts: Mapping[str, int]) -> Markup:
 
 def row_badges(mode: str, paused: bool, held: int) -> list[tuple[str, str]]:
     """A row's badges as (class, text): paused, detect or off (``apply`` is the usual and has
-    none), and how many Playgrounds are held (pinned or held by a rollout)."""
+    none), and how many Playgrounds are held (pinned or held back by a rollout)."""
     badges = []
     if paused:
         badges.append(("badge-paused", "‖ paused"))
@@ -173,6 +174,16 @@ def row_badges(mode: str, paused: bool, held: int) -> list[tuple[str, str]]:
     if held:
         badges.append(("badge-held", f"⚓ {held} held"))
     return badges
+
+
+@functools.lru_cache(maxsize=256)
+def badges_html(mode: str, paused: bool, held: int) -> Markup:
+    """``row_badges`` as markup, drawn once per distinct row state (a page of 200 rows has a
+    handful), not once per row."""
+    return Markup("").join(
+        Markup('<span class="badge {}">{}</span>').format(css, text)
+        for css, text in row_badges(mode, paused, held)
+    )
 
 
 PROGRESS_WIDTH, PROGRESS_HEIGHT = 240, 16

@@ -219,7 +219,7 @@ def templates() -> jinja2.Environment:
         actions_chart=web_pictures.actions_chart,
         longest_text=web_pictures.longest_text,
         actions_text=web_pictures.actions_text,
-        row_badges=web_pictures.row_badges,
+        badges_html=web_pictures.badges_html,
         rollout_progress=web_pictures.rollout_progress,
         progress_words=web_pictures.progress_words,
         cycles_drawn=web_pictures.CYCLES_DRAWN,
@@ -334,6 +334,12 @@ class WebView:
         shown = [self.picture.statuses.get(row.name) for row in page.rows]
         lasts = [(status.name, status.last.cycle) for status in shown if status and status.last]
         held = {status.name: held_playgrounds(status) for status in shown if status}
+        badges = {
+            row.name: web_pictures.badges_html(
+                row.mode, row.paused is not None, held.get(row.name, 0)
+            )
+            for row in page.rows
+        }
         strips = await self.recent.strips(lasts, read=self.picture.error is None)
         return self._render(
             url,
@@ -346,7 +352,7 @@ class WebView:
             rollouts=self.picture.rollouts,
             health=self._health_bar(fleet),
             strips=strips,
-            held=held,
+            badges=badges,
         )
 
     def _health_bar(self, fleet: FleetRows) -> Markup:

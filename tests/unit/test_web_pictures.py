@@ -28,6 +28,7 @@ from playguard_async.service.web_pictures import (
     ODD,
     SLICE_MIN,
     actions_chart,
+    badges_html,
     cycle_strip,
     duration_chart,
     finite_seconds,
@@ -268,6 +269,9 @@ def test_row_badges_say_paused_detect_off_and_held_in_words(
     shown = row_badges(mode, paused, held)
     assert [text for _, text in shown] == badges
     assert all(re.fullmatch(r"badge-[a-z]+", css) for css, _ in shown)
+    html = str(badges_html(mode, paused, held))
+    assert html.count('<span class="badge badge-') == len(badges)
+    assert "<i>" not in html
 
 
 class CountedHistories:
