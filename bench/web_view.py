@@ -41,7 +41,7 @@ same render is also counted in instructions by callgrind (as ``instructions.py``
 the load leaves alone: a child under valgrind builds the in-memory picture, renders the fleet
 page twice (the second finds each row's strip kept, as a page does between versions), then
 ``--renders`` times at new versions, counted. Each row's history is 50 cycles of the outcomes
-``fleet_records`` writes in turn. Needs valgrind; about a minute per code at 10,000 Marquees.
+``fleet_records`` writes in turn. Needs valgrind; 4-6 minutes per code on this machine.
 
     .venv/bin/python bench/web_view.py --instructions [--marquees 10000] [--renders 3]
         [--before REF]

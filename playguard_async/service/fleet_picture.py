@@ -2,6 +2,8 @@
 
 The web view must cost Redis the same whether one browser or a hundred are open, so no request
 reads Redis for the fleet: this picture does, once, and every page and stream is served from it.
+(The fleet page's strips read the histories of the rows a page shows, once per Marquee and last
+cycle, however many browsers show them: ``recent_cycles``.)
 It is read whole at start and every ``interval`` seconds, and a Marquee is read again alone as
 soon as a cycle ends on it: this replica's (the engine's cycle listeners, which feed the metrics
 too) and every other replica's (the record script publishes the name: ``follow_cycle_ends``). A

@@ -12,6 +12,11 @@ picture, which comes at most once per ``web_update_interval`` (``FleetPicture``)
 version wakes fetch at once, and each distinct page is rendered once per version and served to
 the rest (``RenderedPages``). Streams are counted per client address and in total, and one past
 either cap is refused (429, 503) before it holds anything.
+
+The pages' pictures are SVG drawn here from what the page already holds (``web_pictures``): the
+health bar once per version, each row's strip once per Marquee and last cycle
+(``RecentCycles``), the badges once per distinct state; so a page with them costs about what one
+without them did (bench/README.md, "Web view pictures").
 """
 
 from __future__ import annotations
