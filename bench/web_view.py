@@ -22,6 +22,30 @@ in the same run (``code_versions``).
 
     .venv/bin/python bench/web_view.py --tabs 10 [--rate 100] [--seconds 10] [--before REF]
 
+On a real Redis (``--redis``): the bench starts its own redis-server on an ephemeral loopback
+port and writes ``--cycles`` records for each Marquee as the daemon does (``CycleRecords.record``
+of ``CycleResult.to_record``: the last record, the history, the PUBLISH of the name). A child
+process per code runs a real ``FleetPicture`` on it (its whole read, its subscription to cycle
+ends) and measures the CPU (process time: the redis-server is another process) of a fleet-page
+render at a new version, and of one live-stream update: a cycle recorded as the daemon does, then
+what this process spends on it, the picture's read of that Marquee (told by the PUBLISH), its new
+version, and the fleet page rendered again for it as an open tab fetches it. With ``--before
+REF`` the code of ``REF`` is measured beside this checkout's, round by round, and the ratios
+now/before printed.
+
+    .venv/bin/python bench/web_view.py --redis [--marquees 10000] [--cycles 50] [--rounds 3]
+        [--before REF]
+
+Instructions (``--instructions``): this machine's CPU time swings with what else runs, so the
+same render is also counted in instructions by callgrind (as ``instructions.py`` does), which
+the load leaves alone: a child under valgrind builds the in-memory picture, renders the fleet
+page twice (the second finds each row's strip kept, as a page does between versions), then
+``--renders`` times at new versions, counted. Each row's history is 50 cycles of the outcomes
+``fleet_records`` writes in turn. Needs valgrind; 4-6 minutes per code on this machine.
+
+    .venv/bin/python bench/web_view.py --instructions [--marquees 10000] [--renders 3]
+        [--before REF]
+
 Never part of the tests: the targets (under 1 s of CPU per answer at 10,000 Marquees; 10 tabs at
 100 cycle ends a second under 10 % of the loop) are read here, not asserted.
 """
@@ -34,8 +58,10 @@ import contextlib
 import dataclasses
 import inspect
 import json
+import os
 import re
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -56,6 +82,7 @@ from playguard_async.coordination.marquee_reads import LastCycle, MarqueeStatus,
 from playguard_async.engine.results import Outcome
 from playguard_async.service.fleet_picture import FleetPicture, Listed
 from playguard_async.service.web_view import WebView
+from tests.support.fleet_records import OUTCOMES_IN_TURN, write_fleet, written_cycle
 
 QUERIES = (
     "/",
@@ -103,6 +130,9 @@ class NoRecords:
     """The bench never reads Redis: the picture is set by hand, or read from memory."""
 
     redis = None
+
+    async def history(self, marquee: str, *, limit: int | None = None) -> list[Any]:
+        return []  # no strip on a row: the per-answer figures stay the page's own
 
 
 async def no_story(name: str) -> MarqueeStory:
@@ -452,6 +482,151 @@ async def run_tabs(base: str, tabs: int, pages: str, seconds: float, one_in_flig
     )
 
 
+# --- On a real Redis: records as the daemon writes them -----------------------------------------
+
+
+async def on_redis(url: str, count: int, rounds: int, updates: int) -> dict[str, Any]:
+    """The CPU of a fleet-page render and of a live update, this code on Redis at ``url``."""
+    from playguard_async.coordination.client import connect_redis  # noqa: PLC0415
+    from playguard_async.coordination.records import CycleRecords  # noqa: PLC0415
+    from playguard_async.kits.collector import settle_new_desired_state  # noqa: PLC0415
+
+    redis = connect_redis(url)
+    records = CycleRecords(redis, history_length=50, timeout=30.0)
+    listed = [Listed(f"m{index:05d}") for index in range(count)]
+    stop = asyncio.Event()
+    options = dict(interval=3600.0, tell_story=no_story, publish_interval=0.0)
+    picture = FleetPicture(records, lambda: listed, **accepted(FleetPicture, **options))
+    view = view_of(picture, stop)
+    reading = asyncio.ensure_future(picture.run(stop))
+    try:
+        async with asyncio.timeout(600):
+            while picture.version < 1:  # noqa: ASYNC110 - the first whole read
+                await asyncio.sleep(0.05)
+        await asyncio.sleep(0.5)  # the subscription to cycle ends is in place
+        settle_new_desired_state()  # as the daemon does once its desired state is in place
+        renders, size = [], 0
+        for _ in range(rounds + 1):  # the first warms what a page keeps between versions
+            picture.version += 1  # a new version: rendered, not served again as kept
+            started = time.process_time()
+            response: Any = await view.fleet(make_mocked_request("GET", "/"))
+            renders.append(time.process_time() - started)
+            size = len(response.body)
+        spent = []
+        for number in range(updates):
+            index = number * 7 % min(count, 200)  # rows of the first page, as a tab shows them
+            name = f"m{index:05d}"
+            await records.record(name, written_cycle(name, index, 1000 + number).to_record())
+            seen = picture.version
+            started = time.process_time()
+            async with asyncio.timeout(30):
+                await picture.changed(seen, stop)
+            await view.fleet(make_mocked_request("GET", "/"))
+            spent.append(time.process_time() - started)
+        return {
+            "render_ms": statistics.median(renders[1:]) * 1000,
+            "first_render_ms": renders[0] * 1000,
+            "update_ms": statistics.median(spent) * 1000,
+            "update_worst_ms": max(spent) * 1000,
+            "kib": size / 1024,
+        }
+    finally:
+        stop.set()
+        await reading
+        await redis.aclose()
+
+
+def redis_main(args: argparse.Namespace) -> None:
+    from playguard_lab import RedisServer  # noqa: PLC0415
+
+    rounds = args.rounds or 3
+    with (
+        tempfile.TemporaryDirectory(prefix="web-view-bench-") as workdir,
+        RedisServer(Path(workdir)) as server,
+    ):
+        codes = versions(args.before, Path(workdir))
+        started = time.monotonic()
+        names = [f"m{index:05d}" for index in range(args.marquees)]
+        asyncio.run(write_fleet(server.url, names, args.cycles))
+        print(f"{args.marquees} Marquees x {args.cycles} cycles written in "
+              f"{time.monotonic() - started:.0f} s; {rounds} rounds of each code")  # fmt: skip
+        print(f"{'code':>8} {'render ms':>9} {'first':>6} {'update ms':>9} {'worst':>6} {'KiB':>5}")
+        figures: dict[str, list[dict[str, Any]]] = {label: [] for label in codes}
+        for _ in range(rounds):
+            for label, code in codes.items():
+                row = run_with(
+                    code, __file__, "--child-redis", server.url,
+                    "--marquees", str(args.marquees), "--rounds", "11", "--updates", "20",
+                )  # fmt: skip
+                figures[label].append(row)
+                print(f"{label:>8} {row['render_ms']:9.1f} {row['first_render_ms']:6.0f} "
+                      f"{row['update_ms']:9.1f} {row['update_worst_ms']:6.0f} "
+                      f"{row['kib']:5.0f}")  # fmt: skip
+    if args.before:
+        before, now = (figures[label] for label in codes)
+        for key in ("render_ms", "update_ms"):
+            ratio = statistics.median(n[key] for n in now) / statistics.median(
+                b[key] for b in before
+            )
+            print(f"{key}: now/before {ratio:.2f} (medians over the rounds)")
+    load = Path("/proc/loadavg").read_text().split()[0]
+    print(f"load average {load}; render: one fleet page at a new version (first: the first one "
+          "after the whole read); update: a cycle's end to its page rendered again")  # fmt: skip
+
+
+# --- Instructions per render, counted by callgrind ---------------------------------------------
+
+
+class RecordedHistories(NoRecords):
+    """Every Marquee's history: 50 cycles of the outcomes ``fleet_records`` writes in turn."""
+
+    async def history(self, marquee: str, *, limit: int | None = None) -> list[Any]:
+        outcomes = [OUTCOMES_IN_TURN[number % len(OUTCOMES_IN_TURN)] for number in range(50)]
+        return [
+            {"cycle": f"c{number}", "outcome": outcome, "finished_at": 1e9 + number,
+             "duration": 0.5 + number % 7, "actions": {}}
+            for number, outcome in enumerate(outcomes)
+        ][:limit]  # fmt: skip
+
+
+async def counted_renders(count: int, renders: int) -> None:
+    from instructions import dump_counters  # noqa: PLC0415 - bench/ is on sys.path
+
+    statuses = fleet(count, time.time())
+    names = [Listed(status.name, status.launchable, status.mode) for status in statuses]
+    options = dict(interval=60.0, tell_story=no_story, **web_defaults())
+    picture = FleetPicture(RecordedHistories(), lambda: names, **accepted(FleetPicture, **options))  # type: ignore[arg-type]
+    picture.statuses = {status.name: status for status in statuses}
+    view = view_of(picture, asyncio.Event())
+    for part in range(2):
+        for _ in range(2 if part == 0 else renders):
+            picture.version += 1  # a new version: rendered, not served again as kept
+            await view.fleet(make_mocked_request("GET", "/"))
+        dump_counters()
+
+
+def instructions_main(args: argparse.Namespace) -> None:
+    from instructions import counted  # noqa: PLC0415 - bench/ is on sys.path
+
+    with tempfile.TemporaryDirectory(prefix="web-view-bench-") as workdir:
+        codes = versions(args.before, Path(workdir))
+        per: dict[str, float] = {}
+        for label, code in codes.items():
+            out = Path(workdir) / f"callgrind-{label}"
+            command = [
+                "valgrind", "--tool=callgrind", f"--callgrind-out-file={out}.%p",
+                sys.executable, __file__, "--child-instructions", "--marquees",
+                str(args.marquees), "--renders", str(args.renders),
+            ]  # fmt: skip
+            env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONPATH": str(code)}
+            subprocess.run(command, env=env, capture_output=True, check=True, timeout=3600)
+            per[label] = counted(out, 2) / args.renders
+            print(f"{label:>8} {per[label]:,.0f} instructions per fleet-page render")
+    if args.before:
+        before, now = per.values()
+        print(f"now/before {now / before:.3f} ({args.marquees} Marquees, {args.renders} renders)")
+
+
 # --- The parent: both codes side by side --------------------------------------------------------
 
 
@@ -499,11 +674,27 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--pages", choices=("same", "mixed"), default="same")
     parser.add_argument("--before", help="git ref of code to measure beside this checkout")
+    parser.add_argument("--redis", action="store_true", help="on a real Redis (the module's doc)")
+    parser.add_argument("--cycles", type=int, default=50, help="records written per Marquee")
+    parser.add_argument("--updates", type=int, default=20, help=argparse.SUPPRESS)
+    parser.add_argument("--child-redis", help=argparse.SUPPRESS)
+    parser.add_argument("--instructions", action="store_true", help="counted by callgrind")
+    parser.add_argument("--renders", type=int, default=3, help="renders counted (--instructions)")
+    parser.add_argument("--child-instructions", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--child-serve", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--child-tabs", help=argparse.SUPPRESS)
     parser.add_argument("--one-in-flight", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.child_serve:
+    if args.child_instructions:
+        asyncio.run(counted_renders(args.marquees, args.renders))
+    elif args.instructions:
+        instructions_main(args)
+    elif args.child_redis:
+        row = asyncio.run(on_redis(args.child_redis, args.marquees, args.rounds, args.updates))
+        print(json.dumps(row))
+    elif args.redis:
+        redis_main(args)
+    elif args.child_serve:
         row = asyncio.run(serve_and_measure(args.marquees, args.tabs, args.rate, args.seconds))
         print(json.dumps(row))
     elif args.child_tabs:

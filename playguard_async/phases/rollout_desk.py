@@ -350,20 +350,46 @@ def _parsed(read: RolloutRead) -> Rollout | None:
     return rollout
 
 
-async def recorded_rollouts(redis: RedisClient, timeout: float) -> list[tuple[str, Rollout | None]]:
-    """Every scope that had a rollout, in scope order, with its record (None: none readable):
-    what ``rollout list`` shows."""
+async def _recorded_reads(redis: RedisClient, timeout: float) -> list[tuple[str, RolloutRead]]:
+    """Every scope that had a rollout, in scope order, with its read: the one walk of the index
+    that the listings below share."""
     return [
-        (scope, _parsed(await read_rollout(redis, scope, timeout)))
+        (scope, await read_rollout(redis, scope, timeout))
         for scope in await rollout_scopes(redis, timeout)
     ]
 
 
-async def unfinished_rollouts(redis: RedisClient, timeout: float) -> list[Rollout]:
+async def recorded_rollouts(redis: RedisClient, timeout: float) -> list[tuple[str, Rollout | None]]:
+    """Every scope that had a rollout, in scope order, with its record (None: none readable):
+    what ``rollout list`` shows."""
+    return [(scope, _parsed(read)) for scope, read in await _recorded_reads(redis, timeout)]
+
+
+@dataclass(frozen=True)
+class RolloutStanding:
+    """A rollout not done yet and how many Marquees of each wave were verified healthy (wave ->
+    count): what the web view draws as its progress."""
+
+    rollout: Rollout
+    healthy: dict[int, int]
+
+    @property
+    def verified(self) -> int:
+        """Marquees of the current wave verified healthy."""
+        return self.healthy.get(self.rollout.wave, 0)
+
+
+async def rollouts_standing(redis: RedisClient, timeout: float) -> list[RolloutStanding]:
     """Every rollout not done yet (running, paused, halted, aborted) that Redis holds, in scope
-    order: what ``status`` and the web view show."""
-    return [
-        record
-        for _, record in await recorded_rollouts(redis, timeout)
-        if record is not None and record.status != "done"
-    ]
+    order, with its healthy counts."""
+    found: list[RolloutStanding] = []
+    for _, read in await _recorded_reads(redis, timeout):
+        record = _parsed(read)
+        if record is not None and record.status != "done":
+            found.append(RolloutStanding(record, read.healthy))
+    return found
+
+
+async def unfinished_rollouts(redis: RedisClient, timeout: float) -> list[Rollout]:
+    """Every rollout not done yet that Redis holds, in scope order: what ``status`` shows."""
+    return [standing.rollout for standing in await rollouts_standing(redis, timeout)]

@@ -24,7 +24,7 @@ from playguard_async.engine.results import CycleResult, Outcome
 from playguard_async.engine.scheduler import Engine
 from playguard_async.kits.aio import background
 from playguard_async.kits.capacity import raise_open_files_limit
-from playguard_async.phases.rollout_desk import unfinished_rollouts
+from playguard_async.phases.rollout_desk import rollouts_standing
 from playguard_async.service.connections import redis_for
 from playguard_async.service.endpoints import application, serving
 from playguard_async.service.fleet_picture import FleetPicture, Listed
@@ -36,6 +36,7 @@ from playguard_async.service.story import steered_story
 from playguard_async.service.systemd import Notifier, report_to_systemd, watchdog_interval
 from playguard_async.service.web_actions import ActionDesk
 from playguard_async.service.web_auth import TrustedProxy, WebAuth
+from playguard_async.service.web_pictures import CYCLES_DRAWN
 from playguard_async.service.web_users import UsersFile
 from playguard_async.service.web_view import WebView
 from playguard_async.service.wiring import (
@@ -256,8 +257,8 @@ def fleet_picture(
         except KeyError:  # gone from the desired state since the page asked
             marquee = None
         if marquee is None:
-            return await read_story(records, name, limit=HISTORY_SHOWN)
-        return await steered_story(records, marquee, settings.windows, limit=HISTORY_SHOWN)
+            return await read_story(records, name, limit=CYCLES_DRAWN)
+        return await steered_story(records, marquee, settings.windows, limit=CYCLES_DRAWN)
 
     return FleetPicture(
         records,
@@ -265,7 +266,7 @@ def fleet_picture(
         interval=settings.web_refresh_interval,
         tell_story=tell_story,
         publish_interval=settings.web_update_interval,
-        read_rollouts=lambda: unfinished_rollouts(redis, settings.redis_socket_timeout),
+        read_rollouts=lambda: rollouts_standing(redis, settings.redis_socket_timeout),
     )
 
 
@@ -302,10 +303,6 @@ def web_view(
         auth=auth,
         desk=desk,
     )
-
-
-HISTORY_SHOWN = 20
-"""Cycles a Marquee's page lists."""
 
 
 def desired_state_missing(engine: Engine) -> str | None:

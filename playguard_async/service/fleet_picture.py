@@ -2,6 +2,8 @@
 
 The web view must cost Redis the same whether one browser or a hundred are open, so no request
 reads Redis for the fleet: this picture does, once, and every page and stream is served from it.
+(The fleet page's strips read the histories of the rows a page shows, once per Marquee and last
+cycle, however many browsers show them: ``recent_cycles``.)
 It is read whole at start and every ``interval`` seconds, and a Marquee is read again alone as
 soon as a cycle ends on it: this replica's (the engine's cycle listeners, which feed the metrics
 too) and every other replica's (the record script publishes the name: ``follow_cycle_ends``). A
@@ -41,7 +43,7 @@ from playguard_async.coordination.marquee_reads import (
 )
 from playguard_async.coordination.records import CycleRecords, follow_cycle_ends
 from playguard_async.engine.results import CycleResult, one_line
-from playguard_async.phases.rollout_record import Rollout
+from playguard_async.phases.rollout_desk import RolloutStanding
 
 log = structlog.get_logger("playguard.web")
 
@@ -83,11 +85,11 @@ class FleetPicture:
     """Seconds between two publications (new versions) at most (``web_update_interval``)."""
     clock: Callable[[], float] = time.monotonic
     """The clock publications are paced by (a test drives its own)."""
-    read_rollouts: Callable[[], Awaitable[list[Rollout]]] | None = None
-    """Reads the rollouts not done yet (``rollout_desk.unfinished_rollouts``), with each whole
-    read; None: the page shows none."""
+    read_rollouts: Callable[[], Awaitable[list[RolloutStanding]]] | None = None
+    """Reads the rollouts not done yet and their healthy counts (``rollout_desk.
+    rollouts_standing``), with each whole read; None: the page shows none."""
     statuses: dict[str, MarqueeStatus] = field(default_factory=dict)
-    rollouts: list[Rollout] = field(default_factory=list)
+    rollouts: list[RolloutStanding] = field(default_factory=list)
     """The rollouts not done yet, as of the last whole read."""
     version: int = 0
     read_at: float | None = None

@@ -14,6 +14,11 @@ version wakes fetch at once, and each distinct page is rendered once per version
 bucket and served to the rest (``RenderedPages``), each user's own parts put in as it is served
 (``WebActions.fill``). Streams are counted per client address and in total, and one past
 either cap is refused (429, 503) before it holds anything.
+
+The pages' pictures are SVG drawn here from what the page already holds (``web_pictures``): the
+health bar once per version, each row's strip once per Marquee and last cycle
+(``RecentCycles``), the badges once per distinct state; so a page with them costs about what one
+without them did (bench/README.md, "Web view pictures").
 """
 
 from __future__ import annotations
@@ -32,10 +37,12 @@ from urllib.parse import quote
 import jinja2
 import structlog
 from aiohttp import web
+from markupsafe import Markup
 from redis.exceptions import RedisError
 
-from playguard_async.coordination.marquee_reads import LastCycle
+from playguard_async.coordination.marquee_reads import LastCycle, MarqueeStatus
 from playguard_async.cycle_record import revision_short
+from playguard_async.service import web_pictures
 from playguard_async.service.fleet_picture import FleetPicture
 from playguard_async.service.fleet_table import (
     NEVER,
@@ -46,6 +53,7 @@ from playguard_async.service.fleet_table import (
     fleet_rows,
     select_page,
 )
+from playguard_async.service.recent_cycles import RecentCycles
 from playguard_async.service.web_actions import ActionDesk, WebActions
 from playguard_async.service.web_auth import WebAuth
 from playguard_async.service.web_login import WebLogin
@@ -66,6 +74,9 @@ REFUSED_LOG_INTERVAL = 60.0
 """Seconds between two ``web.stream_refused`` lines at most: a flood of refusals is one line a
 minute, with how many there were."""
 
+HISTORY_LISTED = 20
+"""Cycles a Marquee's page lists in its history table (its pictures draw ``CYCLES_DRAWN``)."""
+
 PAGES_KEPT = 32
 """Rendered pages kept for the current version at most (distinct URLs: queries, Marquees)."""
 
@@ -80,6 +91,7 @@ COLUMNS = (
     ("ttl", "TTL left"),
     ("", "Fence Redis / host"),
     ("outcome", "Last outcome"),
+    ("", "Recent cycles"),
     ("", "Reason"),
     ("duration", "Duration"),
     ("actions", "Actions"),
@@ -196,6 +208,11 @@ def _secs(value: float | None) -> str:
     return f"{value:.1f} s" if value < 120 else f"{value / 60:.0f} min"
 
 
+def held_playgrounds(status: MarqueeStatus) -> int:
+    """Playgrounds ``status``'s last cycle found held (pinned, or held back by a rollout)."""
+    return sum(told.pinned is not None for told in status.revisions.values())
+
+
 def templates() -> jinja2.Environment:
     """The package's templates, autoescaped whatever their name, undefined names an error."""
     environment = jinja2.Environment(
@@ -206,6 +223,19 @@ def templates() -> jinja2.Environment:
     environment.filters["secs"] = _secs
     environment.filters["revision"] = revision_short
     environment.filters["path_part"] = lambda text: quote(str(text), safe="")
+    environment.globals.update(
+        cycle_strip=web_pictures.cycle_strip,
+        duration_chart=web_pictures.duration_chart,
+        actions_chart=web_pictures.actions_chart,
+        longest_text=web_pictures.longest_text,
+        actions_text=web_pictures.actions_text,
+        badges_html=web_pictures.badges_html,
+        rollout_progress=web_pictures.rollout_progress,
+        progress_words=web_pictures.progress_words,
+        cycles_drawn=web_pictures.CYCLES_DRAWN,
+        legend=web_pictures.LEGEND,
+        history_listed=HISTORY_LISTED,
+    )
     return environment
 
 
@@ -236,6 +266,11 @@ class WebView:
         self.pages = RenderedPages(fresh_for=picture.publish_interval)
         self.actions = WebActions(desk, auth, self.environment)
         self.login = None if auth is None else WebLogin(auth, self.environment)
+        self.recent = RecentCycles(picture.records)
+        self._health: tuple[FleetRows, Markup] | None = None
+        self._rendering: dict[str, tuple[int, asyncio.Task[bytes]]] = {}
+        """Page key (bucket and URL) -> the render of its page under way, and at which
+        version."""
         self.static = {
             name: resources.files("playguard_async.service").joinpath("web", name).read_bytes()
             for name in STATIC
@@ -265,12 +300,15 @@ class WebView:
     def _text(status: int, text: str, headers: Mapping[str, str] | None = None) -> web.Response:
         return web.Response(status=status, text=text, headers=headers)
 
-    def _render(
-        self, request: web.Request, version: int, template: str, **values: Any
-    ) -> web.Response:
-        """``template`` rendered from the picture at ``version`` for ``request``'s bucket, kept
-        for the next asker of its URL and bucket at that version."""
+    def _page_key(self, request: web.Request) -> tuple[str, str]:
+        """Which rendering ``request`` gets (its bucket: with which actions) and the key a
+        rendered page is kept and shared under: bucket and URL."""
         bucket = self.actions.bucket(request)
+        return bucket, f"{bucket} {request.path_qs}"
+
+    def _render(self, bucket: str, key: str, version: int, template: str, **values: Any) -> bytes:
+        """``template`` rendered from the picture at ``version`` for ``bucket``, kept for the
+        next asker of ``key`` at that version."""
         picture = self.picture
         read_at = picture.read_at
         html = self.environment.get_template(template).render(
@@ -284,28 +322,53 @@ class WebView:
             **values,
         )
         page = html.encode()
-        self.pages.keep(f"{bucket} {request.path_qs}", version, page)
-        return self._html(request, page)
+        self.pages.keep(key, version, page)
+        return page
 
     def _html(self, request: web.Request, page: bytes) -> web.Response:
         page = self.actions.fill(request, page)
         return web.Response(body=page, content_type="text/html", charset="utf-8")
 
-    def _kept(self, request: web.Request, version: int) -> bytes | None:
-        return self.pages.get(f"{self.actions.bucket(request)} {request.path_qs}", version)
-
     async def fleet(self, request: web.Request) -> web.StreamResponse:
-        version = self.picture.version
-        kept = self._kept(request, version)
+        (bucket, key), version = self._page_key(request), self.picture.version
+        kept = self.pages.get(key, version)
         if kept is not None:
             return self._html(request, kept)
         fleet = self.pages.rows(version, lambda: fleet_rows(self.picture.rows(), time.time()))
         # What a record says is outside input, but an outcome on the page must be filterable.
         seen = set(fleet.counts) - {NEVER, *self.outcomes}
         query = FleetQuery.parse(request.query, [*self.outcomes, *sorted(seen)])
+        rendering = self._rendering.get(key)
+        if rendering is None or rendering[0] != version:
+            # The strips may wait on Redis: the askers of this page meanwhile share its render.
+            task = asyncio.ensure_future(self._fleet_page(bucket, key, version, fleet, query))
+            rendering = self._rendering[key] = (version, task)
+            task.add_done_callback(lambda done: self._rendered(key, done))
+        return self._html(request, await asyncio.shield(rendering[1]))
+
+    def _rendered(self, key: str, done: asyncio.Task[bytes]) -> None:
+        if self._rendering.get(key, (0, None))[1] is done:
+            del self._rendering[key]
+
+    async def _fleet_page(
+        self, bucket: str, key: str, version: int, fleet: FleetRows, query: FleetQuery
+    ) -> bytes:
         page = select_page(fleet, query)
+        # What the pictures need of a row beyond the table (its last cycle's id, its held
+        # Playgrounds) is taken for the page's rows alone, not in every row's build.
+        shown = [self.picture.statuses.get(row.name) for row in page.rows]
+        lasts = [(status.name, status.last.cycle) for status in shown if status and status.last]
+        held = {status.name: held_playgrounds(status) for status in shown if status}
+        badges = {
+            row.name: web_pictures.badges_html(
+                row.mode, row.paused is not None, held.get(row.name, 0)
+            )
+            for row in page.rows
+        }
+        strips = await self.recent.strips(lasts, read=self.picture.error is None)
         return self._render(
-            request,
+            bucket,
+            key,
             version,
             "fleet.html",
             page=page,
@@ -313,14 +376,25 @@ class WebView:
             columns=COLUMNS,
             outcomes=[*self.outcomes, "never", "unknown"],
             rollouts=self.picture.rollouts,
+            health=self._health_bar(fleet),
+            strips=strips,
+            badges=badges,
         )
+
+    def _health_bar(self, fleet: FleetRows) -> Markup:
+        """The fleet's health bar, drawn once per rows built (once per version), whatever the
+        query or page."""
+        kept = self._health
+        if kept is None or kept[0] is not fleet:
+            kept = self._health = (fleet, web_pictures.health_bar(fleet.counts))
+        return kept[1]
 
     async def marquee(self, request: web.Request) -> web.StreamResponse:
         name = request.match_info["name"]
         if request.query:
             raise BadQuery("this page takes no parameters")
-        version = self.picture.version
-        kept = self._kept(request, version)
+        (bucket, key), version = self._page_key(request), self.picture.version
+        kept = self.pages.get(key, version)
         if kept is not None:
             return self._html(request, kept)
         if not self.picture.knows(name):
@@ -334,14 +408,18 @@ class WebView:
         def age(cycle: LastCycle) -> float | None:
             return None if cycle.finished_at is None else max(0.0, now - cycle.finished_at)
 
-        return self._render(
+        return self._html(
             request,
-            version,
-            "marquee.html",
-            story=story,
-            age=age,
-            findings=findings_of,
-            windows=story.windows_text(datetime.now(UTC)),
+            self._render(
+                bucket,
+                key,
+                version,
+                "marquee.html",
+                story=story,
+                age=age,
+                findings=findings_of,
+                windows=story.windows_text(datetime.now(UTC)),
+            ),
         )
 
     async def static_file(self, request: web.Request) -> web.StreamResponse:

@@ -24,6 +24,7 @@ from playguard_async.phases.rollout_desk import (
     RolloutDesk,
     Standing,
     Verdict,
+    rollouts_standing,
     unfinished_rollouts,
 )
 from playguard_async.phases.rollout_record import Rollout
@@ -105,6 +106,26 @@ async def test_replicas_meeting_a_release_at_once_open_one_rollout_and_each_wave
     ]
     counts = await redis.hgetall(rollout_counts_key("web@main"))
     assert {int(wave): int(count) for wave, count in counts.items()} == {0: 1, 1: 2, 2: 3}
+
+
+async def test_a_rollout_not_done_stands_with_its_waves_verified_healthy_counts(
+    redis: Redis,
+) -> None:
+    """What the web view draws as a rollout's progress: the record and the counts beside it."""
+    world = inventory(bake=3600)
+    await redis.delete(*(key("web@main") for key in (rollout_key, rollout_marks_key)))
+    await redis.delete(rollout_counts_key("web@main"))
+    first = await asyncio.gather(*(verdict(redis, world, name) for name in NAMES))
+    [(admitted, told)] = [(n, v) for n, v in zip(NAMES, first, strict=True) if v.admitted]
+    [standing] = await rollouts_standing(redis, 2.0)
+    assert (standing.rollout.status, standing.rollout.wave, standing.verified) == ("running", 0, 0)
+    await desk(redis, world, admitted).tell(told, healthy=True, why="")
+    [standing] = await rollouts_standing(redis, 2.0)
+    assert standing.healthy == {0: 1}
+    assert (standing.rollout.wave, standing.verified) == (0, 1), "baking: still wave 1"
+    assert [s.rollout for s in await rollouts_standing(redis, 2.0)] == await unfinished_rollouts(
+        redis, 2.0
+    )
 
 
 async def test_a_timed_out_wave_fails_its_silent_marquees_but_not_one_outside_its_windows(

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from importlib import resources
@@ -35,6 +35,7 @@ from playguard_async.service.fleet_table import NEVER
 from playguard_lab import RedisServer
 from tests.support.browser import cell_texts, chromium, mark, not_reloaded
 from tests.support.daemon import Daemon, DaemonRunner, marquee_entry, wait_for, witness_lines
+from tests.support.fleet_records import write_fleet
 from tests.support.probes import http_get, start_serving
 from tests.support.web_users import basic, write_users
 
@@ -122,6 +123,20 @@ def outcome_of(browser: webdriver.Chrome, marquee: str) -> str:
 
 OUTCOMES = frozenset(outcome.value for outcome in Outcome)
 
+PICTURE_CLASSES = frozenset({"pattern-defs", "key", "health", "strip", "chart", "progress"})
+"""The classes of the pages' own pictures (service/web_pictures.py): any other SVG is not ours."""
+
+
+def cell_attributes(browser: webdriver.Chrome, css: str, name: str) -> list[str]:
+    """Attribute ``name`` of what ``css`` selects (those that have it), read in one script."""
+    script = (
+        "return [...document.querySelectorAll(arguments[0])]"
+        ".filter(e => e.hasAttribute(arguments[1])).map(e => e.getAttribute(arguments[1]));"
+    )
+    found = browser.execute_script(script, css, name)
+    assert isinstance(found, list)
+    return [str(value) for value in found]
+
 
 def recorded_outcome(store: SyncRedis, marquee: str) -> str:
     """The outcome Redis's last record of ``marquee`` holds; ``never`` when there is none."""
@@ -161,6 +176,11 @@ def test_fleet_page_shows_every_marquee_with_its_lock_fences_and_last_outcome(
     assert paused[2].endswith(f": {PAUSE_REASON}"), "the reason's markup is text"
     fences = cell_texts(browser, 'tr[data-marquee="alpha"] td:nth-child(6)')[0]
     assert fences.split(" / ")[0].isdigit(), fences
+    health = cell_attributes(browser, "svg.health", "aria-label")
+    assert len(health) == 1
+    assert "of 3" in health[0], health
+    assert "detect" in cell_texts(browser, 'tr[data-marquee="quiet"] .badge-detect')[0]
+    assert cell_texts(browser, 'tr[data-marquee="quiet"] .badge-paused')
     browser.save_screenshot(str(served.shots / "fleet.png"))
 
 
@@ -188,6 +208,7 @@ def test_a_cycle_that_ends_shows_on_the_open_page_within_two_seconds_without_rel
     assert ended, "no cycle of alpha ended before it was shown"
     assert seen_at - ended[-1] < 2.0, f"shown {seen_at - ended[-1]:.2f} s after the end"
     assert cell_texts(browser, "#phases tbody td:first-child") == ["first", "second"]
+    assert cell_attributes(browser, "main svg.strip, main svg.chart", "aria-label")
     browser.save_screenshot(str(served.shots / "marquee.png"))
 
 
@@ -197,7 +218,9 @@ def test_a_hostile_reason_and_subject_render_as_inert_text(served: Served) -> No
         browser.get(served.base + path)
         reasons = cell_texts(browser, ".reason")
         assert HOSTILE_REASON in reasons, (path, reasons)
-        assert not browser.find_elements(By.CSS_SELECTOR, "main img, main script, main svg")
+        assert not browser.find_elements(By.CSS_SELECTOR, "main img, main script")
+        assert set(cell_attributes(browser, "main svg", "class")) <= PICTURE_CLASSES
+        assert not cell_attributes(browser, "main svg", "onload")
         with pytest.raises(NoAlertPresentException):
             _ = browser.switch_to.alert.text
     assert HOSTILE_SUBJECT in cell_texts(browser, "#phases")[0]
@@ -420,3 +443,60 @@ def test_a_replica_restarting_shows_a_banner_and_the_page_comes_back_by_itself(
     shown = wait_for(shown_as_recorded, timeout=15, what="alpha's recorded outcome on the page")
     assert not_reloaded(browser), "the page was reloaded"
     assert shown in {*OUTCOMES, NEVER}, shown
+
+
+def test_at_a_thousand_marquees_the_pages_draw_the_whole_fleet_and_fifty_cycles(
+    served: Served,
+) -> None:
+    """998 Marquees more, their 50 cycles written straight into Redis as the daemon writes them
+    (none of them launchable: no cycle runs on them), some in detect or off, some paused: the
+    health bar counts all 1,000, the page's 200 rows have their strips, a Marquee's page draws
+    its 50 cycles. Screenshots of both pages beside those at two."""
+    names = [f"m{index:04d}" for index in range(998)]
+    asyncio.run(write_fleet(served.runner.redis_url, names, 50))
+    for name in names[::50]:
+        pause = Pause.taken_now(name, "maintenance", 600.0)
+        served.store.set(pause_key(name), pause.encode(), px=600_000)
+
+    def entry(name: str) -> Mapping[str, object]:
+        if name in ("alpha", "beta"):
+            return marquee_entry(name)
+        index = int(name.removeprefix("m"))
+        mode = "detect" if index % 10 == 3 else "off" if index % 25 == 7 else "apply"
+        return {**marquee_entry(name), "launchable": False, "mode": mode}
+
+    served.runner.write_inventory(["alpha", "beta", *names], entry)
+    browser = served.browser
+    try:
+        browser.get(served.base + "/")
+        wait_for(
+            lambda: (
+                "1000 Marquees" in (cell_texts(browser, ".counts") or [""])[0]
+                and len(cell_attributes(browser, "#fleet svg.strip", "aria-label")) >= 190
+            ),
+            timeout=20,
+            what="the thousand Marquees and their strips on the fleet page",
+        )
+        health = cell_attributes(browser, "svg.health", "aria-label")[0]
+        assert "of 1000" in health, health
+        assert len(cell_texts(browser, "#fleet tbody tr")) == 200
+        assert cell_texts(browser, ".badge-detect")
+        assert cell_texts(browser, ".badge-paused")
+        browser.save_screenshot(str(served.shots / "fleet-1000.png"))
+        browser.get(served.base + "/marquee/m0001")
+        strip = cell_attributes(browser, "main svg.strip", "aria-label")
+        assert len(strip) == 1
+        assert strip[0].startswith("Last 50 cycles"), strip
+        assert len(browser.find_elements(By.CSS_SELECTOR, "main svg.strip rect:not(.frame)")) == 50
+        assert len(cell_attributes(browser, "main svg.chart", "aria-label")) == 2
+        browser.save_screenshot(str(served.shots / "marquee-1000.png"))
+    finally:
+        for name in names:
+            served.store.delete(last_cycle_key(name), cycle_history_key(name), pause_key(name))
+        served.runner.write_inventory(
+            ["alpha", "beta", "quiet"],
+            lambda name: {
+                **marquee_entry(name),
+                **({"launchable": False, "mode": "detect"} if name == "quiet" else {}),
+            },
+        )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from typing import Any
 
 from aiohttp.test_utils import TestClient, TestServer
@@ -22,9 +23,18 @@ OUTCOMES = ("ok", "failed", "locked", "unreachable")
 
 
 class StubRecords:
-    """No Redis: the unit tests set the picture by hand (or read it from memory: ``live``)."""
+    """No Redis: the unit tests set the picture by hand (or read it from memory: ``live``);
+    each Marquee's history is its last cycle alone (``histories`` may say otherwise)."""
 
     redis = None
+
+    def __init__(self, histories: dict[str, list[dict[str, Any]]] | None = None) -> None:
+        self.histories = histories or {}
+        self.reads: Counter[str] = Counter()
+
+    async def history(self, marquee: str, *, limit: int | None = None) -> list[dict[str, Any]]:
+        self.reads[marquee] += 1
+        return self.histories.get(marquee, [])[:limit]
 
 
 def picture_of(
@@ -32,6 +42,7 @@ def picture_of(
     story: MarqueeStory | None = None,
     *,
     publish_interval: float = 0.2,
+    histories: dict[str, list[dict[str, Any]]] | None = None,
 ) -> FleetPicture:
     async def told(name: str) -> MarqueeStory:
         assert story is not None
@@ -39,7 +50,7 @@ def picture_of(
 
     listed = [Listed(status.name, status.launchable, status.mode) for status in statuses]
     picture = FleetPicture(
-        StubRecords(),  # type: ignore[arg-type]
+        StubRecords(histories),  # type: ignore[arg-type]
         lambda: listed,
         interval=60.0,
         tell_story=told,

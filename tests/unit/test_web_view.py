@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import math
+import re
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
@@ -29,6 +31,7 @@ from playguard_async.coordination.marquee_reads import (
     PlaygroundRevisions,
 )
 from playguard_async.desired_state.rollout_policy import RolloutPolicy, Wave
+from playguard_async.phases.rollout_desk import RolloutStanding
 from playguard_async.phases.rollout_record import Rollout
 from playguard_async.service import fleet_picture
 from playguard_async.service.fleet_picture import FleetPicture
@@ -231,10 +234,13 @@ def with_hostile_rollouts(picture: FleetPicture) -> FleetPicture:
     from Redis is outside input) and in why it halted."""
     policy = RolloutPolicy(waves=[1, "100%"])
     picture.rollouts = [
-        replace(
-            Rollout.open(value, "a" * 64, None, policy, (Wave("0", 1), Wave("~", 1)), now=1e9),
-            status="halted",
-            why=value,
+        RolloutStanding(
+            replace(
+                Rollout.open(value, "a" * 64, None, policy, (Wave("0", 1), Wave("~", 1)), now=1e9),
+                status="halted",
+                why=value,
+            ),
+            {0: 1},
         )
         for value in HOSTILE
     ]
@@ -251,9 +257,95 @@ async def test_unfinished_rollouts_are_rows_of_the_fleet_page_as_text(
     html = await response.text()
     assert response.status == 200, html
     assert html.count('class="rollout-halted"') == len(HOSTILE)
+    assert html.count('<svg class="progress"') == len(HOSTILE)
+    # Each said three times: the picture's label and title, and the words beside it.
+    assert html.count("wave 1 of 2, 1 of 1 verified healthy") == 3 * len(HOSTILE)
     for value in HOSTILE:
         assert value not in html
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+
+
+def recorded(cycle: LastCycle) -> dict[str, Any]:
+    """``cycle`` as the engine's record holds what a strip draws of it."""
+    return {
+        "cycle": cycle.cycle, "outcome": cycle.outcome, "finished_at": cycle.finished_at,
+        "duration": cycle.duration, "actions": {}, "dry_run": cycle.dry_run,
+    }  # fmt: skip
+
+
+def pictured_fleet() -> FleetPicture:
+    statuses = fleet_of(450, time.time())
+    histories = {
+        status.name: [recorded(status.last)] * 3 for status in statuses if status.last is not None
+    }
+    return picture_of(statuses, histories=histories)
+
+
+async def test_the_health_bar_counts_every_marquee_and_only_the_pages_rows_get_strips() -> None:
+    """450 Marquees, 200 a page: the health bar says all 450; the page's 200 rows have a strip
+    each but those that never ran, read once each, and no other Marquee's history is read."""
+    picture = pictured_fleet()
+    async with serving(view_of(picture)) as served:
+        html = await (await served.get("/")).text()
+        await served.get("/?sort=name")  # another page of the same rows at the same version
+    health = re.search(r'<svg class="health"[^>]*aria-label="([^"]*)"', html)
+    assert health is not None
+    assert "ok: 128 of 450" in health.group(1)
+    assert "never: 65 of 450" in health.group(1)
+    reads = picture.records.reads  # type: ignore[attr-defined]
+    first_page = {f"m{index:05d}" for index in range(PAGE_SIZE) if index % 7}
+    assert set(reads) == first_page
+    assert set(reads.values()) == {1}
+    assert html.count('<svg class="strip"') == len(first_page)
+    assert html.count("<script") == 1, "pictures need no script"
+    assert 'style="' not in html
+
+
+async def test_a_row_with_held_playgrounds_wears_a_held_badge() -> None:
+    now = time.time()
+    held = PlaygroundRevisions(None, None, "held by rollout web@main: wave 2 not started")
+    statuses = [
+        replace(fleet_of(2, now)[1], revisions={"web": held, "api": held}, mode="detect"),
+        replace(fleet_of(2, now)[1], name="m-free", revisions={"web": replace(held, pinned=None)}),
+    ]
+    async with serving(view_of(picture_of(statuses))) as served:
+        html = await (await served.get("/")).text()
+    rows = re.findall(r'<tr data-marquee="([^"]+)">', html)
+    assert rows == ["m-free", "m00001"]
+    assert html.count("⚓ 2 held") == 1
+    assert "held</span>" not in html.split('data-marquee="m-free"')[1].split("</td>")[0]
+    assert '<span class="badge badge-detect">◌ detect</span>' in html
+
+
+def pictured_story() -> MarqueeStory:
+    """60 cycles, newest first: one of each hostile outcome, a NaN and a huge duration."""
+    cycles = [
+        last(value, finished_at=1e9, cycle=f"h{index}", duration=math.nan)
+        for index, value in enumerate(HOSTILE)
+    ]
+    cycles += [last("ok", finished_at=1e9, cycle="huge", duration=1e300, actions=10**9)]
+    cycles += [last("ok", finished_at=1e9, cycle=f"c{index}") for index in range(55)]
+    return replace(hostile_story(), history=cycles)
+
+
+@pytest.mark.parametrize(
+    "served", [(picture_of(hostile_fleet(), pictured_story()), None)], indirect=True
+)
+async def test_the_marquee_page_draws_its_last_fifty_cycles_and_lists_twenty(
+    served: TestClient[Any, Any],
+) -> None:
+    html = await (await served.get("/marquee/m-0")).text()
+    for kind in ("strip", "chart"):
+        assert f'<svg class="{kind}"' in html
+    assert html.count('<svg class="chart"') == 2, "duration and actions"
+    assert "Last 50 cycles" in html
+    assert "unknown time" in html
+    assert "a day or more" in html
+    for value in HOSTILE:
+        assert value not in html
+    history = html[html.index('<table id="history">') :]
+    assert history.count("<tr") == 1 + 20
+    assert 'style="' not in html
 
 
 @pytest.mark.parametrize("served", [(picture_of(hostile_fleet()), None)], indirect=True)
@@ -521,7 +613,9 @@ async def test_the_pages_a_version_wakes_are_rendered_once_each(
     assert len(set(tabs)) == 1
     sorted_by_age = await asyncio.gather(*(fetch("/?sort=age") for _ in range(5)))
     assert len(set(sorted_by_age)) == 1
-    assert rendered == {"fleet.html": 2, "base.html": 2, "rows": 1}
+    pages = {name: rendered[name] for name in ("fleet.html", "base.html", "rows")}
+    assert pages == {"fleet.html": 2, "base.html": 2, "rows": 1}
+    assert set(rendered.values()) == {1, 2}, "each partial once per page rendered"
     assert (await live.client.get("/?sort=__class__")).status == 400, "refusals not kept"
 
 
