@@ -12,7 +12,6 @@ configuration (settings, inventory, phases), which the systemd unit does not res
 from __future__ import annotations
 
 import contextlib
-import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
@@ -157,12 +156,13 @@ def run(ctx: click.Context, config: Path | None, dry_run: bool | None) -> None:
     """Run the daemon until SIGTERM or SIGINT; exit 0 after a clean drain, 78 when the settings,
     the inventory or the phases they name cannot be used (so systemd does not restart it)."""
     with _readable_errors(ctx, config_status=EXIT_CONFIG):
+        from playguard_async.operator.why import timeline_reader
         from playguard_async.service import daemon
         from playguard_async.service.logs import configure_logging
 
         settings = command_settings(config, **_dry_run(dry_run))
         configure_logging(settings.log_format, settings.log_level, final=True)
-        daemon.run(settings)
+        daemon.run(settings, read_timeline=timeline_reader(settings))
 
 
 @cli.command()
@@ -617,24 +617,16 @@ def _one_scope(marquee: str | None, fleet_wide: bool) -> str | None:
     return marquee
 
 
-_SPAN = re.compile(r"(?:(?P<d>[0-9]{1,3})d)?(?:(?P<h>[0-9]{1,4})h)?(?:(?P<m>[0-9]{1,5})m)?"
-                   r"(?:(?P<s>[0-9]{1,6})s)?")  # fmt: skip
-_SPAN_SECONDS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
-
-
 def _duration(option: str, value: str | None) -> float | None:
     """``option``'s value as seconds (``90s``, ``15m``, ``2h``, ``1d``, ``1h30m``), None when not
     given; up to 7 days."""
     if value is None:
         return None
-    from playguard_async.kits.capacity import MAX_SECONDS
+    from playguard_async.kits.spans import SPAN_EXAMPLES, span_seconds
 
-    match = _SPAN.fullmatch(value.strip())
-    seconds = 0.0 if match is None else sum(
-        int(count) * _SPAN_SECONDS[unit] for unit, count in match.groupdict().items() if count
-    )  # fmt: skip
-    if not 0 < seconds <= MAX_SECONDS:
-        fail(f"{option} {value!r}: not a duration up to 7d (like 90s, 15m, 2h, 1h30m, 1d)", 1)
+    seconds = span_seconds(value)
+    if seconds is None:
+        fail(f"{option} {value!r}: not a duration up to 7d ({SPAN_EXAMPLES})", 1)
     return seconds
 
 

@@ -33,6 +33,7 @@ from playguard_async.service.metrics import Metrics
 from playguard_async.service.notifications import ChangeNotifier, news_of
 from playguard_async.service.story import steered_story
 from playguard_async.service.systemd import Notifier, report_to_systemd, watchdog_interval
+from playguard_async.service.web_timeline import TimelineReader, TimelineReads
 from playguard_async.service.web_view import WebView
 from playguard_async.service.wiring import (
     RemoteLayer,
@@ -77,8 +78,14 @@ def mode_of(marquee: str, inventory: Inventory | None) -> str:
         return "unknown"
 
 
-async def serve(settings: Settings, *, stop_after: float | None = None) -> None:
-    """Run the daemon until SIGTERM or SIGINT (or ``stop_after`` seconds), then drain and return."""
+async def serve(
+    settings: Settings,
+    *,
+    stop_after: float | None = None,
+    read_timeline: TimelineReader | None = None,
+) -> None:
+    """Run the daemon until SIGTERM or SIGINT (or ``stop_after`` seconds), then drain and return.
+    The web view shows a Marquee's ``why`` timeline when given ``read_timeline``."""
     # Before the engine sizes its slots from it (``max_concurrent_cycles = "auto"``).
     raise_open_files_limit()
     credential = settings.web_credential()  # unreadable: refused before anything connects
@@ -131,7 +138,7 @@ async def serve(settings: Settings, *, stop_after: float | None = None) -> None:
     try:
         with stopping_on_signals(engine):
             async with (
-                watched(engine, metrics, credential, picture),
+                watched(engine, metrics, credential, picture, read_timeline),
                 changes.sending(drain=settings.webhook_timeout),
                 listening(engine),
             ):
@@ -159,6 +166,7 @@ async def watched(
     metrics: Metrics,
     credential: str | None = None,
     picture: FleetPicture | None = None,
+    read_timeline: TimelineReader | None = None,
 ) -> AsyncIterator[None]:
     """What operators watch of a running ``engine``, for as long as the block lasts: the HTTP
     endpoints when ``http_address`` is set (with the web view of ``picture`` when there is one;
@@ -185,7 +193,7 @@ async def watched(
         bind = settings.http_bind()
         if bind is not None:
             stop = asyncio.Event()
-            view = None if picture is None else web_view(settings, picture, stop)
+            view = None if picture is None else web_view(settings, picture, stop, read_timeline)
             guard = HttpGuard(
                 HostRule.bound_to(bind[0], settings.http_allowed_hosts),
                 credential=credential,
@@ -262,8 +270,14 @@ def fleet_picture(
     )
 
 
-def web_view(settings: Settings, picture: FleetPicture, stop: asyncio.Event) -> WebView:
-    """The web view of the fleet ``picture`` shows, its streams ended by ``stop``."""
+def web_view(
+    settings: Settings,
+    picture: FleetPicture,
+    stop: asyncio.Event,
+    read_timeline: TimelineReader | None = None,
+) -> WebView:
+    """The web view of the fleet ``picture`` shows, its streams ended by ``stop``; with the
+    Marquees' timelines when there is ``read_timeline``."""
     return WebView(
         picture,
         replica=settings.replica_id,
@@ -271,6 +285,7 @@ def web_view(settings: Settings, picture: FleetPicture, stop: asyncio.Event) -> 
         stop=stop,
         streams_per_client=settings.web_streams_per_client,
         streams_total=settings.web_streams_total,
+        timelines=None if read_timeline is None else TimelineReads(read_timeline),
     )
 
 
@@ -290,7 +305,12 @@ def desired_state_missing(engine: Engine) -> str | None:
     return None
 
 
-def run(settings: Settings, *, stop_after: float | None = None) -> None:
+def run(
+    settings: Settings,
+    *,
+    stop_after: float | None = None,
+    read_timeline: TimelineReader | None = None,
+) -> None:
     """Run ``serve`` on the event loop the settings choose."""
     loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None
     if settings.event_loop == "uvloop":
@@ -298,4 +318,4 @@ def run(settings: Settings, *, stop_after: float | None = None) -> None:
 
         loop_factory = uvloop.new_event_loop
     with asyncio.Runner(loop_factory=loop_factory) as runner:
-        runner.run(serve(settings, stop_after=stop_after))
+        runner.run(serve(settings, stop_after=stop_after, read_timeline=read_timeline))

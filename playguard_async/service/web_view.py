@@ -44,6 +44,13 @@ from playguard_async.service.fleet_table import (
     fleet_rows,
     select_page,
 )
+from playguard_async.service.web_timeline import (
+    TimelineQuery,
+    TimelineReads,
+    TimelineUnavailable,
+    page_values,
+)
+from playguard_async.service.web_timeline import add_filters as add_timeline_filters
 
 log = structlog.get_logger("playguard.web")
 
@@ -201,6 +208,7 @@ def templates() -> jinja2.Environment:
     environment.filters["secs"] = _secs
     environment.filters["revision"] = revision_short
     environment.filters["path_part"] = lambda text: quote(str(text), safe="")
+    add_timeline_filters(environment)
     return environment
 
 
@@ -219,11 +227,14 @@ class WebView:
         stop: asyncio.Event,
         streams_per_client: int,
         streams_total: int,
+        timelines: TimelineReads | None = None,
     ) -> None:
         self.picture = picture
         self.replica = replica
         self.outcomes = list(outcomes)
         self.stop = stop
+        self.timelines = timelines
+        """The Marquees' ``why`` timelines, read on demand; None: not served."""
         self.environment = templates()
         self.streams = StreamSlots(per_client=streams_per_client, total=streams_total)
         self.pages = RenderedPages(fresh_for=picture.publish_interval)
@@ -235,6 +246,7 @@ class WebView:
     def add_routes(self, app: web.Application) -> None:
         app.router.add_get("/", self._guarded(self.fleet))
         app.router.add_get("/marquee/{name}", self._guarded(self.marquee))
+        app.router.add_get("/marquee/{name}/why", self._guarded(self.why))
         app.router.add_get("/events", self._guarded(self.events))
         app.router.add_get("/static/{file}", self._guarded(self.static_file))
 
@@ -256,6 +268,11 @@ class WebView:
     def _render(self, url: str, version: int, template: str, **values: Any) -> web.Response:
         """``template`` rendered from the picture at ``version``, kept for the next asker of
         ``url`` at that version."""
+        page = self._page(version, template, **values)
+        self.pages.keep(url, version, page)
+        return self._html(page)
+
+    def _page(self, version: int, template: str, **values: Any) -> bytes:
         picture = self.picture
         read_at = picture.read_at
         html = self.environment.get_template(template).render(
@@ -267,9 +284,7 @@ class WebView:
             else time.strftime("%H:%M:%S", time.localtime(read_at)),
             **values,
         )
-        page = html.encode()
-        self.pages.keep(url, version, page)
-        return self._html(page)
+        return html.encode()
 
     @staticmethod
     def _html(page: bytes) -> web.Response:
@@ -324,6 +339,19 @@ class WebView:
             findings=findings_of,
             windows=story.windows_text(datetime.now(UTC)),
         )
+
+    async def why(self, request: web.Request) -> web.StreamResponse:
+        """The Marquee's timeline (``service.web_timeline``): read for each request, never kept."""
+        name = request.match_info["name"]
+        query = TimelineQuery.parse(request.query)
+        if self.timelines is None or not self.picture.knows(name):
+            return self._text(404, "no such Marquee in the desired state, or no timeline here\n")
+        try:
+            timeline = await self.timelines.timeline(name, query)
+        except TimelineUnavailable:
+            return self._text(503, "timeline unavailable (Redis): try again shortly\n")
+        values = page_values(name, query, timeline)
+        return self._html(self._page(self.picture.version, "timeline.html", **values))
 
     async def static_file(self, request: web.Request) -> web.StreamResponse:
         name = request.match_info["file"]
