@@ -46,13 +46,18 @@ ENTRY_MAX = 12 * (WHO_MAX + REASON_MAX + 2 * TARGET_MAX) + 200
 the basic plane), and the time and keys take under 200."""
 
 
-def operator_identity() -> str:
-    """This process's ``user@host``: who did an action run from this shell."""
+def acting_user() -> str:
+    """This process's user name: who runs an action from this shell."""
     try:
-        user = getpass.getuser()
+        return getpass.getuser()
     except (KeyError, OSError):  # no name for the uid (a container's user)
-        user = "?"
-    return f"{user}@{socket.gethostname()}"
+        return "?"
+
+
+def operator_identity(user: str | None = None) -> str:
+    """``user`` (default: this process's; the web view passes its signed-in user) at this host:
+    who did an action, as every kept event names it."""
+    return f"{user or acting_user()}@{socket.gethostname()}"
 
 
 def _cut(text: str, limit: int) -> str:

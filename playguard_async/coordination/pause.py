@@ -20,7 +20,6 @@ no reader writes over it; ``resume`` deletes it.
 from __future__ import annotations
 
 import asyncio
-import getpass
 import json
 import math
 import socket
@@ -35,6 +34,7 @@ from playguard_async.coordination.client import RedisClient, sender_for
 from playguard_async.coordination.foreign import ForeignType, is_wrong_type, type_of
 from playguard_async.coordination.keys import FLEET_PAUSE_KEY, pause_key
 from playguard_async.coordination.lock import LockHeld
+from playguard_async.coordination.operator_actions import acting_user
 from playguard_async.kits.aio import bounded
 
 log = structlog.get_logger("playguard.pause")
@@ -67,13 +67,12 @@ class Pause:
     """Set when the key holds another type than a string (and so pauses, unknown)."""
 
     @classmethod
-    def taken_now(cls, scope: str, reason: str, seconds: float) -> Pause:
-        """A pause of ``scope`` by this process's user on this host, from now for ``seconds``."""
+    def taken_now(cls, scope: str, reason: str, seconds: float, user: str | None = None) -> Pause:
+        """A pause of ``scope`` by ``user`` (default: this process's user; the web view names its
+        logged-in user) on this host, from now for ``seconds``."""
         now = time.time()
-        try:
-            user = getpass.getuser()
-        except (KeyError, OSError):  # no name for the uid (a container's user)
-            user = "?"
+        if user is None:
+            user = acting_user()
         return cls(scope, user, socket.gethostname(), reason, now, now + seconds)
 
     def encode(self) -> str:

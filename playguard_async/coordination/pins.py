@@ -16,7 +16,6 @@ error and never into a command; a key of another type reads as no pins at all.
 
 from __future__ import annotations
 
-import getpass
 import json
 import socket
 import time
@@ -29,6 +28,7 @@ from redis.exceptions import ResponseError
 from playguard_async.coordination.client import RedisClient
 from playguard_async.coordination.foreign import is_wrong_type
 from playguard_async.coordination.keys import pins_key
+from playguard_async.coordination.operator_actions import acting_user
 from playguard_async.kits.aio import bounded
 from playguard_async.kits.revision_shapes import PINNED_IMAGE, is_commit
 
@@ -57,11 +57,10 @@ class Pin:
     until then, and always for a ``last-good`` pin (its images are the last good revision's)."""
 
     @classmethod
-    def taken_now(cls, playground: str, revision: str, reason: str) -> Pin:
-        try:
-            user = getpass.getuser()
-        except (KeyError, OSError):  # no name for the uid (a container's user)
-            user = "?"
+    def taken_now(cls, playground: str, revision: str, reason: str, user: str | None = None) -> Pin:
+        """A pin by ``user`` (default: this process's user) on this host, from now."""
+        if user is None:
+            user = acting_user()
         return cls(playground, revision, user, socket.gethostname(), reason, time.time())
 
     @property

@@ -156,13 +156,14 @@ def run(ctx: click.Context, config: Path | None, dry_run: bool | None) -> None:
     """Run the daemon until SIGTERM or SIGINT; exit 0 after a clean drain, 78 when the settings,
     the inventory or the phases they name cannot be used (so systemd does not restart it)."""
     with _readable_errors(ctx, config_status=EXIT_CONFIG):
+        from playguard_async.operator.web_desk import CliDesk
         from playguard_async.operator.why import timeline_reader
         from playguard_async.service import daemon
         from playguard_async.service.logs import configure_logging
 
         settings = command_settings(config, **_dry_run(dry_run))
         configure_logging(settings.log_format, settings.log_level, final=True)
-        daemon.run(settings, read_timeline=timeline_reader(settings))
+        daemon.run(settings, desk=CliDesk(settings), read_timeline=timeline_reader(settings))
 
 
 @cli.command()
@@ -482,31 +483,12 @@ def unlock(ctx: click.Context, marquee: str, config: Path | None, force: bool) -
     with _readable_errors(ctx):
         import asyncio
 
-        from playguard_async.coordination.lock import ReleaseResult
-        from playguard_async.operator import display
-        from playguard_async.operator.unlock import unlock_marquee
+        from playguard_async.operator.unlock import unlock_lines, unlock_marquee
 
         done = asyncio.run(unlock_marquee(command_settings(config), marquee, force=force))
-    if done.found is None:
-        echo(f"{marquee} is not locked (no key {done.key}); nothing to delete")
-        return
-    if done.found.foreign is not None:
-        echo(
-            f"nothing deleted: {done.found.foreign.describe()}, not a lock record, so no "
-            f"compare-and-delete can tell whose it is; once you know, `redis-cli DEL {done.key}`"
-        )
-        ctx.exit(1)
-    shown = f"{done.key}: held by {display.holder_text(done.found)}"
-    kept = f"the fence counter {done.fence_key} stays at {display.fence_text(done.found.fence)}"
-    if done.result is None:
-        echo(f"would delete {shown}\n{kept}\nnothing deleted: add --force to delete it")
-        ctx.exit(1)
-    if done.result is ReleaseResult.RELEASED:
-        echo(f"deleted {shown}\n{kept}")
-    elif done.result is ReleaseResult.EXPIRED:
-        echo(f"nothing deleted: {done.key} was released or expired after it was read")
-    else:
-        echo(f"nothing deleted: another holder took {done.key} after it was read")
+    lines, unlocked = unlock_lines(marquee, done)
+    echo("\n".join(lines))
+    if not unlocked:
         ctx.exit(1)
 
 
@@ -618,16 +600,23 @@ def _one_scope(marquee: str | None, fleet_wide: bool) -> str | None:
 
 
 def _duration(option: str, value: str | None) -> float | None:
-    """``option``'s value as seconds (``90s``, ``15m``, ``2h``, ``1d``, ``1h30m``), None when not
-    given; up to 7 days."""
+    """``option``'s value as seconds (``kits.spans.span_seconds``), None when not given."""
     if value is None:
         return None
-    from playguard_async.kits.spans import SPAN_EXAMPLES, span_seconds
+    from playguard_async.kits.spans import span_seconds
 
-    seconds = span_seconds(value)
-    if seconds is None:
-        fail(f"{option} {value!r}: not a duration up to 7d ({SPAN_EXAMPLES})", 1)
-    return seconds
+    try:
+        return span_seconds(value)
+    except ValueError as exc:
+        fail(f"{option} {exc}", 1)
+
+
+def _check_reason(reason: str, limit: int) -> None:
+    from playguard_async.operator.action_input import reason_problem
+
+    problem = reason_problem(reason, limit)
+    if problem is not None:
+        fail(f"--reason {problem}", 1)
 
 
 @cli.command()
@@ -654,8 +643,7 @@ def pause(
 
     scope = _one_scope(marquee, fleet_wide) or FLEET
     seconds = _duration("--for", for_)
-    if not reason.strip() or len(reason) > REASON_MAX or not reason.isprintable():
-        fail(f"--reason of {len(reason)} characters: give 1 to {REASON_MAX} printable ones", 1)
+    _check_reason(reason, REASON_MAX)
     with _readable_errors(ctx):
         import asyncio
 
@@ -717,8 +705,7 @@ def pin_command(
 
     if revision != LAST_GOOD and not is_commit(revision):
         fail(f"--revision {revision[:80]!r}: give last-good or a full commit name", 1)
-    if not reason.strip() or len(reason) > REASON_MAX or not reason.isprintable():
-        fail(f"--reason of {len(reason)} characters: give 1 to {REASON_MAX} printable ones", 1)
+    _check_reason(reason, REASON_MAX)
     with _readable_errors(ctx):
         import asyncio
 
@@ -792,12 +779,11 @@ def _rollout_action(action: str, summary: str) -> None:
     @CONFIG_OPTION
     @click.pass_context
     def command(ctx: click.Context, scope: str, reason: str, config: Path | None) -> None:
-        if not reason.strip() or len(reason) > 500 or not reason.isprintable():
-            fail(f"--reason of {len(reason)} characters: give 1 to 500 printable ones", 1)
+        from playguard_async.operator import rollout as rollouts
+
+        _check_reason(reason, rollouts.REASON_MAX)
         with _readable_errors(ctx):
             import asyncio
-
-            from playguard_async.operator import rollout as rollouts
 
             changed = asyncio.run(rollouts.act(command_settings(config), scope, action, reason))
         echo(rollouts.summary(changed))
@@ -807,6 +793,45 @@ _rollout_action("promote", "Start the next wave now, whatever its bake; lifts a 
 _rollout_action("pause", "Start no further wave until resume.")
 _rollout_action("resume", "Let a paused rollout go on.")
 _rollout_action("abort", "Stop the rollout: no Marquee takes its release from now on.")
+
+
+@cli.group()
+def web() -> None:
+    """The web view's users (README "Operating from the browser")."""
+
+
+@web.command("add-user")
+@click.argument("name")
+@click.argument("role", type=click.Choice(["viewer", "operator", "admin"]))
+@click.option("--file", "path", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="The users file; default: the web_credential_file setting.")  # fmt: skip
+@CONFIG_OPTION
+@click.pass_context
+def web_add_user(
+    ctx: click.Context, name: str, role: str, path: Path | None, config: Path | None
+) -> None:
+    """Add NAME with ROLE to the users file, or replace NAME's line (its role and password).
+    The password is read from standard input when that is not a terminal (one line), else
+    asked twice. The file is written whole and renamed over the old one, mode 0600."""
+    import sys
+
+    with _readable_errors(ctx):
+        from playguard_async.service.web_users import Role, add_user
+
+        if path is None:
+            path = command_settings(config).web_credential_file
+        if path is None:
+            fail("no --file and no web_credential_file setting: name the users file", 1)
+        if sys.stdin.isatty():
+            password = click.prompt("Password", hide_input=True, confirmation_prompt=True)
+        else:
+            password = sys.stdin.readline().removesuffix("\n").removesuffix("\r")
+        if not password:
+            fail("an empty password: give one", 1)
+        role_named = Role.named(role)
+        assert role_named is not None  # click.Choice
+        echo(add_user(path, name, role_named, password))
+
 
 cli.add_command(db)
 cli.add_command(audit)

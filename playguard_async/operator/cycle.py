@@ -3,6 +3,7 @@ under the Marquee's lock."""
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 from playguard_async.coordination.keys import marquee_lock_name
@@ -29,19 +30,23 @@ class CycleRun:
     holder: LockState | None = None
 
 
-async def run_cycle(settings: Settings, marquee: str, on_phase: PhaseListener) -> CycleRun:
+async def run_cycle(
+    settings: Settings, marquee: str, on_phase: PhaseListener, *, own_signals: bool = True
+) -> CycleRun:
     """One cycle of ``marquee`` now, by the daemon's own engine: same lock, same phases, recorded
     in Redis like the daemon's, ``on_phase`` told as each phase ends.
 
     As in the daemon, a first SIGINT or SIGTERM lets the running phase finish and starts no other
     (outcome ``interrupted``); a second one cancels the phase (``engine.CycleCancelled``).
+    Not with ``own_signals`` false: in the daemon (the web view's actions) the signals are the
+    daemon's, whose handlers must stay.
     """
     engine = build_engine(settings, phase_listeners=[on_phase])
     try:
         with redis_errors(settings):
             inventory = await engine.load_inventory()
             target = _launchable(inventory, marquee, engine.desired_state.describe())
-            with stopping_on_signals(engine):
+            with stopping_on_signals(engine) if own_signals else contextlib.nullcontext():
                 result = await engine.run_one(target, inventory)
             if result.outcome is Outcome.REDIS_UNAVAILABLE:
                 # The result keeps only the error's repr, which says little in redis-py 8; asking

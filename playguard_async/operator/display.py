@@ -255,26 +255,37 @@ def plan_line(result: CycleResult) -> str:
     return f"{result.marquee}: {total} changes pending ({counts}){also}"
 
 
-def print_plan(result: CycleResult, holder: LockState | None) -> None:
-    """One Marquee's plan: each phase with what it would do, then the verdict."""
-    out = console()
+def plan_lines(result: CycleResult, holder: LockState | None) -> list[tuple[str, bool]]:
+    """One Marquee's plan as lines, each with whether it is a phase's heading: each phase with
+    what it would do, the Playgrounds held, the rollouts, then the verdict (the CLI prints them,
+    the web view shows them)."""
     if result.outcome is Outcome.LOCKED:
         held = holder_text(holder) if holder else "another holder (gone since)"
-        out.print(text(f"{result.marquee}: error: locked by {held}; no plan made"))
-        return
+        return [(f"{result.marquee}: error: locked by {held}; no plan made", False)]
+    lines: list[tuple[str, bool]] = []
     for phase, taken in result.actions.items():
         if taken:
-            out.print(text((phase, "bold")))
-            for action in taken:
-                out.print(text(f"  {action}"), soft_wrap=True)
-    for name, why in sorted(held_playgrounds(result).items()):
-        out.print(text(f"held: {name}: {why}"), soft_wrap=True)
+            lines.append((phase, True))
+            lines += [(f"  {action}", False) for action in taken]
+    lines += [
+        (f"held: {name}: {why}", False) for name, why in sorted(held_playgrounds(result).items())
+    ]
     for scope, rollout in sorted(rollouts_in(result).items()):
         here = "held here" if rollout.get("held") else "admitted here"
-        out.print(text(f"rollout {scope}: {rollout.get('status')}, wave {rollout.get('wave')} of "
-                       f"{rollout.get('waves')}, release {rollout.get('release')} ({here})"),
-                  soft_wrap=True)  # fmt: skip
-    out.print(text(plan_line(result)))
+        line = (
+            f"rollout {scope}: {rollout.get('status')}, wave {rollout.get('wave')} of "
+            f"{rollout.get('waves')}, release {rollout.get('release')} ({here})"
+        )
+        lines.append((line, False))
+    lines.append((plan_line(result), False))
+    return lines
+
+
+def print_plan(result: CycleResult, holder: LockState | None) -> None:
+    """One Marquee's plan (``plan_lines``), phases in bold."""
+    out = console()
+    for line, heading in plan_lines(result, holder):
+        out.print(text((line, "bold")) if heading else text(line), soft_wrap=True)
 
 
 def fence_text(fence: int | None) -> str:

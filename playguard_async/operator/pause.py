@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from playguard_async.coordination.operator_actions import record_operator_action
+from playguard_async.coordination.operator_actions import operator_identity, record_operator_action
 from playguard_async.coordination.pause import FLEET, Pause, lift_pause, take_pause
 from playguard_async.operator.fleet import known_marquee, open_fleet
 from playguard_async.service.wiring import inventory_source
@@ -13,14 +13,15 @@ from playguard_async.settings import Settings
 
 
 async def take_scope_pause(
-    settings: Settings, scope: str, reason: str, seconds: float | None
+    settings: Settings, scope: str, reason: str, seconds: float | None, *, user: str | None = None
 ) -> Pause:
     """Pause ``scope`` (a Marquee of the inventory, or ``FLEET``) for ``seconds`` (default
-    ``pause_default_for``); the pause stored. Nothing is stored for an unknown Marquee."""
+    ``pause_default_for``) as ``user`` (default: this process's); the pause stored. Nothing is
+    stored for an unknown Marquee."""
     async with open_fleet(settings) as fleet:
         if scope != FLEET:
             known_marquee(await fleet.inventory(), scope, inventory_source(settings).describe())
-        taken = Pause.taken_now(scope, reason, seconds or settings.pause_default_for)
+        taken = Pause.taken_now(scope, reason, seconds or settings.pause_default_for, user)
         await take_pause(fleet.redis, taken, settings.redis_socket_timeout)
         until = datetime.fromtimestamp(taken.until, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
         await record_operator_action(
@@ -30,9 +31,12 @@ async def take_scope_pause(
     return taken
 
 
-async def lift_scope_pause(settings: Settings, scope: str) -> Pause | None:
-    """Lift the pause of ``scope``; the pause lifted, None when there was none. A Marquee paused
-    by the fleet-wide pause stays paused until that one is lifted (``resume --all``)."""
+async def lift_scope_pause(
+    settings: Settings, scope: str, *, user: str | None = None
+) -> Pause | None:
+    """Lift the pause of ``scope`` as ``user`` (default: this process's); the pause lifted, None
+    when there was none. A Marquee paused by the fleet-wide pause stays paused until that one is
+    lifted (``resume --all``)."""
     async with open_fleet(settings) as fleet:
         if scope != FLEET:
             known_marquee(await fleet.inventory(), scope, inventory_source(settings).describe())
@@ -40,7 +44,8 @@ async def lift_scope_pause(settings: Settings, scope: str) -> Pause | None:
         if lifted is not None:
             await record_operator_action(
                 fleet.redis, scope, "resume", target=_scope_text(scope),
-                reason=f"lifted the pause by {lifted.by}", timeout=settings.redis_socket_timeout,
+                reason=f"lifted the pause by {lifted.by}", by=operator_identity(user),
+                timeout=settings.redis_socket_timeout,
             )  # fmt: skip
         return lifted
 

@@ -61,9 +61,11 @@ def plan_json(result: CycleResult) -> dict[str, Any]:
     }
 
 
-async def plan_one(settings: Settings, marquee: str) -> CycleRun:
+async def plan_one(settings: Settings, marquee: str, *, own_signals: bool = True) -> CycleRun:
     """A detect cycle of ``marquee`` under its lock (``run_cycle`` as a dry run)."""
-    return await run_cycle(_planning(settings), marquee, lambda result, phase: None)
+    return await run_cycle(
+        _planning(settings), marquee, lambda result, phase: None, own_signals=own_signals
+    )
 
 
 async def plan_fleet(settings: Settings) -> list[CycleResult]:

@@ -28,6 +28,9 @@ from playguard_async.settings import Settings
 
 ACTIONS = ("promote", "pause", "resume", "abort")
 
+REASON_MAX = 500
+"""Characters of an operator's reason for an action at most."""
+
 TRIES = 3
 """Reads and compare-and-sets an action makes before it gives up on a busy record."""
 
@@ -89,11 +92,13 @@ async def show(settings: Settings, scope: str) -> tuple[Rollout, dict[int, int]]
     return rollout, read.healthy
 
 
-async def act(settings: Settings, scope: str, action: str, why: str) -> Rollout:
-    """``action`` applied to ``scope``'s rollout, stored; ``OperateError`` when it has none or
-    its status does not allow it."""
+async def act(
+    settings: Settings, scope: str, action: str, why: str, *, user: str | None = None
+) -> Rollout:
+    """``action`` applied to ``scope``'s rollout by ``user`` (default: this process's), stored;
+    ``OperateError`` when it has none or its status does not allow it."""
     timeout = settings.redis_socket_timeout
-    who = operator_identity()
+    who = operator_identity(user)
     async with open_fleet(settings) as fleet:
         for _ in range(TRIES):
             read = await read_rollout(fleet.redis, scope, timeout)

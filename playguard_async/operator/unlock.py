@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from playguard_async.coordination.keys import marquee_lock_name
 from playguard_async.coordination.lock import ReleaseResult, TokenLock
 from playguard_async.coordination.lock_state import LockState, inspect_lock
-from playguard_async.coordination.operator_actions import record_operator_action
+from playguard_async.coordination.operator_actions import operator_identity, record_operator_action
+from playguard_async.operator import display
 from playguard_async.operator.fleet import RedisUnavailable, known_marquee, open_fleet
 from playguard_async.service.wiring import inventory_source
 from playguard_async.settings import Settings
@@ -25,7 +26,9 @@ class Unlock:
     result: ReleaseResult | None
 
 
-async def unlock_marquee(settings: Settings, marquee: str, *, force: bool) -> Unlock:
+async def unlock_marquee(
+    settings: Settings, marquee: str, *, force: bool, user: str | None = None
+) -> Unlock:
     """Read the Marquee's lock; with ``force``, delete exactly the record read, never another one
     (compare-and-delete), and never the fence counter, so fences keep growing after it.
 
@@ -45,8 +48,30 @@ async def unlock_marquee(settings: Settings, marquee: str, *, force: bool) -> Un
             if result is ReleaseResult.RELEASED:
                 await record_operator_action(
                     fleet.redis, marquee, "unlock", reason="deleted by hand (--force)",
-                    target=f"lock of {marquee} at fence {found.fence}", timeout=lock.timeout,
+                    target=f"lock of {marquee} at fence {found.fence}", by=operator_identity(user),
+                    timeout=lock.timeout,
                 )  # fmt: skip
             if result is ReleaseResult.UNKNOWN:
                 raise RedisUnavailable(settings, "no answer to the delete; run `playguard locks`")
     return Unlock(lock.key, lock.fence_key, found, result)
+
+
+def unlock_lines(marquee: str, done: Unlock) -> tuple[list[str], bool]:
+    """What ``unlock`` found and did, in lines for a person, and whether the Marquee is unlocked
+    now (not locked, deleted, or released meanwhile)."""
+    if done.found is None:
+        return [f"{marquee} is not locked (no key {done.key}); nothing to delete"], True
+    if done.found.foreign is not None:
+        return [
+            f"nothing deleted: {done.found.foreign.describe()}, not a lock record, so no "
+            f"compare-and-delete can tell whose it is; once you know, `redis-cli DEL {done.key}`"
+        ], False
+    shown = f"{done.key}: held by {display.holder_text(done.found)}"
+    kept = f"the fence counter {done.fence_key} stays at {display.fence_text(done.found.fence)}"
+    if done.result is None:
+        return [f"would delete {shown}", kept, "nothing deleted: add --force to delete it"], False
+    if done.result is ReleaseResult.RELEASED:
+        return [f"deleted {shown}", kept], True
+    if done.result is ReleaseResult.EXPIRED:
+        return [f"nothing deleted: {done.key} was released or expired after it was read"], True
+    return [f"nothing deleted: another holder took {done.key} after it was read"], False

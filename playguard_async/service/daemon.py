@@ -33,7 +33,10 @@ from playguard_async.service.metrics import Metrics
 from playguard_async.service.notifications import ChangeNotifier, news_of
 from playguard_async.service.story import steered_story
 from playguard_async.service.systemd import Notifier, report_to_systemd, watchdog_interval
+from playguard_async.service.web_actions import ActionDesk
+from playguard_async.service.web_auth import TrustedProxy, WebAuth
 from playguard_async.service.web_timeline import TimelineReader, TimelineReads
+from playguard_async.service.web_users import UsersFile
 from playguard_async.service.web_view import WebView
 from playguard_async.service.wiring import (
     RemoteLayer,
@@ -82,13 +85,15 @@ async def serve(
     settings: Settings,
     *,
     stop_after: float | None = None,
+    desk: ActionDesk | None = None,
     read_timeline: TimelineReader | None = None,
 ) -> None:
     """Run the daemon until SIGTERM or SIGINT (or ``stop_after`` seconds), then drain and return.
-    The web view shows a Marquee's ``why`` timeline when given ``read_timeline``."""
+    ``desk`` runs the web view's actions (None: the view only looks); the web view shows a
+    Marquee's ``why`` timeline when given ``read_timeline``."""
     # Before the engine sizes its slots from it (``max_concurrent_cycles = "auto"``).
     raise_open_files_limit()
-    credential = settings.web_credential()  # unreadable: refused before anything connects
+    auth = web_auth(settings)  # a bad users file: refused before anything connects
     metrics = Metrics(
         outcomes=[outcome.value for outcome in Outcome],
         lock_ttl=settings.lock_ttl,
@@ -138,7 +143,7 @@ async def serve(
     try:
         with stopping_on_signals(engine):
             async with (
-                watched(engine, metrics, credential, picture, read_timeline),
+                watched(engine, metrics, auth, picture, desk, read_timeline=read_timeline),
                 changes.sending(drain=settings.webhook_timeout),
                 listening(engine),
             ):
@@ -164,14 +169,16 @@ async def listening(engine: Engine) -> AsyncIterator[None]:
 async def watched(
     engine: Engine,
     metrics: Metrics,
-    credential: str | None = None,
+    auth: WebAuth | None = None,
     picture: FleetPicture | None = None,
+    desk: ActionDesk | None = None,
+    *,
     read_timeline: TimelineReader | None = None,
 ) -> AsyncIterator[None]:
     """What operators watch of a running ``engine``, for as long as the block lasts: the HTTP
     endpoints when ``http_address`` is set (with the web view of ``picture`` when there is one;
-    behind the Host check, and ``credential`` when there is one), systemd notifications when
-    ``$NOTIFY_SOCKET`` is.
+    behind the Host check, and ``auth`` when there is one; its actions run by ``desk``), systemd
+    notifications when ``$NOTIFY_SOCKET`` is.
 
     Both share one liveness test (the tick loop turns) and one readiness test (Redis answers PING),
     and both end after the block, so they still answer while the engine drains.
@@ -193,10 +200,14 @@ async def watched(
         bind = settings.http_bind()
         if bind is not None:
             stop = asyncio.Event()
-            view = None if picture is None else web_view(settings, picture, stop, read_timeline)
+            view = (
+                None
+                if picture is None
+                else web_view(settings, picture, stop, auth, desk, read_timeline=read_timeline)
+            )
             guard = HttpGuard(
                 HostRule.bound_to(bind[0], settings.http_allowed_hosts),
-                credential=credential,
+                auth=auth,
                 metrics_require_credential=settings.metrics_require_credential,
             )
             app = application(
@@ -270,14 +281,32 @@ def fleet_picture(
     )
 
 
+def web_auth(settings: Settings) -> WebAuth | None:
+    """Who may use the HTTP endpoints: the users of ``web_credential_file`` (read now: a bad
+    file is a ``SettingsError``) and a trusted proxy's; None when neither is set."""
+    users = (
+        None if settings.web_credential_file is None else UsersFile(settings.web_credential_file)
+    )
+    proxy = None
+    if settings.web_trusted_proxies:
+        proxy = TrustedProxy(settings.web_trusted_proxies, settings.web_proxy_group_roles)
+    if users is None and proxy is None:
+        return None
+    return WebAuth(users, proxy=proxy, secure_cookie=settings.web_cookie_secure)
+
+
 def web_view(
     settings: Settings,
     picture: FleetPicture,
     stop: asyncio.Event,
+    auth: WebAuth | None = None,
+    desk: ActionDesk | None = None,
+    *,
     read_timeline: TimelineReader | None = None,
 ) -> WebView:
-    """The web view of the fleet ``picture`` shows, its streams ended by ``stop``; with the
-    Marquees' timelines when there is ``read_timeline``."""
+    """The web view of the fleet ``picture`` shows, its streams ended by ``stop``, who may use
+    it told by ``auth``, its actions run by ``desk``; with the Marquees' timelines when there is
+    ``read_timeline``."""
     return WebView(
         picture,
         replica=settings.replica_id,
@@ -285,6 +314,8 @@ def web_view(
         stop=stop,
         streams_per_client=settings.web_streams_per_client,
         streams_total=settings.web_streams_total,
+        auth=auth,
+        desk=desk,
         timelines=None if read_timeline is None else TimelineReads(read_timeline),
     )
 
@@ -309,6 +340,7 @@ def run(
     settings: Settings,
     *,
     stop_after: float | None = None,
+    desk: ActionDesk | None = None,
     read_timeline: TimelineReader | None = None,
 ) -> None:
     """Run ``serve`` on the event loop the settings choose."""
@@ -318,4 +350,4 @@ def run(
 
         loop_factory = uvloop.new_event_loop
     with asyncio.Runner(loop_factory=loop_factory) as runner:
-        runner.run(serve(settings, stop_after=stop_after, read_timeline=read_timeline))
+        runner.run(serve(settings, stop_after=stop_after, desk=desk, read_timeline=read_timeline))

@@ -7,8 +7,12 @@ security headers, and one bounded log line for whatever was refused.
   ``Host: evil.example``. So a request is answered only when its Host names the bound address
   (any loopback address and ``localhost`` when that is loopback; any address when it is every
   interface, ``0.0.0.0`` or ``::``) or a name of ``http_allowed_hosts``; the rest get 421.
-- **Credential.** With one set, everything but the probes (/healthz, /readyz) asks for it, and
-  /metrics only with ``metrics_require_credential`` (``service.web_auth``).
+- **Who.** With users (``web_credential_file``) or a trusted proxy set, everything but the probes
+  (/healthz, /readyz), the login page and the static files asks who is there
+  (``service.web_auth``), and /metrics only with ``metrics_require_credential``; who it is goes
+  with the request (``principal_of``) for the actions to check the role of. A browser asking for
+  a page without one is sent to the login page; anything else gets 401 with basic auth's
+  challenge.
 - **Headers.** The security headers are on every answer: our pages, aiohttp's own 404, 405, 413
   and 500 (the ``on_response_prepare`` signal), and the 400s aiohttp's parser answers before any
   application sees the request (``serving`` gives the server a request class for those).
@@ -34,7 +38,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.typedefs import Handler
 
 from playguard_async.kits.host_header import IPAddress, host_entry, host_of
-from playguard_async.service.web_auth import CHALLENGE, admits
+from playguard_async.service.web_auth import CHALLENGE, Principal, WebAuth
 
 log = structlog.get_logger("playguard.http")
 
@@ -44,13 +48,24 @@ SECURITY_HEADERS = {
         "img-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
     ),
     "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
+    # Not no-referrer: with it a browser sends ``Origin: null`` on a form's POST, and the actions'
+    # Origin check could not tell our own pages from a sandboxed frame of anyone's.
+    "Referrer-Policy": "same-origin",
     "Cache-Control": "no-store",
 }
 """On every answer: nothing inline or from elsewhere runs, nothing is sniffed, framed or cached."""
 
 PROBES = frozenset({"/healthz", "/readyz"})
 """Paths that never ask for the credential: orchestrators probe without one."""
+
+OPEN_PATHS = PROBES | {"/login"}
+"""Paths anyone may reach: the probes, and the login page (which checks its own form)."""
+
+STATIC_PREFIX = "/static/"
+"""The page's script and style, which the login page needs too; they hold no fleet data."""
+
+PRINCIPAL = web.RequestKey("principal", Principal)
+"""The request's key of who it comes from (``principal_of``)."""
 
 METRICS = "/metrics"
 
@@ -133,10 +148,10 @@ class HostRule:
 
 @dataclass
 class HttpGuard:
-    """The Host rule, the credential (None: none asked) and whether /metrics asks for it too."""
+    """The Host rule, who may come (None: anyone, on loopback) and whether /metrics asks too."""
 
     hosts: HostRule
-    credential: str | None = None
+    auth: WebAuth | None = None
     metrics_require_credential: bool = False
     refusals: RefusalLog = field(default_factory=RefusalLog)
 
@@ -147,7 +162,7 @@ class HttpGuard:
         app.on_response_prepare.append(_add_security_headers)
 
     def asks_credential(self, path: str) -> bool:
-        if self.credential is None or path in PROBES:
+        if self.auth is None or path in OPEN_PATHS or path.startswith(STATIC_PREFIX):
             return False
         return path != METRICS or self.metrics_require_credential
 
@@ -158,17 +173,33 @@ class HttpGuard:
         if len(hosts) != 1 or not all(map(self.hosts.allows, {hosts[0], request.host})):
             self.refusals.refused("host")
             return web.Response(status=421, text=MISDIRECTED)
-        if self.asks_credential(request.path):
-            assert self.credential is not None
-            authorization = request.headers.get(hdrs.AUTHORIZATION)
-            if not admits(self.credential, authorization):
+        if self.auth is not None and self.asks_credential(request.path):
+            principal = await self.auth.identify(request)
+            if principal is not None:
+                request[PRINCIPAL] = principal
+            else:
+                authorization = request.headers.get(hdrs.AUTHORIZATION)
                 self.refusals.refused("credential" if authorization else "no_credential")
+                if request.method == "GET" and _wants_page(request):
+                    raise web.HTTPSeeOther("/login")
                 return web.Response(
                     status=401,
-                    text="credential required\n",
+                    text="credential required: log in at /login, or basic auth of a user\n",
                     headers={hdrs.WWW_AUTHENTICATE: CHALLENGE},
                 )
         return await handler(request)
+
+
+def _wants_page(request: web.BaseRequest) -> bool:
+    """Whether a browser navigates there (its Accept asks for HTML first); a script, a stream or
+    a scrape does not."""
+    accept = request.headers.get(hdrs.ACCEPT, "")
+    return accept.startswith("text/html") and request.path != "/events"
+
+
+def principal_of(request: web.BaseRequest) -> Principal | None:
+    """Who ``request`` comes from; None when nobody is asked (no users set) or nobody logged in."""
+    return request.get(PRINCIPAL)
 
 
 GUARD = web.AppKey("guard", HttpGuard)

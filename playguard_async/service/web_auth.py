@@ -1,58 +1,218 @@
-"""The one credential of the HTTP endpoints, checked on every page and stream (and on /metrics when
-``metrics_require_credential`` is set).
-
-A browser sends it as the password of basic auth (it asks once, then sends it with every request
-of the page, EventSource's stream included); a script or Prometheus sends
-``Authorization: Bearer <it>``. The comparison is of bytes and constant-time
-(``hmac.compare_digest``), so the time of a refusal tells nothing of how much of a guess was right.
+"""Who a request of the web view comes from: a user of the users file (``service.web_users``),
+by a login's session cookie (``service.web_session``) or by HTTP basic auth (scripts, curl,
+Prometheus' ``basic_auth``), or a user a trusted auth proxy names.
 
 A header is outside input down to its bytes: aiohttp hands over bytes that are not UTF-8 as lone
-surrogates (``surrogateescape``), which ``str.encode`` refuses. Every header, whatever its bytes,
-is therefore either the credential or a refusal, never an exception.
+surrogates (``surrogateescape``). Every header, whatever its bytes, is therefore either a user or
+a refusal, never an exception. A password is checked by argon2 in a thread (``PasswordCheck``):
+the event loop never waits on it. Failed checks are counted per user name and per client address
+(``FAILURES_PER_MINUTE`` each, shared with the login form): past that, basic auth of that name or
+from that address is refused without a check for the rest of the minute, so guessing costs the
+machine a bounded amount of argon2 work.
+
+The proxy (oauth2-proxy's ``X-Forwarded-User`` and ``X-Forwarded-Groups``) is believed only from
+the addresses of ``web_trusted_proxies``; the role is the highest its groups map to in
+``web_proxy_group_roles`` (none: refused). The same headers from any other peer are ignored, and
+told in one log line per peer (at most ``UNTRUSTED_TOLD`` peers remembered).
 """
 
 from __future__ import annotations
 
-import hmac
+import ipaddress
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from http.cookies import CookieError, SimpleCookie
 
-from aiohttp import BasicAuth
+import structlog
+from aiohttp import BasicAuth, hdrs, web
+
+from playguard_async.kits.rate_limit import RateLimit
+from playguard_async.service.web_session import SESSION_COOKIE, Session, Sessions
+from playguard_async.service.web_users import PasswordCheck, Role, UsersFile, WebUser
+
+log = structlog.get_logger("playguard.web")
 
 CHALLENGE = 'Basic realm="playguard", charset="UTF-8"'
 """What a refusal asks for: basic auth, which a browser can answer by itself."""
+
+PROXY_USER = "X-Forwarded-User"
+PROXY_GROUPS = "X-Forwarded-Groups"
+
+FAILURES_PER_MINUTE = 5
+"""Failed password checks of one user name, and from one client address, a minute."""
+
+UNTRUSTED_TOLD = 1_000
+"""Peers whose proxy headers were ignored, remembered so each is logged once."""
+
+NAME_SHOWN = 64
+"""Characters of a user name from outside a log line quotes at most."""
 
 _OWS = " \t"
 """HTTP's optional white space around a header's parts (not ``str.strip``'s Unicode idea of it)."""
 
 
-def offered_secret(authorization: str | None) -> bytes | None:
-    """The secret an ``Authorization`` header offers, as the bytes that came on the wire (a bearer
-    token, or basic auth's password whatever the user name, UTF-8 encoded); None when the header is
-    absent, malformed, or offers an empty secret."""
+def shown_name(name: str) -> str:
+    """A user name from outside as a log line may quote it: bounded, escaped (``repr``)."""
+    return repr(name[:NAME_SHOWN])
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who a request comes from: the name actions record, the role, and how it was told
+    (``session``, ``basic``, ``proxy``); ``session`` is the login's, when there is one."""
+
+    name: str
+    role: Role
+    via: str
+    session: Session | None = None
+
+    def may(self, role: Role) -> bool:
+        return self.role >= role
+
+
+def offered_basic(authorization: str | None) -> tuple[str, str] | None:
+    """The user name and password an ``Authorization: Basic`` header offers; None when the
+    header is absent, of another scheme, malformed, or offers an empty name or password."""
     if not authorization:
         return None
     scheme, _, value = authorization.strip(_OWS).partition(" ")
     value = value.strip(_OWS)
-    if not value:
-        return None
-    if scheme.lower() == "bearer":
-        try:
-            return value.encode("utf-8", "surrogateescape")
-        except UnicodeEncodeError:  # a surrogate no HTTP parser makes: not a header's bytes
-            return None
-    if scheme.lower() != "basic":
+    if scheme.lower() != "basic" or not value:
         return None
     try:
         # ValueError covers a base64 that is not ASCII, malformed or without a colon, and a
-        # password that is not UTF-8 (UnicodeError is a ValueError).
-        password = BasicAuth.decode(f"Basic {value}", encoding="utf-8").password
+        # user or password that is not UTF-8 (UnicodeError is a ValueError).
+        offered = BasicAuth.decode(f"Basic {value}", encoding="utf-8")
     except ValueError:
         return None
-    return password.encode("utf-8") if password else None
+    if not offered.login or not offered.password:
+        return None
+    return offered.login, offered.password
 
 
-def admits(credential: str, authorization: str | None) -> bool:
-    """Whether ``authorization`` carries ``credential``, compared in constant time."""
-    offered = offered_secret(authorization)
-    if offered is None:
-        return False
-    return hmac.compare_digest(offered, credential.encode("utf-8"))
+def session_id_of(request: web.BaseRequest) -> str | None:
+    """The session cookie's value, None when there is none (or the Cookie header is malformed)."""
+    header = request.headers.get(hdrs.COOKIE)
+    if not header:
+        return None
+    try:
+        cookie = SimpleCookie(header)
+    except CookieError:
+        return None
+    morsel = cookie.get(SESSION_COOKIE)
+    return morsel.value if morsel is not None and morsel.value else None
+
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+class TrustedProxy:
+    """The peers whose ``X-Forwarded-User`` is believed, and the roles their groups map to."""
+
+    def __init__(self, networks: Iterable[str], group_roles: Mapping[str, str]) -> None:
+        self.networks: tuple[Network, ...] = tuple(
+            ipaddress.ip_network(network, strict=False) for network in networks
+        )
+        self.group_roles = {
+            group: role for group, name in group_roles.items() if (role := Role.named(name))
+        }
+        self._told: OrderedDict[str, None] = OrderedDict()
+
+    def trusts(self, peer: str | None) -> bool:
+        try:
+            address = ipaddress.ip_address(peer or "")
+        except ValueError:
+            return False
+        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+            address = address.ipv4_mapped
+        return any(address in network for network in self.networks)
+
+    def principal(self, request: web.BaseRequest) -> Principal | None:
+        """The user the proxy names, when ``request`` comes from a trusted peer and carries one
+        whose groups map to a role; None otherwise (an untrusted peer's headers told once)."""
+        user = request.headers.get(PROXY_USER)
+        if user is None and PROXY_GROUPS not in request.headers:
+            return None
+        if not self.trusts(request.remote):
+            self._tell_untrusted(request.remote or "unknown", user)
+            return None
+        if not user or len(user) > NAME_SHOWN or not user.isprintable():
+            return None
+        groups = request.headers.get(PROXY_GROUPS, "").split(",")
+        roles = [self.group_roles[g.strip()] for g in groups if g.strip() in self.group_roles]
+        return Principal(user, max(roles), "proxy") if roles else None
+
+    def _tell_untrusted(self, peer: str, user: str | None) -> None:
+        if peer in self._told:
+            return
+        self._told[peer] = None
+        if len(self._told) > UNTRUSTED_TOLD:
+            self._told.popitem(last=False)
+        log.warning(
+            "web.proxy_header_ignored",
+            peer=peer,
+            user=None if user is None else shown_name(user),
+            why="not an address of web_trusted_proxies",
+        )
+
+
+class WebAuth:
+    """Who a request comes from, by (in this order) a trusted proxy's headers, a session cookie,
+    basic auth. ``users`` None: no users file (a proxy only)."""
+
+    def __init__(
+        self,
+        users: UsersFile | None,
+        *,
+        proxy: TrustedProxy | None = None,
+        secure_cookie: bool = False,
+    ) -> None:
+        self.users = users
+        self.proxy = proxy
+        self.secure_cookie = secure_cookie
+        self.passwords = PasswordCheck()
+        self.sessions = Sessions()
+        self.failures_by_user = RateLimit(FAILURES_PER_MINUTE, 60.0)
+        self.failures_by_client = RateLimit(FAILURES_PER_MINUTE, 60.0)
+
+    def failures_wait(self, name: str, client: str) -> int | None:
+        """Seconds until ``name`` from ``client`` may be checked again; None: now."""
+        return self.failures_by_user.retry_after(name) or self.failures_by_client.retry_after(
+            client
+        )
+
+    async def check(self, name: str, password: str, client: str) -> WebUser | None:
+        """The user ``name`` when ``password`` is theirs; None otherwise, also when too many
+        checks of that name or from ``client`` failed this minute (then nothing is checked), unless
+        this very pair was verified before: a neighbour's wrong guesses do not lock out a script
+        or a scrape that has the password."""
+        user = None if self.users is None else self.users.user(name)
+        if self.passwords.known(user, password):
+            return user
+        if self.failures_wait(name, client) is not None:
+            return None
+        if await self.passwords.verify(user, password) and user is not None:
+            return user
+        self.failures_by_user.note(name)
+        self.failures_by_client.note(client)
+        return None
+
+    async def identify(self, request: web.BaseRequest) -> Principal | None:
+        if self.proxy is not None and (principal := self.proxy.principal(request)) is not None:
+            return principal
+        session_id = session_id_of(request)
+        if session_id is not None and self.users is not None:
+            session = self.sessions.find(session_id)
+            user = None if session is None else self.users.user(session.user)
+            if session is not None and user is not None:
+                return Principal(user.name, user.role, "session", session)
+        offered = offered_basic(request.headers.get(hdrs.AUTHORIZATION))
+        if offered is None or self.users is None:
+            return None
+        user = await self.check(*offered, request.remote or "unknown")
+        return None if user is None else Principal(user.name, user.role, "basic")
+
+    def secure(self, request: web.BaseRequest) -> bool:
+        """Whether the session cookie is marked ``Secure``: over TLS, or when set so."""
+        return self.secure_cookie or request.secure

@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 import jinja2
 
-from playguard_async.kits.spans import SPAN_EXAMPLES, span_seconds
+from playguard_async.kits.spans import span_seconds
 from playguard_async.kits.textclean import clean
 from playguard_async.service.fleet_table import BadQuery
 
@@ -84,9 +84,10 @@ class TimelineQuery:
             limit = PLAYGROUND_LIMIT
             raise BadQuery(f"playground must be printable and at most {limit} characters")
         since = params.get("since", "").strip() or DEFAULT_SINCE
-        seconds = span_seconds(since) if since.isascii() else None
-        if seconds is None:
-            raise BadQuery(f"since must be a duration up to 7d ({SPAN_EXAMPLES})")
+        try:
+            seconds = span_seconds(since)
+        except ValueError as exc:
+            raise BadQuery(f"since {clean(str(exc))}") from None
         return cls(playground or None, since, seconds)
 
 

@@ -1,5 +1,6 @@
-"""The read-only web view of the fleet: pages rendered on the server from the replica's
-``FleetPicture``, and a server-sent event stream that tells open pages a new picture is there.
+"""The web view of the fleet: pages rendered on the server from the replica's ``FleetPicture``,
+and a server-sent event stream that tells open pages a new picture is there. Its forms run
+actions (``service.web_actions``) for users whose role allows them; the pages alone only look.
 
 What is on a page comes from outside (Marquee names, reasons, host output, Redis values), so the
 templates are rendered with autoescape on and the Content-Security-Policy allows no inline script:
@@ -9,8 +10,9 @@ secret reaches a page: pages show what the cycle records and locks hold, which c
 
 An open page costs the replica its stream and a fetch of itself at each new version of the
 picture, which comes at most once per ``web_update_interval`` (``FleetPicture``); the pages a
-version wakes fetch at once, and each distinct page is rendered once per version and served to
-the rest (``RenderedPages``). Streams are counted per client address and in total, and one past
+version wakes fetch at once, and each distinct page is rendered once per version and role
+bucket and served to the rest (``RenderedPages``), each user's own parts put in as it is served
+(``WebActions.fill``). Streams are counted per client address and in total, and one past
 either cap is refused (429, 503) before it holds anything.
 """
 
@@ -44,6 +46,9 @@ from playguard_async.service.fleet_table import (
     fleet_rows,
     select_page,
 )
+from playguard_async.service.web_actions import ActionDesk, WebActions
+from playguard_async.service.web_auth import WebAuth
+from playguard_async.service.web_login import WebLogin
 from playguard_async.service.web_timeline import (
     TimelineQuery,
     TimelineReads,
@@ -227,6 +232,8 @@ class WebView:
         stop: asyncio.Event,
         streams_per_client: int,
         streams_total: int,
+        auth: WebAuth | None = None,
+        desk: ActionDesk | None = None,
         timelines: TimelineReads | None = None,
     ) -> None:
         self.picture = picture
@@ -238,6 +245,8 @@ class WebView:
         self.environment = templates()
         self.streams = StreamSlots(per_client=streams_per_client, total=streams_total)
         self.pages = RenderedPages(fresh_for=picture.publish_interval)
+        self.actions = WebActions(desk, auth, self.environment)
+        self.login = None if auth is None else WebLogin(auth, self.environment)
         self.static = {
             name: resources.files("playguard_async.service").joinpath("web", name).read_bytes()
             for name in STATIC
@@ -249,6 +258,9 @@ class WebView:
         app.router.add_get("/marquee/{name}/why", self._guarded(self.why))
         app.router.add_get("/events", self._guarded(self.events))
         app.router.add_get("/static/{file}", self._guarded(self.static_file))
+        self.actions.add_routes(app)
+        if self.login is not None:
+            self.login.add_routes(app)
 
     def _guarded(self, handler: _Handler) -> _Handler:
         """``handler`` with a bad query answered as a plain 400."""
@@ -265,14 +277,17 @@ class WebView:
     def _text(status: int, text: str, headers: Mapping[str, str] | None = None) -> web.Response:
         return web.Response(status=status, text=text, headers=headers)
 
-    def _render(self, url: str, version: int, template: str, **values: Any) -> web.Response:
-        """``template`` rendered from the picture at ``version``, kept for the next asker of
-        ``url`` at that version."""
-        page = self._page(version, template, **values)
-        self.pages.keep(url, version, page)
-        return self._html(page)
+    def _render(
+        self, request: web.Request, version: int, template: str, **values: Any
+    ) -> web.Response:
+        """``template`` rendered from the picture at ``version`` for ``request``'s bucket, kept
+        for the next asker of its URL and bucket at that version."""
+        bucket = self.actions.bucket(request)
+        page = self._page(bucket, version, template, **values)
+        self.pages.keep(f"{bucket} {request.path_qs}", version, page)
+        return self._html(request, page)
 
-    def _page(self, version: int, template: str, **values: Any) -> bytes:
+    def _page(self, bucket: str, version: int, template: str, **values: Any) -> bytes:
         picture = self.picture
         read_at = picture.read_at
         html = self.environment.get_template(template).render(
@@ -282,26 +297,30 @@ class WebView:
             read_at="never"
             if read_at is None
             else time.strftime("%H:%M:%S", time.localtime(read_at)),
+            **self.actions.page_values(bucket),
             **values,
         )
         return html.encode()
 
-    @staticmethod
-    def _html(page: bytes) -> web.Response:
+    def _html(self, request: web.Request, page: bytes) -> web.Response:
+        page = self.actions.fill(request, page)
         return web.Response(body=page, content_type="text/html", charset="utf-8")
+
+    def _kept(self, request: web.Request, version: int) -> bytes | None:
+        return self.pages.get(f"{self.actions.bucket(request)} {request.path_qs}", version)
 
     async def fleet(self, request: web.Request) -> web.StreamResponse:
         version = self.picture.version
-        kept = self.pages.get(request.path_qs, version)
+        kept = self._kept(request, version)
         if kept is not None:
-            return self._html(kept)
+            return self._html(request, kept)
         fleet = self.pages.rows(version, lambda: fleet_rows(self.picture.rows(), time.time()))
         # What a record says is outside input, but an outcome on the page must be filterable.
         seen = set(fleet.counts) - {NEVER, *self.outcomes}
         query = FleetQuery.parse(request.query, [*self.outcomes, *sorted(seen)])
         page = select_page(fleet, query)
         return self._render(
-            request.path_qs,
+            request,
             version,
             "fleet.html",
             page=page,
@@ -316,9 +335,9 @@ class WebView:
         if request.query:
             raise BadQuery("this page takes no parameters")
         version = self.picture.version
-        kept = self.pages.get(request.path_qs, version)
+        kept = self._kept(request, version)
         if kept is not None:
-            return self._html(kept)
+            return self._html(request, kept)
         if not self.picture.knows(name):
             return self._text(404, "no such Marquee in the desired state\n")
         try:
@@ -331,7 +350,7 @@ class WebView:
             return None if cycle.finished_at is None else max(0.0, now - cycle.finished_at)
 
         return self._render(
-            request.path_qs,
+            request,
             version,
             "marquee.html",
             story=story,
@@ -351,7 +370,9 @@ class WebView:
         except TimelineUnavailable:
             return self._text(503, "timeline unavailable (Redis): try again shortly\n")
         values = page_values(name, query, timeline)
-        return self._html(self._page(self.picture.version, "timeline.html", **values))
+        page = self._page(self.actions.bucket(request), self.picture.version, "timeline.html",
+                          **values)  # fmt: skip
+        return self._html(request, page)
 
     async def static_file(self, request: web.Request) -> web.StreamResponse:
         name = request.match_info["file"]

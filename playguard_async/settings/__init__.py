@@ -122,21 +122,6 @@ class Settings(
                 )
         return self
 
-    def web_credential(self) -> str | None:
-        """The web view's credential from ``web_credential_file`` (None: not set); a file that
-        cannot be read, is empty, is a symbolic link or is open to group or others is a
-        ``SettingsError`` now, not an open door later."""
-        path = self.web_credential_file
-        if path is None:
-            return None
-        try:
-            credential = read_text_limited(path, CREDENTIAL_FILE_LIMIT, private=True).strip()
-        except FileRefused as exc:
-            raise SettingsError(f"web_credential_file {path}: {exc.reason}") from None
-        if not credential or "\n" in credential:
-            raise SettingsError(f"web_credential_file {path}: must hold one non-empty line")
-        return credential
-
     def cycle_slots(self) -> int:
         """``max_concurrent_cycles``, with ``auto`` sized from the open-files limit now."""
         if self.max_concurrent_cycles != "auto":
@@ -282,10 +267,6 @@ def _shown(field: str, value: object) -> str:
     if field in ("redis_url", "desired_state") and isinstance(value, str):
         return _VALUE_REPR.repr(mask_url(value))
     return _VALUE_REPR.repr(value)
-
-
-CREDENTIAL_FILE_LIMIT = 4_096
-"""Bytes a credential file may hold: a token or a password, never a document."""
 
 
 def _environment_name(field: str) -> str | None:

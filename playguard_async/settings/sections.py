@@ -9,6 +9,7 @@ lease longer than two Redis calls, say) is on ``Settings``.
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
@@ -364,6 +365,10 @@ class RecordSettings(BaseModel):
     )
 
 
+WEB_ROLES = ("viewer", "operator", "admin")
+"""The web view's roles, each allowed what the one before it is (``service.web_users.Role``)."""
+
+
 class HttpSettings(BaseModel):
     """The HTTP endpoints (/healthz, /readyz, /metrics) and the web view served beside them."""
 
@@ -386,16 +391,34 @@ class HttpSettings(BaseModel):
     )
     web_credential_file: Path | None = Field(
         None,
-        description="File holding the web view's credential (one line; read at start): every page "
-        "and stream then asks for it, as `Authorization: Bearer <it>` or as the password of "
-        "basic auth (any user name). Required when http_address is beyond loopback. Refused "
-        "at start if it is a symbolic link, not a regular file, or readable or writable by "
-        "group or others (chmod 600).",
+        description="The web view's users file: one line per user, `name role secret-hash` "
+        "(roles viewer, operator, admin; an argon2id hash), written by `playguard web add-user`. "
+        "Every page and stream then asks who is there (the login page, or basic auth of a user), "
+        "and actions are open to operators and admins. Read again when it changes. Required when "
+        "http_address is beyond loopback. Refused at start if it is a symbolic link, not a "
+        "regular file, readable or writable by group or others (chmod 600), or has a bad line.",
     )
     metrics_require_credential: bool = Field(
         False,
-        description="/metrics asks for the web credential too (`Authorization: Bearer <it>`, "
-        "Prometheus' `authorization`); needs web_credential_file.",
+        description="/metrics asks for a user of web_credential_file too (basic auth, "
+        "Prometheus' `basic_auth`); needs web_credential_file.",
+    )
+    web_trusted_proxies: tuple[str, ...] = Field(
+        (),
+        description="Addresses or CIDR networks of an auth proxy (oauth2-proxy) whose "
+        "X-Forwarded-User and X-Forwarded-Groups headers name the user; the same headers from "
+        "any other peer are ignored (and logged once per peer).",
+    )
+    web_proxy_group_roles: dict[str, str] = Field(
+        {},
+        description="Group (of X-Forwarded-Groups) -> role (viewer, operator, admin) of a user "
+        "a trusted proxy names; the highest role of its groups wins, none: refused.",
+    )
+    web_cookie_secure: bool = Field(
+        False,
+        description="Mark the login's session cookie Secure even when this server is reached "
+        "over plain HTTP (behind a proxy that ends TLS, so the pages' origin is https://); over "
+        "TLS it is marked anyway.",
     )
     metrics_marquees_shown: int = Field(
         100,
@@ -431,6 +454,26 @@ class HttpSettings(BaseModel):
         "together; one more is refused with 503. Pages still work without one (reload them).",
     )
 
+    @field_validator("web_trusted_proxies")
+    @classmethod
+    def _web_trusted_proxies_form(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for network in value:
+            try:
+                ipaddress.ip_network(network, strict=False)
+            except ValueError:
+                raise ValueError(f"{network[:80]!r}: not an address or CIDR network") from None
+        return value
+
+    @field_validator("web_proxy_group_roles")
+    @classmethod
+    def _web_proxy_group_roles_form(cls, value: dict[str, str]) -> dict[str, str]:
+        for group, role in value.items():
+            if role not in WEB_ROLES:
+                raise ValueError(
+                    f"group {group[:80]!r}: role {role[:40]!r} is not one of {', '.join(WEB_ROLES)}"
+                )
+        return value
+
     @field_validator("http_address")
     @classmethod
     def _http_address_form(cls, value: str) -> str:
@@ -450,11 +493,12 @@ class HttpSettings(BaseModel):
             self.web_view
             and bind is not None
             and self.web_credential_file is None
+            and not self.web_trusted_proxies
             and not is_loopback(bind[0])
         ):
             raise ValueError(
                 f"http_address {self.http_address} is beyond loopback: the web view there needs "
-                "web_credential_file (or web_view = false)"
+                "web_credential_file or web_trusted_proxies (or web_view = false)"
             )
         return self
 

@@ -32,6 +32,7 @@ from tests.support.probes import (
     scrape_until,
     start_serving,
 )
+from tests.support.web_users import basic, write_users
 
 pytestmark = pytest.mark.integration
 
@@ -301,24 +302,23 @@ def test_metrics_behind_the_credential_and_a_rebinding_host_refused_by_a_real_da
     daemons: DaemonRunner, tmp_path: Path
 ) -> None:
     daemons.write_inventory(["alpha"])
-    credential = tmp_path / "credential"
-    credential.write_text("s3cret\n")
-    credential.chmod(0o600)
+    users = write_users(tmp_path / "users", {"prometheus": ("viewer", "s3cret")})
     daemon, base = start_serving(
         daemons,
-        web_credential_file=credential,
+        web_credential_file=users,
         metrics_require_credential=True,
         http_allowed_hosts=["playguard.internal"],
     )
-    bearer = {"Authorization": "Bearer s3cret"}
+    scraper = {"Authorization": basic("prometheus", "s3cret")}
     assert _answer(f"{base}/metrics", {}) == 401
     assert _answer(f"{base}/metrics", {"Authorization": "Bearer \xff\xfe"}) == 401
-    assert _answer(f"{base}/metrics", bearer) == 200
+    assert _answer(f"{base}/metrics", {"Authorization": "Bearer s3cret"}) == 401
+    assert _answer(f"{base}/metrics", scraper) == 200
     assert _answer(f"{base}/healthz", {}) == 200
     for path in ("/healthz", "/metrics", "/"):
-        assert _answer(f"{base}{path}", {**bearer, "Host": "evil.example"}) == 421
+        assert _answer(f"{base}{path}", {**scraper, "Host": "evil.example"}) == 421
     assert _answer(f"{base}/healthz", {"Host": "playguard.internal:9464"}) == 200
-    assert _answer(f"{base}/", {**bearer, "Host": "localhost"}) == 200
+    assert _answer(f"{base}/", {**scraper, "Host": "localhost"}) == 200
     assert daemons.stop_all([daemon], timeout=10) == {"r1": 0}
     assert "Traceback" not in daemon.stderr()
 

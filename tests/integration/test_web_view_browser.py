@@ -36,6 +36,7 @@ from playguard_lab import RedisServer
 from tests.support.browser import cell_texts, chromium, mark, not_reloaded
 from tests.support.daemon import Daemon, DaemonRunner, marquee_entry, wait_for, witness_lines
 from tests.support.probes import http_get, start_serving
+from tests.support.web_users import basic, write_users
 
 pytestmark = pytest.mark.integration
 
@@ -366,14 +367,12 @@ async def test_the_page_script_keeps_one_fetch_in_flight_however_fast_versions_c
     assert state["fetches"] <= 1 + elapsed / 0.3 + 1, (state, elapsed)
 
 
-def test_with_a_credential_set_every_page_and_stream_answers_401_without_it(
+def test_with_users_set_every_page_and_stream_answers_401_without_one(
     served: Served, tmp_path: Path
 ) -> None:
-    credential = tmp_path / "credential"
-    credential.write_text("correct horse\n")
-    credential.chmod(0o600)
-    daemon, base = start_serving(served.runner, "guarded", web_credential_file=credential)
-    for path in ("/", "/marquee/alpha", "/events", "/static/web_view.js"):
+    users = write_users(tmp_path / "users", {"ops": ("viewer", "correct horse")})
+    daemon, base = start_serving(served.runner, "guarded", web_credential_file=users)
+    for path in ("/", "/marquee/alpha", "/events", "/csrf"):
         assert http_get(base + path)[0] == 401, path
     assert http_get(base + "/healthz")[0] == 200
     browser = served.browser
@@ -381,7 +380,7 @@ def test_with_a_credential_set_every_page_and_stream_answers_401_without_it(
     assert not browser.find_elements(By.ID, "fleet"), "a fleet table without the credential"
     # With it (sent on every request, the stream's included), the page and its stream work.
     browser.execute_cdp_cmd("Network.enable", {})
-    header = {"Authorization": "Bearer correct horse"}
+    header = {"Authorization": basic("ops", "correct horse")}
     browser.execute_cdp_cmd("Network.setExtraHTTPHeaders", {"headers": header})
     try:
         browser.get(base + "/")

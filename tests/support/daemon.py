@@ -75,6 +75,9 @@ def _toml_value(value: object) -> str:
         return json.dumps(str(value))
     if isinstance(value, list | tuple):
         return "[" + ", ".join(_toml_value(item) for item in value) + "]"
+    if isinstance(value, dict):
+        pairs = (f"{json.dumps(str(key))} = {_toml_value(item)}" for key, item in value.items())
+        return "{" + ", ".join(pairs) + "}"
     raise TypeError(f"no TOML form for {value!r}")
 
 

@@ -14,6 +14,8 @@ from playguard_async.service.endpoints import application
 from playguard_async.service.fleet_picture import FleetPicture, Listed
 from playguard_async.service.http_guard import HostRule, HttpGuard
 from playguard_async.service.liveness import Liveness
+from playguard_async.service.web_actions import ActionDesk
+from playguard_async.service.web_auth import WebAuth
 from playguard_async.service.web_view import WebView
 
 OUTCOMES = ("ok", "failed", "locked", "unreachable")
@@ -47,7 +49,13 @@ def picture_of(
     return picture
 
 
-def view_of(picture: FleetPicture, **caps: int) -> WebView:
+def view_of(
+    picture: FleetPicture,
+    *,
+    auth: WebAuth | None = None,
+    desk: ActionDesk | None = None,
+    **caps: int,
+) -> WebView:
     return WebView(
         picture,
         replica="r1",
@@ -55,11 +63,14 @@ def view_of(picture: FleetPicture, **caps: int) -> WebView:
         stop=asyncio.Event(),
         streams_per_client=caps.get("per_client", 2),
         streams_total=caps.get("total", 3),
+        auth=auth,
+        desk=desk,
     )
 
 
-def serving(view: WebView, credential: str | None = None) -> TestClient[Any, Any]:
-    """The endpoints with ``view`` (behind ``credential``), on a real aiohttp server on loopback."""
+def serving(view: WebView) -> TestClient[Any, Any]:
+    """The endpoints with ``view`` (behind its users, if it has them), on a real aiohttp server on
+    loopback."""
 
     async def metrics(request: Any) -> Any:
         raise AssertionError("not asked")
@@ -69,7 +80,7 @@ def serving(view: WebView, credential: str | None = None) -> TestClient[Any, Any
         ready=lambda: asyncio.sleep(0, True),
         ready_timeout=1.0,
         metrics=metrics,
-        guard=HttpGuard(HostRule.bound_to("127.0.0.1"), credential=credential),
+        guard=HttpGuard(HostRule.bound_to("127.0.0.1"), auth=view.actions.auth),
         web_view=view,
     )
     return TestClient(TestServer(app, host="127.0.0.1"))

@@ -11,6 +11,7 @@ import time
 from collections.abc import AsyncIterator, Callable, MutableMapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,9 +27,11 @@ from playguard_async.service.http_guard import (
     RefusalLog,
 )
 from playguard_async.service.liveness import Liveness
+from tests.support.web_users import auth_of
 
 CREDENTIAL = "s3cret"
 ALLOWED_NAME = "playguard.internal"
+OPS_BASIC = b"Authorization: Basic " + base64.b64encode(b"ops:" + CREDENTIAL.encode()) + b"\r\n"
 
 
 class Clock:
@@ -132,8 +135,9 @@ async def guarded_server(bind: str = "127.0.0.1", **guard_fields: Any) -> AsyncI
 
 
 @pytest.fixture
-async def server() -> AsyncIterator[Server]:
-    async with guarded_server(credential=CREDENTIAL) as served:
+async def server(tmp_path: Path) -> AsyncIterator[Server]:
+    auth = auth_of(tmp_path / "users", {"ops": ("viewer", CREDENTIAL)})
+    async with guarded_server(auth=auth) as served:
         yield served
 
 
@@ -193,6 +197,9 @@ async def test_every_byte_in_a_bearer_or_basic_token_is_refused_in_one_line_neve
         b"Basic !!!notbase64",
         b"Basic " + base64.b64encode(b"no-colon"),
         b"Basic " + base64.b64encode(b"user:"),
+        b"Basic " + base64.b64encode(b"ops:" + CREDENTIAL.encode() + b"x"),
+        b"Basic " + base64.b64encode(b"nobody:" + CREDENTIAL.encode()),
+        b"Bearer " + CREDENTIAL.encode(),
         b"Basic " + base64.b64encode(b"u:\xff\xfe"),
         b"Basic \xff\xfe\xfd",
         b"Bearer " + b"x" * 8000,
@@ -211,12 +218,14 @@ async def test_missing_empty_huge_schemeless_wrong_scheme_and_malformed_credenti
     assert has_security_headers(answer)
 
 
-async def test_the_credential_admits_as_bearer_and_as_basic_password(server: Server) -> None:
+async def test_a_user_is_admitted_by_basic_auth_and_a_bearer_token_no_longer(
+    server: Server,
+) -> None:
     bearer = b"Authorization: Bearer " + CREDENTIAL.encode() + b"\r\n"
     basic = b"Authorization: Basic " + base64.b64encode(b"ops:" + CREDENTIAL.encode()) + b"\r\n"
-    for extra in (bearer, basic):
-        answer = await server.get("/page", host=server.host, extra=extra)
-        assert (answer.status, answer.body) == (200, b"page")
+    answer = await server.get("/page", host=server.host, extra=basic)
+    assert (answer.status, answer.body) == (200, b"page")
+    assert (await server.get("/page", host=server.host, extra=bearer)).status == 401
 
 
 async def test_a_flood_of_refusals_is_one_line_per_interval_with_the_counts(
@@ -368,14 +377,15 @@ def test_which_hosts_a_bound_address_answers(
     ("metrics_require_credential", "without", "with_it"), [(False, 200, 200), (True, 401, 200)]
 )
 async def test_metrics_asks_for_the_credential_only_when_told_and_probes_never(
-    metrics_require_credential: bool, without: int, with_it: int
+    metrics_require_credential: bool, without: int, with_it: int, tmp_path: Path
 ) -> None:
-    bearer = b"Authorization: Bearer " + CREDENTIAL.encode() + b"\r\n"
+    basic = b"Authorization: Basic " + base64.b64encode(b"ops:" + CREDENTIAL.encode()) + b"\r\n"
     async with guarded_server(
-        credential=CREDENTIAL, metrics_require_credential=metrics_require_credential
+        auth=auth_of(tmp_path / "users", {"ops": ("viewer", CREDENTIAL)}),
+        metrics_require_credential=metrics_require_credential,
     ) as server:
         assert (await server.get("/metrics", host=server.host)).status == without
-        answer = await server.get("/metrics", host=server.host, extra=bearer)
+        answer = await server.get("/metrics", host=server.host, extra=basic)
         assert (answer.status, answer.body) == (with_it, b"playguard_cycles_total 0\n")
         for probe in ("/healthz", "/readyz"):
             assert (await server.get(probe, host=server.host)).status == 200
@@ -390,15 +400,15 @@ async def test_without_a_credential_nothing_asks_for_one_but_the_host_is_still_c
 @pytest.mark.parametrize(
     ("request_bytes", "status"),
     [
-        (b"GET /page HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer s3cret\r\n", 200),
+        (b"GET /page HTTP/1.1\r\nHost: {host}\r\n{auth}", 200),
         (b"GET /healthz HTTP/1.1\r\nHost: {host}\r\n", 200),
         (b"GET /page HTTP/1.1\r\nHost: {host}\r\n", 401),
         (b"GET /page HTTP/1.1\r\nHost: evil.example\r\n", 421),
-        (b"GET /nope HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer s3cret\r\n", 404),
+        (b"GET /nope HTTP/1.1\r\nHost: {host}\r\n{auth}", 404),
         (b"POST /healthz HTTP/1.1\r\nHost: {host}\r\nContent-Length: 0\r\n", 405),
-        (b"GET /boom HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer s3cret\r\n", 500),
-        (b"GET /too-large HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer s3cret\r\n", 413),
-        (b"GET /bad HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer s3cret\r\n", 400),
+        (b"GET /boom HTTP/1.1\r\nHost: {host}\r\n{auth}", 500),
+        (b"GET /too-large HTTP/1.1\r\nHost: {host}\r\n{auth}", 413),
+        (b"GET /bad HTTP/1.1\r\nHost: {host}\r\n{auth}", 400),
         (b"GARBAGE\r\n", 400),
         (b"G(T / HTTP/1.1\r\nHost: {host}\r\n", 400),
         (b"GET / HTTP/1.1\r\n", 400),
@@ -427,7 +437,8 @@ async def test_every_class_of_answer_carries_the_security_headers(
 ) -> None:
     with capture_logs():
         answer = await server.send(
-            request_bytes.replace(b"{host}", server.host) + b"Connection: close\r\n\r\n"
+            request_bytes.replace(b"{host}", server.host).replace(b"{auth}", OPS_BASIC)
+            + b"Connection: close\r\n\r\n"
         )
     assert answer.status == status, answer
     assert has_security_headers(answer), answer.headers

@@ -1,6 +1,6 @@
-"""Every ``Authorization`` header, whatever its bytes, is the credential or a refusal, never an
-exception: headers as aiohttp hands them over (bytes that are not UTF-8 as lone surrogates),
-generated over whole classes of input."""
+"""Every ``Authorization`` header, whatever its bytes, is a user and password offered or a
+refusal, never an exception: headers as aiohttp hands them over (bytes that are not UTF-8 as lone
+surrogates), generated over whole classes of input. Bearer tokens are no longer a credential."""
 
 from __future__ import annotations
 
@@ -10,9 +10,15 @@ from collections.abc import Callable
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from playguard_async.service.web_auth import admits, offered_secret
+from playguard_async.service.web_auth import offered_basic
 
 CREDENTIAL = "s3cret"
+OFFERED = ("user", CREDENTIAL)
+
+
+def admits(header: str | None) -> bool:
+    """Whether ``header`` offers exactly user ``user`` with ``CREDENTIAL``."""
+    return offered_basic(header) == OFFERED
 
 
 def as_aiohttp_reads(raw: bytes) -> str:
@@ -47,7 +53,7 @@ def test_any_byte_in_a_token_is_a_refusal_not_an_exception() -> None:
     for byte in HIGH_BYTES + CONTROL_BYTES:
         for shape, make in TOKEN_SHAPES.items():
             try:
-                outcomes[shape, byte] = admits(CREDENTIAL, as_aiohttp_reads(make(byte)))
+                outcomes[shape, byte] = admits(as_aiohttp_reads(make(byte)))
             except Exception as exc:  # what is asserted: none escapes
                 outcomes[shape, byte] = repr(exc)
     assert {key: outcome for key, outcome in outcomes.items() if outcome is not False} == {}
@@ -84,25 +90,22 @@ def test_empty_huge_schemeless_wrong_scheme_and_malformed_headers_are_refused() 
     outcomes: dict[str, bool | str] = {}
     for header in MALFORMED:
         try:
-            outcomes[header[:40]] = admits(CREDENTIAL, header)
+            outcomes[header[:40]] = admits(header)
         except Exception as exc:  # what is asserted: none escapes
             outcomes[header[:40]] = repr(exc)
     assert {header: outcome for header, outcome in outcomes.items() if outcome is not False} == {}
 
 
-def test_the_credential_is_admitted_as_bearer_and_as_basic_password_in_any_script() -> None:
-    for credential in ("s3cret", "correct horse", "pässwörd", "ключ"):
+def test_basic_auth_offers_user_and_password_in_any_script_and_bearer_offers_nothing() -> None:
+    for credential in ("s3cret", "correct horse", "pässwörd", "ключ", "pa:ss"):
         raw = credential.encode()
-        assert admits(credential, as_aiohttp_reads(b"Bearer " + raw))
-        assert admits(credential, as_aiohttp_reads(basic_of(b"anyone:" + raw)))
-        assert admits(credential, as_aiohttp_reads(basic_of(b":" + raw)))
-        # A character cut in two is bytes that are not UTF-8: refused, not an exception.
-        assert not admits(credential, as_aiohttp_reads(b"Bearer " + raw[:-1]))
+        assert offered_basic(as_aiohttp_reads(basic_of(b"anyone:" + raw))) == ("anyone", credential)
+        assert offered_basic(as_aiohttp_reads(b"Bearer " + raw)) is None
+        assert offered_basic(as_aiohttp_reads(basic_of(b":" + raw))) is None  # no user name
 
 
 def test_a_lone_surrogate_no_parser_makes_is_refused() -> None:
-    assert offered_secret("Bearer \ud800") is None
-    assert offered_secret("Basic \ud800") is None
+    assert offered_basic("Basic \ud800") is None
 
 
 # No deadline: on a machine other test runs share, one example's time says nothing.
@@ -110,12 +113,12 @@ def test_a_lone_surrogate_no_parser_makes_is_refused() -> None:
 @given(st.binary(max_size=300))
 def test_generated_header_bytes_are_never_an_exception(raw: bytes) -> None:
     for header in (raw, b"Bearer " + raw, b"Basic " + raw, basic_of(raw)):
-        admitted = admits(CREDENTIAL, as_aiohttp_reads(header))
-        assert admitted is (offered_secret(as_aiohttp_reads(header)) == CREDENTIAL.encode())
+        offered = offered_basic(as_aiohttp_reads(header))
+        assert offered is None or (isinstance(offered, tuple) and all(offered))
 
 
 @settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.text(max_size=200))
 def test_generated_text_is_never_an_exception(text: str) -> None:
     for header in (text, f"Bearer {text}", f"Basic {text}"):
-        assert isinstance(admits(CREDENTIAL, header), bool)
+        assert isinstance(admits(header), bool)

@@ -1,4 +1,4 @@
-"""The web credential's file is refused at start unless it is a regular file only its owner may
+"""The web users file is refused at start unless it is a regular file only its owner may
 read or write, named itself (not through a symbolic link); and the settings beside it."""
 
 from __future__ import annotations
@@ -8,21 +8,26 @@ from pathlib import Path
 
 import pytest
 
+from playguard_async.service.web_users import read_users
 from playguard_async.settings import SettingsError, load_settings
+from tests.support.web_users import CHEAP
 
 ACCEPTED_MODES = [0o600, 0o400, 0o200, 0o700, 0o500, 0o610, 0o601, 0o611]
 REFUSED_MODES = [0o640, 0o620, 0o660, 0o604, 0o602, 0o606, 0o644, 0o664, 0o666, 0o777, 0o444]
 
 
-def credential_file(tmp_path: Path, mode: int, text: str = "s3cret\n") -> Path:
+def credential_file(tmp_path: Path, mode: int) -> Path:
     path = tmp_path / "credential"
-    path.write_text(text)
+    path.write_text(f"ops viewer {CHEAP.hash('s3cret')}\n")
     path.chmod(mode)
     return path
 
 
-def credential_of(path: Path) -> str | None:
-    return load_settings(http_address="127.0.0.1:0", web_credential_file=path).web_credential()
+def credential_of(path: Path) -> set[str]:
+    """The names of the users file of ``web_credential_file`` = ``path``, as the daemon reads it."""
+    settings = load_settings(http_address="127.0.0.1:0", web_credential_file=path)
+    assert settings.web_credential_file is not None
+    return set(read_users(settings.web_credential_file)[0])
 
 
 def test_only_a_file_no_group_or_other_may_read_or_write_is_accepted(tmp_path: Path) -> None:
@@ -30,7 +35,7 @@ def test_only_a_file_no_group_or_other_may_read_or_write_is_accepted(tmp_path: P
     for mode in ACCEPTED_MODES + REFUSED_MODES:
         path = credential_file(tmp_path, mode)
         try:
-            refusals[mode] = credential_of(path) != "s3cret"
+            refusals[mode] = credential_of(path) != {"ops"}
         except SettingsError as exc:
             refusals[mode] = str(exc)
     assert refusals == {
@@ -76,12 +81,11 @@ def test_the_mode_is_judged_on_the_file_opened_not_on_a_second_look(
     def no_second_look(*args: object, **kwargs: object) -> os.stat_result:
         raise AssertionError("looked the file up by name again")
 
-    settings = load_settings(web_credential_file=path, http_address="")
     with monkeypatch.context() as patched:  # undone before a failure is reported (which stats)
         for name in ("stat", "lstat", "access"):
             patched.setattr(os, name, no_second_look)
         with pytest.raises(SettingsError, match="mode 0644"):
-            settings.web_credential()
+            read_users(path)
 
 
 @pytest.mark.parametrize(

@@ -171,7 +171,7 @@ async def test_the_page_lists_the_newest_events_and_says_how_many_it_left_out() 
 @pytest.mark.parametrize(
     ("path", "status", "says"),
     [
-        ("/marquee/m-0/why?since=8d", 400, "since must be"),
+        ("/marquee/m-0/why?since=8d", 400, "since '8d': not a duration"),
         ("/marquee/m-0/why?playground=%1b", 400, "playground must be"),
         ("/marquee/m-0/why?verbose=1", 400, "unknown parameter 'verbose'"),
         ("/marquee/nobody/why", 404, "no such Marquee"),

@@ -3,6 +3,8 @@
 // page works without this file; EventSource reconnects by itself after a replica restarts.
 // At most one fetch is in flight: versions announced during a fetch make one more fetch after it,
 // however many they are (none when the page that came is already the last one announced).
+// While someone fills in an action's form (it has the focus, or a field was changed), <main> is
+// left alone and looked at again a second later: a swap would throw away what they typed.
 "use strict";
 (function () {
   var banner = document.getElementById("live-banner");
@@ -11,6 +13,17 @@
   var fetching = false;
   var asked = null;
   var source = new EventSource("/events");
+
+  function editing() {
+    var active = document.activeElement;
+    if (active && active.closest && active.closest("main form")) {
+      return true;
+    }
+    return Array.prototype.some.call(
+      document.querySelectorAll("main form.actions input:not([type=hidden])"),
+      function (field) { return field.value !== field.defaultValue; }
+    );
+  }
 
   function warn(text) {
     banner.textContent = text;
@@ -28,6 +41,14 @@
         return response.text();
       })
       .then(function (text) {
+        if (editing()) {
+          window.setTimeout(function () {
+            if (!fetching) {
+              refresh();
+            }
+          }, 1000);
+          return;
+        }
         var fresh = new DOMParser().parseFromString(text, "text/html");
         var main = fresh.querySelector("main");
         var old = document.querySelector("main");

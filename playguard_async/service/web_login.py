@@ -1,0 +1,109 @@
+"""The login page and logout of the web view: a user of the users file logs in with a form and
+gets a session cookie (``service.web_session``); logging out ends the session.
+
+The form carries a CSRF token bound to a cookie the login page sets (an HMAC of its random
+value under a key of this process) and must come from this server's own origin, so another site
+cannot log a browser in as someone else. Failed attempts are limited per user name and per
+client address (``WebAuth.check``: then 429), and every attempt is one log line with the name
+bounded and escaped. The password check runs in a thread (``PasswordCheck``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+
+import jinja2
+import structlog
+from aiohttp import hdrs, web
+
+from playguard_async.service.http_guard import principal_of
+from playguard_async.service.web_actions import CSRF_HEADER, same_origin
+from playguard_async.service.web_auth import WebAuth, session_id_of, shown_name
+from playguard_async.service.web_session import cleared_cookie, session_cookie
+
+log = structlog.get_logger("playguard.web")
+
+LOGIN_COOKIE = "playguard_login"
+NAME_LIMIT = 200
+PASSWORD_LIMIT = 1_024
+
+
+class WebLogin:
+    def __init__(self, auth: WebAuth, environment: jinja2.Environment) -> None:
+        self.auth = auth
+        self.environment = environment
+        self._key = secrets.token_bytes(32)
+
+    def add_routes(self, app: web.Application) -> None:
+        app.router.add_get("/login", self.page)
+        app.router.add_post("/login", self.login)
+        app.router.add_post("/logout", self.logout)
+
+    def _token(self, nonce: str) -> str:
+        return hmac.new(self._key, f"login\n{nonce}".encode(), hashlib.sha256).hexdigest()
+
+    def _form(self, request: web.BaseRequest, status: int = 200, why: str = "") -> web.Response:
+        nonce = secrets.token_urlsafe(32)
+        html = self.environment.get_template("login.html").render(csrf=self._token(nonce), why=why)
+        response = web.Response(status=status, text=html, content_type="text/html")
+        response.headers[hdrs.SET_COOKIE] = (
+            f"{LOGIN_COOKIE}={nonce}; HttpOnly; SameSite=Strict; Path=/login"
+            + ("; Secure" if self.auth.secure(request) else "")
+        )
+        return response
+
+    async def page(self, request: web.Request) -> web.Response:
+        return self._form(request)
+
+    async def login(self, request: web.Request) -> web.StreamResponse:
+        client = request.remote or "unknown"
+        if not same_origin(request, behind_tls=self.auth.secure(request)):
+            return self._form(request, 403, "This form must be sent from this server's page.")
+        form = await request.post()
+        name, password, offered = (str(form.get(key, "")) for key in ("user", "password", "csrf"))
+        nonce = request.cookies.get(LOGIN_COOKIE, "")
+        if not nonce or not hmac.compare_digest(
+            offered.encode("utf-8", "surrogateescape"), self._token(nonce).encode()
+        ):
+            return self._form(request, 403, "The form expired: try again.")
+        name, password = name[:NAME_LIMIT], password[:PASSWORD_LIMIT]
+        wait = self.auth.failures_wait(name, client)
+        if wait is not None:
+            log.warning("web.login", user=shown_name(name), client=client, ok=False,
+                        why="too many failures")  # fmt: skip
+            response = self._form(request, 429, f"Too many failed logins: wait {wait} s.")
+            response.headers[hdrs.RETRY_AFTER] = str(wait)
+            return response
+        user = await self.auth.check(name, password, client)
+        if user is None:
+            log.warning("web.login", user=shown_name(name), client=client, ok=False,
+                        why="wrong user or password")  # fmt: skip
+            return self._form(request, 401, "Wrong user or password.")
+        session_id, _ = self.auth.sessions.open(user.name)
+        log.info("web.login", user=shown_name(user.name), client=client, ok=True)
+        response = web.HTTPSeeOther("/")
+        response.headers[hdrs.SET_COOKIE] = session_cookie(
+            session_id, secure=self.auth.secure(request)
+        )
+        raise response
+
+    async def logout(self, request: web.Request) -> web.StreamResponse:
+        principal = principal_of(request)
+        session_id = session_id_of(request)
+        if principal is None or principal.session is None or session_id is None:
+            return web.Response(status=400, text="not logged in with a session\n")
+        form = await request.post()
+        offered = str(form.get("csrf", "")) or request.headers.get(CSRF_HEADER, "")
+        if not same_origin(
+            request, behind_tls=self.auth.secure(request)
+        ) or not hmac.compare_digest(
+            offered.encode("utf-8", "surrogateescape"), principal.session.csrf.encode()
+        ):
+            return web.Response(status=403, text="refused: not from this server's page\n")
+        self.auth.sessions.close(session_id)
+        log.info("web.logout", user=shown_name(principal.name))
+        response = web.HTTPSeeOther("/login")
+        response.headers[hdrs.SET_COOKIE] = cleared_cookie(secure=self.auth.secure(request))
+        raise response
