@@ -15,6 +15,7 @@ Marquee finds its wave without the list of the others.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -33,6 +34,9 @@ BAKE_MAX = 86_400.0
 
 WAVE_MAX = 1_000_000
 """Marquees a wave given as a number may take at most."""
+
+SIZES_KEPT = 4096
+"""(waves, cohort size) pairs whose wave sizes are remembered, least recently used first out."""
 
 _PERCENT = re.compile(r"(100|[1-9][0-9]?)%")
 """A share of the cohort, ``1%`` to ``100%``, rounded up to whole Marquees."""
@@ -71,16 +75,11 @@ class RolloutPolicy(BaseModel):
     def sizes(self, cohort: int) -> tuple[int, ...]:
         """How many Marquees of a cohort of ``cohort`` are admitted once each wave has started:
         increasing, the last always the whole cohort (a policy whose waves stop short of it
-        ends with one more), a wave that would add no one left out."""
-        sizes: list[int] = []
-        for wave in self.waves:
-            count = math.ceil(cohort * int(wave[:-1]) / 100) if isinstance(wave, str) else wave
-            count = min(max(count, 1), cohort)
-            if not sizes or count > sizes[-1]:
-                sizes.append(count)
-        if cohort and (not sizes or sizes[-1] < cohort):
-            sizes.append(cohort)
-        return tuple(sizes)
+        ends with one more), a wave that would add no one left out.
+
+        Remembered per waves and cohort size (``_sizes``): every cycle asks it of each of its
+        Marquee's Playgrounds (``staged``), and a policy is frozen."""
+        return _sizes(tuple(self.waves), cohort)
 
     def staged(self, cohort: int) -> bool:
         """Whether a release to ``cohort`` Marquees goes in more than one wave (else at once)."""
@@ -88,6 +87,19 @@ class RolloutPolicy(BaseModel):
 
     def encode(self) -> str:
         return json.dumps(self.model_dump(), separators=(",", ":"))
+
+
+@functools.lru_cache(maxsize=SIZES_KEPT)
+def _sizes(waves: tuple[int | str, ...], cohort: int) -> tuple[int, ...]:
+    sizes: list[int] = []
+    for wave in waves:
+        count = math.ceil(cohort * int(wave[:-1]) / 100) if isinstance(wave, str) else wave
+        count = min(max(count, 1), cohort)
+        if not sizes or count > sizes[-1]:
+            sizes.append(count)
+    if cohort and (not sizes or sizes[-1] < cohort):
+        sizes.append(cohort)
+    return tuple(sizes)
 
 
 def admission_key(scope: str, marquee: str, *, canary: bool) -> str:

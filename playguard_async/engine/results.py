@@ -140,6 +140,18 @@ cycle. For live progress (``playguard cycle``); called synchronously, so it must
 its failure never stops the cycle."""
 
 
+class CycleCancelled(Exception):
+    """A second stop request cancelled a cycle run by ``Engine.run_one`` in the middle of a phase;
+    its lease was released all the same and the Marquee is recorded for resume."""
+
+    def __init__(self, marquee: str) -> None:
+        super().__init__(
+            f"cycle of {marquee} cancelled in the middle of a phase by a second signal; "
+            "its lease was released and it is recorded as interrupted"
+        )
+        self.marquee = marquee
+
+
 def one_line(exc: BaseException) -> str:
     """``Type: message`` on one line, for log fields and outcome reasons."""
     text = " ".join(str(exc).split())

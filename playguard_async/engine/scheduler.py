@@ -36,7 +36,7 @@ from playguard_async.engine.cycle import Cycle
 from playguard_async.engine.desired_reads import TICK_READ_WAIT, DesiredStateReads
 from playguard_async.engine.in_flight import CyclesInFlight
 from playguard_async.engine.observer import EngineObserver
-from playguard_async.engine.results import CycleResult, one_line
+from playguard_async.engine.results import CycleCancelled, CycleResult, one_line
 from playguard_async.engine.services import CycleServices
 from playguard_async.kits.aio import StopSignal, bounded, detached
 from playguard_async.settings import Settings
@@ -47,18 +47,6 @@ log = structlog.get_logger("playguard.engine")
 TICK_ROSTER_WAIT = 0.05
 """The part of a tick that a tick waits at most for the roster's answer (``_tick_roster``): a Redis
 slow or gone holds up the tick's start by a twentieth of it (3 s of the default 60 s)."""
-
-
-class CycleCancelled(Exception):
-    """A second stop request cancelled a cycle run by ``Engine.run_one`` in the middle of a phase;
-    its lease was released all the same and the Marquee is recorded for resume."""
-
-    def __init__(self, marquee: str) -> None:
-        super().__init__(
-            f"cycle of {marquee} cancelled in the middle of a phase by a second signal; "
-            "its lease was released and it is recorded as interrupted"
-        )
-        self.marquee = marquee
 
 
 def next_tick_after(scheduled: float, now: float, interval: float) -> tuple[float, int]:

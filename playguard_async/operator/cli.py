@@ -104,7 +104,7 @@ def _readable_errors(ctx: click.Context, *, config_status: int = 1) -> Iterator[
     Also quiets the log: the operator commands print for a person, and the engine's own log
     would only repeat it (`run` and `lab` set the log up again from their settings)."""
     from playguard_async.desired_state.model import InventoryError
-    from playguard_async.engine.scheduler import CycleCancelled
+    from playguard_async.engine.results import CycleCancelled
     from playguard_async.operator.fleet import OperateError
     from playguard_async.phases.protocol import UnknownPhase
     from playguard_async.service.logs import configure_logging
@@ -560,13 +560,8 @@ def plan(
         import json
 
         from playguard_async.operator import display
-        from playguard_async.operator.plan import (
-            PlanVerdict,
-            plan_fleet,
-            plan_json,
-            plan_one,
-            plan_verdict,
-        )
+        from playguard_async.operator.plan import plan_fleet, plan_one
+        from playguard_async.operator.plan_verdict import PlanVerdict, plan_json, plan_verdict
 
         settings = command_settings(config)
         if marquee is None:

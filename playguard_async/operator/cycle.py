@@ -37,7 +37,7 @@ async def run_cycle(
     in Redis like the daemon's, ``on_phase`` told as each phase ends.
 
     As in the daemon, a first SIGINT or SIGTERM lets the running phase finish and starts no other
-    (outcome ``interrupted``); a second one cancels the phase (``engine.CycleCancelled``).
+    (outcome ``interrupted``); a second one cancels the phase (``engine.results.CycleCancelled``).
     Not with ``own_signals`` false: in the daemon (the web view's actions) the signals are the
     daemon's, whose handlers must stay.
     """

@@ -15,8 +15,8 @@ from datetime import datetime
 from playguard_async.coordination.marquee_reads import MarqueeStory
 from playguard_async.coordination.records import CycleRecords
 from playguard_async.operator.fleet import OperateError, open_fleet
+from playguard_async.service.connections import inventory_source
 from playguard_async.service.story import steered_story
-from playguard_async.service.wiring import inventory_source
 from playguard_async.settings import Settings
 
 

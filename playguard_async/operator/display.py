@@ -20,7 +20,7 @@ from playguard_async.coordination.pause import Pause
 from playguard_async.cycle_record import SHORT
 from playguard_async.engine.results import CycleResult, Outcome
 from playguard_async.kits.textclean import clean
-from playguard_async.operator.plan import (
+from playguard_async.operator.plan_verdict import (
     PlanVerdict,
     held_playgrounds,
     plan_verdict,

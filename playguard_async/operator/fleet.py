@@ -19,7 +19,7 @@ from redis.exceptions import RedisError
 
 from playguard_async.coordination.client import RedisClient
 from playguard_async.desired_state.model import Inventory, Marquee
-from playguard_async.service.wiring import inventory_source, redis_for
+from playguard_async.service.connections import inventory_source, redis_for
 from playguard_async.settings import Settings
 
 

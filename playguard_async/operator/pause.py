@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from playguard_async.coordination.operator_actions import operator_identity, record_operator_action
 from playguard_async.coordination.pause import FLEET, Pause, lift_pause, take_pause
 from playguard_async.operator.fleet import known_marquee, open_fleet
-from playguard_async.service.wiring import inventory_source
+from playguard_async.service.connections import inventory_source
 from playguard_async.settings import Settings
 
 

@@ -8,7 +8,7 @@ from playguard_async.coordination.operator_actions import operator_identity, rec
 from playguard_async.coordination.pins import Pin, lift_pin, take_pin
 from playguard_async.desired_state.model import Inventory
 from playguard_async.operator.fleet import OperateError, open_fleet
-from playguard_async.service.wiring import inventory_source
+from playguard_async.service.connections import inventory_source
 from playguard_async.settings import Settings
 
 

@@ -13,16 +13,15 @@ from playguard_async.coordination.operator_actions import (
     operator_identity,
     record_operator_action,
 )
-from playguard_async.coordination.rollouts import (
-    FOREIGN,
-    read_rollout,
-    rollout_scopes,
-    write_rollout,
-)
+from playguard_async.coordination.rollouts import FOREIGN, read_rollout, write_rollout
 from playguard_async.desired_state.model import Inventory
 from playguard_async.desired_state.rollout_policy import admission_key
 from playguard_async.operator.fleet import OperateError, known_marquee, open_fleet
-from playguard_async.phases.rollout_desk import scope_of, unfinished_rollouts
+from playguard_async.phases.rollout_desk import (
+    recorded_rollouts,
+    scope_of,
+    unfinished_rollouts,
+)
 from playguard_async.phases.rollout_record import Rollout, RolloutRefused
 from playguard_async.settings import Settings
 
@@ -37,14 +36,8 @@ TRIES = 3
 
 async def rollouts(settings: Settings) -> list[tuple[str, Rollout | None]]:
     """Every scope that had a rollout, with its record (None: none readable)."""
-    timeout = settings.redis_socket_timeout
     async with open_fleet(settings) as fleet:
-        found: list[tuple[str, Rollout | None]] = []
-        for scope in await rollout_scopes(fleet.redis, timeout):
-            read = await read_rollout(fleet.redis, scope, timeout)
-            readable = read.raw is not None and read.raw != FOREIGN
-            found.append((scope, Rollout.parse(scope, read.expected) if readable else None))
-        return found
+        return await recorded_rollouts(fleet.redis, settings.redis_socket_timeout)
 
 
 async def unfinished(settings: Settings) -> list[Rollout]:

@@ -11,7 +11,7 @@ from playguard_async.coordination.lock_state import LockState, inspect_lock
 from playguard_async.coordination.operator_actions import operator_identity, record_operator_action
 from playguard_async.operator import display
 from playguard_async.operator.fleet import RedisUnavailable, known_marquee, open_fleet
-from playguard_async.service.wiring import inventory_source
+from playguard_async.service.connections import inventory_source
 from playguard_async.settings import Settings
 
 

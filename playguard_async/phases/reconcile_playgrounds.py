@@ -38,12 +38,7 @@ from playguard_async.desired_state.model import Playground
 from playguard_async.phases.holds import pins_of, with_images
 from playguard_async.phases.protocol import Notice, PhaseReport
 from playguard_async.phases.rollout_desk import Verdict
-from playguard_async.phases.rollout_gate import (
-    admitted_release,
-    rollout_hold,
-    tell_rollout,
-    verdicts,
-)
+from playguard_async.phases.rollout_gate import tell_rollout, verdicts
 from playguard_async.phases.running_playground import (
     Converged,
     HealthRecords,
@@ -110,6 +105,7 @@ class ReconcilePlaygrounds:
                 finding = PlaygroundFinding("branch_gone", tuple(drift))
             else:
                 playspec = ctx.inventory.playspec_of(playground)
+                verdict = gate.get(playground.name)
                 running = RunningPlayground(
                     session, project, own, states[playground.name], playspec,
                     ctx.inventory.registry_of(playspec),
@@ -117,12 +113,12 @@ class ReconcilePlaygrounds:
                     (await branch_heads(session, [playspec.repo]))[playspec.repo].get(
                         playground.branch
                     ),
-                    held_by=rollout_hold(gate, playground.name),
-                    release=admitted_release(gate, playground.name),
+                    held_by=None if verdict is None else verdict.hold,
+                    release=None if verdict is None else verdict.admitted_release,
                 )  # fmt: skip
                 converged = await running.converge(records)
                 finding = converged.finding
-                await _tell_rollout(ctx, session, gate.get(playground.name), converged, rollouts)
+                await _tell_rollout(ctx, session, verdict, converged, rollouts)
                 report.notices += converged.notices
                 if converged.unhealthy is not None and playspec.rollback != "off":
                     unhealthy.append(f"playground {playground.name} {converged.unhealthy}")

@@ -84,6 +84,12 @@ class Verdict:
         """The hold it puts on the Playground (None: admitted)."""
         return None if self.admitted else RolloutHold(self.why, self.back)
 
+    @property
+    def admitted_release(self) -> str | None:
+        """The release the rollout admitted the Playground to (None: not admitted), which its
+        last good revision records once verified."""
+        return self.release if self.admitted else None
+
 
 @dataclass(frozen=True)
 class Told:
@@ -174,7 +180,14 @@ class RolloutDesk:
     async def tell(self, verdict: Verdict, healthy: bool | None, why: str) -> Told | None:
         """Tell the rollout how the Playground it admitted came out: verified healthy at its
         target (``healthy`` True), failed (False, ``why``), or not known yet (None). Returns the
-        record as this told left it (None when nothing was told)."""
+        record as this told left it (None when nothing was told).
+
+        A healthy Marquee of a wave the record read has moved past tells nothing: its mark
+        counts for nothing any more (a wave's count and marks are read only while it is the
+        current one: its completion, its timeout), so the mark script is not run each cycle of
+        each earlier wave's Marquees until the rollout is done. That holds whatever Redis kept of
+        the marks; a Marquee of the current wave still marks itself every cycle, which also puts
+        back a mark Redis lost."""
         rollout = verdict.rollout
         if (
             rollout is None
@@ -186,6 +199,8 @@ class RolloutDesk:
         ):
             return None
         wave = rollout.wave_of(verdict.key)
+        if healthy and wave < rollout.wave:
+            return None
         try:
             if healthy:
                 read = await mark_healthy(
@@ -335,12 +350,20 @@ def _parsed(read: RolloutRead) -> Rollout | None:
     return rollout
 
 
+async def recorded_rollouts(redis: RedisClient, timeout: float) -> list[tuple[str, Rollout | None]]:
+    """Every scope that had a rollout, in scope order, with its record (None: none readable):
+    what ``rollout list`` shows."""
+    return [
+        (scope, _parsed(await read_rollout(redis, scope, timeout)))
+        for scope in await rollout_scopes(redis, timeout)
+    ]
+
+
 async def unfinished_rollouts(redis: RedisClient, timeout: float) -> list[Rollout]:
     """Every rollout not done yet (running, paused, halted, aborted) that Redis holds, in scope
     order: what ``status`` and the web view show."""
-    found: list[Rollout] = []
-    for scope in await rollout_scopes(redis, timeout):
-        record = _parsed(await read_rollout(redis, scope, timeout))
-        if record is not None and record.status != "done":
-            found.append(record)
-    return found
+    return [
+        record
+        for _, record in await recorded_rollouts(redis, timeout)
+        if record is not None and record.status != "done"
+    ]

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
 
 import structlog
 
@@ -35,7 +34,6 @@ from playguard_async.cycle_record import RolloutFinding
 from playguard_async.desired_state.model import Inventory, Playspec
 from playguard_async.phases.rollout_desk import (
     RolloutDesk,
-    RolloutHold,
     Standing,
     Verdict,
     staged_playgrounds,
@@ -128,16 +126,3 @@ async def tell_rollout(
         "failed_here": told is not None and told.failed,
         "halted_here": None if told is None or not told.halted else rollout.why,
     }
-
-
-def rollout_hold(verdicts: Mapping[str, Verdict], playground: str) -> RolloutHold | None:
-    """The hold the gate puts on ``playground`` (None when it puts none)."""
-    verdict = verdicts.get(playground)
-    return None if verdict is None else verdict.hold
-
-
-def admitted_release(verdicts: Mapping[str, Verdict], playground: str) -> str | None:
-    """The release a rollout admitted ``playground`` to (None: none admitted it, or none
-    stages its releases), which its last good revision records once verified."""
-    verdict = verdicts.get(playground)
-    return verdict.release if verdict is not None and verdict.admitted else None

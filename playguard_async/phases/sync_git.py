@@ -19,7 +19,7 @@ from typing import Any
 from playguard_async.desired_state.model import Playground
 from playguard_async.phases.holds import Hold, hold_of, pins_of
 from playguard_async.phases.protocol import PhaseReport
-from playguard_async.phases.rollout_gate import rollout_hold, verdicts
+from playguard_async.phases.rollout_gate import verdicts
 from playguard_async.phases.toolkit import (
     CycleContext,
     branch_gone_notices,
@@ -115,7 +115,7 @@ async def _holds(
             rollback=playspec.rollback,
             head=heads[playspec.repo].get(playground.branch),
             tags=tags,
-            rollout=rollout_hold(gate, playground.name),
+            rollout=None if (verdict := gate.get(playground.name)) is None else verdict.hold,
         )
         if hold is not None:
             holds[playground.name] = hold

@@ -25,6 +25,7 @@ from playguard_async.engine.scheduler import Engine
 from playguard_async.kits.aio import background
 from playguard_async.kits.capacity import raise_open_files_limit
 from playguard_async.phases.rollout_desk import unfinished_rollouts
+from playguard_async.service.connections import redis_for
 from playguard_async.service.endpoints import application, serving
 from playguard_async.service.fleet_picture import FleetPicture, Listed
 from playguard_async.service.http_guard import HostRule, HttpGuard
@@ -43,7 +44,6 @@ from playguard_async.service.wiring import (
     build_engine,
     close_engine,
     engine_tracer,
-    redis_for,
     stopping_on_signals,
 )
 from playguard_async.settings import Settings

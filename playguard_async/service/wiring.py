@@ -18,13 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from playguard_async.coordination.client import RedisClient, connect_redis
+from playguard_async.coordination.client import RedisClient
 from playguard_async.coordination.lock import Lease
 from playguard_async.coordination.records import CycleRecords
 from playguard_async.desired_state.model import Marquee
-from playguard_async.desired_state.postgres.connection import DatabaseError
-from playguard_async.desired_state.registry import source_kind
-from playguard_async.desired_state.source import DesiredState, as_remote
+from playguard_async.desired_state.source import as_remote
 from playguard_async.engine.observer import EngineObserver, Unobserved
 from playguard_async.engine.results import CycleListener, CycleResult, PhaseListener
 from playguard_async.engine.scheduler import Engine
@@ -33,6 +31,7 @@ from playguard_async.phases.protocol import Phase, resolve_phases
 from playguard_async.remote.memo import ComposeMemo
 from playguard_async.remote.pool import ConnectionPool
 from playguard_async.remote.ssh import RemoteOptions, RemoteSession, connect, open_session
+from playguard_async.service.connections import inventory_source, redis_for
 from playguard_async.settings import Settings, SettingsError
 
 if TYPE_CHECKING:
@@ -94,34 +93,6 @@ def remote_options(settings: Settings) -> RemoteOptions:
         health_grace=settings.health_grace,
         orphan_grace=settings.orphan_grace,
         agent_chat_network=settings.agent_chat_network,
-    )
-
-
-def inventory_source(settings: Settings) -> DesiredState:
-    """The desired state the settings name (``desired_state.registry``), read within their size
-    and time bounds. A password file that cannot be read is a configuration error now
-    (``SettingsError``), as a malformed URL is: only the database itself being out of reach is
-    waited out."""
-    try:
-        return source_kind(settings.desired_state).build(settings)
-    except DatabaseError as exc:
-        raise SettingsError(str(exc)) from None
-
-
-def redis_for(settings: Settings) -> RedisClient:
-    return connect_redis(
-        settings.redis_url,
-        socket_timeout=settings.redis_socket_timeout,
-        connect_timeout=settings.redis_connect_timeout,
-        keepalive=settings.redis_keepalive,
-        max_connections=settings.redis_max_connections,
-        password=settings.redis_password.get_secret_value() if settings.redis_password else None,
-        sentinel_password=(
-            settings.redis_sentinel_password.get_secret_value()
-            if settings.redis_sentinel_password
-            else None
-        ),
-        tls_ca_file=settings.redis_tls_ca_file,
     )
 
 

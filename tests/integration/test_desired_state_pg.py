@@ -18,7 +18,7 @@ from playguard_async.desired_state.model import DesiredStateUnavailable, Invento
 from playguard_async.desired_state.postgres.connection import PgAddress, password_from
 from playguard_async.desired_state.postgres.source import PostgresDesiredState
 from playguard_async.desired_state.source import as_remote
-from playguard_async.service.wiring import inventory_source
+from playguard_async.service.connections import inventory_source
 from playguard_async.settings import load_settings
 from tests.support.engine import EngineHarness, ScriptedPhase
 from tests.support.pg_inventory import by_name, load_yaml

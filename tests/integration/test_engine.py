@@ -22,8 +22,7 @@ from playguard_async.desired_state.model import Inventory, InventoryError, Marqu
 from playguard_async.desired_state.rollout_policy import RolloutPolicy
 from playguard_async.desired_state.windows import Window
 from playguard_async.engine import cycle_ending
-from playguard_async.engine.results import CycleResult, Outcome
-from playguard_async.engine.scheduler import CycleCancelled
+from playguard_async.engine.results import CycleCancelled, CycleResult, Outcome
 from playguard_async.engine.services import CycleServices
 from playguard_async.phases.protocol import Notice, Phase, PhaseContext, PhaseReport
 from playguard_lab import RedisServer

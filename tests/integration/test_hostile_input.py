@@ -96,7 +96,7 @@ def test_foreign_lock_values_read_as_unknown_and_force_unlock_removes_exactly_th
 ) -> None:
     names = configure(playguard, len(FOREIGN_LOCK_VALUES))
     for name, value in zip(names, FOREIGN_LOCK_VALUES, strict=True):
-        store.set(lock_of(name), value, px=60_000)
+        store.set(lock_of(name), value, px=600_000)
         store.set(fence_key(marquee_lock_name(name)), b"not a number")
     for args in (("status",), ("status", "--json"), ("locks",), ("locks", "--json")):
         assert_clean(playguard(*args), 0)

@@ -19,6 +19,7 @@ from playguard_async.cycle_record import NoticeKind
 from playguard_async.phases.pull_images import pull_images
 from playguard_async.phases.reconcile_playgrounds import reconcile_playgrounds
 from playguard_async.phases.sync_git import sync_git
+from playguard_async.remote.memo import ComposeMemo
 from playguard_lab import DockerDaemon, RegistryServer, build_busybox_image, push_image
 from tests.support.edge import LabEdge
 from tests.support.playgrounds import (
@@ -149,8 +150,18 @@ def use_policy(edge: LabEdge, release: Release, rollback: str) -> None:
     )
 
 
-async def cycle(edge: LabEdge) -> PhaseRun:
-    ran: PhaseRun = await edge.runner(CYCLE, edge.world, options=replace(LAB_OPTIONS))
+@pytest.fixture
+def memo() -> ComposeMemo:
+    """The compose memo of the one replica that cycles the lab's Marquee in a test, kept across
+    its cycles as the engine keeps its own: a cycle that finds nothing changed does not start
+    compose (a Python program) twice to learn what it answered last time."""
+    return ComposeMemo(16)
+
+
+async def cycle(edge: LabEdge, memo: ComposeMemo) -> PhaseRun:
+    ran: PhaseRun = await edge.runner(
+        CYCLE, edge.world, options=replace(LAB_OPTIONS), compose_memo=memo
+    )
     return ran
 
 
@@ -160,16 +171,16 @@ def env_file(edge: LabEdge) -> str:
 
 @pytest.mark.parametrize("kind", sorted(BAD_RELEASES))
 async def test_auto_restores_the_whole_last_good_revision_and_waits_for_a_new_head(
-    edge: LabEdge, release: Release, kind: str
+    edge: LabEdge, release: Release, memo: ComposeMemo, kind: str
 ) -> None:
     use_policy(edge, release, "auto")
-    first = await cycle(edge)
+    first = await cycle(edge, memo)
     good = await running(edge.docker)
     good_commit = checkout_head(edge.origin, edge.world)
     good_revision = found(first)["revision"]
     BAD_RELEASES[kind](release)
 
-    bad = await cycle(edge)
+    bad = await cycle(edge, memo)
 
     assert found(first)["health"] == "healthy", found(first).get("unhealthy")
     assert good_revision["commit"] == good_commit
@@ -184,7 +195,7 @@ async def test_auto_restores_the_whole_last_good_revision_and_waits_for_a_new_he
     assert after["Config"]["Image"] == good_revision["images"]["app"]
     assert after["State"]["Health"]["Status"] == "healthy"
 
-    later = [await cycle(edge) for _ in range(3)]
+    later = [await cycle(edge, memo) for _ in range(3)]
 
     assert [run.actions for run in later] == [[], [], []]
     assert (await running(edge.docker))["Id"] == after["Id"]
@@ -193,7 +204,7 @@ async def test_auto_restores_the_whole_last_good_revision_and_waits_for_a_new_he
 
     release.push(healthy=True)
     release.commit(command=SERVES, env="MODE=good\n", message="a new good release")
-    fixed = await cycle(edge)
+    fixed = await cycle(edge, memo)
 
     assert found(fixed)["health"] == "healthy"
     assert "rollback" not in found(fixed)
@@ -205,16 +216,16 @@ async def test_auto_restores_the_whole_last_good_revision_and_waits_for_a_new_he
 @pytest.mark.parametrize("kind", sorted(BAD_RELEASES))
 @pytest.mark.parametrize("rollback", ["notify", "off"])
 async def test_notify_and_off_change_nothing_and_name_both_revisions(
-    edge: LabEdge, release: Release, kind: str, rollback: str
+    edge: LabEdge, release: Release, memo: ComposeMemo, kind: str, rollback: str
 ) -> None:
     use_policy(edge, release, rollback)
-    first = await cycle(edge)
+    first = await cycle(edge, memo)
     good_short = found(first)["revision"]["commit"][:12]
     BAD_RELEASES[kind](release)
 
-    bad = await cycle(edge)
+    bad = await cycle(edge, memo)
     container = await running(edge.docker)
-    again = await cycle(edge)
+    again = await cycle(edge, memo)
 
     assert found(bad)["health"] == "unhealthy"
     assert "rollback" not in found(bad)

@@ -126,6 +126,37 @@ async def test_a_timed_out_wave_fails_its_silent_marquees_but_not_one_outside_it
     assert "wave_timeout" in record.failures[0].why
 
 
+async def test_a_marquee_of_a_past_wave_marks_nothing_while_the_current_wave_marks_again(
+    redis: Redis,
+) -> None:
+    """Once the rollout is past a Marquee's wave its healthy reports leave the marks alone (a
+    past wave's count is never read again); a Marquee of the current wave still marks itself,
+    so a mark Redis lost is put back."""
+    world = inventory(bake=3600)
+    marks = rollout_marks_key("web@main")
+    await redis.delete(rollout_key("web@main"), marks, rollout_counts_key("web@main"))
+    opened = await verdict(redis, world, NAMES[0])
+    assert opened.rollout is not None
+    waves = {name: opened.rollout.wave_of(key_of(name)) for name in NAMES}
+    [canary] = [name for name in NAMES if waves[name] == 0]
+    second = [name for name in NAMES if waves[name] == 1]
+    told = await desk(redis, world, canary).tell(
+        await verdict(redis, world, canary), healthy=True, why=""
+    )
+    assert told is not None
+    promoted = told.rollout.by_operator("promote", "op", "test", told.rollout.healthy_at or 0)
+    await redis.set(rollout_key("web@main"), promoted.encode())
+    await redis.delete(marks)  # Redis lost the marks
+
+    for name in [canary, *second]:
+        current = await verdict(redis, world, name)
+        assert current.admitted
+        await desk(redis, world, name).tell(current, healthy=True, why="")
+
+    assert await redis.smembers(marks) == {name.encode() for name in second}
+    assert (await stored(redis)).wave == 1
+
+
 @pytest.mark.parametrize(
     "foreign",
     [("hset", "a", "b"), ("rpush", "x"), ("sadd", "x")],

@@ -3,7 +3,9 @@ compose projects, on the lab's sshd and dockerd), cycled by two replicas that sh
 Redis, a release in waves ``[1, "50%", "100%"]`` with a bake of ``BAKE`` seconds.
 
 Each replica is a loop of real cycles (a lease from Redis, a remote session, sync_git,
-pull_images, reconcile_playgrounds), as the engine runs them; the hosts' journals say what each
+pull_images, reconcile_playgrounds) with a compose memo of its own, as the engine runs them (a
+cycle without one starts compose 1.29, a Python program, twice per Marquee: most of a tick's
+time on a machine of two cores); the hosts' journals say what each
 Marquee accepted and when, and the rollout record in Redis what the fleet decided."""
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from playguard_async.phases.reconcile_playgrounds import reconcile_playgrounds
 from playguard_async.phases.rollout_record import Rollout
 from playguard_async.phases.sync_git import sync_git
 from playguard_async.remote.git import checkout_dir
+from playguard_async.remote.memo import ComposeMemo
 from playguard_async.remote.ssh import RemoteSession, open_session
 from playguard_lab import DockerDaemon, GitOrigin, RegistryServer, SshServer
 from tests.support.cli import LAB_SETTINGS, Playguard
@@ -41,13 +44,22 @@ from tests.support.world import LAB_OPTIONS, LabWorld, ssh_marquee
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
-BAKE = 4.0
+BAKE = 2.0
 """Seconds each wave must stay healthy before the next starts."""
 
 MARQUEES = [f"wave-{index}" for index in range(6)]
 CANARY = "wave-4"
 SCOPE_BRANCH_PREFIX = "rollout"
 HEALTHY = ["CMD", "true"]
+TWO_REPLICAS = [MARQUEES[:3], MARQUEES[3:]]
+
+
+def replica_memos() -> dict[str, ComposeMemo]:
+    """Marquee -> the compose memo of the replica of ``TWO_REPLICAS`` that cycles it."""
+    memos: dict[str, ComposeMemo] = {}
+    for share in TWO_REPLICAS:
+        memos.update(dict.fromkeys(share, ComposeMemo(len(MARQUEES))))
+    return memos
 
 
 @dataclass
@@ -62,6 +74,7 @@ class Fleet:
     releases: list[str] = field(default_factory=list)
     first: str = ""
     """The commit of the release every Marquee starts from."""
+    memos: dict[str, ComposeMemo] = field(default_factory=replica_memos)
 
     @property
     def scope(self) -> str:
@@ -104,7 +117,9 @@ class Fleet:
         lease = await TokenLock(self.redis, marquee_lock_name(marquee), ttl=120.0).acquire()
         assert lease is not None
         try:
-            async with open_session(target, LAB_OPTIONS, lease=lease) as session:
+            async with open_session(
+                target, LAB_OPTIONS, lease=lease, compose_memo=self.memos[marquee]
+            ) as session:
 
                 async def remote() -> RemoteSession:
                     return session
@@ -133,9 +148,6 @@ class Fleet:
             await self.tick(replicas)
             await asyncio.sleep(0.5)
         raise AssertionError(f"not reached within {ticks} ticks: {await self.record()}")
-
-
-TWO_REPLICAS = [MARQUEES[:3], MARQUEES[3:]]
 
 
 @pytest.fixture
@@ -241,8 +253,8 @@ async def test_a_bad_release_changes_one_marquee_halts_and_rolls_it_back(fleet: 
     assert (after.status, after.wave) == ("halted", 0)
 
 
-LEASE = {"tick_interval": 2.0, "lock_ttl": 30.0, "remote_command_timeout": 14.0,
-         "docker_api_timeout": 14.0}  # fmt: skip
+LEASE = {"tick_interval": 2.0, "lock_ttl": 20.0, "remote_command_timeout": 9.0,
+         "docker_api_timeout": 9.0}  # fmt: skip
 """Short leases: a killed replica's lapse within ``lock_ttl``, and the survivor has every
 Marquee then."""
 

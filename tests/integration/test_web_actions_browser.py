@@ -29,7 +29,8 @@ from selenium import webdriver
 from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 
-from playguard_async.coordination.keys import last_cycle_key, pause_key
+from playguard_async.coordination.keys import last_cycle_key, operator_actions_key, pause_key
+from playguard_async.coordination.operator_actions import OperatorAction
 from playguard_async.operator.cli import EXIT_CONFIG
 from playguard_lab import RedisServer, free_port
 from tests.support.browser import cell_texts, chromium, mark, not_reloaded
@@ -233,6 +234,15 @@ def test_an_operator_pauses_a_marquee_from_its_page_and_the_next_cycle_ends_paus
         timeout=15,
         what="alpha resumed from the page",
     )
+    # Both are kept for `why` as the signed-in user's, not as the daemon process's.
+    kept = [
+        OperatorAction.parse("alpha", raw)
+        for raw in acting.store.lrange(operator_actions_key("alpha"), 0, -1)
+    ]
+    assert [(a.action, a.by.split("@")[0]) for a in kept if a] == [
+        ("resume", "otto"),
+        ("pause", "otto"),
+    ]
 
 
 def test_a_viewer_sees_no_action_and_a_crafted_post_is_refused(acting: Acting) -> None:

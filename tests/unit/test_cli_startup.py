@@ -49,3 +49,38 @@ def test_a_command_still_loads_what_it_needs() -> None:
     assert done.returncode == 1, done.stderr[-2000:]
     assert "Error: /nonexistent/playguard.toml: cannot read settings file" in done.stderr
     assert "playguard_async.settings" in modules
+
+
+CYCLE_MACHINERY = (
+    "playguard_async.engine.scheduler",
+    "playguard_async.service.wiring",
+    "playguard_async.phases.sync_git",
+    "asyncssh",
+    "aiodocker",
+)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("status",),
+        ("locks",),
+        ("describe", "m1"),
+        ("unlock", "m1"),
+        ("pause", "m1", "--for", "1m", "--reason", "maintenance"),
+        ("resume", "m1"),
+        ("pin", "m1", "web-main", "--reason", "maintenance"),
+        ("history", "m1"),
+        ("rollout", "list"),
+        ("rollout", "show", "web@main"),
+        ("rollout", "pause", "web@main", "--reason", "maintenance"),
+        ("audit", "verify"),
+    ],
+)
+def test_a_command_that_runs_no_cycle_loads_no_engine_ssh_or_docker(args: tuple[str, ...]) -> None:
+    """Every command that reads or writes Redis only (tests run hundreds of them, each paying for
+    its imports): the engine, the phases and the remote layer stay unloaded."""
+    done, modules = imported_by(*args, "--config", "/nonexistent/playguard.toml")
+    assert "cannot read settings file" in done.stderr, done.stderr[-2000:]
+    loaded = sorted(m for m in modules if m in CYCLE_MACHINERY)
+    assert loaded == [], f"{' '.join(args)} imported {loaded}"

@@ -16,7 +16,7 @@ from playguard_async.desired_state.source import (
     NarrowDesiredState,
     RemoteDesiredState,
 )
-from playguard_async.service.wiring import inventory_source
+from playguard_async.service.connections import inventory_source
 from playguard_async.settings import load_settings
 
 ABILITY_PROTOCOLS: dict[Ability, type] = {
