@@ -28,7 +28,7 @@ import asyncio
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import asyncpg
 import structlog
@@ -61,9 +61,11 @@ from playguard_async.remote import guard
 from playguard_async.remote.errors import RemoteError
 from playguard_async.remote.journal import JournalEntry, parse_journal
 from playguard_async.remote.ssh import open_session
-from playguard_async.service.web_timeline import TimelineReader, TimelineUnavailable
 from playguard_async.service.wiring import remote_options
 from playguard_async.settings import Settings
+
+if TYPE_CHECKING:
+    from playguard_async.service.web_timeline import TimelineReader
 
 log = structlog.get_logger("playguard.why")
 
@@ -233,7 +235,8 @@ async def marquee_timeline(
 def timeline_reader(settings: Settings) -> TimelineReader:
     """``marquee_timeline`` with ``settings``, for the daemon's web view: what stops it from
     reading anything (Redis, an unknown Marquee) raised as ``TimelineUnavailable``, logged
-    here with its reason."""
+    here with its reason. (The web view's module is imported here, not by ``playguard why``.)"""
+    from playguard_async.service.web_timeline import TimelineUnavailable  # noqa: PLC0415
 
     async def read(name: str, *, playground: str | None, since: float) -> Timeline:
         try:
