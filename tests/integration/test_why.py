@@ -184,15 +184,18 @@ def _daemon_with_web_view(
 
 
 async def _alice_moves_web_main(
-    daemon: Daemon, connection: asyncpg.Connection, git_origin: GitOrigin, busybox_image: str
-) -> None:
+    daemon: Daemon, connection: asyncpg.Connection, git_origin: GitOrigin, busybox_image: str,
+    store: SyncRedis,
+) -> dict[str, Any]:  # fmt: skip
     """The daemon converges edge-1, then alice's transaction moves web-main to a new branch: the
-    row's NOTIFY wakes a cycle (the 600 s tick is not waited for)."""
+    row's NOTIFY wakes a cycle (the 600 s tick is not waited for); that cycle's record, once
+    Redis holds it (the daemon logs the cycle's end before its record is read back here)."""
     wait_for(lambda: _cycles_of_edge_1(daemon) >= 1, timeout=180,
              what=f"edge-1 converged:\n{daemon.stderr_tail()}")  # fmt: skip
     branch = f"why-{time.monotonic_ns()}"
     git_origin.commit(branch, {"compose.yaml": compose_yaml(busybox_image)}, "Moved")
     before = _cycles_of_edge_1(daemon)
+    earlier = json.loads(store.get(last_cycle_key("edge-1")) or "{}").get("cycle")
     async with connection.transaction():
         await connection.execute("SET LOCAL playguard.actor = 'alice'")
         await connection.execute(
@@ -200,6 +203,12 @@ async def _alice_moves_web_main(
         )
     wait_for(lambda: _cycles_of_edge_1(daemon) > before, timeout=60,
              what=f"the cycle after alice's change:\n{daemon.stderr_tail()}")  # fmt: skip
+
+    def recorded() -> dict[str, Any] | None:
+        record: dict[str, Any] = json.loads(store.get(last_cycle_key("edge-1")) or "{}")
+        return record if record.get("cycle") not in (None, earlier) else None
+
+    return wait_for(recorded, timeout=20, what="the record of the cycle after alice's change")
 
 
 def _alices_change_in_the_cli(playguard: Playguard, moved: dict[str, Any]) -> None:
@@ -228,12 +237,17 @@ def _alices_change_in_the_browser(
     host accepted."""
     browser.get(f"{base}/marquee/edge-1")
     browser.find_element(By.ID, "why-link").click()
+    wait_for(lambda: browser.find_elements(By.NAME, "playground"), timeout=20, what="the why page")
     browser.find_element(By.NAME, "playground").send_keys("web-main")
     browser.find_element(By.CSS_SELECTOR, "#why-query button").click()
-    wait_for(lambda: "playground=web-main" in browser.current_url, timeout=20,
-             what="the form's answer")  # fmt: skip
-    changes = cell_texts(browser, 'li[data-kind="change"]')
-    (change,) = [text for text in changes if "alice: change " in text]
+
+    def alices() -> list[str] | None:
+        if "playground=web-main" not in browser.current_url:
+            return None
+        changes = cell_texts(browser, 'li[data-kind="change"]')
+        return [text for text in changes if "alice: change " in text] or None
+
+    (change,) = wait_for(alices, timeout=20, what="alice's change on the form's answer")
     assert "playguard.playgrounds web-main: branch changed" in change
     assert f"[in cycle {moved['cycle']}]" in change
     (cycle,) = cell_texts(browser, f'li[data-kind="cycle"][data-cycle="{moved["cycle"]}"]')
@@ -294,8 +308,8 @@ async def test_why_follows_a_row_changed_by_alice_to_the_hosts_write_then_a_paus
             _daemon_with_web_view(playguard, settings) as (daemon, base),
             chromium(chromium_path, driver_path, tmp_path / "profile") as browser,
         ):
-            await _alice_moves_web_main(daemon, connection, git_origin, busybox_image)
-            moved = json.loads(store.get(last_cycle_key("edge-1")) or "{}")
+            moved = await _alice_moves_web_main(daemon, connection, git_origin, busybox_image,
+                                                store)  # fmt: skip
             _alices_change_in_the_browser(browser, base, moved, tmp_path)
             await _hostile_actor_and_action(connection, store)
             _hostile_text_in_the_browser(browser, base, tmp_path)
