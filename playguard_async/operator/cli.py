@@ -157,12 +157,13 @@ def run(ctx: click.Context, config: Path | None, dry_run: bool | None) -> None:
     the inventory or the phases they name cannot be used (so systemd does not restart it)."""
     with _readable_errors(ctx, config_status=EXIT_CONFIG):
         from playguard_async.operator.web_desk import CliDesk
+        from playguard_async.operator.why import timeline_reader
         from playguard_async.service import daemon
         from playguard_async.service.logs import configure_logging
 
         settings = command_settings(config, **_dry_run(dry_run))
         configure_logging(settings.log_format, settings.log_level, final=True)
-        daemon.run(settings, desk=CliDesk(settings))
+        daemon.run(settings, desk=CliDesk(settings), read_timeline=timeline_reader(settings))
 
 
 @cli.command()
@@ -594,10 +595,10 @@ def _one_scope(marquee: str | None, fleet_wide: bool) -> str | None:
 
 
 def _duration(option: str, value: str | None) -> float | None:
-    """``option``'s value as seconds (``action_input.span_seconds``), None when not given."""
+    """``option``'s value as seconds (``kits.spans.span_seconds``), None when not given."""
     if value is None:
         return None
-    from playguard_async.operator.action_input import span_seconds
+    from playguard_async.kits.spans import span_seconds
 
     try:
         return span_seconds(value)

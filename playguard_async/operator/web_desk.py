@@ -18,8 +18,9 @@ from playguard_async.coordination.pause import REASON_MAX as PAUSE_REASON_MAX
 from playguard_async.desired_state.model import InventoryError
 from playguard_async.engine.results import CycleResult, Outcome
 from playguard_async.kits.revision_shapes import is_commit
+from playguard_async.kits.spans import span_seconds
 from playguard_async.operator import display, pin, rollout
-from playguard_async.operator.action_input import reason_problem, span_seconds
+from playguard_async.operator.action_input import reason_problem
 from playguard_async.operator.cycle import run_cycle
 from playguard_async.operator.fleet import OperateError
 from playguard_async.operator.pause import lift_scope_pause, take_scope_pause

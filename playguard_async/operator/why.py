@@ -28,9 +28,10 @@ import asyncio
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import asyncpg
+import structlog
 
 from playguard_async.coordination.client import RedisClient
 from playguard_async.coordination.operator_actions import FLEET, OperatorAction, operator_actions
@@ -53,7 +54,7 @@ from playguard_async.desired_state.model import DesiredStateUnavailable, Invento
 from playguard_async.desired_state.postgres.change_log import ChangeEntry, read_marquee_changes
 from playguard_async.desired_state.postgres.connection import DatabaseError, PgAddress
 from playguard_async.desired_state.registry import source_kind
-from playguard_async.operator.fleet import Fleet, known_marquee, open_fleet
+from playguard_async.operator.fleet import Fleet, OperateError, known_marquee, open_fleet
 from playguard_async.operator.rollout import rollouts_of
 from playguard_async.phases.rollout_record import Rollout
 from playguard_async.remote import guard
@@ -62,6 +63,11 @@ from playguard_async.remote.journal import JournalEntry, parse_journal
 from playguard_async.remote.ssh import open_session
 from playguard_async.service.wiring import remote_options
 from playguard_async.settings import Settings
+
+if TYPE_CHECKING:
+    from playguard_async.service.web_timeline import TimelineReader
+
+log = structlog.get_logger("playguard.why")
 
 TEXT_LIMIT = 300
 """Characters of any one text (an action, a reason, a who) the timeline keeps."""
@@ -224,6 +230,22 @@ async def marquee_timeline(
     events = joined(sources, extra=extra, playground=playground, since=since)
     return Timeline(name, playground, since, events, host_unread, len(sources.records), wanted,
                     changes_unread)  # fmt: skip
+
+
+def timeline_reader(settings: Settings) -> TimelineReader:
+    """``marquee_timeline`` with ``settings``, for the daemon's web view: what stops it from
+    reading anything (Redis, an unknown Marquee) raised as ``TimelineUnavailable``, logged
+    here with its reason. (The web view's module is imported here, not by ``playguard why``.)"""
+    from playguard_async.service.web_timeline import TimelineUnavailable  # noqa: PLC0415
+
+    async def read(name: str, *, playground: str | None, since: float) -> Timeline:
+        try:
+            return await marquee_timeline(settings, name, playground=playground, since=since)
+        except OperateError as exc:
+            log.warning("web.timeline_unavailable", marquee=name, why=bounded(str(exc)))
+            raise TimelineUnavailable(name) from exc
+
+    return read
 
 
 async def _read_redis(

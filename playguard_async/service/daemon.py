@@ -37,6 +37,7 @@ from playguard_async.service.systemd import Notifier, report_to_systemd, watchdo
 from playguard_async.service.web_actions import ActionDesk
 from playguard_async.service.web_auth import TrustedProxy, WebAuth
 from playguard_async.service.web_pictures import CYCLES_DRAWN
+from playguard_async.service.web_timeline import TimelineReader, TimelineReads
 from playguard_async.service.web_users import UsersFile
 from playguard_async.service.web_view import WebView
 from playguard_async.service.wiring import (
@@ -82,10 +83,15 @@ def mode_of(marquee: str, inventory: Inventory | None) -> str:
 
 
 async def serve(
-    settings: Settings, *, stop_after: float | None = None, desk: ActionDesk | None = None
+    settings: Settings,
+    *,
+    stop_after: float | None = None,
+    desk: ActionDesk | None = None,
+    read_timeline: TimelineReader | None = None,
 ) -> None:
     """Run the daemon until SIGTERM or SIGINT (or ``stop_after`` seconds), then drain and return.
-    ``desk`` runs the web view's actions (None: the view only looks)."""
+    ``desk`` runs the web view's actions (None: the view only looks); the web view shows a
+    Marquee's ``why`` timeline when given ``read_timeline``."""
     # Before the engine sizes its slots from it (``max_concurrent_cycles = "auto"``).
     raise_open_files_limit()
     auth = web_auth(settings)  # a bad users file: refused before anything connects
@@ -138,7 +144,7 @@ async def serve(
     try:
         with stopping_on_signals(engine):
             async with (
-                watched(engine, metrics, auth, picture, desk),
+                watched(engine, metrics, auth, picture, desk, read_timeline=read_timeline),
                 changes.sending(drain=settings.webhook_timeout),
                 listening(engine),
             ):
@@ -167,6 +173,8 @@ async def watched(
     auth: WebAuth | None = None,
     picture: FleetPicture | None = None,
     desk: ActionDesk | None = None,
+    *,
+    read_timeline: TimelineReader | None = None,
 ) -> AsyncIterator[None]:
     """What operators watch of a running ``engine``, for as long as the block lasts: the HTTP
     endpoints when ``http_address`` is set (with the web view of ``picture`` when there is one;
@@ -193,7 +201,11 @@ async def watched(
         bind = settings.http_bind()
         if bind is not None:
             stop = asyncio.Event()
-            view = None if picture is None else web_view(settings, picture, stop, auth, desk)
+            view = (
+                None
+                if picture is None
+                else web_view(settings, picture, stop, auth, desk, read_timeline=read_timeline)
+            )
             guard = HttpGuard(
                 HostRule.bound_to(bind[0], settings.http_allowed_hosts),
                 auth=auth,
@@ -290,9 +302,12 @@ def web_view(
     stop: asyncio.Event,
     auth: WebAuth | None = None,
     desk: ActionDesk | None = None,
+    *,
+    read_timeline: TimelineReader | None = None,
 ) -> WebView:
     """The web view of the fleet ``picture`` shows, its streams ended by ``stop``, who may use
-    it told by ``auth``, its actions run by ``desk``."""
+    it told by ``auth``, its actions run by ``desk``; with the Marquees' timelines when there is
+    ``read_timeline``."""
     return WebView(
         picture,
         replica=settings.replica_id,
@@ -302,6 +317,7 @@ def web_view(
         streams_total=settings.web_streams_total,
         auth=auth,
         desk=desk,
+        timelines=None if read_timeline is None else TimelineReads(read_timeline),
     )
 
 
@@ -318,7 +334,11 @@ def desired_state_missing(engine: Engine) -> str | None:
 
 
 def run(
-    settings: Settings, *, stop_after: float | None = None, desk: ActionDesk | None = None
+    settings: Settings,
+    *,
+    stop_after: float | None = None,
+    desk: ActionDesk | None = None,
+    read_timeline: TimelineReader | None = None,
 ) -> None:
     """Run ``serve`` on the event loop the settings choose."""
     loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None
@@ -327,4 +347,4 @@ def run(
 
         loop_factory = uvloop.new_event_loop
     with asyncio.Runner(loop_factory=loop_factory) as runner:
-        runner.run(serve(settings, stop_after=stop_after, desk=desk))
+        runner.run(serve(settings, stop_after=stop_after, desk=desk, read_timeline=read_timeline))

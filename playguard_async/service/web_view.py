@@ -57,6 +57,13 @@ from playguard_async.service.recent_cycles import RecentCycles
 from playguard_async.service.web_actions import ActionDesk, WebActions
 from playguard_async.service.web_auth import WebAuth
 from playguard_async.service.web_login import WebLogin
+from playguard_async.service.web_timeline import (
+    TimelineQuery,
+    TimelineReads,
+    TimelineUnavailable,
+    page_values,
+)
+from playguard_async.service.web_timeline import add_filters as add_timeline_filters
 
 log = structlog.get_logger("playguard.web")
 
@@ -236,6 +243,7 @@ def templates() -> jinja2.Environment:
         legend=web_pictures.LEGEND,
         history_listed=HISTORY_LISTED,
     )
+    add_timeline_filters(environment)
     return environment
 
 
@@ -256,11 +264,14 @@ class WebView:
         streams_total: int,
         auth: WebAuth | None = None,
         desk: ActionDesk | None = None,
+        timelines: TimelineReads | None = None,
     ) -> None:
         self.picture = picture
         self.replica = replica
         self.outcomes = list(outcomes)
         self.stop = stop
+        self.timelines = timelines
+        """The Marquees' ``why`` timelines, read on demand; None: not served."""
         self.environment = templates()
         self.streams = StreamSlots(per_client=streams_per_client, total=streams_total)
         self.pages = RenderedPages(fresh_for=picture.publish_interval)
@@ -279,6 +290,7 @@ class WebView:
     def add_routes(self, app: web.Application) -> None:
         app.router.add_get("/", self._guarded(self.fleet))
         app.router.add_get("/marquee/{name}", self._guarded(self.marquee))
+        app.router.add_get("/marquee/{name}/why", self._guarded(self.why))
         app.router.add_get("/events", self._guarded(self.events))
         app.router.add_get("/static/{file}", self._guarded(self.static_file))
         self.actions.add_routes(app)
@@ -309,6 +321,12 @@ class WebView:
     def _render(self, bucket: str, key: str, version: int, template: str, **values: Any) -> bytes:
         """``template`` rendered from the picture at ``version`` for ``bucket``, kept for the
         next asker of ``key`` at that version."""
+        page = self._page(bucket, version, template, **values)
+        self.pages.keep(key, version, page)
+        return page
+
+    def _page(self, bucket: str, version: int, template: str, **values: Any) -> bytes:
+        """``template`` rendered from the picture at ``version`` for ``bucket``."""
         picture = self.picture
         read_at = picture.read_at
         html = self.environment.get_template(template).render(
@@ -321,9 +339,7 @@ class WebView:
             **self.actions.page_values(bucket),
             **values,
         )
-        page = html.encode()
-        self.pages.keep(key, version, page)
-        return page
+        return html.encode()
 
     def _html(self, request: web.Request, page: bytes) -> web.Response:
         page = self.actions.fill(request, page)
@@ -421,6 +437,21 @@ class WebView:
                 windows=story.windows_text(datetime.now(UTC)),
             ),
         )
+
+    async def why(self, request: web.Request) -> web.StreamResponse:
+        """The Marquee's timeline (``service.web_timeline``): read for each request, never kept."""
+        name = request.match_info["name"]
+        query = TimelineQuery.parse(request.query)
+        if self.timelines is None or not self.picture.knows(name):
+            return self._text(404, "no such Marquee in the desired state, or no timeline here\n")
+        try:
+            timeline = await self.timelines.timeline(name, query)
+        except TimelineUnavailable:
+            return self._text(503, "timeline unavailable (Redis): try again shortly\n")
+        values = page_values(name, query, timeline)
+        page = self._page(self.actions.bucket(request), self.picture.version, "timeline.html",
+                          **values)  # fmt: skip
+        return self._html(request, page)
 
     async def static_file(self, request: web.Request) -> web.StreamResponse:
         name = request.match_info["file"]

@@ -7,15 +7,21 @@ included it, and operators' actions and a drift fixed on the host join the same 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import aiodocker
 import asyncpg
+import pytest
 from redis import Redis as SyncRedis
+from selenium import webdriver
+from selenium.common.exceptions import NoAlertPresentException
+from selenium.webdriver.common.by import By
 
 from playguard_async.coordination.keys import (
     last_cycle_key,
@@ -26,10 +32,12 @@ from playguard_async.coordination.keys import (
 from playguard_async.desired_state.postgres.schema import migrate
 from playguard_async.desired_state.postgres.transfer import import_inventory
 from playguard_lab import GitOrigin
+from tests.support.browser import cell_texts, chromium
 from tests.support.cli import LAB_SETTINGS, Playguard
 from tests.support.daemon import Daemon, wait_for
 from tests.support.playgrounds import compose_yaml, project_containers
 from tests.support.postgres import LabDatabase
+from tests.support.probes import start_serving
 from tests.support.world import LabWorld
 
 
@@ -159,33 +167,105 @@ def _cycles_of_edge_1(daemon: Daemon) -> int:
     return len(daemon.events("cycle.finished", marquee="edge-1"))
 
 
-async def _alice_moves_web_main(
-    playguard: Playguard, settings: dict[str, object], connection: asyncpg.Connection,
-    git_origin: GitOrigin, busybox_image: str,
-) -> None:  # fmt: skip
-    """A daemon converges edge-1, then alice's transaction moves web-main to a new branch: the
-    row's NOTIFY wakes a cycle (the 600 s tick is not waited for)."""
+@contextlib.contextmanager
+def _daemon_with_web_view(
+    playguard: Playguard, settings: dict[str, object]
+) -> Iterator[tuple[Daemon, str]]:
+    """A daemon on the desired state of ``settings`` (600 s ticks: only NOTIFY wakes it), its
+    web view on a free loopback port; it and the view's base URL. Stopped cleanly at the end."""
     runner = playguard.runner
-    config = runner.write_settings(
-        "r1", runner.settings("r1", **settings, tick_interval=600.0, tick_jitter=0.0)
-    )
-    daemon = runner.start("r1", phase_seconds=0.2, config=config)
     try:
-        wait_for(lambda: _cycles_of_edge_1(daemon) >= 1, timeout=180,
-                 what=f"edge-1 converged:\n{daemon.stderr_tail()}")  # fmt: skip
-        branch = f"why-{time.monotonic_ns()}"
-        git_origin.commit(branch, {"compose.yaml": compose_yaml(busybox_image)}, "Moved")
-        before = _cycles_of_edge_1(daemon)
-        async with connection.transaction():
-            await connection.execute("SET LOCAL playguard.actor = 'alice'")
-            await connection.execute(
-                "UPDATE playguard.playgrounds SET branch = $1 WHERE name = 'web-main'", branch
-            )
-        wait_for(lambda: _cycles_of_edge_1(daemon) > before, timeout=60,
-                 what=f"the cycle after alice's change:\n{daemon.stderr_tail()}")  # fmt: skip
+        daemon, base = start_serving(runner, "r1", phase_seconds=0.2, **settings,
+                                     tick_interval=600.0, tick_jitter=0.0)  # fmt: skip
+        yield daemon, base
         assert runner.stop_all([daemon], timeout=30) == {"r1": 0}
     finally:
         runner.kill_all()
+
+
+async def _alice_moves_web_main(
+    daemon: Daemon, connection: asyncpg.Connection, git_origin: GitOrigin, busybox_image: str,
+    store: SyncRedis,
+) -> dict[str, Any]:  # fmt: skip
+    """The daemon converges edge-1, then alice's transaction moves web-main to a new branch: the
+    row's NOTIFY wakes a cycle (the 600 s tick is not waited for); that cycle's record (written
+    before the daemon logs the cycle's end)."""
+    wait_for(lambda: _cycles_of_edge_1(daemon) >= 1, timeout=180,
+             what=f"edge-1 converged:\n{daemon.stderr_tail()}")  # fmt: skip
+    branch = f"why-{time.monotonic_ns()}"
+    git_origin.commit(branch, {"compose.yaml": compose_yaml(busybox_image)}, "Moved")
+    before = _cycles_of_edge_1(daemon)
+    async with connection.transaction():
+        await connection.execute("SET LOCAL playguard.actor = 'alice'")
+        await connection.execute(
+            "UPDATE playguard.playgrounds SET branch = $1 WHERE name = 'web-main'", branch
+        )
+    wait_for(lambda: _cycles_of_edge_1(daemon) > before, timeout=60,
+             what=f"the cycle after alice's change:\n{daemon.stderr_tail()}")  # fmt: skip
+    moved: dict[str, Any] = json.loads(store.get(last_cycle_key("edge-1")) or "{}")
+    return moved
+
+
+def _alices_change_in_the_cli(playguard: Playguard, moved: dict[str, Any]) -> None:
+    """``why edge-1 web-main`` names alice's change of the row, the cycle that included it, its
+    replica and fence, and the write the host accepted."""
+    status, told, text = why(playguard, "web-main")
+
+    assert status == 0, text
+    change = _one(told["events"], kind="change", by="alice")
+    assert change["text"].endswith(": playguard.playgrounds web-main: branch changed")
+    assert change["included_in"] == moved["cycle"]
+    including = _one(told["events"], kind="cycle", cycle=moved["cycle"])
+    assert (including["by"], including["fence"]) == ("replica r1", moved["fence"])
+    assert including["includes"] == [change["text"].split(":")[0]]
+    assert including["version"].startswith("change log up to id ")
+    updates = [w for w in including["writes"] if w["action"].startswith("update playground")]
+    assert [w["cycle"] for w in updates] == [moved["cycle"]]
+    assert f"alice: {change['text']}  [in cycle {moved['cycle']}]" in text
+
+
+def _alices_change_in_the_browser(
+    browser: webdriver.Chrome, base: str, moved: dict[str, Any], shots: Path
+) -> None:
+    """From the Marquee's page, its link and its form (no script needed): the timeline of
+    web-main shows alice's change joined to the cycle, its replica and fence, and the write the
+    host accepted."""
+    browser.get(f"{base}/marquee/edge-1")
+    browser.find_element(By.ID, "why-link").click()
+    wait_for(lambda: browser.find_elements(By.NAME, "playground"), timeout=20, what="the why page")
+    browser.find_element(By.NAME, "playground").send_keys("web-main")
+    browser.find_element(By.CSS_SELECTOR, "#why-query button").click()
+
+    def alices() -> list[str] | None:
+        if "playground=web-main" not in browser.current_url:
+            return None
+        changes = cell_texts(browser, 'li[data-kind="change"]')
+        return [text for text in changes if "alice: change " in text] or None
+
+    (change,) = wait_for(alices, timeout=20, what="alice's change on the form's answer")
+    assert "playguard.playgrounds web-main: branch changed" in change
+    assert f"[in cycle {moved['cycle']}]" in change
+    (cycle,) = cell_texts(browser, f'li[data-kind="cycle"][data-cycle="{moved["cycle"]}"]')
+    assert f"replica r1 fence {moved['fence']}" in cycle, cycle
+    assert "includes change " in cycle
+    accepted = cell_texts(browser, f'li[data-cycle="{moved["cycle"]}"] li.host')
+    assert any(
+        f"fence {moved['fence']}: update playground web-main from " in line for line in accepted
+    ), accepted
+    browser.save_screenshot(str(shots / "why.png"))
+
+
+def _hostile_text_in_the_browser(browser: webdriver.Chrome, base: str, shots: Path) -> None:
+    """The hostile actor and kept action render as text: no script runs, no element is made."""
+    browser.get(f"{base}/marquee/edge-1/why")
+    shown = cell_texts(browser, "main")[0]
+    assert "\\x1b]0;owned\\x07\\x1b[2J<script>alert(1)</script>AAA" in shown, "the kept action's"
+    assert "?]0;owned?" in shown, "the actor's, as the trigger bounded it"
+    assert not browser.find_elements(By.CSS_SELECTOR, "main script, main img, main svg")
+    with pytest.raises(NoAlertPresentException):
+        _ = browser.switch_to.alert.text
+    assert max(len(line) for line in shown.splitlines()) < 1_500
+    browser.save_screenshot(str(shots / "why-hostile.png"))
 
 
 async def _hostile_actor_and_action(connection: asyncpg.Connection, store: SyncRedis) -> None:
@@ -212,26 +292,24 @@ def _one(events: list[dict[str, Any]], **fields: object) -> dict[str, Any]:
 async def test_why_follows_a_row_changed_by_alice_to_the_hosts_write_then_a_pause_and_a_drift(
     playguard: Playguard, lab: LabWorld, postgres: LabDatabase, git_origin: GitOrigin,
     busybox_image: str, lab_docker: aiodocker.Docker, store: SyncRedis, tmp_path: Path,
+    require_binary: Callable[[str, str], str],
 ) -> None:  # fmt: skip
+    chromium_path = require_binary("chromium", "chromium")
+    driver_path = require_binary("chromedriver", "chromium-driver")
     connection = await postgres.connect()
     try:
         settings = await _desired_state_in(postgres, connection, playguard, lab, tmp_path)
-        await _alice_moves_web_main(playguard, settings, connection, git_origin, busybox_image)
-        moved = json.loads(store.get(last_cycle_key("edge-1")) or "{}")
+        with (
+            _daemon_with_web_view(playguard, settings) as (daemon, base),
+            chromium(chromium_path, driver_path, tmp_path / "profile") as browser,
+        ):
+            moved = await _alice_moves_web_main(daemon, connection, git_origin, busybox_image,
+                                                store)  # fmt: skip
+            _alices_change_in_the_browser(browser, base, moved, tmp_path)
+            await _hostile_actor_and_action(connection, store)
+            _hostile_text_in_the_browser(browser, base, tmp_path)
 
-        status, told, text = why(playguard, "web-main")
-
-        assert status == 0, text
-        change = _one(told["events"], kind="change", by="alice")
-        assert change["text"].endswith(": playguard.playgrounds web-main: branch changed")
-        assert change["included_in"] == moved["cycle"]
-        including = _one(told["events"], kind="cycle", cycle=moved["cycle"])
-        assert (including["by"], including["fence"]) == ("replica r1", moved["fence"])
-        assert including["includes"] == [change["text"].split(":")[0]]
-        assert including["version"].startswith("change log up to id ")
-        updates = [w for w in including["writes"] if w["action"].startswith("update playground")]
-        assert [w["cycle"] for w in updates] == [moved["cycle"]]
-        assert f"alice: {change['text']}  [in cycle {moved['cycle']}]" in text
+        _alices_change_in_the_cli(playguard, moved)
 
         paused = playguard("pause", "edge-1", "--reason", "<b>disk</b> full, investigating")
         assert paused.returncode == 0, paused.stderr
@@ -239,7 +317,6 @@ async def test_why_follows_a_row_changed_by_alice_to_the_hosts_write_then_a_paus
         await _remove_by_hand(lab_docker)
         cycle(playguard)
         fixed = json.loads(store.get(last_cycle_key("edge-1")) or "{}")
-        await _hostile_actor_and_action(connection, store)
 
         status, told, text = why(playguard)
 
