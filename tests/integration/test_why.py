@@ -20,7 +20,7 @@ import asyncpg
 import pytest
 from redis import Redis as SyncRedis
 from selenium import webdriver
-from selenium.common.exceptions import NoAlertPresentException
+from selenium.common.exceptions import NoAlertPresentException, StaleElementReferenceException
 from selenium.webdriver.common.by import By
 
 from playguard_async.coordination.keys import (
@@ -231,7 +231,16 @@ def _alices_change_in_the_browser(
     web-main shows alice's change joined to the cycle, its replica and fence, and the write the
     host accepted."""
     browser.get(f"{base}/marquee/edge-1")
-    browser.find_element(By.ID, "why-link").click()
+    # The Marquee page is live: an update may swap <main> between finding the link and its
+    # click; then it is found again.
+    for _ in range(5):
+        try:
+            browser.find_element(By.ID, "why-link").click()
+            break
+        except StaleElementReferenceException:
+            continue
+    else:
+        raise AssertionError("the Marquee page was swapped under every click of its why link")
     wait_for(lambda: browser.find_elements(By.NAME, "playground"), timeout=20, what="the why page")
     browser.find_element(By.NAME, "playground").send_keys("web-main")
     browser.find_element(By.CSS_SELECTOR, "#why-query button").click()
