@@ -20,6 +20,7 @@ from playguard_async.coordination.keys import (
 )
 from playguard_async.cycle_record import KEPT_FIELDS, StoredRecord
 from playguard_async.kits.aio import bounded
+from playguard_async.kits.turns import Backoff, ReaderStalled, Turns
 
 log = structlog.get_logger("playguard.records")
 
@@ -307,6 +308,20 @@ def decoded_record(raw: bytes | str) -> dict[str, Any]:
 NAME_MAX = 255
 """Bytes of a published name taken (anyone may publish on the channel; a Marquee name is short)."""
 
+FOLLOW_WAIT = 1.0
+"""Seconds one turn of ``follow_cycle_ends`` waits for a message (and so for ``stop``)."""
+
+STALL_TURNS = 3
+"""Turns in a row that come back empty without waiting before the subscription starts again on a
+new connection (``kits.turns``): a subscribe confirmation or a health check's answer is one
+such turn now and then, never three."""
+
+FIRST_RETRY = 0.5
+"""Seconds before the first new subscription after an interruption; doubled per failure."""
+
+RETRY_CAP = 8.0
+"""Seconds between attempts at most, so a subscriber is back within this long of Redis."""
+
 
 async def follow_cycle_ends(
     redis: RedisClient,
@@ -314,31 +329,45 @@ async def follow_cycle_ends(
     resumed: Callable[[], None],
     stop: asyncio.Event,
     *,
-    retry: float = 1.0,
+    wait: float = FOLLOW_WAIT,
+    backoff: Backoff | None = None,
 ) -> None:
     """Call ``ended`` with each Marquee name published on ``CYCLE_ENDED_CHANNEL`` (whichever
     replica wrote the record) until ``stop`` is set. Pub/Sub keeps nothing for a subscriber that
     was away: after an interruption (Redis away, a failover), ``resumed`` is called once
     subscribed again, for the caller to read what it may have missed. Never raises for Redis's
-    sake; a message is outside input, so only a short name is passed on."""
+    sake; a message is outside input, so only a short name is passed on.
+
+    Never holds the event loop: each turn waits for a message, up to ``wait`` seconds, or is
+    paced by ``Turns``; a subscription whose turns come back empty without waiting (redis-py
+    answers "no message" at once, forever, once the kernel has ended its connection with ETIMEDOUT)
+    is dropped like one that failed. Every new attempt subscribes on a new connection (``aclose``
+    disconnects the old one), after a ``backoff`` wait that a start that held resets."""
+    backoff = backoff or Backoff(first=FIRST_RETRY, cap=RETRY_CAP)
     interrupted = False
     while not stop.is_set():
         pubsub = redis.pubsub()
+        turns = Turns(least=wait / 2, stall_after=STALL_TURNS)
         try:
             await pubsub.subscribe(CYCLE_ENDED_CHANNEL)
             if interrupted:
                 resumed()
                 interrupted = False
             while not stop.is_set():
-                message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
+                turns.begin()
+                message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=wait)
                 data = None if message is None else message.get("data")
                 if isinstance(data, bytes) and 0 < len(data) <= NAME_MAX:
                     ended(data.decode("utf-8", "replace"))
-        except (RedisError, OSError, TimeoutError) as exc:
-            log.debug("records.follow_interrupted", error=repr(exc))
+                await turns.end(delivered=message is not None)
+                if not turns.empty_in_a_row:
+                    backoff.reset()
+        except (RedisError, OSError, TimeoutError, ReaderStalled) as exc:
+            level = log.warning if isinstance(exc, ReaderStalled) else log.debug
+            level("records.follow_interrupted", error=repr(exc))
             interrupted = True
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), retry)
+                await asyncio.wait_for(stop.wait(), backoff.next_wait())
         finally:
             with contextlib.suppress(RedisError, OSError, TimeoutError):
                 await pubsub.aclose()  # type: ignore[no-untyped-call]
