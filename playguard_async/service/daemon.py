@@ -49,6 +49,11 @@ from playguard_async.service.wiring import (
 )
 from playguard_async.settings import Settings
 
+READY_WITHIN = 0.75
+"""Seconds a readiness test waits for Redis's PING at most (less when ``redis_socket_timeout``
+is less): /readyz answers within a second, the probe timeout orchestrators default to, however
+long Redis stays silent; a Redis that cannot answer PING that fast is not one to be ready on."""
+
 
 def rolled_back_playspecs(result: CycleResult, inventory: Inventory | None) -> list[str]:
     """The Playspec of each Playground the cycle rolled back (its ``rolled_back`` notices); one
@@ -190,7 +195,8 @@ async def watched(
         last_tick=lambda: engine.last_tick,
         draining=engine.stopping.is_set,
     )
-    ready = functools.partial(redis_answers, engine.redis, settings.redis_socket_timeout)
+    ready_within = min(settings.redis_socket_timeout, READY_WITHIN)
+    ready = functools.partial(redis_answers, engine.redis, ready_within)
 
     def status_text() -> str:
         text = f"{len(engine.cycles)} cycles in flight; {liveness.check().describe()}"
@@ -214,7 +220,7 @@ async def watched(
             app = application(
                 liveness=liveness,
                 ready=ready,
-                ready_timeout=settings.redis_socket_timeout,
+                ready_timeout=ready_within,
                 metrics=metrics.handler(),
                 guard=guard,
                 not_ready_because=functools.partial(desired_state_missing, engine),

@@ -159,7 +159,7 @@ def test_readyz_follows_redis_while_healthz_stays_alive(
     live_redis_server.pause()
     try:
         body = answer_once(base, "/readyz", 503)
-        assert body == "not ready: Redis does not answer PING within 1 s\n"
+        assert body == "not ready: Redis does not answer PING within 0.75 s\n"
         scrape_until(
             base,
             lambda m: m.value(CYCLES, outcome="redis_unavailable") >= 1,
