@@ -30,6 +30,7 @@ from playguard_async.service.endpoints import application, serving
 from playguard_async.service.fleet_picture import FleetPicture, Listed
 from playguard_async.service.http_guard import HostRule, HttpGuard
 from playguard_async.service.liveness import Liveness
+from playguard_async.service.loop_health import LoopWatch
 from playguard_async.service.metrics import Metrics
 from playguard_async.service.notifications import ChangeNotifier, news_of
 from playguard_async.service.story import steered_story
@@ -181,13 +182,15 @@ async def watched(
     *,
     read_timeline: TimelineReader | None = None,
 ) -> AsyncIterator[None]:
-    """What operators watch of a running ``engine``, for as long as the block lasts: the HTTP
-    endpoints when ``http_address`` is set (with the web view of ``picture`` when there is one;
-    behind the Host check, and ``auth`` when there is one; its actions run by ``desk``), systemd
-    notifications when ``$NOTIFY_SOCKET`` is.
+    """What operators watch of a running ``engine``, for as long as the block lasts: the event
+    loop's lag and holds (``service.loop_health``, logged and counted whatever else runs), the
+    HTTP endpoints when ``http_address`` is set (with the web view of ``picture`` when there is
+    one; behind the Host check, and ``auth`` when there is one; its actions run by ``desk``),
+    systemd notifications when ``$NOTIFY_SOCKET`` is.
 
-    Both share one liveness test (the tick loop turns) and one readiness test (Redis answers PING),
-    and both end after the block, so they still answer while the engine drains.
+    Both share one liveness test (the tick loop turns) and one readiness test (Redis answers PING,
+    the event loop does not lag, the desired state is in reach), and both end after the block, so
+    they still answer while the engine drains.
     """
     settings = engine.settings
     liveness = Liveness(
@@ -197,13 +200,19 @@ async def watched(
     )
     ready_within = min(settings.redis_socket_timeout, READY_WITHIN)
     ready = functools.partial(redis_answers, engine.redis, ready_within)
+    loop = LoopWatch(bound=settings.loop_lag_bound, on_held=metrics.event_loop_was_held)
+    metrics.watch_event_loop(loop.lag)
+
+    def not_ready_because() -> str | None:
+        return loop.lagging() or desired_state_missing(engine)
 
     def status_text() -> str:
         text = f"{len(engine.cycles)} cycles in flight; {liveness.check().describe()}"
-        missing = desired_state_missing(engine)
-        return text if missing is None else f"{text}; {missing}"
+        reason = not_ready_because()
+        return text if reason is None else f"{text}; {reason}"
 
     async with contextlib.AsyncExitStack() as around:
+        await around.enter_async_context(loop.running())
         bind = settings.http_bind()
         if bind is not None:
             stop = asyncio.Event()
@@ -223,7 +232,7 @@ async def watched(
                 ready_timeout=ready_within,
                 metrics=metrics.handler(),
                 guard=guard,
-                not_ready_because=functools.partial(desired_state_missing, engine),
+                not_ready_because=not_ready_because,
                 web_view=view,
             )
             await around.enter_async_context(serving(app, *bind))

@@ -2,10 +2,10 @@
 beside them the web view (``service.web_view``) when it is on.
 
 /healthz is liveness (does the tick loop still turn?) and /readyz is readiness (does Redis
-answer?): a Redis outage makes a replica unready but not dead, so a supervisor that restarts on
-/healthz does not restart every replica at once because Redis blinked. Bodies are one plain-text
-line saying why, for a person with curl. Every request passes ``service.http_guard`` first (the
-Host check, the credential, the security headers).
+answer, does the event loop wake on time?): a Redis outage makes a replica unready but not dead,
+so a supervisor that restarts on /healthz does not restart every replica at once because Redis
+blinked. Bodies are one plain-text line saying why, for a person with curl. Every request passes
+``service.http_guard`` first (the Host check, the credential, the security headers).
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ def application(
     web_view: WebView | None = None,
 ) -> web.Application:
     """The endpoints as an aiohttp application; ``ready`` answers within ``ready_timeout``;
-    ``not_ready_because`` names another reason to be unready (the desired state out of reach);
-    ``guard`` sees every request first."""
+    ``not_ready_because`` names another reason to be unready (the event loop lagging, the
+    desired state out of reach); ``guard`` sees every request first."""
 
     async def healthz(request: web.Request) -> web.Response:
         pulse = liveness.check()

@@ -25,6 +25,7 @@ from prometheus_client.aiohttp import make_aiohttp_handler
 from playguard_async.coordination.lock import LossReason, ReleaseResult
 from playguard_async.cycle_record import RolloutFinding
 from playguard_async.engine.results import CycleResult
+from playguard_async.service.loop_health import LAG_WINDOW
 from playguard_async.service.marquee_metrics import MarqueeSeries
 from playguard_async.service.rollout_metrics import RolloutSeries
 
@@ -114,6 +115,12 @@ class Metrics:
             "Launchable Marquees this replica attempted at the last tick (its share of the fleet).",
             registry=self.registry,
         )
+        self.event_loop_held = Counter(
+            "playguard_event_loop_held",
+            "Times the event loop was held (woke later than asked) past loop_lag_bound; each is "
+            "one loop.held log line naming what held it.",
+            registry=self.registry,
+        )
         self.marquee_series = MarqueeSeries(outcomes=outcomes, shown=marquees_shown)
         self.registry.register(self.marquee_series)
         for outcome in outcomes:
@@ -138,6 +145,16 @@ class Metrics:
         )
         gauge.labels("dropped").set_function(lambda: float(dropped()))
         gauge.labels("unexported").set_function(lambda: float(unexported()))
+
+    def watch_event_loop(self, lag: Callable[[], float]) -> None:
+        """A gauge read at every scrape: the event loop's lag (``service.loop_health``)."""
+        gauge = Gauge(
+            "playguard_event_loop_lag_seconds",
+            f"The worst lateness of the event loop's wake-ups over the last {LAG_WINDOW:g} s; "
+            "above loop_lag_bound, something holds the loop (and /readyz answers 503).",
+            registry=self.registry,
+        )
+        gauge.set_function(lag)
 
     def watch_desired_state_loaded(self, loaded: Callable[[], bool]) -> None:
         """A gauge read at every scrape: whether the engine has a desired state to cycle on."""
@@ -176,6 +193,11 @@ class Metrics:
         failures_gauge.set_function(write_failures)
         reachable_gauge.set_function(lambda: _gauge_value(reachable()))
         age_gauge.set_function(lambda: _gauge_value(age()))
+
+    def event_loop_was_held(self) -> None:
+        """The event loop was held past its bound once more (called from the watchdog's
+        thread: prometheus-client's counters take their own lock)."""
+        self.event_loop_held.inc()
 
     def rollout_seen(self, scope: str, finding: RolloutFinding) -> None:
         """A cycle took part in ``scope``'s rollout (its reconcile_playgrounds finding)."""

@@ -148,6 +148,14 @@ class SchedulingSettings(BaseModel):
         "fleet; unique per process (default host:pid).",
     )
     event_loop: Literal["uvloop", "asyncio"] = Field("uvloop")
+    loop_lag_bound: float = Field(
+        1.0,
+        ge=0.1,
+        le=30.0,
+        allow_inf_nan=False,
+        description="Seconds the event loop may wake later than asked: past it, a loop.held line "
+        "names what held it and /readyz answers 503 until the loop has been well a while.",
+    )
 
 
 class DesiredStateSettings(BaseModel):

@@ -14,6 +14,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -251,6 +252,51 @@ def test_stalled_tick_loop_fails_healthz_and_stops_the_watchdog_until_it_turns_a
             what="heartbeat after the stall",
         )
         assert daemons.stop_all([daemon], timeout=10) == {"r1": 0}
+
+
+def test_event_loop_lag_is_exported_and_a_loop_not_held_is_ready(daemons: DaemonRunner) -> None:
+    daemons.write_inventory(["alpha"])
+    daemon, base = start_serving(daemons, web_view=False)
+    metrics = scrape(f"{base}/metrics")
+    assert metrics.value("playguard_event_loop_lag_seconds") >= 0
+    assert metrics.value("playguard_event_loop_held_total") >= 0
+    assert http_get(f"{base}/readyz") == (200, "ready: Redis answers\n")
+    assert daemons.stop_all([daemon], timeout=10) == {"r1": 0}
+
+
+def test_a_phase_holding_the_event_loop_is_logged_by_name_counted_and_unready(
+    daemons: DaemonRunner,
+) -> None:
+    # Every cycle's phase blocks the loop for 5 bounds (tests.support.hold_loop), as a reader
+    # that never waits would; the watchdog's thread runs on beside it.
+    daemons.write_inventory(["alpha"])
+    daemon, base = start_serving(
+        daemons,
+        web_view=False,
+        loop_lag_bound=0.2,
+        phases=["tests.support.hold_loop:phase"],
+        env={"PLAYGUARD_TEST_HOLD_SECONDS": "1.0"},
+    )
+    body = answer_once(base, "/readyz", 503)
+    assert body.startswith("not ready: event loop lagging "), body
+    assert body.endswith(" s (bound 0.2 s)\n"), body
+
+    def held_by_the_phase() -> list[dict[str, Any]]:
+        return [
+            line
+            for line in daemon.events("loop.held")
+            if line["where"]
+            and line["where"][0].startswith("HoldingPhase.__call__ (tests/support/hold_loop.py:")
+        ]
+
+    held = wait_for(held_by_the_phase, timeout=20, what="a loop.held line naming the phase")
+    assert held[0]["held_seconds"] > 0.2
+    assert held[0]["level"] == "warning"
+    metrics = scrape_until(
+        base, lambda m: m.value("playguard_event_loop_held_total") >= 1, what="a hold counted"
+    )
+    assert metrics.value("playguard_event_loop_lag_seconds") > 0.2
+    assert daemons.stop_all([daemon], timeout=15) == {"r1": 0}
 
 
 def test_image_healthcheck_passes_against_live_healthz_and_fails_without_it(

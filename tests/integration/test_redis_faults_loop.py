@@ -11,6 +11,7 @@ hole's daemon used 100 % of a core from 12 s into the hole and never cycled agai
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 import time
@@ -69,7 +70,7 @@ class Scenario:
 
 def ok_cycle_after(daemons: DaemonRunner, marquee: str, since: float) -> float | None:
     """When ``marquee``'s first whole cycle begun after ``since`` ended (witness clock)."""
-    enters = {}
+    enters: dict[int, float] = {}
     for line in witness_lines(daemons.witness_dir):
         if line["marquee"] != marquee:
             continue
@@ -162,7 +163,7 @@ def test_daemon_cycles_answers_and_idles_after_each_redis_fault(
         for scenario in scenarios:
             for marquee in scenario.marquees:
                 wait_for(
-                    lambda m=marquee: ok_cycle_after(daemons, m, started), timeout=40,
+                    functools.partial(ok_cycle_after, daemons, marquee, started), timeout=40,
                     what=f"a first cycle of {marquee}",
                 )  # fmt: skip
         stop_probing = threading.Event()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import functools
 import json
 import os
 import signal
@@ -68,9 +69,10 @@ async def test_redis_py_takes_a_timed_out_connection_for_no_message(redis: Redis
     try:
         assert answers == [None] * 1_000
         assert not other_ran, "a thousand one-second waits never gave the loop back"
+        assert pubsub.connection is not None
         assert pubsub.connection.is_connected
     finally:
-        await pubsub.aclose()
+        await pubsub.aclose()  # type: ignore[no-untyped-call]
 
 
 async def test_cycle_end_follower_starts_again_on_a_timed_out_connection(redis: Redis) -> None:
@@ -81,7 +83,7 @@ async def test_cycle_end_follower_starts_again_on_a_timed_out_connection(redis: 
         made.append(pubsub_of())
         return made[-1]
 
-    redis.pubsub = recorded  # type: ignore[method-assign]
+    redis.pubsub = recorded  # type: ignore[method-assign,assignment]
     ended: list[str] = []
     resumed = asyncio.Event()
     stop = asyncio.Event()
@@ -162,7 +164,7 @@ class Harness:
     def longest_silence(self, since: float, until: float) -> float:
         beats = [since, *(line["t"] for line in self.since(since, "beat") if line["t"] <= until)]
         ends = [*beats[1:], until]
-        return max(later - earlier for earlier, later in zip(beats, ends, strict=True))
+        return float(max(later - earlier for earlier, later in zip(beats, ends, strict=True)))
 
 
 @contextlib.contextmanager
@@ -225,7 +227,7 @@ class Deliveries:
             self.ask(harness, since)
         for harness in readers:
             wait_for(
-                lambda h=harness: self.came(h, since), timeout=RESUME_WITHIN, interval=0.5,
+                functools.partial(self.came, harness, since), timeout=RESUME_WITHIN, interval=0.5,
                 what=f"{harness.reader} delivering {what}",
             )  # fmt: skip
 

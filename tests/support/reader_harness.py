@@ -59,7 +59,7 @@ async def picture(url: str, stop: asyncio.Event) -> None:
         records,
         lambda: [Listed(MARQUEE)],
         interval=30.0,
-        tell_story=lambda name: read_story(records, name),
+        tell_story=lambda name: read_story(records, name, limit=5),
         publish_interval=0.2,
     )
     watcher = asyncio.ensure_future(watch(shown, stop))

@@ -71,6 +71,19 @@ def test_cycles_in_flight_are_read_at_scrape_time(metrics: Metrics) -> None:
     assert value(metrics, "playguard_cycles_in_flight") == 0
 
 
+def test_event_loop_lag_is_read_at_scrape_time_and_holds_are_counted_from_zero(
+    metrics: Metrics,
+) -> None:
+    lag = [0.004]
+    metrics.watch_event_loop(lambda: lag[-1])
+    assert value(metrics, "playguard_event_loop_lag_seconds") == 0.004
+    assert value(metrics, "playguard_event_loop_held_total") == 0
+    lag.append(2.5)
+    metrics.event_loop_was_held()
+    assert value(metrics, "playguard_event_loop_lag_seconds") == 2.5
+    assert value(metrics, "playguard_event_loop_held_total") == 1
+
+
 def test_registry_is_its_own_not_the_global_one(metrics: Metrics) -> None:
     metrics.cycle_finished("ok", {})
     assert REGISTRY.get_sample_value("playguard_cycles_total", {"outcome": "ok"}) is None

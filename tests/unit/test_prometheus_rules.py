@@ -78,6 +78,7 @@ def exported_names() -> set[str]:
     metrics.count_in_flight(lambda: 0)
     metrics.watch_desired_state_loaded(lambda: True)
     metrics.watch_desired_state(lambda: True, lambda: 1.0, lambda: 0)
+    metrics.watch_event_loop(lambda: 0.0)
     metrics.cycle_finished("ok", {"sync_git": 0.1})
     metrics.rolled_back("web")
     metrics.marquee_finished("m1", "phase_failed", "failing", 1.0, mode="apply", rolled_back=False)
