@@ -33,6 +33,7 @@ from redis.commands.core import AsyncScript
 from playguard_async.coordination.acknowledged import AcknowledgedCall, run_acknowledged
 from playguard_async.coordination.address import RedisAddress, parse_redis_url
 from playguard_async.coordination.channel import ChannelledRedis, Command, script_command
+from playguard_async.coordination.live_connections import with_live_connections
 from playguard_async.kits.aio import bounded, kept
 
 RedisClient: TypeAlias = Redis | RedisCluster
@@ -122,7 +123,7 @@ def connect_redis(
         password=options["password"],
         **({"ssl_ca_certs": tls["ssl_ca_certs"]} if tls else {}),
     )
-    return ChannelledRedis.from_pool(pool)
+    return ChannelledRedis.from_pool(with_live_connections(pool))
 
 
 def keepalive_options(seconds: float) -> dict[str, Any]:
@@ -175,6 +176,7 @@ def _sentinel_primary(
         **options,
         **tls,
     )
+    with_live_connections(primary.connection_pool)
     return primary
 
 

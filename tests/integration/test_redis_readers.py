@@ -30,6 +30,7 @@ from hypothesis import strategies as st
 from redis import Redis as SyncRedis
 from redis.asyncio import Redis
 
+from playguard_async.coordination.client import connect_redis
 from playguard_async.coordination.keys import CYCLE_ENDED_CHANNEL, REPLICAS_KEY, last_cycle_key
 from playguard_async.coordination.records import follow_cycle_ends
 from playguard_lab import RedisServer
@@ -114,6 +115,30 @@ async def test_cycle_end_follower_starts_again_on_a_timed_out_connection(redis: 
     finally:
         stop.set()
         await asyncio.wait([follower, ticker])
+
+
+async def test_a_pooled_connection_closed_under_its_reader_is_replaced_not_reused(
+    live_redis_server: RedisServer,
+) -> None:
+    """The kernel ended an idle pooled connection (ETIMEDOUT): the loop closed its transport and
+    handed the error to its stream. The next command gets a new connection and its answer,
+    where redis-py alone would write to the closed transport (``coordination.live_connections``).
+    """
+    client = connect_redis(live_redis_server.url, socket_timeout=1, connect_timeout=1)
+    assert isinstance(client, Redis)
+    try:
+        assert await client.ping()
+        pool = client.connection_pool
+        connection = await pool.get_connection()  # type: ignore[no-untyped-call]
+        writer = connection._writer
+        assert writer is not None
+        writer.transport._force_close(TimeoutError(errno.ETIMEDOUT, "Connection timed out"))
+        await asyncio.sleep(0)  # the transport tells its stream, as the loop does
+        await pool.release(connection)
+        assert await client.ping()
+        assert connection._writer is None or connection._writer is not writer
+    finally:
+        await client.aclose()
 
 
 # -- every reader alone, through generated sequences of real faults ---------------------------
