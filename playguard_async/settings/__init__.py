@@ -261,10 +261,11 @@ def _is_secret(field: str) -> bool:
 
 
 def _shown(field: str, value: object) -> str:
-    """The value as the reader typed it, bounded in length and depth; secrets masked."""
+    """The value as the reader typed it, bounded in length and depth; secrets masked, and so are
+    the credentials of any URL (an otlp_endpoint is refused for holding them: not shown)."""
     if _is_secret(field):
         return "***"
-    if field in ("redis_url", "desired_state") and isinstance(value, str):
+    if isinstance(value, str) and "://" in value:
         return _VALUE_REPR.repr(mask_url(value))
     return _VALUE_REPR.repr(value)
 
