@@ -72,7 +72,8 @@ def inventory(repo: str) -> dict[str, Any]:
 def run_briefly(daemons: DaemonRunner, settings: dict[str, object]) -> Daemon:
     """A daemon with ``settings`` at debug level for three ticks (or until it stops by itself:
     refused settings), then stopped."""
-    daemon = daemons.start("sweep", tick_interval=1.0, log_level="debug", **settings)
+    values = daemons.settings("sweep", tick_interval=1.0, log_level="debug", **settings)
+    daemon = daemons.start("sweep", config=daemons.write_settings("sweep", values))
     wait_for(lambda: len(daemon.events("engine.tick")) >= 3 or daemon.process.poll() is not None,
              timeout=60, what="three ticks")  # fmt: skip
     if daemon.process.poll() is None:
