@@ -45,6 +45,7 @@ from pydantic import (
 from pydantic_core import ErrorDetails, InitErrorDetails, PydanticCustomError
 
 from playguard_async.cycle_record import DesiredVersion
+from playguard_async.desired_state.git_url import CredentialsInUrl, GitUrl
 from playguard_async.desired_state.rollout_policy import RolloutPolicy
 from playguard_async.desired_state.windows import Window
 from playguard_async.kits.files import FileRefused, read_text_limited
@@ -234,19 +235,6 @@ def _check_server(value: str) -> str:
 
 
 Server = Annotated[str, AfterValidator(_check_server)]
-
-# scp-like "user@host:path" must not start its path with ':' so that "ext::cmd" (git's command
-# transport) is refused; nothing may start with '-' or it would read as an option to git.
-GitUrl = Annotated[
-    str,
-    AfterValidator(
-        _matching(
-            r"(?:(?:https?|ssh|git|file)://|(?:[A-Za-z0-9._-]+@)?[A-Za-z0-9.-]+:(?!:))"
-            r"[^\s\x00-\x1f\x7f]+",
-            "must be a git URL: https://, ssh://, git://, file:// or [user@]host:path",
-        )
-    ),
-]
 
 _IMAGE_PATH_PART = "[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 ImageReference = Annotated[
@@ -835,9 +823,14 @@ def _place(loc: _Loc) -> str:
 
 def _shown_value(error: ErrorDetails) -> str:
     """The offending scalar, for the reader to find; an unknown key's value is never shown, as it
-    may be a secret typed into the wrong field (`password: ...`)."""
+    may be a secret typed into the wrong field (`password: ...`), nor a URL refused for the
+    credentials it holds."""
     value = error["input"]
-    if error["type"] == "extra_forbidden" or not isinstance(value, str | int | float | date | None):
+    if (
+        error["type"] == "extra_forbidden"
+        or isinstance(error.get("ctx", {}).get("error"), CredentialsInUrl)
+        or not isinstance(value, str | int | float | date | None)
+    ):
         return ""
     return f" (value {_VALUE_REPR.repr(value.isoformat() if isinstance(value, date) else value)})"
 

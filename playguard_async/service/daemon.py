@@ -140,6 +140,7 @@ async def serve(
         export = tracer.export
         metrics.watch_spans_lost(lambda: export.dropped, lambda: export.unexported)
     metrics.watch_desired_state_loaded(lambda: engine.inventory is not None)
+    metrics.watch_redis(lambda: engine.redis_outage.down)
     source = as_remote(engine.desired_state)
     if source is not None:
         metrics.watch_desired_state(

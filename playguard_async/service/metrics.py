@@ -9,8 +9,9 @@ cycles in through a cycle listener.
 from __future__ import annotations
 
 import math
+import platform
 import typing
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 
 from aiohttp.typedefs import Handler
 from prometheus_client import (
@@ -18,10 +19,16 @@ from prometheus_client import (
     Counter,
     Gauge,
     Histogram,
+    Info,
+    PlatformCollector,
+    ProcessCollector,
     disable_created_metrics,
 )
 from prometheus_client.aiohttp import make_aiohttp_handler
+from prometheus_client.metrics_core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
 
+from playguard_async import __version__
 from playguard_async.coordination.lock import LossReason, ReleaseResult
 from playguard_async.cycle_record import RolloutFinding
 from playguard_async.engine.results import CycleResult
@@ -54,6 +61,13 @@ class Metrics:
     def __init__(self, *, outcomes: Iterable[str], lock_ttl: float, marquees_shown: int) -> None:
         outcomes = list(outcomes)
         self.registry = CollectorRegistry(auto_describe=True)
+        # Memory growth, open files and restarts (process_start_time_seconds), and the version
+        # running: what the custom registry dropped of prometheus-client's defaults.
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+        Info(
+            "playguard_build", "The playguard version and Python running.", registry=self.registry
+        ).info({"version": __version__, "python": platform.python_version()})
         self.cycles = Counter(
             "playguard_cycles",
             "Cycles finished, by outcome (locked: another replica held the Marquee).",
@@ -136,15 +150,27 @@ class Metrics:
 
     def watch_spans_lost(self, dropped: Callable[[], int], unexported: Callable[[], int]) -> None:
         """Gauges read at every scrape: the trace spans lost since start, by why."""
+        self.registry.register(
+            CountedElsewhere(
+                "playguard_trace_spans_lost",
+                "Trace spans lost since start: dropped (the export queue was full: the endpoint "
+                "down or slow) or unexported (the endpoint refused or never answered their "
+                "export).",
+                {"dropped": dropped, "unexported": unexported},
+                label="reason",
+            )
+        )
+
+    def watch_redis(self, down: Callable[[], bool]) -> None:
+        """A gauge read at every scrape: whether this replica's last call to Redis was answered
+        (``coordination.outage``); the one series a Redis outage alert needs, per replica."""
         gauge = Gauge(
-            "playguard_trace_spans_lost",
-            "Trace spans lost since start: dropped (the export queue was full: the endpoint down "
-            "or slow) or unexported (the endpoint refused or never answered their export).",
-            ["reason"],
+            "playguard_redis_up",
+            "1 while this replica's last call to Redis was answered, 0 while Redis does not "
+            "answer it (every cycle then ends redis_unavailable).",
             registry=self.registry,
         )
-        gauge.labels("dropped").set_function(lambda: float(dropped()))
-        gauge.labels("unexported").set_function(lambda: float(unexported()))
+        gauge.set_function(lambda: 0.0 if down() else 1.0)
 
     def watch_event_loop(self, lag: Callable[[], float]) -> None:
         """A gauge read at every scrape: the event loop's lag (``service.loop_health``)."""
@@ -184,13 +210,14 @@ class Metrics:
             "Seconds since the last good snapshot of the desired state (the one in force).",
             registry=self.registry,
         )
-        failures_gauge = Gauge(
-            "playguard_observed_state_write_failures",
-            "Observed-state writes back to the database that failed since start (never rises "
-            "in a healthy replica).",
-            registry=self.registry,
+        self.registry.register(
+            CountedElsewhere(
+                "playguard_observed_state_write_failures",
+                "Observed-state writes back to the database that failed since start (never "
+                "rises in a healthy replica).",
+                {"": write_failures},
+            )
         )
-        failures_gauge.set_function(write_failures)
         reachable_gauge.set_function(lambda: _gauge_value(reachable()))
         age_gauge.set_function(lambda: _gauge_value(age()))
 
@@ -257,6 +284,32 @@ class Metrics:
 
     def lease_released(self, result: ReleaseResult) -> None:
         self.lock_releases.labels(result.value).inc()
+
+
+class CountedElsewhere(Collector):
+    """A counter whose count another object keeps (the span exporter, the observed-state
+    writer), read at each scrape: exported as the counter it is (``NAME_total``; it only grows,
+    so ``rate`` and ``increase`` apply), not as a gauge. ``counts`` maps each value of ``label``
+    to its count; with no label, one count under the key ``""``."""
+
+    def __init__(
+        self,
+        name: str,
+        documentation: str,
+        counts: Mapping[str, Callable[[], int]],
+        *,
+        label: str | None = None,
+    ) -> None:
+        self._name, self._documentation = name, documentation
+        self._counts, self._label = dict(counts), label
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily(
+            self._name, self._documentation, labels=[self._label] if self._label else None
+        )
+        for value, count in self._counts.items():
+            family.add_metric([value] if self._label else [], float(count()))
+        yield family
 
 
 def _gauge_value(value: bool | float | None) -> float:

@@ -261,10 +261,12 @@ def _is_secret(field: str) -> bool:
 
 
 def _shown(field: str, value: object) -> str:
-    """The value as the reader typed it, bounded in length and depth; secrets masked."""
+    """The value as the reader typed it, bounded in length and depth; secrets masked, and so are
+    the credentials of any URL (an otlp_endpoint refused for holding them is not shown) and the
+    whole of a malformed redis_url or desired_state (a password may be anywhere in it)."""
     if _is_secret(field):
         return "***"
-    if field in ("redis_url", "desired_state") and isinstance(value, str):
+    if isinstance(value, str) and (field in ("redis_url", "desired_state") or "://" in value):
         return _VALUE_REPR.repr(mask_url(value))
     return _VALUE_REPR.repr(value)
 

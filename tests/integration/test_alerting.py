@@ -71,7 +71,8 @@ def test_a_black_holed_marquee_pages_through_alertmanager_and_resolves_once_lift
             )
             assert {alert["labels"]["marquee"] for alert in firing} == {"edge-1"}
             labels = firing[0]["labels"]
-            assert (labels["reason"], labels["outcome"]) == ("failing", "unreachable")
+            assert labels["reason"] == "failing"
+            assert "outcome" not in labels, "a label that changes cycle to cycle re-fires the alert"
             assert "playguard_marquee_not_ok" in firing[0]["annotations"]["runbook"]
             assert "playguard describe edge-1" in firing[0]["annotations"]["runbook"]
             held = {alert["labels"]["alertname"] for alert in prometheus.alerts()}

@@ -27,7 +27,7 @@ from tests.support.probes import (
 REACHABLE = "playguard_desired_state_reachable"
 LOADED = "playguard_desired_state_loaded"
 TICKS = "playguard_tick_lag_seconds_count"
-WRITE_FAILURES = "playguard_observed_state_write_failures"
+WRITE_FAILURES = "playguard_observed_state_write_failures_total"
 
 
 async def test_daemon_runs_from_the_database_and_rides_out_its_outage(

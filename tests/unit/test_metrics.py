@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import platform
+
 import pytest
 from prometheus_client import REGISTRY, generate_latest
 
+import playguard_async
 from playguard_async.coordination.lock import ReleaseResult
 from playguard_async.engine.results import Outcome
 from playguard_async.service.metrics import Metrics
@@ -244,7 +247,39 @@ def test_no_created_series(metrics: Metrics) -> None:
 def test_trace_spans_lost_are_read_at_each_scrape(metrics: Metrics) -> None:
     lost = {"dropped": 0, "unexported": 0}
     metrics.watch_spans_lost(lambda: lost["dropped"], lambda: lost["unexported"])
-    assert value(metrics, "playguard_trace_spans_lost", reason="dropped") == 0
+    assert value(metrics, "playguard_trace_spans_lost_total", reason="dropped") == 0
     lost |= {"dropped": 7, "unexported": 2}
-    assert value(metrics, "playguard_trace_spans_lost", reason="dropped") == 7
-    assert value(metrics, "playguard_trace_spans_lost", reason="unexported") == 2
+    assert value(metrics, "playguard_trace_spans_lost_total", reason="dropped") == 7
+    assert value(metrics, "playguard_trace_spans_lost_total", reason="unexported") == 2
+
+
+def test_counts_kept_elsewhere_are_counters_ending_in_total(metrics: Metrics) -> None:
+    metrics.watch_spans_lost(lambda: 3, lambda: 1)
+    metrics.watch_desired_state(lambda: True, lambda: 1.0, lambda: 2)
+    kinds = {family.name: family.type for family in metrics.registry.collect()}
+    assert kinds["playguard_trace_spans_lost"] == "counter"
+    assert kinds["playguard_observed_state_write_failures"] == "counter"
+    assert value(metrics, "playguard_observed_state_write_failures_total") == 2
+    exposed = generate_latest(metrics.registry).decode()
+    assert "# TYPE playguard_trace_spans_lost_total counter" in exposed
+    assert "# TYPE playguard_observed_state_write_failures_total counter" in exposed
+
+
+@pytest.mark.parametrize(("down", "up"), [(False, 1.0), (True, 0.0)])
+def test_redis_up_follows_the_outage_watch(metrics: Metrics, down: bool, up: float) -> None:
+    metrics.watch_redis(lambda: down)
+    assert value(metrics, "playguard_redis_up") == up
+
+
+def test_build_info_and_the_process_collector_are_exported(metrics: Metrics) -> None:
+    assert (
+        value(
+            metrics,
+            "playguard_build_info",
+            version=playguard_async.__version__,
+            python=platform.python_version(),
+        )
+        == 1
+    )
+    assert (value(metrics, "process_start_time_seconds") or 0) > 0
+    assert (value(metrics, "process_resident_memory_bytes") or 0) > 0

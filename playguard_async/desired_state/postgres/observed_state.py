@@ -115,7 +115,8 @@ class ObservedStateWriter:
         self._in_flight: list[CycleRecord] = []
         """The batch being written."""
         self.failures = 0
-        """Records whose write failed since start (``playguard_observed_state_write_failures``)."""
+        """Records whose write failed since start
+        (``playguard_observed_state_write_failures_total``)."""
 
     def record(self, record: CycleRecord) -> None:
         """Hand ``record`` (a ``CycleResult.to_record()``) over to be written soon."""
