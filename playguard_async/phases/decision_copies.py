@@ -59,11 +59,15 @@ class DecisionMemory:
     pins: dict[str, PinsRead] = field(default_factory=dict)
     on_host: dict[tuple[str, str], int] = field(default_factory=dict)
 
+    def forget(self) -> None:
+        """Forget everything, as a process that starts: the hosts' copies are read again."""
+        self.rollouts.clear()
+        self.pins.clear()
+        self.on_host.clear()
+
     def _bounded(self) -> None:
         if len(self.rollouts) + len(self.pins) + len(self.on_host) > REMEMBERED:
-            self.rollouts.clear()
-            self.pins.clear()
-            self.on_host.clear()
+            self.forget()
 
     def saw_rollout(self, rollout: Rollout | None) -> None:
         """``rollout`` read or written: remembered when newer than what is."""
