@@ -422,8 +422,19 @@ async def test_operators_pause_promote_and_abort_from_the_command_line(
         return record is not None and record.commit == head and record.healthy_at is not None
 
     await fleet.until(canary_baking, TWO_REPLICAS, ticks=10)
-    paused = playguard("rollout", "pause", fleet.scope, "--reason", "watching the graphs")
-    again = playguard("rollout", "pause", fleet.scope, "--reason", "twice")
+    baking = await fleet.record()
+    assert baking is not None
+    meant = ("--rollout", baking.id)
+    shown_before = playguard("rollout", "show", fleet.scope)
+    assert f"[rollout {baking.id}]" in shown_before.stdout
+    other = "0" * 16
+    stale = playguard("rollout", "pause", fleet.scope, "--rollout", other, "--reason", "old")
+    assert stale.returncode == 1
+    assert other in stale.stderr
+    assert f"it is {baking.id} now" in stale.stderr
+    assert await fleet.record() == baking, "refused: nothing stored"
+    paused = playguard("rollout", "pause", fleet.scope, *meant, "--reason", "watching the graphs")
+    again = playguard("rollout", "pause", fleet.scope, *meant, "--reason", "twice")
     await fleet.tick(TWO_REPLICAS)
 
     assert paused.returncode == 0, paused.stderr
@@ -443,7 +454,7 @@ async def test_operators_pause_promote_and_abort_from_the_command_line(
     assert "this Marquee in wave 1" in described.stdout
     assert f"{fleet.scope}: pause: watching the graphs" in rollout_events(playguard, CANARY)
 
-    promoted = playguard("rollout", "promote", fleet.scope, "--reason", "canary looks fine")
+    promoted = playguard("rollout", "promote", fleet.scope, *meant, "--reason", "looks fine")
     assert promoted.returncode == 0, promoted.stderr
     second = members(record, 1)
 
@@ -451,7 +462,7 @@ async def test_operators_pause_promote_and_abort_from_the_command_line(
         return all(fleet.updates(name) for name in second)
 
     await fleet.until(second_wave_moved, TWO_REPLICAS, ticks=10)
-    aborted = playguard("rollout", "abort", fleet.scope, "--reason", "bad graphs after all")
+    aborted = playguard("rollout", "abort", fleet.scope, *meant, "--reason", "bad graphs")
     await fleet.tick(TWO_REPLICAS)
     await fleet.tick(TWO_REPLICAS)
 
@@ -466,7 +477,7 @@ async def test_operators_pause_promote_and_abort_from_the_command_line(
     unknown = playguard("rollout", "show", "nothing@main")
     assert shown.returncode == 0, shown.stderr
     assert "abort by " in shown.stdout
-    assert "bad graphs after all" in shown.stdout
+    assert "bad graphs" in shown.stdout
     assert "promote by " in shown.stdout
     assert f"{fleet.scope}: aborted, wave 2 of 3" in listed.stdout
     assert unknown.returncode == 1
