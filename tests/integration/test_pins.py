@@ -90,8 +90,8 @@ def test_a_pin_redis_forgot_is_rebuilt_from_the_hosts_copy_and_still_holds(
         store.flushall()
     else:
         store.delete(pins_key("edge-1"))
-        if before:
-            store.hset(pins_key("edge-1"), mapping=before)
+        for name, value in before.items():
+            store.hset(pins_key("edge-1"), name, value)
 
     outputs = [playguard("cycle", "edge-1", timeout=180.0) for _ in range(2)]
 

@@ -409,6 +409,21 @@ def rollout_events(playguard: Playguard, marquee: str) -> list[str]:
     return [e["text"] for e in json.loads(why.stdout)["events"] if e["kind"] == "rollout"]
 
 
+async def assert_another_rollout_refused(fleet: Fleet, playguard: Playguard) -> str:
+    """An action naming a rollout that is not the scope's: exit 1 naming both, nothing stored.
+    Returns the id of the scope's rollout."""
+    current = await fleet.record()
+    assert current is not None
+    assert f"[rollout {current.id}]" in playguard("rollout", "show", fleet.scope).stdout
+    other = "0" * 16
+    stale = playguard("rollout", "pause", fleet.scope, "--rollout", other, "--reason", "old")
+    assert stale.returncode == 1
+    assert other in stale.stderr
+    assert f"it is {current.id} now" in stale.stderr
+    assert await fleet.record() == current, "refused: nothing stored"
+    return current.id
+
+
 async def test_operators_pause_promote_and_abort_from_the_command_line(
     fleet: Fleet, playguard: Playguard
 ) -> None:
@@ -422,17 +437,7 @@ async def test_operators_pause_promote_and_abort_from_the_command_line(
         return record is not None and record.commit == head and record.healthy_at is not None
 
     await fleet.until(canary_baking, TWO_REPLICAS, ticks=10)
-    baking = await fleet.record()
-    assert baking is not None
-    meant = ("--rollout", baking.id)
-    shown_before = playguard("rollout", "show", fleet.scope)
-    assert f"[rollout {baking.id}]" in shown_before.stdout
-    other = "0" * 16
-    stale = playguard("rollout", "pause", fleet.scope, "--rollout", other, "--reason", "old")
-    assert stale.returncode == 1
-    assert other in stale.stderr
-    assert f"it is {baking.id} now" in stale.stderr
-    assert await fleet.record() == baking, "refused: nothing stored"
+    meant = ("--rollout", await assert_another_rollout_refused(fleet, playguard))
     paused = playguard("rollout", "pause", fleet.scope, *meant, "--reason", "watching the graphs")
     again = playguard("rollout", "pause", fleet.scope, *meant, "--reason", "twice")
     await fleet.tick(TWO_REPLICAS)
