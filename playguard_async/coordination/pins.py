@@ -11,7 +11,8 @@ services ran when a cycle first applied it, which that cycle writes into the pin
 
 A value is outside input (anyone with redis-cli may have written it): one not of the written
 form, or naming a revision of the wrong shape, reads as no pin with one log line, never as an
-error and never into a command; a key of another type reads as no pins at all.
+error and never into a command; a key of another type reads as ``PinsRead.foreign``, which holds
+every Playground of the Marquee (``phases.holds``: it fails closed).
 """
 
 from __future__ import annotations
