@@ -235,10 +235,9 @@ async def take_pause(
     """Store ``pause`` until its ``until`` (PX, counted from ``until_from``: default its
     ``since``), replacing any pause of the same scope and what a lifted one left."""
     ttl_ms = max(1, round((pause.until - (until_from or pause.since)) * 1000))
-    async with redis.pipeline(transaction=pause.scope != FLEET) as pipe:
-        pipe.set(_key(pause.scope), pause.encode(), px=ttl_ms)
-        pipe.delete(lifted_key(pause.scope))
-        await bounded(timeout, pipe.execute())
+    # The mark first: a pause stored beside a lifted one's mark would read as lifted once lost.
+    await bounded(timeout, redis.delete(lifted_key(pause.scope)))
+    await bounded(timeout, redis.set(_key(pause.scope), pause.encode(), px=ttl_ms))
 
 
 async def lift_pause(redis: RedisClient, scope: str, timeout: float) -> Pause | None:
