@@ -16,6 +16,7 @@ import pytest
 from redis.asyncio import Redis
 
 from playguard_async.coordination.client import connect_redis
+from playguard_async.phases.decision_copies import MEMORY
 from playguard_lab import (
     DockerDaemon,
     GitOrigin,
@@ -77,6 +78,13 @@ def require_postgres() -> Path:
         return postgres_binaries()
     except MissingBinary as missing:
         skip_or_fail(missing)
+
+
+@pytest.fixture(autouse=True)
+def fresh_replica_memory() -> None:
+    """A test's in-process cycles are a replica of their own, which starts knowing no decision:
+    an earlier test's rollouts and pins (its Redis flushed since) are not this one's."""
+    MEMORY.forget()
 
 
 @pytest.fixture(scope="session")

@@ -73,6 +73,15 @@ def pause_key(marquee: str) -> str:
     return f"{PREFIX}:{{{marquee_lock_name(marquee)}}}:pause"
 
 
+def lifted_key(scope: str) -> str:
+    """What ``resume`` leaves of a pause it lifted, until the pause would have ended (PX): how a
+    replica that remembers the pause tells a lifted one from one Redis forgot
+    (``coordination.pause``). ``lifted_key("*")`` the fleet's."""
+    if scope == "*":
+        return f"{PREFIX}:pause:lifted"
+    return f"{PREFIX}:{{{marquee_lock_name(scope)}}}:pause-lifted"
+
+
 def pins_key(marquee: str) -> str:
     """A Marquee's pinned Playgrounds (``coordination.pins``): a hash, Playground -> its pin
     (JSON), in its lock's slot, beside its pause."""

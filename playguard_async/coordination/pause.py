@@ -32,7 +32,7 @@ from redis.exceptions import ResponseError
 
 from playguard_async.coordination.client import RedisClient, sender_for
 from playguard_async.coordination.foreign import ForeignType, is_wrong_type, type_of
-from playguard_async.coordination.keys import FLEET_PAUSE_KEY, pause_key
+from playguard_async.coordination.keys import FLEET_PAUSE_KEY, lifted_key, pause_key
 from playguard_async.coordination.lock import LockHeld
 from playguard_async.coordination.operator_actions import acting_user
 from playguard_async.kits.aio import bounded
@@ -225,18 +225,28 @@ class FleetPauseWatch:
         self.pause = Pause.parse(FLEET, raw) if isinstance(raw, bytes | str) else None
 
 
-async def take_pause(redis: RedisClient, pause: Pause, timeout: float) -> None:
-    """Store ``pause`` until its ``until`` (PX), replacing any pause of the same scope."""
-    key = FLEET_PAUSE_KEY if pause.scope == FLEET else pause_key(pause.scope)
-    ttl_ms = max(1, round((pause.until - pause.since) * 1000))
-    await bounded(timeout, redis.set(key, pause.encode(), px=ttl_ms))
+def _key(scope: str) -> str:
+    return FLEET_PAUSE_KEY if scope == FLEET else pause_key(scope)
+
+
+async def take_pause(
+    redis: RedisClient, pause: Pause, timeout: float, *, until_from: float | None = None
+) -> None:
+    """Store ``pause`` until its ``until`` (PX, counted from ``until_from``: default its
+    ``since``), replacing any pause of the same scope and what a lifted one left."""
+    ttl_ms = max(1, round((pause.until - (until_from or pause.since)) * 1000))
+    # The mark first: a pause stored beside a lifted one's mark would read as lifted once lost.
+    await bounded(timeout, redis.delete(lifted_key(pause.scope)))
+    await bounded(timeout, redis.set(_key(pause.scope), pause.encode(), px=ttl_ms))
 
 
 async def lift_pause(redis: RedisClient, scope: str, timeout: float) -> Pause | None:
     """Delete the pause of ``scope``; the pause lifted, or None when there was none. A key of
     another type pauses as well (the module's doc), so it is lifted too: deleted while it still
-    holds that type, never a pause taken in between."""
-    key = FLEET_PAUSE_KEY if scope == FLEET else pause_key(scope)
+    holds that type, never a pause taken in between. A pause lifted leaves its mark
+    (``keys.lifted_key``) until it would have ended, so that a replica that remembers it does not
+    take it for one Redis forgot (``PauseMemory``)."""
+    key = _key(scope)
     try:
         raw = await bounded(timeout, redis.getdel(key))
     except ResponseError as exc:
@@ -245,7 +255,50 @@ async def lift_pause(redis: RedisClient, scope: str, timeout: float) -> Pause | 
         kind = await type_of(redis, key, timeout)
         await bounded(timeout, redis.eval(_DELETE_OF_TYPE, 1, key, kind))
         return Pause.parse(scope, _foreign(scope, kind))
-    return None if raw is None else Pause.parse(scope, raw)
+    if raw is None:
+        return None
+    lifted = Pause.parse(scope, raw)
+    left_ms = round((lifted.until - time.time()) * 1000) if lifted.known else 0
+    if left_ms > 0:
+        await bounded(timeout, redis.set(lifted_key(scope), "1", px=left_ms))
+    return lifted
+
+
+class PauseMemory:
+    """The pauses one replica's cycles met, until each ends: Redis is not their only copy.
+
+    A pause is kept in a key that expires with it, so a key that is gone before its end was
+    either lifted (``lift_pause`` leaves a mark until that end) or forgotten by Redis (FLUSHALL,
+    a restart without persistence): then the replica that met it writes it back before the
+    cycle takes any step, and says so in one line (``decisions.rebuilt``). What it costs an
+    in-sync cycle: nothing (a Marquee never paused is not in the memory); a cycle of a Marquee
+    whose remembered pause is gone reads the mark once.
+
+    A pause no cycle of a running replica met (taken and lost within a tick, or lost with every
+    replica restarted) is not kept: the README's table says what survives what."""
+
+    def __init__(self) -> None:
+        self._met: dict[str, Pause] = {}
+
+    def met(self, pause: Pause) -> None:
+        """A cycle was held back by ``pause`` (one this module wrote: its end is known)."""
+        if pause.known and pause.until > time.time():
+            self._met[pause.scope] = pause
+
+    async def forgotten(self, redis: RedisClient, scope: str, timeout: float) -> Pause | None:
+        """The pause of ``scope`` Redis forgot, written back (None: none remembered, ended, or
+        lifted). Asked only once the scope's key was read and found empty."""
+        pause = self._met.get(scope)
+        if pause is None:
+            return None
+        now = time.time()
+        if pause.until <= now or await bounded(timeout, redis.exists(lifted_key(scope))) > 0:
+            del self._met[scope]
+            return None
+        await take_pause(redis, pause, timeout, until_from=now)
+        log.warning("decisions.rebuilt", kind="pause", scope=scope, by=pause.by,
+                    until=pause.until)  # fmt: skip
+        return pause
 
 
 def _foreign(scope: str, kind: str | None) -> ForeignType:

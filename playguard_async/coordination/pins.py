@@ -11,7 +11,8 @@ services ran when a cycle first applied it, which that cycle writes into the pin
 
 A value is outside input (anyone with redis-cli may have written it): one not of the written
 form, or naming a revision of the wrong shape, reads as no pin with one log line, never as an
-error and never into a command; a key of another type reads as no pins at all.
+error and never into a command; a key of another type reads as ``PinsRead.foreign``, which holds
+every Playground of the Marquee (``phases.holds``: it fails closed).
 """
 
 from __future__ import annotations
@@ -117,34 +118,107 @@ def _pinned_images(value: object) -> bool:
     )
 
 
-async def read_pins(redis: RedisClient, marquee: str, timeout: float) -> dict[str, Pin]:
-    """Playground -> its pin, for every Playground of ``marquee`` that has a readable one."""
+@dataclass(frozen=True)
+class PinsRead:
+    """A Marquee's pins hash as read: how many times it was written (``seq``: 0 for a hash
+    written before it was counted, or none), its fields as stored (``raw``: Playground -> pin
+    JSON), and the pins readable among them. ``foreign`` when the key holds another type: the
+    Marquee's Playgrounds are then all held (``phases.holds``), never let go."""
+
+    marquee: str
+    seq: int
+    raw: Mapping[str, str]
+    pins: Mapping[str, Pin]
+    foreign: bool = False
+
+    @classmethod
+    def of(cls, marquee: str, seq: int, raw: Mapping[str, str]) -> PinsRead:
+        pins = {name: pin for name, value in raw.items() if (pin := Pin.parse(name, value))}
+        return cls(marquee, seq, dict(raw), pins)
+
+
+def _decoded(value: bytes | str) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
+async def read_pin_record(redis: RedisClient, marquee: str, timeout: float) -> PinsRead:
+    """The Marquee's pins hash (``PinsRead``), in one command."""
+    key = pins_key(marquee)
     try:
-        raw = await bounded(timeout, redis.hgetall(pins_key(marquee)))
+        stored = await bounded(timeout, redis.hgetall(key))
     except ResponseError as exc:
         if not is_wrong_type(exc):
             raise
-        log.warning("pin.unreadable", key=pins_key(marquee), value="a key of another type")
-        return {}
-    pins: dict[str, Pin] = {}
-    for field_name, value in raw.items():
-        name = (
-            field_name.decode("utf-8", "replace") if isinstance(field_name, bytes) else field_name
-        )
-        pin = Pin.parse(str(name), value)
-        if pin is not None:
-            pins[pin.playground] = pin
-    return pins
+        log.warning("pin.unreadable", key=key, value="a key of another type")
+        return PinsRead(marquee, 0, {}, {}, foreign=True)
+    raw = {_decoded(name): _decoded(value) for name, value in stored.items()}
+    seq_text = raw.pop(SEQ_FIELD, "1" if raw else "0")  # pins from before the count: 1
+    return PinsRead.of(marquee, int(seq_text) if seq_text.isdigit() else 0, raw)
+
+
+async def read_pins(redis: RedisClient, marquee: str, timeout: float) -> dict[str, Pin]:
+    """Playground -> its pin, for every Playground of ``marquee`` that has a readable one."""
+    return dict((await read_pin_record(redis, marquee, timeout)).pins)
+
+
+SEQ_FIELD = "#seq"
+"""The pins hash's field that counts its writes (no Playground's name starts with ``#``): a
+pin or an unpin adds one, so the hash outlives its last pin, and a copy kept outside Redis with
+a higher count is one Redis lost (``phases.decision_copies``)."""
+
+# KEYS[1] a Marquee's pins hash; ARGV[1] the field (a Playground), ARGV[2] its pin, '' to lift
+# it; ARGV[3] the count field. Sets or deletes the field and counts the write (a hash of pins
+# from before the count, which reads as count 1, counts from 1); returns how many fields it
+# deleted (0 when it set one).
+_CHANGE_SCRIPT = """
+if redis.call('HEXISTS', KEYS[1], ARGV[3]) == 0 and redis.call('HLEN', KEYS[1]) > 0 then
+    redis.call('HSET', KEYS[1], ARGV[3], 1)
+end
+local gone = 0
+if ARGV[2] == '' then gone = redis.call('HDEL', KEYS[1], ARGV[1])
+else redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end
+redis.call('HINCRBY', KEYS[1], ARGV[3], 1)
+return gone
+"""
 
 
 async def take_pin(redis: RedisClient, marquee: str, pin: Pin, timeout: float) -> None:
     """Store ``pin``, replacing the Playground's earlier pin, if any."""
-    await bounded(timeout, redis.hset(pins_key(marquee), pin.playground, pin.encode()))
+    argv = (pin.playground, pin.encode(), SEQ_FIELD)
+    await bounded(timeout, redis.eval(_CHANGE_SCRIPT, 1, pins_key(marquee), *argv))
 
 
 async def lift_pin(redis: RedisClient, marquee: str, playground: str, timeout: float) -> bool:
     """Delete the Playground's pin; whether it had one."""
-    return bool(await bounded(timeout, redis.hdel(pins_key(marquee), playground)))
+    argv = (playground, "", SEQ_FIELD)
+    return bool(await bounded(timeout, redis.eval(_CHANGE_SCRIPT, 1, pins_key(marquee), *argv)))
+
+
+# KEYS[1] a Marquee's pins hash; ARGV[1] the count field, ARGV[2] the count as read, ARGV[3]
+# the count of the copy written back, then field and value pairs. Replaces the whole hash by the
+# copy only while its count is still the one read (a hash of another type is never written
+# over); 1 when it did, else 0.
+_RESTORE_SCRIPT = """
+local kind = redis.call('TYPE', KEYS[1]).ok
+if kind ~= 'hash' and kind ~= 'none' then return 0 end
+local seq = redis.call('HGET', KEYS[1], ARGV[1])
+if not seq then seq = redis.call('HLEN', KEYS[1]) > 0 and '1' or '0' end
+if seq ~= ARGV[2] then return 0 end
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+for i = 4, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+return 1
+"""
+
+
+async def restore_pins(redis: RedisClient, read: PinsRead, kept: PinsRead, timeout: float) -> bool:
+    """Write ``kept`` (a copy of the Marquee's pins newer than ``read``, what Redis holds) back
+    over ``read``; whether it was (False: the hash changed since it was read)."""
+    argv = [SEQ_FIELD, str(read.seq), str(kept.seq)]
+    for name, value in sorted(kept.raw.items()):
+        argv += [name, value]
+    key = pins_key(read.marquee)
+    return bool(await bounded(timeout, redis.eval(_RESTORE_SCRIPT, 1, key, *argv)))
 
 
 # KEYS[1] a Marquee's pins hash; ARGV[1] a Playground, ARGV[2] its pin as the cycle read it,

@@ -12,7 +12,7 @@ only stores it, so that two replicas never both apply a step computed from the s
   counted once in its wave however often it says so; answers like ``read_rollout``.
 
 A key of another type (anyone with redis-cli may have written one) reads as ``FOREIGN``: the
-scope then has no rollout this process can use, one log line per reading.
+scope then has no rollout this process can use, and the desk holds its Marquees (fails closed).
 """
 
 from __future__ import annotations

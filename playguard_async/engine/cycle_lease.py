@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 
 import structlog
+from redis.exceptions import RedisError
 
 from playguard_async.coordination.keys import marquee_lock_name, pause_key
 from playguard_async.coordination.lock import (
@@ -20,7 +21,7 @@ from playguard_async.coordination.lock import (
     LockUnavailable,
     TokenLock,
 )
-from playguard_async.coordination.pause import Pause
+from playguard_async.coordination.pause import FLEET, Pause
 from playguard_async.desired_state.model import Marquee
 from playguard_async.engine.results import CycleResult, Outcome, one_line
 from playguard_async.engine.services import CycleServices
@@ -44,6 +45,10 @@ async def take_lease(
         return None
     lease = await _acquire(services, marquee, result)
     pause = fleet.pause if reading is None else await fleet.settled(reading)
+    if pause is not None:
+        services.pauses.met(pause)
+    elif lease is not None and result.outcome is Outcome.OK:
+        pause = fleet.pause = await _forgotten(services, FLEET, result)
     if pause is not None:
         paused(result, pause)
     return lease
@@ -73,7 +78,9 @@ async def _acquire(services: CycleServices, marquee: Marquee, result: CycleResul
         lease = await lock.acquire()
     except LockHeld as exc:
         services.redis_outage.answered()
-        paused(result, Pause.from_held(marquee.name, exc))
+        pause = Pause.from_held(marquee.name, exc)
+        services.pauses.met(pause)
+        paused(result, pause)
         return None
     except LockUnavailable as exc:
         result.outcome = Outcome.REDIS_UNAVAILABLE
@@ -84,7 +91,24 @@ async def _acquire(services: CycleServices, marquee: Marquee, result: CycleResul
     if lease is None:
         log.info("marquee.locked")
         result.outcome = Outcome.LOCKED
+        return None
+    forgotten = await _forgotten(services, marquee.name, result)
+    if forgotten is not None:
+        paused(result, forgotten)
     return lease
+
+
+async def _forgotten(services: CycleServices, scope: str, result: CycleResult) -> Pause | None:
+    """The pause of ``scope`` this replica met and Redis forgot, written back
+    (``PauseMemory``); when Redis does not say whether it was lifted, the cycle takes no step."""
+    try:
+        return await services.pauses.forgotten(
+            services.redis, scope, services.settings.redis_socket_timeout
+        )
+    except RedisError as exc:
+        log.warning("pause.unconfirmed", scope=scope, error=one_line(exc))
+        result.outcome, result.reason = Outcome.REDIS_UNAVAILABLE, one_line(exc)
+        return None
 
 
 async def renew_after(

@@ -22,7 +22,7 @@ from playguard_async.coordination.client import RedisClient
 from playguard_async.coordination.cycle_end import CycleEnd
 from playguard_async.coordination.lock import Lease
 from playguard_async.coordination.outage import RedisOutage
-from playguard_async.coordination.pause import FleetPauseWatch
+from playguard_async.coordination.pause import FleetPauseWatch, PauseMemory
 from playguard_async.coordination.records import CycleRecords
 from playguard_async.desired_state.model import Marquee
 from playguard_async.engine.observer import EngineObserver, Unobserved
@@ -68,6 +68,8 @@ class CycleServices:
     redis_outage: RedisOutage
     ending: CycleEnd
     fleet_pause: FleetPauseWatch
+    pauses: PauseMemory
+    """The pauses this replica's cycles met, written back if Redis forgets them."""
 
     @classmethod
     def build(
@@ -107,4 +109,5 @@ class CycleServices:
                 every=settings.fleet_pause_read_interval,
                 timeout=settings.redis_socket_timeout,
             ),
+            pauses=PauseMemory(),
         )

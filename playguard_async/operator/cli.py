@@ -770,17 +770,23 @@ def rollout_show(ctx: click.Context, scope: str, config: Path | None) -> None:
 def _rollout_action(action: str, summary: str) -> None:
     @rollout.command(action, help=summary)
     @click.argument("scope", metavar="PLAYSPEC@BRANCH")
+    @click.option("--rollout", "rollout_id", required=True, metavar="ID",
+                  help="The rollout meant (the id `rollout show` prints); refused if the "
+                  "scope's rollout is another one now.")  # fmt: skip
     @click.option("--reason", required=True, help="Why, kept with the rollout (500 chars).")
     @CONFIG_OPTION
     @click.pass_context
-    def command(ctx: click.Context, scope: str, reason: str, config: Path | None) -> None:
+    def command(
+        ctx: click.Context, scope: str, rollout_id: str, reason: str, config: Path | None
+    ) -> None:
         from playguard_async.operator import rollout as rollouts
 
         _check_reason(reason, rollouts.REASON_MAX)
         with _readable_errors(ctx):
             import asyncio
 
-            changed = asyncio.run(rollouts.act(command_settings(config), scope, action, reason))
+            settings = command_settings(config)
+            changed = asyncio.run(rollouts.act(settings, scope, rollout_id, action, reason))
         echo(rollouts.summary(changed))
 
 

@@ -74,7 +74,7 @@ def as_json(rollout: Rollout) -> dict[str, object]:
     return {
         "scope": rollout.scope, "status": rollout.status, "wave": rollout.wave + 1,
         "waves": len(rollout.waves), "release": rollout.target, "commit": rollout.commit,
-        "failed": rollout.failed_count, "why": rollout.why,
+        "failed": rollout.failed_count, "why": rollout.why, "id": rollout.id,
     }  # fmt: skip
 
 
@@ -86,17 +86,32 @@ async def show(settings: Settings, scope: str) -> tuple[Rollout, dict[int, int]]
 
 
 async def act(
-    settings: Settings, scope: str, action: str, why: str, *, user: str | None = None
+    settings: Settings,
+    scope: str,
+    rollout_id: str,
+    action: str,
+    why: str,
+    *,
+    user: str | None = None,
 ) -> Rollout:
-    """``action`` applied to ``scope``'s rollout by ``user`` (default: this process's), stored;
-    ``OperateError`` when it has none or its status does not allow it."""
+    """``action`` applied to rollout ``rollout_id`` (the id ``show`` prints) of ``scope`` by
+    ``user`` (default: this process's), stored; ``OperateError`` when the scope has none, its
+    rollout is another one now (a release opened since the operator looked: the action was
+    meant for the one named), or its status does not allow it."""
     timeout = settings.redis_socket_timeout
     who = operator_identity(user)
     async with open_fleet(settings) as fleet:
         for _ in range(TRIES):
             read = await read_rollout(fleet.redis, scope, timeout)
+            current = _readable(scope, read.raw)
+            if current.id != rollout_id:
+                raise OperateError(
+                    f"rollout {rollout_id[:40]!r} is no longer the rollout of {scope}: it is "
+                    f"{current.id} now (release {current.target[:12]}, {current.status}); "
+                    f"see: playguard rollout show {scope}"
+                )
             try:
-                changed = _readable(scope, read.raw).by_operator(action, who, why, read.now)
+                changed = current.by_operator(action, who, why, read.now).stored_over(current)
             except RolloutRefused as exc:
                 raise OperateError(str(exc)) from None
             if await write_rollout(fleet.redis, read, changed.encode(), opens=False,
@@ -128,7 +143,8 @@ def summary(rollout: Rollout) -> str:
     why = f": {rollout.why}" if rollout.status in ("halted", "paused", "aborted") else ""
     return (
         f"{rollout.scope}: {rollout.status}, wave {rollout.wave + 1} of {len(rollout.waves)}, "
-        f"release {rollout.target[:12]} (commit {commit}), {rollout.failed_count} failed{why}"
+        f"release {rollout.target[:12]} (commit {commit}), {rollout.failed_count} failed{why} "
+        f"[rollout {rollout.id}]"
     )
 
 

@@ -133,7 +133,8 @@ class CliDesk:
     def _rollout(self, step: str) -> _Action:
         async def act(form: Mapping[str, str], user: str) -> list[str]:
             scope, reason = _field(form, "scope"), _reason(form, rollout.REASON_MAX)
-            changed = await rollout.act(self.settings, scope, step, reason, user=user)
+            meant = _field(form, "rollout")
+            changed = await rollout.act(self.settings, scope, meant, step, reason, user=user)
             return [rollout.summary(changed)]
 
         return act

@@ -18,13 +18,27 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from playguard_async.coordination.pins import LAST_GOOD, Pin, read_pins, record_pin_images
+import structlog
+
+from playguard_async.coordination.client import RedisClient
+from playguard_async.coordination.keys import pins_key
+from playguard_async.coordination.pins import (
+    LAST_GOOD,
+    Pin,
+    PinsRead,
+    read_pin_record,
+    record_pin_images,
+    restore_pins,
+)
 from playguard_async.phases.container_drift import service_of
+from playguard_async.phases.decision_copies import keep_pins, kept_pins
 from playguard_async.phases.rollout_desk import RolloutHold
 from playguard_async.phases.toolkit import Container, CycleContext
 from playguard_async.remote.host_state import pinned_references
 from playguard_async.remote.last_good import HealthRecord
 from playguard_async.remote.ssh import RemoteSession
+
+log = structlog.get_logger("playguard.decisions")
 
 
 @dataclass(frozen=True)
@@ -51,13 +65,41 @@ class Hold:
 
 
 async def pins_of(ctx: CycleContext, session: RemoteSession) -> dict[str, Pin]:
-    """The Marquee's pins, read from Redis once per cycle (a Redis round trip, no host's)."""
+    """The Marquee's pins, read from Redis once per cycle (a Redis round trip; the host's copy
+    only in the first cycle of a process, ``phases.decision_copies``). A copy newer than what
+    Redis holds is written back; a key of another type holds every Playground of the Marquee
+    at its last good revision (fails closed)."""
     lock = ctx.lease.lock
 
     async def read() -> dict[str, Pin]:
-        return await read_pins(lock.redis, ctx.marquee.name, lock.timeout)
+        found = await read_pin_record(lock.redis, ctx.marquee.name, lock.timeout)
+        if found.foreign:
+            why = f"pins key {pins_key(ctx.marquee.name)} holds another type than a hash"
+            return {
+                pg.name: Pin(pg.name, LAST_GOOD, "?", "?", why, 0.0)
+                for pg in ctx.inventory.playgrounds_on(ctx.marquee.name)
+            }
+        kept = await kept_pins(session)
+        if kept is not None and kept.seq > found.seq:
+            found = await _rebuilt(lock.redis, lock.timeout, session, found, kept)
+        await keep_pins(session, found)
+        return dict(found.pins)
 
     return dict(await session.read_once(("pins", ctx.marquee.name), read, of_host=False))
+
+
+async def _rebuilt(
+    redis: RedisClient, timeout: float, session: RemoteSession, lost: PinsRead, kept: PinsRead
+) -> PinsRead:
+    """The pins once ``kept`` (newer than what Redis holds, ``lost``) is written back; what
+    Redis holds still when another writer changed them since (the next cycle compares again)."""
+    if session.dry_run:
+        return kept
+    if not await restore_pins(redis, lost, kept, timeout):
+        return lost
+    log.warning("decisions.rebuilt", kind="pins", marquee=lost.marquee, redis_had=lost.seq,
+                seq=kept.seq, pins=sorted(kept.pins))  # fmt: skip
+    return kept
 
 
 async def with_images(

@@ -20,6 +20,7 @@ import structlog
 from redis.exceptions import RedisError
 
 from playguard_async.coordination.client import RedisClient
+from playguard_async.coordination.keys import rollout_key
 from playguard_async.coordination.rollouts import (
     FOREIGN,
     RolloutRead,
@@ -123,6 +124,9 @@ class Standing:
     rolls_back: bool
     """Its Playspec's ``rollback`` is ``auto``: a failed Marquee is held at its last good
     revision by the rollout too (else it is left as its health gate left it)."""
+    kept: Rollout | None = None
+    """The newest record of its scope known outside Redis (this replica's memory, the host's
+    copy: ``phases.decision_copies``); written back when Redis holds an older one or none."""
 
 
 @dataclass
@@ -158,10 +162,17 @@ class RolloutDesk:
             return Verdict(scope, release, None, unheld, key, "rollout state unreadable")
         if release is None:
             return Verdict(scope, None, None, unheld, key, "release not known")
+        if read.raw == FOREIGN:  # fails closed: no record this process can trust
+            _parsed(read)  # its one line
+            why = f"rollout record {rollout_key(scope)} holds another type than a string"
+            return Verdict(scope, release, None, unheld, key, why)
         rollout = _parsed(read)
+        kept = standing.kept
+        if kept is not None and kept.scope == scope and kept.seq > _seq(rollout):
+            rollout = await self._rebuild(read, rollout, kept)
         at_target = standing.good_release == release
         if rollout is None or rollout.target != release:
-            if at_target or unheld or read.raw == FOREIGN:
+            if at_target or unheld:
                 return Verdict(scope, release, rollout, True, key)
             rollout = await self._open(read, release, head, policy)
             if rollout is None:
@@ -225,6 +236,7 @@ class RolloutDesk:
             failed = current.with_failure(self.marquee.name, wave, why, read.now)
             if failed is None:
                 return Told(current, failed=False, halted=False)  # counted already
+            failed = failed.stored_over(current)
             if await write_rollout(self.redis, read, failed.encode(), opens=False,
                                    timeout=self.timeout):  # fmt: skip
                 log.warning("rollout.failed_here", scope=rollout.scope, why=why[:200],
@@ -232,6 +244,26 @@ class RolloutDesk:
                 halted = failed.status == "halted" and current.status != "halted"
                 return Told(failed, failed=True, halted=halted)
         return None
+
+    async def _rebuild(
+        self, read: RolloutRead, lost: Rollout | None, kept: Rollout
+    ) -> Rollout | None:
+        """``kept`` written back over ``lost`` (what Redis holds of the scope's record: older,
+        none or garbage), with an event that says so: Redis forgot, the decision stands. What
+        is stored when another replica wrote first."""
+        rebuilt = kept.rebuilt(lost, read.now)
+        if self.dry_run:
+            return rebuilt
+        if await write_rollout(self.redis, read, rebuilt.encode(), opens=True,
+                               timeout=self.timeout):  # fmt: skip
+            log.warning("decisions.rebuilt", kind="rollout", scope=read.scope,
+                        redis_had=None if lost is None else lost.seq, seq=rebuilt.seq,
+                        status=rebuilt.status, wave=rebuilt.wave + 1)  # fmt: skip
+            self.reads[read.scope] = RolloutRead(read.scope, rebuilt.encode(), {}, read.now)
+            return rebuilt
+        fresh = await read_rollout(self.redis, read.scope, self.timeout)
+        self.reads[read.scope] = fresh
+        return _parsed(fresh)
 
     async def _read(self, scope: str) -> RolloutRead:
         if scope not in self.reads:
@@ -250,7 +282,7 @@ class RolloutDesk:
         ]
         rollout = Rollout.open(
             read.scope, release, head, policy, waves_of(policy, keys), now=read.now
-        )
+        ).stored_over(_parsed(read))
         if self.dry_run:
             return rollout  # what plan shows: the rollout this cycle would open
         if await write_rollout(self.redis, read, rollout.encode(), opens=True,
@@ -289,11 +321,13 @@ class RolloutDesk:
 
     def _windowed_out(self, marquee: str, now: float) -> bool:
         """Whether ``marquee``'s maintenance windows keep its cycles from changing it now (it is
-        pending, not failed); one this replica does not hold counts as not."""
+        pending, not failed). One this replica does not hold (a PostgreSQL share lists the
+        others' Marquees without their windows) is not judged here: it counts as windowed out,
+        and the replica that holds it, which knows its windows, counts it failed or not."""
         try:
             own = self.inventory.marquee(marquee).windows
         except KeyError:
-            return False
+            return True
         windows = self.windows_default if own is None else own
         return bool(windows) and not allows(windows, datetime.fromtimestamp(now, UTC))
 
@@ -311,6 +345,7 @@ class RolloutDesk:
         wrote first (its step is then the one taken; this one is computed again next cycle)."""
         if now == was or self.dry_run:
             return now
+        now = now.stored_over(was)
         if await write_rollout(self.redis, read, now.encode(), opens=False, timeout=self.timeout):
             self.reads[read.scope] = RolloutRead(read.scope, now.encode(), read.healthy, read.now)
             if now.events != was.events:
@@ -333,11 +368,16 @@ so parsing it each time cost more than the rest of an in-sync cycle (bench/READM
 "Rollouts"). A ``Rollout`` is immutable; garbage is not kept, so it is logged at each reading."""
 
 
+def _seq(rollout: Rollout | None) -> int:
+    return -1 if rollout is None else rollout.seq
+
+
 def _parsed(read: RolloutRead) -> Rollout | None:
     if read.raw is None:
         return None
     if read.raw == FOREIGN:
-        log.warning("rollout.unreadable", scope=read.scope, value="a key of another type")
+        log.warning("rollout.unreadable", key=rollout_key(read.scope),
+                    value="a key of another type")  # fmt: skip
         return None
     kept = _PARSED.get(read.scope)
     if kept is not None and kept[0] == read.raw:

@@ -32,10 +32,12 @@ import structlog
 
 from playguard_async.cycle_record import RolloutFinding
 from playguard_async.desired_state.model import Inventory, Playspec
+from playguard_async.phases.decision_copies import keep_rollouts, kept_rollouts
 from playguard_async.phases.rollout_desk import (
     RolloutDesk,
     Standing,
     Verdict,
+    scope_of,
     staged_playgrounds,
 )
 from playguard_async.phases.toolkit import CycleContext, branch_heads
@@ -86,6 +88,7 @@ async def _decide(ctx: CycleContext, session: RemoteSession) -> dict[str, Verdic
         session, [pg.name for pg in ctx.inventory.playgrounds_on(ctx.marquee.name)]
     )
     desk = _desk(ctx, session)
+    kept = await kept_rollouts(session, {pg.name: scope_of(pg) for pg, _, _ in staged})
     verdicts: dict[str, Verdict] = {}
     for playground, playspec, policy in staged:
         head = heads[playspec.repo].get(playground.branch)
@@ -97,9 +100,13 @@ async def _decide(ctx: CycleContext, session: RemoteSession) -> dict[str, Verdic
             good_release=None if good is None else good.release,
             has_previous=records[playground.name].previous is not None,
             rolls_back=playspec.rollback == "auto",
+            kept=kept.get(scope_of(playground)),
         )
         release = await release_of(session, ctx.inventory, playspec, head)
         verdicts[playground.name] = await desk.verdict(playground, policy, release, head, standing)
+    await keep_rollouts(session, {
+        name: verdict.rollout for name, verdict in verdicts.items() if verdict.rollout is not None
+    })  # fmt: skip
     return verdicts
 
 

@@ -92,6 +92,15 @@ class Rollout:
     failed_count: int = 0
     why: str = ""
     events: tuple[Event, ...] = field(default=())
+    seq: int = 0
+    """How many times the scope's record was written, this one included: what tells a copy
+    that Redis lost (a host's, ``phases.rollout_copies``) from one it replaced. Records
+    written before it existed read as 0."""
+
+    def stored_over(self, was: Rollout | None) -> Rollout:
+        """This record as the write that replaces ``was`` (None: no record) stores it: one
+        write later than ``was``."""
+        return replace(self, seq=(0 if was is None else was.seq) + 1)
 
     @classmethod
     def open(
@@ -108,6 +117,13 @@ class Rollout:
         opened = Event(now, "opened", "playguard", f"release {target[:12]} in {len(waves)} waves")
         return cls(scope, ident, target, commit, policy, tuple(waves), 0, now, now,
                    events=(opened,))  # fmt: skip
+
+    def rebuilt(self, lost: Rollout | None, now: float) -> Rollout:
+        """This record (a copy kept outside Redis, newer than what Redis holds: ``lost``, None
+        when it holds none) as written back, one write later, with an event that says so."""
+        had = "no record" if lost is None else f"write {lost.seq} of it"
+        event = Event(now, "rebuilt", "playguard", f"Redis had {had}; write {self.seq} was kept")
+        return replace(self, seq=self.seq + 1, events=self._with(event))
 
     # -- where a Marquee stands -----------------------------------------------------------------
 
@@ -236,7 +252,7 @@ class Rollout:
             "status": self.status, "healthy_at": self.healthy_at,
             "failures": [[f.marquee, f.wave, f.why] for f in self.failures],
             "failed_count": self.failed_count, "why": self.why,
-            "events": [event.to_json() for event in self.events],
+            "events": [event.to_json() for event in self.events], "seq": self.seq,
         }  # fmt: skip
 
     def encode(self) -> str:
@@ -287,6 +303,7 @@ class Rollout:
                 Event(_time(e["at"]), _text(e["what"]), _text(e["by"]), _text(e["why"]))
                 for e in _list(fields["events"])
             )[-EVENTS_KEPT:],
+            seq=_count(fields.get("seq", 0)),
         )  # fmt: skip
 
 

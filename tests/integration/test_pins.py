@@ -67,8 +67,57 @@ def test_a_pinned_playground_stays_while_its_head_moves_and_unpin_applies_the_he
     cycle(playguard)
 
     assert unpinned.stdout.strip() == "edge-1/web-main: unpinned"
-    assert store.hlen(pins_key("edge-1")) == 0
+    assert store.hkeys(pins_key("edge-1")) == [b"#seq"]  # the count of writes stays
     assert checkout_head(git_origin, lab) == new_head != pinned_at
+
+
+@pytest.mark.parametrize("loss", ["flushall", "last write lost"])
+def test_a_pin_redis_forgot_is_rebuilt_from_the_hosts_copy_and_still_holds(
+    playguard: Playguard, lab: LabWorld, git_origin: GitOrigin, store: SyncRedis, loss: str
+) -> None:
+    """Each ``playguard cycle`` is a process of its own: it knows the pin only from Redis and
+    the host's copy, which the first cycle after the pin wrote."""
+    branch = lab.data["playgrounds"][0]["branch"]
+    cycle(playguard)
+    pinned_at = checkout_head(git_origin, lab)
+    before = store.hgetall(pins_key("edge-1"))
+    pinned = playguard("pin", "edge-1", "web-main", "--revision", "last-good", "--reason", "hold")
+    assert pinned.returncode == 0, pinned.stderr
+    cycle(playguard)  # the host keeps a copy
+    kept_seq = store.hget(pins_key("edge-1"), "#seq")
+    git_origin.commit(branch, {"NOTES": "a new head\n"}, "Move the head")
+    if loss == "flushall":
+        store.flushall()
+    else:
+        store.delete(pins_key("edge-1"))
+        for name, value in before.items():
+            store.hset(pins_key("edge-1"), name, value)
+
+    outputs = [playguard("cycle", "edge-1", timeout=180.0) for _ in range(2)]
+
+    assert outputs[-1].returncode == 0, outputs[-1].stdout + outputs[-1].stderr
+    assert checkout_head(git_origin, lab) == pinned_at
+    restored = Pin.parse("web-main", store.hget(pins_key("edge-1"), "web-main") or b"")
+    assert restored is not None
+    assert restored.revision == "last-good"
+    assert store.hget(pins_key("edge-1"), "#seq") == kept_seq  # written back, not taken anew
+
+
+def test_a_pins_key_of_another_type_holds_every_playground_at_its_last_good_revision(
+    playguard: Playguard, lab: LabWorld, git_origin: GitOrigin, store: SyncRedis
+) -> None:
+    branch = lab.data["playgrounds"][0]["branch"]
+    cycle(playguard)
+    held_at = checkout_head(git_origin, lab)
+    store.rpush(pins_key("edge-1"), "not a hash")
+    git_origin.commit(branch, {"NOTES": "a new head\n"}, "Move the head")
+
+    cycle(playguard)
+    plan = playguard("plan", "edge-1", timeout=180.0)
+
+    assert checkout_head(git_origin, lab) == held_at
+    assert store.type(pins_key("edge-1")) == b"list"
+    assert f"pins key {pins_key('edge-1')} holds another type than a hash" in plan.stdout
 
 
 def test_a_pinned_playground_that_fails_its_gate_is_reported_and_held_never_rolled_back(

@@ -5,11 +5,13 @@ record when they meet it at once, a wave that times out, and keys this project d
 from __future__ import annotations
 
 import asyncio
-import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
+from structlog.testing import capture_logs
 
 from playguard_async.coordination.keys import (
     ROLLOUTS_KEY,
@@ -28,6 +30,7 @@ from playguard_async.phases.rollout_desk import (
     unfinished_rollouts,
 )
 from playguard_async.phases.rollout_record import Rollout
+from playguard_lab import RedisServer
 from tests.support.daemon import marquee_entry
 
 pytestmark = pytest.mark.integration
@@ -64,11 +67,14 @@ def desk(redis: Redis, world: Inventory, name: str) -> RolloutDesk:
     return RolloutDesk(redis, 2.0, world, world.marquee(name), dry_run=False)
 
 
-async def verdict(redis: Redis, world: Inventory, name: str, *, at: str = OLD) -> Verdict:
+async def verdict(
+    redis: Redis, world: Inventory, name: str, *, at: str = OLD, kept: Rollout | None = None
+) -> Verdict:
     playground = world.playgrounds_on(name)[0]
     policy = world.playspec_of(playground).rollout
     assert policy is not None
-    standing = Standing(has_good=True, good_release=at, has_previous=False, rolls_back=True)
+    standing = Standing(has_good=True, good_release=at, has_previous=False, rolls_back=True,
+                        kept=kept)  # fmt: skip
     return await desk(redis, world, name).verdict(playground, policy, NEW, HEAD, standing)
 
 
@@ -180,20 +186,115 @@ async def test_a_marquee_of_a_past_wave_marks_nothing_while_the_current_wave_mar
 
 @pytest.mark.parametrize(
     "foreign",
-    [("hset", "a", "b"), ("rpush", "x"), ("sadd", "x")],
+    [("hset", "a", "b"), ("rpush", "x"), ("sadd", "x"), ("zadd", {"x": 1})],
 )
-async def test_a_record_key_of_another_type_lets_the_release_through_and_is_left_alone(
-    redis: Redis, foreign: tuple[str, ...]
+async def test_a_record_key_of_another_type_holds_every_marquee_and_is_left_alone(
+    redis: Redis, foreign: tuple[Any, ...]
 ) -> None:
+    """Fails closed: no record this process can trust is no admission, one line names the key."""
     world = inventory()
-    await redis.delete(rollout_key("web@main"))
-    await getattr(redis, foreign[0])(rollout_key("web@main"), *foreign[1:])
+    key = rollout_key("web@main")
+    await getattr(redis, foreign[0])(key, *foreign[1:])
 
-    verdicts = [await verdict(redis, world, name) for name in NAMES]
+    with capture_logs() as logs:
+        verdicts = [await verdict(redis, world, name) for name in NAMES]
 
-    assert all(v.admitted for v in verdicts)
-    assert await redis.type(rollout_key("web@main")) != b"string"
-    assert json.dumps([v.why for v in verdicts]) == json.dumps([""] * len(NAMES))
+    assert not any(v.admitted for v in verdicts)
+    assert all(key in v.why for v in verdicts)
+    assert await redis.type(key) == {"hset": b"hash", "rpush": b"list", "sadd": b"set",
+                                     "zadd": b"zset"}[foreign[0]]  # fmt: skip
+    unreadable = [e for e in logs if e["event"] == "rollout.unreadable"]
+    assert unreadable
+    assert all(e["key"] == key for e in unreadable)
+
+
+async def answering(redis: Redis) -> None:
+    """Once the restarted server answers (the pool's connections to the old one are gone)."""
+    for _ in range(50):
+        try:
+            await redis.ping()
+            return
+        except RedisError:
+            await asyncio.sleep(0.1)
+    raise AssertionError("Redis did not answer after its restart")
+
+
+LOSSES = ["flushall", "restart", "last write lost"]
+"""How Redis forgets: every key, every key with the server, or only the write that decided."""
+
+
+async def decided(redis: Redis, world: Inventory, decision: str) -> tuple[Rollout, Rollout]:
+    """A rollout of NEW opened, its canary verified healthy and baking, then ``decision`` taken
+    (``halted``: the canary failed past the budget; ``aborted``, ``paused`` by an operator;
+    ``running``: none): the record before the decision and the one after it."""
+    opened = await verdict(redis, world, NAMES[0])
+    assert opened.rollout is not None
+    [canary] = [n for n in NAMES if opened.rollout.wave_of(key_of(n)) == 0]
+    told = await desk(redis, world, canary).tell(await verdict(redis, world, canary), True, "")
+    assert told is not None
+    before = await stored(redis)
+    if decision == "running":
+        return before, before
+    if decision == "halted":
+        after = before.with_failure(canary, 0, "broke", before.opened)
+        assert after is not None
+        after = replace(after, status="halted")
+    else:
+        action = {"aborted": "abort", "paused": "pause"}[decision]
+        after = before.by_operator(action, "op", "test", before.opened)
+    after = after.stored_over(before)
+    await redis.set(rollout_key("web@main"), after.encode())
+    return before, after
+
+
+@pytest.mark.parametrize("loss", LOSSES)
+@pytest.mark.parametrize("decision", ["halted", "aborted", "paused", "running"])
+async def test_a_decision_redis_forgot_is_rebuilt_from_its_copy_and_admits_no_one_more(
+    redis: Redis,
+    live_redis_server: RedisServer,
+    decision: str,
+    loss: str,
+) -> None:
+    world = inventory(bake=3600)
+    before, kept = await decided(redis, world, decision)
+    admitted = {n for n in NAMES if kept.admits(key_of(n), at_target=False)}
+    if loss == "flushall":
+        await redis.flushall()
+    elif loss == "restart":
+        live_redis_server.kill()
+        live_redis_server.restart()
+        await answering(redis)
+    else:
+        await redis.set(rollout_key("web@main"), before.encode())
+    if loss != "last write lost" or decision != "running":
+        assert (await redis.get(rollout_key("web@main"))) != kept.encode()
+
+    with capture_logs() as logs:
+        verdicts = await asyncio.gather(*(verdict(redis, world, n, kept=kept) for n in NAMES * 2))
+
+    record = await stored(redis)
+    if kept == before and loss == "last write lost":
+        assert record == kept  # nothing was lost: nothing rebuilt
+        return
+    assert (record.id, record.status, record.wave, record.failed_count) == (
+        kept.id, kept.status, kept.wave, kept.failed_count)  # fmt: skip
+    assert record.seq == kept.seq + 1
+    assert record.events[-1].what == "rebuilt"
+    assert {n for n, v in zip(NAMES * 2, verdicts, strict=True) if v.admitted} == admitted
+    rebuilt = [e for e in logs if e["event"] == "decisions.rebuilt"]
+    assert len(rebuilt) == 1, "one replica writes it back, one line says so"
+    assert (rebuilt[0]["kind"], rebuilt[0]["scope"], rebuilt[0]["status"]) == (
+        "rollout", "web@main", kept.status)  # fmt: skip
+    assert await redis.sismember(ROLLOUTS_KEY, "web@main")
+
+
+async def test_a_copy_older_than_redis_is_not_written_back(redis: Redis) -> None:
+    world = inventory(bake=3600)
+    before, after = await decided(redis, world, "aborted")
+
+    await asyncio.gather(*(verdict(redis, world, n, kept=before) for n in NAMES))
+
+    assert await stored(redis) == after
 
 
 async def test_the_index_of_rollouts_reads_only_scopes_and_a_foreign_type_as_none(

@@ -22,11 +22,13 @@ from typing import Any
 import pytest
 import structlog
 from redis.asyncio import Redis
+from structlog.testing import capture_logs
 
-from playguard_async.coordination.keys import marquee_lock_name, rollout_key
+from playguard_async.coordination.keys import fence_key, marquee_lock_name, rollout_key
 from playguard_async.coordination.lock import TokenLock
 from playguard_async.desired_state.model import Inventory
 from playguard_async.desired_state.rollout_policy import admission_key
+from playguard_async.phases.decision_copies import MEMORY
 from playguard_async.phases.protocol import PhaseContext, PhaseReport
 from playguard_async.phases.pull_images import pull_images
 from playguard_async.phases.reconcile_playgrounds import reconcile_playgrounds
@@ -38,7 +40,7 @@ from playguard_async.remote.ssh import RemoteSession, open_session
 from playguard_lab import DockerDaemon, GitOrigin, RegistryServer, SshServer
 from tests.support.cli import LAB_SETTINGS, Playguard
 from tests.support.daemon import Daemon, DaemonRunner, wait_for
-from tests.support.fencing import journal
+from tests.support.fencing import host_fence, journal
 from tests.support.playgrounds import compose_yaml
 from tests.support.world import LAB_OPTIONS, LabWorld, ssh_marquee
 
@@ -89,9 +91,20 @@ class Fleet:
         return self.origin.commit(self.branch, {"compose.yaml": compose}, message)
 
     def journal(self, marquee: str) -> list[tuple[float, str]]:
-        """What the Marquee's host accepted: (time, action) per line of its journal."""
+        """What the Marquee's host accepted: (time, action) per line of its journal, but the
+        copies of the rollout's record it keeps (``remote.kept``), which change nothing that
+        runs."""
         state = self.workdirs[marquee].with_name(f"{marquee}-state")
-        return [(entry.time, entry.action) for entry in journal(state)]
+        return [
+            (entry.time, entry.action)
+            for entry in journal(state)
+            if not entry.action.startswith("keep a copy of ")
+        ]
+
+    def copies(self, marquee: str) -> int:
+        """How many copies of decisions the Marquee's host was given."""
+        state = self.workdirs[marquee].with_name(f"{marquee}-state")
+        return sum(entry.action.startswith("keep a copy of ") for entry in journal(state))
 
     def updates(self, marquee: str) -> list[float]:
         """When the Marquee's checkout was moved to a new head (the release reaching it)."""
@@ -105,6 +118,13 @@ class Fleet:
         checkout = checkout_dir(target, f"web-{marquee}")
         return subprocess.run(["git", "-C", checkout, "rev-parse", "HEAD"], capture_output=True,
                               text=True, check=True).stdout.strip()  # fmt: skip
+
+    async def fences_caught_up(self) -> None:
+        """Redis's fence counters lifted to what each host accepted, as the engine's
+        ``catch_up_fence`` does after the first write a host refused once Redis forgot."""
+        for name in MARQUEES:
+            held = host_fence(self.workdirs[name].with_name(f"{name}-state"))
+            await self.redis.set(fence_key(marquee_lock_name(name)), held or 0)
 
     async def record(self) -> Rollout | None:
         raw = await self.redis.get(rollout_key(self.scope))
@@ -253,6 +273,46 @@ async def test_a_bad_release_changes_one_marquee_halts_and_rolls_it_back(fleet: 
     assert (after.status, after.wave) == ("halted", 0)
 
 
+@pytest.mark.parametrize("replicas", ["running", "restarted"])
+async def test_a_halted_release_stays_refused_when_redis_forgets_everything(
+    fleet: Fleet, replicas: str
+) -> None:
+    """FLUSHALL after a halt: with the replicas running (their memory) or restarted with it
+    (the hosts' copies), the halt is written back, and no Marquee takes the bad release."""
+    await converged_first(fleet)
+    before = {name: fleet.journal(name) for name in MARQUEES}
+    fleet.release(healthy=False, message="a bad release")
+
+    async def halted() -> bool:
+        record = await fleet.record()
+        return record is not None and record.status == "halted"
+
+    await fleet.until(halted, TWO_REPLICAS, ticks=10)
+    await fleet.tick(TWO_REPLICAS)  # every Marquee reads the halt; its host keeps a copy
+    decided = await fleet.record()
+    assert decided is not None
+    assert all(fleet.copies(name) for name in MARQUEES)
+    await fleet.redis.flushall()
+    await fleet.fences_caught_up()
+    if replicas == "restarted":
+        MEMORY.forget()
+
+    with capture_logs() as logs:
+        for _ in range(3):
+            await fleet.tick(TWO_REPLICAS)
+
+    record = await fleet.record()
+    assert record is not None
+    assert (record.id, record.target, record.status, record.wave) == (
+        decided.id, decided.target, "halted", 0)  # fmt: skip
+    assert [name for name in MARQUEES if fleet.journal(name) != before[name]] == [CANARY]
+    assert {name: fleet.checkout_commit(name) for name in MARQUEES} == dict.fromkeys(
+        MARQUEES, fleet.first
+    )
+    rebuilt = [(e["kind"], e["scope"]) for e in logs if e["event"] == "decisions.rebuilt"]
+    assert rebuilt == [("rollout", fleet.scope)]
+
+
 LEASE = {"tick_interval": 2.0, "lock_ttl": 20.0, "remote_command_timeout": 9.0,
          "docker_api_timeout": 9.0}  # fmt: skip
 """Short leases: a killed replica's lapse within ``lock_ttl``, and the survivor has every
@@ -349,6 +409,21 @@ def rollout_events(playguard: Playguard, marquee: str) -> list[str]:
     return [e["text"] for e in json.loads(why.stdout)["events"] if e["kind"] == "rollout"]
 
 
+async def assert_another_rollout_refused(fleet: Fleet, playguard: Playguard) -> str:
+    """An action naming a rollout that is not the scope's: exit 1 naming both, nothing stored.
+    Returns the id of the scope's rollout."""
+    current = await fleet.record()
+    assert current is not None
+    assert f"[rollout {current.id}]" in playguard("rollout", "show", fleet.scope).stdout
+    other = "0" * 16
+    stale = playguard("rollout", "pause", fleet.scope, "--rollout", other, "--reason", "old")
+    assert stale.returncode == 1
+    assert other in stale.stderr
+    assert f"it is {current.id} now" in stale.stderr
+    assert await fleet.record() == current, "refused: nothing stored"
+    return current.id
+
+
 async def test_operators_pause_promote_and_abort_from_the_command_line(
     fleet: Fleet, playguard: Playguard
 ) -> None:
@@ -362,8 +437,9 @@ async def test_operators_pause_promote_and_abort_from_the_command_line(
         return record is not None and record.commit == head and record.healthy_at is not None
 
     await fleet.until(canary_baking, TWO_REPLICAS, ticks=10)
-    paused = playguard("rollout", "pause", fleet.scope, "--reason", "watching the graphs")
-    again = playguard("rollout", "pause", fleet.scope, "--reason", "twice")
+    meant = ("--rollout", await assert_another_rollout_refused(fleet, playguard))
+    paused = playguard("rollout", "pause", fleet.scope, *meant, "--reason", "watching the graphs")
+    again = playguard("rollout", "pause", fleet.scope, *meant, "--reason", "twice")
     await fleet.tick(TWO_REPLICAS)
 
     assert paused.returncode == 0, paused.stderr
@@ -383,7 +459,7 @@ async def test_operators_pause_promote_and_abort_from_the_command_line(
     assert "this Marquee in wave 1" in described.stdout
     assert f"{fleet.scope}: pause: watching the graphs" in rollout_events(playguard, CANARY)
 
-    promoted = playguard("rollout", "promote", fleet.scope, "--reason", "canary looks fine")
+    promoted = playguard("rollout", "promote", fleet.scope, *meant, "--reason", "looks fine")
     assert promoted.returncode == 0, promoted.stderr
     second = members(record, 1)
 
@@ -391,7 +467,7 @@ async def test_operators_pause_promote_and_abort_from_the_command_line(
         return all(fleet.updates(name) for name in second)
 
     await fleet.until(second_wave_moved, TWO_REPLICAS, ticks=10)
-    aborted = playguard("rollout", "abort", fleet.scope, "--reason", "bad graphs after all")
+    aborted = playguard("rollout", "abort", fleet.scope, *meant, "--reason", "bad graphs")
     await fleet.tick(TWO_REPLICAS)
     await fleet.tick(TWO_REPLICAS)
 
@@ -406,7 +482,7 @@ async def test_operators_pause_promote_and_abort_from_the_command_line(
     unknown = playguard("rollout", "show", "nothing@main")
     assert shown.returncode == 0, shown.stderr
     assert "abort by " in shown.stdout
-    assert "bad graphs after all" in shown.stdout
+    assert "bad graphs" in shown.stdout
     assert "promote by " in shown.stdout
     assert f"{fleet.scope}: aborted, wave 2 of 3" in listed.stdout
     assert unknown.returncode == 1

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import signal
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 from redis import Redis as SyncRedis
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 from structlog.testing import capture_logs
 
 from playguard_async.coordination.keys import (
@@ -21,12 +23,18 @@ from playguard_async.coordination.keys import (
     marquee_lock_key,
     pause_key,
 )
-from playguard_async.coordination.pause import REASON_MAX, Pause, lift_pause, take_pause
+from playguard_async.coordination.pause import (
+    FLEET,
+    REASON_MAX,
+    Pause,
+    lift_pause,
+    take_pause,
+)
 from playguard_async.coordination.records import CycleRecords
 from playguard_async.desired_state.model import Inventory
 from playguard_async.engine.results import Outcome
 from playguard_async.service.notifications import ChangeNotifier
-from playguard_lab import SshServer
+from playguard_lab import RedisServer, SshServer
 from playguard_lab.process import free_port
 from tests.support.cli import EXIT_NOT_OK, LAB_SETTINGS, Playguard, assert_one_line_error
 from tests.support.daemon import marquee_entry, wait_for, witness_lines
@@ -292,6 +300,50 @@ async def test_a_pause_and_its_end_are_told_once_and_a_paused_start_runs_no_phas
     assert [r["outcome"] for r in history] == ["ok", "ok"], "a paused start is not recorded"
     told = [log["transition"] for log in logs if log["event"] == "marquee.transition"]
     assert told == ["paused", "resumed"]
+
+
+async def forgotten(redis: Redis, server: RedisServer, loss: str) -> None:
+    """Redis forgets every key: FLUSHALL, or a restart of a server without persistence."""
+    if loss == "flushall":
+        await redis.flushall()
+        return
+    server.kill()
+    server.restart()
+    for _ in range(50):
+        try:
+            await redis.ping()
+            return
+        except RedisError:
+            await asyncio.sleep(0.1)
+    raise AssertionError("Redis did not answer after its restart")
+
+
+@pytest.mark.parametrize("loss", ["flushall", "restart"])
+@pytest.mark.parametrize("scope", ["m1", FLEET])
+async def test_a_pause_redis_forgot_holds_until_its_end_and_a_lifted_one_stays_lifted(
+    redis: Redis, live_redis_server: RedisServer, scope: str, loss: str
+) -> None:
+    phase = ScriptedPhase("only")
+    harness = EngineHarness(redis, phase, fleet_pause_read_interval=0.001)
+    key = FLEET_PAUSE_KEY if scope == FLEET else pause_key("m1")
+    await take_pause(redis, Pause.taken_now(scope, "incident", 60.0), 2.0)
+    met = await harness.cycle()
+    await forgotten(redis, live_redis_server, loss)
+
+    with capture_logs() as logs:
+        held = [await harness.cycle() for _ in range(3)]
+
+    assert [r.outcome for r in [met, *held]] == [Outcome.PAUSED] * 4
+    assert all(r.reason and "incident" in r.reason for r in held)
+    assert phase.entered == [], "no phase ran"
+    assert 0 < await redis.pttl(key) <= 60_000, "written back until its end, not longer"
+    rebuilt = [log for log in logs if log["event"] == "decisions.rebuilt"]
+    assert [(log["kind"], log["scope"]) for log in rebuilt] == [("pause", scope)]
+
+    await lift_pause(redis, scope, 2.0)
+    resumed = [await harness.cycle() for _ in range(2)]
+    assert [r.outcome for r in resumed] == [Outcome.OK] * 2, "a lifted pause stays lifted"
+    assert await redis.exists(key) == 0
 
 
 def test_describe_says_when_the_next_window_opens(playguard: Playguard) -> None:

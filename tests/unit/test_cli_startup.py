@@ -73,7 +73,7 @@ CYCLE_MACHINERY = (
         ("history", "m1"),
         ("rollout", "list"),
         ("rollout", "show", "web@main"),
-        ("rollout", "pause", "web@main", "--reason", "maintenance"),
+        ("rollout", "pause", "web@main", "--rollout", "0123456789abcdef", "--reason", "x"),
         ("audit", "verify"),
     ],
 )

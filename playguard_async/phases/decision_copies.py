@@ -1,0 +1,174 @@
+"""The fleet's decisions kept outside Redis: what a replica remembers of them and what each host
+keeps (``remote.kept``), so that Redis losing its data never widens a release or lifts a pin.
+
+Every write of a decision carries a sequence number one higher than the one it replaces (a
+rollout's record: ``Rollout.seq``; a Marquee's pins: ``PinsRead.seq``). A copy with a higher
+number than Redis's (or a copy where Redis holds nothing) is one Redis lost: the cycle writes it
+back (compare-and-set over what it read, so of two replicas one does) and says so in one log
+line, ``decisions.rebuilt``. A copy with a lower number is stale and is replaced.
+
+Two copies back Redis:
+
+- this replica's memory: the newest record of each rollout scope and each Marquee's pins it read
+  (``DecisionMemory``), so a FLUSHALL under a running replica is caught at its next cycle of the
+  Marquee, with no host read;
+- each host's: a copy of the records that concern it (its Playgrounds' rollouts, its pins),
+  written when the replica knows the host's copy to be older, so a replica that starts after
+  Redis forgot (or with it) rebuilds from the hosts. A host's copy is read once per process
+  (the first cycle of the Marquee), never in an in-sync cycle after that, and written only when
+  a decision changed: an in-sync cycle costs no host round trip and no Redis command more.
+
+What a copy cannot save: a decision written to Redis and lost before any replica read it (a
+failover in the seconds after an operator's action), as the README's table says.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import structlog
+
+from playguard_async.coordination.pins import PinsRead
+from playguard_async.phases.rollout_record import Rollout
+from playguard_async.remote.kept import keep, read_kept
+from playguard_async.remote.ssh import RemoteSession
+
+log = structlog.get_logger("playguard.decisions")
+
+REMEMBERED = 100_000
+"""Decisions a replica remembers at most; past it, it forgets them all and reads the hosts'
+copies again (one read per Marquee)."""
+
+PINS_COPY = "pins.json"
+"""The host's copy of its Marquee's pins (``{"seq": n, "pins": {playground: pin JSON}}``)."""
+
+
+def rollout_copy(playground: str) -> str:
+    """The host's copy of the rollout record of ``playground``'s scope."""
+    return f"rollout-{playground}.json"
+
+
+@dataclass
+class DecisionMemory:
+    """What one replica knows of the decisions: the newest record of each rollout scope and of
+    each Marquee's pins it saw, and the sequence number of each host's copy (0: none)."""
+
+    rollouts: dict[str, Rollout] = field(default_factory=dict)
+    pins: dict[str, PinsRead] = field(default_factory=dict)
+    on_host: dict[tuple[str, str], int] = field(default_factory=dict)
+
+    def forget(self) -> None:
+        """Forget everything, as a process that starts: the hosts' copies are read again."""
+        self.rollouts.clear()
+        self.pins.clear()
+        self.on_host.clear()
+
+    def _bounded(self) -> None:
+        if len(self.rollouts) + len(self.pins) + len(self.on_host) > REMEMBERED:
+            self.forget()
+
+    def saw_rollout(self, rollout: Rollout | None) -> None:
+        """``rollout`` read or written: remembered when newer than what is."""
+        if rollout is None:
+            return
+        known = self.rollouts.get(rollout.scope)
+        if known is None or rollout.seq > known.seq:
+            self._bounded()
+            self.rollouts[rollout.scope] = rollout
+
+    def saw_pins(self, pins: PinsRead) -> None:
+        known = self.pins.get(pins.marquee)
+        if known is None or pins.seq > known.seq:
+            self._bounded()
+            self.pins[pins.marquee] = pins
+
+
+MEMORY = DecisionMemory()
+"""This process's memory of the decisions (one per replica, as ``rollout_desk``'s parse cache)."""
+
+
+async def kept_rollouts(
+    session: RemoteSession, scopes: Mapping[str, str], memory: DecisionMemory = MEMORY
+) -> dict[str, Rollout]:
+    """Scope -> the newest record known outside Redis, for the scopes of ``scopes``
+    (Playground -> its scope). The host's copies not read yet in this process are read first
+    (one command)."""
+    marquee = session.marquee.name
+    unread = [pg for pg in scopes if (marquee, rollout_copy(pg)) not in memory.on_host]
+    if unread:
+        copies = await read_kept(session, [rollout_copy(pg) for pg in unread])
+        for playground in unread:
+            raw = copies.get(rollout_copy(playground))
+            copy = None if raw is None else Rollout.parse(scopes[playground], raw)
+            memory.on_host[marquee, rollout_copy(playground)] = 0 if copy is None else copy.seq
+            memory.saw_rollout(copy)
+    return {
+        scope: memory.rollouts[scope] for scope in set(scopes.values()) if scope in memory.rollouts
+    }
+
+
+async def keep_rollouts(
+    session: RemoteSession,
+    records: Mapping[str, Rollout],
+    memory: DecisionMemory = MEMORY,
+) -> None:
+    """Remember ``records`` (Playground -> its scope's record as the cycle read or wrote it),
+    and write each to the host where the host's copy is older."""
+    marquee = session.marquee.name
+    for playground, rollout in records.items():
+        memory.saw_rollout(rollout)
+        if rollout.seq > memory.on_host.get((marquee, rollout_copy(playground)), 0):
+            await keep(session, rollout_copy(playground), rollout.encode())
+            if not session.dry_run:
+                memory.on_host[marquee, rollout_copy(playground)] = rollout.seq
+
+
+def encode_pins(pins: PinsRead) -> str:
+    return json.dumps({"seq": pins.seq, "pins": dict(sorted(pins.raw.items()))},
+                      separators=(",", ":"))  # fmt: skip
+
+
+def parse_pins(marquee: str, raw: str) -> PinsRead | None:
+    """A host's copy of its pins, or None (and one log line) when not of the written form."""
+    try:
+        fields = json.loads(raw)
+        seq, pins = fields["seq"], fields["pins"]
+        if (
+            isinstance(seq, int)
+            and not isinstance(seq, bool)
+            and seq >= 0
+            and isinstance(pins, dict)
+            and all(isinstance(k, str) and isinstance(v, str) for k, v in pins.items())
+        ):
+            return PinsRead.of(marquee, seq, pins)
+    except (ValueError, TypeError, KeyError, RecursionError):
+        pass
+    log.warning("decisions.copy_unreadable", marquee=marquee, copy=PINS_COPY, value=raw[:80])
+    return None
+
+
+async def kept_pins(session: RemoteSession, memory: DecisionMemory = MEMORY) -> PinsRead | None:
+    """The newest record of the Marquee's pins known outside Redis (the host's copy is read
+    when this process has not read it yet)."""
+    marquee = session.marquee.name
+    if (marquee, PINS_COPY) not in memory.on_host:
+        raw = (await read_kept(session, [PINS_COPY])).get(PINS_COPY)
+        copy = None if raw is None else parse_pins(marquee, raw)
+        memory.on_host[marquee, PINS_COPY] = 0 if copy is None else copy.seq
+        if copy is not None:
+            memory.saw_pins(copy)
+    return memory.pins.get(marquee)
+
+
+async def keep_pins(
+    session: RemoteSession, pins: PinsRead, memory: DecisionMemory = MEMORY
+) -> None:
+    """Remember ``pins`` and write them to the host where its copy is older."""
+    memory.saw_pins(pins)
+    marquee = session.marquee.name
+    if pins.seq > memory.on_host.get((marquee, PINS_COPY), 0):
+        await keep(session, PINS_COPY, encode_pins(pins))
+        if not session.dry_run:
+            memory.on_host[marquee, PINS_COPY] = pins.seq
