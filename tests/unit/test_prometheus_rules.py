@@ -12,9 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from playguard_async.cycle_record import RolloutFinding
-from playguard_async.engine.results import Outcome
-from playguard_async.service.metrics import Metrics
+from tests.support.metrics import with_every_series
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 RULES = DEPLOY / "prometheus" / "playguard.rules.yml"
@@ -70,29 +68,9 @@ def test_promtool_would_catch_an_alert_that_no_longer_fires(promtool: str, tmp_p
 
 
 def exported_names() -> set[str]:
-    """Every metric and sample name a daemon's registry holds, as the daemon builds it, with the
-    optional PostgreSQL gauges and one of each labelled series that starts empty."""
-    metrics = Metrics(
-        outcomes=[outcome.value for outcome in Outcome], lock_ttl=300.0, marquees_shown=100
-    )
-    metrics.count_in_flight(lambda: 0)
-    metrics.watch_desired_state_loaded(lambda: True)
-    metrics.watch_desired_state(lambda: True, lambda: 1.0, lambda: 0)
-    metrics.watch_event_loop(lambda: 0.0)
-    metrics.watch_spans_lost(lambda: 0, lambda: 0)
-    metrics.watch_redis(lambda: False)
-    metrics.cycle_finished("ok", {"sync_git": 0.1})
-    metrics.rolled_back("web")
-    metrics.marquee_finished("m1", "phase_failed", "failing", 1.0, mode="apply", rolled_back=False)
-    metrics.rollout_seen(
-        "web@main",
-        RolloutFinding(
-            status="halted", wave=1, waves=3, release="r", held=False, failed_here=True,
-            halted_here="max_failures",
-        ),
-    )  # fmt: skip
+    """Every metric and sample name a daemon's registry holds (``with_every_series``)."""
     names = set()
-    for family in metrics.registry.collect():
+    for family in with_every_series().registry.collect():
         names.add(family.name)
         names.update(sample.name for sample in family.samples)
     return names
