@@ -59,7 +59,7 @@ MAX_ATTRIBUTE_LENGTH = 256
 MAX_ACTIONS = 32
 """Actions a span lists at most; beyond them one last item says how many more there were."""
 MAX_ATTRIBUTES = 16
-"""Attributes a span holds at most (the cycle span sets 8): a backstop the SDK enforces."""
+"""Attributes a span holds at most (the cycle span sets 9 at most): a backstop the SDK enforces."""
 
 _NOT_FAILED = frozenset({Outcome.OK, Outcome.LOCKED, Outcome.PAUSED})
 """Outcomes whose cycle span is not marked as an error."""
