@@ -15,6 +15,7 @@ import http.server
 import json
 import re
 import threading
+import urllib.parse
 from pathlib import Path
 from typing import Any, Self
 
@@ -130,13 +131,22 @@ class PrometheusServer(LabServer):
 
     def alerts(self) -> list[dict[str, Any]]:
         """The alerts Prometheus holds now (pending and firing), from its API."""
+        alerts: list[dict[str, Any]] = self._api("/api/v1/alerts")["alerts"]
+        return alerts
+
+    def query(self, expression: str) -> list[dict[str, Any]]:
+        """The series of an instant query of ``expression`` now (empty: none, or false)."""
+        found: list[dict[str, Any]] = self._api(
+            "/api/v1/query?" + urllib.parse.urlencode({"query": expression})
+        )["result"]
+        return found
+
+    def _api(self, path: str) -> dict[str, Any]:
         connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=5.0)
         try:
-            connection.request("GET", "/api/v1/alerts")
-            alerts: list[dict[str, Any]] = json.loads(connection.getresponse().read())["data"][
-                "alerts"
-            ]
-            return alerts
+            connection.request("GET", path)
+            data: dict[str, Any] = json.loads(connection.getresponse().read())["data"]
+            return data
         finally:
             connection.close()
 

@@ -31,7 +31,7 @@ from playguard_async.service.fleet_picture import FleetPicture, Listed
 from playguard_async.service.http_guard import HostRule, HttpGuard
 from playguard_async.service.liveness import Liveness
 from playguard_async.service.loop_health import LoopWatch
-from playguard_async.service.metrics import Metrics
+from playguard_async.service.metrics import GONE_PLAYSPEC, Metrics
 from playguard_async.service.notifications import ChangeNotifier, news_of
 from playguard_async.service.story import steered_story
 from playguard_async.service.systemd import Notifier, report_to_systemd, watchdog_interval
@@ -71,7 +71,7 @@ def rolled_back_playspecs(result: CycleResult, inventory: Inventory | None) -> l
         playground.name: playground.playspec
         for playground in (inventory.playgrounds_on(result.marquee) if inventory else [])
     }
-    return [playspecs.get(name, "-") for name in rolled]
+    return [playspecs.get(name, GONE_PLAYSPEC) for name in rolled]
 
 
 def rollouts_of(result: CycleResult) -> dict[str, RolloutFinding]:
@@ -140,6 +140,7 @@ async def serve(
         export = tracer.export
         metrics.watch_spans_lost(lambda: export.dropped, lambda: export.unexported)
     metrics.watch_desired_state_loaded(lambda: engine.inventory is not None)
+    metrics.follow_desired_state(lambda: engine.inventory)
     metrics.watch_redis(lambda: engine.redis_outage.down)
     source = as_remote(engine.desired_state)
     if source is not None:

@@ -31,7 +31,9 @@ from prometheus_client.registry import Collector
 from playguard_async import __version__
 from playguard_async.coordination.lock import LossReason, ReleaseResult
 from playguard_async.cycle_record import RolloutFinding
+from playguard_async.desired_state.model import Inventory
 from playguard_async.engine.results import CycleResult
+from playguard_async.phases.rollout_desk import scope_of
 from playguard_async.service.loop_health import LAG_WINDOW
 from playguard_async.service.marquee_metrics import MarqueeSeries
 from playguard_async.service.rollout_metrics import RolloutSeries
@@ -45,6 +47,9 @@ PHASE_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 3
 
 TICK_LAG_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0)
 """A healthy tick starts within milliseconds of its grid point; seconds mean a starved loop."""
+
+GONE_PLAYSPEC = "-"
+"""The ``playspec`` label of rollbacks of a Playground no longer in the desired state."""
 
 HEADROOM_SHARES = (0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
 """Lease headroom buckets as shares of the lock's ttl: "how close did a phase come to the lease's
@@ -80,6 +85,13 @@ class Metrics:
             ["playspec"],
             registry=self.registry,
         )
+        self._rolled_back: set[str] = set()
+        """The Playspecs ``rollbacks`` has a series of."""
+        self._desired: Callable[[], Inventory | None] = lambda: None
+        self._desired_names: tuple[Inventory | None, frozenset[str], frozenset[str]] = (
+            None, frozenset(), frozenset(),
+        )  # fmt: skip
+        """The desired state last pruned by, its Playspecs and its rollout scopes."""
         self.rollouts = RolloutSeries(self.registry)
         self.lock_lost = Counter(
             "playguard_lock_lost",
@@ -143,6 +155,25 @@ class Metrics:
             self.lock_lost.labels(reason)
         for result in ReleaseResult:
             self.lock_releases.labels(result.value)
+
+    def follow_desired_state(self, desired: Callable[[], Inventory | None]) -> None:
+        """At every tick, forget the ``playspec`` and ``rollout`` labels the desired state in force
+        (``desired``) no longer has: those labels then number at most what it holds."""
+        self._desired = desired
+
+    def _forget_what_left(self) -> None:
+        inventory = self._desired()
+        if inventory is None:
+            return
+        known, playspecs, scopes = self._desired_names
+        if inventory is not known:  # names computed once per desired state read
+            playspecs = frozenset(playspec.name for playspec in inventory.playspecs)
+            scopes = frozenset(scope_of(playground) for playground in inventory.playgrounds)
+            self._desired_names = (inventory, playspecs, scopes)
+        for gone in self._rolled_back - playspecs - {GONE_PLAYSPEC}:
+            self.rollbacks.remove(gone)
+            self._rolled_back.discard(gone)
+        self.rollouts.keep_only(scopes)
 
     def count_in_flight(self, cycles: Callable[[], int]) -> None:
         """Read the gauge of cycles in flight from ``cycles`` at every scrape."""
@@ -233,6 +264,7 @@ class Metrics:
     def rolled_back(self, playspec: str) -> None:
         """A Playground of ``playspec`` was rolled back to its last good state."""
         self.rollbacks.labels(playspec).inc()
+        self._rolled_back.add(playspec)
 
     def cycle_finished(self, outcome: str, durations: Mapping[str, float]) -> None:
         self.cycles.labels(outcome).inc()
@@ -269,6 +301,7 @@ class Metrics:
         self.replicas.set(replicas)
         self.marquees_assigned.set(len(share))
         self.marquee_series.keep_only(share)
+        self._forget_what_left()
 
     def cycle_started(self, result: CycleResult) -> None:
         pass  # counted as it ends (``cycle_finished``)

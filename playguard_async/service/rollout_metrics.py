@@ -3,14 +3,17 @@ whether it is halted, and the failures this replica's cycles counted.
 
 Labelled by scope (``playspec@branch``), whose number grows with branches: only the
 ``ROLLOUTS_SHOWN`` most recently seen are kept, so a scrape stays bounded; a scope dropped comes
-back at its next cycle. Every replica exports what its own cycles saw: the wave and halt of a
-scope agree across replicas within a tick, and the failures add up across them
+back at its next cycle. A scope no Playground of the desired state has any more (its Playspec
+deleted, its branch changed) is forgotten at the next tick (``keep_only``): a halted rollout's
+gauge goes, and its alert resolves. Every replica exports what its own cycles saw: the wave and
+halt of a scope agree across replicas within a tick, and the failures add up across them
 (``sum by (rollout)``).
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Collection
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
@@ -52,5 +55,14 @@ class RolloutSeries:
             failed.inc()
         while len(self._seen) > ROLLOUTS_SHOWN:
             dropped, _ = self._seen.popitem(last=False)
-            for series in (self.wave, self.halted, self.failed):
-                series.remove(dropped)
+            self._forget(dropped)
+
+    def keep_only(self, scopes: Collection[str]) -> None:
+        """Forget every scope not in ``scopes`` (those of the desired state in force)."""
+        for scope in [scope for scope in self._seen if scope not in scopes]:
+            del self._seen[scope]
+            self._forget(scope)
+
+    def _forget(self, scope: str) -> None:
+        for series in (self.wave, self.halted, self.failed):
+            series.remove(scope)

@@ -1,6 +1,13 @@
-"""The cycles' traces, sent over OTLP/HTTP: one trace per cycle, a span per phase and per lease
-renewal, with the Marquee, fence, outcome and actions as attributes (never a setting, a URL or a
-reason's free text: no secret reaches a span).
+"""The cycles' traces, sent over OTLP/HTTP: one trace per sampled cycle, a span per phase and per
+lease renewal, with the Marquee, fence, outcome and actions as attributes (never a setting, a URL
+or a reason's free text: no secret reaches a span).
+
+A share of the cycles is traced (``trace_sample_ratio``, by trace ID, parent-based so a cycle's
+phases and renewals follow it): a cycle not sampled makes no span beyond its root's no-op and
+carries no trace ID, so no log line or record points at a trace that was never sent. Attributes
+are bounded: every text at ``MAX_ATTRIBUTE_LENGTH`` characters, a list of actions at
+``MAX_ACTIONS`` items, a span at ``MAX_ATTRIBUTES`` attributes (README, Observability, gives the
+arithmetic behind the default ratio).
 
 Imported only when ``otlp_endpoint`` is set (``service.wiring``): without it no OpenTelemetry
 module is loaded and a cycle costs one no-op observer call. The tracer plugs into the engine as
@@ -27,8 +34,9 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 from opentelemetry.trace import Span
 
 from playguard_async.coordination.lock import LossReason, ReleaseResult
@@ -44,6 +52,14 @@ EXPORT_BATCH = 512
 EXPORT_DELAY = 1.0
 """Seconds the first span queued waits for others to fill a batch with: a quiet replica sends one
 request a second at most, not one per span."""
+
+MAX_ATTRIBUTE_LENGTH = 256
+"""Characters a text attribute (an action, a name) keeps at most; a longer one is cut and ends in
+``…``."""
+MAX_ACTIONS = 32
+"""Actions a span lists at most; beyond them one last item says how many more there were."""
+MAX_ATTRIBUTES = 16
+"""Attributes a span holds at most (the cycle span sets 9 at most): a backstop the SDK enforces."""
 
 _NOT_FAILED = frozenset({Outcome.OK, Outcome.LOCKED, Outcome.PAUSED})
 """Outcomes whose cycle span is not marked as an error."""
@@ -156,8 +172,20 @@ class CycleTracer:
         resource = Resource.create(
             {"service.name": "playguard", "service.instance.id": settings.replica_id}
         )
+        # Limits given here, not read from OTEL_* variables; no events or links are made.
+        limits = SpanLimits(
+            max_span_attributes=MAX_ATTRIBUTES,
+            max_span_attribute_length=MAX_ATTRIBUTE_LENGTH,
+            max_events=0,
+            max_links=0,
+        )
         # Shut down by ``close``, not at exit as well (a second shutdown logs a warning).
-        self._provider = TracerProvider(resource=resource, shutdown_on_exit=False)
+        self._provider = TracerProvider(
+            sampler=ParentBased(TraceIdRatioBased(settings.trace_sample_ratio)),
+            resource=resource,
+            span_limits=limits,
+            shutdown_on_exit=False,
+        )
         self._provider.add_span_processor(self.export)
         self._tracer = self._provider.get_tracer("playguard_async")
 
@@ -182,11 +210,14 @@ class CycleTracer:
         span = self._tracer.start_span(
             "cycle",
             attributes={
-                "playguard.marquee": result.marquee,
-                "playguard.cycle": result.cycle_id,
-                "playguard.replica": result.replica,
+                "playguard.marquee": clipped(result.marquee),
+                "playguard.cycle": clipped(result.cycle_id),
+                "playguard.replica": clipped(result.replica),
             },
         )
+        if not span.is_recording():  # not sampled: nothing more to make, no ID to point at
+            _current.set(None)
+            return
         result.trace_id = trace.format_trace_id(span.get_span_context().trace_id)
         _current.set(_CycleSpans(span, trace.set_span_in_context(span)))
 
@@ -230,10 +261,10 @@ class CycleTracer:
             context=spans.context,
             start_time=ended - took,
             attributes={
-                "playguard.marquee": result.marquee,
-                "playguard.phase": phase,
+                "playguard.marquee": clipped(result.marquee),
+                "playguard.phase": clipped(phase),
                 "playguard.fence": result.fence or 0,
-                "playguard.actions": result.actions.get(phase, []),
+                "playguard.actions": bounded_actions(result.actions.get(phase, [])),
             },
         )
         if result.phase == phase and result.outcome not in _NOT_FAILED:
@@ -252,11 +283,11 @@ class CycleTracer:
                 "playguard.outcome": result.outcome.value,
                 "playguard.fence": result.fence or 0,
                 "playguard.dry_run": result.dry_run,
-                "playguard.actions": _all_actions(result.actions.items()),
+                "playguard.actions": bounded_actions(_all_actions(result.actions.items())),
             }
         )
         if result.phase is not None:
-            cycle.set_attribute("playguard.phase", result.phase)
+            cycle.set_attribute("playguard.phase", clipped(result.phase))
         if result.outcome not in _NOT_FAILED:
             cycle.set_status(trace.StatusCode.ERROR)
         cycle.end()
@@ -264,3 +295,20 @@ class CycleTracer:
 
 def _all_actions(by_phase: Collection[tuple[str, Sequence[str]]]) -> list[str]:
     return [f"{phase}: {action}" for phase, actions in by_phase for action in actions]
+
+
+def clipped(text: str) -> str:
+    """``text`` within ``MAX_ATTRIBUTE_LENGTH`` characters: cut, ending in ``…``, if longer
+    (here rather than by the SDK, which would log a warning for each)."""
+    if len(text) <= MAX_ATTRIBUTE_LENGTH:
+        return text
+    return text[: MAX_ATTRIBUTE_LENGTH - 1] + "…"
+
+
+def bounded_actions(actions: Sequence[str]) -> list[str]:
+    """At most ``MAX_ACTIONS`` items, each ``clipped``: the first ``MAX_ACTIONS - 1`` actions and
+    then ``… N more`` when there are more than ``MAX_ACTIONS``."""
+    if len(actions) <= MAX_ACTIONS:
+        return [clipped(action) for action in actions]
+    kept = MAX_ACTIONS - 1
+    return [*(clipped(action) for action in actions[:kept]), f"… {len(actions) - kept} more"]

@@ -583,6 +583,15 @@ class LogSettings(BaseModel):
         description="Finished spans waiting for export at most; while the endpoint is down or "
         "slow, further spans are dropped and counted, never waited for.",
     )
+    trace_sample_ratio: float = Field(
+        0.1,
+        ge=0.0,
+        le=1.0,
+        allow_inf_nan=False,
+        description="Share of cycles traced, 0 to 1, chosen by trace ID (a cycle's phases and "
+        "renewals follow it); the default keeps a 10,000-Marquee replica's spans within "
+        "trace_queue_size while one export takes otlp_timeout.",
+    )
 
     @field_validator("otlp_endpoint")
     @classmethod

@@ -118,6 +118,7 @@ def test_every_line_is_json_with_the_trace_collector_down(daemons: DaemonRunner)
         otlp_endpoint=f"http://127.0.0.1:{free_port()}/v1/traces",
         otlp_timeout=0.5,
         trace_queue_size=4,
+        trace_sample_ratio=1.0,
     )
     try:
         wait_for(

@@ -31,9 +31,9 @@ from playguard_async.cycle_record import trace_of
 from playguard_async.engine.observer import Unobserved
 from playguard_async.engine.results import Outcome
 from playguard_async.operator.display import print_story
-from playguard_async.phases.protocol import PhaseContext
+from playguard_async.phases.protocol import Phase, PhaseContext, PhaseReport
 from playguard_async.service.story import steered_story
-from playguard_async.service.tracing import CycleTracer
+from playguard_async.service.tracing import MAX_ACTIONS, MAX_ATTRIBUTE_LENGTH, CycleTracer
 from playguard_lab import free_port
 from tests.support.engine import EngineHarness, ScriptedPhase, settings_for
 from tests.support.web_view import picture_of, serving, view_of
@@ -90,9 +90,11 @@ async def receiver() -> AsyncIterator[Receiver]:
 
 
 def traced(
-    redis: Redis, endpoint: str, *phases: ScriptedPhase, marquees: int = 1, **settings: Any
+    redis: Redis, endpoint: str, *phases: Phase, marquees: int = 1, **settings: Any
 ) -> tuple[EngineHarness, CycleTracer]:
-    """An engine whose cycles are traced as ``build_engine`` wires it, recording its cycles."""
+    """An engine whose cycles are traced as ``build_engine`` wires it, recording its cycles;
+    every cycle is traced unless ``trace_sample_ratio`` says otherwise."""
+    settings = {"trace_sample_ratio": 1.0, **settings}
     settings |= {"otlp_endpoint": endpoint, "otlp_headers": f"x-api-key={HEADER_SECRET}"}
     tracer = CycleTracer(settings_for(**settings), Unobserved())
     records = CycleRecords(redis, history_length=5, timeout=1.0)
@@ -247,3 +249,77 @@ async def test_a_lost_renewal_is_a_failed_span_saying_why(redis: Redis, receiver
     assert attributes(renewal)["playguard.lease.lost"] == "stolen"
     assert renewal.status.code == by_name["cycle"].status.code != 0
     assert attributes(by_name["cycle"])["playguard.outcome"] == "lock_lost"
+
+
+async def test_only_sampled_cycles_are_traced_and_whole(redis: Redis, receiver: Receiver) -> None:
+    harness, tracer = traced(redis, receiver.url, ScriptedPhase("first"), marquees=24,
+                             trace_sample_ratio=0.5)  # fmt: skip
+    results = [await harness.cycle(f"m{number}") for number in range(1, 25)]
+    await tracer.close()
+    assert [result.outcome for result in results] == [Outcome.OK] * 24
+    sampled = {result.trace_id for result in results if result.trace_id is not None}
+    assert 0 < len(sampled) < 24, "a ratio of 0.5 traces some cycles, not all (p < 1e-6)"
+    # Each sampled cycle whole (cycle, phase, renewal), nothing of the others.
+    by_trace: dict[str, list[str]] = {}
+    for span in receiver.spans:
+        by_trace.setdefault(span.trace_id.hex(), []).append(span.name)
+    assert by_trace.keys() == sampled
+    whole = ["cycle", "lease.renew", "phase first"]
+    assert all(sorted(names) == whole for names in by_trace.values())
+    # A cycle not traced points at no trace: not in its record, not on its log lines.
+    assert harness.records is not None
+    for result in results:
+        record = await harness.records.last(result.marquee)
+        assert record is not None
+        assert trace_of(record) == result.trace_id
+
+
+@pytest.mark.parametrize("ratio", [0.0, 1.0])
+async def test_a_ratio_of_none_or_all_traces_none_or_all(
+    redis: Redis, receiver: Receiver, ratio: float
+) -> None:
+    harness, tracer = traced(redis, receiver.url, ScriptedPhase("first"), marquees=3,
+                             trace_sample_ratio=ratio)  # fmt: skip
+    with capture_logs(processors=[structlog.contextvars.merge_contextvars]) as logged:
+        results = [await harness.cycle(f"m{number}") for number in (1, 2, 3)]
+    await tracer.close()
+    assert [result.outcome for result in results] == [Outcome.OK] * 3
+    assert len(receiver.spans) == 3 * 3 * ratio
+    assert all((result.trace_id is not None) is bool(ratio) for result in results)
+    assert all(("trace" in line) is bool(ratio) for line in logged), logged
+    assert tracer.export.dropped == tracer.export.unexported == 0
+
+
+class ManyActions:
+    """A phase reporting ``count`` actions of ``length`` characters (a long compose diff)."""
+
+    name = "many"
+
+    def __init__(self, count: int, length: int) -> None:
+        self.count, self.length = count, length
+
+    async def __call__(self, ctx: PhaseContext) -> PhaseReport:
+        return PhaseReport(actions=[f"{n:04d}".ljust(self.length, "x") for n in range(self.count)])
+
+
+@pytest.mark.parametrize(
+    ("count", "length"), [(1, 10_000), (MAX_ACTIONS, MAX_ATTRIBUTE_LENGTH), (500, 40), (300, 1_000)]
+)
+async def test_span_attributes_are_bounded_in_count_and_length(
+    redis: Redis, receiver: Receiver, count: int, length: int
+) -> None:
+    harness, tracer = traced(redis, receiver.url, ManyActions(count, length))
+    result = await harness.cycle()
+    await tracer.close()
+    assert result.outcome is Outcome.OK
+    assert len(result.actions["many"]) == count, "the cycle's own record keeps every action"
+    for span in receiver.spans:
+        shown = attributes(span)
+        assert len(shown) <= 16
+        actions = shown.get("playguard.actions", [])
+        assert len(actions) <= MAX_ACTIONS
+        assert all(len(action) <= MAX_ATTRIBUTE_LENGTH for action in actions)
+        if span.name != "lease.renew":
+            assert len(actions) == min(count, MAX_ACTIONS)
+            if count > MAX_ACTIONS:
+                assert actions[-1] == f"… {count - MAX_ACTIONS + 1} more"

@@ -12,9 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from playguard_async.cycle_record import RolloutFinding
-from playguard_async.engine.results import Outcome
-from playguard_async.service.metrics import Metrics
+from tests.support.metrics import with_every_series
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 RULES = DEPLOY / "prometheus" / "playguard.rules.yml"
@@ -70,29 +68,9 @@ def test_promtool_would_catch_an_alert_that_no_longer_fires(promtool: str, tmp_p
 
 
 def exported_names() -> set[str]:
-    """Every metric and sample name a daemon's registry holds, as the daemon builds it, with the
-    optional PostgreSQL gauges and one of each labelled series that starts empty."""
-    metrics = Metrics(
-        outcomes=[outcome.value for outcome in Outcome], lock_ttl=300.0, marquees_shown=100
-    )
-    metrics.count_in_flight(lambda: 0)
-    metrics.watch_desired_state_loaded(lambda: True)
-    metrics.watch_desired_state(lambda: True, lambda: 1.0, lambda: 0)
-    metrics.watch_event_loop(lambda: 0.0)
-    metrics.watch_spans_lost(lambda: 0, lambda: 0)
-    metrics.watch_redis(lambda: False)
-    metrics.cycle_finished("ok", {"sync_git": 0.1})
-    metrics.rolled_back("web")
-    metrics.marquee_finished("m1", "phase_failed", "failing", 1.0, mode="apply", rolled_back=False)
-    metrics.rollout_seen(
-        "web@main",
-        RolloutFinding(
-            status="halted", wave=1, waves=3, release="r", held=False, failed_here=True,
-            halted_here="max_failures",
-        ),
-    )  # fmt: skip
+    """Every metric and sample name a daemon's registry holds (``with_every_series``)."""
     names = set()
-    for family in metrics.registry.collect():
+    for family in with_every_series().registry.collect():
         names.add(family.name)
         names.update(sample.name for sample in family.samples)
     return names
@@ -172,21 +150,34 @@ def test_each_severity_the_rules_use_is_routed(amtool: str, severity: str, recei
 
 
 def test_every_alert_an_inhibition_names_is_a_rule_and_carries_its_equal_labels() -> None:
-    """An inhibition naming an alert that does not exist, or comparing a label its alerts do not
-    carry, silences nothing, silently."""
+    """An inhibition naming an alert that does not exist, or comparing a label its source keeps
+    and a target drops (or the other way: Alertmanager compares a missing label as empty),
+    silences nothing, silently."""
     config = yaml.safe_load(ALERTMANAGER.read_text(encoding="utf-8"))
     alerts = alerts_by_name()
     for inhibition in config["inhibit_rules"]:
+        named: list[str] = []
         for matcher in [*inhibition["source_matchers"], *inhibition["target_matchers"]]:
             names = re.fullmatch(r'alertname=~?"([^"]+)"', matcher)
             assert names is not None, matcher
-            for name in names[1].split("|"):
-                assert name in alerts, f"{name} in {matcher}"
-                expr = str(alerts[name]["expr"])
-                for label in inhibition["equal"]:
-                    kept = (
-                        label == "job"
-                        or re.search(rf"\bby \([^)]*\b{label}\b", expr)
-                        or ("by (" not in expr and "absent(" not in expr)
-                    )
-                    assert kept, f"{name} drops {label}, which {inhibition} compares"
+            named.extend(names[1].split("|"))
+        for name in named:
+            assert name in alerts, f"{name} in {inhibition}"
+        for label in inhibition["equal"]:
+            kept = {name: carries(str(alerts[name]["expr"]), label) for name in named}
+            assert all(kept.values()), f"{label} dropped by some of {kept}: {inhibition}"
+
+
+def carries(expr: str, label: str) -> bool:
+    """Whether the series of ``expr`` keep ``label`` of what they aggregate (a recorded series
+    as its recording rule made it)."""
+    groups = yaml.safe_load(RULES.read_text(encoding="utf-8"))["groups"]
+    recorded = {rule["record"]: rule["expr"] for group in groups for rule in group["rules"]
+                if "record" in rule}  # fmt: skip
+    for name, recording in recorded.items():
+        if re.search(rf"(?<![\w:]){re.escape(name)}(?![\w:])", expr):
+            expr = expr.replace(name, f"({recording})")
+    if "absent(" in expr:
+        return False
+    aggregations = re.findall(r"\bby \(([^)]*)\)", expr)
+    return all(re.search(rf"\b{label}\b", kept) for kept in aggregations)
