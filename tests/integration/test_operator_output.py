@@ -5,8 +5,11 @@ its collector down included (README "Observability", "Configuration reference").
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
+import socket
+from collections.abc import Iterator
 from typing import Any, NamedTuple
 from urllib.parse import quote
 
@@ -110,12 +113,33 @@ def test_a_marker_token_in_any_url_reaches_no_output_and_no_redis_value(
             assert shown not in text, f"{place}: the token is in {where}:\n{text}"
 
 
-def test_every_line_is_json_with_the_trace_collector_down(daemons: DaemonRunner) -> None:
+@contextlib.contextmanager
+def collector(state: str) -> Iterator[int]:
+    """A port where the trace collector is ``down`` (nothing listens) or ``silent`` (the kernel
+    accepts connections into a backlog nobody takes from: every export waits out its timeout)."""
+    if state == "down":
+        yield free_port()
+        return
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(64)
+        yield listener.getsockname()[1]
+
+
+@pytest.mark.parametrize("state", ["down", "silent"])
+def test_every_line_is_json_with_the_trace_collector_down_or_silent(
+    daemons: DaemonRunner, state: str
+) -> None:
     daemons.write_inventory(["m1", "m2"])
+    with collector(state) as port:
+        every_line_json_while_tracing_to(daemons, port)
+
+
+def every_line_json_while_tracing_to(daemons: DaemonRunner, port: int) -> None:
     daemon = daemons.start(
         "traced",
         tick_interval=1.0,
-        otlp_endpoint=f"http://127.0.0.1:{free_port()}/v1/traces",
+        otlp_endpoint=f"http://127.0.0.1:{port}/v1/traces",
         otlp_timeout=0.5,
         trace_queue_size=4,
         trace_sample_ratio=1.0,
