@@ -398,7 +398,7 @@ async def test_a_snapshot_names_the_change_log_it_saw_and_reads_on_when_it_may_n
     unreadable = await read_snapshot(daemons_role)
 
     assert newest is not None
-    assert (seen.last_change, narrow_seen) == (newest, newest)
+    assert (seen.last_change, narrow_seen) == ({"change": newest}, {"change": newest})
     assert [row["name"] for row in rows["marquees"]] == ["edge-0"]
     assert unreadable.last_change is None
     assert unreadable.rows == seen.rows, "the rest of the snapshot read as before"

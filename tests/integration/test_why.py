@@ -31,6 +31,7 @@ from playguard_async.coordination.keys import (
 )
 from playguard_async.desired_state.postgres.schema import migrate
 from playguard_async.desired_state.postgres.transfer import import_inventory
+from playguard_async.remote.journal import STARTED
 from playguard_lab import GitOrigin
 from tests.support.browser import cell_texts, chromium
 from tests.support.cli import LAB_SETTINGS, Playguard
@@ -104,6 +105,12 @@ def test_why_joins_a_cycle_with_its_host_writes_and_keeps_them_after_redis_is_fl
     assert told["playground_wanted"] is False
     assert "playground web-gone is not in the desired state now" in text
 
+    journal_file(lab).write_text("", encoding="utf-8")  # emptied by a hand on the host
+    status, told, text = why(playguard)
+    assert status == 1, "a journal cut after --since is an incomplete source"
+    assert (told["host_read"], told["journal_cut"], told["journal_begins"]) == (True, True, None)
+    assert "host journal holds no write and no mark of its start" in text
+
 
 def test_hostile_text_is_bounded_and_inert_and_an_unreachable_host_is_said(
     playguard: Playguard, lab: LabWorld, store: SyncRedis
@@ -111,6 +118,8 @@ def test_hostile_text_is_bounded_and_inert_and_an_unreachable_host_is_said(
     hostile = "\x1b]0;owned\x07\x1b[2J<script>alert(1)</script>" + "A" * 100_000
     journal = journal_file(lab)
     journal.parent.mkdir(parents=True, exist_ok=True)
+    if not journal.exists():  # as the guard makes one: whole since its start
+        journal.write_text(f"{STARTED}{time.time() - 60:.6f}\n", encoding="utf-8")
     with journal.open("a", encoding="utf-8") as appended:
         appended.write(f"9 {time.time():.6f} cycle=abc123 {hostile}\n")
     now = time.time()

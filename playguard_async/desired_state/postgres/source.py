@@ -31,7 +31,7 @@ import asyncpg
 import structlog
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
-from playguard_async.cycle_record import CycleRecord
+from playguard_async.cycle_record import UNSEEN_KEPT, CycleRecord, DesiredVersion
 from playguard_async.desired_state.model import (
     REFERENCES,
     AgentChat,
@@ -206,8 +206,8 @@ class Snapshot:
     """The columns read of each relation (those of ``broken`` ones: their keys)."""
     elsewhere: tuple[MarqueeListing, ...] = ()
     """Read for a share: the Marquees outside it, listed (their rows not read)."""
-    last_change: int | None = None
-    """The highest change-log id the transaction saw (None: no change log, or empty)."""
+    last_change: DesiredVersion | None = None
+    """The change log as the transaction saw it (None: no change log, or empty)."""
 
 
 class MappingUnreadable(DatabaseError):
@@ -367,7 +367,7 @@ async def _read_once(
     list[asyncpg.Record],
     dict[str, list[str]],
     tuple[MarqueeListing, ...],
-    int | None,
+    DesiredVersion | None,
 ]:
     async with connection.transaction(isolation="repeatable_read", readonly=True):
         catalog = await connection.fetch(CATALOG_QUERY, schema, [*CATALOGUED, CHANGE_LOG])
@@ -538,13 +538,13 @@ async def read_marquees(
     columns: Mapping[str, Sequence[str]],
     *,
     max_bytes: int | None = None,
-) -> tuple[Rows, int | None]:
+) -> tuple[Rows, DesiredVersion | None]:
     """The rows that concern the Marquees ``names`` alone, from one REPEATABLE READ READ ONLY
     transaction: theirs, their steering, their playgrounds and those playgrounds' chats, and the
     playspecs and registries those refer to (``Table.concerning``), read by ``columns`` (a
-    whole snapshot's); and the change log's highest id in that transaction. What is read refers
-    to nothing outside it, so it validates as an inventory of its own: each Marquee in it as
-    consistent as in a whole snapshot. Bounded by ``max_bytes`` as a whole read is.
+    whole snapshot's); and the change log's version in that transaction (``_last_change``).
+    What is read refers to nothing outside it, so it validates as an inventory of its own: each
+    Marquee in it as consistent as in a whole snapshot. Bounded by ``max_bytes`` as a whole read is.
 
     The catalog is checked as a whole read checks it: ``NarrowReadRefused`` when a relation
     is wrong or its columns are no longer ``columns`` (a view redefined since), so that only a
@@ -576,18 +576,41 @@ async def read_marquees(
     return rows, last_change
 
 
+_LAST_CHANGE = """
+SELECT high, ARRAY(
+    SELECT g FROM generate_series(
+        greatest(high - $1, (SELECT min(id) FROM {changes} WHERE id > high - $1)), high - 1) AS g
+    WHERE NOT EXISTS (SELECT FROM {changes} WHERE id = g)
+    ORDER BY g DESC LIMIT $2) AS unseen
+FROM (SELECT max(id) AS high FROM {changes}) AS top
+"""
+"""The highest id the snapshot sees, and the ids below it (among the ``$1`` before it, above
+the lowest one kept: a prune's cut is no gap) it does not: a transaction that took its id
+before the highest's and had not committed (or rolled back). Ids are taken under a chain's
+lock, so one chain's rise with their commits; two chains' need not. ``$1`` index probes."""
+
+UNSEEN_WINDOW = 1000
+"""Ids below the highest that each read looks through for unseen ones."""
+
+
 async def _last_change(
     connection: asyncpg.Connection, schema: str, catalog: Sequence[asyncpg.Record]
-) -> int | None:
-    """The change log's highest id in the transaction's snapshot; None without a change log
-    (before migration 0009), with an empty one, or one the role may not read (the catalog
-    query says so: a refused SELECT would end the snapshot's transaction)."""
+) -> DesiredVersion | None:
+    """The version of the change log the transaction's snapshot read: its highest id and the
+    ids below it not seen (``cycle_record.DesiredVersion``); None without a change log (before
+    migration 0009), with an empty one, or one the role may not read (the catalog query says
+    so: a refused SELECT would end the snapshot's transaction)."""
     if not any(row["relation"] == CHANGE_LOG and row["readable"] for row in catalog):
         return None
-    found: int | None = await connection.fetchval(
-        f"SELECT max(id) FROM {qualified(schema, CHANGE_LOG)}"
+    row = await connection.fetchrow(
+        _LAST_CHANGE.format(changes=qualified(schema, CHANGE_LOG)), UNSEEN_WINDOW, UNSEEN_KEPT
     )
-    return found
+    if row is None or row["high"] is None:
+        return None
+    version: DesiredVersion = {"change": row["high"]}
+    if row["unseen"]:
+        version["unseen"] = sorted(row["unseen"])
+    return version
 
 
 @dataclass
@@ -927,8 +950,7 @@ class PostgresDesiredState:
         # The listing of other shares is no part of the rows the memo compares: an unchanged
         # share with a changed listing gives the same inventory, listing the others anew.
         validated.inventory._elsewhere = snapshot.elsewhere
-        last = snapshot.last_change
-        validated.inventory._version = None if last is None else {"change": last}
+        validated.inventory._version = snapshot.last_change
         self._last = validated.inventory
         self._columns = None if snapshot.broken else snapshot.columns
         self.last_snapshot_at = time.monotonic()
@@ -966,10 +988,10 @@ class PostgresDesiredState:
                          error=redacted(f"{type(exc).__name__}: {exc}", None)[:300])  # fmt: skip
                 return None
             inventory = validate_snapshot(rows, RowMemo(models=self._memo.models)).inventory
-            inventory._version = None if last_change is None else {"change": last_change}
+            inventory._version = last_change
             return inventory
 
-    async def _read_narrow(self, names: Sequence[str]) -> tuple[Rows, int | None]:
+    async def _read_narrow(self, names: Sequence[str]) -> tuple[Rows, DesiredVersion | None]:
         assert self._columns is not None
         if self._connection is None or self._connection.is_closed():
             self._connection = await connect(self.address, self._password, timeout=self._timeout)
