@@ -357,14 +357,20 @@ async def _change_events(
 
 
 def change_event(entry: ChangeEntry) -> Event:
-    """A change-log entry as an event: ``relation key columns changed by actor``."""
-    what = "inserted" if entry.operation == "INSERT" else "deleted"
+    """A change-log entry as an event: ``relation key columns changed``, by its actor as
+    claimed and the role that made it (``ChangeEntry.who``)."""
+    what = {
+        "INSERT": "inserted",
+        "DELETE": "deleted",
+        "TRUNCATE": "truncated (every row)",
+        "PRUNE": "entries cut up to the anchor (seq, hash)",
+    }.get(entry.operation, "?")
     if entry.operation == "UPDATE":
         what = f"{', '.join(entry.columns) or 'nothing'} changed"
     key = "?" if entry.key is None else entry.key
     text = f"change {entry.change_id}: {entry.relation} {key}: {what}"
-    return Event(entry.at, "change", bounded(text), bounded(entry.actor, 200),
-                 change_id=entry.change_id)  # fmt: skip
+    who = replace(entry, actor=bounded(entry.actor, 200)).who()
+    return Event(entry.at, "change", bounded(text), bounded(who), change_id=entry.change_id)
 
 
 def version_events(records: Sequence[StoredRecord]) -> list[Event]:

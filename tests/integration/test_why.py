@@ -215,13 +215,14 @@ async def _alice_moves_web_main(
     return moved
 
 
-def _alices_change_in_the_cli(playguard: Playguard, moved: dict[str, Any]) -> None:
-    """``why edge-1 web-main`` names alice's change of the row, the cycle that included it, its
-    replica and fence, and the write the host accepted."""
+def _alices_change_in_the_cli(playguard: Playguard, moved: dict[str, Any], who: str) -> None:
+    """``why edge-1 web-main`` names alice's change of the row (``who``: her claim and the role
+    that wrote it), the cycle that included it, its replica and fence, and the write the host
+    accepted."""
     status, told, text = why(playguard, "web-main")
 
     assert status == 0, text
-    change = _one(told["events"], kind="change", by="alice")
+    change = _one(told["events"], kind="change", by=who)
     assert change["text"].endswith(": playguard.playgrounds web-main: branch changed")
     assert change["included_in"] == moved["cycle"]
     including = _one(told["events"], kind="cycle", cycle=moved["cycle"])
@@ -230,11 +231,11 @@ def _alices_change_in_the_cli(playguard: Playguard, moved: dict[str, Any]) -> No
     assert including["version"].startswith("change log up to id ")
     updates = [w for w in including["writes"] if w["action"].startswith("update playground")]
     assert [w["cycle"] for w in updates] == [moved["cycle"]]
-    assert f"alice: {change['text']}  [in cycle {moved['cycle']}]" in text
+    assert f"{who}: {change['text']}  [in cycle {moved['cycle']}]" in text
 
 
 def _alices_change_in_the_browser(
-    browser: webdriver.Chrome, base: str, moved: dict[str, Any], shots: Path
+    browser: webdriver.Chrome, base: str, moved: dict[str, Any], who: str, shots: Path
 ) -> None:
     """From the Marquee's page, its link and its form (no script needed): the timeline of
     web-main shows alice's change joined to the cycle, its replica and fence, and the write the
@@ -258,7 +259,7 @@ def _alices_change_in_the_browser(
         if "playground=web-main" not in browser.current_url:
             return None
         changes = cell_texts(browser, 'li[data-kind="change"]')
-        return [text for text in changes if "alice: change " in text] or None
+        return [text for text in changes if f"{who}: change " in text] or None
 
     (change,) = wait_for(alices, timeout=20, what="alice's change on the form's answer")
     assert "playguard.playgrounds web-main: branch changed" in change
@@ -314,6 +315,7 @@ async def test_why_follows_a_row_changed_by_alice_to_the_hosts_write_then_a_paus
 ) -> None:  # fmt: skip
     chromium_path = require_binary("chromium", "chromium")
     driver_path = require_binary("chromedriver", "chromium-driver")
+    who = f"alice (claimed) as role {postgres.server.user}"
     connection = await postgres.connect()
     try:
         settings = await _desired_state_in(postgres, connection, playguard, lab, tmp_path)
@@ -323,11 +325,11 @@ async def test_why_follows_a_row_changed_by_alice_to_the_hosts_write_then_a_paus
         ):
             moved = await _alice_moves_web_main(daemon, connection, git_origin, busybox_image,
                                                 store)  # fmt: skip
-            _alices_change_in_the_browser(browser, base, moved, tmp_path)
+            _alices_change_in_the_browser(browser, base, moved, who, tmp_path)
             await _hostile_actor_and_action(connection, store)
             _hostile_text_in_the_browser(browser, base, tmp_path)
 
-        _alices_change_in_the_cli(playguard, moved)
+        _alices_change_in_the_cli(playguard, moved, who)
 
         paused = playguard("pause", "edge-1", "--reason", "<b>disk</b> full, investigating")
         assert paused.returncode == 0, paused.stderr
@@ -346,6 +348,7 @@ async def test_why_follows_a_row_changed_by_alice_to_the_hosts_write_then_a_paus
         assert "@" in pause["by"]
         drift = _one(told["events"], kind="cycle", cycle=fixed["cycle"])
         assert any("web-main" in cause and "missing" in cause for cause in drift["causes"])
+        assert drift["includes"] == [], "a drift fixed after alice's change was read includes none"
         assert any(
             w["action"].startswith("compose up playground web-main") for w in drift["writes"]
         )

@@ -54,7 +54,7 @@ async def timeline_of(
     connection: asyncpg.Connection, records: list[dict[str, Any]]
 ) -> tuple[dict[str, Event], dict[str, Event]]:
     """edge-0's timeline from ``records`` and its change log: the cycles by id and the changes
-    by actor."""
+    by their claimed actor."""
     changes = [change_event(e) for e in await read_changes(connection, "playguard", "edge-0",
                                                            since=0.0)]  # fmt: skip
     kept: list[StoredRecord] = list(records)
@@ -63,7 +63,7 @@ async def timeline_of(
     assert lines, "the timeline reads as text"
     return (
         {e.cycle_id: e for e in events if e.kind == "cycle" and e.cycle_id is not None},
-        {e.by: e for e in events if e.kind == "change"},
+        {e.by.split(" (claimed)")[0]: e for e in events if e.kind == "change"},
     )
 
 

@@ -26,7 +26,18 @@ FLEET_CHAIN = "*"
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _FETCH_ROWS = 1000
-_COLUMNS = "id, at, relation, key, columns, operation, actor, marquees, chain, seq, prev_hash, hash"
+_COLUMNS = (
+    "id, at, relation, key, columns, operation, actor, marquees, chain, seq, prev_hash, hash, "
+    "session_role, acting_role"
+)
+
+PRUNE = "PRUNE"
+"""The operation of the entry a prune appends to each chain it cuts; its key names the anchor it
+leaves (``anchor_key``)."""
+
+ROLES_MIGRATION = 10
+"""The migration that made prunes entries of their chains: an anchor cut before it was applied
+is named by no entry, and is trusted as before."""
 
 
 def _field(value: str | None) -> str:
@@ -39,13 +50,22 @@ def _listed(values: Sequence[str | None]) -> str:
 
 def canonical(entry: Mapping[str, Any]) -> str:
     """The text an entry's hash covers besides the previous hash (the SQL function
-    ``playguard_change_canonical``)."""
+    ``playguard_change_canonical_roles``: 0009's text, then the roles when the entry has them;
+    an entry made before migration 0010 has none and hashes as it did)."""
     micros = (entry["at"] - _EPOCH) // timedelta(microseconds=1)
-    return (
+    text = (
         f"{entry['id']}|{micros}|{_field(entry['relation'])}{_field(entry['key'])}"
         f"{_listed(entry['columns'])}{_field(entry['operation'])}{_field(entry['actor'])}"
         f"{_listed(entry['marquees'])}{_field(entry['chain'])}{entry['seq']}"
     )
+    if entry.get("session_role") is None:
+        return text
+    return f"{text}|{_field(entry['session_role'])}{_field(entry.get('acting_role'))}"
+
+
+def anchor_key(seq: int, hash_: str) -> str:
+    """The key of a prune's entry: the anchor it leaves, ``<seq> <hash>``."""
+    return f"{seq} {hash_}"
 
 
 def entry_hash(prev_hash: str, entry: Mapping[str, Any]) -> str:
@@ -96,6 +116,14 @@ class _ChainCursor:
     seq: int
     hash: str
     change_id: int | None
+    named: bool = True
+    """Whether an entry of the chain names this anchor (a prune's), or it needs none (no anchor,
+    or one cut before prunes were entries)."""
+    anchor_seq: int = field(init=False)
+    anchor_hash: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.anchor_seq, self.anchor_hash = self.seq, self.hash
 
     def follow(self, entry: Mapping[str, Any]) -> None:
         self.seq, self.hash, self.change_id = entry["seq"], entry["hash"], entry["id"]
@@ -105,13 +133,16 @@ async def verify_changes(
     connection: asyncpg.Connection, schema: str = DEFAULT_SCHEMA, *, limit: int = 100
 ) -> Verification:
     """Walk every chain of ``changes`` in one REPEATABLE READ snapshot, from each chain's newest
-    retention anchor (else its start)."""
+    retention anchor (else its start). An anchor counts only when an entry of its chain (the
+    prune's) names it; one cut before migration 0010 was applied needs none."""
     found = Verification(limit)
     async with connection.transaction(isolation="repeatable_read", readonly=True):
         anchors = {
-            row["chain"]: _ChainCursor(row["seq"], row["hash"], None)
+            row["chain"]: _ChainCursor(row["seq"], row["hash"], None, row["legacy"])
             for row in await connection.fetch(
-                f"SELECT DISTINCT ON (chain) chain, seq, hash "
+                f"SELECT DISTINCT ON (chain) chain, seq, hash, cut_at < coalesce(("
+                f"SELECT applied_at FROM {qualified(schema, 'schema_version')} "
+                f"WHERE version = {ROLES_MIGRATION}), 'infinity') AS legacy "
                 f"FROM {qualified(schema, 'change_anchors')} ORDER BY chain, seq DESC"
             )
         }
@@ -122,12 +153,39 @@ async def verify_changes(
         ):
             found.entries += 1
             if current is None or current[0] != row["chain"]:
+                _unnamed_anchor(current, found)
                 found.chains += 1
-                current = (row["chain"], anchors.get(row["chain"]) or _ChainCursor(0, "", None))
-            for problem in _problems(row, current[1]):
+                current = (row["chain"], anchors.pop(row["chain"], None)
+                           or _ChainCursor(0, "", None))  # fmt: skip
+            cursor = current[1]
+            if row["operation"] == PRUNE and row["key"] == anchor_key(
+                cursor.anchor_seq, cursor.anchor_hash
+            ):
+                cursor.named = True  # fmt: skip
+            for problem in _problems(row, cursor):
                 found.add(problem)
-            current[1].follow(row)
+            cursor.follow(row)
+        _unnamed_anchor(current, found)
+        for chain, anchor in sorted(anchors.items()):  # anchors of chains with no entry left
+            if anchor.named:
+                continue  # cut whole before prunes were entries
+            found.add(ChainProblem(chain, anchor.seq + 1, None, "every entry after the anchor "
+                                   f"at seq {anchor.seq} is missing"))  # fmt: skip
     return found
+
+
+def _unnamed_anchor(current: tuple[str, _ChainCursor] | None, found: Verification) -> None:
+    """A problem when the chain just walked started from an anchor no entry of it names."""
+    if current is not None and not current[1].named:
+        chain, cursor = current
+        found.add(
+            ChainProblem(
+                chain,
+                cursor.anchor_seq,
+                None,
+                f"the anchor at seq {cursor.anchor_seq} is named by no prune entry of the chain",
+            )
+        )
 
 
 def _problems(row: Mapping[str, Any], before: _ChainCursor) -> Iterator[ChainProblem]:
@@ -152,10 +210,12 @@ async def prune_changes(
     connection: asyncpg.Connection, schema: str = DEFAULT_SCHEMA, *, older_than: timedelta
 ) -> dict[str, int]:
     """Cut each chain's entries older than ``older_than``, in one transaction, recording the
-    last entry cut as the chain's anchor so the first one kept still verifies; returns the
-    entries cut per chain. Each chain is locked as the trigger locks it, so an entry appended
-    meanwhile follows the anchor. Needs DELETE on ``changes`` and INSERT on ``change_anchors``,
-    which the daemon's role does not hold (README: "Why did this change?")."""
+    last entry cut as the chain's anchor so the first one kept still verifies, and appending to
+    the chain an entry of the cut (``PRUNE``, its key the anchor's ``anchor_key``: verify trusts
+    no anchor its chain does not name); returns the entries cut per chain. Each chain is locked
+    as the trigger locks it, so an entry appended meanwhile follows the anchor. Needs INSERT and
+    DELETE on ``changes`` and INSERT on ``change_anchors``: the audit's owner's, not the
+    daemon's (README: "Why did this change?")."""
     changes, anchors = qualified(schema, "changes"), qualified(schema, "change_anchors")
     cut: dict[str, int] = {}
     async with connection.transaction():
@@ -169,12 +229,21 @@ async def prune_changes(
             await connection.execute(
                 f"SELECT {qualified(schema, 'playguard_lock_chain')}($1)", chain
             )
-            await connection.execute(
+            anchor = await connection.fetchrow(
                 f"INSERT INTO {anchors} (chain, seq, hash) "
-                f"SELECT chain, seq, hash FROM {changes} WHERE chain = $1 AND seq = $2",
+                f"SELECT chain, seq, hash FROM {changes} WHERE chain = $1 AND seq = $2 "
+                "RETURNING seq, hash",
                 chain,
                 seq,
             )
+            if anchor is None:  # another prune, holding the lock first, cut it
+                continue
+            await connection.execute(
+                f"SELECT {qualified(schema, 'playguard_append_change')}"
+                "($1, $2, $3, '{}', $4, current_user::text)",
+                f"{schema}.changes", anchor_key(anchor["seq"], anchor["hash"]), PRUNE,
+                [] if chain == FLEET_CHAIN else [chain],
+            )  # fmt: skip
             deleted = await connection.execute(
                 f"DELETE FROM {changes} WHERE chain = $1 AND seq <= $2", chain, seq
             )

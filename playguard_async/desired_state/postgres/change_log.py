@@ -25,7 +25,8 @@ CHANGES_SHOWN = 200
 """Entries ``why`` reads at most: the newest, when more fall within ``--since``."""
 
 _READ = """
-SELECT id, extract(epoch FROM at)::float8 AS at, relation, key, columns, operation, actor
+SELECT id, extract(epoch FROM at)::float8 AS at, relation, key, columns, operation, actor,
+       {roles}
 FROM {changes}
 WHERE marquees @> ARRAY[$1::text] AND at >= to_timestamp($2)
   AND ($3::text[] IS NULL OR key = ANY ($3))
@@ -33,13 +34,23 @@ ORDER BY id DESC
 LIMIT $4
 """
 """The GIN index on ``marquees`` finds the Marquee's entries (its chain's and the fleet chain's
-that name it); ``$3`` narrows to rows keyed by a Playground (or its Marquee), when asked."""
+that name it); ``$3`` narrows to rows keyed by a Playground (or its Marquee), when asked. A log
+of before migration 0010 has no roles: ``{roles}`` is then NULLs."""
+
+_ROLES = "session_role, acting_role"
+_HAS_ROLES = """
+SELECT EXISTS (SELECT FROM information_schema.columns
+               WHERE table_schema = $1 AND table_name = 'changes' AND column_name = 'session_role')
+"""
+_NO_ROLES = "NULL::text AS session_role, NULL::text AS acting_role"
 
 
 @dataclass(frozen=True)
 class ChangeEntry:
     """One entry of the change log: ``relation``'s row ``key`` had ``columns`` changed
-    (``operation``) by ``actor`` in a transaction of time ``at`` (Unix seconds)."""
+    (``operation``) by ``actor`` (a claim) logged in as ``session_role`` (acting as
+    ``acting_role`` when it differs) in a transaction of time ``at`` (Unix seconds). Roles are
+    None in entries made before migration 0010."""
 
     change_id: int
     at: float
@@ -48,6 +59,18 @@ class ChangeEntry:
     columns: tuple[str, ...]
     operation: str
     actor: str
+    session_role: str | None = None
+    acting_role: str | None = None
+
+    def who(self) -> str:
+        """Who made it, the claim told from the fact: ``cto@example.com (claimed) as role app``,
+        ``role app`` when nothing else was claimed, the actor alone for an entry of before."""
+        if self.session_role is None:
+            return self.actor
+        role = f"role {self.session_role}"
+        if self.acting_role is not None:
+            role += f" (acting as {self.acting_role})"
+        return role if self.actor == self.session_role else f"{self.actor} (claimed) as {role}"
 
 
 async def read_changes(
@@ -62,8 +85,10 @@ async def read_changes(
     """The entries concerning ``marquee`` from ``since``, keyed by one of ``keys`` (all when
     None): the newest ``limit``, oldest first, read in a read-only transaction."""
     async with connection.transaction(readonly=True):
+        with_roles = await connection.fetchval(_HAS_ROLES, schema)
         rows = await connection.fetch(
-            _READ.format(changes=qualified(schema, "changes")),
+            _READ.format(changes=qualified(schema, "changes"),
+                         roles=_ROLES if with_roles else _NO_ROLES),
             marquee, since, None if keys is None else list(keys), limit,
         )  # fmt: skip
     return [
@@ -75,6 +100,8 @@ async def read_changes(
             tuple(row["columns"]),
             row["operation"],
             row["actor"],
+            row["session_role"],
+            row["acting_role"],
         )
         for row in reversed(rows)
     ]
