@@ -128,7 +128,8 @@ async def test_verify_passes_an_untouched_log(
     await _moved_by(fleet, "alice", "feature/a")
     done = playguard_with(postgres, "audit", "verify")
     assert (done.returncode, done.stderr) == (0, "")
-    assert done.stdout.startswith("intact: "), done.stdout
+    assert done.stdout.splitlines()[-1].startswith("intact: "), done.stdout
+    assert done.stdout.splitlines()[-2].startswith("no checkpoints (audit_checkpoint_file unset)")
 
 
 async def _tampered(fleet: asyncpg.Connection) -> int:
@@ -149,7 +150,7 @@ async def test_verify_names_an_entry_changed_by_a_superuser(
     assert done.stdout.splitlines()[0].startswith(f"changes id {changed} (chain 'edge-0', seq ")
     assert "hash mismatch: the entry was changed" in done.stdout.splitlines()[0]
     assert done.stdout.splitlines()[-1].startswith("NOT intact: ")
-    assert len(done.stdout.splitlines()) == 2, done.stdout
+    assert len(done.stdout.splitlines()) == 3, done.stdout
 
 
 async def test_verify_names_an_entry_deleted_as_missing(
@@ -175,7 +176,7 @@ async def test_verify_bounds_its_output_when_every_entry_is_changed(
     done = playguard_with(postgres, "audit", "verify", "--limit", "3")
     assert done.returncode == 1
     lines = done.stdout.splitlines()
-    assert len(lines) == 5
+    assert len(lines) == 6
     assert lines[3] == f"... and {total - 3} more problems"
 
 

@@ -19,6 +19,11 @@ from typing import Any
 
 import asyncpg
 
+from playguard_async.desired_state.postgres.audit_checkpoint import (
+    CheckpointLog,
+    passed_ids,
+    unchecked_heads,
+)
 from playguard_async.desired_state.postgres.connection import DEFAULT_SCHEMA, qualified
 
 FLEET_CHAIN = "*"
@@ -111,7 +116,8 @@ class Verification:
 
 @dataclass
 class _ChainCursor:
-    """Where the walk is in one chain: the seq and hash the next entry must follow."""
+    """Where the walk is in one chain: the seq and hash the next entry must follow, and the
+    chain's checkpointed head (``seq, hash, when``) until the walk meets it."""
 
     seq: int
     hash: str
@@ -119,6 +125,9 @@ class _ChainCursor:
     named: bool = True
     """Whether an entry of the chain names this anchor (a prune's), or it needs none (no anchor,
     or one cut before prunes were entries)."""
+    checkpoint: tuple[int, str, float] | None = None
+    passed: int = 0
+    """The seq of the checkpointed head, kept after it is met: entries after it are new."""
     anchor_seq: int = field(init=False)
     anchor_hash: str = field(init=False)
 
@@ -130,12 +139,21 @@ class _ChainCursor:
 
 
 async def verify_changes(
-    connection: asyncpg.Connection, schema: str = DEFAULT_SCHEMA, *, limit: int = 100
+    connection: asyncpg.Connection,
+    schema: str = DEFAULT_SCHEMA,
+    *,
+    limit: int = 100,
+    checkpoints: CheckpointLog | None = None,
 ) -> Verification:
     """Walk every chain of ``changes`` in one REPEATABLE READ snapshot, from each chain's newest
     retention anchor (else its start). An anchor counts only when an entry of its chain (the
-    prune's) names it; one cut before migration 0010 was applied needs none."""
+    prune's) names it; one cut before migration 0010 was applied needs none. With
+    ``checkpoints`` each chain must still hold its checkpointed head, with that hash (unless a
+    named anchor cut past it), and hold no entry after it with an id the newest checkpoint had
+    passed without seeing."""
     found = Verification(limit)
+    log = checkpoints or CheckpointLog()
+    high, pending = passed_ids(log.newest)
     async with connection.transaction(isolation="repeatable_read", readonly=True):
         anchors = {
             row["chain"]: _ChainCursor(row["seq"], row["hash"], None, row["legacy"])
@@ -146,6 +164,8 @@ async def verify_changes(
                 f"FROM {qualified(schema, 'change_anchors')} ORDER BY chain, seq DESC"
             )
         }
+        named = {chain: (anchor.seq, anchor.named) for chain, anchor in anchors.items()}
+        walked: list[str] = []
         current: tuple[str, _ChainCursor] | None = None
         async for row in connection.cursor(
             f"SELECT {_COLUMNS} FROM {qualified(schema, 'changes')} ORDER BY chain, seq",
@@ -153,10 +173,13 @@ async def verify_changes(
         ):
             found.entries += 1
             if current is None or current[0] != row["chain"]:
-                _unnamed_anchor(current, found)
+                _chain_end(current, found, named)
                 found.chains += 1
-                current = (row["chain"], anchors.pop(row["chain"], None)
-                           or _ChainCursor(0, "", None))  # fmt: skip
+                walked.append(row["chain"])
+                cursor = anchors.pop(row["chain"], None) or _ChainCursor(0, "", None)
+                cursor.checkpoint = log.heads.get(row["chain"])
+                cursor.passed = 0 if cursor.checkpoint is None else cursor.checkpoint[0]
+                current = (row["chain"], cursor)
             cursor = current[1]
             if row["operation"] == PRUNE and row["key"] == anchor_key(
                 cursor.anchor_seq, cursor.anchor_hash
@@ -164,20 +187,53 @@ async def verify_changes(
                 cursor.named = True  # fmt: skip
             for problem in _problems(row, cursor):
                 found.add(problem)
+            for problem in _against_checkpoint(row, cursor, high, pending):
+                found.add(problem)
             cursor.follow(row)
-        _unnamed_anchor(current, found)
+        _chain_end(current, found, named)
         for chain, anchor in sorted(anchors.items()):  # anchors of chains with no entry left
             if anchor.named:
                 continue  # cut whole before prunes were entries
             found.add(ChainProblem(chain, anchor.seq + 1, None, "every entry after the anchor "
                                    f"at seq {anchor.seq} is missing"))  # fmt: skip
+    for chain, seq, at in unchecked_heads(log, walked, named):
+        found.add(ChainProblem(chain, seq, None, f"the chain, checkpointed at seq {seq} on "
+                               f"{_when(at)}, is missing whole"))  # fmt: skip
     return found
 
 
-def _unnamed_anchor(current: tuple[str, _ChainCursor] | None, found: Verification) -> None:
-    """A problem when the chain just walked started from an anchor no entry of it names."""
-    if current is not None and not current[1].named:
-        chain, cursor = current
+def _against_checkpoint(
+    row: Mapping[str, Any], cursor: _ChainCursor, high: int, pending: frozenset[int]
+) -> Iterator[ChainProblem]:
+    """What the checkpoints say of ``row``: its hash, if it is its chain's checkpointed head;
+    a forgery, if it comes after that head with an id the newest checkpoint had passed."""
+    chain, seq, change_id = row["chain"], row["seq"], row["id"]
+    head = cursor.checkpoint
+    if head is not None and seq == head[0]:
+        cursor.checkpoint = None
+        if row["hash"] != head[1]:
+            yield ChainProblem(chain, seq, change_id, "not the entry checkpointed on "
+                               f"{_when(head[2])}: the chain up to it was rewritten")  # fmt: skip
+    if seq > cursor.passed and change_id <= high and change_id not in pending:
+        yield ChainProblem(chain, seq, change_id, "appended after the newest checkpoint with an "
+                           f"id (<= {high}) that checkpoint had passed: forged")  # fmt: skip
+
+
+def _when(at: float) -> str:
+    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _chain_end(
+    current: tuple[str, _ChainCursor] | None,
+    found: Verification,
+    named: Mapping[str, tuple[int, bool]],
+) -> None:
+    """The problems a chain just walked leaves at its end: an anchor no entry of it names; a
+    checkpointed head it no longer holds, which no named anchor at or past it explains."""
+    if current is None:
+        return
+    chain, cursor = current
+    if not cursor.named:
         found.add(
             ChainProblem(
                 chain,
@@ -186,6 +242,11 @@ def _unnamed_anchor(current: tuple[str, _ChainCursor] | None, found: Verificatio
                 f"the anchor at seq {cursor.anchor_seq} is named by no prune entry of the chain",
             )
         )
+    head = cursor.checkpoint
+    anchor = named.get(chain)
+    if head is not None and not (anchor is not None and anchor[0] >= head[0] and cursor.named):
+        found.add(ChainProblem(chain, head[0], None, f"seq {head[0]}, checkpointed on "
+                               f"{_when(head[2])}, is missing: cut from the chain"))  # fmt: skip
 
 
 def _problems(row: Mapping[str, Any], before: _ChainCursor) -> Iterator[ChainProblem]:

@@ -48,6 +48,7 @@ from playguard_async.desired_state.model import (
     _reason,
     _shown_value,
 )
+from playguard_async.desired_state.postgres.audit_checkpoint import CheckpointWriter
 from playguard_async.desired_state.postgres.connection import (
     DEFAULT_SCHEMA,
     DatabaseError,
@@ -874,9 +875,11 @@ class PostgresDesiredState:
         observed: ObservedStateWriter | None = None,
         schema: str = DEFAULT_SCHEMA,
         probe_interval: float = LISTENER_PROBE_INTERVAL,
+        checkpoints: CheckpointWriter | None = None,
     ) -> None:
         self.address = address
         self.schema = schema
+        self._checkpoints = checkpoints
         self._observed = observed
         self._probe_interval = probe_interval
         self._password = password
@@ -1049,9 +1052,12 @@ class PostgresDesiredState:
     async def _read(self) -> Snapshot:
         if self._connection is None or self._connection.is_closed():
             self._connection = await connect(self.address, self._password, timeout=self._timeout)
-        return await read_snapshot(
+        snapshot = await read_snapshot(
             self._connection, self.schema, max_bytes=self._max_bytes, share=self._share
         )
+        if self._checkpoints is not None:  # once a tick: each tick reads the whole snapshot
+            await self._checkpoints.take(self._connection, self.schema)
+        return snapshot
 
     def _why(self, exc: BaseException) -> str:
         if isinstance(exc, DatabaseError):
