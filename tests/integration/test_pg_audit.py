@@ -23,7 +23,7 @@ from playguard_async.desired_state.postgres.audit_chain import (
 )
 from playguard_async.desired_state.postgres.change_log import read_changes
 from playguard_async.desired_state.postgres.schema import migrate
-from playguard_async.desired_state.postgres.source import read_marquees, read_snapshot
+from playguard_async.desired_state.postgres.snapshot import read_marquees, read_snapshot
 from playguard_async.desired_state.postgres.transfer import import_inventory
 from playguard_async.operator.why import change_event
 from tests.support.app_database import AppFleet, create_app, limited_role, literal

@@ -14,7 +14,7 @@ import pytest
 
 from playguard_async.cycle_record import DesiredVersion, StoredRecord
 from playguard_async.desired_state.postgres.change_log import read_changes
-from playguard_async.desired_state.postgres.source import read_snapshot
+from playguard_async.desired_state.postgres.snapshot import read_snapshot
 from playguard_async.operator.display import timeline_lines
 from playguard_async.operator.why import Event, Sources, Timeline, change_event, joined
 from tests.support.postgres import LabDatabase

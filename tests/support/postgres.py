@@ -13,8 +13,8 @@ from pathlib import Path
 
 import asyncpg
 
+from playguard_async.desired_state.postgres.notify import NOTIFY_CHANNEL
 from playguard_async.desired_state.postgres.schema import migrate
-from playguard_async.desired_state.postgres.source import NOTIFY_CHANNEL
 from playguard_async.desired_state.postgres.transfer import import_inventory
 from playguard_lab import PostgresServer, free_port
 from tests.support.daemon import PLAYGUARD, REPO_ROOT
