@@ -35,6 +35,7 @@ from typing import Any
 import asyncpg
 import structlog
 
+from playguard_async.desired_state.postgres.change_log import log_version
 from playguard_async.desired_state.postgres.connection import qualified
 
 log = structlog.get_logger("playguard.audit")
@@ -44,19 +45,10 @@ KEY_MAX_BYTES = 4096
 LINE_MAX = 64 * 1024 * 1024
 """Bytes of one checkpoint line at most (the heads of every chain a fleet-wide import made)."""
 
-UNSEEN_WINDOW = 1000
 UNSEEN_KEPT = 1000
-"""Ids below a checkpoint's highest that it looks through for, and keeps as, not yet seen: the
-next checkpoint reads those again, so a long transaction's entries are checkpointed too."""
+"""Ids below a checkpoint's highest it keeps as not yet seen (of ``change_log.UNSEEN_WINDOW``):
+the next checkpoint reads those again, so a long transaction's entries are checkpointed too."""
 
-_VERSION = """
-SELECT high, ARRAY(
-    SELECT g FROM generate_series(
-        greatest(high - $1, (SELECT min(id) FROM {changes} WHERE id > high - $1)), high - 1) AS g
-    WHERE NOT EXISTS (SELECT FROM {changes} WHERE id = g)
-    ORDER BY g DESC LIMIT $2) AS unseen
-FROM (SELECT coalesce(max(id), 0) AS high FROM {changes}) AS top
-"""
 _NEW_HEADS = """
 SELECT DISTINCT ON (chain) chain, seq, hash FROM {changes}
 WHERE (id > $1 OR id = ANY ($2::bigint[])) AND id <= $3
@@ -229,14 +221,12 @@ async def take_checkpoint(
         await _locked(descriptor)
         last = _last(path, descriptor, key)
         async with connection.transaction(isolation="repeatable_read", readonly=True):
-            version = await connection.fetchrow(_VERSION.format(changes=changes), UNSEEN_WINDOW,
-                                                UNSEEN_KEPT)  # fmt: skip
-            assert version is not None  # an aggregate always returns its row
+            high, unseen = await log_version(connection, schema, kept=UNSEEN_KEPT)
             rows = await connection.fetch(
                 _NEW_HEADS.format(changes=changes), 0 if last is None else last.high,
-                [] if last is None else list(last.unseen), version["high"],
+                [] if last is None else list(last.unseen), high or 0,
             )  # fmt: skip
-        checkpoint = Checkpoint(time.time(), version["high"], tuple(version["unseen"]),
+        checkpoint = Checkpoint(time.time(), high or 0, tuple(unseen),
                                 {row["chain"]: (row["seq"], row["hash"]) for row in rows},
                                 "" if last is None else last.mac)  # fmt: skip
         signed = replace(checkpoint, mac=_mac(key, checkpoint.body()))

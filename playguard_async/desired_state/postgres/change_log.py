@@ -1,5 +1,6 @@
-"""Reading the change log (migration 0009's ``changes``) for ``playguard why``: one Marquee's
-entries since a time, newest ``limit`` of them, in one bounded read-only statement.
+"""Reading the change log (migration 0009's ``changes``): for ``playguard why``, one Marquee's
+entries since a time, newest ``limit`` of them, in one bounded read-only statement; for a
+snapshot and a checkpoint, the log's version their transaction sees (``log_version``).
 
 The entries are the triggers' (``playguard_record_change``): names, never values. What is read
 is outside input all the same (the actor is whatever the application set): the reader of a
@@ -20,6 +21,36 @@ from playguard_async.desired_state.postgres.connection import (
     connect,
     qualified,
 )
+
+_VERSION = """
+SELECT high, ARRAY(
+    SELECT g FROM generate_series(
+        greatest(high - $1, (SELECT min(id) FROM {changes} WHERE id > high - $1)), high - 1) AS g
+    WHERE NOT EXISTS (SELECT FROM {changes} WHERE id = g)
+    ORDER BY g DESC LIMIT $2) AS unseen
+FROM (SELECT max(id) AS high FROM {changes}) AS top
+"""
+"""The highest id the snapshot sees, and the ids below it (among the ``$1`` before it, above
+the lowest one kept: a prune's cut is no gap) it does not: a transaction that took its id
+before the highest's and had not committed (or rolled back). Ids are taken under a chain's
+lock, so one chain's rise with their commits; two chains' need not. ``$1`` index probes."""
+
+UNSEEN_WINDOW = 1000
+"""Ids below the highest that a version looks through for unseen ones."""
+
+
+async def log_version(
+    connection: asyncpg.Connection, schema: str, *, kept: int
+) -> tuple[int | None, list[int]]:
+    """The highest id the transaction's snapshot sees (None: an empty log) and, ascending, the
+    highest ``kept`` ids below it that it does not (among ``UNSEEN_WINDOW``)."""
+    row = await connection.fetchrow(
+        _VERSION.format(changes=qualified(schema, "changes")), UNSEEN_WINDOW, kept
+    )
+    if row is None or row["high"] is None:
+        return None, []
+    return row["high"], sorted(row["unseen"])
+
 
 CHANGES_SHOWN = 200
 """Entries ``why`` reads at most: the newest, when more fall within ``--since``."""

@@ -80,7 +80,7 @@ class Table:
         """The bytes ``select`` of ``columns`` would give, as text: what the server measures
         before a row is sent (compressed values counted as they arrive, decompressed)."""
         quoted = ", ".join(f'"{column}"' for column in columns)
-        return _measured(f"SELECT {quoted} FROM {self._rows(schema, narrow)}")
+        return measured(f"SELECT {quoted} FROM {self._rows(schema, narrow)}")
 
     def _rows(self, schema: str, narrow: bool) -> str:
         relation = qualified(schema, self.name)
@@ -155,31 +155,31 @@ Broken = Mapping[str, Sequence[str]]
 snapshot hold the key columns only."""
 
 
-class _ReadFailed(Exception):
+class ReadFailed(Exception):
     def __init__(self, table: str, line: str) -> None:
         super().__init__(line)
         self.table, self.line = table, line
 
     @classmethod
-    def of(cls, schema: str, table: str, exc: BaseException) -> _ReadFailed:
+    def of(cls, schema: str, table: str, exc: BaseException) -> ReadFailed:
         """A relation whose view raised ``exc`` when read."""
         why = redacted(error_text(exc), None)
         return cls(table, f"{schema}.{table}: cannot be read: {why}")
 
 
-_VIEW_ERROR_CLASSES = frozenset({"21", "22", "23", "2F", "38", "39", "42", "0A", "P0"})
+VIEW_ERROR_CLASSES = frozenset({"21", "22", "23", "2F", "38", "39", "42", "0A", "P0"})
 """SQLSTATE classes a view's own definition raises when read (cardinality, data exception,
 constraint, routine exceptions, access rule or privilege, unsupported feature, PL/pgSQL RAISE);
 others (connection, shutdown, resources) are the database's state, retried as an outage."""
 
 
-def _view_error(exc: BaseException) -> bool:
+def view_error(exc: BaseException) -> bool:
     if isinstance(exc, asyncpg.InvalidCachedStatementError | asyncpg.OutdatedSchemaCacheError):
         return False  # our prepared plan is stale, not the view wrong: ``read_snapshot`` retries
     sqlstate = getattr(exc, "sqlstate", None) or ""
-    return isinstance(exc, asyncpg.PostgresError) and sqlstate[:2] in _VIEW_ERROR_CLASSES
+    return isinstance(exc, asyncpg.PostgresError) and sqlstate[:2] in VIEW_ERROR_CLASSES
 
 
-def _measured(query: str) -> str:
+def measured(query: str) -> str:
     """The bytes ``query``'s rows are as text, as the server measures them before sending."""
     return f"SELECT coalesce(sum(octet_length(rows::text)), 0)::bigint FROM ({query}) AS rows"

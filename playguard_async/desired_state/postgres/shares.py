@@ -19,9 +19,9 @@ from playguard_async.desired_state.postgres.connection import (
 )
 from playguard_async.desired_state.postgres.relations import (
     STEERING,
-    _measured,
-    _ReadFailed,
-    _view_error,
+    ReadFailed,
+    measured,
+    view_error,
 )
 
 log = structlog.get_logger("playguard.desired_state")
@@ -55,7 +55,7 @@ def _cohorts(schema: str) -> str:
     )
 
 
-async def _read_listing(
+async def read_listing(
     connection: asyncpg.Connection,
     schema: str,
     present: Mapping[str, set[str]],
@@ -72,12 +72,12 @@ async def _read_listing(
 
     async def fetched(query: str, relation: str) -> list[asyncpg.Record]:
         try:
-            await measure(_measured(query))
+            await measure(measured(query))
             rows: list[asyncpg.Record] = await connection.fetch(query)
         except Exception as exc:
-            if not _view_error(exc):
+            if not view_error(exc):
                 raise
-            raise _ReadFailed.of(schema, relation, exc) from None
+            raise ReadFailed.of(schema, relation, exc) from None
         return rows
 
     listing = await fetched(_listing(schema, present), "marquees")

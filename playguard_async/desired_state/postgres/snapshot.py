@@ -16,6 +16,7 @@ from playguard_async.desired_state.model import (
     MarqueeListing,
     _collector_paused,
 )
+from playguard_async.desired_state.postgres.change_log import log_version
 from playguard_async.desired_state.postgres.connection import (
     DEFAULT_SCHEMA,
     DatabaseError,
@@ -38,12 +39,12 @@ from playguard_async.desired_state.postgres.relations import (
     STEERING_DEFAULTS,
     TABLES,
     Broken,
+    ReadFailed,
     Rows,
     Table,
-    _ReadFailed,
-    _view_error,
+    view_error,
 )
-from playguard_async.desired_state.postgres.shares import _read_listing
+from playguard_async.desired_state.postgres.shares import read_listing
 
 log = structlog.get_logger("playguard.desired_state")
 
@@ -118,7 +119,7 @@ async def read_snapshot(
             records, broken, steering, columns, elsewhere, last_change = await _read_once(
                 connection, schema, failed, max_bytes, share
             )
-        except _ReadFailed as exc:
+        except ReadFailed as exc:
             failed[exc.table] = [exc.line]
             continue
         except (asyncpg.InvalidCachedStatementError, asyncpg.OutdatedSchemaCacheError):
@@ -184,7 +185,7 @@ async def _read_once(
             # A playgrounds relation that is wrong takes every Marquee with Playgrounds out of
             # its owner's snapshot, hence out of every cohort: the others are listed with none.
             cohorts = not (failed.get("playgrounds") or "playgrounds" in checks)
-            names, elsewhere = await _read_listing(
+            names, elsewhere = await read_listing(
                 connection, schema, present, share, measure, cohorts=cohorts
             )
 
@@ -206,9 +207,9 @@ async def _read_once(
                     columns = table.columns_in(present.get(table.name, set()))
                     records.append(await fetch(table, columns))
                 except Exception as exc:
-                    if not _view_error(exc):
+                    if not view_error(exc):
                         raise
-                    raise _ReadFailed.of(schema, table.name, exc) from None
+                    raise ReadFailed.of(schema, table.name, exc) from None
                 continue
             broken[table.name] = problems
             if check is not None and not check.keys_readable:
@@ -217,7 +218,7 @@ async def _read_once(
             try:
                 records.append(await fetch(table, table.keys))
             except Exception as exc:
-                if not _view_error(exc):
+                if not view_error(exc):
                     raise
                 why = redacted(error_text(exc), None)
                 raise MappingUnreadable(
@@ -274,23 +275,6 @@ async def read_marquees(
     return rows, last_change
 
 
-_LAST_CHANGE = """
-SELECT high, ARRAY(
-    SELECT g FROM generate_series(
-        greatest(high - $1, (SELECT min(id) FROM {changes} WHERE id > high - $1)), high - 1) AS g
-    WHERE NOT EXISTS (SELECT FROM {changes} WHERE id = g)
-    ORDER BY g DESC LIMIT $2) AS unseen
-FROM (SELECT max(id) AS high FROM {changes}) AS top
-"""
-"""The highest id the snapshot sees, and the ids below it (among the ``$1`` before it, above
-the lowest one kept: a prune's cut is no gap) it does not: a transaction that took its id
-before the highest's and had not committed (or rolled back). Ids are taken under a chain's
-lock, so one chain's rise with their commits; two chains' need not. ``$1`` index probes."""
-
-UNSEEN_WINDOW = 1000
-"""Ids below the highest that each read looks through for unseen ones."""
-
-
 async def _last_change(
     connection: asyncpg.Connection, schema: str, catalog: Sequence[asyncpg.Record]
 ) -> DesiredVersion | None:
@@ -300,12 +284,10 @@ async def _last_change(
     so: a refused SELECT would end the snapshot's transaction)."""
     if not any(row["relation"] == CHANGE_LOG and row["readable"] for row in catalog):
         return None
-    row = await connection.fetchrow(
-        _LAST_CHANGE.format(changes=qualified(schema, CHANGE_LOG)), UNSEEN_WINDOW, UNSEEN_KEPT
-    )
-    if row is None or row["high"] is None:
+    high, unseen = await log_version(connection, schema, kept=UNSEEN_KEPT)
+    if high is None:
         return None
-    version: DesiredVersion = {"change": row["high"]}
-    if row["unseen"]:
-        version["unseen"] = sorted(row["unseen"])
+    version: DesiredVersion = {"change": high}
+    if unseen:
+        version["unseen"] = unseen
     return version

@@ -12,6 +12,11 @@ The database unreachable: ``load`` returns the last good snapshot, logs once whe
 changes, and ``reachable`` says so for /readyz and the metrics; the next tick tries again. With
 no snapshot yet (out of reach since start) it raises ``DesiredStateUnavailable``, which the engine
 waits out (no cycles, /readyz not ready) rather than treating as a configuration error.
+
+This module is the source's life (its connection, reachability, the wake-ups it serves by
+narrow reads, its share, the checkpoints it takes); the work is elsewhere in the package:
+``snapshot`` reads, ``shares`` lists a share's others, ``validation`` makes the inventory,
+``notify`` listens, ``relations`` says what is read.
 """
 
 from __future__ import annotations
