@@ -15,6 +15,7 @@ from pathlib import Path
 
 import asyncpg
 import pytest
+from structlog.testing import capture_logs
 
 from playguard_async.desired_state.postgres.audit_checkpoint import (
     CheckpointWriter,
@@ -213,3 +214,24 @@ async def test_the_daemons_source_checkpoints_at_each_whole_read(
 
     log = read_checkpoints(path, read_key(tmp_path / "checkpoint.key"))
     assert (log.lines, log.problems) == (2, [])
+
+
+async def test_a_checkpoint_that_fails_is_logged_and_the_read_goes_on(
+    fleet: asyncpg.Connection, postgres: LabDatabase, tmp_path: Path
+) -> None:
+    path = tmp_path / "no-such-directory" / "checkpoints"
+    source = PostgresDesiredState(
+        PgAddress.parse(postgres.url), password_from(postgres.password, None), timeout=5.0,
+        checkpoints=CheckpointWriter(path, key_file(tmp_path)),
+    )  # fmt: skip
+    try:
+        with capture_logs() as logs:
+            inventory = await source.load()
+    finally:
+        await source.close()
+
+    assert [marquee.name for marquee in inventory.marquees] == ["edge-0", "edge-1", "edge-2"]
+    (failed,) = [line for line in logs if line["event"] == "audit.checkpoint_failed"]
+    assert failed["file"] == str(path)
+    assert "cannot open the checkpoints" in failed["error"]
+    assert not path.parent.exists()

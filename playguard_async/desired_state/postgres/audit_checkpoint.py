@@ -251,7 +251,7 @@ class CheckpointWriter:
     async def take(self, connection: asyncpg.Connection, schema: str) -> None:
         try:
             taken = await take_checkpoint(connection, schema, self.path, self._key)
-        except (CheckpointError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        except (CheckpointError, asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
             log.error("audit.checkpoint_failed", file=str(self.path), error=str(exc)[:300])
             return
         log.debug("audit.checkpointed", file=str(self.path), high=taken.high,

@@ -150,6 +150,7 @@ class PostgresDesiredState:
                 raise DesiredStateUnavailable(f"{self.describe()}: {self.last_error}") from None
             return self._last
         self._now_reachable()
+        await self._checkpoint()
         try:
             validated = await self._validate(snapshot)
         except TimeoutError:
@@ -268,12 +269,24 @@ class PostgresDesiredState:
     async def _read(self) -> Snapshot:
         if self._connection is None or self._connection.is_closed():
             self._connection = await connect(self.address, self._password, timeout=self._timeout)
-        snapshot = await read_snapshot(
+        return await read_snapshot(
             self._connection, self.schema, max_bytes=self._max_bytes, share=self._share
         )
-        if self._checkpoints is not None:  # once a tick: each tick reads the whole snapshot
-            await self._checkpoints.take(self._connection, self.schema)
-        return snapshot
+
+    async def _checkpoint(self) -> None:
+        """A checkpoint of the change log after a whole read (once a tick: each tick reads the
+        whole snapshot), bounded on its own: waiting for another replica's hold of the file,
+        or a slow query, never fails the read it follows. Its failures are logged."""
+        if self._checkpoints is None or self._connection is None:
+            return
+        try:
+            await asyncio.wait_for(
+                self._checkpoints.take(self._connection, self.schema), self._timeout
+            )
+        except TimeoutError:
+            log.error("audit.checkpoint_failed", file=str(self._checkpoints.path),
+                      error=f"not taken within {self._timeout:g} s")  # fmt: skip
+            await self._drop_connection()  # a query cut short: start clean
 
     def _why(self, exc: BaseException) -> str:
         if isinstance(exc, DatabaseError):
