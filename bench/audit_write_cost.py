@@ -34,7 +34,7 @@ from playguard_lab import PostgresServer
 
 NO_AUDIT = """
 CREATE OR REPLACE FUNCTION playguard.playguard_record_change(relation text, key text,
-    operation text, old_row jsonb, new_row jsonb, concerned text[])
+    operation text, old_row jsonb, new_row jsonb, concerned text[], acting text)
     RETURNS void LANGUAGE plpgsql AS $$ BEGIN END; $$
 """
 

@@ -51,7 +51,8 @@ from playguard_async.desired_state.postgres.connection import (
     password_from,
 )
 from playguard_async.desired_state.postgres.schema import migrate
-from playguard_async.desired_state.postgres.source import PostgresDesiredState, read_snapshot
+from playguard_async.desired_state.postgres.snapshot import read_snapshot
+from playguard_async.desired_state.postgres.source import PostgresDesiredState
 from playguard_async.desired_state.postgres.transfer import import_inventory
 from playguard_async.desired_state.yaml_source import YamlInventorySource
 from playguard_async.kits.collector import settle_new_desired_state

@@ -28,7 +28,7 @@ PLAYGROUNDS_PER_MARQUEE = 5
 
 CHILD = """
 import copy, json, random, sys, time
-from playguard_async.desired_state.postgres.source import RowMemo, validate_snapshot
+from playguard_async.desired_state.postgres.validation import RowMemo, validate_snapshot
 
 marquees, per_marquee = int(sys.argv[1]), int(sys.argv[2])
 marquee = dict(host="127.0.0.1", port=22, user="u", identity_file="/k/id", known_hosts="/k/kh",

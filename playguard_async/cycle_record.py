@@ -74,13 +74,21 @@ class NoticeRecord(TypedDict):
 class DesiredVersion(TypedDict, total=False):
     """Which desired state a cycle read: for a YAML file, the start of its SHA-256 (``digest``),
     its mtime (Unix seconds) and, when it is in a git work tree, that tree's HEAD ``commit``; for
-    PostgreSQL, the highest change-log id its snapshot saw (``change``). A few dozen bytes: a
-    record stays small however large the file."""
+    PostgreSQL, the highest change-log id its snapshot saw (``change``) and the ids below it
+    that the snapshot did not see (``unseen``: a longer transaction's, still open, or one rolled
+    back; at most ``UNSEEN_KEPT``). A few hundred bytes at most: a record stays small however
+    large the file or the log."""
 
     digest: str
     mtime: float
     commit: str
     change: int
+    unseen: list[int]
+
+
+UNSEEN_KEPT = 32
+"""Ids below a snapshot's highest that a version names as not seen, at most (the highest ones):
+a change whose id is among them was read by a later cycle, not this one."""
 
 
 VERSION_DIGEST = 12
@@ -111,14 +119,33 @@ def desired_version(value: object) -> DesiredVersion | None:
         if not (isinstance(change, int) and not isinstance(change, bool) and change >= 0):
             return None
         version["change"] = change
+        unseen = value.get("unseen", [])
+        if not (
+            isinstance(unseen, list)
+            and len(unseen) <= UNSEEN_KEPT
+            and all(isinstance(i, int) and not isinstance(i, bool) and 0 < i < change
+                    for i in unseen)
+        ):  # fmt: skip
+            return None
+        if unseen:
+            version["unseen"] = sorted(unseen)
     return version or None
+
+
+def reads_change(version: DesiredVersion | None, change_id: int) -> bool:
+    """Whether a cycle that read ``version`` saw the change-log entry ``change_id``."""
+    if version is None or "change" not in version:
+        return False
+    return change_id <= version["change"] and change_id not in version.get("unseen", ())
 
 
 def describe_version(version: DesiredVersion) -> str:
     """A version in one line: ``file sha256 <digest> (commit <commit>)`` or ``change log up to
     id <n>``."""
     if "change" in version:
-        return f"change log up to id {version['change']}"
+        unseen = version.get("unseen")
+        but = f" except {', '.join(map(str, unseen))} (uncommitted then)" if unseen else ""
+        return f"change log up to id {version['change']}{but}"
     text = f"file sha256 {version.get('digest', '?')}"
     if "commit" in version:
         return f"{text} (commit {version['commit'][:SHORT]})"

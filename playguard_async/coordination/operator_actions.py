@@ -13,8 +13,9 @@ out, never an error.
 
 from __future__ import annotations
 
-import getpass
 import json
+import os
+import pwd
 import socket
 import time
 from collections.abc import Mapping
@@ -47,11 +48,14 @@ the basic plane), and the time and keys take under 200."""
 
 
 def acting_user() -> str:
-    """This process's user name: who runs an action from this shell."""
+    """This process's user: the name the OS gives its real uid (``pwd``), else ``uid <n>`` (a
+    container's user with no entry). Never the environment (``USER=``, ``LOGNAME=``): whoever
+    runs ``playguard`` sets those."""
+    uid = os.getuid()
     try:
-        return getpass.getuser()
-    except (KeyError, OSError):  # no name for the uid (a container's user)
-        return "?"
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
 
 
 def operator_identity(user: str | None = None) -> str:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Protocol
 
 from playguard_async.desired_state.postgres.connection import (
+    DatabaseError,
     PasswordSource,
     PgAddress,
     is_postgresql_url,
@@ -40,6 +41,10 @@ class SourceSettings(Protocol):
     def desired_state_schema(self) -> str: ...
     @property
     def replica_id(self) -> str: ...
+    @property
+    def audit_checkpoint_file(self) -> Path | None: ...
+    @property
+    def audit_checkpoint_key_file(self) -> Path | None: ...
     def database_password(self) -> PasswordSource: ...
 
 
@@ -70,14 +75,26 @@ def _yaml_source(settings: SourceSettings) -> DesiredState:
 
 def _postgres_source(settings: SourceSettings) -> DesiredState:
     """The PostgreSQL source with its password source and its observed-state writer; a password
-    file that cannot be read raises now, as a malformed URL is refused: only the database itself
-    being out of reach is waited out."""
+    file (or checkpoint key file) that cannot be read raises now, as a malformed URL is refused:
+    only the database itself being out of reach is waited out."""
     # Imported here: asyncpg is loaded only where the settings name a database.
+    from playguard_async.desired_state.postgres.audit_checkpoint import (  # noqa: PLC0415
+        CheckpointError,
+        CheckpointWriter,
+    )
     from playguard_async.desired_state.postgres.observed_state import ObservedStateWriter  # noqa: PLC0415
     from playguard_async.desired_state.postgres.source import PostgresDesiredState  # noqa: PLC0415
 
     address, password = PgAddress.parse(settings.desired_state), settings.database_password()
     password()
+    checkpoints = None
+    if settings.audit_checkpoint_file is not None and settings.audit_checkpoint_key_file:
+        try:
+            checkpoints = CheckpointWriter(
+                settings.audit_checkpoint_file, settings.audit_checkpoint_key_file
+            )
+        except CheckpointError as exc:
+            raise DatabaseError(f"audit_checkpoint_key_file {exc}") from None
     return PostgresDesiredState(
         address,
         password,
@@ -93,6 +110,7 @@ def _postgres_source(settings: SourceSettings) -> DesiredState:
             schema=settings.desired_state_schema,
         ),
         schema=settings.desired_state_schema,
+        checkpoints=checkpoints,
     )
 
 

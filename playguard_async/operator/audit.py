@@ -1,9 +1,10 @@
-"""``playguard audit verify | prune``: the audit of desired-state changes that PostgreSQL's
-triggers keep (migration 0009's ``changes``), checked and cut by the operator; the daemon
-neither writes nor deletes it.
+"""``playguard audit verify | checkpoint | prune``: the audit of desired-state changes that
+PostgreSQL's triggers keep (migration 0009's ``changes``), checked, checkpointed and cut by the
+operator; the daemon neither writes nor deletes it, and checkpoints it when configured.
 
 ``verify`` exits 0 when every chain is intact and 1 naming each changed or missing entry, one
-line each (at most ``--limit``, then how many more).
+line each (at most ``--limit``, then how many more); with ``audit_checkpoint_file`` set, the
+chains are checked against its signed checkpoints too, and it says how old the newest is.
 """
 
 from __future__ import annotations
@@ -22,12 +23,48 @@ if TYPE_CHECKING:
     import asyncpg
 
     from playguard_async.desired_state.postgres.audit_chain import Verification
+    from playguard_async.desired_state.postgres.audit_checkpoint import CheckpointLog
     from playguard_async.settings import Settings
 
 
 @click.group()
 def audit() -> None:
-    """The audit of desired-state changes in PostgreSQL: verify its hash chains, prune it."""
+    """The audit of desired-state changes in PostgreSQL: verify its hash chains, checkpoint
+    their heads outside the database, prune it."""
+
+
+def _checkpoint_log(settings: Settings) -> CheckpointLog | None:
+    """The settings' checkpoints folded (None: none configured); a key or file that cannot be
+    read is a one-line error."""
+    from playguard_async.desired_state.postgres.audit_checkpoint import (  # noqa: PLC0415
+        CheckpointError,
+        read_checkpoints,
+        read_key,
+    )
+    from playguard_async.desired_state.postgres.connection import DatabaseError  # noqa: PLC0415
+
+    if settings.audit_checkpoint_file is None or settings.audit_checkpoint_key_file is None:
+        return None
+    try:
+        key = read_key(settings.audit_checkpoint_key_file)
+        return read_checkpoints(settings.audit_checkpoint_file, key)
+    except CheckpointError as exc:
+        raise DatabaseError(str(exc)) from None
+
+
+def _checkpoint_said(log: CheckpointLog | None, now: float) -> tuple[str, dict[str, object]]:
+    """A line on the checkpoints verify used, and the same as JSON."""
+    from playguard_async.operator.display import span  # noqa: PLC0415
+
+    if log is None:
+        return ("no checkpoints (audit_checkpoint_file unset): a chain rewritten whole, its "
+                "end cut or a chain deleted would pass", {"configured": False})  # fmt: skip
+    if log.newest is None:
+        return "no checkpoint yet", {"configured": True, "newest_at": None, "lines": log.lines}
+    age = max(0.0, now - log.newest.at)
+    return (f"newest checkpoint {span(age)} old ({log.lines} lines): what changed since is "
+            "checked by its hashes alone", {"configured": True, "newest_at": log.newest.at,
+                                            "age": age, "lines": log.lines})  # fmt: skip
 
 
 @audit.command()
@@ -39,16 +76,28 @@ def audit() -> None:
 @CONFIG_OPTION
 def verify(as_json: bool, limit: int, config: Path | None) -> None:
     """Walk every chain of playguard.changes: exit 0 when intact, 1 naming each entry changed
-    or missing."""
+    or missing; against the signed checkpoints too when audit_checkpoint_file is set."""
+    import time  # noqa: PLC0415
+
     from playguard_async.desired_state.postgres.audit_chain import verify_changes  # noqa: PLC0415
 
-    async def work(connection: asyncpg.Connection, settings: Settings) -> Verification:
-        return await verify_changes(connection, settings.desired_state_schema, limit=limit)
+    async def work(
+        connection: asyncpg.Connection, settings: Settings
+    ) -> tuple[Verification, CheckpointLog | None]:
+        log = _checkpoint_log(settings)
+        found = await verify_changes(
+            connection, settings.desired_state_schema, limit=limit, checkpoints=log
+        )
+        return found, log
 
-    found = run_on_database(config, work)
+    found, log = run_on_database(config, work)
+    said, checkpoint = _checkpoint_said(log, time.time())
+    problems = [] if log is None else log.problems
+    intact = found.intact and not problems
     if as_json:
         click.echo(json.dumps({
-            "intact": found.intact,
+            "intact": intact,
+            "checkpoint": {**checkpoint, "problems": problems},
             "entries": found.entries,
             "chains": found.chains,
             "problems": [
@@ -58,14 +107,42 @@ def verify(as_json: bool, limit: int, config: Path | None) -> None:
             "more_problems": found.more,
         }, sort_keys=True))  # fmt: skip
     else:
-        for problem in found.problems:
-            click.echo(problem.line())
+        for line in [*problems, *(problem.line() for problem in found.problems)]:
+            click.echo(line)
         if found.more:
             click.echo(f"... and {found.more} more problems")
-        verdict = "intact" if found.intact else "NOT intact"
+        click.echo(said)
+        verdict = "intact" if intact else "NOT intact"
         click.echo(f"{verdict}: {found.entries} entries in {found.chains} chains")
-    if not found.intact:
+    if not intact:
         raise click.exceptions.Exit(1)
+
+
+@audit.command()
+@CONFIG_OPTION
+def checkpoint(config: Path | None) -> None:
+    """Append a signed checkpoint of every chain's head that moved to audit_checkpoint_file, as
+    the daemon does each tick."""
+    from playguard_async.desired_state.postgres.audit_checkpoint import (  # noqa: PLC0415
+        CheckpointError,
+        read_key,
+        take_checkpoint,
+    )
+    from playguard_async.desired_state.postgres.connection import DatabaseError  # noqa: PLC0415
+
+    async def work(connection: asyncpg.Connection, settings: Settings) -> str:
+        if settings.audit_checkpoint_file is None or settings.audit_checkpoint_key_file is None:
+            raise DatabaseError("audit_checkpoint_file and audit_checkpoint_key_file are not set")
+        try:
+            key = read_key(settings.audit_checkpoint_key_file)
+            taken = await take_checkpoint(connection, settings.desired_state_schema,
+                                          settings.audit_checkpoint_file, key)  # fmt: skip
+        except CheckpointError as exc:
+            raise DatabaseError(str(exc)) from None
+        return (f"checkpointed {len(taken.heads)} chain heads up to id {taken.high} in "
+                f"{settings.audit_checkpoint_file}")  # fmt: skip
+
+    click.echo(run_on_database(config, work))
 
 
 @audit.command()

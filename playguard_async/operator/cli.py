@@ -362,8 +362,10 @@ def why(
     host accepted, read back from the host's journal and joined on cycle id; of the inputs each
     cycle included (PostgreSQL's change log with its actors, a YAML file's new versions); and of
     operators' actions (pause, resume, pin, unpin, unlock, rollout commands). A host write whose
-    cycle Redis no longer holds still shows, marked. Exit status 1 when the host's journal or
-    the change log could not be read (what the other sources had is printed)."""
+    cycle Redis no longer holds still shows, marked; each input joins the cycle whose record
+    says it first read it, never by time. Exit status 1 when the host's journal or the change
+    log could not be read, or the journal was cut after --since (what the other sources had is
+    printed, and where the journal begins)."""
     seconds = _duration("--since", since)
     assert seconds is not None  # the option has a default
     with _readable_errors(ctx):

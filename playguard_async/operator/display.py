@@ -336,21 +336,11 @@ def timeline_lines(timeline: why.Timeline) -> list[str]:
         lines.append(f"  host journal not read: {timeline.host_unread}")
     if timeline.changes_unread is not None:
         lines.append(f"  change log not read: {timeline.changes_unread}")
+    lines.extend(_journal_lines(timeline))
     if not timeline.events:
         lines.append("  nothing happened (cycles in sync are not shown)")
     for event in timeline.events:
-        head = f"{_stamp(event.at)}  {event.kind}"
-        if event.kind == "cycle":
-            fence = f"fence {fence_text(event.fence)}"
-            head = f"{head} {event.cycle_id}  {event.outcome}  {event.by}  {fence}"
-        elif event.kind == "host write":
-            cycle = f"cycle {event.cycle_id}" if event.cycle_id else "no cycle id"
-            head = f"{head}  fence {fence_text(event.fence)}  {event.text}  [{event.by}; {cycle}]"
-        else:
-            head = f"{head}  {event.by}: {event.text}" if event.by else f"{head}  {event.text}"
-        if event.included_in is not None:
-            head = f"{head}  [in cycle {event.included_in}]"
-        lines.append(head)
+        lines.append(_event_head(event))
         if event.version is not None:
             lines.append(f"    read     {event.version}")
         lines.extend(f"    includes {included}" for included in event.includes)
@@ -367,6 +357,42 @@ def timeline_lines(timeline: why.Timeline) -> list[str]:
                 for write in event.writes
             )
     return [clean(line) for line in lines]
+
+
+def _event_head(event: why.Event) -> str:
+    """The first line of an event: when, what, by whom, and the cycle that read it (an input)."""
+    head = f"{_stamp(event.at)}  {event.kind}"
+    if event.kind == "cycle":
+        fence = f"fence {fence_text(event.fence)}"
+        head = f"{head} {event.cycle_id}  {event.outcome}  {event.by}  {fence}"
+    elif event.kind == "host write":
+        cycle = f"cycle {event.cycle_id}" if event.cycle_id else "no cycle id"
+        head = f"{head}  fence {fence_text(event.fence)}  {event.text}  [{event.by}; {cycle}]"
+    else:
+        head = f"{head}  {event.by}: {event.text}" if event.by else f"{head}  {event.text}"
+    if event.included_in is not None:
+        return f"{head}  [in cycle {event.included_in}]"
+    if event.read_by_or_before is not None:
+        return f"{head}  [in cycle {event.read_by_or_before} or one before it, no longer recorded]"
+    return head
+
+
+def _journal_lines(timeline: why.Timeline) -> list[str]:
+    """Where the host's journal begins, when that is after ``since``: said as a cut (what it
+    held before is gone) or as the start of a host written to since."""
+    journal = timeline.journal
+    if journal is None:
+        return []
+    begins = journal.begins
+    if begins is None:
+        return ["  host journal holds no write and no mark of its start: it was emptied, what "
+                "it held is gone"]  # fmt: skip
+    if timeline.journal_cut:
+        return [f"  host journal begins at {_stamp(begins)}: it was cut, what it held before "
+                "is gone"]  # fmt: skip
+    if journal.started and journal.started > timeline.since:
+        return [f"  host journal begins at {_stamp(begins)}: when this host was first written"]
+    return []
 
 
 def _stamp(at: float) -> str:

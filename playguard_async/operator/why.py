@@ -13,8 +13,10 @@ Four sources, joined here and nowhere else:
   what Redis still holds of them otherwise: the pause and pins in force, rollout events;
 - the desired state's changes: with PostgreSQL, the change log's entries for the Marquee
   (``desired_state.postgres.change_log``); with a YAML file, each new version of it the cycle
-  records name (digest, mtime, git commit); each joined to the first cycle after it that acted
-  on the Marquee, the cycle that ``includes`` it;
+  records name (digest, mtime, git commit); each joined to the cycle whose record says it was
+  the first to read it (the change-log id its snapshot saw), never by time: that cycle
+  ``includes`` it, whether it then acted or not, and a cycle that acted on drift alone includes
+  nothing;
 - ``extra`` events from elsewhere, taken as they are.
 
 Everything read is outside input: each text is cut to ``TEXT_LIMIT`` characters here, and the
@@ -49,6 +51,7 @@ from playguard_async.cycle_record import (
     mapping,
     optional,
     playground_findings,
+    reads_change,
 )
 from playguard_async.desired_state.model import DesiredStateUnavailable, Inventory, Marquee
 from playguard_async.desired_state.postgres.change_log import ChangeEntry, read_marquee_changes
@@ -59,7 +62,7 @@ from playguard_async.operator.rollout import rollouts_of
 from playguard_async.phases.rollout_record import Rollout
 from playguard_async.remote import guard
 from playguard_async.remote.errors import RemoteError
-from playguard_async.remote.journal import JournalEntry, parse_journal
+from playguard_async.remote.journal import JournalEntry, journal_started, parse_journal
 from playguard_async.remote.ssh import open_session
 from playguard_async.service.wiring import remote_options
 from playguard_async.settings import Settings
@@ -76,8 +79,8 @@ QUIET_OUTCOMES = ("ok", "locked", "paused")
 """Outcomes of a cycle that, with no action and no host write, changed nothing: left out."""
 
 INPUT_KINDS = ("change", "desired state")
-"""Kinds of event that are inputs of the desired state: each joins the first cycle after it that
-acted (``Event.included_in``)."""
+"""Kinds of event that are inputs of the desired state: each joins the first cycle that read it
+(``Event.included_in``)."""
 
 NO_CYCLE_RECORD = "no cycle record"
 """How a host write whose cycle Redis no longer holds (or never did) is marked."""
@@ -127,9 +130,14 @@ class Event:
     version: str | None = None
     """For a cycle: the desired state it acted on (``cycle_record.describe_version``)."""
     includes: tuple[str, ...] = ()
-    """For a cycle: the inputs (``INPUT_KINDS`` events) it is the first to act after."""
+    """For a cycle: the inputs (``INPUT_KINDS`` events) it is the first to read."""
     included_in: str | None = None
-    """For an input: the cycle id of the first cycle after it that acted on the Marquee."""
+    """For an input: the cycle id of the first cycle that read it (``including_cycles``)."""
+    read_by_or_before: str | None = None
+    """For a change no cycle still recorded is known to be the first to read: the oldest cycle
+    recorded that read it (the first may be one before it, whose record is gone)."""
+    change_id: int | None = None
+    """For a change: its change-log id."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -138,7 +146,31 @@ class Event:
             "causes": list(self.causes), "actions": list(self.actions),
             "writes": [write.to_json() for write in self.writes], "version": self.version,
             "includes": list(self.includes), "included_in": self.included_in,
+            "read_by_or_before": self.read_by_or_before, "change": self.change_id,
         }  # fmt: skip
+
+
+@dataclass(frozen=True)
+class HostJournal:
+    """The host's journal as read: its writes, oldest first, and when it started if it is whole
+    (``journal.journal_started``: None when cut or emptied; 0.0 when the host has none)."""
+
+    writes: list[HostWrite]
+    started: float | None
+
+    @property
+    def begins(self) -> float | None:
+        """The time from which the journal tells every write: when it started if whole, else
+        its first write's (None: cut and holding nothing)."""
+        if self.started is not None:
+            return self.started
+        return self.writes[0].at if self.writes else None
+
+    def covers(self, since: float) -> bool:
+        """Whether every write the host accepted from ``since`` is in it: it is whole, or its
+        first write is older than ``since``."""
+        begins = self.begins
+        return self.started is not None or (begins is not None and begins <= since)
 
 
 @dataclass(frozen=True)
@@ -156,11 +188,19 @@ class Timeline:
     past still shows)."""
     changes_unread: str | None = None
     """Why PostgreSQL's change log was not read; None when it was, or the source has none."""
+    journal: HostJournal | None = None
+    """What the host's journal held, when it was read."""
+
+    @property
+    def journal_cut(self) -> bool:
+        """Whether the host's journal was read but does not reach back to ``since``: cut (by
+        its bound, or by a hand) after it, or emptied."""
+        return self.journal is not None and not self.journal.covers(self.since)
 
     @property
     def complete(self) -> bool:
-        """Whether every source was read (else ``why`` exits 1)."""
-        return self.host_unread is None and self.changes_unread is None
+        """Whether every source was read whole back to ``since`` (else ``why`` exits 1)."""
+        return self.host_unread is None and self.changes_unread is None and not self.journal_cut
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -168,6 +208,9 @@ class Timeline:
             "host_read": self.host_unread is None, "host_unread": self.host_unread,
             "changes_read": self.changes_unread is None, "changes_unread": self.changes_unread,
             "cycles_kept": self.cycles_kept, "playground_wanted": self.playground_wanted,
+            "journal_begins": None if self.journal is None else self.journal.begins,
+            "journal_started": None if self.journal is None else self.journal.started,
+            "journal_cut": self.journal_cut,
             "events": [event.to_json() for event in self.events],
         }  # fmt: skip
 
@@ -219,17 +262,18 @@ async def marquee_timeline(
         except (DatabaseError, asyncpg.PostgresError, asyncpg.InterfaceError, OSError,
                 TimeoutError) as exc:  # fmt: skip
             changes_unread = bounded(str(exc) or type(exc).__name__)
-    host_unread = None
+    host_unread, journal = None, None
     if marquee is None:
         host_unread = f"its address is in the desired state, not read: {desired_unread}"
     else:
         try:
-            sources.writes = await read_host_writes(marquee, settings)
+            journal = await read_host_journal(marquee, settings)
+            sources.writes = journal.writes
         except (RemoteError, OSError, TimeoutError) as exc:
             host_unread = bounded(str(exc) or type(exc).__name__)
     events = joined(sources, extra=extra, playground=playground, since=since)
     return Timeline(name, playground, since, events, host_unread, len(sources.records), wanted,
-                    changes_unread)  # fmt: skip
+                    changes_unread, journal)  # fmt: skip
 
 
 def timeline_reader(settings: Settings) -> TimelineReader:
@@ -274,16 +318,17 @@ async def _read_redis(
     )
 
 
-async def read_host_writes(marquee: Marquee, settings: Settings) -> list[HostWrite]:
-    """The writes in the tail of the host's journal (``guard.JOURNAL_LIMIT`` bytes at most: the
-    journal's own bound), oldest first, over a session that cannot write."""
+async def read_host_journal(marquee: Marquee, settings: Settings) -> HostJournal:
+    """The tail of the host's journal (``guard.JOURNAL_LIMIT`` bytes at most: the journal's own
+    bound), over a session that cannot write: its writes, oldest first, and whether it is whole."""
     options = remote_options(settings)
     async with (
         asyncio.timeout(options.connect_timeout + options.command_timeout),
         open_session(marquee, options, dry_run=True) as session,
     ):
         result = await session.run(guard.read_journal(marquee, guard.JOURNAL_LIMIT))
-    return [HostWrite.from_entry(entry) for entry in parse_journal(result.stdout)]
+    writes = [HostWrite.from_entry(entry) for entry in parse_journal(result.stdout)]
+    return HostJournal(writes, journal_started(result.stdout))
 
 
 async def _operator_events(redis: RedisClient, name: str, timeout: float) -> list[Event]:
@@ -312,19 +357,27 @@ async def _change_events(
 
 
 def change_event(entry: ChangeEntry) -> Event:
-    """A change-log entry as an event: ``relation key columns changed by actor``."""
-    what = "inserted" if entry.operation == "INSERT" else "deleted"
+    """A change-log entry as an event: ``relation key columns changed``, by its actor as
+    claimed and the role that made it (``ChangeEntry.who``)."""
+    what = {
+        "INSERT": "inserted",
+        "DELETE": "deleted",
+        "TRUNCATE": "truncated (every row)",
+        "PRUNE": "entries cut up to the anchor (seq, hash)",
+    }.get(entry.operation, "?")
     if entry.operation == "UPDATE":
         what = f"{', '.join(entry.columns) or 'nothing'} changed"
     key = "?" if entry.key is None else entry.key
     text = f"change {entry.change_id}: {entry.relation} {key}: {what}"
-    return Event(entry.at, "change", bounded(text), bounded(entry.actor, 200))
+    who = replace(entry, actor=bounded(entry.actor, 200)).who()
+    return Event(entry.at, "change", bounded(text), bounded(who), change_id=entry.change_id)
 
 
 def version_events(records: Sequence[StoredRecord]) -> list[Event]:
     """One ``desired state`` event for each new version of a YAML file that the cycle records
     name, oldest first, at the file's mtime: when a record's version differs from the record
-    before it (the first record kept tells no change: nothing before it is known)."""
+    before it (the first record kept tells no change: nothing before it is known), included
+    in that record's cycle, the first that read it."""
     events = []
     previous: DesiredVersion | None = None
     for record in sorted(records, key=_record_start):
@@ -334,7 +387,9 @@ def version_events(records: Sequence[StoredRecord]) -> list[Event]:
         if previous is not None and version != previous:
             at = version.get("mtime", _record_start(record))
             text = f"desired state file changed: {describe_version(version)}"
-            events.append(Event(at, "desired state", text, "file"))
+            cycle_id = record.get("cycle")
+            included_in = cycle_id if isinstance(cycle_id, str) else None
+            events.append(Event(at, "desired state", text, "file", included_in=included_in))
         previous = version
     return events
 
@@ -388,7 +443,7 @@ def joined(
 ) -> list[Event]:
     """The cycles with the host writes they made (joined on cycle id), the host writes of no
     recorded cycle, and the other events: from ``since``, about ``playground`` (or all), oldest
-    first."""
+    first. A cycle that changed nothing is left out unless it is the one that read an input."""
     by_cycle: dict[str, list[HostWrite]] = {}
     for write in sources.writes:
         if write.cycle_id is not None:
@@ -396,18 +451,19 @@ def joined(
     inputs = [*sources.changes, *version_events(sources.records)]
     events = list(extra) + sources.operator_events
     recorded = set()
-    acted: list[Event] = []
+    cycles: list[tuple[Event, DesiredVersion | None]] = []
     for record in sources.records:
         event = _cycle_event(record, by_cycle)
         if event is None:
             continue
         recorded.add(event.cycle_id)
-        if event.actions or event.writes:
-            acted.append(event)
-        elif event.outcome not in QUIET_OUTCOMES:
-            events.append(event)
-    included, including = including_cycles(inputs, acted)
-    events += included + including
+        cycles.append((event, desired_version(record.get("desired"))))
+    included, including = including_cycles(inputs, cycles)
+    events += included + [
+        cycle
+        for cycle in including
+        if cycle.actions or cycle.writes or cycle.includes or cycle.outcome not in QUIET_OUTCOMES
+    ]
     for write in sources.writes:
         if write.cycle_id is None or write.cycle_id not in recorded:
             events.append(
@@ -426,25 +482,44 @@ def joined(
 
 
 def including_cycles(
-    inputs: Sequence[Event], cycles: Sequence[Event]
+    inputs: Sequence[Event], cycles: Sequence[tuple[Event, DesiredVersion | None]]
 ) -> tuple[list[Event], list[Event]]:
-    """Each input joined to the first of ``cycles`` (those that acted) that started at or after
-    it: the input naming that cycle (``included_in``), the cycle naming its inputs
-    (``includes``); an input no cycle followed yet names none."""
-    by_start = sorted(cycles, key=lambda cycle: cycle.at)
+    """Each input joined to the cycle that first read it, never by time: a change-log entry to
+    the first of ``cycles`` (each with the version its record says it read) whose snapshot saw
+    its id (``cycle_record.reads_change``), when a cycle before it read the log without it;
+    when none did (the cycles before are no longer recorded), to that cycle "or one before
+    it" (``read_by_or_before``). A YAML file's version comes joined (``version_events``).
+    The inputs naming their cycle (``included_in``), the cycles (by start) naming their inputs
+    (``includes``); an input no cycle read yet names none."""
+    by_start = sorted(cycles, key=lambda cycle: cycle[0].at)
     includes: dict[str, list[str]] = {}
     joined_inputs = []
     for event in inputs:
-        cycle = next((cycle for cycle in by_start if cycle.at >= event.at), None)
-        if cycle is None or cycle.cycle_id is None:
-            joined_inputs.append(event)
-            continue
-        includes.setdefault(cycle.cycle_id, []).append(event.text.split(":", 1)[0])
-        joined_inputs.append(replace(event, included_in=cycle.cycle_id))
+        read = _joined_input(event, by_start)
+        if read.included_in is not None:
+            includes.setdefault(read.included_in, []).append(read.text.split(":", 1)[0])
+        joined_inputs.append(read)
     joined_cycles = [
-        replace(cycle, includes=tuple(includes.get(cycle.cycle_id or "", ()))) for cycle in by_start
+        replace(cycle, includes=tuple(includes.get(cycle.cycle_id or "", ())))
+        for cycle, _version in by_start
     ]
     return joined_inputs, joined_cycles
+
+
+def _joined_input(event: Event, by_start: Sequence[tuple[Event, DesiredVersion | None]]) -> Event:
+    """``event`` naming the first cycle whose record says it read it, if it is a change: as
+    ``included_in`` when a cycle recorded before that one read the log without it, else as
+    ``read_by_or_before`` (the one that first read it may be older than every record kept)."""
+    if event.change_id is None:
+        return event
+    read_before = False
+    for cycle, version in by_start:
+        if reads_change(version, event.change_id):
+            if read_before:
+                return replace(event, included_in=cycle.cycle_id)
+            return replace(event, read_by_or_before=cycle.cycle_id)
+        read_before = read_before or (version is not None and "change" in version)
+    return event
 
 
 def _cycle_event(record: StoredRecord, by_cycle: dict[str, list[HostWrite]]) -> Event | None:

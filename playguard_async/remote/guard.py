@@ -26,7 +26,7 @@ from collections.abc import Sequence
 
 from playguard_async.coordination.fence import FencedLease
 from playguard_async.desired_state.model import Marquee
-from playguard_async.remote.journal import journal_text
+from playguard_async.remote.journal import ABSENT, STARTED, journal_text
 
 REFUSED_STATUS = 75
 """The guard's exit status when it refuses (EX_TEMPFAIL); its stderr then says why."""
@@ -60,7 +60,8 @@ if [ ! -e "$dir" ]; then
         || refuse unknown "cannot create the parent directory of the state directory $dir"
     new=$(mktemp -d "$dir.new.XXXXXX" 2>/dev/null) \\
         || refuse unknown "cannot create the state directory $dir"
-    if printf '0 -\\n' >"$new/fence" && true >"$new/journal"; then
+    if printf '0 -\\n' >"$new/fence" \\
+        && printf '{STARTED}%s\\n' "$(date +%s.%N)" >"$new/journal"; then
         mv -T -- "$new" "$dir" 2>/dev/null || rm -rf -- "$new"
     else
         rm -rf -- "$new"
@@ -143,10 +144,11 @@ def read_fence(marquee: Marquee) -> list[str]:
 
 def read_journal(marquee: Marquee, limit: int) -> list[str]:
     """Prints the last ``limit`` bytes of the journal, whole lines only (when the journal is
-    longer, the first line of that tail, which may be cut, is dropped); prints nothing where no
-    write was journalled yet."""
+    longer, the first line of that tail, which may be cut, is dropped); prints ``ABSENT`` where
+    no write was journalled yet (``journal.journal_started``)."""
     script = (
-        'd=$1; case $d in "~/"*) d=$HOME/${d#"~/"} ;; esac; f=$d/journal; test -f "$f" || exit 0; '
+        'd=$1; case $d in "~/"*) d=$HOME/${d#"~/"} ;; esac; f=$d/journal; '
+        f'test -f "$f" || {{ echo "{ABSENT}"; exit 0; }}; '
         'if [ "$(wc -c <"$f")" -gt "$2" ]; then tail -c "$2" -- "$f" | tail -n +2; '
         'else cat -- "$f"; fi'
     )

@@ -6,6 +6,11 @@ through, just before it runs it. A write made by a cycle starts its text with
 (``playguard why``); a write made outside a cycle, and every line written before cycles were
 named, has the text alone, and reads with no cycle. The journal is outside input (anyone with the
 SSH user's rights may edit it): a line not of the written shape is left out, never an error.
+
+A journal starts with the guard's mark (``STARTED``, written when it makes the state directory),
+so a reader can tell a journal whole since then from one cut (by the guard's own bound, a
+bounded read, or a hand that emptied it): only the first starts with the mark. A host with no
+journal at all was never written to (``read_journal`` prints ``ABSENT``).
 """
 
 from __future__ import annotations
@@ -18,6 +23,14 @@ CYCLE_MARK = "cycle="
 
 _CYCLE_ID = re.compile(r"[0-9a-f]{1,32}")
 """A cycle id as the engine makes it (hex); anything else after the mark is action text."""
+
+STARTED = "# started "
+"""The first line of a journal the guard made: ``# started <time>``."""
+
+ABSENT = "# absent"
+"""What ``guard.read_journal`` prints for a host with no journal: nothing was written there."""
+
+_STARTED = re.compile(r"# started (?P<time>\d{1,12}(?:\.\d{1,9})?)")
 
 _LINE = re.compile(r"(?P<fence>\d{1,18}) (?P<time>\d{1,12}(?:\.\d{1,9})?) (?P<text>.*)")
 
@@ -52,3 +65,14 @@ def parse_journal(text: str) -> list[JournalEntry]:
             action, cycle_id = rest, first[len(CYCLE_MARK) :]
         entries.append(JournalEntry(int(match["fence"]), float(match["time"]), action, cycle_id))
     return entries
+
+
+def journal_started(text: str) -> float | None:
+    """When the journal ``text`` (read from its head or tail) started, if it is whole: the time
+    on the guard's mark when that is its first line, 0.0 for ``ABSENT``. None when it was cut
+    (its first line is a write: the guard's bound, a bounded read) or emptied by hand."""
+    first = text.split("\n", 1)[0]
+    if first == ABSENT:
+        return 0.0
+    match = _STARTED.fullmatch(first)
+    return None if match is None else float(match["time"])

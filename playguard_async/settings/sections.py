@@ -208,6 +208,18 @@ class DesiredStateSettings(BaseModel):
         description="Days the audit of desired-state changes (PostgreSQL's playguard.changes) "
         "keeps entries when the operator's `playguard audit prune` runs; 0 keeps them forever.",
     )
+    audit_checkpoint_file: Path | None = Field(
+        None,
+        description="File the daemon appends a signed checkpoint of the change log's chain heads "
+        "to at each tick (and `playguard audit checkpoint` on demand), outside the database; "
+        "`playguard audit verify` checks the log against it. Needs audit_checkpoint_key_file. "
+        "None: no checkpoints.",
+    )
+    audit_checkpoint_key_file: Path | None = Field(
+        None,
+        description="File holding the HMAC key (32 to 4096 bytes, mode 600) that signs the "
+        "checkpoints; never given to the database.",
+    )
     desired_state_probe_interval: float = _seconds(
         30.0,
         description="Seconds between the SELECT 1 probes of the LISTEN connection "
@@ -238,6 +250,13 @@ class DesiredStateSettings(BaseModel):
     @classmethod
     def _desired_state_schema_form(cls, value: str) -> str:
         return schema_name(value)
+
+    @model_validator(mode="after")
+    def _checkpoint_pair(self) -> DesiredStateSettings:
+        if (self.audit_checkpoint_file is None) != (self.audit_checkpoint_key_file is None):
+            raise ValueError("audit_checkpoint_file and audit_checkpoint_key_file go together: "
+                             "set both or neither")  # fmt: skip
+        return self
 
     def database_password(self) -> PasswordSource:
         """Where the desired state's database password comes from: the setting, else its file

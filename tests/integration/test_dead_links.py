@@ -22,7 +22,7 @@ from structlog.testing import capture_logs
 
 from playguard_async.desired_state.model import Marquee
 from playguard_async.desired_state.postgres.connection import PgAddress, password_from
-from playguard_async.desired_state.postgres.source import NotificationListener
+from playguard_async.desired_state.postgres.notify import NotificationListener
 from playguard_async.remote.errors import HostUnreachable
 from playguard_async.remote.pool import ConnectionPool
 from playguard_async.remote.ssh import RemoteOptions, connect

@@ -15,13 +15,9 @@ from structlog.testing import capture_logs
 
 from playguard_async.desired_state.postgres import source as postgres
 from playguard_async.desired_state.postgres.connection import PgAddress, password_from
-from playguard_async.desired_state.postgres.source import (
-    Broken,
-    PostgresDesiredState,
-    RowMemo,
-    Rows,
-    Validated,
-)
+from playguard_async.desired_state.postgres.relations import Broken, Rows
+from playguard_async.desired_state.postgres.source import PostgresDesiredState
+from playguard_async.desired_state.postgres.validation import RowMemo, Validated, validate_snapshot
 from tests.support.engine import EngineHarness, ScriptedPhase
 from tests.support.fencing import eventually
 from tests.support.postgres import LabDatabase
@@ -49,7 +45,7 @@ class HeldValidation:
         self.released = threading.Event()
         self.released.set()
         self.calls = 0
-        self._real = postgres.validate_snapshot
+        self._real = validate_snapshot
 
     def __call__(
         self, rows: Rows, memo: RowMemo | None = None, broken: Broken | None = None
@@ -150,7 +146,7 @@ async def test_a_late_validation_keeps_the_last_snapshot_and_the_next_is_fresh(
 async def test_a_validation_that_fails_in_its_thread_does_not_block_the_next(
     fleet: asyncpg.Connection, source: PostgresDesiredState, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = postgres.validate_snapshot
+    real = validate_snapshot
     failures = [RuntimeError("a bug in validation")]
 
     def failing_once(

@@ -16,11 +16,8 @@ from structlog.testing import capture_logs
 
 from playguard_async.desired_state.model import Inventory
 from playguard_async.desired_state.postgres.connection import PgAddress, password_from
-from playguard_async.desired_state.postgres.source import (
-    NOTIFY_CHANNEL,
-    NotificationListener,
-    PostgresDesiredState,
-)
+from playguard_async.desired_state.postgres.notify import NOTIFY_CHANNEL, NotificationListener
+from playguard_async.desired_state.postgres.source import PostgresDesiredState
 from playguard_async.engine.results import CycleResult
 from playguard_async.kits.aio import background
 from playguard_async.phases.protocol import PhaseContext

@@ -24,6 +24,7 @@ from playguard_async.coordination.fence import FenceRefused
 from playguard_async.desired_state.model import Marquee
 from playguard_async.remote.docker import FENCE, our_labels, remove_container, run_container
 from playguard_async.remote.errors import RemoteCommandTimeout, UnfencedWrite
+from playguard_async.remote.journal import journal_started
 from playguard_async.remote.ssh import RemoteOptions, RemoteSession, open_session
 from playguard_lab import DockerDaemon, SshServer
 from tests.support.fencing import StaticLease, eventually, host_fence, journal
@@ -107,6 +108,9 @@ async def test_first_write_makes_a_private_state_directory_and_records_its_fence
     assert stat.S_IMODE(state.stat().st_mode) == 0o700
     assert host_fence(state) == 7
     assert [(entry.fence, entry.action) for entry in journal(state)] == [(7, "first write")]
+    started = journal_started((state / "journal").read_text(encoding="utf-8"))
+    assert started is not None, "the journal says when it began"
+    assert 0 < started <= time.time()
     assert session.host_fence == 7
     assert not list(state.parent.glob(f"{state.name}.new.*")), "no half-made directory is left"
 

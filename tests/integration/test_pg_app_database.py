@@ -418,6 +418,7 @@ APP_WRITES = [
     ("UPDATE public.marquees SET ssh_port = 2222 WHERE name = 'edge-c'", {"edge-c"}),
     ("UPDATE public.agent_chats SET closed = true WHERE name = 'chat-a'", {"edge-a"}),
     ("DELETE FROM public.agent_chats WHERE name = 'chat-b'", {"edge-b"}),
+    ("TRUNCATE public.agent_chats", {"edge-a", "edge-b"}),
 ]  # fmt: skip
 
 

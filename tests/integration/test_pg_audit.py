@@ -16,10 +16,16 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from playguard_async.desired_state.postgres.audit_chain import prune_changes, verify_changes
+from playguard_async.desired_state.postgres.audit_chain import (
+    canonical,
+    prune_changes,
+    verify_changes,
+)
+from playguard_async.desired_state.postgres.change_log import read_changes
 from playguard_async.desired_state.postgres.schema import migrate
-from playguard_async.desired_state.postgres.source import read_marquees, read_snapshot
+from playguard_async.desired_state.postgres.snapshot import read_marquees, read_snapshot
 from playguard_async.desired_state.postgres.transfer import import_inventory
+from playguard_async.operator.why import change_event
 from tests.support.app_database import AppFleet, create_app, limited_role, literal
 from tests.support.daemon import REPO_ROOT
 from tests.support.pg_inventory import full_document, write_inventory
@@ -122,7 +128,8 @@ async def test_verify_passes_an_untouched_log(
     await _moved_by(fleet, "alice", "feature/a")
     done = playguard_with(postgres, "audit", "verify")
     assert (done.returncode, done.stderr) == (0, "")
-    assert done.stdout.startswith("intact: "), done.stdout
+    assert done.stdout.splitlines()[-1].startswith("intact: "), done.stdout
+    assert done.stdout.splitlines()[-2].startswith("no checkpoints (audit_checkpoint_file unset)")
 
 
 async def _tampered(fleet: asyncpg.Connection) -> int:
@@ -143,7 +150,7 @@ async def test_verify_names_an_entry_changed_by_a_superuser(
     assert done.stdout.splitlines()[0].startswith(f"changes id {changed} (chain 'edge-0', seq ")
     assert "hash mismatch: the entry was changed" in done.stdout.splitlines()[0]
     assert done.stdout.splitlines()[-1].startswith("NOT intact: ")
-    assert len(done.stdout.splitlines()) == 2, done.stdout
+    assert len(done.stdout.splitlines()) == 3, done.stdout
 
 
 async def test_verify_names_an_entry_deleted_as_missing(
@@ -169,7 +176,7 @@ async def test_verify_bounds_its_output_when_every_entry_is_changed(
     done = playguard_with(postgres, "audit", "verify", "--limit", "3")
     assert done.returncode == 1
     lines = done.stdout.splitlines()
-    assert len(lines) == 5
+    assert len(lines) == 6
     assert lines[3] == f"... and {total - 3} more problems"
 
 
@@ -182,12 +189,18 @@ async def test_prune_cuts_old_entries_and_the_chains_still_verify(
     kept = await _moved_by(fleet, "alice", "feature/after-cut")
     cut = await prune_changes(fleet, older_than=timedelta(days=90))
     assert cut["edge-0"] > 0
-    remaining = await fleet.fetch("SELECT id FROM playguard.changes")
-    assert [row["id"] for row in remaining] == [kept[0]["id"]]
+    remaining = await fleet.fetch("SELECT id, chain, operation, key FROM playguard.changes "
+                                  "ORDER BY id")  # fmt: skip
+    anchors = {row["chain"]: f"{row['seq']} {row['hash']}"
+               for row in await fleet.fetch("SELECT * FROM playguard.change_anchors")}  # fmt: skip
+    assert remaining[0]["id"] == kept[0]["id"]
+    assert {(row["chain"], row["operation"], row["key"]) for row in remaining[1:]} == {
+        (chain, "PRUNE", anchor) for chain, anchor in anchors.items()
+    }, "each chain cut holds an entry naming its anchor"
     found = await verify_changes(fleet)
     assert found.intact, [p.line() for p in found.problems]
     after = await _moved_by(fleet, "bob", "feature/after-anchor")
-    assert after[0]["seq"] == kept[0]["seq"] + 1
+    assert after[0]["seq"] == kept[0]["seq"] + 2, "after the prune's own entry"
     assert (await verify_changes(fleet)).intact
 
 
@@ -202,9 +215,10 @@ async def _rehash(fleet: asyncpg.Connection) -> None:
                 IF chain_of IS DISTINCT FROM entry.chain THEN previous := ''; END IF;
                 chain_of := entry.chain;
                 previous := encode(sha256(convert_to(previous || '|' ||
-                    playguard.playguard_change_canonical(entry.id, entry.at, entry.relation,
-                        entry.key, entry.columns, entry.operation, entry.actor, entry.marquees,
-                        entry.chain, entry.seq), 'UTF8')), 'hex');
+                    playguard.playguard_change_canonical_roles(entry.id, entry.at,
+                        entry.relation, entry.key, entry.columns, entry.operation, entry.actor,
+                        entry.marquees, entry.chain, entry.seq, entry.session_role,
+                        entry.acting_role), 'UTF8')), 'hex');
                 UPDATE playguard.changes SET hash = previous WHERE id = entry.id;
                 UPDATE playguard.changes SET prev_hash = coalesce((SELECT c.hash FROM
                     playguard.changes c WHERE c.chain = entry.chain AND c.seq = entry.seq - 1), '')
@@ -234,19 +248,24 @@ async def daemons_role(postgres: LabDatabase) -> AsyncIterator[asyncpg.Connectio
 
 @asynccontextmanager
 async def _app_role(
-    admin: asyncpg.Connection, database: LabDatabase
-) -> AsyncIterator[asyncpg.Connection]:
-    """A connection as a role of the application's: it may update ``public.marquees`` and use
-    playguard's schema (as the README grants), and holds nothing on ``playguard.changes``."""
+    admin: asyncpg.Connection,
+    database: LabDatabase,
+    *,
+    server_settings: dict[str, str] | None = None,
+) -> AsyncIterator[tuple[asyncpg.Connection, str]]:
+    """A connection as a role of the application's (with ``server_settings``, as PGOPTIONS sets
+    them) and its name: it may update ``public.marquees`` and use playguard's schema (as the
+    README grants), and holds nothing on ``playguard.changes``."""
     name, password = f"app_{secrets.token_hex(5)}", secrets.token_urlsafe(12)
     await admin.execute(f"CREATE ROLE {name} LOGIN PASSWORD {literal(password)}")
     try:
         await admin.execute(f"GRANT USAGE ON SCHEMA playguard TO {name}")
         await admin.execute(f"GRANT SELECT, UPDATE ON public.marquees TO {name}")
         url = database.url.replace(f"{database.server.user}@", f"{name}@", 1)
-        connection = await asyncpg.connect(url, password=password)
+        connection = await asyncpg.connect(url, password=password,
+                                           server_settings=server_settings)  # fmt: skip
         try:
-            yield connection
+            yield connection, name
         finally:
             await connection.close()
     finally:
@@ -263,7 +282,7 @@ async def test_an_app_roles_write_to_its_own_table_is_recorded_through_the_trigg
             "CREATE TRIGGER playguard_notify AFTER INSERT OR UPDATE OR DELETE ON public.marquees "
             "FOR EACH ROW EXECUTE FUNCTION playguard.notify_marquee('name')"
         )
-        async with _app_role(admin, postgres) as app:
+        async with _app_role(admin, postgres) as (app, _name):
             async with app.transaction():
                 await app.execute("SET LOCAL playguard.actor = 'alice'")
                 await app.execute("UPDATE public.marquees SET ssh_port = 2222, updated_at = now()")
@@ -285,7 +304,8 @@ async def test_an_app_roles_write_to_its_own_table_is_recorded_through_the_trigg
         "DELETE FROM playguard.changes",
         "TRUNCATE playguard.changes",
         "DELETE FROM playguard.change_anchors",
-        "SELECT playguard.playguard_record_change('marquees', 'x', 'INSERT', NULL, '{}', '{}')",
+        "SELECT playguard.playguard_record_change('marquees', 'x', 'INSERT', NULL, '{}', '{}', "
+        "'app')",
     ],
 )
 async def test_the_daemons_role_can_neither_change_nor_add_entries(
@@ -302,6 +322,16 @@ async def test_the_daemons_role_can_neither_change_nor_add_entries(
     ), refused.value
     assert await daemons_role.fetch("SELECT * FROM playguard.changes") == before
     assert len(before) == 1
+
+
+FORGED_INSERT = """
+INSERT INTO playguard.changes (at, relation, key, columns, operation, actor, marquees, chain, seq,
+                               prev_hash, hash)
+SELECT now(), 'playguard.marquees', 'edge-a', '{}', 'UPDATE', 'cto', '{edge-a}', chain, seq + 1,
+       hash, 'forged'
+FROM playguard.changes ORDER BY id DESC LIMIT 1
+"""
+"""An entry made up and appended by hand (its hash need not be right to be refused)."""
 
 
 def _readme_hand_over(audit_role: str, daemon_role: str) -> str:
@@ -338,6 +368,9 @@ async def test_after_the_readmes_hand_over_the_daemons_role_cannot_get_the_audit
                     "UPDATE playguard.changes SET actor = 'mallory'",
                     "DELETE FROM playguard.changes",
                     "DROP TABLE playguard.changes",
+                    FORGED_INSERT,
+                    "SELECT playguard.playguard_append_change('marquees', 'x', 'INSERT', '{}', "
+                    "'{edge-a}', 'app')",
                 ):
                     with pytest.raises(asyncpg.InsufficientPrivilegeError):
                         await connection.execute(statement)
@@ -398,7 +431,106 @@ async def test_a_snapshot_names_the_change_log_it_saw_and_reads_on_when_it_may_n
     unreadable = await read_snapshot(daemons_role)
 
     assert newest is not None
-    assert (seen.last_change, narrow_seen) == (newest, newest)
+    assert (seen.last_change, narrow_seen) == ({"change": newest}, {"change": newest})
     assert [row["name"] for row in rows["marquees"]] == ["edge-0"]
     assert unreadable.last_change is None
     assert unreadable.rows == seen.rows, "the rest of the snapshot read as before"
+
+
+@pytest.mark.parametrize(
+    ("claim", "by_session"),
+    [
+        pytest.param("SET LOCAL playguard.actor = 'cto@example.com'", False, id="set-local"),
+        pytest.param(None, True, id="session-option"),
+    ],
+)
+async def test_an_actor_claimed_by_an_app_role_is_shown_beside_the_role_that_wrote(
+    daemons_role: asyncpg.Connection, postgres: LabDatabase, claim: str | None, by_session: bool
+) -> None:
+    admin = await postgres.connect()
+    try:
+        await admin.execute(
+            "CREATE TRIGGER playguard_notify AFTER INSERT OR UPDATE OR DELETE ON public.marquees "
+            "FOR EACH ROW EXECUTE FUNCTION playguard.notify_marquee('name')"
+        )
+        settings = {"playguard.actor": "cto@example.com"} if by_session else None
+        async with _app_role(admin, postgres, server_settings=settings) as (app, name):
+            async with app.transaction():
+                if claim is not None:
+                    await app.execute(claim)
+                await app.execute("UPDATE public.marquees SET ssh_port = 2200")
+            await admin.execute(f"GRANT {name} TO {postgres.server.user}")
+            async with admin.transaction():
+                await admin.execute(f"SET LOCAL ROLE {name}")
+                await admin.execute("UPDATE public.marquees SET ssh_port = 2201")
+            entries = await read_changes(daemons_role, "playguard", "edge-a", since=0.0)
+            found = await verify_changes(daemons_role)
+    finally:
+        await admin.close()
+    claimed, set_role = entries
+    assert (claimed.actor, claimed.session_role, claimed.acting_role) == (
+        "cto@example.com", name, None,
+    )  # fmt: skip
+    assert change_event(claimed).by == f"cto@example.com (claimed) as role {name}"
+    assert (set_role.session_role, set_role.acting_role) == (postgres.server.user, name)
+    assert change_event(set_role).by == f"role {postgres.server.user} (acting as {name})"
+    assert found.intact, [problem.line() for problem in found.problems]
+
+
+@pytest.mark.parametrize("table", ["marquee_steering", "agent_chats", "marquees"])
+async def test_a_truncate_of_a_table_the_daemon_reads_is_an_entry_naming_its_marquees(
+    fleet: asyncpg.Connection, table: str
+) -> None:
+    await fleet.execute(
+        "INSERT INTO playguard.marquee_steering (name, mode) VALUES ('edge-0', 'detect'), "
+        "('edge-1', 'off') ON CONFLICT DO NOTHING"
+    )
+    before = await fleet.fetchval("SELECT max(id) FROM playguard.changes")
+    await fleet.execute(f"TRUNCATE playguard.{table} CASCADE")
+    entries = await fleet.fetch(
+        "SELECT * FROM playguard.changes WHERE id > $1 AND operation = 'TRUNCATE' ORDER BY id",
+        before,
+    )
+    assert f"playguard.{table}" in {entry["relation"] for entry in entries}
+    (entry,) = [entry for entry in entries if entry["relation"] == f"playguard.{table}"]
+    assert (entry["key"], entry["columns"], entry["chain"]) == (None, [], "*")
+    assert entry["marquees"] == ["edge-0", "edge-1", "edge-2"], "the Marquees its rows concerned"
+    assert (await verify_changes(fleet)).intact
+
+
+async def test_an_anchor_no_prune_entry_names_is_a_cut_verify_reports(
+    fleet: asyncpg.Connection,
+) -> None:
+    await _tampered(fleet)
+    head = await fleet.fetchrow(
+        "SELECT seq, hash FROM playguard.changes WHERE chain = 'edge-0' ORDER BY seq DESC "
+        "OFFSET 1 LIMIT 1"
+    )
+    assert head is not None
+    await fleet.execute(
+        "INSERT INTO playguard.change_anchors (chain, seq, hash) VALUES ('edge-0', $1, $2)",
+        head["seq"], head["hash"],
+    )  # fmt: skip
+    await fleet.execute(
+        "DELETE FROM playguard.changes WHERE chain = 'edge-0' AND seq <= $1", head["seq"]
+    )
+
+    found = await verify_changes(fleet)
+
+    assert [problem.line() for problem in found.problems] == [
+        f"changes (chain 'edge-0', seq {head['seq']}): the anchor at seq {head['seq']} is named "
+        "by no prune entry of the chain"
+    ]
+
+
+async def test_an_entry_of_before_the_roles_hashes_as_migration_0009_made_it(
+    fleet: asyncpg.Connection,
+) -> None:
+    row = await fleet.fetchrow(
+        "SELECT *, playguard.playguard_change_canonical(id, at, relation, key, columns, "
+        "operation, actor, marquees, chain, seq) AS old_text FROM playguard.changes LIMIT 1"
+    )
+    assert row is not None
+    assert row["session_role"] is not None, "a new entry has its roles"
+    assert canonical({**row, "session_role": None, "acting_role": None}) == row["old_text"]
+    assert canonical(row) == f"{row['old_text']}|{len(row['session_role'])}:{row['session_role']}-"

@@ -17,16 +17,14 @@ from playguard_async.desired_state.postgres.schema import (
     schema_version,
     shipped_migrations,
 )
-from playguard_async.desired_state.postgres.source import (
-    PostgresDesiredState,
-    read_snapshot,
-    validate_snapshot,
-)
+from playguard_async.desired_state.postgres.snapshot import read_snapshot
+from playguard_async.desired_state.postgres.source import PostgresDesiredState
 from playguard_async.desired_state.postgres.transfer import (
     ImportRefused,
     export_inventory,
     import_inventory,
 )
+from playguard_async.desired_state.postgres.validation import validate_snapshot
 from tests.support.pg_inventory import by_name, full_document, load_yaml, write_inventory
 from tests.support.postgres import LabDatabase, notified_by
 

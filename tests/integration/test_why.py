@@ -31,6 +31,7 @@ from playguard_async.coordination.keys import (
 )
 from playguard_async.desired_state.postgres.schema import migrate
 from playguard_async.desired_state.postgres.transfer import import_inventory
+from playguard_async.remote.journal import STARTED
 from playguard_lab import GitOrigin
 from tests.support.browser import cell_texts, chromium
 from tests.support.cli import LAB_SETTINGS, Playguard
@@ -104,6 +105,12 @@ def test_why_joins_a_cycle_with_its_host_writes_and_keeps_them_after_redis_is_fl
     assert told["playground_wanted"] is False
     assert "playground web-gone is not in the desired state now" in text
 
+    journal_file(lab).write_text("", encoding="utf-8")  # emptied by a hand on the host
+    status, told, text = why(playguard)
+    assert status == 1, "a journal cut after --since is an incomplete source"
+    assert (told["host_read"], told["journal_cut"], told["journal_begins"]) == (True, True, None)
+    assert "host journal holds no write and no mark of its start" in text
+
 
 def test_hostile_text_is_bounded_and_inert_and_an_unreachable_host_is_said(
     playguard: Playguard, lab: LabWorld, store: SyncRedis
@@ -111,6 +118,8 @@ def test_hostile_text_is_bounded_and_inert_and_an_unreachable_host_is_said(
     hostile = "\x1b]0;owned\x07\x1b[2J<script>alert(1)</script>" + "A" * 100_000
     journal = journal_file(lab)
     journal.parent.mkdir(parents=True, exist_ok=True)
+    if not journal.exists():  # as the guard makes one: whole since its start
+        journal.write_text(f"{STARTED}{time.time() - 60:.6f}\n", encoding="utf-8")
     with journal.open("a", encoding="utf-8") as appended:
         appended.write(f"9 {time.time():.6f} cycle=abc123 {hostile}\n")
     now = time.time()
@@ -206,13 +215,14 @@ async def _alice_moves_web_main(
     return moved
 
 
-def _alices_change_in_the_cli(playguard: Playguard, moved: dict[str, Any]) -> None:
-    """``why edge-1 web-main`` names alice's change of the row, the cycle that included it, its
-    replica and fence, and the write the host accepted."""
+def _alices_change_in_the_cli(playguard: Playguard, moved: dict[str, Any], who: str) -> None:
+    """``why edge-1 web-main`` names alice's change of the row (``who``: her claim and the role
+    that wrote it), the cycle that included it, its replica and fence, and the write the host
+    accepted."""
     status, told, text = why(playguard, "web-main")
 
     assert status == 0, text
-    change = _one(told["events"], kind="change", by="alice")
+    change = _one(told["events"], kind="change", by=who)
     assert change["text"].endswith(": playguard.playgrounds web-main: branch changed")
     assert change["included_in"] == moved["cycle"]
     including = _one(told["events"], kind="cycle", cycle=moved["cycle"])
@@ -221,11 +231,11 @@ def _alices_change_in_the_cli(playguard: Playguard, moved: dict[str, Any]) -> No
     assert including["version"].startswith("change log up to id ")
     updates = [w for w in including["writes"] if w["action"].startswith("update playground")]
     assert [w["cycle"] for w in updates] == [moved["cycle"]]
-    assert f"alice: {change['text']}  [in cycle {moved['cycle']}]" in text
+    assert f"{who}: {change['text']}  [in cycle {moved['cycle']}]" in text
 
 
 def _alices_change_in_the_browser(
-    browser: webdriver.Chrome, base: str, moved: dict[str, Any], shots: Path
+    browser: webdriver.Chrome, base: str, moved: dict[str, Any], who: str, shots: Path
 ) -> None:
     """From the Marquee's page, its link and its form (no script needed): the timeline of
     web-main shows alice's change joined to the cycle, its replica and fence, and the write the
@@ -249,7 +259,7 @@ def _alices_change_in_the_browser(
         if "playground=web-main" not in browser.current_url:
             return None
         changes = cell_texts(browser, 'li[data-kind="change"]')
-        return [text for text in changes if "alice: change " in text] or None
+        return [text for text in changes if f"{who}: change " in text] or None
 
     (change,) = wait_for(alices, timeout=20, what="alice's change on the form's answer")
     assert "playguard.playgrounds web-main: branch changed" in change
@@ -305,6 +315,7 @@ async def test_why_follows_a_row_changed_by_alice_to_the_hosts_write_then_a_paus
 ) -> None:  # fmt: skip
     chromium_path = require_binary("chromium", "chromium")
     driver_path = require_binary("chromedriver", "chromium-driver")
+    who = f"alice (claimed) as role {postgres.server.user}"
     connection = await postgres.connect()
     try:
         settings = await _desired_state_in(postgres, connection, playguard, lab, tmp_path)
@@ -314,11 +325,11 @@ async def test_why_follows_a_row_changed_by_alice_to_the_hosts_write_then_a_paus
         ):
             moved = await _alice_moves_web_main(daemon, connection, git_origin, busybox_image,
                                                 store)  # fmt: skip
-            _alices_change_in_the_browser(browser, base, moved, tmp_path)
+            _alices_change_in_the_browser(browser, base, moved, who, tmp_path)
             await _hostile_actor_and_action(connection, store)
             _hostile_text_in_the_browser(browser, base, tmp_path)
 
-        _alices_change_in_the_cli(playguard, moved)
+        _alices_change_in_the_cli(playguard, moved, who)
 
         paused = playguard("pause", "edge-1", "--reason", "<b>disk</b> full, investigating")
         assert paused.returncode == 0, paused.stderr
@@ -337,6 +348,7 @@ async def test_why_follows_a_row_changed_by_alice_to_the_hosts_write_then_a_paus
         assert "@" in pause["by"]
         drift = _one(told["events"], kind="cycle", cycle=fixed["cycle"])
         assert any("web-main" in cause and "missing" in cause for cause in drift["causes"])
+        assert drift["includes"] == [], "a drift fixed after alice's change was read includes none"
         assert any(
             w["action"].startswith("compose up playground web-main") for w in drift["writes"]
         )

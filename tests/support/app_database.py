@@ -58,6 +58,10 @@ CREATE TRIGGER playguard_notify AFTER INSERT OR UPDATE OR DELETE ON public.agent
     FOR EACH ROW EXECUTE FUNCTION playguard.notify_marquee('playground_id',
         'SELECT m.name FROM public.marquees m JOIN public.playgrounds p ON p.marquee_id = m.id
          WHERE p.id = ANY ($1::bigint[])');
+CREATE TRIGGER playguard_truncate BEFORE TRUNCATE ON public.agent_chats
+    FOR EACH STATEMENT EXECUTE FUNCTION playguard.playguard_table_truncated('playground_id',
+        'SELECT m.name FROM public.marquees m JOIN public.playgrounds p ON p.marquee_id = m.id
+         WHERE p.id = ANY ($1::bigint[])');
 """
 """As the README shows them: run by the application's owner, never by playguard."""
 

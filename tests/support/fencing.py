@@ -19,7 +19,7 @@ from playguard_async.engine.results import CycleListener, CycleResult, Outcome
 from playguard_async.engine.scheduler import Engine
 from playguard_async.engine.services import CycleServices
 from playguard_async.phases.protocol import PhaseContext, PhaseReport
-from playguard_async.remote.journal import JournalEntry, parse_journal
+from playguard_async.remote.journal import JournalEntry, journal_started, parse_journal
 from playguard_async.remote.ssh import RemoteSession, open_session
 from playguard_async.service.metrics import Metrics
 from tests.support.engine import settings_for
@@ -45,13 +45,17 @@ class StaticLease:
 
 
 def journal(state_dir: Path) -> list[JournalEntry]:
-    """The writes the host's guard accepted, in the order it accepted them."""
+    """The writes the host's guard accepted, in the order it accepted them (after the guard's
+    start mark, when the guard made the journal)."""
     path = state_dir / "journal"
     if not path.exists():
         return []
     text = path.read_text(encoding="utf-8")
     entries = parse_journal(text)
-    assert len(entries) == len(text.splitlines()), f"a line of {path} is not of the written shape"
+    marks = 0 if journal_started(text) is None else 1
+    assert len(entries) + marks == len(text.splitlines()), (
+        f"a line of {path} is not of the written shape"
+    )
     return entries
 
 

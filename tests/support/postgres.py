@@ -13,11 +13,11 @@ from pathlib import Path
 
 import asyncpg
 
+from playguard_async.desired_state.postgres.notify import NOTIFY_CHANNEL
 from playguard_async.desired_state.postgres.schema import migrate
-from playguard_async.desired_state.postgres.source import NOTIFY_CHANNEL
 from playguard_async.desired_state.postgres.transfer import import_inventory
 from playguard_lab import PostgresServer, free_port
-from tests.support.daemon import PLAYGUARD
+from tests.support.daemon import PLAYGUARD, REPO_ROOT
 
 
 @dataclass(frozen=True)
@@ -75,10 +75,12 @@ def playguard_with(
     url: str | None = None,
     settings: Mapping[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """The installed ``playguard`` with ``database`` as its desired state (password in the
-    environment, as an operator's would be) and no other settings of ours but ``settings``
-    (environment variables)."""
+    """The installed ``playguard`` running this tree's code (``PYTHONPATH``, as the daemon's
+    runner sets it: the virtualenv may have another tree installed) with ``database`` as its
+    desired state (password in the environment, as an operator's would be) and no other
+    settings of ours but ``settings`` (environment variables)."""
     env = {key: value for key, value in os.environ.items() if not key.startswith("PLAYGUARD_")}
+    env["PYTHONPATH"] = str(REPO_ROOT)
     env.update(settings or {})
     env["PLAYGUARD_DESIRED_STATE"] = url or database.url
     env["PLAYGUARD_DESIRED_STATE_PASSWORD"] = password or database.password

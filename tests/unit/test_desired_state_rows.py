@@ -8,7 +8,8 @@ from collections.abc import Callable
 
 import pytest
 
-from playguard_async.desired_state.postgres.source import RowMemo, Rows, validate_snapshot
+from playguard_async.desired_state.postgres.relations import Rows
+from playguard_async.desired_state.postgres.validation import RowMemo, validate_snapshot
 from tests.support.pg_inventory import marquee_rows
 
 

@@ -21,7 +21,7 @@ from playguard_async.desired_state.postgres.mapping import (
     check_relations,
     kind_of,
 )
-from playguard_async.desired_state.postgres.source import (
+from playguard_async.desired_state.postgres.relations import (
     EXPECTED_COLUMNS,
     KEY_COLUMNS,
     STEERING,

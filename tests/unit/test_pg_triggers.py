@@ -18,10 +18,13 @@ def test_the_statement_names_the_table_the_schema_and_quotes_the_lookup() -> Non
         "CREATE TRIGGER playguard_notify AFTER INSERT OR UPDATE OR DELETE ON "
         '"public"."playgrounds"\n'
         '    FOR EACH ROW EXECUTE FUNCTION "fleet".notify_marquee('
+        "'marquee_id', 'SELECT name FROM m WHERE note = ''x''');\n"
+        'CREATE TRIGGER playguard_truncate BEFORE TRUNCATE ON "public"."playgrounds"\n'
+        '    FOR EACH STATEMENT EXECUTE FUNCTION "fleet".playguard_table_truncated('
         "'marquee_id', 'SELECT name FROM m WHERE note = ''x''');"
     )
     assert trigger_statement("playguard", "marquees", "name", None).endswith(
-        "\"playguard\".notify_marquee('name');"
+        "\"playguard\".playguard_table_truncated('name');"
     )
 
 

@@ -16,7 +16,7 @@ from playguard_async.desired_state.model import (
     Playground,
     Playspec,
 )
-from playguard_async.desired_state.postgres.source import _cohorts_by_marquee, _split
+from playguard_async.desired_state.postgres.shares import _cohorts_by_marquee, _split
 from tests.support.engine import inventory_of
 
 GARBAGE_ROWS = [

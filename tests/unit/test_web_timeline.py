@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from playguard_async.operator.why import NO_CYCLE_RECORD, Event, HostWrite, Timeline
+from playguard_async.operator.why import NO_CYCLE_RECORD, Event, HostJournal, HostWrite, Timeline
 from playguard_async.service.fleet_table import BadQuery
 from playguard_async.service.web_timeline import (
     EVENTS_SHOWN,
@@ -166,6 +166,28 @@ async def test_the_page_lists_the_newest_events_and_says_how_many_it_left_out() 
     assert "pause number 1<" in html
     assert f"pause number {EVENTS_SHOWN + 1}<" not in html
     assert f"{700 - EVENTS_SHOWN} older events not shown" in html
+
+
+@pytest.mark.parametrize(
+    ("writes", "banner"),
+    [
+        ([], "Host journal holds no write and no mark of its start: it was emptied"),
+        ([HostWrite(1_700_000_300.0, 4, "compose up", None)],
+         "Host journal begins at 2023-11-14 22:18:20: it was cut"),
+    ],
+)  # fmt: skip
+async def test_a_cut_journal_and_a_change_whose_reader_is_gone_are_said_on_the_page(
+    writes: list[HostWrite], banner: str
+) -> None:
+    change = Event(1_700_000_100.0, "change", "change 9: playguard.playgrounds web: x changed",
+                   "alice", read_by_or_before="c0ffee", change_id=9)  # fmt: skip
+    told = Timeline("m-0", None, 1_700_000_000.0, [change], journal=HostJournal(writes, None))
+    async with serving(view_with(Reader(told))) as client:
+        html = await (await client.get("/marquee/m-0/why")).text()
+
+    assert 'id="journal-cut"' in html
+    assert banner in html
+    assert "[in cycle c0ffee or one before it, no longer recorded]" in html
 
 
 @pytest.mark.parametrize(

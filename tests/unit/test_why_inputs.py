@@ -5,6 +5,8 @@ versions make, and the kept operator actions bounded in bytes and inert."""
 from __future__ import annotations
 
 import json
+import os
+import pwd
 import subprocess
 from pathlib import Path
 
@@ -15,8 +17,9 @@ from playguard_async.coordination.operator_actions import (
     REASON_MAX,
     WHO_MAX,
     OperatorAction,
+    acting_user,
 )
-from playguard_async.cycle_record import describe_version, desired_version
+from playguard_async.cycle_record import DesiredVersion, describe_version, desired_version
 from playguard_async.desired_state.file_version import file_version, git_head
 from playguard_async.desired_state.postgres.change_log import ChangeEntry
 from playguard_async.operator.display import timeline_lines
@@ -39,38 +42,69 @@ def cycle(cycle_id: str, at: float) -> Event:
 
 
 @pytest.mark.parametrize(
-    ("inputs", "cycles", "included_in", "includes"),
+    ("ids", "cycles", "included_in", "or_before"),
     [
         pytest.param(
-            [10.0],
-            [("c1", 5.0), ("c2", 12.0), ("c3", 20.0)],
+            [10],
+            [
+                ("c1", 5.0, {"change": 9}),
+                ("c2", 12.0, {"change": 10}),
+                ("c3", 20.0, {"change": 11}),
+            ],
             ["c2"],
-            {"c2": 1},
-            id="the first cycle after the change, not the one before",
+            [None],
+            id="the first cycle that read it",
         ),
         pytest.param(
-            [10.0, 11.0], [("c2", 12.0)], ["c2", "c2"], {"c2": 2}, id="two changes, one cycle"
+            [10, 11],
+            [("c1", 5.0, {"change": 9}), ("c2", 6.0, {"change": 11})],
+            ["c2", "c2"],
+            [None, None],
+            id="two changes, one cycle",
         ),
-        pytest.param([10.0], [("c2", 10.0)], ["c2"], {"c2": 1}, id="a cycle started as it was"),
-        pytest.param([30.0], [("c1", 5.0)], [None], {}, id="no cycle after it yet"),
         pytest.param(
-            [10.0], [("c3", 20.0), ("c2", 12.0)], ["c2"], {"c2": 1}, id="cycles in any order"
+            [10],
+            [
+                ("c1", 5.0, {"change": 9}),
+                ("c2", 6.0, {"change": 12, "unseen": [10]}),
+                ("c3", 7.0, {"change": 12}),
+            ],
+            ["c3"],
+            [None],
+            id="not the cycle whose snapshot did not see it",
         ),
+        pytest.param(
+            [10],
+            [("c1", 5.0, None), ("c2", 6.0, {"change": 10})],
+            [None],
+            ["c2"],
+            id="a record before that read no log tells nothing",
+        ),
+        pytest.param(
+            [10],
+            [("c3", 20.0, {"change": 12}), ("c4", 30.0, {"change": 12})],
+            [None],
+            ["c3"],
+            id="its first reader no longer recorded",
+        ),
+        pytest.param([30], [("c1", 5.0, {"change": 9})], [None], [None], id="no reader yet"),
     ],
 )
-def test_a_change_joins_the_first_cycle_that_acted_after_it(
-    inputs: list[float], cycles: list[tuple[str, float]], included_in: list[str | None],
-    includes: dict[str, int],
+def test_a_change_joins_the_first_cycle_that_read_it_never_by_time(
+    ids: list[int], cycles: list[tuple[str, float, DesiredVersion | None]],
+    included_in: list[str | None], or_before: list[str | None],
 ) -> None:  # fmt: skip
-    changes = [Event(at, "change", f"change {n}: playguard.playgrounds web: branch changed",
-                     "alice") for n, at in enumerate(inputs)]  # fmt: skip
+    changes = [Event(0.0, "change", f"change {n}: playguard.playgrounds web: branch changed",
+                     "alice", change_id=n) for n in ids]  # fmt: skip
 
-    joined_inputs, joined_cycles = including_cycles(changes, [cycle(*c) for c in cycles])
+    joined_inputs, joined_cycles = including_cycles(
+        changes, [(cycle(cycle_id, at), read) for cycle_id, at, read in cycles]
+    )
 
     assert [event.included_in for event in joined_inputs] == included_in
-    assert {c.cycle_id: len(c.includes) for c in joined_cycles if c.includes} == includes
-    for including in joined_cycles:
-        assert all(name.startswith("change ") for name in including.includes)
+    assert [event.read_by_or_before for event in joined_inputs] == or_before
+    including = {c.cycle_id: len(c.includes) for c in joined_cycles if c.includes}
+    assert including == {name: included_in.count(name) for name in set(included_in) if name}
 
 
 @pytest.mark.parametrize(
@@ -145,6 +179,9 @@ def test_a_yaml_files_new_version_is_an_event(
     assert [(event.at, event.text.removeprefix("desired state file changed: "))
             for event in made] == events  # fmt: skip
     assert {event.kind for event in made} <= {"desired state"}
+    assert [event.included_in for event in made] == [f"c{desired.index(V2)}" for _ in made], (
+        "included in the first cycle whose record names the new version"
+    )
 
 
 def git(directory: Path, *args: str) -> str:
@@ -184,6 +221,10 @@ def test_a_files_version_names_its_digest_mtime_and_git_head(tmp_path: Path) -> 
     ("value", "version"),
     [
         ({"change": 12}, {"change": 12}),
+        ({"change": 12, "unseen": [11, 9]}, {"change": 12, "unseen": [9, 11]}),
+        ({"change": 12, "unseen": [12]}, None),
+        ({"change": 12, "unseen": list(range(1, 12)) * 3}, None),
+        ({"change": 12, "unseen": "9"}, None),
         ({"digest": "ab" * 32, "mtime": 5}, {"digest": "ab" * 6, "mtime": 5.0}),
         ({"change": True}, None),
         ({"commit": "xyz"}, None),
@@ -280,3 +321,12 @@ def test_a_cycle_names_the_causes_its_phases_found(
     (event,) = joined(Sources(records=[recorded]), extra=(), playground=None, since=0.0)
 
     assert list(event.causes) == causes
+
+
+@pytest.mark.parametrize("variable", ["USER", "LOGNAME", "LNAME", "USERNAME"])
+def test_the_operators_name_is_the_oss_for_the_uid_not_the_environments(
+    monkeypatch: pytest.MonkeyPatch, variable: str
+) -> None:
+    monkeypatch.setenv(variable, "cto@example.com")
+
+    assert acting_user() == pwd.getpwuid(os.getuid()).pw_name

@@ -3,17 +3,27 @@ servers: the shapes of a line old and new, the join on cycle id, and outside inp
 
 from __future__ import annotations
 
+import pytest
+
 from playguard_async.operator.display import timeline_lines
 from playguard_async.operator.why import (
     NO_CYCLE_RECORD,
     TEXT_LIMIT,
     Event,
+    HostJournal,
     HostWrite,
     Sources,
     Timeline,
     joined,
 )
-from playguard_async.remote.journal import JournalEntry, journal_text, parse_journal
+from playguard_async.remote.journal import (
+    ABSENT,
+    STARTED,
+    JournalEntry,
+    journal_started,
+    journal_text,
+    parse_journal,
+)
 
 
 def record(cycle: str, *, at: float, actions: list[str], outcome: str = "ok") -> dict[str, object]:
@@ -84,3 +94,45 @@ def test_hostile_text_is_bounded_and_shown_escaped() -> None:
     assert all(len(line) < 2 * TEXT_LIMIT + 200 for line in lines)
     assert not any("\x1b" in line or "\x07" in line for line in lines)
     assert "\\x1b]0;owned\\x07" in "\n".join(lines)
+
+
+WRITE = "7 1700000500.5 cycle=aa11 update playground web from a to b\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "started", "cut", "said"),
+    [
+        pytest.param(f"{STARTED}1700000000.25\n{WRITE}", 1700000000.25, False, None,
+                     id="whole since before --since"),
+        pytest.param(f"{STARTED}1700000400\n{WRITE}", 1700000400.0, False,
+                     "host journal begins at 2023-11-14 22:20:00: when this host was first written",
+                     id="whole, started after --since: said, not cut"),
+        pytest.param(f"{ABSENT}\n", 0.0, False, None, id="no journal: never written"),
+        pytest.param(WRITE, None, True,
+                     "host journal begins at 2023-11-14 22:21:40: it was cut, what it held "
+                     "before is gone", id="cut after --since"),
+        pytest.param("6 1700000100 old write\n" + WRITE, None, False, None,
+                     id="cut, but before --since"),
+        pytest.param("", None, True, "host journal holds no write and no mark of its start: "
+                     "it was emptied, what it held is gone", id="emptied"),
+        pytest.param(f"{WRITE}{STARTED}1700000000\n", None, True,
+                     "host journal begins at 2023-11-14 22:21:40: it was cut, what it held "
+                     "before is gone", id="a mark not first is no start"),
+    ],
+)  # fmt: skip
+def test_a_journal_cut_after_since_is_said_and_makes_the_timeline_incomplete(
+    text: str, started: float | None, cut: bool, said: str | None
+) -> None:
+    journal = HostJournal([HostWrite.from_entry(e) for e in parse_journal(text)],
+                          journal_started(text))  # fmt: skip
+    timeline = Timeline("m1", None, 1700000200.0, [], journal=journal)
+
+    lines = timeline_lines(timeline)
+
+    assert journal.started == started
+    assert (timeline.journal_cut, timeline.complete) == (cut, not cut)
+    assert timeline.to_json()["journal_cut"] is cut
+    if said is None:
+        assert not any("host journal" in line for line in lines)
+    else:
+        assert f"  {said}" in lines

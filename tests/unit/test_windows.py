@@ -25,7 +25,7 @@ from pydantic import ValidationError
 from structlog.testing import capture_logs
 
 from playguard_async.desired_state.model import Inventory, InventoryError, Marquee
-from playguard_async.desired_state.postgres.source import RowMemo, validate_snapshot
+from playguard_async.desired_state.postgres.validation import RowMemo, validate_snapshot
 from playguard_async.desired_state.windows import (
     SEARCH_AHEAD,
     Window,

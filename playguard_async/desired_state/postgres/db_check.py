@@ -13,14 +13,9 @@ from __future__ import annotations
 import asyncpg
 
 from playguard_async.desired_state.postgres.mapping import CATALOG_QUERY, check_relations
-from playguard_async.desired_state.postgres.source import (
-    EXPECTED_COLUMNS,
-    KEY_COLUMNS,
-    TABLES,
-    MappingUnreadable,
-    read_snapshot,
-    validate_snapshot,
-)
+from playguard_async.desired_state.postgres.relations import EXPECTED_COLUMNS, KEY_COLUMNS, TABLES
+from playguard_async.desired_state.postgres.snapshot import MappingUnreadable, read_snapshot
+from playguard_async.desired_state.postgres.validation import validate_snapshot
 
 _KINDS = {"r": "table", "p": "table", "v": "view", "m": "materialized view", "f": "foreign table"}
 

@@ -20,15 +20,14 @@ import yaml
 from playguard_async.desired_state.model import Inventory, InventoryError
 from playguard_async.desired_state.postgres.connection import DEFAULT_SCHEMA, qualified
 from playguard_async.desired_state.postgres.mapping import CATALOG_QUERY, present_columns
-from playguard_async.desired_state.postgres.source import (
+from playguard_async.desired_state.postgres.relations import (
     STEERING,
     STEERING_DEFAULTS,
     TABLES,
     Table,
-    read_snapshot,
-    rows_of,
-    validate_snapshot,
 )
+from playguard_async.desired_state.postgres.snapshot import read_snapshot
+from playguard_async.desired_state.postgres.validation import rows_of, validate_snapshot
 from playguard_async.desired_state.yaml_source import (
     INVENTORY_MAX_BYTES,
     INVENTORY_READ_TIMEOUT,

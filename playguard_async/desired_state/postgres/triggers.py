@@ -1,6 +1,7 @@
-"""``playguard db triggers``: the statements that attach ``notify_marquee`` to one of the
-application's tables, printed for its owner to review and run (in a migration of the app's own,
-so its schema dump records them). playguard never runs them: it alters no table of the app's.
+"""``playguard db triggers``: the statements that attach ``notify_marquee`` (rows) and
+``playguard_table_truncated`` (TRUNCATE) to one of the application's tables, printed for its
+owner to review and run (in a migration of the app's own, so its schema dump records them).
+playguard never runs them: it alters no table of the app's.
 
 Names are quoted as identifiers and the column and lookup query as literals, so what is printed
 is exactly one statement whatever the input holds.
@@ -28,13 +29,17 @@ def quoted_literal(value: str) -> str:
 
 
 def trigger_statement(schema: str, table: str, column: str, lookup: str | None) -> str:
-    """``CREATE TRIGGER playguard_notify ... ON table ... notify_marquee(column[, lookup])``;
-    ``table`` may be ``schema.table``."""
+    """``CREATE TRIGGER playguard_notify ... ON table ... notify_marquee(column[, lookup])``, and
+    its twin for TRUNCATE (``playguard_truncate``: one change-log entry for the statement, the
+    Marquees of all the rows woken); ``table`` may be ``schema.table``."""
     target = ".".join(quoted_identifier(part) for part in table.split(".", 1))
     quoted_identifier(column)  # a column's name, not an expression
     arguments = ", ".join(quoted_literal(value) for value in (column, lookup) if value is not None)
     return (
         f"CREATE TRIGGER playguard_notify AFTER INSERT OR UPDATE OR DELETE ON {target}\n"
         f"    FOR EACH ROW EXECUTE FUNCTION {quoted_identifier(schema)}.notify_marquee("
-        f"{arguments});"
+        f"{arguments});\n"
+        f"CREATE TRIGGER playguard_truncate BEFORE TRUNCATE ON {target}\n"
+        f"    FOR EACH STATEMENT EXECUTE FUNCTION {quoted_identifier(schema)}"
+        f".playguard_table_truncated({arguments});"
     )
