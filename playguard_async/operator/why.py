@@ -78,10 +78,6 @@ TEXT_LIMIT = 300
 QUIET_OUTCOMES = ("ok", "locked", "paused")
 """Outcomes of a cycle that, with no action and no host write, changed nothing: left out."""
 
-INPUT_KINDS = ("change", "desired state")
-"""Kinds of event that are inputs of the desired state: each joins the first cycle that read it
-(``Event.included_in``)."""
-
 NO_CYCLE_RECORD = "no cycle record"
 """How a host write whose cycle Redis no longer holds (or never did) is marked."""
 
@@ -130,7 +126,8 @@ class Event:
     version: str | None = None
     """For a cycle: the desired state it acted on (``cycle_record.describe_version``)."""
     includes: tuple[str, ...] = ()
-    """For a cycle: the inputs (``INPUT_KINDS`` events) it is the first to read."""
+    """For a cycle: the inputs it is the first to read (``change`` and ``desired state`` events,
+    each joined to the first cycle that read it: ``Event.included_in``)."""
     included_in: str | None = None
     """For an input: the cycle id of the first cycle that read it (``including_cycles``)."""
     read_by_or_before: str | None = None
