@@ -76,6 +76,11 @@ class RemoteDesiredState(DesiredState, Protocol):
         """Observed-state records whose write failed since start."""
         ...
 
+    def audit_checkpoint_age(self) -> float | None:
+        """Seconds since the change log was last checkpointed by this replica; None when it
+        takes no checkpoints."""
+        ...
+
     async def close(self) -> None: ...
 
 

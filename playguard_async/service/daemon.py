@@ -147,6 +147,7 @@ async def serve(
         metrics.watch_desired_state(
             lambda: source.reachable, source.snapshot_age, source.write_failures
         )
+        metrics.watch_audit_checkpoints(source.audit_checkpoint_age)
     if stop_after is not None:
         asyncio.get_running_loop().call_later(stop_after, engine.request_stop)
     try:

@@ -223,6 +223,17 @@ class Metrics:
         )
         gauge.set_function(lambda: float(loaded()))
 
+    def watch_audit_checkpoints(self, age: Callable[[], float | None]) -> None:
+        """A gauge read at every scrape: how old this replica's newest checkpoint of the change
+        log is (NaN while it takes none)."""
+        gauge = Gauge(
+            "playguard_audit_checkpoint_age_seconds",
+            "PostgreSQL with audit_checkpoint_file only: seconds since this replica last "
+            "checkpointed the change log (since start before its first); NaN without checkpoints.",
+            registry=self.registry,
+        )
+        gauge.set_function(lambda: _gauge_value(age()))
+
     def watch_desired_state(
         self,
         reachable: Callable[[], bool | None],

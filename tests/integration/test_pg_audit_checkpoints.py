@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -206,6 +207,7 @@ async def test_the_daemons_source_checkpoints_at_each_whole_read(
         PgAddress.parse(postgres.url), password_from(postgres.password, None), timeout=5.0,
         checkpoints=CheckpointWriter(path, key_file(tmp_path)),
     )  # fmt: skip
+    made = time.monotonic()
     try:
         await source.load()
         await source.load()
@@ -214,6 +216,10 @@ async def test_the_daemons_source_checkpoints_at_each_whole_read(
 
     log = read_checkpoints(path, read_key(tmp_path / "checkpoint.key"))
     assert (log.lines, log.problems) == (2, [])
+    since_made = time.monotonic() - made
+    age = source.audit_checkpoint_age()
+    assert age is not None
+    assert age < since_made, "the age counts from the last checkpoint, not from the start"
 
 
 async def test_a_checkpoint_that_fails_is_logged_and_the_read_goes_on(
@@ -224,11 +230,16 @@ async def test_a_checkpoint_that_fails_is_logged_and_the_read_goes_on(
         PgAddress.parse(postgres.url), password_from(postgres.password, None), timeout=5.0,
         checkpoints=CheckpointWriter(path, key_file(tmp_path)),
     )  # fmt: skip
+    made = time.monotonic()
     try:
         with capture_logs() as logs:
             inventory = await source.load()
     finally:
         await source.close()
+    since_made = time.monotonic() - made
+    age = source.audit_checkpoint_age()
+    assert age is not None
+    assert age >= since_made, "with no checkpoint taken, the age counts from the start"
 
     assert [marquee.name for marquee in inventory.marquees] == ["edge-0", "edge-1", "edge-2"]
     (failed,) = [line for line in logs if line["event"] == "audit.checkpoint_failed"]

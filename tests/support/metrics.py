@@ -17,6 +17,7 @@ def with_every_series() -> Metrics:
     metrics.count_in_flight(lambda: 0)
     metrics.watch_desired_state_loaded(lambda: True)
     metrics.watch_desired_state(lambda: True, lambda: 1.0, lambda: 0)
+    metrics.watch_audit_checkpoints(lambda: 1.0)
     metrics.watch_event_loop(lambda: 0.0)
     metrics.watch_spans_lost(lambda: 0, lambda: 0)
     metrics.watch_redis(lambda: False)

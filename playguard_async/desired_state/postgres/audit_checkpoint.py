@@ -247,6 +247,13 @@ class CheckpointWriter:
     def __init__(self, path: Path, key_file: Path) -> None:
         self.path = path
         self._key = read_key(key_file)
+        self._since = time.monotonic()
+        """When the last checkpoint was taken, or this writer made (none taken yet)."""
+
+    def age(self) -> float:
+        """Seconds since the last checkpoint this writer took (since it was made, before its
+        first): what an alert watches, as a daemon that never manages one ages too."""
+        return time.monotonic() - self._since
 
     async def take(self, connection: asyncpg.Connection, schema: str) -> None:
         try:
@@ -254,6 +261,7 @@ class CheckpointWriter:
         except (CheckpointError, asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
             log.error("audit.checkpoint_failed", file=str(self.path), error=str(exc)[:300])
             return
+        self._since = time.monotonic()
         log.debug("audit.checkpointed", file=str(self.path), high=taken.high,
                   heads=len(taken.heads))  # fmt: skip
 

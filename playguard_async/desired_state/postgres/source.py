@@ -325,6 +325,11 @@ class PostgresDesiredState:
         )
         await listener.run(wake, resync)
 
+    def audit_checkpoint_age(self) -> float | None:
+        """Seconds since this replica last checkpointed the change log; None when it takes no
+        checkpoints (no ``audit_checkpoint_file``)."""
+        return None if self._checkpoints is None else self._checkpoints.age()
+
     def snapshot_age(self) -> float | None:
         """Seconds since the last good snapshot, or None before the first."""
         if self.last_snapshot_at is None:
