@@ -7,9 +7,10 @@ through, just before it runs it. A write made by a cycle starts its text with
 change-log id up to which its snapshot saw every entry (``cycle_record.read_through``), so the
 journal alone tells which cycle applied a change once Redis no longer keeps its record. A write
 made outside a cycle, and every line written before cycles were named, has the text alone, and
-reads with no cycle; a line written before the read id was, reads with none. The journal is
-outside input (anyone with the SSH user's rights may edit it): a line not of the written shape
-is left out, never an error, and a mark not of its shape is action text.
+reads with no cycle; a line written before the read id was, reads with none (an action never
+starts with the read mark: each starts with its verb). The journal is outside input (anyone
+with the SSH user's rights may edit it): a line not of the written shape is left out, never an
+error, and a mark not of its shape is action text.
 
 A journal starts with the guard's mark (``STARTED``, written when it makes the state directory),
 so a reader can tell a journal whole since then from one cut (by the guard's own bound, a
