@@ -139,6 +139,16 @@ def reads_change(version: DesiredVersion | None, change_id: int) -> bool:
     return change_id <= version["change"] and change_id not in version.get("unseen", ())
 
 
+def read_through(version: DesiredVersion | None) -> int | None:
+    """The change-log id up to which a cycle that read ``version`` saw every entry: its highest,
+    or the one below the lowest it did not see (``unseen``), so that every change at or below
+    it was surely read. None for a YAML file's version (a file has no ids) or none."""
+    if version is None or "change" not in version:
+        return None
+    unseen = version.get("unseen")
+    return min(unseen) - 1 if unseen else version["change"]
+
+
 def describe_version(version: DesiredVersion) -> str:
     """A version in one line: ``file sha256 <digest> (commit <commit>)`` or ``change log up to
     id <n>``."""

@@ -19,6 +19,7 @@ import structlog
 
 from playguard_async.coordination.fence import FenceRefused
 from playguard_async.coordination.lock import Lease
+from playguard_async.cycle_record import read_through
 from playguard_async.desired_state.model import Inventory, Marquee
 from playguard_async.engine.cycle_lease import LeaseWatch, renew_after
 from playguard_async.engine.results import CycleResult, Outcome
@@ -59,7 +60,11 @@ class _CycleRemote:
                 raise RuntimeError("no remote layer is configured for this engine")
             self._session = await self._stack.enter_async_context(
                 self._opener(
-                    self._marquee, self._lease, self._result.dry_run, self._result.cycle_id
+                    self._marquee,
+                    self._lease,
+                    self._result.dry_run,
+                    self._result.cycle_id,
+                    read_through(self._result.desired),
                 )
             )
         return self._session

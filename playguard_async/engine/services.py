@@ -36,12 +36,15 @@ class SessionOpener(Protocol):
     """Opens the remote session of one cycle under its lease (whose fence goes with every write);
     entered on a phase's first ``ctx.remote()`` call. ``dry_run`` is the cycle's own (the
     settings', the Marquee's mode, a plan): the session records its changes instead of making
-    them. ``cycle_id`` names the cycle in the host's journal line of each write. The phases it
-    serves take the session's own type; the engine reads only its ``RemoteView``."""
+    them. ``cycle_id`` names the cycle in the host's journal line of each write, and
+    ``read_through`` how far it read the change log (``cycle_record.read_through``: None for a
+    YAML file). The phases it serves take the session's own type; the engine reads only its
+    ``RemoteView``."""
 
     def __call__(
-        self, marquee: Marquee, lease: Lease, dry_run: bool, cycle_id: str
-    ) -> AbstractAsyncContextManager[RemoteView]: ...
+        self, marquee: Marquee, lease: Lease, dry_run: bool, cycle_id: str,
+        read_through: int | None,
+    ) -> AbstractAsyncContextManager[RemoteView]: ...  # fmt: skip
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)

@@ -372,6 +372,8 @@ def _event_head(event: why.Event) -> str:
         head = f"{head}  {event.by}: {event.text}" if event.by else f"{head}  {event.text}"
     if event.included_in is not None:
         return f"{head}  [in cycle {event.included_in}]"
+    if event.applied_by is not None:
+        return f"{head}  [applied by cycle {event.applied_by}, from the host journal]"
     if event.read_by_or_before is not None:
         return f"{head}  [in cycle {event.read_by_or_before} or one before it, no longer recorded]"
     return head

@@ -7,7 +7,8 @@ Four sources, joined here and nowhere else:
   actions and the drift that caused them (``reconcile_playgrounds``'s findings);
 - the host's journal (``remote.journal``), read back over a session that cannot write (as
   ``check`` opens one), a bounded tail: what the host accepted, each write named by the cycle
-  that made it, so it still shows, marked, when Redis lost that cycle's record;
+  that made it (and how far that cycle read the change log), so it still shows, marked, when
+  Redis lost that cycle's record, and still names the cycle that applied a change;
 - what operators did: the actions kept for the Marquee and the fleet
   (``coordination.operator_actions``: pause, resume, pin, unpin, unlock, rollout commands), and
   what Redis still holds of them otherwise: the pause and pins in force, rollout events;
@@ -94,13 +95,18 @@ class HostWrite:
     fence: int
     action: str
     cycle_id: str | None
+    read_through: int | None = None
+    """The change-log id up to which its cycle read every entry, as the line says."""
 
     @classmethod
     def from_entry(cls, entry: JournalEntry) -> HostWrite:
-        return cls(entry.time, entry.fence, bounded(entry.action), entry.cycle_id)
+        return cls(
+            entry.time, entry.fence, bounded(entry.action), entry.cycle_id, entry.read_through
+        )
 
     def to_json(self) -> dict[str, Any]:
-        return {"at": self.at, "fence": self.fence, "action": self.action, "cycle": self.cycle_id}
+        return {"at": self.at, "fence": self.fence, "action": self.action,
+                "cycle": self.cycle_id, "read": self.read_through}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -133,6 +139,9 @@ class Event:
     read_by_or_before: str | None = None
     """For a change no cycle still recorded is known to be the first to read: the oldest cycle
     recorded that read it (the first may be one before it, whose record is gone)."""
+    applied_by: str | None = None
+    """For a change whose first reader no record kept: the cycle the host's journal names as
+    the first to write having read it (``journal_appliers``)."""
     change_id: int | None = None
     """For a change: its change-log id."""
 
@@ -143,7 +152,8 @@ class Event:
             "causes": list(self.causes), "actions": list(self.actions),
             "writes": [write.to_json() for write in self.writes], "version": self.version,
             "includes": list(self.includes), "included_in": self.included_in,
-            "read_by_or_before": self.read_by_or_before, "change": self.change_id,
+            "read_by_or_before": self.read_by_or_before, "applied_by": self.applied_by,
+            "change": self.change_id,
         }  # fmt: skip
 
 
@@ -456,6 +466,7 @@ def joined(
         recorded.add(event.cycle_id)
         cycles.append((event, desired_version(record.get("desired"))))
     included, including = including_cycles(inputs, cycles)
+    included = journal_appliers(included, sources.writes, recorded)
     events += included + [
         cycle
         for cycle in including
@@ -501,6 +512,34 @@ def including_cycles(
         for cycle, _version in by_start
     ]
     return joined_inputs, joined_cycles
+
+
+def journal_appliers(
+    inputs: Sequence[Event], writes: Sequence[HostWrite], recorded: set[str | None]
+) -> list[Event]:
+    """``inputs``, each change no kept record is known to be the first to read naming the cycle
+    that applied it (``applied_by``), from the host's journal: the first write (oldest first)
+    whose cycle read the log through its id, when that cycle has no record any more. A change a
+    recorded cycle is the first to read (``included_in``) keeps its join; one whose oldest
+    recorded reader is also the first to journal it stays ``read_by_or_before``."""
+    return [_journal_applier(event, writes, recorded) for event in inputs]
+
+
+def _journal_applier(event: Event, writes: Sequence[HostWrite], recorded: set[str | None]) -> Event:
+    change = event.change_id
+    if change is None or event.included_in is not None:
+        return event
+    first = next(
+        (
+            write
+            for write in writes
+            if write.read_through is not None and write.read_through >= change
+        ),
+        None,
+    )
+    if first is None or first.cycle_id in recorded:
+        return event
+    return replace(event, applied_by=first.cycle_id, read_by_or_before=None)
 
 
 def _joined_input(event: Event, by_start: Sequence[tuple[Event, DesiredVersion | None]]) -> Event:

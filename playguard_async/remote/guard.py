@@ -124,11 +124,14 @@ def guarded(
     marquee: Marquee,
     action: str,
     argv: Sequence[str],
+    *,
     cycle_id: str | None = None,
+    read_through: int | None = None,
 ) -> list[str]:
     """``argv`` as a write the host runs only if the lease's fence passes its check; its
-    journal line names ``cycle_id``, the cycle that makes it (``remote.journal``)."""
-    line = journal_text(_CONTROL.sub(" ", action), cycle_id)
+    journal line names ``cycle_id``, the cycle that makes it, and ``read_through``, how far
+    that cycle read the change log (``remote.journal``)."""
+    line = journal_text(_CONTROL.sub(" ", action), cycle_id, read_through)
     return ["sh", "-c", GUARD_SCRIPT, "playguard-guard", state_dir(marquee), str(lease.fence),
             lease_id(lease.token), line, *argv]  # fmt: skip
 

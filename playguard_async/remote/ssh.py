@@ -133,6 +133,9 @@ class RemoteSession:
     dry_run: bool = False
     cycle_id: str | None = None
     """The cycle this session writes for: the host's journal names it with each write."""
+    read_through: int | None = None
+    """The change-log id up to which that cycle read every entry (``cycle_record.read_through``;
+    None: a YAML file, or no cycle): the journal names it with each write."""
     actions: list[str] = field(default_factory=list)
     host_fence: int | None = None
     """The highest fence the host was last seen to hold: ours after an accepted write, the
@@ -327,7 +330,14 @@ class RemoteSession:
         assert self.lease is not None  # self.fence refused a session without one
         log.info("remote.change", action=action, fence=fence)
         result = await self.run(
-            guard.guarded(self.lease, self.marquee, action, argv, self.cycle_id),
+            guard.guarded(
+                self.lease,
+                self.marquee,
+                action,
+                argv,
+                cycle_id=self.cycle_id,
+                read_through=self.read_through,
+            ),
             stdin=stdin,
             timeout=timeout,
             check=False,
@@ -524,6 +534,7 @@ async def open_session(
     lease: FencedLease | None = None,
     dry_run: bool = False,
     cycle_id: str | None = None,
+    read_through: int | None = None,
     connections: ConnectionSource | None = None,
     compose_memo: ComposeMemo | None = None,
 ) -> AsyncIterator[RemoteSession]:
@@ -546,8 +557,9 @@ async def open_session(
         )
         docker = aiodocker.Docker(url="unix://localhost", session=http)
         session = RemoteSession(
-            marquee, connection, docker, options, lease, dry_run=dry_run, cycle_id=cycle_id
-        )
+            marquee, connection, docker, options, lease, dry_run=dry_run, cycle_id=cycle_id,
+            read_through=read_through,
+        )  # fmt: skip
         if compose_memo is not None:
             session.compose_memo = compose_memo
         try:

@@ -62,7 +62,7 @@ class RemoteLayer:
         session of its own on a pooled connection."""
 
         def opener(
-            marquee: Marquee, lease: Lease, dry_run: bool, cycle_id: str
+            marquee: Marquee, lease: Lease, dry_run: bool, cycle_id: str, read_through: int | None
         ) -> AbstractAsyncContextManager[RemoteSession]:
             return open_session(
                 marquee,
@@ -70,6 +70,7 @@ class RemoteLayer:
                 lease=lease,
                 dry_run=dry_run,
                 cycle_id=cycle_id,
+                read_through=read_through,
                 connections=self.pool.connection,
                 compose_memo=self.compose_memo,
             )

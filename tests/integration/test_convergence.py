@@ -64,8 +64,13 @@ def lab_cycles(
         redis,
         *phases,
         state=world,
-        open_session=lambda marquee, lease, cycle_dry_run, cycle_id: open_session(
-            marquee, LAB_OPTIONS, lease=lease, dry_run=cycle_dry_run, cycle_id=cycle_id
+        open_session=lambda marquee, lease, cycle_dry_run, cycle_id, read_through: open_session(
+            marquee,
+            LAB_OPTIONS,
+            lease=lease,
+            dry_run=cycle_dry_run,
+            cycle_id=cycle_id,
+            read_through=read_through,
         ),
         records=records,
         listeners=listeners,

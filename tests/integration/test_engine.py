@@ -499,7 +499,7 @@ async def test_remote_session_opens_on_first_use_and_closes_before_release(redis
 
     @contextlib.asynccontextmanager
     async def opener(
-        marquee: Marquee, lease: Lease, dry_run: bool, cycle_id: str
+        marquee: Marquee, lease: Lease, dry_run: bool, cycle_id: str, read_through: int | None
     ) -> AsyncIterator[Session]:
         held = await redis.exists(marquee_lock_key(marquee.name))
         events.append(f"open {marquee.name} fence {lease.fence} while locked={held}")
@@ -536,7 +536,7 @@ async def test_each_phase_is_credited_with_the_actions_its_session_recorded_and_
 
     @contextlib.asynccontextmanager
     async def opener(
-        marquee: Marquee, lease: Lease, dry_run: bool, cycle_id: str
+        marquee: Marquee, lease: Lease, dry_run: bool, cycle_id: str, read_through: int | None
     ) -> AsyncIterator[Session]:
         yield Session()
 

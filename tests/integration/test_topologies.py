@@ -165,8 +165,13 @@ def engine_for(redis: RedisClient, marquee: Marquee, replica: str, probe: Fenced
         settings,
         redis,
         [probe],
-        open_session=lambda marquee, lease, dry_run, cycle_id: open_session(
-            marquee, LAB_OPTIONS, lease=lease, dry_run=dry_run, cycle_id=cycle_id
+        open_session=lambda marquee, lease, dry_run, cycle_id, read_through: open_session(
+            marquee,
+            LAB_OPTIONS,
+            lease=lease,
+            dry_run=dry_run,
+            cycle_id=cycle_id,
+            read_through=read_through,
         ),
     )
     return Engine(services, StaticState(Inventory(marquees=[marquee])))

@@ -29,6 +29,7 @@ from playguard_async.coordination.keys import (
     pause_key,
     pins_key,
 )
+from playguard_async.cycle_record import read_through
 from playguard_async.desired_state.postgres.schema import migrate
 from playguard_async.desired_state.postgres.transfer import import_inventory
 from playguard_async.remote.journal import STARTED
@@ -352,6 +353,10 @@ async def test_why_follows_a_row_changed_by_alice_to_the_hosts_write_then_a_paus
         assert any(
             w["action"].startswith("compose up playground web-main") for w in drift["writes"]
         )
+        assert {w["read"] for w in drift["writes"]} == {read_through(fixed["desired"])}, (
+            "each journal line names how far its cycle read the change log"
+        )
+        assert fixed["desired"]["change"] >= moved["desired"]["change"] > 0
         assert "\x1b" not in text
         assert "\x07" not in text
         assert "\\x1b]0;owned\\x07" in text, "the kept action's, escaped"

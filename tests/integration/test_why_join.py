@@ -2,22 +2,38 @@
 cycle's version is what the daemon's read of the snapshot records (``read_snapshot``), each change
 what the change log holds (``read_changes``), so the join is proven on the database's own ids and
 snapshots. The review's three cases: a drift fixed after a change, a long transaction that
-commits after a cycle started, and a history whose first reader Redis no longer keeps."""
+commits after a cycle started, and a history whose first reader Redis no longer keeps; and when
+Redis keeps none of the cycles that applied it, the lab host's journal, written by its guard and
+read back as ``why`` reads it, names the one that did."""
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 import asyncpg
 import pytest
 
-from playguard_async.cycle_record import DesiredVersion, StoredRecord
+from playguard_async.cycle_record import DesiredVersion, StoredRecord, read_through
+from playguard_async.desired_state.model import Marquee
 from playguard_async.desired_state.postgres.change_log import read_changes
 from playguard_async.desired_state.postgres.snapshot import read_snapshot
 from playguard_async.operator.display import timeline_lines
-from playguard_async.operator.why import Event, Sources, Timeline, change_event, joined
+from playguard_async.operator.why import (
+    Event,
+    Sources,
+    Timeline,
+    change_event,
+    joined,
+    read_host_journal,
+)
+from playguard_async.remote.ssh import open_session
+from playguard_lab import DockerDaemon, SshServer
+from tests.support.engine import settings_for
+from tests.support.fencing import StaticLease
 from tests.support.postgres import LabDatabase
+from tests.support.world import LAB_OPTIONS, lab_marquee_fields
 
 MOVE = "UPDATE playguard.playgrounds SET branch = $1 WHERE name = $2"
 
@@ -51,14 +67,16 @@ async def moved(connection: asyncpg.Connection, actor: str, playground: str) -> 
 
 
 async def timeline_of(
-    connection: asyncpg.Connection, records: list[dict[str, Any]]
+    connection: asyncpg.Connection, records: list[dict[str, Any]], marquee: Marquee | None = None
 ) -> tuple[dict[str, Event], dict[str, Event]]:
-    """edge-0's timeline from ``records`` and its change log: the cycles by id and the changes
-    by their claimed actor."""
+    """edge-0's timeline from ``records``, its change log and, given its ``marquee``, the host's
+    journal as ``why`` reads it: the cycles by id and the changes by their claimed actor."""
     changes = [change_event(e) for e in await read_changes(connection, "playguard", "edge-0",
                                                            since=0.0)]  # fmt: skip
     kept: list[StoredRecord] = list(records)
-    events = joined(Sources(records=kept, changes=changes), extra=[], playground=None, since=0.0)
+    writes = [] if marquee is None else (await read_host_journal(marquee, settings_for())).writes
+    sources = Sources(records=kept, writes=writes, changes=changes)
+    events = joined(sources, extra=[], playground=None, since=0.0)
     lines = timeline_lines(Timeline("edge-0", None, 0.0, events))
     assert lines, "the timeline reads as text"
     return (
@@ -141,3 +159,39 @@ async def test_a_change_whose_first_reader_is_no_longer_recorded_is_credited_to_
     assert all(cycle.includes == () for cycle in cycles.values())
     text = "\n".join(timeline_lines(Timeline("edge-0", None, 0.0, list(changes.values()))))
     assert "[in cycle c2 or one before it, no longer recorded]" in text
+
+
+async def write_as_cycle(
+    marquee: Marquee, fence: int, cycle_id: str, read: DesiredVersion | None
+) -> None:
+    """One write through the host's fence guard, as the cycle ``cycle_id`` that read ``read``
+    makes it under ``fence`` (the engine's opener gives the session the same two)."""
+    async with open_session(
+        marquee, LAB_OPTIONS, lease=StaticLease(fence), cycle_id=cycle_id,
+        read_through=read_through(read),
+    ) as session:  # fmt: skip
+        await session.change(f"update playground shop-0-1 ({cycle_id})", ["true"])
+
+
+@pytest.mark.parametrize("kept", [(), ("c3",)], ids=["redis-flushed", "history-trimmed"])
+async def test_when_redis_keeps_no_record_of_the_cycle_that_applied_a_change_the_journal_names_it(
+    fleet: asyncpg.Connection, ssh_server: SshServer, docker_daemon: DockerDaemon,
+    tmp_path: Path, kept: tuple[str, ...],
+) -> None:  # fmt: skip
+    marquee = Marquee.model_validate(lab_marquee_fields(ssh_server, docker_daemon, tmp_path / "w"))
+    start = time.time()
+    await write_as_cycle(marquee, 1, "c1", await version(fleet))
+    await moved(fleet, "late", "shop-0-1")
+    read = await version(fleet)
+    await write_as_cycle(marquee, 2, "c2", read)
+    await write_as_cycle(marquee, 3, "c3", read)
+    records = [cycle_record(c, start + 10, read) for c in kept]
+
+    cycles, changes = await timeline_of(fleet, records, marquee)
+
+    assert (changes["late"].applied_by, changes["late"].included_in) == ("c2", None)
+    assert changes["late"].read_by_or_before is None, "c2, not the kept c3 'or one before it'"
+    assert all(cycle.includes == () for cycle in cycles.values())
+    text = "\n".join(timeline_lines(Timeline("edge-0", None, 0.0, [changes["late"]])))
+    assert "[applied by cycle c2, from the host journal]" in text
+    assert "no longer recorded" not in text

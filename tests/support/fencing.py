@@ -135,8 +135,13 @@ class Fleet:
             settings,
             redis,
             [self.first, self.second],
-            open_session=lambda marquee, lease, dry_run, cycle_id: open_session(
-                marquee, LAB_OPTIONS, lease=lease, dry_run=dry_run, cycle_id=cycle_id
+            open_session=lambda marquee, lease, dry_run, cycle_id, read_through: open_session(
+                marquee,
+                LAB_OPTIONS,
+                lease=lease,
+                dry_run=dry_run,
+                cycle_id=cycle_id,
+                read_through=read_through,
             ),
             observer=self.metrics,
             listeners=listeners,

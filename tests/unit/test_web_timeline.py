@@ -190,6 +190,17 @@ async def test_a_cut_journal_and_a_change_whose_reader_is_gone_are_said_on_the_p
     assert "[in cycle c0ffee or one before it, no longer recorded]" in html
 
 
+async def test_a_change_the_host_journal_names_the_applier_of_says_so_on_the_page() -> None:
+    change = Event(1_700_000_100.0, "change", "change 9: playguard.playgrounds web: x changed",
+                   "alice", applied_by="c0ffee", change_id=9)  # fmt: skip
+    told = Timeline("m-0", None, 1_700_000_000.0, [change])
+    async with serving(view_with(Reader(told))) as client:
+        html = await (await client.get("/marquee/m-0/why")).text()
+
+    assert "[applied by cycle c0ffee, from the host journal]" in html
+    assert "no longer recorded" not in html
+
+
 @pytest.mark.parametrize(
     ("path", "status", "says"),
     [
