@@ -33,7 +33,7 @@ from typing import Any
 import yaml
 from loop_stall import LoopStall
 
-from playguard_async.desired_state import model, yaml_source
+from playguard_async.desired_state import fields, model, yaml_source
 from playguard_async.desired_state.model import Inventory
 from playguard_async.desired_state.yaml_source import YamlInventorySource
 
@@ -91,7 +91,7 @@ def parse_as_before(path: Path) -> Inventory:
         document = loader.construct_document(node)
     finally:
         loader.dispose()
-    return Inventory.model_validate(document, context={model._BASE_DIR: path.parent})
+    return Inventory.model_validate(document, context={fields.BASE_DIR: path.parent})
 
 
 def parse_and_validate(source: YamlInventorySource, path: Path, text: str) -> tuple[float, float]:
@@ -101,7 +101,7 @@ def parse_and_validate(source: YamlInventorySource, path: Path, text: str) -> tu
         document = source._parse(text)
         parsed = time.process_time()
         Inventory.model_validate(
-            document, context={model._BASE_DIR: path.parent, model._PATHS_RESOLVED: {}}
+            document, context={fields.BASE_DIR: path.parent, fields.PATHS_RESOLVED: {}}
         )
         validated = time.process_time()
         del document

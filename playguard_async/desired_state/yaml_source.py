@@ -20,10 +20,12 @@ from yaml.composer import ComposerError
 from yaml.constructor import ConstructorError
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from playguard_async.desired_state.fields import (
+    BASE_DIR,
+    PATHS_RESOLVED,
+)
 from playguard_async.desired_state.file_version import file_version
 from playguard_async.desired_state.model import (
-    _BASE_DIR,
-    _PATHS_RESOLVED,
     Inventory,
     InventoryError,
     _collector_paused,
@@ -503,7 +505,7 @@ class YamlInventorySource:
             raise InventoryError(f"{self._path}: invalid YAML: {exc}") from None
         except RecursionError:  # the pure-Python parser, without libyaml's own depth limit
             raise InventoryError(f"{self._path}: invalid YAML: nested too deeply") from None
-        context = {_BASE_DIR: self._path.parent, _PATHS_RESOLVED: {}}
+        context = {BASE_DIR: self._path.parent, PATHS_RESOLVED: {}}
         checked, errors, count = _entries_checked(document, context)
         if not count:
             try:

@@ -11,15 +11,17 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 from yaml.nodes import ScalarNode
 
-from playguard_async.desired_state.model import (
-    _BASE_DIR,
+from playguard_async.desired_state.fields import (
     _BRANCH_RULES,
     _HOSTNAME,
-    _PATHS_RESOLVED,
     _VALID_BRANCH,
-    Inventory,
+    BASE_DIR,
+    PATHS_RESOLVED,
     _check_host,
     _check_safe_chars,
+)
+from playguard_async.desired_state.model import (
+    Inventory,
 )
 from playguard_async.desired_state.yaml_source import _EventBuilder, _InventoryLoader
 
@@ -108,8 +110,8 @@ def test_remembered_local_paths_validate_as_each_resolved_alone(
             for index, (identity, known_hosts) in enumerate(paths)
         ]
     }
-    base: dict[str, object] = {_BASE_DIR: Path("/srv/inventory")}
-    remembered = _validated(document, {**base, _PATHS_RESOLVED: {}})
+    base: dict[str, object] = {BASE_DIR: Path("/srv/inventory")}
+    remembered = _validated(document, {**base, PATHS_RESOLVED: {}})
     assert remembered == _validated(document, base)
     if isinstance(remembered, Inventory):
         first: dict[object, Path] = {}
