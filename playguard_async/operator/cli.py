@@ -143,9 +143,9 @@ def _dry_run(dry_run: bool | None) -> dict[str, bool]:
 
 
 def command_settings(config: Path | None, **overrides: bool) -> Settings:
-    from playguard_async.settings import load_settings
+    from playguard_async.settings import load_named_settings
 
-    return load_settings(config, **overrides)
+    return load_named_settings(config, **overrides)
 
 
 @cli.command()
