@@ -45,10 +45,24 @@ class DataConsole(Console):
         return super().render_str(clean(text), **options)
 
 
+class PipeConsole(DataConsole):
+    """A ``DataConsole`` for a pipe or a file: each line as wide as what it says, without the
+    spaces a table pads its last column with up to the widest row (a piped ``check`` was 220
+    columns a row)."""
+
+    def print(self, *objects: Any, **options: Any) -> None:
+        with self.capture() as captured:
+            super().print(*objects, **options)
+        lines = captured.get().splitlines()
+        self.file.write("".join(line.rstrip() + "\n" for line in lines))
+        self.file.flush()
+
+
 def console() -> Console:
-    """Output fitted to a terminal's width; in a pipe or a file, whole lines that grep can find."""
+    """Output fitted to a terminal's width; in a pipe or a file, whole lines that grep can find,
+    not padded."""
     fitted = DataConsole()
-    return fitted if fitted.is_terminal else DataConsole(width=PIPE_WIDTH)
+    return fitted if fitted.is_terminal else PipeConsole(width=PIPE_WIDTH)
 
 
 def text(*parts: str | tuple[str, str]) -> Text:
