@@ -18,7 +18,7 @@ from playguard_async.coordination.marquee_reads import (
     playground_revisions,
 )
 from playguard_async.coordination.pins import Pin
-from playguard_async.cycle_record import PlaygroundFinding
+from playguard_async.cycle_record import PlaygroundFinding, RevisionRecord
 from playguard_async.operator.display import status_table
 from playguard_async.phases.holds import Hold
 from tests.support.web_view import picture_of, serving, view_of
@@ -27,7 +27,7 @@ from tests.unit.test_web_view import hostile_fleet, hostile_story
 COMMIT = "0123456789ab" + "c" * 28
 PIN = Pin("web", COMMIT, "ann", "desk", "the demo", 0.0)
 ROLLOUT = "held by rollout web@main, wave 2 of 2 (wave 1 runs)"
-REVISION = {"commit": COMMIT, "images": {}, "env": "-", "override": "d" * 64}
+REVISION: RevisionRecord = {"commit": COMMIT, "images": {}, "env": "-", "override": "d" * 64}
 
 # (hold, the words every surface shows, whether the finding says it is pinned)
 HOLDS = [

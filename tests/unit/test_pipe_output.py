@@ -17,7 +17,7 @@ from playguard_async.coordination.marquee_reads import LastCycle, MarqueeStatus
 from playguard_async.operator import display
 
 DETAILS = st.lists(
-    st.text(st.characters(codec="ascii", exclude_categories=("Cc",)), max_size=300),
+    st.text(st.characters(codec="ascii", exclude_categories=["Cc"]), max_size=300),
     min_size=1,
     max_size=6,
 )
