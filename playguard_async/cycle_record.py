@@ -332,6 +332,7 @@ class PlaygroundFindingRecord(TypedDict):
     revision: NotRequired[RevisionRecord]
     last_good_revision: NotRequired[RevisionRecord]
     pinned: NotRequired[str]
+    held_by: NotRequired[str]
 
 
 @dataclass(frozen=True)
@@ -365,6 +366,9 @@ class PlaygroundFinding:
     """Its last good revision, as its health record holds it."""
     pinned: str | None = None
     """Why it is held at a revision that is not its branch head, when an operator pinned it."""
+    held_by: str | None = None
+    """Who holds it, in a few words: ``pinned at <commit> by <who>`` for a pin, ``held by
+    rollout <scope>, wave k of n (...)`` for a rollout that has not admitted it yet."""
 
     def to_json(self) -> PlaygroundFindingRecord:
         """The finding as a cycle record holds it: the one encoder of the shape, whose output
@@ -392,6 +396,8 @@ class PlaygroundFinding:
             encoded["last_good_revision"] = self.last_good_revision
         if self.pinned is not None:
             encoded["pinned"] = self.pinned
+        if self.held_by is not None:
+            encoded["held_by"] = self.held_by
         return encoded
 
 
@@ -426,6 +432,7 @@ def _playground_finding(value: object) -> PlaygroundFinding | None:
         revision=revision_record(fields.get("revision")),
         last_good_revision=revision_record(fields.get("last_good_revision")),
         pinned=_string(fields.get("pinned")),
+        held_by=_string(fields.get("held_by")),
     )
 
 

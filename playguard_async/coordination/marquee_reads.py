@@ -183,21 +183,33 @@ class LastCycle:
 @dataclass(frozen=True)
 class PlaygroundRevisions:
     """One Playground's revisions as a cycle record holds them: the one it runs, its last good
-    one, and why it is pinned (each None where the record does not say)."""
+    one, why an operator pinned it, and who holds it (each None where the record does not say)."""
 
     running: RevisionRecord | None
     last_good: RevisionRecord | None
     pinned: str | None
+    held_by: str | None = None
+
+    @property
+    def hold(self) -> str | None:
+        """Who holds it, in a few words (``pinned at <commit> by <who>``, ``held by rollout
+        <scope>, wave k of n``); a record written before it said so, its ``pinned`` words."""
+        return self.held_by or self.pinned
 
     def to_json(self) -> dict[str, Any]:
-        return {"running": self.running, "last_good": self.last_good, "pinned": self.pinned}
+        return {
+            "running": self.running,
+            "last_good": self.last_good,
+            "pinned": self.pinned,
+            "held_by": self.hold,
+        }
 
     def short(self) -> str:
         """In one line for tables: short forms (``cycle_record.revision_short``)."""
         running = "?" if self.running is None else revision_short(self.running)
         good = "none" if self.last_good is None else revision_short(self.last_good)
-        pinned = "" if self.pinned is None else f"; {self.pinned}"
-        return f"runs {running}; last good {good}{pinned}"
+        held = "" if self.hold is None else f"; {self.hold}"
+        return f"runs {running}; last good {good}{held}"
 
 
 @dataclass(frozen=True)
@@ -366,9 +378,13 @@ def playground_revisions(record: StoredRecord) -> dict[str, PlaygroundRevisions]
     """Playground -> its revisions, from the Playground findings of a stored record (whose
     decoder leaves out what is not of the written shape)."""
     return {
-        name: PlaygroundRevisions(found.revision, found.last_good_revision, found.pinned)
+        name: PlaygroundRevisions(
+            found.revision, found.last_good_revision, found.pinned, found.held_by
+        )
         for name, found in playground_findings(record.get("findings")).items()
-        if found.revision is not None or found.last_good_revision is not None
+        if found.revision is not None
+        or found.last_good_revision is not None
+        or found.held_by is not None
     }
 
 

@@ -71,6 +71,10 @@ class Pin:
     def describe(self) -> str:
         return f"pinned at {self.revision} by {self.by}: {self.reason}"
 
+    def shown(self) -> str:
+        """In a few words for a status row: ``pinned at <short commit or last-good> by <who>``."""
+        return f"pinned at {self.revision[:12]} by {self.by}"
+
     def encode(self) -> str:
         fields = self.to_json()
         del fields["playground"]

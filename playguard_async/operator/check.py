@@ -22,7 +22,7 @@ from playguard_async.remote.errors import AuthRefused, HostKeyMismatch, RemoteEr
 from playguard_async.remote.registry import check_login
 from playguard_async.remote.ssh import RemoteOptions, open_session
 from playguard_async.service.wiring import remote_options
-from playguard_async.settings import Settings, SettingsError, load_settings
+from playguard_async.settings import Settings, SettingsError, load_named_settings
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ async def run_checks(config: Path | None, *, timeout: float) -> list[CheckRow]:
     ``max_concurrent_cycles`` at a time, each within ``timeout`` seconds; nothing is changed.
     """
     try:
-        settings = load_settings(config)
+        settings = load_named_settings(config)
         phases = resolve_phases(settings.phases)
     except (SettingsError, UnknownPhase) as exc:
         return [CheckRow("settings", False, str(exc))]

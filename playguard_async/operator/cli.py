@@ -143,9 +143,9 @@ def _dry_run(dry_run: bool | None) -> dict[str, bool]:
 
 
 def command_settings(config: Path | None, **overrides: bool) -> Settings:
-    from playguard_async.settings import load_settings
+    from playguard_async.settings import load_named_settings
 
-    return load_settings(config, **overrides)
+    return load_named_settings(config, **overrides)
 
 
 @cli.command()
@@ -179,8 +179,9 @@ def cycle(
 
     Prints a line as each phase ends and records the cycle like the daemon. Ctrl-C lets the
     running phase finish and starts no other; a second Ctrl-C cancels it. Exit status 0 when the
-    cycle ends ok, 3 when another holder has the Marquee's lock (nothing is done), 4 when it ends
-    otherwise (failed phase, unreachable, lost lease, deadline, interrupted). With --json, one
+    cycle ends ok, 3 when another holder has the Marquee's lock (nothing is done), 4 when it ran
+    but ended otherwise than ok (phase_failed, unhealthy, unreachable, lock_lost, deadline,
+    interrupted, paused, error), 1 on an error (settings, inventory, Redis away). With --json, one
     JSON object at the end instead: the cycle's record and, when it was locked, the holder.
     """
     with _readable_errors(ctx):
@@ -732,8 +733,10 @@ def unpin_command(ctx: click.Context, marquee: str, playground: str, config: Pat
 
 @cli.group()
 def rollout() -> None:
-    """The fleet's rollouts: a release of a Playspec at a branch, in waves (README "Rollouts").
-    Exit status 0 when done, 1 on an error, 2 when the command cannot act as asked."""
+    """The fleet's rollouts: a release of a Playspec at a branch, in waves (see the project's
+    README, section "Rollouts: a release in waves"). Exit status 0 when done, 1 on an error (no
+    such rollout, another rollout than the one named, an action its status does not allow,
+    Redis away), 2 bad usage."""
 
 
 @rollout.command("list")
@@ -800,7 +803,7 @@ _rollout_action("abort", "Stop the rollout: no Marquee takes its release from no
 
 @cli.group()
 def web() -> None:
-    """The web view's users (README "Operating from the browser")."""
+    """The web view's users (see the project's README, section "Operating from the browser")."""
 
 
 @web.command("add-user")

@@ -17,7 +17,6 @@ from rich.text import Text
 from playguard_async.coordination import marquee_reads
 from playguard_async.coordination.lock_state import LockState
 from playguard_async.coordination.pause import Pause
-from playguard_async.cycle_record import SHORT
 from playguard_async.engine.results import CycleResult, Outcome
 from playguard_async.kits.textclean import clean
 from playguard_async.operator.plan_verdict import (
@@ -46,10 +45,24 @@ class DataConsole(Console):
         return super().render_str(clean(text), **options)
 
 
+class PipeConsole(DataConsole):
+    """A ``DataConsole`` for a pipe or a file: each line as wide as what it says, without the
+    spaces a table pads its last column with up to the widest row (a piped ``check`` was 220
+    columns a row)."""
+
+    def print(self, *objects: Any, **options: Any) -> None:
+        with self.capture() as captured:
+            super().print(*objects, **options)
+        lines = captured.get().splitlines()
+        self.file.write("".join(line.rstrip() + "\n" for line in lines))
+        self.file.flush()
+
+
 def console() -> Console:
-    """Output fitted to a terminal's width; in a pipe or a file, whole lines that grep can find."""
+    """Output fitted to a terminal's width; in a pipe or a file, whole lines that grep can find,
+    not padded."""
     fitted = DataConsole()
-    return fitted if fitted.is_terminal else DataConsole(width=PIPE_WIDTH)
+    return fitted if fitted.is_terminal else PipeConsole(width=PIPE_WIDTH)
 
 
 def text(*parts: str | tuple[str, str]) -> Text:
@@ -153,7 +166,7 @@ def status_table(statuses: list[marquee_reads.MarqueeStatus], now: float) -> Tab
                 "-" if last.finished_at is None else f"{span(now - last.finished_at)} ago",
                 "-" if last.duration is None else span(last.duration),
                 str(last.actions),
-                paused + findings_text(last) + pinned_text(marquee.revisions),
+                paused + findings_text(last) + held_text(marquee.revisions),
             ]
         elif paused:
             history[-1] = paused.removesuffix("; ")
@@ -161,14 +174,10 @@ def status_table(statuses: list[marquee_reads.MarqueeStatus], now: float) -> Tab
     return table
 
 
-def pinned_text(revisions: dict[str, marquee_reads.PlaygroundRevisions]) -> str:
-    """The pinned Playgrounds of a Marquee and their short commits, for its status row."""
-    shown = ""
-    for name, told in sorted(revisions.items()):
-        if told.pinned is not None:
-            commit = None if told.running is None else told.running["commit"]
-            shown += f"; {name} pinned at {(commit or '?')[:SHORT]}"
-    return shown
+def held_text(revisions: dict[str, marquee_reads.PlaygroundRevisions]) -> str:
+    """The held Playgrounds of a Marquee and who holds each, for its status row: ``pinned at
+    <commit> by <who>`` or ``held by rollout <scope>, wave k of n``."""
+    return "".join(f"; {name} {told.hold}" for name, told in sorted(revisions.items()) if told.hold)
 
 
 def history_table(cycles: list[marquee_reads.LastCycle], now: float) -> Table:

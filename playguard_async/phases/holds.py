@@ -58,6 +58,13 @@ class Hold:
     """Held at the revision before its last good one (an aborted rollout's release)."""
 
     @property
+    def shown(self) -> str:
+        """Who holds it, in a few words for ``status``, ``describe`` and the web view:
+        ``pinned at <commit> by <who>``, or a rollout's ``held by rollout <scope>, wave k of
+        n (...)``."""
+        return self.why if self.pin is None else self.pin.shown()
+
+    @property
     def rolled_back(self) -> bool:
         """Held because its release failed: the rollback restores all of the last good
         revision (``.env`` too), where a pin or a rollout only keeps what runs."""

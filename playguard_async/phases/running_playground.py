@@ -141,14 +141,18 @@ class RunningPlayground:
         ):
             return _held(project, record, playspec)
         override = override_content(
-            project.marquee.name, project.playground, services, _pinned(hold, self.own, images)
+            project.marquee.name,
+            project.playground,
+            services,
+            await _pinned(session, hold, self.own, images),
         )
         changing = time.monotonic()
         drift = await self._bring_up(services, override)
         result = Converged(
             PlaygroundFinding(
                 "running", tuple(drift), **_last_good_of(record),
-                pinned=None if hold is None else hold.why,
+                pinned=None if hold is None or hold.pin is None else hold.why,
+                held_by=None if hold is None else hold.shown,
             )
         )  # fmt: skip
         verified = record.last_good is not None and record.last_good.inputs == inputs
@@ -350,16 +354,27 @@ class RunningPlayground:
         )
 
 
-def _pinned(
-    hold: Hold | None, own: list[Container], images: Mapping[str, str]
+async def _pinned(
+    session: RemoteSession, hold: Hold | None, own: list[Container], images: Mapping[str, str]
 ) -> Mapping[str, str] | None:
-    """The images the override pins by digest: a hold's, except a rollout's while no image
-    behind a tag moved (each container runs what a tag of its Playspec names now): then what
-    runs is what it is held at, and its override stays as it was."""
+    """The images the override pins by digest: a hold's, except while what runs already is what
+    it holds and each container runs what a tag of its Playspec names now, so that ``up`` with
+    the plain override would run the very same images: then the override stays as it was. That
+    is a rollout's hold (not back) while no image behind a tag moved, and a pin whose images are
+    the ones its services run: a pin at the revision a Playground runs changes nothing on the
+    host (no override rewrite, no ``up``, no restart) until an image behind a tag moves."""
     if hold is None:
         return None
     behind_tags = set(images.values())
-    if hold.rollout and not hold.back and all(str(c["ImageID"]) in behind_tags for c in own):
+    if not all(str(c["ImageID"]) in behind_tags for c in own):
+        return hold.images
+    if hold.rollout and not hold.back:
+        return None
+    if hold.pin is None or hold.images is None:
+        return hold.images
+    refs = await pinned_references(session, sorted({str(c["ImageID"]) for c in own}))
+    running = {service_of(c): refs[str(c["ImageID"])] for c in own if service_of(c)}
+    if all(running.get(service) == image for service, image in hold.images.items()):
         return None
     return hold.images
 

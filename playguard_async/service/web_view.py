@@ -217,7 +217,7 @@ def _secs(value: float | None) -> str:
 
 def held_playgrounds(status: MarqueeStatus) -> int:
     """Playgrounds ``status``'s last cycle found held (pinned, or held back by a rollout)."""
-    return sum(told.pinned is not None for told in status.revisions.values())
+    return sum(told.hold is not None for told in status.revisions.values())
 
 
 def templates() -> jinja2.Environment:

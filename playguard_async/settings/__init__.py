@@ -175,6 +175,27 @@ def load_settings(config: Path | None = None, **overrides: Any) -> Settings:
         raise SettingsError(_undecodable(exc)) from None
 
 
+NO_SETTINGS = (
+    "no inventory named: give a settings file with --config FILE or PLAYGUARD_CONFIG=FILE "
+    "(its `inventory` names the desired state), or set PLAYGUARD_INVENTORY"
+)
+
+
+def load_named_settings(config: Path | None = None, **overrides: Any) -> Settings:
+    """``load_settings`` for a command a person runs: the YAML desired state must be named, by
+    the settings file or ``PLAYGUARD_INVENTORY``; the ``inventory`` default (a path relative to
+    the working directory) is never read by itself, so a command run inside a checkout of the
+    repository does not silently act on its example inventory, and one run elsewhere says where
+    the settings go instead of naming a file nobody meant.
+
+    Raises ``SettingsError`` naming ``--config`` and ``PLAYGUARD_CONFIG`` when it is not."""
+    settings = load_settings(config, **overrides)
+    if settings.desired_state == "yaml" and "inventory" not in settings.model_fields_set:
+        where = "" if config is None else f"{config} names no inventory; "
+        raise SettingsError(where + NO_SETTINGS)
+    return settings
+
+
 def _read_toml(config: Path) -> dict[str, Any]:
     try:
         data = tomllib.loads(read_text_limited(config, SETTINGS_FILE_LIMIT))

@@ -71,6 +71,44 @@ def test_a_pinned_playground_stays_while_its_head_moves_and_unpin_applies_the_he
     assert checkout_head(git_origin, lab) == new_head != pinned_at
 
 
+@pytest.mark.parametrize("by", ["last-good", "commit"])
+async def test_a_pin_at_the_revision_it_runs_changes_nothing_and_plans_in_sync(
+    playguard: Playguard, lab: LabWorld, git_origin: GitOrigin, lab_docker: aiodocker.Docker,
+    by: str,
+) -> None:  # fmt: skip
+    """Pinned where it already is, on a converged Playground: the plan right after says in sync
+    with 1 held (exit 0), the cycles that follow leave its override and containers as they were,
+    and ``status`` and ``describe`` name the pin and who took it."""
+    cycle(playguard)
+    commit = checkout_head(git_origin, lab)
+    [before] = await project_containers(lab_docker)
+    playguard("pin", "edge-1", "web-main", "--revision",
+              "last-good" if by == "last-good" else commit, "--reason", "keep it")  # fmt: skip
+
+    plan = playguard("plan", "edge-1", timeout=180.0)
+    applied, again = cycle(playguard), cycle(playguard)
+    [after] = await project_containers(lab_docker)
+    status = playguard("status").stdout
+    described = json.loads(playguard("describe", "edge-1", "--json").stdout)
+    shown = "last-good" if by == "last-good" else commit[:12]
+
+    assert plan.returncode == 0, plan.stdout + plan.stderr
+    assert "edge-1: in sync; 1 held" in plan.stdout
+    for run in (applied, again):
+        assert "0 actions taken" in run.stdout, run.stdout
+        assert "compose override" not in run.stdout
+        assert "compose up" not in run.stdout
+    assert (after["Id"], after["State"]["StartedAt"]) == (
+        before["Id"],
+        before["State"]["StartedAt"],
+    )
+    assert f"web-main pinned at {shown} by " in " ".join(status.split())
+    assert "pinned at ?" not in status
+    held = described["revisions"]["web-main"]
+    assert held["held_by"].startswith(f"pinned at {shown} by ")
+    assert held["running"]["commit"] == commit
+
+
 @pytest.mark.parametrize("loss", ["flushall", "last write lost"])
 def test_a_pin_redis_forgot_is_rebuilt_from_the_hosts_copy_and_still_holds(
     playguard: Playguard, lab: LabWorld, git_origin: GitOrigin, store: SyncRedis, loss: str

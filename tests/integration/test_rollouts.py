@@ -424,6 +424,14 @@ async def assert_another_rollout_refused(fleet: Fleet, playguard: Playguard) -> 
     return current.id
 
 
+async def assert_held_by_the_rollout(fleet: Fleet, waiting: str) -> None:
+    """A Marquee of wave 2 that the rollout holds: its finding names the rollout and its wave
+    (what ``status``, ``describe`` and the web view show), and calls it no pin."""
+    held = (await fleet.cycle(waiting)).findings["playgrounds"][f"web-{waiting}"]
+    assert held["held_by"].startswith(f"held by rollout {fleet.scope}, wave 2 of 3 ")
+    assert "pinned" not in held, "a rollout's hold is no pin"
+
+
 async def test_operators_pause_promote_and_abort_from_the_command_line(
     fleet: Fleet, playguard: Playguard
 ) -> None:
@@ -455,6 +463,7 @@ async def test_operators_pause_promote_and_abort_from_the_command_line(
     [shown] = json.loads(status.stdout)["rollouts"]
     assert (shown["scope"], shown["status"], shown["wave"]) == (fleet.scope, "paused", 1)
     assert "pause by " in shown["why"]
+    await assert_held_by_the_rollout(fleet, members(record, 1)[0])
     assert f"rollout {fleet.scope}: paused, wave 1 of 3" in described.stdout
     assert "this Marquee in wave 1" in described.stdout
     assert f"{fleet.scope}: pause: watching the graphs" in rollout_events(playguard, CANARY)
