@@ -25,6 +25,7 @@ from prometheus_client.aiohttp import make_aiohttp_handler
 from playguard_async.coordination.lock import LossReason, ReleaseResult
 from playguard_async.cycle_record import RolloutFinding
 from playguard_async.engine.results import CycleResult
+from playguard_async.service.http_connections import REFUSALS
 from playguard_async.service.loop_health import LAG_WINDOW
 from playguard_async.service.marquee_metrics import MarqueeSeries
 from playguard_async.service.rollout_metrics import RolloutSeries
@@ -121,6 +122,18 @@ class Metrics:
             "one loop.held log line naming what held it.",
             registry=self.registry,
         )
+        self.http_connections_refused = Counter(
+            "playguard_http_connections_refused",
+            "Connections to the HTTP server closed as soon as accepted, by the cap they met: "
+            "connections_total (http_connections_max) or connections_per_client.",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.http_connections = Gauge(
+            "playguard_http_connections",
+            "Connections the HTTP server holds now.",
+            registry=self.registry,
+        )
         self.marquee_series = MarqueeSeries(outcomes=outcomes, shown=marquees_shown)
         self.registry.register(self.marquee_series)
         for outcome in outcomes:
@@ -129,6 +142,8 @@ class Metrics:
             self.lock_lost.labels(reason)
         for result in ReleaseResult:
             self.lock_releases.labels(result.value)
+        for reason in REFUSALS:
+            self.http_connections_refused.labels(reason)
 
     def count_in_flight(self, cycles: Callable[[], int]) -> None:
         """Read the gauge of cycles in flight from ``cycles`` at every scrape."""
@@ -193,6 +208,13 @@ class Metrics:
         failures_gauge.set_function(write_failures)
         reachable_gauge.set_function(lambda: _gauge_value(reachable()))
         age_gauge.set_function(lambda: _gauge_value(age()))
+
+    def watch_http_connections(self, held: Callable[[], int]) -> None:
+        """Read the gauge of HTTP connections held from ``held`` at every scrape."""
+        self.http_connections.set_function(held)
+
+    def http_connection_refused(self, reason: str) -> None:
+        self.http_connections_refused.labels(reason).inc()
 
     def event_loop_was_held(self) -> None:
         """The event loop was held past its bound once more (called from the watchdog's
