@@ -20,7 +20,13 @@ from aiohttp import hdrs, web
 
 from playguard_async.service.http_guard import principal_of
 from playguard_async.service.web_actions import CSRF_HEADER, same_origin
-from playguard_async.service.web_auth import WebAuth, session_id_of, shown_name
+from playguard_async.service.web_auth import (
+    Refused,
+    WebAuth,
+    session_id_of,
+    shown_name,
+    still_there,
+)
 from playguard_async.service.web_session import cleared_cookie, session_cookie
 
 log = structlog.get_logger("playguard.web")
@@ -28,6 +34,14 @@ log = structlog.get_logger("playguard.web")
 LOGIN_COOKIE = "playguard_login"
 NAME_LIMIT = 200
 PASSWORD_LIMIT = 1_024
+
+REFUSALS = {
+    "limited": (429, "Too many failed logins: wait {wait} s."),
+    "busy": (503, "Too many logins at once: try again in a moment."),
+    "gone": (503, "Too many logins at once: try again in a moment."),
+    "wrong": (401, "Wrong user or password."),
+}
+"""The status and the form's words for each way a login is refused (``Refused.why``)."""
 
 
 class WebLogin:
@@ -58,7 +72,7 @@ class WebLogin:
         return self._form(request)
 
     async def login(self, request: web.Request) -> web.StreamResponse:
-        client = request.remote or "unknown"
+        client = self.auth.client_of(request)
         if not same_origin(request, behind_tls=self.auth.secure(request)):
             return self._form(request, 403, "This form must be sent from this server's page.")
         form = await request.post()
@@ -69,18 +83,15 @@ class WebLogin:
         ):
             return self._form(request, 403, "The form expired: try again.")
         name, password = name[:NAME_LIMIT], password[:PASSWORD_LIMIT]
-        wait = self.auth.failures_wait(name, client)
-        if wait is not None:
+        user = await self.auth.check(name, password, client, wanted=still_there(request))
+        if isinstance(user, Refused):
             log.warning("web.login", user=shown_name(name), client=client, ok=False,
-                        why="too many failures")  # fmt: skip
-            response = self._form(request, 429, f"Too many failed logins: wait {wait} s.")
-            response.headers[hdrs.RETRY_AFTER] = str(wait)
+                        why=user.why)  # fmt: skip
+            status, text = REFUSALS[user.why]
+            response = self._form(request, status, text.format(wait=user.retry_after))
+            if user.retry_after is not None:
+                response.headers[hdrs.RETRY_AFTER] = str(user.retry_after)
             return response
-        user = await self.auth.check(name, password, client)
-        if user is None:
-            log.warning("web.login", user=shown_name(name), client=client, ok=False,
-                        why="wrong user or password")  # fmt: skip
-            return self._form(request, 401, "Wrong user or password.")
         session_id, _ = self.auth.sessions.open(user.name)
         log.info("web.login", user=shown_name(user.name), client=client, ok=True)
         response = web.HTTPSeeOther("/")

@@ -22,6 +22,7 @@ import re
 import secrets
 import tempfile
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,6 +51,10 @@ HASH_LIMIT = 512
 VERIFY_CONCURRENCY = 2
 """argon2 verifications running at once (each takes tens of ms and 64 MiB): more wait their
 turn in threads' stead, so a flood of logins cannot take the machine's memory."""
+
+VERIFY_QUEUE = 16
+"""Verifications waiting for their turn at most; one more is refused at once (``VerifyRefused``),
+so a login waits for at most this many verifications before its own, however many are sent."""
 
 DECOY_HASH = (
     "$argon2id$v=19$m=65536,t=3,p=4$4X7GfGh1onnd9kB0k7+wQA$utojcL"
@@ -206,14 +211,25 @@ class UsersFile:
         return self.current().get(name)
 
 
+class VerifyRefused(Exception):
+    """A verification not run: ``busy`` (``VERIFY_QUEUE`` already waiting) or ``gone`` (the
+    client left before its turn came)."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(why)
+        self.why = why
+
+
 class PasswordCheck:
     """argon2id verification off the event loop (``asyncio.to_thread``), ``VERIFY_CONCURRENCY`` at
-    once; a pair verified is remembered (keyed by an HMAC under a key of this process, with the
-    hash it was verified against) so basic auth's every request does not cost a run."""
+    once and ``VERIFY_QUEUE`` waiting at most; a pair verified is remembered (keyed by an HMAC
+    under a key of this process, with the hash it was verified against) so basic auth's every
+    request does not cost a run."""
 
     def __init__(self) -> None:
         self.hasher = PasswordHasher()
         self.slots = asyncio.Semaphore(VERIFY_CONCURRENCY)
+        self.waiting = 0
         self._key = secrets.token_bytes(32)
         self._verified: OrderedDict[bytes, None] = OrderedDict()
 
@@ -225,17 +241,31 @@ class PasswordCheck:
         """Whether ``password`` was verified as ``user``'s before (and is remembered)."""
         return user is not None and self._remembered(user, password) in self._verified
 
-    async def verify(self, user: WebUser | None, password: str) -> bool:
+    async def verify(
+        self, user: WebUser | None, password: str, *, wanted: Callable[[], bool] = lambda: True
+    ) -> bool:
         """Whether ``password`` is ``user``'s; an unknown user (None) costs as much as a known
-        one, so the time of a refusal does not tell which names exist."""
+        one, so the time of a refusal does not tell which names exist. ``VerifyRefused`` when
+        the queue is full, or when ``wanted`` says no more at its turn (the client left)."""
         if user is not None:
             key = self._remembered(user, password)
             if key in self._verified:
                 self._verified.move_to_end(key)
                 return True
+        if self.waiting >= VERIFY_QUEUE:
+            raise VerifyRefused("busy")
         secret_hash = DECOY_HASH if user is None else user.secret_hash
-        async with self.slots:
+        self.waiting += 1
+        try:
+            await self.slots.acquire()
+        finally:
+            self.waiting -= 1
+        try:
+            if not wanted():
+                raise VerifyRefused("gone")
             ok = await asyncio.to_thread(self._check, secret_hash, password)
+        finally:
+            self.slots.release()
         if ok and user is not None:
             self._verified[key] = None
             if len(self._verified) > VERIFIED_KEPT:

@@ -17,7 +17,8 @@ from structlog.testing import capture_logs
 
 from playguard_async.kits.rate_limit import RateLimit
 from playguard_async.service.web_actions import ActionRefused, same_origin
-from playguard_async.service.web_auth import TrustedProxy
+from playguard_async.service.web_auth import Refused, TrustedProxy
+from playguard_async.service.web_users import WebUser
 from tests.support.web_users import auth_of, basic
 from tests.support.web_view import picture_of, serving, view_of
 
@@ -251,14 +252,14 @@ async def test_proxy_headers_only_from_trusted_peers_and_logged_once(
 
 async def test_failed_checks_past_the_limit_check_nothing_but_a_known_pair(tmp_path: Path) -> None:
     auth = auth_of(tmp_path / "users", USERS)
-    assert await auth.check("ada", "a-pw", "10.0.0.1") is not None  # verified, remembered
+    assert isinstance(await auth.check("ada", "a-pw", "10.0.0.1"), WebUser)  # remembered
     for _ in range(5):
-        assert await auth.check("otto", "guess", "10.0.0.1") is None
+        assert await auth.check("otto", "guess", "10.0.0.1") == Refused("wrong")
     assert auth.failures_wait("otto", "10.0.0.9") == 60  # the name, from anywhere
-    assert await auth.check("otto", "o-pw", "10.0.0.9") is None, "not checked at all"
-    assert await auth.check("vera", "v-pw", "10.0.0.1") is None, "nor anyone from that address"
-    assert await auth.check("ada", "a-pw", "10.0.0.1") is not None, "a known pair still is"
-    assert await auth.check("vera", "v-pw", "10.0.0.2") is not None
+    assert await auth.check("otto", "o-pw", "10.0.0.9") == Refused("limited", 60), "not checked"
+    assert await auth.check("vera", "v-pw", "10.0.0.1") == Refused("limited", 60), "nor from there"
+    assert isinstance(await auth.check("ada", "a-pw", "10.0.0.1"), WebUser), "a known pair is"
+    assert isinstance(await auth.check("vera", "v-pw", "10.0.0.2"), WebUser)
 
 
 async def test_without_users_the_view_only_looks(desk: RecordingDesk) -> None:
