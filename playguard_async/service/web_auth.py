@@ -283,10 +283,9 @@ class WebAuth:
             return principal
         session_id = session_id_of(request)
         if session_id is not None and self.users is not None:
-            session = self.sessions.find(session_id)
-            user = None if session is None else self.users.user(session.user)
-            if session is not None and user is not None:
-                return Principal(user.name, user.role, "session", session)
+            session = self.sessions.find(session_id, self.users.user)
+            if session is not None:
+                return Principal(session.user.name, session.user.role, "session", session)
         offered = offered_basic(request.headers.get(hdrs.AUTHORIZATION))
         if offered is None or self.users is None:
             return None

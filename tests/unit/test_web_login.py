@@ -16,12 +16,17 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import jinja2
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
-from playguard_async.service.web_auth import FAILURES_PER_MINUTE, TrustedProxy
+from playguard_async.service.web_auth import FAILURES_PER_MINUTE, TrustedProxy, WebAuth
+from playguard_async.service.web_login import FORM_AGE, WebLogin
+from playguard_async.service.web_session import SESSIONS_PER_USER
 from playguard_async.service.web_users import VERIFY_CONCURRENCY
-from tests.support.web_users import auth_of, basic, write_users
+from tests.support.web_users import CHEAP, auth_of, basic, write_users
 from tests.support.web_view import picture_of, serving, view_of
 
 USERS = {"ada": ("admin", "a-pw-long-enough"), "otto": ("operator", "o-pw-long-enough")}
@@ -206,3 +211,123 @@ async def test_checks_for_clients_that_hung_up_are_dropped_not_run(tmp_path: Pat
     assert refused["gone"] + refused["busy"] >= 40 - VERIFY_CONCURRENCY
     assert after == 303
     assert [line["user"] for line in logins if line["ok"]] == ["'ada'"]
+
+
+async def session_of(session: aiohttp.ClientSession, base: str, user: str) -> str:
+    """A login of ``user`` on a fresh form: the session cookie it set."""
+    nonce, csrf = await login_form(session, base)
+    answer = await session.post(
+        f"{base}/login",
+        data={"user": user, "password": USERS[user][1], "csrf": csrf},
+        headers={"Origin": base, "Cookie": f"playguard_login={nonce}"},
+        allow_redirects=False,
+    )
+    assert answer.status == 303
+    return answer.cookies["playguard_session"].value
+
+
+async def page_status(session: aiohttp.ClientSession, base: str, session_id: str) -> int:
+    """The fleet page's status with ``session_id``: 200, or 303 to /login when it is no session."""
+    answer = await session.get(
+        f"{base}/",
+        headers={"Cookie": f"playguard_session={session_id}", "Accept": "text/html"},
+        allow_redirects=False,
+    )
+    return answer.status
+
+
+async def test_a_users_many_logins_end_only_their_own_oldest_sessions(tmp_path: Path) -> None:
+    async with login_server(tmp_path) as base, browser() as session:
+        others = await session_of(session, base, "otto")
+        many = [await session_of(session, base, "ada") for _ in range(SESSIONS_PER_USER + 5)]
+        assert await page_status(session, base, others) == 200
+        assert [await page_status(session, base, sid) for sid in many] == [303] * 5 + [200] * (
+            SESSIONS_PER_USER
+        )
+
+
+async def test_one_login_form_sent_again_and_again_is_taken_once(tmp_path: Path) -> None:
+    async with login_server(tmp_path) as base, browser() as session:
+        nonce, csrf = await login_form(session, base)
+        statuses = []
+        for _ in range(10):
+            answer = await session.post(
+                f"{base}/login",
+                data={"user": "ada", "password": USERS["ada"][1], "csrf": csrf},
+                headers={"Origin": base, "Cookie": f"playguard_login={nonce}"},
+                allow_redirects=False,
+            )
+            statuses.append(answer.status)
+    assert statuses == [303] + [403] * 9
+
+
+def rewrite_line(path: Path, name: str, line: str | None) -> None:
+    """``name``'s line of the users file ``path`` replaced by ``line`` (None: removed), every
+    other line kept byte for byte."""
+    kept = [old for old in path.read_text().splitlines() if old.split()[0] != name]
+    path.write_text("".join(f"{entry}\n" for entry in [*kept, *([line] if line else [])]))
+
+
+def hashed(name: str, role: str, password: str) -> str:
+    return f"{name} {role} {CHEAP.hash(password)}"
+
+
+LINE_CHANGES = [
+    ("ada", hashed("ada", "admin", "another-password"), 303),  # the password
+    ("ada", hashed("ada", "viewer", USERS["ada"][1]), 303),  # the role
+    ("ada", None, 303),  # removed
+    ("otto", hashed("otto", "viewer", "otto-new-password"), 200),  # someone else's
+]
+
+
+@pytest.mark.parametrize(("name", "line", "status"), LINE_CHANGES)
+async def test_a_session_ends_when_its_users_line_changes_and_only_then(
+    tmp_path: Path, name: str, line: str | None, status: int
+) -> None:
+    async with login_server(tmp_path) as base, browser() as session:
+        ada = await session_of(session, base, "ada")
+        rewrite_line(tmp_path / "users", name, line)
+        assert await page_status(session, base, ada) == status
+
+
+async def test_a_user_removed_and_written_again_does_not_revive_the_old_session(
+    tmp_path: Path,
+) -> None:
+    async with login_server(tmp_path) as base, browser() as session:
+        ada = await session_of(session, base, "ada")
+        rewrite_line(tmp_path / "users", "ada", None)
+        assert await page_status(session, base, ada) == 303
+        rewrite_line(tmp_path / "users", "ada", hashed("ada", "admin", USERS["ada"][1]))
+        assert await page_status(session, base, ada) == 303
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_login_form_is_taken_once_and_only_within_its_age(tmp_path: Path) -> None:
+    clock = Clock()
+    login = WebLogin(auth_of(tmp_path / "users", USERS), jinja2.Environment(), clock=clock)
+    fresh = f"{int(clock.now * 1000)}.a"
+    old = f"{int((clock.now - FORM_AGE - 1) * 1000)}.b"
+    assert [login.spend(fresh), login.spend(fresh), login.spend(old)] == [True, False, False]
+    assert [login.spend(bad) for bad in ("", "x", "1e999.c", "nan.d", "-5.e", "٣.f")] == [False] * 6
+
+
+@given(st.lists(st.integers(0, 40), min_size=1, max_size=300), st.integers(1, 8))
+def test_no_login_form_is_ever_taken_twice_however_full_the_memory(
+    sent: list[int], kept: int
+) -> None:
+    clock = Clock()
+    login = WebLogin(WebAuth(None), jinja2.Environment(), clock=clock, spent_kept=kept)
+    taken: set[str] = set()
+    for number in sent:
+        nonce = f"{1_000_000 + number * 10}.n{number}"
+        clock.now = max(clock.now, 1000 + number / 100)
+        if login.spend(nonce):
+            assert nonce not in taken
+            taken.add(nonce)
