@@ -64,6 +64,8 @@ USERS_WITH_RESULTS = 1_000
 CSRF_HEADER = "X-CSRF-Token"
 SHOWN_LINES = 200
 """Lines of an action's result a page shows at most (a plan of a big Marquee is long)."""
+SHOWN_CHARS = 500
+"""Characters of one line of an action's result shown at most."""
 
 
 class ActionRefused(Exception):
@@ -105,11 +107,21 @@ def same_origin(request: web.BaseRequest, *, behind_tls: bool = False) -> bool:
     )
 
 
-def _back(path: str | None) -> str:
-    """Where a form's 303 goes: a path of this server (never ``//elsewhere``), else the fleet."""
-    if path and path.startswith("/") and not path.startswith("//") and "\\" not in path:
-        return path
-    return "/"
+def back_to(path: str | None) -> str:
+    """Where a form's 303 goes: a path of this server, else the fleet. Only printable ASCII
+    without spaces or backslashes is taken: a client (and aiohttp, writing ``Location``) drops a
+    tab or newline, so ``/\t/evil.example`` would become ``//evil.example``, another site."""
+    if (
+        not path
+        or not (path.isascii() and path.isprintable())
+        or " " in path
+        or "\\" in path
+        or not path.startswith("/")
+        or path.startswith("//")
+    ):
+        return "/"
+    parts = urlsplit(path)
+    return "/" if parts.scheme or parts.netloc else path
 
 
 class WebActions:
@@ -234,19 +246,31 @@ class WebActions:
             marquee=form.get("marquee", "")[:80],
             scope=form.get("scope", "")[:80],
         )
-        self._keep(principal.name, name, lines)
+        shown = bounded(lines)
+        self._keep(principal.name, name, shown)
         if not request.headers.get(hdrs.ACCEPT, "").startswith("text/html"):
-            return web.Response(status=200 if ok else 409, text="\n".join(lines) + "\n")
-        raise web.HTTPSeeOther(_back(form.get("back")))
+            return web.Response(status=200 if ok else 409, text="\n".join(shown) + "\n")
+        raise web.HTTPSeeOther(back_to(form.get("back")))
 
-    def _keep(self, user: str, action: str, lines: list[str]) -> None:
+    def _keep(self, user: str, action: str, shown: list[str]) -> None:
         kept = self.results.pop(user, None) or deque(maxlen=RESULTS_KEPT)
-        shown = lines[:SHOWN_LINES] + ([f"(+{len(lines) - SHOWN_LINES} lines)"]
-                                       if len(lines) > SHOWN_LINES else [])  # fmt: skip
         kept.appendleft((action, shown))
         self.results[user] = kept
         if len(self.results) > USERS_WITH_RESULTS:
             self.results.popitem(last=False)
+
+
+def bounded(lines: list[str]) -> list[str]:
+    """An action's result as it is shown and kept: ``SHOWN_LINES`` lines of ``SHOWN_CHARS``
+    characters at most, what is cut said, so a value echoed back (a reason, a name) cannot make
+    every page of its user megabytes long."""
+    cut = [
+        line
+        if len(line) <= SHOWN_CHARS
+        else f"{line[:SHOWN_CHARS]}... (+{len(line) - SHOWN_CHARS} characters)"
+        for line in lines[:SHOWN_LINES]
+    ]
+    return cut + ([f"(+{len(lines) - SHOWN_LINES} lines)"] if len(lines) > SHOWN_LINES else [])
 
 
 def _refused(status: int, why: str) -> web.Response:

@@ -124,7 +124,7 @@ def parse_users(text: str, path: Path) -> dict[str, WebUser]:
         try:
             user = _parse_line(line, where)
         except _BadField as exc:
-            if len(lines) == 1:
+            if len(lines) == 1 and not _looks_like_users_line(line):
                 raise OldFormat(
                     f"{where}: not a `name role secret-hash` line, as in the old format of one "
                     f"shared secret: write named users with `playguard web add-user NAME ROLE "
@@ -135,6 +135,14 @@ def parse_users(text: str, path: Path) -> dict[str, WebUser]:
             raise UsersFileError(f"{where}: field name {_shown(user.name)}: a second line for it")
         users[user.name] = user
     return users
+
+
+def _looks_like_users_line(line: str) -> bool:
+    """Whether ``line`` is meant as ``name role secret-hash`` (three fields, the last an argon2id
+    hash), however wrong its name or role: such a file is refused, not taken for the old format
+    and replaced."""
+    fields = line.split()
+    return len(fields) == 3 and fields[2].startswith(HASH_PREFIX)
 
 
 class _BadField(Exception):
@@ -279,6 +287,17 @@ class PasswordCheck:
             return False
 
 
+def password_problem(password: str, min_length: int) -> str | None:
+    """Why ``password`` may not be a user's (None: it may): shorter than ``min_length``
+    characters, or nothing but white space."""
+    if not password.strip():
+        return "an empty or blank password: give one"
+    if len(password) < min_length:
+        length = len(password)
+        return f"a password of {length} characters: at least {min_length} (web_password_min_length)"
+    return None
+
+
 def hash_password(password: str) -> str:
     return PasswordHasher().hash(password)
 
@@ -292,6 +311,8 @@ def add_user(path: Path, name: str, role: Role, password: str) -> str:
     file otherwise (a bad line) is refused, not overwritten."""
     if not NAME.fullmatch(name):
         raise UsersFileError(f"user name {_shown(name)}: letters, digits and . _ @ - only")
+    if not path.parent.is_dir():
+        raise UsersFileError(f"{path}: its directory {path.parent} does not exist")
     lines: list[str] = []
     done = f"added {name} ({role.label}) to {path}"
     if path.exists():
@@ -307,7 +328,10 @@ def add_user(path: Path, name: str, role: Role, password: str) -> str:
             done = f"replaced {name}'s line in {path} (now {role.label})"
     if entry not in lines:
         lines.append(entry)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    except OSError as exc:
+        raise UsersFileError(f"{path}: cannot write beside it: {exc.strerror}") from None
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as out:  # mkstemp's mode: 0600
             out.write("\n".join(lines) + "\n")

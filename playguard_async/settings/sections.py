@@ -427,6 +427,13 @@ class HttpSettings(BaseModel):
         "http_address is beyond loopback. Refused at start if it is a symbolic link, not a "
         "regular file, readable or writable by group or others (chmod 600), or has a bad line.",
     )
+    web_password_min_length: int = Field(
+        12,
+        ge=1,
+        le=1_024,
+        description="Characters a password given to `playguard web add-user` must have at least "
+        "(a blank one is refused whatever its length).",
+    )
     metrics_require_credential: bool = Field(
         False,
         description="/metrics asks for a user of web_credential_file too (basic auth, "

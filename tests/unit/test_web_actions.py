@@ -16,7 +16,12 @@ from aiohttp.test_utils import TestClient, make_mocked_request
 from structlog.testing import capture_logs
 
 from playguard_async.kits.rate_limit import RateLimit
-from playguard_async.service.web_actions import ActionRefused, same_origin
+from playguard_async.service.web_actions import (
+    SHOWN_CHARS,
+    SHOWN_LINES,
+    ActionRefused,
+    same_origin,
+)
 from playguard_async.service.web_auth import Refused, TrustedProxy
 from playguard_async.service.web_users import WebUser
 from tests.support.web_users import auth_of, basic
@@ -285,3 +290,69 @@ def test_behind_a_proxy_that_ends_tls_the_own_origin_is_https() -> None:
     )
     assert not same_origin(request)
     assert same_origin(request, behind_tls=True)
+
+
+BACKS = [
+    ("/marquee/m1", "/marquee/m1"),
+    ("/?sort=name&page=2", "/?sort=name&page=2"),
+    ("/\t/evil.example", "/"),
+    ("/\n/evil.example", "/"),
+    ("/\r\n/evil.example", "/"),
+    ("//evil.example", "/"),
+    ("/\\evil.example", "/"),
+    ("/ /evil.example", "/"),
+    ("https://evil.example/", "/"),
+    ("/\x00/evil.example", "/"),
+    ("/é/evil.example", "/"),
+    ("evil.example", "/"),
+    ("", "/"),
+]
+
+
+@pytest.mark.parametrize(("back", "location"), BACKS)
+async def test_a_forms_way_back_is_a_path_of_this_server_whatever_its_bytes(
+    client: TestClient[Any, Any], back: str, location: str
+) -> None:
+    token = await csrf_of(client, "otto")
+    answer = await client.post(
+        "/action",
+        data={"action": "pause", "marquee": "m1", "reason": "r", "csrf": token, "back": back},
+        headers={
+            "Authorization": basic("otto", USERS["otto"][1]),
+            "Origin": origin(client),
+            "Accept": "text/html",
+        },
+        allow_redirects=False,
+    )
+    assert (answer.status, answer.headers["Location"]) == (303, location)
+
+
+class EchoingDesk:
+    """Answers with what it was given: a value as long as the form could carry."""
+
+    async def act(self, action: str, form: Mapping[str, str], user: str) -> list[str]:
+        return [form["reason"]] * 3 + ["short"] * (SHOWN_LINES + 50)
+
+
+async def test_an_actions_result_is_shown_and_kept_bounded_however_long_what_it_echoes(
+    tmp_path: Path,
+) -> None:
+    view = view_of(picture_of([]), auth=auth_of(tmp_path / "users", USERS), desk=EchoingDesk())
+    huge = "x" * 900_000
+    async with serving(view) as served:
+        token = await csrf_of(served, "otto")
+        answer = await served.post(
+            "/action",
+            data={"action": "pause", "marquee": "m1", "reason": huge, "csrf": token},
+            headers={"Authorization": basic("otto", USERS["otto"][1]), "Origin": origin(served)},
+        )
+        text = await answer.text()
+        page = await (
+            await served.get("/", headers={"Authorization": basic("otto", USERS["otto"][1])})
+        ).text()
+    assert answer.status == 200
+    assert len(text) < 3 * SHOWN_CHARS + SHOWN_LINES * 10 + 1_000
+    assert f"... (+{900_000 - SHOWN_CHARS} characters)" in text
+    assert "(+53 lines)" in text
+    assert huge[: SHOWN_CHARS + 1] not in page
+    assert len(page) < 100_000
