@@ -155,7 +155,7 @@ class WebActions:
         return hmac.new(self._key, f"csrf\n{name}".encode(), hashlib.sha256).hexdigest()
 
     def token_of(self, principal: Principal) -> str:
-        return principal.session.csrf if principal.session else self.user_token(principal.name)
+        return principal.session.csrf if principal.session else self.user_token(principal.identity)
 
     # Pages
 
@@ -184,8 +184,9 @@ class WebActions:
         token, personal = "", ""
         if principal is not None:
             token = self.token_of(principal)
+            results = list(self.results.get(principal.identity, ()))
             personal = self.environment.get_template("personal.html").render(
-                principal=principal, csrf=token, results=list(self.results.get(principal.name, ()))
+                principal=principal, csrf=token, results=results
             )
         return page.replace(self.csrf_slot.encode(), token.encode()).replace(
             self.personal_slot.encode(), personal.encode()
@@ -226,7 +227,7 @@ class WebActions:
             log.warning("web.action_refused", user=shown_name(principal.name), action=name,
                         why="role")  # fmt: skip
             return _refused(403, f"{name} needs the role {needed.label}")
-        wait = self.limit.take(principal.name)
+        wait = self.limit.take(principal.identity)
         if wait is not None:
             return web.Response(
                 status=429,
@@ -234,7 +235,7 @@ class WebActions:
                 headers={hdrs.RETRY_AFTER: str(wait)},
             )
         try:
-            lines = await self.desk.act(name, form, principal.name)
+            lines = await self.desk.act(name, form, principal.identity)
             ok = True
         except ActionRefused as exc:
             lines, ok = [f"refused: {exc}"], False
@@ -247,7 +248,7 @@ class WebActions:
             scope=form.get("scope", "")[:80],
         )
         shown = bounded(lines)
-        self._keep(principal.name, name, shown)
+        self._keep(principal.identity, name, shown)
         if not request.headers.get(hdrs.ACCEPT, "").startswith("text/html"):
             return web.Response(status=200 if ok else 409, text="\n".join(shown) + "\n")
         raise web.HTTPSeeOther(back_to(form.get("back")))

@@ -83,6 +83,14 @@ class Principal:
     def may(self, role: Role) -> bool:
         return self.role >= role
 
+    @property
+    def identity(self) -> str:
+        """Who this is for what is kept per user (the CSRF token, the action limit, the last
+        results, what an action records as its doer): a user of the users file by name, a user
+        a proxy names as ``proxy:NAME``, so the two are never one even when their names are
+        (a users-file name cannot hold a colon)."""
+        return f"proxy:{self.name}" if self.via == "proxy" else self.name
+
 
 def offered_basic(authorization: str | None) -> tuple[str, str] | None:
     """The user name and password an ``Authorization: Basic`` header offers; None when the

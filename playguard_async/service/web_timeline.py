@@ -122,7 +122,7 @@ class Asker:
     @classmethod
     def of(cls, request: web.BaseRequest) -> Asker:
         principal = principal_of(request)
-        key = (request.remote or "unknown") if principal is None else f"user {principal.name}"
+        key = (request.remote or "unknown") if principal is None else principal.identity
         return cls(key, still_there(request))
 
 

@@ -356,3 +356,32 @@ async def test_an_actions_result_is_shown_and_kept_bounded_however_long_what_it_
     assert "(+53 lines)" in text
     assert huge[: SHOWN_CHARS + 1] not in page
     assert len(page) < 100_000
+
+
+async def test_a_proxys_user_and_a_files_user_of_one_name_are_two_identities(
+    tmp_path: Path, desk: RecordingDesk
+) -> None:
+    proxy = TrustedProxy(["127.0.0.1/32"], {"ops": "operator"})
+    view = view_of(picture_of([]), auth=auth_of(tmp_path / "users", USERS, proxy=proxy), desk=desk)
+    by_proxy = {"X-Forwarded-User": "otto", "X-Forwarded-Groups": "ops"}
+    by_file = {"Authorization": basic("otto", USERS["otto"][1])}
+    async with serving(view) as served:
+        tokens = {}
+        for who, headers in (("proxy", by_proxy), ("file", by_file)):
+            tokens[who] = (await (await served.get("/csrf", headers=headers)).text()).strip()
+        assert tokens["proxy"] != tokens["file"]
+        pause = {"action": "pause", "marquee": "m1", "reason": "r"}
+        own = {"Origin": origin(served)}
+        crossed = await served.post(
+            "/action", data={**pause, "csrf": tokens["proxy"]}, headers={**by_file, **own}
+        )
+        assert crossed.status == 403
+        acted = await served.post(
+            "/action", data={**pause, "csrf": tokens["proxy"]}, headers={**by_proxy, **own}
+        )
+        assert acted.status == 200
+        file_page = await (await served.get("/", headers=by_file)).text()
+        proxy_page = await (await served.get("/", headers=by_proxy)).text()
+    assert [user for _, _, user in desk.asked] == ["proxy:otto"]
+    assert "pause done by proxy:otto" in proxy_page
+    assert "pause done by" not in file_page
