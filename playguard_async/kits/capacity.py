@@ -82,6 +82,6 @@ def engine_files(*, slots: int, ssh_pool_size: int, redis_connections: int) -> i
 
 def http_connection_room(wanted: int, *, open_files: int, engine_needs: int) -> int:
     """Connections the HTTP server may hold: ``wanted``, but no more than the files ``open_files``
-    leaves beside ``engine_needs`` (and at least ``MIN_HTTP_CONNECTIONS``), so no client of the
+    leaves beside ``engine_needs`` (but never below ``MIN_HTTP_CONNECTIONS``), so no client of the
     HTTP server can take a file a cycle needs."""
-    return max(MIN_HTTP_CONNECTIONS, min(wanted, open_files - engine_needs))
+    return min(wanted, max(MIN_HTTP_CONNECTIONS, open_files - engine_needs))

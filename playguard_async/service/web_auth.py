@@ -6,9 +6,9 @@ A header is outside input down to its bytes: aiohttp hands over bytes that are n
 surrogates (``surrogateescape``). Every header, whatever its bytes, is therefore either a user or
 a refusal, never an exception. A password is checked by argon2 in a thread (``PasswordCheck``):
 the event loop never waits on it. Failed checks are counted per user name and per client address
-(``FAILURES_PER_MINUTE`` each, shared with the login form): past that, basic auth of that name or
-from that address is refused without a check for the rest of the minute, so guessing costs the
-machine a bounded amount of argon2 work.
+(``FAILURES_PER_MINUTE`` each, shared with the login form; ``WebAuth.check``), each attempt before
+its check, so however many come at once guessing costs the machine a bounded amount of argon2
+work; past the limit nothing is checked for the rest of the minute.
 
 The proxy (oauth2-proxy's ``X-Forwarded-User`` and ``X-Forwarded-Groups``) is believed only from
 the addresses of ``web_trusted_proxies``; the role is the highest its groups map to in
@@ -247,10 +247,10 @@ class WebAuth:
         """Seconds until ``name`` from ``client`` may be checked again; None: now. The name's own
         count does not hold back a client it logged in from lately: guesses at a name from
         elsewhere cannot lock its user out of their own machine."""
-        by_user = None if self._good_client(name, client) else self.failures_by_user
-        return (by_user and by_user.retry_after(name)) or self.failures_by_client.retry_after(
-            client
-        )
+        by_client = self.failures_by_client.retry_after(client)
+        if by_client is not None or self._good_client(name, client):
+            return by_client
+        return self.failures_by_user.retry_after(name)
 
     async def check(
         self, name: str, password: str, client: str, *, wanted: Callable[[], bool] = lambda: True
