@@ -39,10 +39,12 @@ OPEN_FILES_CEILING = 1 << 20
 
 def raise_open_files_limit() -> int:
     """Lift the soft limit of open files to the hard one (up to ``OPEN_FILES_CEILING``); return the
-    soft limit in force after it."""
+    soft limit in force after it (an infinite one as ``OPEN_FILES_CEILING``)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     wanted = OPEN_FILES_CEILING if hard == resource.RLIM_INFINITY else min(hard, OPEN_FILES_CEILING)
-    if soft != resource.RLIM_INFINITY and soft < wanted:
+    if soft == resource.RLIM_INFINITY:
+        return OPEN_FILES_CEILING
+    if soft < wanted:
         try:
             resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
         except (ValueError, OSError):
@@ -51,13 +53,35 @@ def raise_open_files_limit() -> int:
     return soft
 
 
+def open_files_limit() -> int:
+    """The soft limit of open files now (an infinite one as ``OPEN_FILES_CEILING``)."""
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return OPEN_FILES_CEILING if soft == resource.RLIM_INFINITY else soft
+
+
 def cycle_slots(
     *, ssh_pool_size: int, redis_connections: int, open_files: int | None = None
 ) -> int:
     """Cycles that fit in ``open_files`` (the current soft limit by default) beside the pools."""
     if open_files is None:
-        open_files = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-        if open_files == resource.RLIM_INFINITY:
-            open_files = OPEN_FILES_CEILING
+        open_files = open_files_limit()
     spare = open_files - ssh_pool_size - redis_connections - RESERVED_FILES
     return max(MIN_SLOTS, min(MAX_SLOTS, redis_connections, spare // FILES_PER_CYCLE))
+
+
+MIN_HTTP_CONNECTIONS = 8
+"""Connections the HTTP server is given however few files the cycles leave: the probes must be
+answerable, or a supervisor restarts a replica that only lacks room."""
+
+
+def engine_files(*, slots: int, ssh_pool_size: int, redis_connections: int) -> int:
+    """Files the engine may hold at once: ``slots`` cycles, the idle SSH pool, the Redis pool and
+    the reserve."""
+    return slots * FILES_PER_CYCLE + ssh_pool_size + redis_connections + RESERVED_FILES
+
+
+def http_connection_room(wanted: int, *, open_files: int, engine_needs: int) -> int:
+    """Connections the HTTP server may hold: ``wanted``, but no more than the files ``open_files``
+    leaves beside ``engine_needs`` (but never below ``MIN_HTTP_CONNECTIONS``), so no client of the
+    HTTP server can take a file a cycle needs."""
+    return min(wanted, max(MIN_HTTP_CONNECTIONS, open_files - engine_needs))

@@ -41,6 +41,12 @@ class RateLimit:
         """Count one event of ``key`` now."""
         self._times(key).append(self.clock())
 
+    def refund(self, key: str) -> None:
+        """Take back the latest event counted of ``key`` (one that turned out not to count)."""
+        times = self._seen.get(key)
+        if times:
+            times.pop()
+
     def take(self, key: str) -> int | None:
         """``retry_after``, and when admitted the event counted."""
         wait = self.retry_after(key)

@@ -822,18 +822,20 @@ def web_add_user(
     import sys
 
     with _readable_errors(ctx):
-        from playguard_async.service.web_users import Role, add_user
+        from playguard_async.service.web_users import Role, add_user, password_problem
 
+        settings = command_settings(config)
         if path is None:
-            path = command_settings(config).web_credential_file
+            path = settings.web_credential_file
         if path is None:
             fail("no --file and no web_credential_file setting: name the users file", 1)
         if sys.stdin.isatty():
             password = click.prompt("Password", hide_input=True, confirmation_prompt=True)
         else:
             password = sys.stdin.readline().removesuffix("\n").removesuffix("\r")
-        if not password:
-            fail("an empty password: give one", 1)
+        problem = password_problem(password, settings.web_password_min_length)
+        if problem is not None:
+            fail(problem, 1)
         role_named = Role.named(role)
         assert role_named is not None  # click.Choice
         echo(add_user(path, name, role_named, password))

@@ -77,7 +77,10 @@ class CliDesk:
         try:
             return await run(form, user)
         except (OperateError, SettingsError, InventoryError, ValueError) as exc:
-            raise ActionRefused(str(exc)) from None
+            # Shown to every operator of the page: where the desired state lives on this
+            # machine is not theirs to read.
+            unplaced = str(exc).replace(str(self.settings.inventory), "the desired state")
+            raise ActionRefused(unplaced) from None
 
     async def pause(self, form: Mapping[str, str], user: str) -> list[str]:
         scope, reason = _scope(form), _reason(form, PAUSE_REASON_MAX)

@@ -28,6 +28,7 @@ from playguard_async.phases.rollout_desk import rollouts_standing
 from playguard_async.service.connections import redis_for
 from playguard_async.service.endpoints import application, serving
 from playguard_async.service.fleet_picture import FleetPicture, Listed
+from playguard_async.service.http_connections import gate_for
 from playguard_async.service.http_guard import HostRule, HttpGuard
 from playguard_async.service.liveness import Liveness
 from playguard_async.service.loop_health import LoopWatch
@@ -229,6 +230,17 @@ async def watched(
                 auth=auth,
                 metrics_require_credential=settings.metrics_require_credential,
             )
+
+            def connection_refused(reason: str) -> None:
+                metrics.http_connection_refused(reason)
+                guard.refusals.refused(reason)
+
+            gate = gate_for(
+                settings,
+                exempt=auth.proxy.trusts if auth is not None and auth.proxy else lambda _: False,
+                on_refused=connection_refused,
+            )
+            metrics.watch_http_connections(lambda: gate.held)
             app = application(
                 liveness=liveness,
                 ready=ready,
@@ -238,7 +250,9 @@ async def watched(
                 not_ready_because=not_ready_because,
                 web_view=view,
             )
-            await around.enter_async_context(serving(app, *bind))
+            await around.enter_async_context(
+                serving(app, *bind, gate=gate, header_timeout=settings.http_header_timeout)
+            )
             # Left in this order, the picture stops first, then its streams end (``stop``),
             # so the server's clean-up finds no stream to wait for.
             around.callback(stop.set)

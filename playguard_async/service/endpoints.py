@@ -18,6 +18,7 @@ import structlog
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+from playguard_async.service.http_connections import ConnectionGate, GatedSite, server_arguments
 from playguard_async.service.http_guard import HttpGuard, guard_unrouted, runner_arguments
 from playguard_async.service.liveness import Liveness
 from playguard_async.service.web_view import WebView
@@ -68,16 +69,24 @@ def application(
 
 
 @asynccontextmanager
-async def serving(app: web.Application, host: str, port: int) -> AsyncIterator[list[str]]:
-    """Serve ``app`` on ``host``:``port`` while the block runs; yields the bound addresses (port 0
-    is resolved to the one the kernel chose). A port that cannot be bound raises OSError."""
+async def serving(
+    app: web.Application, host: str, port: int, *, gate: ConnectionGate, header_timeout: float
+) -> AsyncIterator[list[str]]:
+    """Serve ``app`` on ``host``:``port`` while the block runs, every connection through ``gate``
+    and closed when its request's head takes longer than ``header_timeout``
+    (``service.http_connections``); yields the bound addresses (port 0 is resolved to the one the
+    kernel chose). A port that cannot be bound raises OSError."""
     runner = web.AppRunner(
-        app, access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT, **runner_arguments(app)
+        app,
+        access_log=None,
+        shutdown_timeout=SHUTDOWN_TIMEOUT,
+        **runner_arguments(app),
+        **server_arguments(header_timeout),
     )
     await runner.setup()
     guard_unrouted(runner)
     try:
-        await web.TCPSite(runner, host, port).start()
+        await GatedSite(runner, host, port, gate).start()
         addresses = [_display(address) for address in runner.addresses]
         log.info("http.serving", addresses=addresses)
         yield addresses

@@ -34,6 +34,7 @@ from playguard_async.cycle_record import RolloutFinding
 from playguard_async.desired_state.model import Inventory
 from playguard_async.engine.results import CycleResult
 from playguard_async.phases.rollout_desk import scope_of
+from playguard_async.service.http_connections import REFUSALS
 from playguard_async.service.loop_health import LAG_WINDOW
 from playguard_async.service.marquee_metrics import MarqueeSeries
 from playguard_async.service.rollout_metrics import RolloutSeries
@@ -147,6 +148,18 @@ class Metrics:
             "one loop.held log line naming what held it.",
             registry=self.registry,
         )
+        self.http_connections_refused = Counter(
+            "playguard_http_connections_refused",
+            "Connections to the HTTP server closed as soon as accepted, by the cap they met: "
+            "connections_total (http_connections_max) or connections_per_client.",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.http_connections = Gauge(
+            "playguard_http_connections",
+            "Connections the HTTP server holds now.",
+            registry=self.registry,
+        )
         self.marquee_series = MarqueeSeries(outcomes=outcomes, shown=marquees_shown)
         self.registry.register(self.marquee_series)
         for outcome in outcomes:
@@ -155,6 +168,8 @@ class Metrics:
             self.lock_lost.labels(reason)
         for result in ReleaseResult:
             self.lock_releases.labels(result.value)
+        for reason in REFUSALS:
+            self.http_connections_refused.labels(reason)
 
     def follow_desired_state(self, desired: Callable[[], Inventory | None]) -> None:
         """At every tick, forget the ``playspec`` and ``rollout`` labels the desired state in force
@@ -262,6 +277,13 @@ class Metrics:
         )
         reachable_gauge.set_function(lambda: _gauge_value(reachable()))
         age_gauge.set_function(lambda: _gauge_value(age()))
+
+    def watch_http_connections(self, held: Callable[[], int]) -> None:
+        """Read the gauge of HTTP connections held from ``held`` at every scrape."""
+        self.http_connections.set_function(held)
+
+    def http_connection_refused(self, reason: str) -> None:
+        self.http_connections_refused.labels(reason).inc()
 
     def event_loop_was_held(self) -> None:
         """The event loop was held past its bound once more (called from the watchdog's

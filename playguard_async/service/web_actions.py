@@ -64,6 +64,8 @@ USERS_WITH_RESULTS = 1_000
 CSRF_HEADER = "X-CSRF-Token"
 SHOWN_LINES = 200
 """Lines of an action's result a page shows at most (a plan of a big Marquee is long)."""
+SHOWN_CHARS = 500
+"""Characters of one line of an action's result shown at most."""
 
 
 class ActionRefused(Exception):
@@ -105,11 +107,21 @@ def same_origin(request: web.BaseRequest, *, behind_tls: bool = False) -> bool:
     )
 
 
-def _back(path: str | None) -> str:
-    """Where a form's 303 goes: a path of this server (never ``//elsewhere``), else the fleet."""
-    if path and path.startswith("/") and not path.startswith("//") and "\\" not in path:
-        return path
-    return "/"
+def back_to(path: str | None) -> str:
+    """Where a form's 303 goes: a path of this server, else the fleet. Only printable ASCII
+    without spaces or backslashes is taken: a client (and aiohttp, writing ``Location``) drops a
+    tab or newline, so ``/\t/evil.example`` would become ``//evil.example``, another site."""
+    if (
+        not path
+        or not (path.isascii() and path.isprintable())
+        or " " in path
+        or "\\" in path
+        or not path.startswith("/")
+        or path.startswith("//")
+    ):
+        return "/"
+    parts = urlsplit(path)
+    return "/" if parts.scheme or parts.netloc else path
 
 
 class WebActions:
@@ -143,7 +155,7 @@ class WebActions:
         return hmac.new(self._key, f"csrf\n{name}".encode(), hashlib.sha256).hexdigest()
 
     def token_of(self, principal: Principal) -> str:
-        return principal.session.csrf if principal.session else self.user_token(principal.name)
+        return principal.session.csrf if principal.session else self.user_token(principal.identity)
 
     # Pages
 
@@ -172,8 +184,9 @@ class WebActions:
         token, personal = "", ""
         if principal is not None:
             token = self.token_of(principal)
+            results = list(self.results.get(principal.identity, ()))
             personal = self.environment.get_template("personal.html").render(
-                principal=principal, csrf=token, results=list(self.results.get(principal.name, ()))
+                principal=principal, csrf=token, results=results
             )
         return page.replace(self.csrf_slot.encode(), token.encode()).replace(
             self.personal_slot.encode(), personal.encode()
@@ -214,7 +227,7 @@ class WebActions:
             log.warning("web.action_refused", user=shown_name(principal.name), action=name,
                         why="role")  # fmt: skip
             return _refused(403, f"{name} needs the role {needed.label}")
-        wait = self.limit.take(principal.name)
+        wait = self.limit.take(principal.identity)
         if wait is not None:
             return web.Response(
                 status=429,
@@ -222,7 +235,7 @@ class WebActions:
                 headers={hdrs.RETRY_AFTER: str(wait)},
             )
         try:
-            lines = await self.desk.act(name, form, principal.name)
+            lines = await self.desk.act(name, form, principal.identity)
             ok = True
         except ActionRefused as exc:
             lines, ok = [f"refused: {exc}"], False
@@ -234,19 +247,31 @@ class WebActions:
             marquee=form.get("marquee", "")[:80],
             scope=form.get("scope", "")[:80],
         )
-        self._keep(principal.name, name, lines)
+        shown = bounded(lines)
+        self._keep(principal.identity, name, shown)
         if not request.headers.get(hdrs.ACCEPT, "").startswith("text/html"):
-            return web.Response(status=200 if ok else 409, text="\n".join(lines) + "\n")
-        raise web.HTTPSeeOther(_back(form.get("back")))
+            return web.Response(status=200 if ok else 409, text="\n".join(shown) + "\n")
+        raise web.HTTPSeeOther(back_to(form.get("back")))
 
-    def _keep(self, user: str, action: str, lines: list[str]) -> None:
+    def _keep(self, user: str, action: str, shown: list[str]) -> None:
         kept = self.results.pop(user, None) or deque(maxlen=RESULTS_KEPT)
-        shown = lines[:SHOWN_LINES] + ([f"(+{len(lines) - SHOWN_LINES} lines)"]
-                                       if len(lines) > SHOWN_LINES else [])  # fmt: skip
         kept.appendleft((action, shown))
         self.results[user] = kept
         if len(self.results) > USERS_WITH_RESULTS:
             self.results.popitem(last=False)
+
+
+def bounded(lines: list[str]) -> list[str]:
+    """An action's result as it is shown and kept: ``SHOWN_LINES`` lines of ``SHOWN_CHARS``
+    characters at most, what is cut said, so a value echoed back (a reason, a name) cannot make
+    every page of its user megabytes long."""
+    cut = [
+        line
+        if len(line) <= SHOWN_CHARS
+        else f"{line[:SHOWN_CHARS]}... (+{len(line) - SHOWN_CHARS} characters)"
+        for line in lines[:SHOWN_LINES]
+    ]
+    return cut + ([f"(+{len(lines) - SHOWN_LINES} lines)"] if len(lines) > SHOWN_LINES else [])
 
 
 def _refused(status: int, why: str) -> web.Response:

@@ -5,10 +5,11 @@ Reading it costs an SSH session to the host (its journal) and a query of the cha
 is read only when this page is asked for, never by the live updates (the page carries no live
 script), and at most once at a time per Marquee: a request that finds a read of the same
 question under way shares it, one that finds another question's waits for it to end first
-(``TimelineReads``). Each read is bounded by ``playguard why``'s own bounds: a window of at most
-7 days, the journal's tail, the cycle records Redis keeps, the session's connect and command
-timeouts; a host out of reach is said on the page beside what Redis and PostgreSQL hold. The
-page lists the newest ``EVENTS_SHOWN`` events.
+(``TimelineReads``); how many may wait is bounded per Marquee and per asker, and a request whose
+client left before its turn reads nothing. Each read is bounded by ``playguard why``'s own
+bounds: a window of at most 7 days, the journal's tail, the cycle records Redis keeps, the
+session's connect and command timeouts; a host out of reach is said on the page beside what
+Redis and PostgreSQL hold. The page lists the newest ``EVENTS_SHOWN`` events.
 
 The timeline is read by the operator layer (``operator.why``), above this one: the daemon is
 given a ``TimelineReader`` by whoever starts it rather than importing it. Everything on the page
@@ -19,16 +20,20 @@ written out (``kits.textclean.clean``) and the template escapes the rest.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import jinja2
+from aiohttp import web
 
 from playguard_async.kits.spans import span_seconds
 from playguard_async.kits.textclean import clean
 from playguard_async.service.fleet_table import BadQuery
+from playguard_async.service.http_guard import principal_of
+from playguard_async.service.web_auth import still_there
 
 DEFAULT_SINCE = "24h"
 """The window asked for when the query names none: ``playguard why``'s default."""
@@ -40,6 +45,12 @@ EVENTS_SHOWN = 500
 """Events the page lists at most, the newest; how many older ones are left out is said."""
 
 PARAMETERS = ("playground", "since")
+
+WAITERS_PER_MARQUEE = 8
+"""Requests that may wait for one Marquee's timeline at once (sharing a read or for their turn)."""
+
+WAITERS_PER_ASKER = 4
+"""Requests of one user (or one client address) that may wait for timelines at once."""
 
 
 class TimelineUnavailable(Exception):
@@ -91,21 +102,74 @@ class TimelineQuery:
         return cls(playground or None, since, seconds)
 
 
+class TimelineBusy(Exception):
+    """A timeline not read for this request: ``busy`` (too many requests already wait for this
+    Marquee's, or for this asker's) or ``gone`` (the asker left before its turn came)."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(why)
+        self.why = why
+
+
+@dataclass(frozen=True)
+class Asker:
+    """Who asks for a timeline (a user's name, or a client address when nobody logged in), and
+    whether they still wait for it (``wanted``: their client is still connected)."""
+
+    key: str = ""
+    wanted: Callable[[], bool] = lambda: True
+
+    @classmethod
+    def of(cls, request: web.BaseRequest) -> Asker:
+        principal = principal_of(request)
+        key = (request.remote or "unknown") if principal is None else principal.identity
+        return cls(key, still_there(request))
+
+
 class TimelineReads:
     """The timelines being read, one Marquee's at a time: a request for a question already
     being read shares its answer; a request for another waits until that read ends. A read
-    goes on when its asker leaves, so that the others sharing it still get it."""
+    goes on when its asker leaves, so that the others sharing it still get it; one whose asker
+    left before its turn is not begun. At most ``WAITERS_PER_MARQUEE`` requests wait on one
+    Marquee and ``WAITERS_PER_ASKER`` for one asker (a user, or a client address): one more is
+    refused at once (``TimelineBusy``), so a flood of questions queues no host reads."""
 
     def __init__(self, read: TimelineReader) -> None:
         self.read = read
         self._reading: dict[str, tuple[TimelineQuery, asyncio.Task[ShownTimeline]]] = {}
+        self._waiting: Counter[str] = Counter()
+        self._asking: Counter[str] = Counter()
 
-    async def timeline(self, name: str, query: TimelineQuery) -> ShownTimeline:
+    async def timeline(
+        self,
+        name: str,
+        query: TimelineQuery,
+        asker: Asker = Asker(),
+    ) -> ShownTimeline:
+        """``name``'s timeline for ``query``, asked by ``asker``."""
+        who = asker.key
+        if self._waiting[name] >= WAITERS_PER_MARQUEE or self._asking[who] >= WAITERS_PER_ASKER:
+            raise TimelineBusy("busy")
+        self._waiting[name] += 1
+        self._asking[who] += 1
+        try:
+            return await self._turn(name, query, asker.wanted)
+        finally:
+            for counts, key in ((self._waiting, name), (self._asking, who)):
+                counts[key] -= 1
+                if counts[key] <= 0:
+                    del counts[key]
+
+    async def _turn(
+        self, name: str, query: TimelineQuery, wanted: Callable[[], bool]
+    ) -> ShownTimeline:
         while (under_way := self._reading.get(name)) is not None:
             asked, task = under_way
             if asked == query:
                 return await asyncio.shield(task)
             await asyncio.wait([task])
+        if not wanted():
+            raise TimelineBusy("gone")
         task = asyncio.ensure_future(self._read(name, query))
         self._reading[name] = (query, task)
         task.add_done_callback(lambda done: self._forget(name, done))

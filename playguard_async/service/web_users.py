@@ -22,6 +22,7 @@ import re
 import secrets
 import tempfile
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,6 +51,10 @@ HASH_LIMIT = 512
 VERIFY_CONCURRENCY = 2
 """argon2 verifications running at once (each takes tens of ms and 64 MiB): more wait their
 turn in threads' stead, so a flood of logins cannot take the machine's memory."""
+
+VERIFY_QUEUE = 16
+"""Verifications waiting for their turn at most; one more is refused at once (``VerifyRefused``),
+so a login waits for at most this many verifications before its own, however many are sent."""
 
 DECOY_HASH = (
     "$argon2id$v=19$m=65536,t=3,p=4$4X7GfGh1onnd9kB0k7+wQA$utojcL"
@@ -119,7 +124,7 @@ def parse_users(text: str, path: Path) -> dict[str, WebUser]:
         try:
             user = _parse_line(line, where)
         except _BadField as exc:
-            if len(lines) == 1:
+            if len(lines) == 1 and not _looks_like_users_line(line):
                 raise OldFormat(
                     f"{where}: not a `name role secret-hash` line, as in the old format of one "
                     f"shared secret: write named users with `playguard web add-user NAME ROLE "
@@ -130,6 +135,14 @@ def parse_users(text: str, path: Path) -> dict[str, WebUser]:
             raise UsersFileError(f"{where}: field name {_shown(user.name)}: a second line for it")
         users[user.name] = user
     return users
+
+
+def _looks_like_users_line(line: str) -> bool:
+    """Whether ``line`` is meant as ``name role secret-hash`` (three fields, the last an argon2id
+    hash), however wrong its name or role: such a file is refused, not taken for the old format
+    and replaced."""
+    fields = line.split()
+    return len(fields) == 3 and fields[2].startswith(HASH_PREFIX)
 
 
 class _BadField(Exception):
@@ -206,14 +219,25 @@ class UsersFile:
         return self.current().get(name)
 
 
+class VerifyRefused(Exception):
+    """A verification not run: ``busy`` (``VERIFY_QUEUE`` already waiting) or ``gone`` (the
+    client left before its turn came)."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(why)
+        self.why = why
+
+
 class PasswordCheck:
     """argon2id verification off the event loop (``asyncio.to_thread``), ``VERIFY_CONCURRENCY`` at
-    once; a pair verified is remembered (keyed by an HMAC under a key of this process, with the
-    hash it was verified against) so basic auth's every request does not cost a run."""
+    once and ``VERIFY_QUEUE`` waiting at most; a pair verified is remembered (keyed by an HMAC
+    under a key of this process, with the hash it was verified against) so basic auth's every
+    request does not cost a run."""
 
     def __init__(self) -> None:
         self.hasher = PasswordHasher()
         self.slots = asyncio.Semaphore(VERIFY_CONCURRENCY)
+        self.waiting = 0
         self._key = secrets.token_bytes(32)
         self._verified: OrderedDict[bytes, None] = OrderedDict()
 
@@ -225,17 +249,31 @@ class PasswordCheck:
         """Whether ``password`` was verified as ``user``'s before (and is remembered)."""
         return user is not None and self._remembered(user, password) in self._verified
 
-    async def verify(self, user: WebUser | None, password: str) -> bool:
+    async def verify(
+        self, user: WebUser | None, password: str, *, wanted: Callable[[], bool] = lambda: True
+    ) -> bool:
         """Whether ``password`` is ``user``'s; an unknown user (None) costs as much as a known
-        one, so the time of a refusal does not tell which names exist."""
+        one, so the time of a refusal does not tell which names exist. ``VerifyRefused`` when
+        the queue is full, or when ``wanted`` says no more at its turn (the client left)."""
         if user is not None:
             key = self._remembered(user, password)
             if key in self._verified:
                 self._verified.move_to_end(key)
                 return True
+        if self.waiting >= VERIFY_QUEUE:
+            raise VerifyRefused("busy")
         secret_hash = DECOY_HASH if user is None else user.secret_hash
-        async with self.slots:
+        self.waiting += 1
+        try:
+            await self.slots.acquire()
+        finally:
+            self.waiting -= 1
+        try:
+            if not wanted():
+                raise VerifyRefused("gone")
             ok = await asyncio.to_thread(self._check, secret_hash, password)
+        finally:
+            self.slots.release()
         if ok and user is not None:
             self._verified[key] = None
             if len(self._verified) > VERIFIED_KEPT:
@@ -247,6 +285,17 @@ class PasswordCheck:
             return self.hasher.verify(secret_hash, password.encode("utf-8", "surrogatepass"))
         except (VerificationError, InvalidHashError, UnicodeError):
             return False
+
+
+def password_problem(password: str, min_length: int) -> str | None:
+    """Why ``password`` may not be a user's (None: it may): shorter than ``min_length``
+    characters, or nothing but white space."""
+    if not password.strip():
+        return "an empty or blank password: give one"
+    if len(password) < min_length:
+        length = len(password)
+        return f"a password of {length} characters: at least {min_length} (web_password_min_length)"
+    return None
 
 
 def hash_password(password: str) -> str:
@@ -262,6 +311,8 @@ def add_user(path: Path, name: str, role: Role, password: str) -> str:
     file otherwise (a bad line) is refused, not overwritten."""
     if not NAME.fullmatch(name):
         raise UsersFileError(f"user name {_shown(name)}: letters, digits and . _ @ - only")
+    if not path.parent.is_dir():
+        raise UsersFileError(f"{path}: its directory {path.parent} does not exist")
     lines: list[str] = []
     done = f"added {name} ({role.label}) to {path}"
     if path.exists():
@@ -277,7 +328,10 @@ def add_user(path: Path, name: str, role: Role, password: str) -> str:
             done = f"replaced {name}'s line in {path} (now {role.label})"
     if entry not in lines:
         lines.append(entry)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    except OSError as exc:
+        raise UsersFileError(f"{path}: cannot write beside it: {exc.strerror}") from None
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as out:  # mkstemp's mode: 0600
             out.write("\n".join(lines) + "\n")

@@ -58,6 +58,8 @@ from playguard_async.service.web_actions import ActionDesk, WebActions
 from playguard_async.service.web_auth import WebAuth
 from playguard_async.service.web_login import WebLogin
 from playguard_async.service.web_timeline import (
+    Asker,
+    TimelineBusy,
     TimelineQuery,
     TimelineReads,
     TimelineUnavailable,
@@ -445,9 +447,11 @@ class WebView:
         if self.timelines is None or not self.picture.knows(name):
             return self._text(404, "no such Marquee in the desired state, or no timeline here\n")
         try:
-            timeline = await self.timelines.timeline(name, query)
+            timeline = await self.timelines.timeline(name, query, Asker.of(request))
         except TimelineUnavailable:
             return self._text(503, "timeline unavailable (Redis): try again shortly\n")
+        except TimelineBusy:
+            return self._text(503, "too many timelines asked at once: try again shortly\n")
         values = page_values(name, query, timeline)
         page = self._page(self.actions.bucket(request), self.picture.version, "timeline.html",
                           **values)  # fmt: skip

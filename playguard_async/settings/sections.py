@@ -405,6 +405,27 @@ class HttpSettings(BaseModel):
         "for IPv6; port 0 picks a free one); empty: no HTTP server. The web view is served "
         "there too: beyond loopback only with web_credential_file set.",
     )
+    http_header_timeout: float = _seconds(
+        5.0,
+        description="Seconds a connection may take to send a request's complete head (request "
+        "line and headers), counted from its opening and from the end of the previous answer "
+        "(so also how long a keep-alive connection may idle); past it the connection is closed.",
+    )
+    http_connections_max: int = Field(
+        256,
+        ge=1,
+        le=100_000,
+        description="Connections the HTTP server holds at once, all clients together; one more is "
+        "closed at once (counted and logged). Lowered at start to what the open-files limit leaves "
+        "beside the cycles' files.",
+    )
+    http_connections_per_client: int = Field(
+        32,
+        ge=1,
+        le=100_000,
+        description="Connections one client address may hold at once (the addresses of "
+        "web_trusted_proxies: http_connections_max only); one more is closed at once.",
+    )
     http_allowed_hosts: tuple[str, ...] = Field(
         (),
         description="Names (or addresses) besides http_address's own that a request's Host "
@@ -424,6 +445,13 @@ class HttpSettings(BaseModel):
         "and actions are open to operators and admins. Read again when it changes. Required when "
         "http_address is beyond loopback. Refused at start if it is a symbolic link, not a "
         "regular file, readable or writable by group or others (chmod 600), or has a bad line.",
+    )
+    web_password_min_length: int = Field(
+        12,
+        ge=1,
+        le=1_024,
+        description="Characters a password given to `playguard web add-user` must have at least "
+        "(a blank one is refused whatever its length).",
     )
     metrics_require_credential: bool = Field(
         False,

@@ -40,7 +40,7 @@ from tests.support.probes import http_get, start_serving
 
 pytestmark = pytest.mark.integration
 
-PASSWORDS = {"otto": "otto's pass phrase", "vera": "véra-42", "zed": "zed zed"}
+PASSWORDS = {"otto": "otto's pass phrase", "vera": "véra-42-véra-42", "zed": "zed zed zed zed"}
 ROLES = {"otto": "operator", "vera": "viewer", "zed": "operator"}
 PAUSE_REASON = "disk swap <b>now</b>"
 

@@ -9,9 +9,13 @@ import pytest
 from playguard_async.kits.capacity import (
     FILES_PER_CYCLE,
     MAX_SLOTS,
+    MIN_HTTP_CONNECTIONS,
     MIN_SLOTS,
+    OPEN_FILES_CEILING,
     RESERVED_FILES,
     cycle_slots,
+    engine_files,
+    http_connection_room,
     raise_open_files_limit,
 )
 from tests.support.engine import settings_for
@@ -73,3 +77,27 @@ def test_a_refused_lift_keeps_the_soft_limit(monkeypatch: pytest.MonkeyPatch) ->
 
     monkeypatch.setattr(resource, "setrlimit", refuse)
     assert raise_open_files_limit() == 1024
+
+
+ROOM = [
+    # open files, wanted -> connections (the engine's files: 16 slots, pools of 16 and 8)
+    (65536, 256, 256),  # room to spare: the setting
+    (300, 256, 300 - (16 * FILES_PER_CYCLE + 16 + 8 + RESERVED_FILES)),  # lowered to fit
+    (150, 256, MIN_HTTP_CONNECTIONS),  # nothing left: still the probes' few
+    (300, 4, 4),
+]
+
+
+@pytest.mark.parametrize(("open_files", "wanted", "room"), ROOM)
+def test_http_connections_get_what_the_cycles_leave_of_the_open_files(
+    open_files: int, wanted: int, room: int
+) -> None:
+    needs = engine_files(slots=16, ssh_pool_size=16, redis_connections=8)
+    assert needs == 16 * FILES_PER_CYCLE + 16 + 8 + RESERVED_FILES
+    assert http_connection_room(wanted, open_files=open_files, engine_needs=needs) == room
+
+
+def test_an_infinite_soft_limit_counts_as_the_ceiling(monkeypatch: pytest.MonkeyPatch) -> None:
+    infinite = (resource.RLIM_INFINITY, resource.RLIM_INFINITY)
+    monkeypatch.setattr(resource, "getrlimit", lambda _: infinite)
+    assert raise_open_files_limit() == OPEN_FILES_CEILING

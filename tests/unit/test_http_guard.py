@@ -19,6 +19,7 @@ from aiohttp import web
 from structlog.testing import capture_logs
 
 from playguard_async.service.endpoints import application, serving
+from playguard_async.service.http_connections import ConnectionGate
 from playguard_async.service.http_guard import (
     REFUSAL_LOG_INTERVAL,
     SECURITY_HEADERS,
@@ -130,7 +131,7 @@ async def guarded_server(bind: str = "127.0.0.1", **guard_fields: Any) -> AsyncI
     app.router.add_get("/too-large", too_large)
     app.router.add_get("/bad", bad)
     app.router.add_get("/page", page)
-    async with serving(app, bind, 0) as addresses:
+    async with serving(app, bind, 0, gate=ConnectionGate(64, 64), header_timeout=5.0) as addresses:
         yield Server(int(addresses[0].rpartition(":")[2]), clock)
 
 

@@ -16,8 +16,14 @@ from aiohttp.test_utils import TestClient, make_mocked_request
 from structlog.testing import capture_logs
 
 from playguard_async.kits.rate_limit import RateLimit
-from playguard_async.service.web_actions import ActionRefused, same_origin
-from playguard_async.service.web_auth import TrustedProxy
+from playguard_async.service.web_actions import (
+    SHOWN_CHARS,
+    SHOWN_LINES,
+    ActionRefused,
+    same_origin,
+)
+from playguard_async.service.web_auth import Refused, TrustedProxy
+from playguard_async.service.web_users import WebUser
 from tests.support.web_users import auth_of, basic
 from tests.support.web_view import picture_of, serving, view_of
 
@@ -251,14 +257,14 @@ async def test_proxy_headers_only_from_trusted_peers_and_logged_once(
 
 async def test_failed_checks_past_the_limit_check_nothing_but_a_known_pair(tmp_path: Path) -> None:
     auth = auth_of(tmp_path / "users", USERS)
-    assert await auth.check("ada", "a-pw", "10.0.0.1") is not None  # verified, remembered
+    assert isinstance(await auth.check("ada", "a-pw", "10.0.0.1"), WebUser)  # remembered
     for _ in range(5):
-        assert await auth.check("otto", "guess", "10.0.0.1") is None
+        assert await auth.check("otto", "guess", "10.0.0.1") == Refused("wrong")
     assert auth.failures_wait("otto", "10.0.0.9") == 60  # the name, from anywhere
-    assert await auth.check("otto", "o-pw", "10.0.0.9") is None, "not checked at all"
-    assert await auth.check("vera", "v-pw", "10.0.0.1") is None, "nor anyone from that address"
-    assert await auth.check("ada", "a-pw", "10.0.0.1") is not None, "a known pair still is"
-    assert await auth.check("vera", "v-pw", "10.0.0.2") is not None
+    assert await auth.check("otto", "o-pw", "10.0.0.9") == Refused("limited", 60), "not checked"
+    assert await auth.check("vera", "v-pw", "10.0.0.1") == Refused("limited", 60), "nor from there"
+    assert isinstance(await auth.check("ada", "a-pw", "10.0.0.1"), WebUser), "a known pair is"
+    assert isinstance(await auth.check("vera", "v-pw", "10.0.0.2"), WebUser)
 
 
 async def test_without_users_the_view_only_looks(desk: RecordingDesk) -> None:
@@ -284,3 +290,98 @@ def test_behind_a_proxy_that_ends_tls_the_own_origin_is_https() -> None:
     )
     assert not same_origin(request)
     assert same_origin(request, behind_tls=True)
+
+
+BACKS = [
+    ("/marquee/m1", "/marquee/m1"),
+    ("/?sort=name&page=2", "/?sort=name&page=2"),
+    ("/\t/evil.example", "/"),
+    ("/\n/evil.example", "/"),
+    ("/\r\n/evil.example", "/"),
+    ("//evil.example", "/"),
+    ("/\\evil.example", "/"),
+    ("/ /evil.example", "/"),
+    ("https://evil.example/", "/"),
+    ("/\x00/evil.example", "/"),
+    ("/é/evil.example", "/"),
+    ("evil.example", "/"),
+    ("", "/"),
+]
+
+
+@pytest.mark.parametrize(("back", "location"), BACKS)
+async def test_a_forms_way_back_is_a_path_of_this_server_whatever_its_bytes(
+    client: TestClient[Any, Any], back: str, location: str
+) -> None:
+    token = await csrf_of(client, "otto")
+    answer = await client.post(
+        "/action",
+        data={"action": "pause", "marquee": "m1", "reason": "r", "csrf": token, "back": back},
+        headers={
+            "Authorization": basic("otto", USERS["otto"][1]),
+            "Origin": origin(client),
+            "Accept": "text/html",
+        },
+        allow_redirects=False,
+    )
+    assert (answer.status, answer.headers["Location"]) == (303, location)
+
+
+class EchoingDesk:
+    """Answers with what it was given: a value as long as the form could carry."""
+
+    async def act(self, action: str, form: Mapping[str, str], user: str) -> list[str]:
+        return [form["reason"]] * 3 + ["short"] * (SHOWN_LINES + 50)
+
+
+async def test_an_actions_result_is_shown_and_kept_bounded_however_long_what_it_echoes(
+    tmp_path: Path,
+) -> None:
+    view = view_of(picture_of([]), auth=auth_of(tmp_path / "users", USERS), desk=EchoingDesk())
+    huge = "x" * 900_000
+    async with serving(view) as served:
+        token = await csrf_of(served, "otto")
+        answer = await served.post(
+            "/action",
+            data={"action": "pause", "marquee": "m1", "reason": huge, "csrf": token},
+            headers={"Authorization": basic("otto", USERS["otto"][1]), "Origin": origin(served)},
+        )
+        text = await answer.text()
+        page = await (
+            await served.get("/", headers={"Authorization": basic("otto", USERS["otto"][1])})
+        ).text()
+    assert answer.status == 200
+    assert len(text) < 3 * SHOWN_CHARS + SHOWN_LINES * 10 + 1_000
+    assert f"... (+{900_000 - SHOWN_CHARS} characters)" in text
+    assert "(+53 lines)" in text
+    assert huge[: SHOWN_CHARS + 1] not in page
+    assert len(page) < 100_000
+
+
+async def test_a_proxys_user_and_a_files_user_of_one_name_are_two_identities(
+    tmp_path: Path, desk: RecordingDesk
+) -> None:
+    proxy = TrustedProxy(["127.0.0.1/32"], {"ops": "operator"})
+    view = view_of(picture_of([]), auth=auth_of(tmp_path / "users", USERS, proxy=proxy), desk=desk)
+    by_proxy = {"X-Forwarded-User": "otto", "X-Forwarded-Groups": "ops"}
+    by_file = {"Authorization": basic("otto", USERS["otto"][1])}
+    async with serving(view) as served:
+        tokens = {}
+        for who, headers in (("proxy", by_proxy), ("file", by_file)):
+            tokens[who] = (await (await served.get("/csrf", headers=headers)).text()).strip()
+        assert tokens["proxy"] != tokens["file"]
+        pause = {"action": "pause", "marquee": "m1", "reason": "r"}
+        own = {"Origin": origin(served)}
+        crossed = await served.post(
+            "/action", data={**pause, "csrf": tokens["proxy"]}, headers={**by_file, **own}
+        )
+        assert crossed.status == 403
+        acted = await served.post(
+            "/action", data={**pause, "csrf": tokens["proxy"]}, headers={**by_proxy, **own}
+        )
+        assert acted.status == 200
+        file_page = await (await served.get("/", headers=by_file)).text()
+        proxy_page = await (await served.get("/", headers=by_proxy)).text()
+    assert [user for _, _, user in desk.asked] == ["proxy:otto"]
+    assert "pause done by proxy:otto" in proxy_page
+    assert "pause done by" not in file_page

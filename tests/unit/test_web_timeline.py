@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable
 
 import pytest
 
@@ -13,7 +14,11 @@ from playguard_async.operator.why import NO_CYCLE_RECORD, Event, HostJournal, Ho
 from playguard_async.service.fleet_table import BadQuery
 from playguard_async.service.web_timeline import (
     EVENTS_SHOWN,
+    WAITERS_PER_ASKER,
+    WAITERS_PER_MARQUEE,
+    Asker,
     ShownTimeline,
+    TimelineBusy,
     TimelineQuery,
     TimelineReads,
     TimelineUnavailable,
@@ -265,3 +270,67 @@ async def test_a_read_goes_on_for_the_others_when_its_first_asker_leaves() -> No
 
     assert await second is reader.timeline
     assert len(reader.asked) == 1
+
+
+async def outcome(reads: TimelineReads, name: str, query: TimelineQuery, asker: str) -> str:
+    try:
+        await reads.timeline(name, query, Asker(asker))
+    except TimelineBusy as exc:
+        return exc.why
+    return "read"
+
+
+def since(hours: int) -> TimelineQuery:
+    return TimelineQuery(None, f"{hours}h", hours * 3600.0)
+
+
+async def test_waiters_are_bounded_per_marquee_and_per_asker() -> None:
+    reader = Reader(Timeline("m-0", None, 0.0, []), takes=0.05)
+    reads = TimelineReads(reader)
+    many = WAITERS_PER_MARQUEE + 4
+    on_one = await asyncio.gather(
+        *(outcome(reads, "m-0", since(hours), f"user-{hours}") for hours in range(1, many + 1))
+    )
+    assert on_one.count("read") == WAITERS_PER_MARQUEE
+    assert on_one.count("busy") == many - WAITERS_PER_MARQUEE
+    by_one = await asyncio.gather(
+        *(outcome(reads, f"m-{n}", since(1), "greedy") for n in range(WAITERS_PER_ASKER + 3))
+    )
+    assert by_one.count("read") == WAITERS_PER_ASKER
+    assert by_one.count("busy") == 3
+    assert reads.under_way == 0
+    assert await outcome(reads, "m-0", since(2), "greedy") == "read", "nothing left counted"
+
+
+async def test_a_question_whose_asker_left_before_its_turn_reads_nothing() -> None:
+    reader = Reader(Timeline("m-0", None, 0.0, []), takes=0.2)
+    reads = TimelineReads(reader)
+    first = asyncio.ensure_future(reads.timeline("m-0", since(1)))
+    await asyncio.sleep(0.05)
+    left = Asker("gone", lambda: False)
+    told = list(await asyncio.gather(first, outcome_of(reads.timeline("m-0", since(2), left))))
+    assert told == [reader.timeline, "gone"]
+    assert len(reader.asked) == 1, "only the first question was read"
+
+
+async def outcome_of(asking: Awaitable[object]) -> object:
+    try:
+        return await asking
+    except TimelineBusy as exc:
+        return exc.why
+
+
+async def test_many_questions_sent_and_hung_up_on_leave_the_next_one_answered_soon() -> None:
+    reader = Reader(Timeline("m-0", None, 0.0, []), takes=0.1)
+    async with serving(view_with(reader)) as client:
+        port = client.make_url("").port
+        for hours in range(1, 201):
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+            target = f"/marquee/m-0/why?since={hours}h"
+            writer.write(f"GET {target} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode())
+            await writer.drain()
+            writer.close()
+            await writer.wait_closed()
+        response = await client.get("/marquee/m-0/why?since=3d")
+        assert response.status == 200
+    assert len(reader.asked) <= 1 + WAITERS_PER_MARQUEE + 1
