@@ -823,8 +823,11 @@ def web_add_user(
 
     with _readable_errors(ctx):
         from playguard_async.service.web_users import Role, add_user, password_problem
+        from playguard_async.settings import load_settings
 
-        settings = command_settings(config)
+        # The users file and the password rule only: no desired state is read, so none need be
+        # named (``command_settings``' rule).
+        settings = load_settings(config)
         if path is None:
             path = settings.web_credential_file
         if path is None:
