@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from playguard_async.operator.cli import command_settings, echo, fail
+from playguard_async.operator.command_kit import command_settings, echo, fail
 
 MARQUEES_OPTION = click.option(
     "--marquees",

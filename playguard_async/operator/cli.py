@@ -12,34 +12,37 @@ configuration (settings, inventory, phases), which the systemd unit does not res
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from playguard_async import __version__
-from playguard_async.kits.textclean import clean
 from playguard_async.operator.audit import audit
+from playguard_async.operator.command_kit import (
+    DRY_RUN_OPTION,
+    EXIT_CONFIG,
+    EXIT_LOCKED,
+    EXIT_NOT_OK,
+    JSON_OPTION,
+    command_settings,
+    dry_run_override,
+    duration_option,
+    echo,
+    fail,
+    one_scope,
+    readable_errors,
+)
 from playguard_async.operator.db import db
 from playguard_async.operator.options import CONFIG_OPTION
+from playguard_async.operator.steering_cli import STEERING_COMMANDS
 
 if TYPE_CHECKING:
-    from playguard_async.settings import Settings
+    pass
 
 # Everything else is imported by the command that needs it: `--version` and `--help` load click
 # and nothing of the engine, Redis, SSH or rich (bench/cli_startup.py, bench/README.md).
-
-EXIT_LOCKED = 3
-EXIT_NOT_OK = 4
-EXIT_CONFIG = 78
-
-DRY_RUN_OPTION = click.option(
-    "--dry-run", is_flag=True, default=None, help="Report what would change; change nothing."
-)
-JSON_OPTION = click.option(
-    "--json", "as_json", is_flag=True, help="Print JSON with stable keys, for scripts."
-)
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -96,58 +99,6 @@ def cli(ctx: click.Context, debug: bool) -> None:
     ctx.obj = {"debug": debug}
 
 
-@contextlib.contextmanager
-def _readable_errors(ctx: click.Context, *, config_status: int = 1) -> Iterator[None]:
-    """Errors a person can fix (settings, inventory, Redis...) as one line, unless ``--debug``;
-    a configuration error exits ``config_status``.
-
-    Also quiets the log: the operator commands print for a person, and the engine's own log
-    would only repeat it (`run` and `lab` set the log up again from their settings)."""
-    from playguard_async.desired_state.model import InventoryError
-    from playguard_async.engine.results import CycleCancelled
-    from playguard_async.operator.fleet import OperateError
-    from playguard_async.phases.protocol import UnknownPhase
-    from playguard_async.service.logs import configure_logging
-    from playguard_async.settings import SettingsError
-
-    configure_logging("console", "debug" if ctx.obj["debug"] else "critical")
-    config_errors = (SettingsError, InventoryError, UnknownPhase)
-    try:
-        yield
-    except (*config_errors, OperateError, CycleCancelled) as exc:
-        if isinstance(exc, CycleCancelled):
-            status = EXIT_NOT_OK
-        else:
-            status = config_status if isinstance(exc, config_errors) else 1
-        if ctx.obj["debug"]:
-            import traceback
-
-            traceback.print_exc()
-            raise click.exceptions.Exit(status) from None
-        fail(exc.summary() if isinstance(exc, InventoryError) else str(exc), status)
-
-
-def fail(message: str, exit_code: int) -> NoReturn:
-    """End the command with ``message`` on stderr, as click shows its own errors."""
-    echo(f"Error: {message}", err=True)
-    raise click.exceptions.Exit(exit_code)
-
-
-def echo(message: str, *, err: bool = False) -> None:
-    click.echo(clean(message), err=err)
-
-
-def _dry_run(dry_run: bool | None) -> dict[str, bool]:
-    """The settings override of ``--dry-run``: only when given, so settings can turn it on too."""
-    return {"dry_run": True} if dry_run else {}
-
-
-def command_settings(config: Path | None, **overrides: bool) -> Settings:
-    from playguard_async.settings import load_named_settings
-
-    return load_named_settings(config, **overrides)
-
-
 @cli.command()
 @CONFIG_OPTION
 @DRY_RUN_OPTION
@@ -155,13 +106,13 @@ def command_settings(config: Path | None, **overrides: bool) -> Settings:
 def run(ctx: click.Context, config: Path | None, dry_run: bool | None) -> None:
     """Run the daemon until SIGTERM or SIGINT; exit 0 after a clean drain, 78 when the settings,
     the inventory or the phases they name cannot be used (so systemd does not restart it)."""
-    with _readable_errors(ctx, config_status=EXIT_CONFIG):
+    with readable_errors(ctx, config_status=EXIT_CONFIG):
         from playguard_async.operator.web_desk import CliDesk
         from playguard_async.operator.why import timeline_reader
         from playguard_async.service import daemon
         from playguard_async.service.logs import configure_logging
 
-        settings = command_settings(config, **_dry_run(dry_run))
+        settings = command_settings(config, **dry_run_override(dry_run))
         configure_logging(settings.log_format, settings.log_level, final=True)
         daemon.run(settings, desk=CliDesk(settings), read_timeline=timeline_reader(settings))
 
@@ -184,7 +135,7 @@ def cycle(
     interrupted, paused, error), 1 on an error (settings, inventory, Redis away). With --json, one
     JSON object at the end instead: the cycle's record and, when it was locked, the holder.
     """
-    with _readable_errors(ctx):
+    with readable_errors(ctx):
         import asyncio
         import io
         import json
@@ -198,7 +149,7 @@ def cycle(
 
         # With --json the phase lines and the spinner go nowhere.
         console = Console(file=io.StringIO()) if as_json else display.console()
-        settings = command_settings(config, **_dry_run(dry_run))
+        settings = command_settings(config, **dry_run_override(dry_run))
         if settings.dry_run:
             console.print(f"{marquee}: dry run, nothing is changed; actions are what would be done")
         with console.status(display.text(f"{marquee}: taking the lock")) as spinner:
@@ -253,7 +204,7 @@ def status(
     """
     if as_json and watch:
         fail("--watch draws a table; leave out --json", 2)
-    with _readable_errors(ctx):
+    with readable_errors(ctx):
         import asyncio
         import json
         import time
@@ -268,7 +219,7 @@ def status(
         settings = command_settings(config)
 
         def read() -> list[marquee_reads.MarqueeStatus]:
-            with _readable_errors(ctx):
+            with readable_errors(ctx):
                 return asyncio.run(fleet_status(settings))
 
         statuses = read()
@@ -314,7 +265,7 @@ def describe(
     """MARQUEE in depth: its lock and fences, its last cycle phase by phase, what is still
     wrong and what that cycle fixed, its recent cycles. Read from Redis; nothing connects to
     the host (``check`` does)."""
-    with _readable_errors(ctx):
+    with readable_errors(ctx):
         import asyncio
         import json
         import time
@@ -367,9 +318,9 @@ def why(
     says it first read it, never by time. Exit status 1 when the host's journal or the change
     log could not be read, or the journal was cut after --since (what the other sources had is
     printed, and where the journal begins)."""
-    seconds = _duration("--since", since)
+    seconds = duration_option("--since", since)
     assert seconds is not None  # the option has a default
-    with _readable_errors(ctx):
+    with readable_errors(ctx):
         import asyncio
         import json
         import time
@@ -404,7 +355,7 @@ def history(
     ctx: click.Context, marquee: str, config: Path | None, as_json: bool, limit: int
 ) -> None:
     """MARQUEE's recorded cycles, newest first, as every replica recorded them."""
-    with _readable_errors(ctx):
+    with readable_errors(ctx):
         import asyncio
         import json
         import time
@@ -430,7 +381,7 @@ def history(
 @click.pass_context
 def locks(ctx: click.Context, config: Path | None, as_json: bool) -> None:
     """Every lock held now: its name, holder, fence and time left."""
-    with _readable_errors(ctx):
+    with readable_errors(ctx):
         import asyncio
         import json
 
@@ -483,7 +434,7 @@ def unlock(ctx: click.Context, marquee: str, config: Path | None, force: bool) -
     locked (any more), 1 when the lock is still held (without --force, taken by another holder
     meanwhile, or a key of another type) or MARQUEE is not in the inventory.
     """
-    with _readable_errors(ctx):
+    with readable_errors(ctx):
         import asyncio
 
         from playguard_async.operator.unlock import unlock_lines, unlock_marquee
@@ -513,7 +464,7 @@ def check(ctx: click.Context, config: Path | None, timeout: float, as_json: bool
 
     Marquees and registries are checked at once, max_concurrent_cycles at a time.
     """
-    with _readable_errors(ctx):
+    with readable_errors(ctx):
         import asyncio
 
         from rich.table import Table
@@ -557,8 +508,8 @@ def plan(
     --all, every Marquee that runs cycles, max_concurrent_cycles at once, one line each; the
     status is 1 if any errs, else 2 if any has changes, else 0.
     """
-    marquee = _one_scope(marquee, fleet_wide)
-    with _readable_errors(ctx):
+    marquee = one_scope(marquee, fleet_wide)
+    with readable_errors(ctx):
         import asyncio
         import json
 
@@ -590,260 +541,8 @@ def plan(
     ctx.exit(worst.value)
 
 
-def _one_scope(marquee: str | None, fleet_wide: bool) -> str | None:
-    """MARQUEE, or None with --all: exactly one of them (else exit 1, as any bad value)."""
-    if (marquee is None) == (not fleet_wide):
-        fail("name one MARQUEE or give --all", 1)
-    return marquee
-
-
-def _duration(option: str, value: str | None) -> float | None:
-    """``option``'s value as seconds (``kits.spans.span_seconds``), None when not given."""
-    if value is None:
-        return None
-    from playguard_async.kits.spans import span_seconds
-
-    try:
-        return span_seconds(value)
-    except ValueError as exc:
-        fail(f"{option} {exc}", 1)
-
-
-def _check_reason(reason: str, limit: int) -> None:
-    from playguard_async.operator.action_input import reason_problem
-
-    problem = reason_problem(reason, limit)
-    if problem is not None:
-        fail(f"--reason {problem}", 1)
-
-
-@cli.command()
-@click.argument("marquee", required=False)
-@click.option("--all", "fleet_wide", is_flag=True, help="Pause the whole fleet.")
-@click.option("--for", "for_", metavar="DURATION", help="How long (90s, 15m, 2h, 1d); default "
-              "the pause_default_for setting.")  # fmt: skip
-@click.option("--reason", required=True, help="Why, for whoever looks next (500 chars at most).")
-@CONFIG_OPTION
-@click.pass_context
-def pause(
-    ctx: click.Context,
-    *,
-    marquee: str | None,
-    fleet_wide: bool,
-    for_: str | None,
-    reason: str,
-    config: Path | None,
-) -> None:
-    """Pause MARQUEE (or with --all the fleet) without touching the desired state: every
-    replica starts no cycle of it, and a cycle running stops at its next phase boundary (outcome
-    paused). Kept in Redis with who, why and until when; it expires by itself."""
-    from playguard_async.coordination.pause import FLEET, REASON_MAX
-
-    scope = _one_scope(marquee, fleet_wide) or FLEET
-    seconds = _duration("--for", for_)
-    _check_reason(reason, REASON_MAX)
-    with _readable_errors(ctx):
-        import asyncio
-
-        from playguard_async.operator import display
-        from playguard_async.operator.pause import take_scope_pause
-
-        taken = asyncio.run(take_scope_pause(command_settings(config), scope, reason, seconds))
-    echo(display.pause_text(taken))
-
-
-@cli.command()
-@click.argument("marquee", required=False)
-@click.option("--all", "fleet_wide", is_flag=True, help="Lift the fleet-wide pause.")
-@CONFIG_OPTION
-@click.pass_context
-def resume(ctx: click.Context, marquee: str | None, fleet_wide: bool, config: Path | None) -> None:
-    """Lift MARQUEE's pause (or with --all the fleet-wide one); its next cycle runs as usual.
-    Exit status 0 also when it was not paused (it says so)."""
-    from playguard_async.coordination.pause import FLEET
-
-    scope = _one_scope(marquee, fleet_wide) or FLEET
-    with _readable_errors(ctx):
-        import asyncio
-
-        from playguard_async.operator import display
-        from playguard_async.operator.pause import lift_scope_pause
-
-        lifted = asyncio.run(lift_scope_pause(command_settings(config), scope))
-    what = "the fleet" if scope == FLEET else scope
-    if lifted is None:
-        echo(f"{what} is not paused; nothing to lift")
-    else:
-        echo(f"lifted: {display.pause_text(lifted)}")
-
-
-@cli.command("pin")
-@click.argument("marquee")
-@click.argument("playground")
-@click.option(
-    "--revision",
-    default="last-good",
-    show_default=True,
-    metavar="last-good|COMMIT",
-    help="Its last good revision, or a full commit name (40 or 64 hex digits).",
-)
-@click.option("--reason", required=True, help="Why, for whoever looks next (500 chars at most).")
-@CONFIG_OPTION
-@click.pass_context
-def pin_command(
-    ctx: click.Context, *, marquee: str, playground: str, revision: str, reason: str,
-    config: Path | None,
-) -> None:  # fmt: skip
-    """Hold PLAYGROUND of MARQUEE at a revision, whatever its branch head does: its checkout
-    stays at that commit (fetched, never reset to the head) and its images run by digest: for
-    last-good, its last good ones; for a commit, the ones it runs when a cycle first applies the
-    pin. ``plan`` shows it held, not as drift. Kept in Redis with who and why until ``unpin``."""
-    from playguard_async.coordination.pins import LAST_GOOD, REASON_MAX
-    from playguard_async.kits.revision_shapes import is_commit
-
-    if revision != LAST_GOOD and not is_commit(revision):
-        fail(f"--revision {revision[:80]!r}: give last-good or a full commit name", 1)
-    _check_reason(reason, REASON_MAX)
-    with _readable_errors(ctx):
-        import asyncio
-
-        from playguard_async.operator import pin
-
-        settings = command_settings(config)
-        taken = asyncio.run(pin.pin(settings, marquee, playground, revision, reason))
-    echo(f"{marquee}/{playground}: {taken.describe()}")
-
-
-@cli.command("unpin")
-@click.argument("marquee")
-@click.argument("playground")
-@CONFIG_OPTION
-@click.pass_context
-def unpin_command(ctx: click.Context, marquee: str, playground: str, config: Path | None) -> None:
-    """Let PLAYGROUND of MARQUEE follow its branch head again from its next cycle. Exit status 0
-    also when it was not pinned (it says so)."""
-    with _readable_errors(ctx):
-        import asyncio
-
-        from playguard_async.operator import pin
-
-        lifted = asyncio.run(pin.unpin(command_settings(config), marquee, playground))
-    echo(f"{marquee}/{playground}: " + ("unpinned" if lifted else "not pinned; nothing to lift"))
-
-
-@cli.group()
-def rollout() -> None:
-    """The fleet's rollouts: a release of a Playspec at a branch, in waves (see the project's
-    README, section "Rollouts: a release in waves"). Exit status 0 when done, 1 on an error (no
-    such rollout, another rollout than the one named, an action its status does not allow,
-    Redis away), 2 bad usage."""
-
-
-@rollout.command("list")
-@CONFIG_OPTION
-@click.pass_context
-def rollout_list(ctx: click.Context, config: Path | None) -> None:
-    """Every rollout Redis holds, one line each."""
-    with _readable_errors(ctx):
-        import asyncio
-
-        from playguard_async.operator import rollout as rollouts
-
-        found = asyncio.run(rollouts.rollouts(command_settings(config)))
-    for scope, record in found:
-        echo(rollouts.summary(record) if record is not None else f"{scope}: unreadable record")
-    if not found:
-        echo("no rollouts")
-
-
-@rollout.command("show")
-@click.argument("scope", metavar="PLAYSPEC@BRANCH")
-@CONFIG_OPTION
-@click.pass_context
-def rollout_show(ctx: click.Context, scope: str, config: Path | None) -> None:
-    """The rollout of PLAYSPEC@BRANCH: its waves, failures and last events."""
-    with _readable_errors(ctx):
-        import asyncio
-
-        from playguard_async.operator import rollout as rollouts
-
-        record, healthy = asyncio.run(rollouts.show(command_settings(config), scope))
-    for line in rollouts.schedule(record, healthy):
-        echo(line)
-
-
-def _rollout_action(action: str, summary: str) -> None:
-    @rollout.command(action, help=summary)
-    @click.argument("scope", metavar="PLAYSPEC@BRANCH")
-    @click.option("--rollout", "rollout_id", required=True, metavar="ID",
-                  help="The rollout meant (the id `rollout show` prints); refused if the "
-                  "scope's rollout is another one now.")  # fmt: skip
-    @click.option("--reason", required=True, help="Why, kept with the rollout (500 chars).")
-    @CONFIG_OPTION
-    @click.pass_context
-    def command(
-        ctx: click.Context, scope: str, rollout_id: str, reason: str, config: Path | None
-    ) -> None:
-        from playguard_async.operator import rollout as rollouts
-
-        _check_reason(reason, rollouts.REASON_MAX)
-        with _readable_errors(ctx):
-            import asyncio
-
-            settings = command_settings(config)
-            changed = asyncio.run(rollouts.act(settings, scope, rollout_id, action, reason))
-        echo(rollouts.summary(changed))
-
-
-_rollout_action("promote", "Start the next wave now, whatever its bake; lifts a halt.")
-_rollout_action("pause", "Start no further wave until resume.")
-_rollout_action("resume", "Let a paused rollout go on.")
-_rollout_action("abort", "Stop the rollout: no Marquee takes its release from now on.")
-
-
-@cli.group()
-def web() -> None:
-    """The web view's users (see the project's README, section "Operating from the browser")."""
-
-
-@web.command("add-user")
-@click.argument("name")
-@click.argument("role", type=click.Choice(["viewer", "operator", "admin"]))
-@click.option("--file", "path", type=click.Path(path_type=Path, dir_okay=False), default=None,
-              help="The users file; default: the web_credential_file setting.")  # fmt: skip
-@CONFIG_OPTION
-@click.pass_context
-def web_add_user(
-    ctx: click.Context, name: str, role: str, path: Path | None, config: Path | None
-) -> None:
-    """Add NAME with ROLE to the users file, or replace NAME's line (its role and password).
-    The password is read from standard input when that is not a terminal (one line), else
-    asked twice. The file is written whole and renamed over the old one, mode 0600."""
-    import sys
-
-    with _readable_errors(ctx):
-        from playguard_async.service.web_users import Role, add_user, password_problem
-        from playguard_async.settings import load_settings
-
-        # The users file and the password rule only: no desired state is read, so none need be
-        # named (``command_settings``' rule).
-        settings = load_settings(config)
-        if path is None:
-            path = settings.web_credential_file
-        if path is None:
-            fail("no --file and no web_credential_file setting: name the users file", 1)
-        if sys.stdin.isatty():
-            password = click.prompt("Password", hide_input=True, confirmation_prompt=True)
-        else:
-            password = sys.stdin.readline().removesuffix("\n").removesuffix("\r")
-        problem = password_problem(password, settings.web_password_min_length)
-        if problem is not None:
-            fail(problem, 1)
-        role_named = Role.named(role)
-        assert role_named is not None  # click.Choice
-        echo(add_user(path, name, role_named, password))
-
-
+for command in STEERING_COMMANDS:
+    cli.add_command(command)
 cli.add_command(db)
 cli.add_command(audit)
 

@@ -15,7 +15,7 @@ import pytest
 from redis import Redis
 
 from playguard_async.coordination.keys import RESUME_KEY, marquee_lock_key
-from playguard_async.operator.cli import EXIT_CONFIG
+from playguard_async.operator.command_kit import EXIT_CONFIG
 from tests.support.daemon import DaemonRunner, wait_for
 
 pytestmark = pytest.mark.integration

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from playguard_async.operator.cli import EXIT_CONFIG
+from playguard_async.operator.command_kit import EXIT_CONFIG
 from tests.support.daemon import PLAYGUARD, Daemon, DaemonRunner, wait_for
 from tests.support.postgres import LabDatabase, migrated_fleet
 from tests.support.probes import (

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from playguard_async.operator.cli import EXIT_CONFIG
+from playguard_async.operator.command_kit import EXIT_CONFIG
 from playguard_lab import RedisServer, SshServer, free_port
 from tests.support.cli import hold_lock, write_mixed_fleet
 from tests.support.daemon import DaemonRunner, wait_for

@@ -31,7 +31,7 @@ from selenium.webdriver.common.by import By
 
 from playguard_async.coordination.keys import last_cycle_key, operator_actions_key, pause_key
 from playguard_async.coordination.operator_actions import OperatorAction
-from playguard_async.operator.cli import EXIT_CONFIG
+from playguard_async.operator.command_kit import EXIT_CONFIG
 from playguard_lab import RedisServer, free_port
 from tests.support.browser import cell_texts, chromium, mark, not_reloaded
 from tests.support.cli import Playguard

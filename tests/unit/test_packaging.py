@@ -21,7 +21,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from playguard_async.operator.cli import EXIT_CONFIG
+from playguard_async.operator.command_kit import EXIT_CONFIG
 from playguard_async.settings import load_settings
 from tests.support.packaging import (
     DOCKERFILE,

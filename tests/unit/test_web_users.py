@@ -13,7 +13,7 @@ import click
 import pytest
 
 from playguard_async.kits.rate_limit import RateLimit
-from playguard_async.operator.cli import web_add_user
+from playguard_async.operator.steering_cli import web_add_user
 from playguard_async.service.web_actions import ACTIONS
 from playguard_async.service.web_users import (
     ROLE_NAMES,
