@@ -182,6 +182,8 @@ class RolloutDesk:
         if rollout is None or rollout.target != release:
             if at_target or unheld:
                 return Verdict(scope, release, rollout, True, key)
+            if self.versions_mixed is not None:
+                return Verdict(scope, release, rollout, False, key, self._no_new_wave())
             rollout = await self._open(read, release, head, policy)
             if rollout is None:
                 return Verdict(scope, release, None, False, key, "rollout opening raced")
@@ -194,7 +196,13 @@ class RolloutDesk:
         if rollout.status == "aborted" and at_target and standing.has_previous:
             why = f"{rollout.where(key)}: back at the revision before its release"
             return Verdict(scope, release, rollout, False, key, why, back=True)
-        return Verdict(scope, release, rollout, admitted, key, rollout.where(key))
+        why = rollout.where(key)
+        if not admitted and self.versions_mixed is not None and rollout.status == "running":
+            why = f"{why}; {self._no_new_wave()}"
+        return Verdict(scope, release, rollout, admitted, key, why)
+
+    def _no_new_wave(self) -> str:
+        return f"no new wave while {self.versions_mixed}"
 
     async def tell(self, verdict: Verdict, healthy: bool | None, why: str) -> Told | None:
         """Tell the rollout how the Playground it admitted came out: verified healthy at its

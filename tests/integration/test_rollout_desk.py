@@ -412,3 +412,46 @@ async def test_a_wave_stalled_past_twice_its_timeout_halts_naming_whom_it_waited
     assert [(e["event"], e["status"]) for e in logs if e["event"] == "rollout.step"] == [
         ("rollout.step", "halted")
     ]
+
+
+MIXED = "replicas of versions 0.1.0 x1, unknown x1 share the fleet"
+
+
+@pytest.mark.parametrize("step", ["opening", "next wave"])
+async def test_while_replicas_of_different_versions_share_the_fleet_no_wave_starts(
+    redis: Redis, step: str
+) -> None:
+    """Neither the first wave of a new release nor the next of one running; held Marquees
+    say why, and the rollout goes on once the versions agree."""
+    world = inventory()
+    scope = "web@main"
+    await redis.delete(rollout_key(scope), rollout_marks_key(scope), rollout_counts_key(scope))
+    playground = world.playgrounds_on(NAMES[0])[0]
+    policy = world.playspec_of(playground).rollout
+    assert policy is not None
+    standing = Standing(has_good=True, good_release=OLD, has_previous=False, rolls_back=True)
+    mixed = replace(desk(redis, world, NAMES[0]), versions_mixed=MIXED)
+    if step == "opening":
+        held = await mixed.verdict(playground, policy, NEW, HEAD, standing)
+        assert await redis.get(rollout_key(scope)) is None
+    else:
+        opened = await verdict(redis, world, NAMES[0])  # opened while the versions agreed
+        assert opened.rollout is not None
+        waves = {name: opened.rollout.wave_of(key_of(name)) for name in NAMES}
+        [canary] = [name for name in NAMES if waves[name] == 0]
+        canary_desk = replace(desk(redis, world, canary), versions_mixed=MIXED)
+        canary_play = world.playgrounds_on(canary)[0]
+        told = await canary_desk.verdict(canary_play, policy, NEW, HEAD, standing)
+        await canary_desk.tell(told, True, "")
+        later = next(name for name in NAMES if waves[name] == 1)
+        later_desk = replace(desk(redis, world, later), versions_mixed=MIXED)
+        held = await later_desk.verdict(world.playgrounds_on(later)[0], policy, NEW, HEAD, standing)
+        record = await stored(redis)
+        assert (record.wave, record.status) == (0, "running")
+        assert record.healthy_at is not None, "the wave is complete; only the next waits"
+    assert not held.admitted
+    assert f"no new wave while {MIXED}" in held.why
+
+    await verdict(redis, world, NAMES[0])  # the versions agree again
+    record = await stored(redis)
+    assert (record.status, record.wave) == ("running", 0 if step == "opening" else 1)
