@@ -15,6 +15,9 @@ RESUME_KEY = f"{PREFIX}:resume"
 """Sorted set of Marquees whose cycle a shutdown interrupted; score: when (Unix seconds)."""
 
 REPLICAS_KEY = f"{PREFIX}:replicas"
+REPLICA_VERSIONS_KEY = f"{{{REPLICAS_KEY}}}:versions"
+"""Replica id -> the version it runs (``coordination.replicas``); its hash tag is the whole of
+``REPLICAS_KEY``, so both are in one Cluster slot."""
 """Sorted set of live replicas (``replica_id``); score: when the announcement expires (Redis's
 clock, Unix milliseconds). Read by every replica to split the fleet (``replicas``)."""
 

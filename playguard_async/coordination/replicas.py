@@ -9,6 +9,12 @@ leaves at once; one that dies drops out when its announcement expires (announced
 tick for one tick), and the survivors, who read the roster again as each tick starts, take its
 Marquees at their second tick start after its death at the latest.
 
+Each replica also says which version of playguard it runs (``REPLICA_VERSIONS_KEY``, a hash
+beside the roster, whose members stay bare ids so that replicas from before it hash the same
+names): a fleet whose live replicas run different versions, or one that does not say (from
+before versions were published), is mixed (``FleetVersions``), and a rollout starts no new
+wave while it is (``phases.rollout_desk``).
+
 Assignment is a hint, never a permission: the lock stays the only arbiter. Two replicas that
 disagree about who is live (one saw an announcement the other has not yet) both attempt, and one
 ends ``locked``. A replica that cannot reach Redis, or whose last view has expired, attempts every
@@ -20,12 +26,13 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Sequence
 
 import structlog
 
 from playguard_async.coordination.client import RedisClient
-from playguard_async.coordination.keys import REPLICAS_KEY
+from playguard_async.coordination.keys import REPLICA_VERSIONS_KEY, REPLICAS_KEY
 from playguard_async.kits.aio import StopSignal, bounded
 from playguard_async.kits.capacity import MAX_SECONDS
 
@@ -41,20 +48,98 @@ HORIZON_MS = round(MAX_SECONDS * 1000)
 BEATS_PER_TTL = 3
 """Announcements per lifetime of one: two may be lost or late before the others drop this one."""
 
-ANNOUNCE_SCRIPT = """
+_NOW = """
 local now = redis.call('TIME')
 local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+"""
+
+_LIVE = """
+local horizon = now_ms + tonumber(ARGV[4])
+local live = redis.call('ZRANGEBYSCORE', KEYS[1], now_ms, horizon, 'LIMIT', 0, ARGV[3])
+local versions = {}
+if #live > 0 then
+  versions = redis.pcall('HMGET', KEYS[2], unpack(live))
+  if versions.err then versions = {} end
+end
+return {live, versions}
+"""
+"""Who is live and which version each runs (ARGV[3]: at most so many, ARGV[4]: the horizon)."""
+
+ANNOUNCE_SCRIPT = (
+    _NOW
+    + """local gone = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_ms, 'LIMIT', 0, ARGV[3])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now_ms)
+if #gone > 0 then redis.pcall('HDEL', KEYS[2], unpack(gone)) end
 if ARGV[2] == '0' then
   redis.call('ZREM', KEYS[1], ARGV[1])
+  redis.pcall('HDEL', KEYS[2], ARGV[1])
 else
   redis.call('ZADD', KEYS[1], now_ms + tonumber(ARGV[2]), ARGV[1])
+  redis.pcall('HSET', KEYS[2], ARGV[1], ARGV[5])
 end
-return redis.call('ZRANGEBYSCORE', KEYS[1], now_ms, now_ms + tonumber(ARGV[4]), 'LIMIT', 0, ARGV[3])
 """
-"""Drop the expired, announce (a ttl of 0: leave) and read who is live, in one round trip. A
-member announced for longer than any replica can be (``MAX_SECONDS``: set by hand, or by another
-tool) is not read: it would otherwise keep its share of the fleet unattempted for ever."""
+    + _LIVE
+)
+"""Drop the expired (and their versions), announce with this replica's version (a ttl of 0:
+leave) and read who is live and which version each runs, in one round trip. A member announced
+for longer than any replica can be (``MAX_SECONDS``: set by hand, or by another tool) is not
+read: it would otherwise keep its share of the fleet unattempted for ever. A versions key of
+another type reads as no versions (every replica unknown: a mixed fleet, which fails closed)."""
+
+VERSION_MAX = 64
+"""Characters of a replica's version shown; a longer or unprintable one reads as unknown."""
+
+UNKNOWN = "unknown"
+"""How a replica that does not publish its version is shown."""
+
+
+def version_of(value: object) -> str:
+    """A published version as read (outside input): printable and short, else ``UNKNOWN``."""
+    if isinstance(value, bytes):
+        text = value.decode("utf-8", "replace")
+        if 0 < len(text) <= VERSION_MAX and text.isprintable():
+            return text
+    return UNKNOWN
+
+
+def mix_of(versions: Sequence[str]) -> str | None:
+    """Why the live replicas running ``versions`` are a mixed fleet (``0.1.0 x2, unknown x1``),
+    or None when they all run one known version (or there is at most one)."""
+    if len(versions) < 2 or (len(set(versions)) == 1 and versions[0] != UNKNOWN):
+        return None
+    counts = Counter(versions)
+    return (
+        "replicas of versions "
+        + ", ".join(f"{version} x{count}" for version, count in sorted(counts.items()))
+        + " share the fleet"
+    )
+
+
+READ_SCRIPT = _NOW + _LIVE
+"""``ANNOUNCE_SCRIPT``'s reading alone, for a command that is no replica (``status``)."""
+
+
+async def live_versions(redis: RedisClient, timeout: float) -> list[tuple[str, str]]:
+    """The live replicas, each with the version it publishes (``UNKNOWN``: none), by id."""
+    args: list[bytes | int] = [b"", 0, MAX_REPLICAS, HORIZON_MS]
+    script = redis.register_script(READ_SCRIPT)
+    members, versions = await bounded(
+        timeout, script(keys=[REPLICAS_KEY, REPLICA_VERSIONS_KEY], args=args)
+    )
+    by_member = dict(zip(members, versions, strict=False))
+    return sorted(
+        (member.decode("utf-8", "replace")[:VERSION_MAX], version_of(by_member.get(member)))
+        for member in members
+        if isinstance(member, bytes)
+    )
+
+
+class FleetVersions:
+    """The versions of the live replicas as this replica last read them, shared with its
+    cycles (``mixed``: why no rollout starts a new wave, else None)."""
+
+    def __init__(self) -> None:
+        self.mixed: str | None = None
 
 
 def rendezvous_owner(marquee: str, replicas: tuple[bytes, ...]) -> bytes:
@@ -104,9 +189,13 @@ class ReplicaRoster:
         *,
         ttl: float,
         timeout: float,
+        version: str,
+        versions: FleetVersions | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.replica = replica_id.encode()
+        self.version = version
+        self.versions = FleetVersions() if versions is None else versions
         self.ttl = ttl
         self.timeout = timeout
         self.clock = clock
@@ -136,7 +225,7 @@ class ReplicaRoster:
         to expire (logged once per change between reachable and not)."""
         sent = self.clock()
         try:
-            members = await self._call(round(self.ttl * 1000))
+            members, versions = await self._call(round(self.ttl * 1000))
         except Exception as exc:
             if self._reachable is not False:
                 log.warning("replicas.unreachable", error=f"{type(exc).__name__}: {exc}")
@@ -146,7 +235,15 @@ class ReplicaRoster:
             log.info("replicas.reachable")
         first, self._reachable = self._reachable is None, True
         self._valid_until = sent + self.ttl
+        by_member = dict(zip(members, versions, strict=False))
         live = tuple(sorted(member for member in members if isinstance(member, bytes)))
+        mixed = mix_of([version_of(by_member.get(member)) for member in live])
+        if mixed != self.versions.mixed:
+            if mixed is not None:
+                log.warning("replicas.versions_mixed", why=mixed)
+            elif not first:
+                log.info("replicas.versions_agree", version=self.version)
+            self.versions.mixed = mixed
         if live != self.live:
             if not first:  # the first view is no change: the engine's start line tells it
                 log.info("replicas.changed", live=len(live), includes_self=self.replica in live)
@@ -169,7 +266,9 @@ class ReplicaRoster:
                 await self.announce()
         await self.leave()
 
-    async def _call(self, ttl_ms: int) -> list[object]:
-        args: list[bytes | int] = [self.replica, ttl_ms, MAX_REPLICAS, HORIZON_MS]
-        members = await bounded(self.timeout, self._script(keys=[REPLICAS_KEY], args=args))
-        return list(members)
+    async def _call(self, ttl_ms: int) -> tuple[list[object], list[object]]:
+        args: list[bytes | int] = [self.replica, ttl_ms, MAX_REPLICAS, HORIZON_MS,
+                                   self.version.encode()]  # fmt: skip
+        keys = [REPLICAS_KEY, REPLICA_VERSIONS_KEY]
+        members, versions = await bounded(self.timeout, self._script(keys=keys, args=args))
+        return list(members), list(versions)

@@ -139,3 +139,31 @@ def wave_of(waves: Sequence[Wave], key: str) -> int:
         if key <= wave.cutoff:
             return index
     return len(waves) - 1
+
+
+MEMBERS_KEPT = 256
+"""Scopes whose wave members ``wave_members`` keeps (all are dropped past it)."""
+
+_Members = tuple[Sequence[tuple[str, bool]], tuple[Wave, ...], tuple[tuple[str, ...], ...]]
+_MEMBERS: dict[str, _Members] = {}
+
+
+def wave_members(
+    scope: str, waves: tuple[Wave, ...], cohort: Sequence[tuple[str, bool]]
+) -> tuple[tuple[str, ...], ...]:
+    """The names of ``cohort`` (name, canary) in each of ``waves``, by admission key: a
+    Marquee that left the cohort is in no wave, one that joined is in the wave its key falls
+    in. Kept per scope while the cohort is the same object (the inventory's own tuple, until
+    the desired state is read again): every cycle of a staged Playground asks, and a key is a
+    SHA-256 per Marquee."""
+    kept = _MEMBERS.get(scope)
+    if kept is not None and kept[0] is cohort and kept[1] == waves:
+        return kept[2]
+    members: list[list[str]] = [[] for _ in waves]
+    for name, canary in cohort:
+        members[wave_of(waves, admission_key(scope, name, canary=canary))].append(name)
+    found = tuple(tuple(names) for names in members)
+    if len(_MEMBERS) >= MEMBERS_KEPT:
+        _MEMBERS.clear()
+    _MEMBERS[scope] = (cohort, waves, found)
+    return found

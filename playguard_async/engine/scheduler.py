@@ -25,6 +25,7 @@ from collections.abc import Collection
 
 import structlog
 
+from playguard_async import __version__
 from playguard_async.coordination.client import RedisClient
 from playguard_async.coordination.foreign import is_wrong_type
 from playguard_async.coordination.keys import RESUME_KEY
@@ -76,6 +77,8 @@ class Engine:
             settings.replica_id,
             ttl=settings.tick_interval,
             timeout=settings.redis_socket_timeout,
+            version=__version__,
+            versions=services.fleet_versions,
         )
         self.reads = DesiredStateReads(desired_state, self.roster, settings)
         self.in_flight = CyclesInFlight(services, self.reads, self.roster)

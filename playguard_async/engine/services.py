@@ -24,6 +24,7 @@ from playguard_async.coordination.lock import Lease
 from playguard_async.coordination.outage import RedisOutage
 from playguard_async.coordination.pause import FleetPauseWatch, PauseMemory
 from playguard_async.coordination.records import CycleRecords
+from playguard_async.coordination.replicas import FleetVersions
 from playguard_async.desired_state.model import Marquee
 from playguard_async.engine.observer import EngineObserver, Unobserved
 from playguard_async.engine.results import CycleListener, PhaseListener
@@ -73,6 +74,9 @@ class CycleServices:
     fleet_pause: FleetPauseWatch
     pauses: PauseMemory
     """The pauses this replica's cycles met, written back if Redis forgets them."""
+    fleet_versions: FleetVersions
+    """Whether replicas of different versions share the fleet (the roster's to say): a
+    rollout starts no new wave while they do."""
 
     @classmethod
     def build(
@@ -113,4 +117,5 @@ class CycleServices:
                 timeout=settings.redis_socket_timeout,
             ),
             pauses=PauseMemory(),
+            fleet_versions=FleetVersions(),
         )

@@ -212,6 +212,7 @@ def status(
         from rich.live import Live
 
         from playguard_async.coordination import marquee_reads
+        from playguard_async.coordination.replicas import mix_of
         from playguard_async.operator import display
         from playguard_async.operator import rollout as rollouts
         from playguard_async.operator.status import fleet_status
@@ -224,10 +225,14 @@ def status(
 
         statuses = read()
         unfinished = asyncio.run(rollouts.unfinished(settings)) if not watch else []
+        replicas = asyncio.run(rollouts.replicas(settings)) if not watch else []
+    mixed = mix_of([version for _, version in replicas])
     if as_json:
         now = time.time()
         shown = {"marquees": [s.to_json(now) for s in statuses],
-                 "rollouts": [rollouts.as_json(r) for r in unfinished]}  # fmt: skip
+                 "rollouts": [rollouts.as_json(r) for r in unfinished],
+                 "replicas": [{"replica": r, "version": v} for r, v in replicas],
+                 "versions_mixed": mixed}  # fmt: skip
         click.echo(json.dumps(shown, indent=2))
         return
     console = display.console()
@@ -237,6 +242,9 @@ def status(
     if not watch:
         for record in unfinished:
             console.print(display.text(f"rollout {rollouts.summary(record)}"), soft_wrap=True)
+        if mixed is not None:
+            line = f"replicas: {mixed}: rollouts start no new wave"
+            console.print(display.text(line), soft_wrap=True)
         return
     with contextlib.suppress(KeyboardInterrupt):
         if console.is_terminal:

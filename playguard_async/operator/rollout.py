@@ -13,6 +13,7 @@ from playguard_async.coordination.operator_actions import (
     operator_identity,
     record_operator_action,
 )
+from playguard_async.coordination.replicas import live_versions
 from playguard_async.coordination.rollouts import FOREIGN, read_rollout, write_rollout
 from playguard_async.desired_state.model import Inventory
 from playguard_async.desired_state.rollout_policy import admission_key
@@ -44,6 +45,12 @@ async def unfinished(settings: Settings) -> list[Rollout]:
     """The rollouts not done yet (running, paused, halted, aborted), for ``status``."""
     async with open_fleet(settings) as fleet:
         return await unfinished_rollouts(fleet.redis, settings.redis_socket_timeout)
+
+
+async def replicas(settings: Settings) -> list[tuple[str, str]]:
+    """The live replicas and the version each runs, for ``status``."""
+    async with open_fleet(settings) as fleet:
+        return await live_versions(fleet.redis, settings.redis_socket_timeout)
 
 
 async def of_marquee(settings: Settings, marquee: str) -> list[tuple[Rollout, int]]:

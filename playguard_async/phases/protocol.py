@@ -69,6 +69,9 @@ class PhaseContext(Generic[SessionT_co]):
     windows_default: Sequence[Window] = ()
     """The fleet's maintenance windows, for a Marquee that has none of its own (a rollout does
     not count a Marquee outside its windows as failed)."""
+    versions_mixed: str | None = None
+    """Why replicas of different versions share the fleet (a rollout starts no new wave
+    while they do), else None."""
 
 
 @dataclass(frozen=True)

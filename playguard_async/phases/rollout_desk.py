@@ -31,7 +31,12 @@ from playguard_async.coordination.rollouts import (
     write_rollout,
 )
 from playguard_async.desired_state.model import Inventory, Marquee, Playground, Playspec
-from playguard_async.desired_state.rollout_policy import RolloutPolicy, admission_key, waves_of
+from playguard_async.desired_state.rollout_policy import (
+    RolloutPolicy,
+    admission_key,
+    wave_members,
+    waves_of,
+)
 from playguard_async.desired_state.windows import Window, allows
 from playguard_async.phases.protocol import PhaseContext
 from playguard_async.phases.rollout_record import Rollout
@@ -139,6 +144,9 @@ class RolloutDesk:
     marquee: Marquee
     dry_run: bool
     windows_default: Sequence[Window] = ()
+    versions_mixed: str | None = None
+    """Why no new wave starts now (replicas of different versions share the fleet:
+    ``coordination.replicas``), else None."""
     reads: dict[str, RolloutRead] = field(default_factory=dict)
 
     async def verdict(
@@ -174,6 +182,8 @@ class RolloutDesk:
         if rollout is None or rollout.target != release:
             if at_target or unheld:
                 return Verdict(scope, release, rollout, True, key)
+            if self.versions_mixed is not None:
+                return Verdict(scope, release, rollout, False, key, self._no_new_wave())
             rollout = await self._open(read, release, head, policy)
             if rollout is None:
                 return Verdict(scope, release, None, False, key, "rollout opening raced")
@@ -186,7 +196,13 @@ class RolloutDesk:
         if rollout.status == "aborted" and at_target and standing.has_previous:
             why = f"{rollout.where(key)}: back at the revision before its release"
             return Verdict(scope, release, rollout, False, key, why, back=True)
-        return Verdict(scope, release, rollout, admitted, key, rollout.where(key))
+        why = rollout.where(key)
+        if not admitted and self.versions_mixed is not None and rollout.status == "running":
+            why = f"{why}; {self._no_new_wave()}"
+        return Verdict(scope, release, rollout, admitted, key, why)
+
+    def _no_new_wave(self) -> str:
+        return f"no new wave while {self.versions_mixed}"
 
     async def tell(self, verdict: Verdict, healthy: bool | None, why: str) -> Told | None:
         """Tell the rollout how the Playground it admitted came out: verified healthy at its
@@ -297,23 +313,40 @@ class RolloutDesk:
         return other if other is not None and other.target == release else None
 
     async def _take_steps(self, rollout: Rollout) -> Rollout:
-        """The rollout after the steps due now: a wave timed out, completed, baked."""
+        """The rollout after the steps due now: a wave timed out, completed, baked, stalled."""
         read = self.reads[rollout.scope]
         if rollout.timed_out(read.now):
             rollout = await self._time_out(rollout, read)
-        return await self._advance(rollout, self.reads[rollout.scope])
+        rollout = await self._advance(rollout, self.reads[rollout.scope])
+        if rollout.stalled(read.now):
+            pending = await self._pending(rollout, self.reads[rollout.scope])
+            if pending:
+                rollout = await self._stored(read, rollout, rollout.with_stall(pending, read.now))
+        return rollout
+
+    def _wave_members(self, rollout: Rollout) -> tuple[str, ...]:
+        """The Marquees of ``rollout``'s current wave as its cohort stands now: one that left
+        the cohort left its wave, one that joined is in the wave its admission key falls in."""
+        playspec, _, branch = rollout.scope.partition("@")
+        return wave_members(rollout.scope, rollout.waves, self.inventory.cohort(playspec, branch))[
+            rollout.wave
+        ]
+
+    async def _pending(self, rollout: Rollout, read: RolloutRead) -> list[str]:
+        """The current wave's Marquees neither counted failed nor verified healthy at the
+        target. The wave's healthy count bounds how many can be verified, so while it is
+        below the Marquees waited for, no set is read (every cycle of the cohort asks)."""
+        failed = {failure.marquee for failure in rollout.failures}
+        waiting = [name for name in self._wave_members(rollout) if name not in failed]
+        if read.healthy.get(rollout.wave, 0) < len(waiting):
+            return waiting
+        return await unmarked(self.redis, rollout.scope, waiting, self.timeout)
 
     async def _time_out(self, rollout: Rollout, read: RolloutRead) -> Rollout:
         """The current wave's Marquees that were never verified healthy, counted as failed."""
-        playspec, _, branch = rollout.scope.partition("@")
-        members = [
-            member.name
-            for member in self.inventory.cohort(playspec, branch)
-            if rollout.wave_of(admission_key(rollout.scope, member.name, canary=member.canary))
-            == rollout.wave
-        ]
         changed = rollout
         why = f"not verified healthy within wave_timeout {rollout.policy.wave_timeout:g} s"
+        members = list(self._wave_members(rollout))
         for name in await unmarked(self.redis, rollout.scope, members, self.timeout):
             if not self._windowed_out(name, read.now):
                 changed = changed.with_failure(name, rollout.wave, why, read.now) or changed
@@ -332,13 +365,17 @@ class RolloutDesk:
         return bool(windows) and not allows(windows, datetime.fromtimestamp(now, UTC))
 
     async def _advance(self, rollout: Rollout, read: RolloutRead) -> Rollout:
-        """``rollout`` after the steps due by ``read`` (counts and time), written if any is."""
-        changed = rollout.progressed(read.healthy, read.now)
-        if changed is None:
-            return rollout
-        while (step := changed.progressed(read.healthy, read.now)) is not None:
+        """``rollout`` after the steps due by ``read`` (marks and time), written if any is."""
+        changed = rollout
+        while (step := await self._step(changed, read)) is not None:
             changed = step  # a bake of 0 s: the wave completes and the next starts at once
-        return await self._stored(read, rollout, changed)
+        return rollout if changed is rollout else await self._stored(read, rollout, changed)
+
+    async def _step(self, rollout: Rollout, read: RolloutRead) -> Rollout | None:
+        if rollout.status != "running":
+            return None
+        complete = rollout.healthy_at is not None or not await self._pending(rollout, read)
+        return rollout.progressed(complete, read.now, may_start=self.versions_mixed is None)
 
     async def _stored(self, read: RolloutRead, was: Rollout, now: Rollout) -> Rollout:
         """``now`` written over ``was`` (as ``read``); what is stored when another replica

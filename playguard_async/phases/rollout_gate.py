@@ -113,7 +113,7 @@ async def _decide(ctx: CycleContext, session: RemoteSession) -> dict[str, Verdic
 def _desk(ctx: CycleContext, session: RemoteSession) -> RolloutDesk:
     lock = ctx.lease.lock
     return RolloutDesk(lock.redis, lock.timeout, ctx.inventory, ctx.marquee, session.dry_run,
-                       ctx.windows_default)  # fmt: skip
+                       ctx.windows_default, ctx.versions_mixed)  # fmt: skip
 
 
 async def tell_rollout(

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, cast
 
@@ -155,16 +155,14 @@ class Rollout:
 
     # -- the rollout's own steps -----------------------------------------------------------------
 
-    def progressed(self, healthy: Mapping[int, int], now: float) -> Rollout | None:
-        """The record after the steps due now (``healthy``: wave -> Marquees of it verified
-        healthy at the target), or None when none is. The current wave is complete when each
-        of its Marquees was verified healthy or failed; its bake starts then, and the next wave
-        starts once it has passed with no failure beyond the budget (that halts instead)."""
-        if self.status != "running":
-            return None
-        current = self.waves[self.wave]
-        failed_here = sum(1 for failure in self.failures if failure.wave == self.wave)
-        if healthy.get(self.wave, 0) + failed_here < current.size:
+    def progressed(self, complete: bool, now: float, *, may_start: bool = True) -> Rollout | None:
+        """The record after the steps due now, or None when none is. ``complete``: whether each
+        Marquee of the current wave, as the cohort stands now, was verified healthy at the
+        target or counted failed (the desk's to judge: ``RolloutDesk``); it is asked only until
+        the wave's bake starts. The next wave starts once the bake has passed with no failure
+        beyond the budget (that halts instead), and only if it ``may_start`` (replicas of
+        different versions share the fleet: ``RolloutDesk``)."""
+        if self.status != "running" or (self.healthy_at is None and not complete):
             return None
         rollout = self
         if rollout.healthy_at is None:
@@ -175,6 +173,8 @@ class Rollout:
         if self.wave + 1 == len(self.waves):
             done = Event(now, "done", "playguard", f"wave {self.wave + 1} baked")
             return replace(rollout, status="done", events=self._with(done))
+        if not may_start:
+            return rollout if rollout is not self else None
         started = Event(now, f"wave {self.wave + 2} started", "playguard",
                         f"wave {self.wave + 1} healthy for {self.policy.bake:g} s")  # fmt: skip
         return replace(
@@ -182,8 +182,35 @@ class Rollout:
         )
 
     def timed_out(self, now: float) -> bool:
-        """Whether the current wave's time is up, so its unreported Marquees count as failed."""
-        return self.status == "running" and now >= self.started + self.policy.wave_timeout
+        """Whether the current wave's time is up before it was complete, so its unreported
+        Marquees count as failed."""
+        return (
+            self.status == "running"
+            and self.healthy_at is None
+            and now >= self.started + self.policy.wave_timeout
+        )
+
+    def stalled(self, now: float) -> bool:
+        """Whether the current wave is still incomplete a second ``wave_timeout`` after its
+        first ran out (its unverified Marquees were then counted failed by the replicas that
+        hold them, unless outside their maintenance windows): it halts rather than wait on."""
+        return (
+            self.status == "running"
+            and self.healthy_at is None
+            and now >= self.started + 2 * self.policy.wave_timeout
+        )
+
+    def with_stall(self, pending: Sequence[str], now: float) -> Rollout:
+        """The record halted because the current wave stalled waiting for ``pending``."""
+        names = ", ".join(pending[:10]) + (
+            f" and {len(pending) - 10} more" if len(pending) > 10 else ""
+        )
+        reason = (
+            f"wave {self.wave + 1} stalled: {len(pending)} Marquee(s) neither verified nor failed "
+            f"within 2 x wave_timeout {self.policy.wave_timeout:g} s: {names}"
+        )[:TEXT_MAX]
+        halted = Event(now, "halted", "playguard", reason)
+        return replace(self, status="halted", why=reason, events=self._with(halted))
 
     def with_failure(self, marquee: str, wave: int, why: str, now: float) -> Rollout | None:
         """The record with ``marquee`` failed (None if it already is), halted when that is more

@@ -15,9 +15,16 @@ import pytest
 from redis.asyncio import Redis
 from structlog.testing import capture_logs
 
+from playguard_async import __version__
 from playguard_async.coordination.client import connect_redis
-from playguard_async.coordination.keys import REPLICAS_KEY
-from playguard_async.coordination.replicas import MAX_REPLICAS, ReplicaRoster, Share
+from playguard_async.coordination.keys import REPLICA_VERSIONS_KEY, REPLICAS_KEY
+from playguard_async.coordination.replicas import (
+    MAX_REPLICAS,
+    ReplicaRoster,
+    Share,
+    live_versions,
+    mix_of,
+)
 from playguard_async.engine.results import Outcome
 from playguard_async.kits.capacity import MAX_SECONDS
 from playguard_lab.process import free_port
@@ -30,7 +37,7 @@ TTL = 0.5
 
 
 def roster(redis: Redis, replica: str, *, ttl: float = TTL) -> ReplicaRoster:
-    return ReplicaRoster(redis, replica, ttl=ttl, timeout=1.0)
+    return ReplicaRoster(redis, replica, ttl=ttl, timeout=1.0, version=__version__)
 
 
 def share(of: ReplicaRoster) -> set[str]:
@@ -88,7 +95,9 @@ async def test_a_replica_that_stops_announcing_drops_out_after_its_ttl(redis: Re
 
 async def test_a_view_older_than_its_ttl_is_not_trusted(redis: Redis) -> None:
     now = [100.0]
-    first = ReplicaRoster(redis, "first", ttl=60.0, timeout=1.0, clock=lambda: now[0])
+    first = ReplicaRoster(
+        redis, "first", ttl=60.0, timeout=1.0, version=__version__, clock=lambda: now[0]
+    )
     await roster(redis, "other", ttl=60.0).announce()
     await first.announce()
     assert first.sharing
@@ -205,7 +214,7 @@ async def test_a_tick_reads_the_roster_again_so_a_replica_dead_since_the_last_be
     fleet = {f"m{i}" for i in range(1, marquees + 1)}
     phase = ScriptedPhase("only")
     survivor = EngineHarness(redis, phase, marquees=marquees, replica_id="a", tick_interval=1.0)
-    dead = ReplicaRoster(redis, "b", ttl=1.0, timeout=1.0)
+    dead = ReplicaRoster(redis, "b", ttl=1.0, timeout=1.0, version=__version__)
     await dead.announce()
     died = time.monotonic()  # b announces no more, and does not leave
     await survivor.engine.roster.announce()
@@ -241,3 +250,74 @@ async def test_a_share_is_none_alone_and_equal_while_the_live_replicas_are_the_s
     await first.announce()
     assert first.share == before  # the same view again: the same share
     assert Share(b"r2", before.live) != before  # the same view, another replica's share
+
+
+async def announce_as_before_versions(redis: Redis, replica: str) -> None:
+    """What a replica from before versions were published writes: its bare id, no version."""
+    seconds, micros = await redis.time()
+    await redis.zadd(REPLICAS_KEY, {replica: seconds * 1000 + micros // 1000 + 60_000})
+
+
+@pytest.mark.parametrize(
+    ("others", "mixed"),
+    [
+        ([], None),
+        ([__version__], None),
+        (["9.9.9"], f"replicas of versions {__version__} x1, 9.9.9 x1 share the fleet"),
+        ([None], f"replicas of versions {__version__} x1, unknown x1 share the fleet"),
+        (["bad\x07version"], f"replicas of versions {__version__} x1, unknown x1 share the fleet"),
+        (["x" * 65], f"replicas of versions {__version__} x1, unknown x1 share the fleet"),
+    ],
+)
+async def test_replicas_publish_their_version_and_a_fleet_of_several_is_mixed(
+    redis: Redis, others: list[str | None], mixed: str | None
+) -> None:
+    """A replica that does not publish one (from before versions) is of an unknown version: a
+    mix. The roster's members stay bare ids, so old replicas hash the same owners."""
+    await redis.delete(REPLICAS_KEY, REPLICA_VERSIONS_KEY)
+    for index, version in enumerate(others):
+        if version is None:
+            await announce_as_before_versions(redis, f"other{index}")
+        else:
+            await ReplicaRoster(redis, f"other{index}", ttl=60.0, timeout=1.0,
+                                version=version).announce()  # fmt: skip
+    this = roster(redis, "this", ttl=60.0)
+    with capture_logs() as logs:
+        await this.announce()
+
+    assert this.versions.mixed == mixed
+    assert set(await redis.zrange(REPLICAS_KEY, 0, -1)) == {
+        b"this",
+        *(f"other{index}".encode() for index in range(len(others))),
+    }
+    live = dict(await live_versions(redis, 1.0))
+    assert live["this"] == __version__
+    assert mix_of(list(live.values())) == mixed
+    warned = [e["why"] for e in logs if e["event"] == "replicas.versions_mixed"]
+    assert warned == ([] if mixed is None else [mixed])
+
+
+async def test_a_replica_that_leaves_or_expires_takes_its_version_with_it(redis: Redis) -> None:
+    await redis.delete(REPLICAS_KEY, REPLICA_VERSIONS_KEY)
+    leaving, dying = roster(redis, "leaving", ttl=60.0), roster(redis, "dying", ttl=0.05)
+    await leaving.announce()
+    await dying.announce()
+    await leaving.leave()
+    await asyncio.sleep(0.1)
+    await roster(redis, "stays", ttl=60.0).announce()
+
+    assert await redis.hgetall(REPLICA_VERSIONS_KEY) == {b"stays": __version__.encode()}
+
+
+async def test_a_versions_key_of_another_type_reads_as_a_mixed_fleet(redis: Redis) -> None:
+    """Fails closed: no version this process can trust holds rollouts at their wave."""
+    await redis.delete(REPLICAS_KEY, REPLICA_VERSIONS_KEY)
+    await redis.rpush(REPLICA_VERSIONS_KEY, "x")
+    first, second = roster(redis, "a", ttl=60.0), roster(redis, "b", ttl=60.0)
+    await first.announce()
+    await second.announce()
+
+    assert second.versions.mixed == "replicas of versions unknown x2 share the fleet"
+    assert second.live == (b"a", b"b"), "sharing the fleet as before"
+    assert await redis.type(REPLICA_VERSIONS_KEY) == b"list"
+    await redis.delete(REPLICA_VERSIONS_KEY)

@@ -134,20 +134,28 @@ async def test_a_rollout_not_done_stands_with_its_waves_verified_healthy_counts(
     )
 
 
+async def aged(redis: Redis, seconds: float) -> None:
+    """The stored record as if its current wave had started ``seconds`` earlier."""
+    record = await stored(redis)
+    await redis.set(
+        rollout_key("web@main"), replace(record, started=record.started - seconds).encode()
+    )
+
+
 async def test_a_timed_out_wave_fails_its_silent_marquees_but_not_one_outside_its_windows(
     redis: Redis,
 ) -> None:
     await redis.delete(rollout_key("web@main"), rollout_marks_key("web@main"))
-    world = inventory(wave_timeout=0.001)
+    world = inventory(wave_timeout=100)
     opened = await verdict(redis, world, NAMES[0])
     assert opened.rollout is not None
     [first] = [name for name in NAMES if opened.rollout.wave_of(key_of(name)) == 0]
-    world = inventory(wave_timeout=0.001, closed=first)
-    await asyncio.sleep(0.01)
+    world = inventory(wave_timeout=100, closed=first)
+    await aged(redis, 150)  # past one wave_timeout, not two
     await verdict(redis, world, NAMES[1])
 
     assert (await stored(redis)).failures == ()  # the silent one is outside its windows
-    await verdict(redis, inventory(wave_timeout=0.001), NAMES[1])
+    await verdict(redis, inventory(wave_timeout=100), NAMES[1])
     record = await stored(redis)
     assert [failure.marquee for failure in record.failures] == [first]
     assert "wave_timeout" in record.failures[0].why
@@ -310,3 +318,140 @@ async def test_the_index_of_rollouts_reads_only_scopes_and_a_foreign_type_as_non
     await redis.hset(ROLLOUTS_KEY, "a", "b")
     assert await rollout_scopes(redis, 2.0) == []
     assert await redis.type(ROLLOUTS_KEY) == b"hash"  # left as found
+
+
+async def canary_verified(redis: Redis, world: Inventory) -> dict[str, int]:
+    """A rollout opened afresh with its one canary verified healthy (bake 0: wave 2 runs);
+    each Marquee's wave."""
+    scope = "web@main"
+    await redis.delete(rollout_key(scope), rollout_marks_key(scope), rollout_counts_key(scope))
+    opened = await verdict(redis, world, NAMES[0])
+    assert opened.rollout is not None
+    waves = {name: opened.rollout.wave_of(key_of(name)) for name in NAMES}
+    [canary] = [name for name in NAMES if waves[name] == 0]
+    await desk(redis, world, canary).tell(await verdict(redis, world, canary), True, "")
+    return waves
+
+
+@pytest.mark.parametrize("healthy_first", [True, False])
+async def test_a_wave_completes_only_when_each_of_its_marquees_reported_each_counted_once(
+    redis: Redis, healthy_first: bool
+) -> None:
+    """A Marquee verified healthy that then fails (or the other way round) is one of its wave,
+    not two: the wave waits for the one that never reported."""
+    world = inventory()
+    waves = await canary_verified(redis, world)
+    reporter, silent = [name for name in NAMES if waves[name] == 1]
+    admitted = await verdict(redis, world, reporter)
+    for healthy in (healthy_first, not healthy_first):
+        await desk(redis, world, reporter).tell(admitted, healthy, "unhealthy: web")
+    await verdict(redis, world, silent)
+
+    record = await stored(redis)
+    assert (record.wave, record.status, record.healthy_at) == (1, "running", None)
+    assert [failure.marquee for failure in record.failures] == [reporter]
+    await desk(redis, world, silent).tell(await verdict(redis, world, silent), True, "")
+    assert (await stored(redis)).wave == 2
+
+
+def without(world: Inventory, gone: str) -> Inventory:
+    data = world.model_dump(mode="json")
+    data["playgrounds"] = [entry for entry in data["playgrounds"] if entry["marquee"] != gone]
+    return Inventory.model_validate(data)
+
+
+@pytest.mark.parametrize("leaves", ["canary", "wave 2's silent one"])
+async def test_a_marquee_that_leaves_the_cohort_leaves_its_wave(redis: Redis, leaves: str) -> None:
+    """Wave sizes follow the cohort: the rollout goes on without the one that left, rather
+    than wait for a report that never comes."""
+    world = inventory()
+    scope = "web@main"
+    await redis.delete(rollout_key(scope), rollout_marks_key(scope), rollout_counts_key(scope))
+    opened = await verdict(redis, world, NAMES[0])
+    assert opened.rollout is not None
+    waves = {name: opened.rollout.wave_of(key_of(name)) for name in NAMES}
+    [canary] = [name for name in NAMES if waves[name] == 0]
+    reporter, silent = [name for name in NAMES if waves[name] == 1]
+    if leaves == "canary":
+        smaller = without(world, canary)
+        await verdict(redis, smaller, reporter)
+        assert (await stored(redis)).wave == 1
+        return
+    await desk(redis, world, canary).tell(await verdict(redis, world, canary), True, "")
+    await desk(redis, world, reporter).tell(await verdict(redis, world, reporter), True, "")
+    assert (await stored(redis)).wave == 1, "waits for the silent one while it is in the cohort"
+    await verdict(redis, without(world, silent), reporter)
+    record = await stored(redis)
+    assert (record.wave, record.failures) == (2, ())
+
+
+async def test_a_wave_stalled_past_twice_its_timeout_halts_naming_whom_it_waited_for(
+    redis: Redis,
+) -> None:
+    """A canary outside its maintenance window is never counted failed; the wave waiting on it
+    halts with a reason rather than stall in silence."""
+    scope = "web@main"
+    await redis.delete(rollout_key(scope), rollout_marks_key(scope), rollout_counts_key(scope))
+    opened = await verdict(redis, inventory(wave_timeout=100), NAMES[0])
+    assert opened.rollout is not None
+    [canary] = [name for name in NAMES if opened.rollout.wave_of(key_of(name)) == 0]
+    world = inventory(wave_timeout=100, closed=canary)
+    other = next(name for name in NAMES if name != canary)
+    await aged(redis, 150)
+    await verdict(redis, world, other)
+    assert (await stored(redis)).status == "running", "one timeout: pending, not halted"
+
+    await aged(redis, 60)  # past two
+    with capture_logs() as logs:
+        held = await verdict(redis, world, other)
+    record = await stored(redis)
+    assert (record.status, record.failures) == ("halted", ())
+    assert "wave 1 stalled" in record.why
+    assert canary in record.why
+    assert not held.admitted
+    assert [(e["event"], e["status"]) for e in logs if e["event"] == "rollout.step"] == [
+        ("rollout.step", "halted")
+    ]
+
+
+MIXED = "replicas of versions 0.1.0 x1, unknown x1 share the fleet"
+
+
+@pytest.mark.parametrize("step", ["opening", "next wave"])
+async def test_while_replicas_of_different_versions_share_the_fleet_no_wave_starts(
+    redis: Redis, step: str
+) -> None:
+    """Neither the first wave of a new release nor the next of one running; held Marquees
+    say why, and the rollout goes on once the versions agree."""
+    world = inventory()
+    scope = "web@main"
+    await redis.delete(rollout_key(scope), rollout_marks_key(scope), rollout_counts_key(scope))
+    playground = world.playgrounds_on(NAMES[0])[0]
+    policy = world.playspec_of(playground).rollout
+    assert policy is not None
+    standing = Standing(has_good=True, good_release=OLD, has_previous=False, rolls_back=True)
+    mixed = replace(desk(redis, world, NAMES[0]), versions_mixed=MIXED)
+    if step == "opening":
+        held = await mixed.verdict(playground, policy, NEW, HEAD, standing)
+        assert await redis.get(rollout_key(scope)) is None
+    else:
+        opened = await verdict(redis, world, NAMES[0])  # opened while the versions agreed
+        assert opened.rollout is not None
+        waves = {name: opened.rollout.wave_of(key_of(name)) for name in NAMES}
+        [canary] = [name for name in NAMES if waves[name] == 0]
+        canary_desk = replace(desk(redis, world, canary), versions_mixed=MIXED)
+        canary_play = world.playgrounds_on(canary)[0]
+        told = await canary_desk.verdict(canary_play, policy, NEW, HEAD, standing)
+        await canary_desk.tell(told, True, "")
+        later = next(name for name in NAMES if waves[name] == 1)
+        later_desk = replace(desk(redis, world, later), versions_mixed=MIXED)
+        held = await later_desk.verdict(world.playgrounds_on(later)[0], policy, NEW, HEAD, standing)
+        record = await stored(redis)
+        assert (record.wave, record.status) == (0, "running")
+        assert record.healthy_at is not None, "the wave is complete; only the next waits"
+    assert not held.admitted
+    assert f"no new wave while {MIXED}" in held.why
+
+    await verdict(redis, world, NAMES[0])  # the versions agree again
+    record = await stored(redis)
+    assert (record.status, record.wave) == ("running", 0 if step == "opening" else 1)

@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable, Collection
 import pytest
 from redis.asyncio import Redis
 
+from playguard_async import __version__
 from playguard_async.coordination.replicas import ReplicaRoster
 from playguard_async.desired_state.model import Inventory
 from playguard_async.desired_state.source import Ability
@@ -146,7 +147,7 @@ async def test_a_replica_reads_and_cycles_only_the_woken_marquees_of_its_share(
     state.narrow = _with_hosts(fleet)
     harness = EngineHarness(redis, ScriptedPhase("noop"), state=state, replica_id="a")
     engine = harness.engine
-    other = ReplicaRoster(redis, "b", ttl=30.0, timeout=1.0)
+    other = ReplicaRoster(redis, "b", ttl=30.0, timeout=1.0, version=__version__)
     await other.announce()
     await engine.roster.announce()
     await engine.load_inventory()
@@ -188,7 +189,7 @@ async def test_a_tick_waits_for_the_read_of_a_new_share_and_cycles_the_marquees_
     in this tick, not the next."""
     fleet = TWENTY
     engine, state, seen = _noting_engine(redis, fleet)
-    other = ReplicaRoster(redis, "b", ttl=30.0, timeout=1.0)
+    other = ReplicaRoster(redis, "b", ttl=30.0, timeout=1.0, version=__version__)
     await other.announce()
     await engine.roster.announce()
     mine = sorted(name for name in fleet if engine.roster.owns(name))
@@ -227,7 +228,7 @@ async def test_a_whole_read_covers_any_share_so_a_replica_joining_does_not_hold_
     await engine.load_inventory()
     assert state.share is None, "alone: a whole read"
 
-    other = ReplicaRoster(redis, "b", ttl=30.0, timeout=1.0)
+    other = ReplicaRoster(redis, "b", ttl=30.0, timeout=1.0, version=__version__)
     await other.announce()
     state.hold.clear()  # the share's read lags
     started = time.monotonic()

@@ -19,6 +19,7 @@ import time
 
 import uvloop
 
+from playguard_async import __version__
 from playguard_async.coordination.client import connect_redis
 from playguard_async.coordination.marquee_reads import read_story
 from playguard_async.coordination.records import CycleRecords, follow_cycle_ends
@@ -82,7 +83,9 @@ async def roster(url: str, stop: asyncio.Event) -> None:
     redis = connect_redis(url, socket_timeout=1.0, connect_timeout=1.0, keepalive=KEEPALIVE)
     stopping = StopSignal()
     asyncio.ensure_future(stop.wait()).add_done_callback(lambda _: stopping.set())
-    await ReplicaRoster(redis, REPLICA, ttl=3.0, timeout=1.0).keep_announcing(stopping)
+    await ReplicaRoster(redis, REPLICA, ttl=3.0, timeout=1.0, version=__version__).keep_announcing(
+        stopping
+    )
 
 
 READERS = {"cycle_ends": cycle_ends, "picture": picture, "roster": roster}

@@ -24,34 +24,49 @@ def opened(*, bake: float = 10, max_failures: int = 0, cohort: int = 6) -> Rollo
 
 
 @pytest.mark.parametrize(
-    ("healthy", "now", "wave", "healthy_at"),
+    ("complete", "now", "wave", "healthy_at"),
     [
-        ({}, T0 + 100, 0, None),  # nobody verified: nothing due
-        ({0: 1}, T0 + 1, 0, T0 + 1),  # wave complete: its bake starts
-        ({1: 2}, T0 + 100, 0, None),  # a later wave's marks do not complete this one
+        (False, T0 + 100, 0, None),  # not each Marquee verified or failed: nothing due
+        (True, T0 + 1, 0, T0 + 1),  # wave complete: its bake starts
     ],
 )
 def test_a_wave_completes_when_each_of_its_marquees_is_verified(
-    healthy: dict[int, int], now: float, wave: int, healthy_at: float | None
+    complete: bool, now: float, wave: int, healthy_at: float | None
 ) -> None:
-    step = opened().progressed(healthy, now)
+    step = opened().progressed(complete, now)
     rollout = step or opened()
     assert (rollout.wave, rollout.healthy_at) == (wave, healthy_at)
 
 
-def test_the_next_wave_starts_only_after_the_bake() -> None:
-    baking = opened().progressed({0: 1}, T0 + 1)
+def test_the_next_wave_starts_only_after_the_bake_and_only_if_it_may() -> None:
+    baking = opened().progressed(True, T0 + 1)
     assert baking is not None
-    assert baking.progressed({0: 1}, T0 + 10.9) is None
-    started = baking.progressed({0: 1}, T0 + 11)
+    assert baking.progressed(False, T0 + 10.9) is None
+    assert baking.progressed(False, T0 + 11, may_start=False) is None
+    started = baking.progressed(False, T0 + 11)
     assert started is not None
     assert (started.wave, started.started) == (1, T0 + 11)
     assert started.events[-1].what == "wave 2 started"
 
 
+@pytest.mark.parametrize(
+    ("after", "healthy_at", "stalled"),
+    [(119.0, None, False), (120.0, None, True), (120.0, T0 + 5, False)],
+)
+def test_a_wave_incomplete_at_twice_its_timeout_has_stalled_and_halts_naming_whom_it_waits_for(
+    after: float, healthy_at: float | None, stalled: bool
+) -> None:
+    rollout = replace(opened(), healthy_at=healthy_at)
+    assert rollout.stalled(T0 + after) is stalled
+    halted = rollout.with_stall([f"m{i}" for i in range(12)], T0 + after)
+    assert halted.status == "halted"
+    assert halted.why.startswith("wave 1 stalled: 12 Marquee(s)")
+    assert halted.why.endswith("m0, m1, m2, m3, m4, m5, m6, m7, m8, m9 and 2 more")
+
+
 def test_the_last_wave_baked_is_done_and_a_done_rollout_admits_everyone() -> None:
     last = replace(opened(), wave=2, healthy_at=T0)
-    done = last.progressed({2: 3}, T0 + 10)
+    done = last.progressed(False, T0 + 10, may_start=False)
     assert done is not None
     assert done.status == "done"
     assert done.admits("1ffff", at_target=False)
