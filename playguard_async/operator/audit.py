@@ -22,7 +22,7 @@ from playguard_async.operator.options import CONFIG_OPTION
 if TYPE_CHECKING:
     import asyncpg
 
-    from playguard_async.desired_state.postgres.audit_chain import Verification
+    from playguard_async.desired_state.postgres.audit_chain import LogOwner, Verification
     from playguard_async.desired_state.postgres.audit_checkpoint import CheckpointLog
     from playguard_async.settings import Settings
 
@@ -79,18 +79,21 @@ def verify(as_json: bool, limit: int, config: Path | None) -> None:
     or missing; against the signed checkpoints too when audit_checkpoint_file is set."""
     import time  # noqa: PLC0415
 
-    from playguard_async.desired_state.postgres.audit_chain import verify_changes  # noqa: PLC0415
+    from playguard_async.desired_state.postgres.audit_chain import (  # noqa: PLC0415
+        log_owner,
+        verify_changes,
+    )
 
     async def work(
         connection: asyncpg.Connection, settings: Settings
-    ) -> tuple[Verification, CheckpointLog | None]:
+    ) -> tuple[Verification, CheckpointLog | None, LogOwner | None]:
         log = _checkpoint_log(settings)
         found = await verify_changes(
             connection, settings.desired_state_schema, limit=limit, checkpoints=log
         )
-        return found, log
+        return found, log, await log_owner(connection, settings.desired_state_schema)
 
-    found, log = run_on_database(config, work)
+    found, log, owner = run_on_database(config, work)
     said, checkpoint = _checkpoint_said(log, time.time())
     problems = [] if log is None else log.problems
     intact = found.intact and not problems
@@ -105,12 +108,15 @@ def verify(as_json: bool, limit: int, config: Path | None) -> None:
                 for p in found.problems
             ],
             "more_problems": found.more,
+            "owner": None if owner is None else {"role": owner.role, "logs_in": owner.logs_in},
         }, sort_keys=True))  # fmt: skip
     else:
         for line in [*problems, *(problem.line() for problem in found.problems)]:
             click.echo(line)
         if found.more:
             click.echo(f"... and {found.more} more problems")
+        if owner is not None:
+            click.echo(owner.line())
         click.echo(said)
         verdict = "intact" if intact else "NOT intact"
         click.echo(f"{verdict}: {found.entries} entries in {found.chains} chains")

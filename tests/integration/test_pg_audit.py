@@ -17,7 +17,9 @@ import asyncpg
 import pytest
 
 from playguard_async.desired_state.postgres.audit_chain import (
+    LogOwner,
     canonical,
+    log_owner,
     prune_changes,
     verify_changes,
 )
@@ -130,6 +132,11 @@ async def test_verify_passes_an_untouched_log(
     assert (done.returncode, done.stderr) == (0, "")
     assert done.stdout.splitlines()[-1].startswith("intact: "), done.stdout
     assert done.stdout.splitlines()[-2].startswith("no checkpoints (audit_checkpoint_file unset)")
+    # The lab migrates as its daemon role, which logs in: verify says what that owner can do.
+    assert done.stdout.splitlines()[-3] == (
+        "the log is owned by role playguard, which logs in: it can append entries of its own "
+        "making after the newest checkpoint (README: hand the log to a role nobody logs in as)"
+    )
 
 
 async def _tampered(fleet: asyncpg.Connection) -> int:
@@ -150,7 +157,7 @@ async def test_verify_names_an_entry_changed_by_a_superuser(
     assert done.stdout.splitlines()[0].startswith(f"changes id {changed} (chain 'edge-0', seq ")
     assert "hash mismatch: the entry was changed" in done.stdout.splitlines()[0]
     assert done.stdout.splitlines()[-1].startswith("NOT intact: ")
-    assert len(done.stdout.splitlines()) == 3, done.stdout
+    assert len(done.stdout.splitlines()) == 4, done.stdout
 
 
 async def test_verify_names_an_entry_deleted_as_missing(
@@ -176,7 +183,7 @@ async def test_verify_bounds_its_output_when_every_entry_is_changed(
     done = playguard_with(postgres, "audit", "verify", "--limit", "3")
     assert done.returncode == 1
     lines = done.stdout.splitlines()
-    assert len(lines) == 6
+    assert len(lines) == 7
     assert lines[3] == f"... and {total - 3} more problems"
 
 
@@ -376,6 +383,7 @@ async def test_after_the_readmes_hand_over_the_daemons_role_cannot_get_the_audit
                         await connection.execute(statement)
                 entries = await connection.fetch("SELECT actor, chain FROM playguard.changes")
                 found = await verify_changes(connection)
+                owner = await log_owner(connection)
             finally:
                 await connection.close()
             await admin.execute(f"DROP OWNED BY {audit_role}")
@@ -384,6 +392,8 @@ async def test_after_the_readmes_hand_over_the_daemons_role_cannot_get_the_audit
         await admin.close()
     assert [(row["actor"], row["chain"]) for row in entries] == [(daemon.name, "edge-a")]
     assert (found.intact, found.entries) == (True, 1)
+    assert owner == LogOwner(audit_role, logs_in=False)
+    assert owner.line() == f"the log is owned by role {audit_role}, which nobody logs in as"
 
 
 async def test_two_writers_to_one_marquee_never_fork_its_chain(

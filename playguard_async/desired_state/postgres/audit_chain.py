@@ -138,6 +138,42 @@ class _ChainCursor:
         self.seq, self.hash, self.change_id = entry["seq"], entry["hash"], entry["id"]
 
 
+_LOG_OWNER = """
+SELECT r.rolname AS owner, r.rolcanlogin AS logs_in
+FROM pg_class c
+JOIN pg_namespace n ON n.oid = c.relnamespace
+JOIN pg_roles r ON r.oid = c.relowner
+WHERE n.nspname = $1 AND c.relname = 'changes'
+"""
+
+
+@dataclass(frozen=True)
+class LogOwner:
+    """The role that owns the change log, and whether anyone logs in as it: an owner that logs
+    in (the daemon's role, before the README's hand-over) can append entries of its own making
+    after the newest checkpoint, which nothing in the database can then tell apart."""
+
+    role: str
+    logs_in: bool
+
+    def line(self) -> str:
+        if not self.logs_in:
+            return f"the log is owned by role {self.role}, which nobody logs in as"
+        return (
+            f"the log is owned by role {self.role}, which logs in: it can append entries of its "
+            "own making after the newest checkpoint (README: hand the log to a role nobody logs "
+            "in as)"
+        )
+
+
+async def log_owner(
+    connection: asyncpg.Connection, schema: str = DEFAULT_SCHEMA
+) -> LogOwner | None:
+    """Who owns ``schema``'s change log; None when there is none (not migrated)."""
+    row = await connection.fetchrow(_LOG_OWNER, schema)
+    return None if row is None else LogOwner(str(row["owner"]), bool(row["logs_in"]))
+
+
 async def verify_changes(
     connection: asyncpg.Connection,
     schema: str = DEFAULT_SCHEMA,
