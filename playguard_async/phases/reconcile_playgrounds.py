@@ -14,7 +14,8 @@ they depend on changed (``ComposeState``).
 A change is done when it is healthy, and a release that is not is rolled back under ``rollback:
 auto``: ``phases.running_playground``. Where a rollout stages the release, a Marquee it has not
 admitted keeps its last good revision, and one it admitted tells it how the release came out
-(``phases.rollout_gate``).
+(``phases.rollout_gate``); one that runs an aborted release with no revision before it to go
+back to is stopped, and says why (``phases.rollout_desk``).
 
 An expired playground is taken down with its volumes and nothing else is done for it; a stopped
 one (or a running one whose branch is gone and that asks to be stopped then, as fetch_branches
@@ -91,21 +92,15 @@ class ReconcilePlaygrounds:
         for playground, project in zip(playgrounds, projects, strict=True):
             playground_mark = len(session.actions)
             own = owned[playground.name]
+            verdict = gate.get(playground.name)
+            down = await _put_down(
+                session, project, own, playground, expired=expired, gone=gone, verdict=verdict
+            )
             finding: PlaygroundFinding
-            if playground.name in expired:
-                reason = f"expired at {expired[playground.name].isoformat()}"
-                drift = await _take_down(session, project, own, reason)
-                finding = PlaygroundFinding("expired", tuple(drift))
-            elif playground.state == "stopped":
-                drift = await _stop(session, project, own, "state is stopped")
-                finding = PlaygroundFinding("stopped", tuple(drift))
-            elif playground.name in gone:
-                reason = f"branch {playground.branch} is gone"
-                drift = await _stop(session, project, own, reason)
-                finding = PlaygroundFinding("branch_gone", tuple(drift))
+            if down is not None:
+                finding = down
             else:
                 playspec = ctx.inventory.playspec_of(playground)
-                verdict = gate.get(playground.name)
                 running = RunningPlayground(
                     session, project, own, states[playground.name], playspec,
                     ctx.inventory.registry_of(playspec),
@@ -182,6 +177,34 @@ async def _take_down(
         return []
     await session.change(f"take down playground {project.playground} ({reason})", project.down())
     return [reason]
+
+
+async def _put_down(
+    session: RemoteSession,
+    project: ComposeProject,
+    own: list[Container],
+    playground: Playground,
+    *,
+    expired: Mapping[str, datetime],
+    gone: set[str],
+    verdict: Verdict | None,
+) -> PlaygroundFinding | None:
+    """The finding of a Playground taken down or stopped in this cycle (when anything of it is
+    up), or None when it is to run: expired, stopped by the desired state, its branch gone, or
+    running an aborted release with nothing before it to go back to."""
+    if playground.name in expired:
+        reason = f"expired at {expired[playground.name].isoformat()}"
+        return PlaygroundFinding("expired", tuple(await _take_down(session, project, own, reason)))
+    if playground.state == "stopped":
+        drift = await _stop(session, project, own, "state is stopped")
+        return PlaygroundFinding("stopped", tuple(drift))
+    if playground.name in gone:
+        reason = f"branch {playground.branch} is gone"
+        return PlaygroundFinding("branch_gone", tuple(await _stop(session, project, own, reason)))
+    if verdict is not None and verdict.stop:
+        drift = await _stop(session, project, own, verdict.why)
+        return PlaygroundFinding("stopped", tuple(drift), held_by=verdict.why)
+    return None
 
 
 async def _stop(

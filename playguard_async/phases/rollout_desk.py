@@ -84,6 +84,8 @@ class Verdict:
     key: str
     why: str = ""
     back: bool = False
+    stop: bool = False
+    """It runs an aborted release and has no revision before it: its services are stopped."""
 
     @property
     def hold(self) -> RolloutHold | None:
@@ -193,13 +195,28 @@ class RolloutDesk:
             or unheld
             or (rollout.failed(self.marquee.name) and not standing.rolls_back)
         )
-        if rollout.status == "aborted" and at_target and standing.has_previous:
-            why = f"{rollout.where(key)}: back at the revision before its release"
-            return Verdict(scope, release, rollout, False, key, why, back=True)
+        if standing.good_release in rollout.aborted and not (
+            admitted and release not in rollout.aborted
+        ):
+            return self._taken_back(scope, release, rollout, key, standing)
         why = rollout.where(key)
         if not admitted and self.versions_mixed is not None and rollout.status == "running":
             why = f"{why}; {self._no_new_wave()}"
         return Verdict(scope, release, rollout, admitted, key, why)
+
+    def _taken_back(
+        self, scope: str, release: str, rollout: Rollout, key: str, standing: Standing
+    ) -> Verdict:
+        """The verdict on a Playground whose last good revision is an aborted release and
+        that the scope's rollout (that one's or a newer one's) does not admit elsewhere: back
+        at the revision before it, or stopped when it has none."""
+        assert standing.good_release is not None
+        aborted = f"release {standing.good_release[:12]} was aborted"
+        if standing.has_previous:
+            why = f"{rollout.where(key)}: {aborted}, back at the revision before it"
+            return Verdict(scope, release, rollout, False, key, why, back=True)
+        why = f"{rollout.where(key)}: {aborted} and there is no revision before it to go back to"
+        return Verdict(scope, release, rollout, False, key, why, stop=True)
 
     def _no_new_wave(self) -> str:
         return f"no new wave while {self.versions_mixed}"
@@ -296,9 +313,10 @@ class RolloutDesk:
             admission_key(read.scope, member.name, canary=member.canary)
             for member in self.inventory.cohort(playspec, branch)
         ]
+        was = _parsed(read)
         rollout = Rollout.open(
-            read.scope, release, head, policy, waves_of(policy, keys), now=read.now
-        ).stored_over(_parsed(read))
+            read.scope, release, head, policy, waves_of(policy, keys), now=read.now, after=was
+        ).stored_over(was)
         if self.dry_run:
             return rollout  # what plan shows: the rollout this cycle would open
         if await write_rollout(self.redis, read, rollout.encode(), opens=True,

@@ -44,6 +44,9 @@ FAILED_KEPT = 100
 EVENTS_KEPT = 20
 """Events a record keeps, newest last."""
 
+ABORTED_KEPT = 20
+"""Aborted releases of earlier rollouts a record names, newest last."""
+
 TEXT_MAX = 500
 """Characters of a reason or a name shown from a record."""
 
@@ -96,6 +99,23 @@ class Rollout:
     """How many times the scope's record was written, this one included: what tells a copy
     that Redis lost (a host's, ``phases.rollout_copies``) from one it replaced. Records
     written before it existed read as 0."""
+    aborted_before: tuple[str, ...] = ()
+    """The releases of the scope's earlier rollouts that were aborted (the last
+    ``ABORTED_KEPT``), carried from record to record when a newer release opens, so an abort
+    stays the release's whatever rollout is the scope's now. Records written before it
+    existed read as none."""
+
+    @property
+    def aborted(self) -> frozenset[str]:
+        """Every release of the scope known aborted: this record's target when it is, and the
+        earlier ones'."""
+        return frozenset(self.aborted_so_far())
+
+    def aborted_so_far(self) -> tuple[str, ...]:
+        """What a record that replaces this one carries as ``aborted_before``."""
+        own = (self.target,) if self.status == "aborted" else ()
+        kept = [release for release in self.aborted_before if release not in own]
+        return (*kept, *own)[-ABORTED_KEPT:]
 
     def stored_over(self, was: Rollout | None) -> Rollout:
         """This record as the write that replaces ``was`` (None: no record) stores it: one
@@ -112,11 +132,15 @@ class Rollout:
         waves: Sequence[Wave],
         *,
         now: float,
+        after: Rollout | None = None,
     ) -> Rollout:
+        """A rollout of ``target`` that replaces ``after`` (the scope's record, None: none),
+        whose aborted releases it carries."""
+        aborted = () if after is None else after.aborted_so_far()
         ident = hashlib.sha256(f"{scope}\0{target}\0{now}".encode()).hexdigest()[:16]
         opened = Event(now, "opened", "playguard", f"release {target[:12]} in {len(waves)} waves")
         return cls(scope, ident, target, commit, policy, tuple(waves), 0, now, now,
-                   events=(opened,))  # fmt: skip
+                   events=(opened,), aborted_before=aborted)  # fmt: skip
 
     def rebuilt(self, lost: Rollout | None, now: float) -> Rollout:
         """This record (a copy kept outside Redis, newer than what Redis holds: ``lost``, None
@@ -280,6 +304,7 @@ class Rollout:
             "failures": [[f.marquee, f.wave, f.why] for f in self.failures],
             "failed_count": self.failed_count, "why": self.why,
             "events": [event.to_json() for event in self.events], "seq": self.seq,
+            "aborted_before": list(self.aborted_before),
         }  # fmt: skip
 
     def encode(self) -> str:
@@ -331,12 +356,21 @@ class Rollout:
                 for e in _list(fields["events"])
             )[-EVENTS_KEPT:],
             seq=_count(fields.get("seq", 0)),
+            aborted_before=tuple(
+                _release(release) for release in _list(fields.get("aborted_before", []))
+            )[-ABORTED_KEPT:],
         )  # fmt: skip
 
 
 def _list(value: object) -> list[Any]:
     if not isinstance(value, list):
         raise TypeError("a list was expected")
+    return value
+
+
+def _release(value: object) -> str:
+    if not (isinstance(value, str) and DIGEST.fullmatch(value)):
+        raise ValueError("an aborted release is not a release digest")
     return value
 
 

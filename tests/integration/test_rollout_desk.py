@@ -68,14 +68,21 @@ def desk(redis: Redis, world: Inventory, name: str) -> RolloutDesk:
 
 
 async def verdict(
-    redis: Redis, world: Inventory, name: str, *, at: str = OLD, kept: Rollout | None = None
+    redis: Redis,
+    world: Inventory,
+    name: str,
+    *,
+    at: str = OLD,
+    kept: Rollout | None = None,
+    release: str = NEW,
+    has_previous: bool = False,
 ) -> Verdict:
     playground = world.playgrounds_on(name)[0]
     policy = world.playspec_of(playground).rollout
     assert policy is not None
-    standing = Standing(has_good=True, good_release=at, has_previous=False, rolls_back=True,
-                        kept=kept)  # fmt: skip
-    return await desk(redis, world, name).verdict(playground, policy, NEW, HEAD, standing)
+    standing = Standing(has_good=True, good_release=at, has_previous=has_previous,
+                        rolls_back=True, kept=kept)  # fmt: skip
+    return await desk(redis, world, name).verdict(playground, policy, release, HEAD, standing)
 
 
 async def stored(redis: Redis) -> Rollout:
@@ -294,6 +301,51 @@ async def test_a_decision_redis_forgot_is_rebuilt_from_its_copy_and_admits_no_on
     assert (rebuilt[0]["kind"], rebuilt[0]["scope"], rebuilt[0]["status"]) == (
         "rollout", "web@main", kept.status)  # fmt: skip
     assert await redis.sismember(ROLLOUTS_KEY, "web@main")
+
+
+FIX = "2" * 64
+"""A release that opens after NEW was aborted."""
+
+
+@pytest.mark.parametrize("has_previous", [True, False])
+@pytest.mark.parametrize("now", ["the aborted one", "a fix's", "a fix's, rebuilt after FLUSHALL"])
+async def test_a_marquee_on_an_aborted_release_is_taken_back_whatever_rollout_is_the_scopes(
+    redis: Redis, now: str, has_previous: bool
+) -> None:
+    """Back at the revision before the aborted release (``back``), or stopped when it has none
+    (``stop``), unless the scope's rollout now admits it to a release that is not aborted; a
+    Marquee that never ran the aborted release is only held."""
+    world = inventory(bake=3600)
+    await decided(redis, world, "aborted")
+    release = NEW
+    if now != "the aborted one":
+        release = FIX
+        await verdict(redis, world, NAMES[0], at=NEW, release=FIX)  # opens the fix's rollout
+    record = await stored(redis)
+    if now.endswith("FLUSHALL"):
+        await redis.flushall()
+
+    ran = {
+        name: await verdict(redis, world, name, at=NEW, release=release, kept=record,
+                            has_previous=has_previous)
+        for name in NAMES
+    }  # fmt: skip
+    never = await verdict(redis, world, NAMES[1], at=OLD, release=release, kept=record)
+
+    stands = await stored(redis)
+    assert (stands.id, stands.target, stands.status) == (record.id, record.target, record.status)
+    assert NEW in stands.aborted
+    assert FIX not in stands.aborted
+    for name, seen in ran.items():
+        admitted = release == FIX and stands.wave_of(key_of(name)) == 0
+        assert (seen.admitted, seen.back, seen.stop) == (
+            admitted,
+            not admitted and has_previous,
+            not admitted and not has_previous,
+        ), name
+        if not admitted:
+            assert f"release {NEW[:12]} was aborted" in seen.why
+    assert (never.back, never.stop) == (False, False)
 
 
 async def test_a_copy_older_than_redis_is_not_written_back(redis: Redis) -> None:

@@ -5,11 +5,18 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from typing import cast
 
 import pytest
 
 from playguard_async.desired_state.rollout_policy import RolloutPolicy, admission_key, waves_of
-from playguard_async.phases.rollout_record import EVENTS_KEPT, Rollout, RolloutRefused, Status
+from playguard_async.phases.rollout_record import (
+    ABORTED_KEPT,
+    EVENTS_KEPT,
+    Rollout,
+    RolloutRefused,
+    Status,
+)
 
 SCOPE = "web@main"
 TARGET = "a" * 64
@@ -149,3 +156,33 @@ def test_a_record_not_of_the_written_form_reads_as_none_or_as_a_bounded_record(
     assert parsed is None or (
         len(parsed.why) <= 500 and all(len(event.why) <= 500 for event in parsed.events)
     )
+
+
+@pytest.mark.parametrize("count", [1, ABORTED_KEPT, ABORTED_KEPT + 3])
+@pytest.mark.parametrize("ends", ["aborted", "halted", "done", "running"])
+def test_a_newer_release_carries_the_aborted_releases_before_it_through_its_stored_form(
+    count: int, ends: str
+) -> None:
+    """Releases open one after another, every other one aborted; each record names the aborted
+    ones before it (the last ABORTED_KEPT) and its own target only once it is aborted itself;
+    a record written before the field existed names only its own."""
+    record: Rollout | None = None
+    releases = [f"{index:064x}" for index in range(count)]
+    aborted: list[str] = []
+    for index, release in enumerate(releases):
+        now = replace(opened(), target=release)
+        now = Rollout.open(SCOPE, release, None, now.policy, now.waves, now=T0, after=record)
+        status = ends if index == count - 1 else ("aborted" if index % 2 == 0 else "done")
+        now = replace(now, status=cast(Status, status)).stored_over(record)
+        assert Rollout.parse(SCOPE, now.encode()) == now
+        assert now.aborted == frozenset(
+            (*aborted, *[release] * (status == "aborted"))[-ABORTED_KEPT:]
+        )
+        aborted += [release] * (status == "aborted")
+        record = now
+    assert record is not None
+    old_form = record.to_json()
+    del old_form["aborted_before"]
+    legacy = Rollout.parse(SCOPE, json.dumps(old_form))
+    assert legacy is not None
+    assert legacy.aborted == frozenset([releases[-1]] * (ends == "aborted"))
