@@ -28,8 +28,13 @@ echo
 failed=0
 # pytest already turns every warning into an error (pyproject.toml); -W makes it so for whatever
 # runs before pytest's own filters apply, imports included.
-"$venv/bin/python" -W error::DeprecationWarning -m pytest -q -p no:cacheprovider tests/unit \
-  || failed=1
+# Its own --basetemp: pytest's numbered directories under /tmp/pytest-of-$USER are shared by
+# every pytest of the user, and one cleaning them while another walks them left an unclosed
+# scandir iterator that ended a whole run with a ResourceWarning (pytest 9.2, seen in CI).
+basetemp=$(mktemp -d)
+"$venv/bin/python" -W error::DeprecationWarning -m pytest -q -p no:cacheprovider \
+  --basetemp "$basetemp/pytest" tests/unit || failed=1
+rm -rf "$basetemp"
 
 # The command as a user runs it: --version and --help print nothing on stderr; an error a person
 # can fix is one line on stderr and exit status 1, with no warning before it.

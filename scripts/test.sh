@@ -35,7 +35,9 @@ if (($#)); then
   foreground=("$@")
 else
   foreground=(tests/integration)
-  nice -n 10 "${pytest[@]}" -p no:cacheprovider tests/unit >"$logs/unit" 2>&1 &
+  # Its own --basetemp (scripts/newest.sh says why): not the integration run's directories.
+  nice -n 10 "${pytest[@]}" -p no:cacheprovider --basetemp "$logs/unit-tmp" tests/unit \
+    >"$logs/unit" 2>&1 &
   unit_job=$!
 fi
 

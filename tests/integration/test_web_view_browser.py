@@ -108,6 +108,8 @@ def served(
             phase_seconds=0.1,
             web_streams_per_client=200,
             web_streams_total=200,
+            # Each page holds its stream and fetches the page beside it: two connections.
+            http_connections_per_client=250,
         )
         with chromium(chromium_path, driver_path, workdir / "profile") as browser:
             yield Served(daemon, base, runner, store, browser, workdir)
