@@ -191,8 +191,9 @@ def encode_record(record: Mapping[str, Any], max_bytes: int) -> str:
     """``record`` as compact JSON of at most ``max_bytes`` bytes (``MIN_RECORD_BYTES`` or more).
 
     Empty fields are left out (a reader takes a missing field for empty). A record still too big
-    loses, in this order until it fits: the tail of each notice's detail, whole notices from the
-    last, the findings, the actions, the tail of the reason; its ``truncated`` field counts what
+    loses, in this order until it fits: the tail of each notice's detail, the branch names
+    fetch_branches found, whole notices from the last, the findings, the actions, the tail of the
+    reason; its ``truncated`` field counts what
     went. The outcome and the fields in ``KEPT_FIELDS`` always stay (names cut to 64
     characters in the last resort).
     """
@@ -285,8 +286,20 @@ def _notice_lists(record: dict[str, Any]) -> list[list[Any]]:
     return [listed for listed in notices.values() if isinstance(listed, list)]
 
 
+def _drop_branch_lists(record: dict[str, Any], truncated: dict[str, int], max_bytes: int) -> None:
+    """Drop the branch names fetch_branches lists per Playspec: as many as the repository has
+    (dozens in a busy one), read by no reader, and before this step they pushed out the notices
+    an operator reads ("still wrong")."""
+    findings = record.get("findings")
+    fetched = findings.get("fetch_branches") if isinstance(findings, dict) else None
+    if isinstance(fetched, dict) and isinstance(fetched.get("branches"), dict):
+        listed = fetched.pop("branches")
+        truncated["branches"] = sum(len(v) if isinstance(v, list) else 1 for v in listed.values())
+
+
 _SHRINKS: tuple[_Shrink, ...] = (
     _cut_notice_details,
+    _drop_branch_lists,
     _drop_notices,
     _drop("findings"),
     _drop("actions"),

@@ -102,3 +102,23 @@ def test_the_engine_writes_every_field_of_the_record_schema_and_no_other() -> No
     written = CycleResult(marquee="m", cycle_id="c").to_record()
     assert set(written) == set(CycleRecord.__annotations__)
     assert set(KEPT_FIELDS) <= set(written)
+
+
+@pytest.mark.parametrize("branches", [10, 100, 1_000])
+def test_a_repository_with_many_branches_never_pushes_out_the_notices(branches: int) -> None:
+    """fetch_branches lists every branch of each Playspec's repository, as many as there are:
+    over the bound, those names go before any notice an operator reads."""
+    names = [f"test-{n:08x}" for n in range(branches)]
+    record = {
+        "marquee": "m1", "cycle": "c1", "outcome": "unhealthy", "finished_at": 1.0,
+        "duration": 1.0,
+        "findings": {"fetch_branches": {"branches": {"web": names}}},
+        "notices": {"reconcile_playgrounds": [
+            {"kind": "unhealthy", "subject": "web-main", "detail": "app: unhealthy"},
+        ]},
+    }  # fmt: skip
+    stored = json.loads(encode_record(record, 1_024))
+    assert stored["notices"] == record["notices"]
+    if len(json.dumps(record)) > 1_024:
+        assert "branches" not in stored["findings"]["fetch_branches"]
+        assert stored["truncated"]["branches"] == branches
