@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import signal
@@ -15,7 +14,6 @@ from pathlib import Path
 import pytest
 from redis import Redis as SyncRedis
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
 from structlog.testing import capture_logs
 
 from playguard_async.coordination.keys import (
@@ -36,6 +34,7 @@ from playguard_async.engine.results import Outcome
 from playguard_async.service.notifications import ChangeNotifier
 from playguard_lab import RedisServer, SshServer
 from playguard_lab.process import free_port
+from tests.integration.test_rollout_desk import answering
 from tests.support.cli import EXIT_NOT_OK, LAB_SETTINGS, Playguard, assert_one_line_error
 from tests.support.daemon import marquee_entry, wait_for, witness_lines
 from tests.support.engine import EngineHarness, ScriptedPhase, inventory_of, settings_for
@@ -309,13 +308,7 @@ async def forgotten(redis: Redis, server: RedisServer, loss: str) -> None:
         return
     server.kill()
     server.restart()
-    for _ in range(50):
-        try:
-            await redis.ping()
-            return
-        except RedisError:
-            await asyncio.sleep(0.1)
-    raise AssertionError("Redis did not answer after its restart")
+    await answering(redis)
 
 
 @pytest.mark.parametrize("loss", ["flushall", "restart"])
