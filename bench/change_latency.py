@@ -71,6 +71,7 @@ import asyncpg
 from code_versions import git_output, versions
 from lab_database import create_database, import_inventory, run_import
 
+from playguard_async.kits.aio import bounded
 from playguard_lab import Lab, PostgresServer
 from playguard_lab.origin import compose_file
 from playguard_lab.process import tree_cpu_seconds
@@ -213,7 +214,7 @@ async def daemon(code: Path, config: Path, log_path: Path) -> AsyncIterator[int]
         if process.returncode is None:
             process.send_signal(signal.SIGTERM)
         try:
-            await asyncio.wait_for(process.wait(), 30)
+            await bounded(30, process.wait())
         except TimeoutError:
             os.killpg(process.pid, signal.SIGKILL)
             await process.wait()

@@ -44,6 +44,7 @@ from playguard_async.cycle_record import (
     trace_of,
     typed,
 )
+from playguard_async.kits.aio import bounded
 
 
 def holder_json(state: LockState) -> dict[str, Any]:
@@ -453,7 +454,7 @@ async def read_story(
         read_lock(redis, marquee_lock_name(name), timeout=records.timeout),
         read_typed(
             redis, "fence counter", counter_key, records.timeout,
-            asyncio.wait_for(redis.get(counter_key), records.timeout),
+            bounded(records.timeout, redis.get(counter_key)),
         ),
         _last(records, name),
         read_typed(

@@ -380,7 +380,7 @@ async def follow_cycle_ends(
             level("records.follow_interrupted", error=repr(exc))
             interrupted = True
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), backoff.next_wait())
+                await bounded(backoff.next_wait(), stop.wait())
         finally:
             with contextlib.suppress(RedisError, OSError, TimeoutError):
                 await pubsub.aclose()  # type: ignore[no-untyped-call]

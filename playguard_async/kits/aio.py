@@ -22,8 +22,12 @@ _T = TypeVar("_T")
 _DETACHED: set[asyncio.Task[Any]] = set()
 
 
-async def bounded(timeout: float, call: Awaitable[_T]) -> _T:
-    """Await ``call`` for at most ``timeout`` seconds (``TimeoutError`` after that)."""
+async def bounded(timeout: float | None, call: Awaitable[_T]) -> _T:
+    """Await ``call`` for at most ``timeout`` seconds (``TimeoutError`` after that; None: no bound).
+
+    Not ``asyncio.wait_for``: on Python 3.11 that returns the result when a cancel arrives as
+    ``call`` completes, losing the cancel, and a task asked to end runs on (ruff bans it here).
+    """
     async with asyncio.timeout(timeout):
         return await call
 

@@ -42,7 +42,7 @@ from asyncssh.saslprep import SASLPrepError, saslprep
 
 from playguard_async.coordination.fence import FencedLease, FenceRefused
 from playguard_async.desired_state.model import Marquee
-from playguard_async.kits.aio import in_thread
+from playguard_async.kits.aio import bounded, in_thread
 from playguard_async.kits.files import FileRefused, read_limited, read_text_limited
 from playguard_async.remote import guard
 from playguard_async.remote.errors import (
@@ -517,9 +517,9 @@ def connect_failure(exc: BaseException, timeout: float) -> str:
 async def _fingerprint(marquee: Marquee, options: RemoteOptions) -> str | None:
     """The key the host shows, for the error message only; never trusted for anything."""
     try:
-        key = await asyncio.wait_for(
-            asyncssh.get_server_host_key(marquee.host, marquee.port, config=None),
+        key = await bounded(
             options.connect_timeout,
+            asyncssh.get_server_host_key(marquee.host, marquee.port, config=None),
         )
     except (OSError, TimeoutError, asyncssh.Error):
         return None

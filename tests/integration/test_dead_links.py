@@ -23,6 +23,7 @@ from structlog.testing import capture_logs
 from playguard_async.desired_state.model import Marquee
 from playguard_async.desired_state.postgres.connection import PgAddress, password_from
 from playguard_async.desired_state.postgres.notify import NotificationListener
+from playguard_async.kits.aio import bounded
 from playguard_async.remote.errors import HostUnreachable
 from playguard_async.remote.pool import ConnectionPool
 from playguard_async.remote.ssh import RemoteOptions, connect
@@ -87,7 +88,7 @@ async def test_ssh_keepalives_close_a_stalled_connection_within_their_bound(
         ssh_proxy.stall()
         stalled = time.monotonic()
         bound = options.keepalive_interval * (options.keepalive_count_max + 1)
-        await asyncio.wait_for(connection.wait_closed(), bound + SLACK)
+        await bounded(bound + SLACK, connection.wait_closed())
         assert time.monotonic() - stalled <= bound + SLACK
         assert ssh_proxy.open_connections == 1, "TCP stayed up: the keepalives noticed"
     finally:

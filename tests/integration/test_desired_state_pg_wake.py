@@ -19,7 +19,7 @@ from playguard_async.desired_state.postgres.connection import PgAddress, passwor
 from playguard_async.desired_state.postgres.notify import NOTIFY_CHANNEL, NotificationListener
 from playguard_async.desired_state.postgres.source import PostgresDesiredState
 from playguard_async.engine.results import CycleResult
-from playguard_async.kits.aio import background
+from playguard_async.kits.aio import background, bounded
 from playguard_async.phases.protocol import PhaseContext
 from tests.support.engine import EngineHarness, ScriptedPhase
 from tests.support.fencing import eventually
@@ -109,7 +109,7 @@ async def _held_cycle_meets_wake_ups(
     engine = harness.engine
     first = await engine.tick()  # edge-0 and edge-1 (edge-2 is not launchable)
     assert sorted(task.get_name() for task in first) == ["cycle:edge-0", "cycle:edge-1"]
-    await asyncio.wait_for(held.entered.wait(), 10)
+    await bounded(10, held.entered.wait())
     running = engine.cycles["edge-0"].task
 
     # Three edits, in separate debounce windows: three notifications, three wake-ups, while
@@ -140,7 +140,7 @@ async def test_a_wake_up_during_a_cycle_gives_no_follow_up_once_stopping(
     harness = EngineHarness(redis, ScriptedPhase("held", held), state=source)
     engine = harness.engine
     await engine.tick()
-    await asyncio.wait_for(held.entered.wait(), 10)
+    await bounded(10, held.entered.wait())
     running = engine.cycles["edge-0"].task
     await engine.wake({"edge-0"})
 

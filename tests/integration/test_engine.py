@@ -24,6 +24,7 @@ from playguard_async.desired_state.windows import Window
 from playguard_async.engine import cycle_ending
 from playguard_async.engine.results import CycleCancelled, CycleResult, Outcome
 from playguard_async.engine.services import CycleServices
+from playguard_async.kits.aio import bounded
 from playguard_async.phases.protocol import Notice, Phase, PhaseContext, PhaseReport
 from playguard_lab import RedisServer
 from tests.support.engine import EngineHarness, ScriptedPhase, inventory_of
@@ -402,7 +403,7 @@ async def test_a_stop_with_a_backlog_counts_the_cycles_not_begun_instead_of_reco
     )
     with capture_logs() as logs:
         runner = asyncio.create_task(harness.engine.run())
-        await asyncio.wait_for(entered.wait(), 15)
+        await bounded(15, entered.wait())
         harness.engine.request_stop()
         await runner
     [begun] = [r.marquee for r in harness.results if r.fence is not None]

@@ -13,6 +13,7 @@ import pytest
 import redis
 from redis import Redis as SyncRedis
 
+from playguard_async.kits.aio import bounded
 from playguard_lab import RedisServer
 from tests.support.fault_proxy import (
     BUFFER_CHUNKS,
@@ -95,14 +96,14 @@ async def test_stall_moves_no_byte_keeps_the_connection_and_delivers_late_when_l
     moved = dict(proxy.moved)
     proxy.stall()
     with pytest.raises(TimeoutError):
-        await asyncio.wait_for(round_trip(reader, writer, b"SET stalled-key late\r\n"), 0.5)
+        await bounded(0.5, round_trip(reader, writer, b"SET stalled-key late\r\n"))
     assert proxy.moved == moved
     assert proxy.open_connections == 1
     assert not reader.at_eof()
     with SyncRedis(port=live_redis_server.port, socket_timeout=2) as direct:
         assert direct.get("stalled-key") is None
         proxy.heal()
-        assert await asyncio.wait_for(reader.readline(), 2) == b"+OK\r\n"
+        assert await bounded(2, reader.readline()) == b"+OK\r\n"
         assert direct.get("stalled-key") == b"late"
         direct.delete("stalled-key")
     writer.close()
@@ -119,7 +120,7 @@ async def test_a_stall_of_one_direction_lets_the_other_move(
         await eventually(lambda: direct.get("one-way"), timeout=2, what="SET on the server")
         assert direct.get("one-way") == b"arrived"
         with pytest.raises(TimeoutError):
-            await asyncio.wait_for(reader.readline(), 0.5)
+            await bounded(0.5, reader.readline())
         assert proxy.moved[Direction.DOWN] == 0
         direct.delete("one-way")
     writer.close()
@@ -143,9 +144,9 @@ async def test_cut_closes_open_connections_and_new_ones_until_healed(proxy: Faul
     reader, writer = await opened(proxy)
     assert await round_trip(reader, writer) == PONG
     proxy.cut()
-    assert await asyncio.wait_for(reader.read(), 2) == b""
+    assert await bounded(2, reader.read()) == b""
     late_reader, late_writer = await opened(proxy)
-    assert await asyncio.wait_for(late_reader.read(), 2) == b""
+    assert await bounded(2, late_reader.read()) == b""
     proxy.heal()
     healed_reader, healed_writer = await opened(proxy)
     assert await round_trip(healed_reader, healed_writer) == PONG
@@ -176,9 +177,9 @@ async def test_aclose_ends_every_connection_and_task(live_redis_server: RedisSer
         writer.write(PING)
     await asyncio.sleep(0.1)
     assert proxy.open_connections == 3
-    await asyncio.wait_for(proxy.aclose(), 5)
+    await bounded(5, proxy.aclose())
     for reader, writer in streams:
-        assert await asyncio.wait_for(reader.read(), 2) == b""
+        assert await bounded(2, reader.read()) == b""
         writer.close()
     assert asyncio.all_tasks() == before
     with pytest.raises(ConnectionRefusedError):
@@ -192,7 +193,7 @@ async def test_a_delay_set_while_bytes_wait_applies_to_them(proxy: FaultProxy) -
     writer.write(PING)
     await asyncio.sleep(0.1)
     proxy.shape(Shape(delay=0.5), (Direction.UP,))
-    assert await asyncio.wait_for(reader.readline(), 2) == PONG
+    assert await bounded(2, reader.readline()) == PONG
     assert proxy.moved[Direction.UP] == len(PING)
     writer.close()
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from playguard_async.desired_state.model import Marquee
+from playguard_async.kits.aio import bounded
 from playguard_async.remote.errors import (
     AuthRefused,
     HostKeyMismatch,
@@ -204,7 +205,7 @@ async def test_an_unusable_client_file_names_marquee_field_and_file(
     path = broken_file(kind, tmp_path / field, ssh_server)
     marquee = lab_marquee(ssh_server, docker_daemon, **{field: path})
     with pytest.raises(MarqueeMisconfigured) as error:
-        await asyncio.wait_for(open_session(marquee, OPTIONS).__aenter__(), 10)
+        await bounded(10, open_session(marquee, OPTIONS).__aenter__())
     message = str(error.value)
     assert message.startswith(f"edge-1 ({ssh_server.host}:{ssh_server.port}): {field} {path}")
     assert "\n" not in message
@@ -216,5 +217,5 @@ async def test_a_user_name_saslprep_refuses_names_marquee_and_user(
 ) -> None:
     marquee = lab_marquee(ssh_server, docker_daemon, user=user)
     with pytest.raises(MarqueeMisconfigured) as error:
-        await asyncio.wait_for(open_session(marquee, OPTIONS).__aenter__(), 10)
+        await bounded(10, open_session(marquee, OPTIONS).__aenter__())
     assert str(error.value).startswith(f"edge-1 ({ssh_server.host}:{ssh_server.port}): user ")

@@ -20,6 +20,7 @@ from playguard_async.desired_state.model import Inventory
 from playguard_async.desired_state.source import Ability
 from playguard_async.engine.desired_reads import TICK_READ_WAIT
 from playguard_async.engine.scheduler import Engine
+from playguard_async.kits.aio import bounded
 from playguard_async.phases.protocol import PhaseContext
 from tests.support.engine import EngineHarness, ScriptedPhase, inventory_of
 from tests.support.state import StaticState
@@ -265,7 +266,7 @@ async def test_a_wake_up_starts_a_ticks_cycle_waiting_out_its_offset_now_from_it
     started = await engine.wake({"m1"})
 
     assert started == [waiting]
-    result = await asyncio.wait_for(waiting, 5)
+    result = await bounded(5, waiting)
     assert result.outcome.value == "ok"
     assert seen == [("m1", "10.0.1.1")]
     assert engine.cycles == {}, "no follow-up: the cycle read the change"

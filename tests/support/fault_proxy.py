@@ -34,6 +34,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Self, TypeVar
 
+from playguard_async.kits.aio import bounded
+
 CHUNK = 65_536
 """Bytes read at once from either side."""
 
@@ -155,7 +157,7 @@ class _Pump:
                 if wait <= 0:
                     return
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(changed.wait(), wait)
+                await bounded(wait, changed.wait())
 
     async def _hand_on(self, chunk: bytes) -> None:
         """Write ``chunk``: whole, or in slices at the shape's rate (a stall set meanwhile
@@ -267,8 +269,8 @@ class FaultProxy(ProxyControls):
         try:
             if self.is_cut:
                 return
-            server_in, server = await asyncio.wait_for(
-                asyncio.open_connection(*self.target), CONNECT_TIMEOUT
+            server_in, server = await bounded(
+                CONNECT_TIMEOUT, asyncio.open_connection(*self.target)
             )
             connection.ends.append(server)
             connection.pumps = [

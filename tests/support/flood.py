@@ -10,6 +10,8 @@ import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from playguard_async.kits.aio import bounded
+
 
 @dataclass
 class Flood:
@@ -68,7 +70,7 @@ class Flood:
             try:
                 writer.write(line)
                 await writer.drain()
-                if await asyncio.wait_for(reader.read(4096), self.trickle) == b"":
+                if await bounded(self.trickle, reader.read(4096)) == b"":
                     self.closed_by_server += 1
                     return
             except TimeoutError:

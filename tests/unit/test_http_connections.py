@@ -16,6 +16,7 @@ from aiohttp import web
 from hypothesis import given
 from hypothesis import strategies as st
 
+from playguard_async.kits.aio import bounded
 from playguard_async.service.endpoints import serving
 from playguard_async.service.http_connections import (
     PER_CLIENT,
@@ -81,7 +82,7 @@ async def closed_by_server(reader: asyncio.StreamReader) -> bytes:
     """Everything the server sent until it closed the connection (a reset counts as closed)."""
     received = b""
     with contextlib.suppress(ConnectionResetError):
-        while chunk := await asyncio.wait_for(reader.read(65536), GIVEN_UP):
+        while chunk := await bounded(GIVEN_UP, reader.read(65536)):
             received += chunk
     return received
 

@@ -18,6 +18,7 @@ import pytest
 from aiohttp import web
 from structlog.testing import capture_logs
 
+from playguard_async.kits.aio import bounded
 from playguard_async.service.endpoints import application, serving
 from playguard_async.service.http_connections import ConnectionGate
 from playguard_async.service.http_guard import (
@@ -62,7 +63,7 @@ class Server:
         try:
             writer.write(raw)
             await writer.drain()
-            data = await asyncio.wait_for(reader.read(), 10)
+            data = await bounded(10, reader.read())
         finally:
             writer.close()
             await writer.wait_closed()

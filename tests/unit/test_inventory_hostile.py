@@ -24,7 +24,7 @@ from playguard_async.desired_state.model import (
     InventoryError,
 )
 from playguard_async.desired_state.yaml_source import ALIAS_EXPANSION_LIMIT, YamlInventorySource
-from playguard_async.kits.aio import in_thread
+from playguard_async.kits.aio import bounded, in_thread
 from playguard_async.kits.files import FileContent
 from tests.support.hostile import GOOD, HOSTILE, YAML_PIECE_TEXTS, laughs
 
@@ -92,7 +92,7 @@ async def test_anything_but_a_regular_file_is_refused_without_blocking(
 ) -> None:
     path = tmp_path / "inventory.yaml"
     special_file(kind)(path)
-    error = await asyncio.wait_for(refusal(YamlInventorySource(path)), 5.0)
+    error = await bounded(5.0, refusal(YamlInventorySource(path)))
     assert_readable(error, path)
 
 

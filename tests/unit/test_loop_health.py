@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from structlog.testing import capture_logs
 
+from playguard_async.kits.aio import bounded
 from playguard_async.service.loop_health import (
     FRAME_TEXT_LIMIT,
     Beat,
@@ -167,7 +168,7 @@ async def test_a_loop_held_by_a_blocking_call_is_told_once_naming_the_call() -> 
         async with watch.running():
             await asyncio.sleep(0.2)
             loop.call_soon(hold_the_loop, 1.5)  # 5 bounds
-            await asyncio.wait_for(told.wait(), timeout=10)
+            await bounded(10, told.wait())
             assert watch.lag() > watch.bound
             assert (watch.lagging() or "").startswith("event loop lagging ")
             await asyncio.sleep(0.2)

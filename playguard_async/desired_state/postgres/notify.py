@@ -18,6 +18,7 @@ from playguard_async.desired_state.postgres.connection import (
     connect,
     redacted,
 )
+from playguard_async.kits.aio import bounded
 
 log = structlog.get_logger("playguard.desired_state")
 
@@ -86,7 +87,7 @@ class NotificationListener:
             if left <= 0:
                 return
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._arrived.wait(), min(self._quiet, left))
+                await bounded(min(self._quiet, left), self._arrived.wait())
 
     def _notified(self, connection: object, pid: int, channel: str, payload: str) -> None:
         self._pending.add(payload)
@@ -148,7 +149,7 @@ class NotificationListener:
         """
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(closed.wait(), self._probe_interval)
+                await bounded(self._probe_interval, closed.wait())
                 return
             await connection.fetchval("SELECT 1", timeout=self._timeout)
 

@@ -62,7 +62,7 @@ from playguard_async.desired_state.postgres.snapshot import (
 from playguard_async.desired_state.postgres.validation import RowMemo, Validated, validate_snapshot
 from playguard_async.desired_state.source import Ability
 from playguard_async.desired_state.yaml_source import INVENTORY_MAX_BYTES
-from playguard_async.kits.aio import in_thread
+from playguard_async.kits.aio import bounded, in_thread
 
 log = structlog.get_logger("playguard.desired_state")
 
@@ -133,7 +133,7 @@ class PostgresDesiredState:
             return self._late(f"a snapshot read earlier is still being validated, past "
                               f"{self._validate_timeout:g} s (inventory_read_timeout)")  # fmt: skip
         try:
-            snapshot = await asyncio.wait_for(self._read(), self._timeout)
+            snapshot = await bounded(self._timeout, self._read())
         except SnapshotTooLarge as exc:
             # The database answered: a bad desired state (the engine keeps the last good one and
             # says so once), or, with none yet, one to wait out like an outage.
@@ -198,9 +198,7 @@ class PostgresDesiredState:
             if self._columns is None or self._validating.locked():
                 return None
             try:
-                rows, last_change = await asyncio.wait_for(
-                    self._read_narrow(sorted(names)), self._timeout
-                )
+                rows, last_change = await bounded(self._timeout, self._read_narrow(sorted(names)))
             except (SnapshotTooLarge, NarrowReadRefused, DatabaseError, OSError, TimeoutError,
                     asyncpg.PostgresError, asyncpg.InterfaceError) as exc:  # fmt: skip
                 await self._drop_connection()  # a transaction cut short: start clean
@@ -280,9 +278,7 @@ class PostgresDesiredState:
         if self._checkpoints is None or self._connection is None:
             return
         try:
-            await asyncio.wait_for(
-                self._checkpoints.take(self._connection, self.schema), self._timeout
-            )
+            await bounded(self._timeout, self._checkpoints.take(self._connection, self.schema))
         except TimeoutError:
             log.error("audit.checkpoint_failed", file=str(self._checkpoints.path),
                       error=f"not taken within {self._timeout:g} s")  # fmt: skip
