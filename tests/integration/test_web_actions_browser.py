@@ -26,8 +26,12 @@ from pathlib import Path
 import pytest
 from redis import Redis as SyncRedis
 from selenium import webdriver
-from selenium.common.exceptions import StaleElementReferenceException
+from selenium.common.exceptions import (
+    ElementNotInteractableException,
+    StaleElementReferenceException,
+)
 from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
 
 from playguard_async.coordination.keys import last_cycle_key, operator_actions_key, pause_key
 from playguard_async.coordination.operator_actions import OperatorAction
@@ -143,17 +147,18 @@ def fill_and_press(
 ) -> None:
     """Type ``fields`` into the form and press its ``action`` button. A live update may swap
     the page's <main> before the first field has the focus (after that, the page waits for the
-    form): then the form is found again and filled anew."""
+    form): then the form is found again and filled anew. A field is emptied by selecting what
+    it holds and typing over it, never with WebDriver's clear(), which takes the focus away and
+    lets a swap in between; chromedriver calls an element swapped out mid-command either stale
+    or not interactable."""
     for _ in range(5):
         try:
             form = browser.find_element(By.ID, form_id)
             for name, value in fields.items():
-                field = form.find_element(By.NAME, name)
-                field.clear()
-                field.send_keys(value)
+                form.find_element(By.NAME, name).send_keys(Keys.CONTROL, "a", Keys.NULL, value)
             form.find_element(By.CSS_SELECTOR, f'button[value="{action}"]').click()
             return
-        except StaleElementReferenceException:
+        except (StaleElementReferenceException, ElementNotInteractableException):
             continue
     raise AssertionError(f"the form {form_id} was swapped under every try")
 
