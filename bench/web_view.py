@@ -80,8 +80,8 @@ from playguard_async.coordination.lock_record import Holder
 from playguard_async.coordination.lock_state import LockState
 from playguard_async.coordination.marquee_reads import LastCycle, MarqueeStatus, MarqueeStory
 from playguard_async.engine.results import Outcome
-from playguard_async.service.fleet_picture import FleetPicture, Listed
-from playguard_async.service.web_view import WebView
+from playguard_async.web.fleet_picture import FleetPicture, Listed
+from playguard_async.web.view import WebView
 from tests.support.fleet_records import OUTCOMES_IN_TURN, write_fleet, written_cycle
 
 QUERIES = (
@@ -203,7 +203,7 @@ class Served:
     """The web view of a fleet read from memory, its picture's loop running, on loopback."""
 
     def __init__(self, count: int) -> None:
-        from playguard_async.service import fleet_picture  # noqa: PLC0415 - the child's code
+        from playguard_async.web import fleet_picture  # noqa: PLC0415 - the child's code
 
         self.counts: Counter[str] = Counter()
         self.in_flight = 0
@@ -263,7 +263,7 @@ class Served:
             web_view=self.view,
         )
         if "guard" in inspect.signature(application).parameters:  # since the Host check
-            from playguard_async.service.http_guard import HostRule, HttpGuard  # noqa: PLC0415
+            from playguard_async.web.http_guard import HostRule, HttpGuard  # noqa: PLC0415
 
             options["guard"] = HttpGuard(HostRule.bound_to("127.0.0.1"))
         app = application(**options)
@@ -348,7 +348,7 @@ async def with_tabs(served: Served, base: str, tabs: int, pages: str, seconds: f
 def resources_text(name: str) -> str:
     from importlib import resources  # noqa: PLC0415
 
-    return resources.files("playguard_async.service").joinpath("web", name).read_text()
+    return resources.files("playguard_async.web").joinpath("static", name).read_text()
 
 
 async def serve_and_measure(count: int, tabs: int, rate: float, seconds: float) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 cycle as a typed ``LastCycle``, that cycle phase by phase, its recent cycles.
 
 ``playguard status``, ``describe`` and ``history`` print it; the daemon's web view
-(``service.web_view``) serves it. Both read through here, so there is one reader of the records
+(``web.view``) serves it. Both read through here, so there is one reader of the records
 and one understanding of what a malformed one means (outcome ``unknown``, never an error).
 
 A key of another Redis type than playguard writes there (``foreign``) is that Marquee's news

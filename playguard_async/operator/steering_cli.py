@@ -233,8 +233,8 @@ def web_add_user(
     import sys
 
     with readable_errors(ctx):
-        from playguard_async.service.web_users import Role, add_user, password_problem
         from playguard_async.settings import load_settings
+        from playguard_async.web.users import Role, add_user, password_problem
 
         # The users file and the password rule only: no desired state is read, so none need be
         # named (``command_settings``' rule).

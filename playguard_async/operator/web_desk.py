@@ -1,4 +1,4 @@
-"""The web view's actions run by the CLI's own code (``service.web_actions.ActionDesk``): the
+"""The web view's actions run by the CLI's own code (``web.actions.ActionDesk``): the
 same functions ``playguard pause``, ``plan``, ``cycle``, ``pin``, ``rollout`` and ``unlock``
 call, with the same checks of what was typed (``operator.action_input``), the web user's name
 recorded as who. The daemon is given it by ``playguard run`` (the service layer does not reach
@@ -26,8 +26,8 @@ from playguard_async.operator.fleet import OperateError
 from playguard_async.operator.pause import lift_scope_pause, take_scope_pause
 from playguard_async.operator.plan import plan_one
 from playguard_async.operator.unlock import unlock_lines, unlock_marquee
-from playguard_async.service.web_actions import ActionRefused
 from playguard_async.settings import Settings, SettingsError
+from playguard_async.web.actions import ActionRefused
 
 _Action = Callable[[Mapping[str, str], str], Awaitable[list[str]]]
 
@@ -53,7 +53,7 @@ def _scope(form: Mapping[str, str]) -> str:
 
 
 class CliDesk:
-    """The actions of ``service.web_actions.ACTIONS``, each the CLI command's own functions with
+    """The actions of ``web.actions.ACTIONS``, each the CLI command's own functions with
     the daemon's settings; what cannot be done as asked is an ``ActionRefused`` saying why."""
 
     def __init__(self, settings: Settings) -> None:

@@ -69,7 +69,7 @@ from playguard_async.service.wiring import remote_options
 from playguard_async.settings import Settings
 
 if TYPE_CHECKING:
-    from playguard_async.service.web_timeline import TimelineReader
+    from playguard_async.web.timeline import TimelineReader
 
 log = structlog.get_logger("playguard.why")
 
@@ -287,7 +287,7 @@ def timeline_reader(settings: Settings) -> TimelineReader:
     """``marquee_timeline`` with ``settings``, for the daemon's web view: what stops it from
     reading anything (Redis, an unknown Marquee) raised as ``TimelineUnavailable``, logged
     here with its reason. (The web view's module is imported here, not by ``playguard why``.)"""
-    from playguard_async.service.web_timeline import TimelineUnavailable  # noqa: PLC0415
+    from playguard_async.web.timeline import TimelineUnavailable  # noqa: PLC0415
 
     async def read(name: str, *, playground: str | None, since: float) -> Timeline:
         try:

@@ -27,21 +27,13 @@ from playguard_async.kits.capacity import raise_open_files_limit
 from playguard_async.phases.rollout_desk import rollouts_standing
 from playguard_async.service.connections import redis_for
 from playguard_async.service.endpoints import application, serving
-from playguard_async.service.fleet_picture import FleetPicture, Listed
 from playguard_async.service.http_connections import gate_for
-from playguard_async.service.http_guard import HostRule, HttpGuard
 from playguard_async.service.liveness import Liveness
 from playguard_async.service.loop_health import LoopWatch
 from playguard_async.service.metrics import GONE_PLAYSPEC, Metrics
 from playguard_async.service.notifications import ChangeNotifier, news_of
 from playguard_async.service.story import steered_story
 from playguard_async.service.systemd import Notifier, report_to_systemd, watchdog_interval
-from playguard_async.service.web_actions import ActionDesk
-from playguard_async.service.web_auth import TrustedProxy, WebAuth
-from playguard_async.service.web_pictures import CYCLES_DRAWN
-from playguard_async.service.web_timeline import TimelineReader, TimelineReads
-from playguard_async.service.web_users import UsersFile
-from playguard_async.service.web_view import WebView
 from playguard_async.service.wiring import (
     RemoteLayer,
     build_engine,
@@ -50,6 +42,14 @@ from playguard_async.service.wiring import (
     stopping_on_signals,
 )
 from playguard_async.settings import Settings
+from playguard_async.web.actions import ActionDesk
+from playguard_async.web.auth import TrustedProxy, WebAuth
+from playguard_async.web.fleet_picture import FleetPicture, Listed
+from playguard_async.web.http_guard import HostRule, HttpGuard
+from playguard_async.web.pictures import CYCLES_DRAWN
+from playguard_async.web.timeline import TimelineReader, TimelineReads
+from playguard_async.web.users import UsersFile
+from playguard_async.web.view import WebView
 
 READY_WITHIN = 0.75
 """Seconds a readiness test waits for Redis's PING at most (less when ``redis_socket_timeout``

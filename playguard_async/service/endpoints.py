@@ -1,11 +1,11 @@
 """The HTTP endpoints operators and orchestrators probe: /healthz, /readyz and /metrics, and
-beside them the web view (``service.web_view``) when it is on.
+beside them the web view (``web.view``) when it is on.
 
 /healthz is liveness (does the tick loop still turn?) and /readyz is readiness (does Redis
 answer, does the event loop wake on time?): a Redis outage makes a replica unready but not dead,
 so a supervisor that restarts on /healthz does not restart every replica at once because Redis
 blinked. Bodies are one plain-text line saying why, for a person with curl. Every request passes
-``service.http_guard`` first (the Host check, the credential, the security headers).
+``web.http_guard`` first (the Host check, the credential, the security headers).
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from playguard_async.service.http_connections import ConnectionGate, GatedSite, server_arguments
-from playguard_async.service.http_guard import HttpGuard, guard_unrouted, runner_arguments
 from playguard_async.service.liveness import Liveness
-from playguard_async.service.web_view import WebView
+from playguard_async.web.http_guard import HttpGuard, guard_unrouted, runner_arguments
+from playguard_async.web.view import WebView
 
 log = structlog.get_logger("playguard.http")
 

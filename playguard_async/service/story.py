@@ -1,7 +1,7 @@
 """One Marquee's story as the desired state steers it: what ``playguard describe`` prints and the
 web view's Marquee page shows.
 
-It lives apart from the web view (``service.fleet_picture``) so that the operator's commands
+It lives apart from the web view (``web.fleet_picture``) so that the operator's commands
 tell the same story without importing the daemon's web view.
 """
 

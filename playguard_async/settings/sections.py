@@ -393,7 +393,7 @@ class RecordSettings(BaseModel):
 
 
 WEB_ROLES = ("viewer", "operator", "admin")
-"""The web view's roles, each allowed what the one before it is (``service.web_users.Role``)."""
+"""The web view's roles, each allowed what the one before it is (``web.users.Role``)."""
 
 
 class HttpSettings(BaseModel):

@@ -15,7 +15,7 @@ from playguard_async.coordination.keys import (
     last_cycle_key,
 )
 from playguard_async.coordination.records import CycleRecords
-from playguard_async.service.fleet_picture import FleetPicture, Listed
+from playguard_async.web.fleet_picture import FleetPicture, Listed
 from tests.support.fencing import eventually
 
 pytestmark = pytest.mark.integration

@@ -38,9 +38,9 @@ from playguard_async.engine.cycle import Cycle
 from playguard_async.engine.results import Outcome
 from playguard_async.engine.scheduler import Engine
 from playguard_async.engine.services import CycleServices
-from playguard_async.service.fleet_picture import FleetPicture, Listed
-from playguard_async.service.fleet_table import Row
 from playguard_async.service.notifications import ChangeNotifier
+from playguard_async.web.fleet_picture import FleetPicture, Listed
+from playguard_async.web.fleet_table import Row
 from tests.support.cli import EXIT_LOCKED, Playguard
 from tests.support.daemon import marquee_entry
 from tests.support.engine import ScriptedPhase, inventory_of, settings_for

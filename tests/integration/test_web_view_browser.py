@@ -31,7 +31,7 @@ from playguard_async.coordination.keys import (
 )
 from playguard_async.coordination.pause import Pause
 from playguard_async.engine.results import Outcome
-from playguard_async.service.fleet_table import NEVER
+from playguard_async.web.fleet_table import NEVER
 from playguard_lab import RedisServer
 from tests.support.browser import cell_texts, chromium, mark, not_reloaded
 from tests.support.daemon import Daemon, DaemonRunner, marquee_entry, wait_for, witness_lines
@@ -126,7 +126,7 @@ def outcome_of(browser: webdriver.Chrome, marquee: str) -> str:
 OUTCOMES = frozenset(outcome.value for outcome in Outcome)
 
 PICTURE_CLASSES = frozenset({"pattern-defs", "key", "health", "strip", "chart", "progress"})
-"""The classes of the pages' own pictures (service/web_pictures.py): any other SVG is not ours."""
+"""The classes of the pages' own pictures (web/pictures.py): any other SVG is not ours."""
 
 
 def cell_attributes(browser: webdriver.Chrome, css: str, name: str) -> list[str]:
@@ -330,7 +330,7 @@ async def test_the_page_script_keeps_one_fetch_in_flight_however_fast_versions_c
     """The page's script in the browser against a stand-in replica that announces a version
     every 20 ms for 2 s and answers each fetch of the page in 300 ms: one fetch at a time, each
     version announced during one makes a single one more, and the page ends at the last."""
-    script = resources.files("playguard_async.service").joinpath("web", "web_view.js")
+    script = resources.files("playguard_async.web").joinpath("static", "web_view.js")
     state = {"version": 0, "in_flight": 0, "most_in_flight": 0, "fetches": 0}
     announcing = True
 

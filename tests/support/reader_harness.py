@@ -25,7 +25,7 @@ from playguard_async.coordination.marquee_reads import read_story
 from playguard_async.coordination.records import CycleRecords, follow_cycle_ends
 from playguard_async.coordination.replicas import ReplicaRoster
 from playguard_async.kits.aio import StopSignal
-from playguard_async.service.fleet_picture import FleetPicture, Listed
+from playguard_async.web.fleet_picture import FleetPicture, Listed
 
 BEAT = 0.1
 MARQUEE = "harness-m"

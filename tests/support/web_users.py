@@ -8,8 +8,8 @@ from pathlib import Path
 
 from argon2 import PasswordHasher
 
-from playguard_async.service.web_auth import TrustedProxy, WebAuth
-from playguard_async.service.web_users import UsersFile
+from playguard_async.web.auth import TrustedProxy, WebAuth
+from playguard_async.web.users import UsersFile
 
 CHEAP = PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
 

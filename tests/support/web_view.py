@@ -12,12 +12,12 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from playguard_async.coordination.marquee_reads import MarqueeStatus, MarqueeStory
 from playguard_async.service.endpoints import application
-from playguard_async.service.fleet_picture import FleetPicture, Listed
-from playguard_async.service.http_guard import HostRule, HttpGuard
 from playguard_async.service.liveness import Liveness
-from playguard_async.service.web_actions import ActionDesk
-from playguard_async.service.web_auth import WebAuth
-from playguard_async.service.web_view import WebView
+from playguard_async.web.actions import ActionDesk
+from playguard_async.web.auth import WebAuth
+from playguard_async.web.fleet_picture import FleetPicture, Listed
+from playguard_async.web.http_guard import HostRule, HttpGuard
+from playguard_async.web.view import WebView
 
 OUTCOMES = ("ok", "failed", "locked", "unreachable")
 

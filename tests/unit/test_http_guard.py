@@ -21,14 +21,14 @@ from structlog.testing import capture_logs
 from playguard_async.kits.aio import bounded
 from playguard_async.service.endpoints import application, serving
 from playguard_async.service.http_connections import ConnectionGate
-from playguard_async.service.http_guard import (
+from playguard_async.service.liveness import Liveness
+from playguard_async.web.http_guard import (
     REFUSAL_LOG_INTERVAL,
     SECURITY_HEADERS,
     HostRule,
     HttpGuard,
     RefusalLog,
 )
-from playguard_async.service.liveness import Liveness
 from tests.support.web_users import auth_of
 
 CREDENTIAL = "s3cret"

@@ -16,14 +16,14 @@ from aiohttp.test_utils import TestClient, make_mocked_request
 from structlog.testing import capture_logs
 
 from playguard_async.kits.rate_limit import RateLimit
-from playguard_async.service.web_actions import (
+from playguard_async.web.actions import (
     SHOWN_CHARS,
     SHOWN_LINES,
     ActionRefused,
     same_origin,
 )
-from playguard_async.service.web_auth import Refused, TrustedProxy
-from playguard_async.service.web_users import WebUser
+from playguard_async.web.auth import Refused, TrustedProxy
+from playguard_async.web.users import WebUser
 from tests.support.web_users import auth_of, basic
 from tests.support.web_view import picture_of, serving, view_of
 

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from playguard_async.service.web_auth import offered_basic
+from playguard_async.web.auth import offered_basic
 
 CREDENTIAL = "s3cret"
 OFFERED = ("user", CREDENTIAL)

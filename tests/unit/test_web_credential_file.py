@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from playguard_async.service.web_users import read_users
 from playguard_async.settings import SettingsError, load_settings
+from playguard_async.web.users import read_users
 from tests.support.web_users import CHEAP
 
 ACCEPTED_MODES = [0o600, 0o400, 0o200, 0o700, 0o500, 0o610, 0o601, 0o611]

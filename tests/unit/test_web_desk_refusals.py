@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from playguard_async.operator.web_desk import CliDesk
-from playguard_async.service.web_actions import ActionRefused
+from playguard_async.web.actions import ActionRefused
 from tests.support.daemon import marquee_entry
 from tests.support.engine import settings_for
 

@@ -22,10 +22,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
-from playguard_async.service.web_auth import FAILURES_PER_MINUTE, TrustedProxy, WebAuth
-from playguard_async.service.web_login import FORM_AGE, WebLogin
-from playguard_async.service.web_session import SESSIONS_PER_USER
-from playguard_async.service.web_users import VERIFY_CONCURRENCY
+from playguard_async.web.auth import FAILURES_PER_MINUTE, TrustedProxy, WebAuth
+from playguard_async.web.login import FORM_AGE, WebLogin
+from playguard_async.web.sessions import SESSIONS_PER_USER
+from playguard_async.web.users import VERIFY_CONCURRENCY
 from tests.support.web_users import CHEAP, auth_of, basic, write_users
 from tests.support.web_view import picture_of, serving, view_of
 

@@ -18,9 +18,8 @@ from redis.exceptions import ResponseError
 
 from playguard_async.coordination.marquee_reads import LastCycle
 from playguard_async.engine.results import Outcome
-from playguard_async.service import web_pictures
-from playguard_async.service.recent_cycles import RecentCycles
-from playguard_async.service.web_pictures import (
+from playguard_async.web import pictures as web_pictures
+from playguard_async.web.pictures import (
     CYCLES_DRAWN,
     DURATION_TOP,
     HEALTH_WIDTH,
@@ -41,6 +40,7 @@ from playguard_async.service.web_pictures import (
     seconds_text,
     small_strip,
 )
+from playguard_async.web.recent_cycles import RecentCycles
 
 SVG = "{http://www.w3.org/2000/svg}"
 

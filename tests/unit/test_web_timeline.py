@@ -11,8 +11,8 @@ from collections.abc import Awaitable
 import pytest
 
 from playguard_async.operator.why import NO_CYCLE_RECORD, Event, HostJournal, HostWrite, Timeline
-from playguard_async.service.fleet_table import BadQuery
-from playguard_async.service.web_timeline import (
+from playguard_async.web.fleet_table import BadQuery
+from playguard_async.web.timeline import (
     EVENTS_SHOWN,
     WAITERS_PER_ASKER,
     WAITERS_PER_MARQUEE,
@@ -23,7 +23,7 @@ from playguard_async.service.web_timeline import (
     TimelineReads,
     TimelineUnavailable,
 )
-from playguard_async.service.web_view import WebView
+from playguard_async.web.view import WebView
 from tests.support.web_view import OUTCOMES, picture_of, serving
 from tests.unit.test_web_view import hostile_fleet, hostile_story
 

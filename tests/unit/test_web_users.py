@@ -14,8 +14,9 @@ import pytest
 
 from playguard_async.kits.rate_limit import RateLimit
 from playguard_async.operator.steering_cli import web_add_user
-from playguard_async.service.web_actions import ACTIONS
-from playguard_async.service.web_users import (
+from playguard_async.settings.sections import WEB_ROLES
+from playguard_async.web.actions import ACTIONS
+from playguard_async.web.users import (
     ROLE_NAMES,
     Role,
     UsersFile,
@@ -24,7 +25,6 @@ from playguard_async.service.web_users import (
     parse_users,
     read_users,
 )
-from playguard_async.settings.sections import WEB_ROLES
 from tests.support.web_users import CHEAP, write_users
 
 HASH = CHEAP.hash("pw")

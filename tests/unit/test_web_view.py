@@ -33,9 +33,11 @@ from playguard_async.coordination.marquee_reads import (
 from playguard_async.desired_state.rollout_policy import RolloutPolicy, Wave
 from playguard_async.phases.rollout_desk import RolloutStanding
 from playguard_async.phases.rollout_record import Rollout
-from playguard_async.service import fleet_picture
-from playguard_async.service.fleet_picture import FleetPicture
-from playguard_async.service.fleet_table import (
+from playguard_async.settings import SettingsError, load_settings
+from playguard_async.web import fleet_picture
+from playguard_async.web.auth import offered_basic
+from playguard_async.web.fleet_picture import FleetPicture
+from playguard_async.web.fleet_table import (
     PAGE_SIZE,
     BadQuery,
     FleetQuery,
@@ -43,9 +45,7 @@ from playguard_async.service.fleet_table import (
     fleet_page,
     fleet_rows,
 )
-from playguard_async.service.web_auth import offered_basic
-from playguard_async.service.web_view import PAGES_KEPT, RenderedPages, WebView
-from playguard_async.settings import SettingsError, load_settings
+from playguard_async.web.view import PAGES_KEPT, RenderedPages, WebView
 from tests.support.web_users import auth_of, basic
 from tests.support.web_view import OUTCOMES, picture_of, serving, view_of
 
@@ -602,7 +602,7 @@ async def test_the_pages_a_version_wakes_are_rendered_once_each(
         return fleet_rows(statuses, now)
 
     monkeypatch.setattr(environment, "get_template", counted)
-    monkeypatch.setattr("playguard_async.service.web_view.fleet_rows", rows)
+    monkeypatch.setattr("playguard_async.web.view.fleet_rows", rows)
 
     async def fetch(path: str) -> str:
         async with live.client.get(path) as response:

@@ -1,5 +1,5 @@
-"""Who a request of the web view comes from: a user of the users file (``service.web_users``),
-by a login's session cookie (``service.web_session``) or by HTTP basic auth (scripts, curl,
+"""Who a request of the web view comes from: a user of the users file (``web.users``),
+by a login's session cookie (``web.sessions``) or by HTTP basic auth (scripts, curl,
 Prometheus' ``basic_auth``), or a user a trusted auth proxy names.
 
 A header is outside input down to its bytes: aiohttp hands over bytes that are not UTF-8 as lone
@@ -29,8 +29,8 @@ import structlog
 from aiohttp import BasicAuth, hdrs, web
 
 from playguard_async.kits.rate_limit import RateLimit
-from playguard_async.service.web_session import SESSION_COOKIE, Session, Sessions
-from playguard_async.service.web_users import (
+from playguard_async.web.sessions import SESSION_COOKIE, Session, Sessions
+from playguard_async.web.users import (
     PasswordCheck,
     Role,
     UsersFile,

@@ -18,7 +18,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from playguard_async.service.web_users import WebUser
+from playguard_async.web.users import WebUser
 
 SESSION_COOKIE = "playguard_session"
 

@@ -21,7 +21,7 @@ from redis.exceptions import RedisError, ResponseError
 from playguard_async.coordination.marquee_reads import LastCycle
 from playguard_async.coordination.records import CycleRecords
 from playguard_async.engine.results import one_line
-from playguard_async.service.web_pictures import CYCLES_DRAWN, small_strip
+from playguard_async.web.pictures import CYCLES_DRAWN, small_strip
 
 log = structlog.get_logger("playguard.web")
 

@@ -1,6 +1,6 @@
 """The web view of the fleet: pages rendered on the server from the replica's ``FleetPicture``,
 and a server-sent event stream that tells open pages a new picture is there. Its forms run
-actions (``service.web_actions``) for users whose role allows them; the pages alone only look.
+actions (``web.actions``) for users whose role allows them; the pages alone only look.
 
 What is on a page comes from outside (Marquee names, reasons, host output, Redis values), so the
 templates are rendered with autoescape on and the Content-Security-Policy allows no inline script:
@@ -15,7 +15,7 @@ bucket and served to the rest (``RenderedPages``), each user's own parts put in 
 (``WebActions.fill``). Streams are counted per client address and in total, and one past
 either cap is refused (429, 503) before it holds anything.
 
-The pages' pictures are SVG drawn here from what the page already holds (``web_pictures``): the
+The pages' pictures are SVG drawn here from what the page already holds (``pictures``): the
 health bar once per version, each row's strip once per Marquee and last cycle
 (``RecentCycles``), the badges once per distinct state; so a page with them costs about what one
 without them did (bench/README.md, "Web view pictures").
@@ -42,9 +42,11 @@ from redis.exceptions import RedisError
 
 from playguard_async.coordination.marquee_reads import LastCycle, MarqueeStatus
 from playguard_async.cycle_record import revision_short
-from playguard_async.service import web_pictures
-from playguard_async.service.fleet_picture import FleetPicture
-from playguard_async.service.fleet_table import (
+from playguard_async.web import pictures
+from playguard_async.web.actions import ActionDesk, WebActions
+from playguard_async.web.auth import WebAuth
+from playguard_async.web.fleet_picture import FleetPicture
+from playguard_async.web.fleet_table import (
     NEVER,
     BadQuery,
     FleetQuery,
@@ -53,11 +55,9 @@ from playguard_async.service.fleet_table import (
     fleet_rows,
     select_page,
 )
-from playguard_async.service.recent_cycles import RecentCycles
-from playguard_async.service.web_actions import ActionDesk, WebActions
-from playguard_async.service.web_auth import WebAuth
-from playguard_async.service.web_login import WebLogin
-from playguard_async.service.web_timeline import (
+from playguard_async.web.login import WebLogin
+from playguard_async.web.recent_cycles import RecentCycles
+from playguard_async.web.timeline import (
     Asker,
     TimelineBusy,
     TimelineQuery,
@@ -65,7 +65,7 @@ from playguard_async.service.web_timeline import (
     TimelineUnavailable,
     page_values,
 )
-from playguard_async.service.web_timeline import add_filters as add_timeline_filters
+from playguard_async.web.timeline import add_filters as add_timeline_filters
 
 log = structlog.get_logger("playguard.web")
 
@@ -225,7 +225,7 @@ def held_playgrounds(status: MarqueeStatus) -> int:
 def templates() -> jinja2.Environment:
     """The package's templates, autoescaped whatever their name, undefined names an error."""
     environment = jinja2.Environment(
-        loader=jinja2.PackageLoader("playguard_async.service", "web"),
+        loader=jinja2.PackageLoader("playguard_async.web", "templates"),
         autoescape=True,
         undefined=jinja2.StrictUndefined,
     )
@@ -233,16 +233,16 @@ def templates() -> jinja2.Environment:
     environment.filters["revision"] = revision_short
     environment.filters["path_part"] = lambda text: quote(str(text), safe="")
     environment.globals.update(
-        cycle_strip=web_pictures.cycle_strip,
-        duration_chart=web_pictures.duration_chart,
-        actions_chart=web_pictures.actions_chart,
-        longest_text=web_pictures.longest_text,
-        actions_text=web_pictures.actions_text,
-        badges_html=web_pictures.badges_html,
-        rollout_progress=web_pictures.rollout_progress,
-        progress_words=web_pictures.progress_words,
-        cycles_drawn=web_pictures.CYCLES_DRAWN,
-        legend=web_pictures.LEGEND,
+        cycle_strip=pictures.cycle_strip,
+        duration_chart=pictures.duration_chart,
+        actions_chart=pictures.actions_chart,
+        longest_text=pictures.longest_text,
+        actions_text=pictures.actions_text,
+        badges_html=pictures.badges_html,
+        rollout_progress=pictures.rollout_progress,
+        progress_words=pictures.progress_words,
+        cycles_drawn=pictures.CYCLES_DRAWN,
+        legend=pictures.LEGEND,
         history_listed=HISTORY_LISTED,
     )
     add_timeline_filters(environment)
@@ -285,7 +285,7 @@ class WebView:
         """Page key (bucket and URL) -> the render of its page under way, and at which
         version."""
         self.static = {
-            name: resources.files("playguard_async.service").joinpath("web", name).read_bytes()
+            name: resources.files("playguard_async.web").joinpath("static", name).read_bytes()
             for name in STATIC
         }
 
@@ -378,9 +378,7 @@ class WebView:
         lasts = [(status.name, status.last.cycle) for status in shown if status and status.last]
         held = {status.name: held_playgrounds(status) for status in shown if status}
         badges = {
-            row.name: web_pictures.badges_html(
-                row.mode, row.paused is not None, held.get(row.name, 0)
-            )
+            row.name: pictures.badges_html(row.mode, row.paused is not None, held.get(row.name, 0))
             for row in page.rows
         }
         strips = await self.recent.strips(lasts, read=self.picture.error is None)
@@ -404,7 +402,7 @@ class WebView:
         query or page."""
         kept = self._health
         if kept is None or kept[0] is not fleet:
-            kept = self._health = (fleet, web_pictures.health_bar(fleet.counts))
+            kept = self._health = (fleet, pictures.health_bar(fleet.counts))
         return kept[1]
 
     async def marquee(self, request: web.Request) -> web.StreamResponse:
@@ -441,7 +439,7 @@ class WebView:
         )
 
     async def why(self, request: web.Request) -> web.StreamResponse:
-        """The Marquee's timeline (``service.web_timeline``): read for each request, never kept."""
+        """The Marquee's timeline (``web.timeline``): read for each request, never kept."""
         name = request.match_info["name"]
         query = TimelineQuery.parse(request.query)
         if self.timelines is None or not self.picture.knows(name):

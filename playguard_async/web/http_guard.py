@@ -9,7 +9,7 @@ security headers, and one bounded log line for whatever was refused.
   interface, ``0.0.0.0`` or ``::``) or a name of ``http_allowed_hosts``; the rest get 421.
 - **Who.** With users (``web_credential_file``) or a trusted proxy set, everything but the probes
   (/healthz, /readyz), the login page and the static files asks who is there
-  (``service.web_auth``), and /metrics only with ``metrics_require_credential``; who it is goes
+  (``web.auth``), and /metrics only with ``metrics_require_credential``; who it is goes
   with the request (``principal_of``) for the actions to check the role of. A browser asking for
   a page without one is sent to the login page; anything else gets 401 with basic auth's
   challenge.
@@ -38,7 +38,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.typedefs import Handler
 
 from playguard_async.kits.host_header import IPAddress, host_entry, host_of
-from playguard_async.service.web_auth import CHALLENGE, Principal, WebAuth
+from playguard_async.web.auth import CHALLENGE, Principal, WebAuth
 
 log = structlog.get_logger("playguard.http")
 

@@ -1,5 +1,5 @@
 """The login page and logout of the web view: a user of the users file logs in with a form and
-gets a session cookie (``service.web_session``); logging out ends the session.
+gets a session cookie (``web.sessions``); logging out ends the session.
 
 The form carries a CSRF token bound to a cookie the login page sets (an HMAC of its random
 value and the time it was served, under a key of this process) and must come from this server's
@@ -22,16 +22,16 @@ import jinja2
 import structlog
 from aiohttp import hdrs, web
 
-from playguard_async.service.http_guard import principal_of
-from playguard_async.service.web_actions import CSRF_HEADER, same_origin
-from playguard_async.service.web_auth import (
+from playguard_async.web.actions import CSRF_HEADER, same_origin
+from playguard_async.web.auth import (
     Refused,
     WebAuth,
     session_id_of,
     shown_name,
     still_there,
 )
-from playguard_async.service.web_session import cleared_cookie, session_cookie
+from playguard_async.web.http_guard import principal_of
+from playguard_async.web.sessions import cleared_cookie, session_cookie
 
 log = structlog.get_logger("playguard.web")
 

@@ -4,7 +4,7 @@
 who did it.
 
 An action is a POST to /action, and every one passes, in this order:
-- **who**: a user (``service.http_guard.principal_of``) whose role allows the action, else 403;
+- **who**: a user (``web.http_guard.principal_of``) whose role allows the action, else 403;
 - **Origin**: the request's ``Origin`` (or, without one, its ``Referer``'s origin) is this page's
   own (the scheme and the Host the guard admitted), else 403: a form or fetch of another site,
   or a page on another port of this machine, is refused before anything is read;
@@ -15,7 +15,7 @@ An action is a POST to /action, and every one passes, in this order:
 
 A browser's form is answered 303 back to the page it came from, whose next render shows the
 result (``results``); a script (no ``text/html`` in Accept) gets the result as text. Pages are
-rendered once per role bucket and served to every user of it (``service.web_view``); what is
+rendered once per role bucket and served to every user of it (``web.view``); what is
 one user's own (the CSRF token, who is logged in, the last results) is put in at serving time,
 in place of slots whose names are random per process, so no outside value can name them.
 """
@@ -36,9 +36,9 @@ from aiohttp import hdrs, web
 from markupsafe import Markup
 
 from playguard_async.kits.rate_limit import RateLimit
-from playguard_async.service.http_guard import principal_of
-from playguard_async.service.web_auth import Principal, WebAuth, shown_name
-from playguard_async.service.web_users import Role
+from playguard_async.web.auth import Principal, WebAuth, shown_name
+from playguard_async.web.http_guard import principal_of
+from playguard_async.web.users import Role
 
 log = structlog.get_logger("playguard.web")
 

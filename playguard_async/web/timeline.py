@@ -31,9 +31,9 @@ from aiohttp import web
 
 from playguard_async.kits.spans import span_seconds
 from playguard_async.kits.textclean import clean
-from playguard_async.service.fleet_table import BadQuery
-from playguard_async.service.http_guard import principal_of
-from playguard_async.service.web_auth import still_there
+from playguard_async.web.auth import still_there
+from playguard_async.web.fleet_table import BadQuery
+from playguard_async.web.http_guard import principal_of
 
 DEFAULT_SINCE = "24h"
 """The window asked for when the query names none: ``playguard why``'s default."""
