@@ -259,6 +259,22 @@ class PhaseStep:
 
 
 @dataclass(frozen=True)
+class WantedPlayground:
+    """What the desired state asks of one Playground of a Marquee, beside what its cycles
+    found: the Playspec (its repo, its images by tag), the branch, the state, when it expires,
+    and its agent chats (name -> image, state)."""
+
+    name: str
+    playspec: str
+    repo: str
+    branch: str
+    state: str
+    images: tuple[str, ...] = ()
+    expires_at: datetime | None = None
+    chats: tuple[tuple[str, str, str], ...] = ()
+
+
+@dataclass(frozen=True)
 class MarqueeStory:
     name: str
     lock: LockState | None
@@ -281,6 +297,9 @@ class MarqueeStory:
     """When its windows next allow changes (now, when they do); None: none found ahead."""
     unreadable: tuple[str, ...] = ()
     """One line per key of it that holds another type than playguard writes there."""
+    wanted: tuple[WantedPlayground, ...] = ()
+    """Its Playgrounds as the desired state asks for them now (none when the story is told
+    without the desired state)."""
 
     def windows_text(self, now: datetime) -> str:
         """Its maintenance windows in words: none, open now, or when they next open."""

@@ -302,7 +302,9 @@ def fleet_picture(
             marquee = None
         if marquee is None:
             return await read_story(records, name, limit=CYCLES_DRAWN)
-        return await steered_story(records, marquee, settings.windows, limit=CYCLES_DRAWN)
+        return await steered_story(
+            records, marquee, settings.windows, limit=CYCLES_DRAWN, inventory=inventory
+        )
 
     return FleetPicture(
         records,

@@ -7,12 +7,13 @@ tell the same story without importing the daemon's web view.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from playguard_async.coordination.marquee_reads import MarqueeStory, read_story
+from playguard_async.coordination.marquee_reads import MarqueeStory, WantedPlayground, read_story
 from playguard_async.coordination.records import CycleRecords
-from playguard_async.desired_state.model import Marquee
+from playguard_async.desired_state.model import Inventory, Marquee
 from playguard_async.desired_state.windows import Window, next_opening
 
 
@@ -22,17 +23,45 @@ async def steered_story(
     fleet_windows: Sequence[Window],
     *,
     limit: int,
+    inventory: Inventory | None = None,
     now: datetime | None = None,
 ) -> MarqueeStory:
     """``marquee``'s story from Redis with what the desired state steers it by: its mode, and
     its maintenance windows (its own, else ``fleet_windows``) and when they next open after
-    ``now`` (default: now). ``playguard describe`` and the web view's Marquee page both tell it."""
+    ``now`` (default: now); with ``inventory``, what it asks of each of its Playgrounds.
+    ``playguard describe`` and the web view's Marquee page both tell it."""
     windows = marquee.windows if marquee.windows is not None else list(fleet_windows)
-    return await read_story(
+    story = await read_story(
         records,
         marquee.name,
         limit=limit,
         mode=marquee.mode,
         windows=len(windows),
         next_opening=next_opening(windows, now or datetime.now(UTC)) if windows else None,
+    )
+    if inventory is None:
+        return story
+    return dataclasses.replace(story, wanted=wanted_playgrounds(inventory, marquee.name))
+
+
+def wanted_playgrounds(inventory: Inventory, marquee: str) -> tuple[WantedPlayground, ...]:
+    """What the desired state asks of ``marquee``'s Playgrounds and their agent chats."""
+    chats = inventory.agent_chats_on(marquee)
+    return tuple(
+        WantedPlayground(
+            name=playground.name,
+            playspec=playspec.name,
+            repo=str(playspec.repo),
+            branch=playground.branch,
+            state=playground.state,
+            images=tuple(playspec.images),
+            expires_at=playground.expires_at,
+            chats=tuple(
+                (chat.name, str(chat.image), chat.state)
+                for chat in chats
+                if chat.playground == playground.name
+            ),
+        )
+        for playground in inventory.playgrounds_on(marquee)
+        for playspec in (inventory.playspec_of(playground),)
     )

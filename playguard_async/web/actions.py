@@ -219,6 +219,7 @@ class WebActions:
         ):
             log.warning("web.action_refused", user=shown_name(principal.name), why="csrf")
             return _refused(403, "missing or wrong CSRF token: reload the page")
+        form = rowed(form)
         name = form.get("action", "")
         needed = ACTIONS.get(name)
         if needed is None:
@@ -259,6 +260,21 @@ class WebActions:
         self.results[user] = kept
         if len(self.results) > USERS_WITH_RESULTS:
             self.results.popitem(last=False)
+
+
+ROW_ACTIONS = ("pause", "resume", "cycle", "plan")
+"""What a row of the fleet page offers (a Marquee's own actions that need nothing but a reason)."""
+
+
+def rowed(form: Mapping[str, str]) -> dict[str, str]:
+    """``form`` with its ``row`` field (the fleet page's per-row buttons: ``ACTION MARQUEE``, one
+    value each, so a page of rows shares one form) read as the ``action`` and ``marquee`` fields
+    a Marquee's own form sends; a form without one is as it came."""
+    fields = dict(form)
+    row = fields.pop("row", None)
+    if row is not None:
+        fields["action"], _, fields["marquee"] = row.partition(" ")
+    return fields
 
 
 def bounded(lines: list[str]) -> list[str]:

@@ -14,9 +14,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from playguard_async.coordination.marquee_reads import LastCycle, MarqueeStatus
+from playguard_async.web.pictures import BAD, look_of
 
-PAGE_SIZE = 200
-"""Rows per page: a 10,000-Marquee fleet stays a page a browser draws at once."""
+PAGE_SIZE = 100
+"""Rows per page: a page stays under 100 KB with each row's pictures and buttons
+(bench/README.md, "Web view pages")."""
 
 NAME_FILTER_LIMIT = 200
 """Characters of a name filter: Marquee names are shorter."""
@@ -177,11 +179,39 @@ class FleetRows:
     rows: list[Row]
     counts: dict[str, int]
     """Outcome -> Marquees whose last cycle had it."""
+    standing: dict[str, int]
+    """``standing_of`` -> Marquees: what the fleet's health bar counts."""
+
+
+def standing_of(row: Row, status: MarqueeStatus) -> str:
+    """What the health bar counts a Marquee as: its last outcome when that failed (what most
+    needs seeing), else what keeps it from applying its desired state now (``paused``,
+    ``held``: Playgrounds pinned or held back by a rollout, ``detect``, ``off``), else its last
+    outcome. A paused Marquee whose last cycle was ok is paused, not ok."""
+    if look_of(row.outcome) is BAD:
+        return row.outcome
+    if row.paused is not None:
+        return "paused"
+    if held_playgrounds(status):
+        return "held"
+    if row.mode in ("detect", "off"):
+        return row.mode
+    return row.outcome
+
+
+def held_playgrounds(status: MarqueeStatus) -> int:
+    """Playgrounds ``status``'s last cycle found held (pinned, or held back by a rollout)."""
+    return sum(told.hold is not None for told in status.revisions.values())
 
 
 def fleet_rows(statuses: Sequence[MarqueeStatus], now: float) -> FleetRows:
     rows = [Row.of(status, now) for status in statuses]
-    return FleetRows(rows, dict(sorted(Counter(row.outcome for row in rows).items())))
+    standing = Counter(standing_of(row, status) for row, status in zip(rows, statuses, strict=True))
+    return FleetRows(
+        rows,
+        dict(sorted(Counter(row.outcome for row in rows).items())),
+        dict(sorted(standing.items())),
+    )
 
 
 def select_page(fleet: FleetRows, query: FleetQuery) -> FleetPage:

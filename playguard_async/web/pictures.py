@@ -40,6 +40,8 @@ class Look:
 
 GOOD = Look("good", "✓", "ok")
 HELD = Look("held", "‖", "held back (paused, locked, interrupted)")
+PINNED = Look("pinned", "⚓", "Playgrounds held (pinned, or by a rollout)")
+DETECT = Look("detect", "◌", "detect only, or off")
 BAD = Look("bad", "✗", "failed")
 NONE = Look("none", "·", "never ran")
 ODD = Look("odd", "?", "not an outcome playguard writes")
@@ -49,6 +51,9 @@ LOOKS: Mapping[str, Look] = {
     "paused": HELD,
     "locked": HELD,
     "interrupted": HELD,
+    "held": PINNED,
+    "detect": DETECT,
+    "off": DETECT,
     "never": NONE,
     **dict.fromkeys(
         (
@@ -63,9 +68,14 @@ LOOKS: Mapping[str, Look] = {
         BAD,
     ),
 }
-"""Outcome -> its look; an outcome not here (a record of another program) looks ``ODD``."""
+"""Outcome (or, in the health bar, a Marquee's standing: ``held``, ``detect``, ``off``) -> its
+look; an outcome not here (a record of another program) looks ``ODD``."""
 
 LEGEND: tuple[Look, ...] = (GOOD, HELD, BAD, NONE, ODD)
+"""The looks of a cycle's outcome, as the strips and charts draw them."""
+
+STANDING_LEGEND: tuple[Look, ...] = (GOOD, HELD, PINNED, DETECT, BAD, NONE, ODD)
+"""The looks of a Marquee's standing, as the fleet's health bar draws them, in its order."""
 
 
 def look_of(outcome: str) -> Look:
@@ -126,15 +136,15 @@ class Slice:
 
 
 def health_slices(counts: Mapping[str, int]) -> list[Slice]:
-    """``counts`` (outcome -> Marquees, over the whole fleet, as ``FleetRows`` keeps them once
-    per version) in the order of ``LEGEND``, then by outcome; a count below 1 is left out, and
-    outcomes playguard does not write are one slice when there are several."""
+    """``counts`` (standing -> Marquees, over the whole fleet, as ``FleetRows`` keeps them once
+    per version) in the order of ``STANDING_LEGEND``, then by name; a count below 1 is left
+    out, and outcomes playguard does not write are one slice when there are several."""
     kept = {outcome: count for outcome, count in counts.items() if count > 0}
     odd = [outcome for outcome in kept if look_of(outcome) is ODD]
     if len(odd) > 1:  # any number of garbled records: one slice, so the bar's slices are few
         kept[f"{len(odd)} other outcomes"] = sum(kept.pop(outcome) for outcome in odd)
     total = sum(kept.values())
-    order = {look.kind: index for index, look in enumerate(LEGEND)}
+    order = {look.kind: index for index, look in enumerate(STANDING_LEGEND)}
     ranked = sorted(kept, key=lambda outcome: (order[look_of(outcome).kind], outcome))
     return [
         Slice(outcome, look_of(outcome), kept[outcome], kept[outcome] / total) for outcome in ranked
@@ -142,8 +152,9 @@ def health_slices(counts: Mapping[str, int]) -> list[Slice]:
 
 
 def health_bar(counts: Mapping[str, int]) -> Markup:
-    """The fleet by last outcome, one slice per outcome as wide as its share (every non-empty
-    slice at least ``SLICE_MIN`` wide)."""
+    """The fleet by standing (``fleet_table.standing_of``: a failed last outcome, else paused,
+    held, detect or off, else the last outcome), one slice per standing as wide as its share
+    (every non-empty slice at least ``SLICE_MIN`` wide)."""
     slices = health_slices(counts)
     total = sum(piece.count for piece in slices)
     if not slices:
@@ -275,20 +286,25 @@ SMALL_CELL = 3
 
 def small_strip(newest_first: Sequence[LastCycle], *, height: int = 12) -> Markup:
     """A fleet row's strip: the same cycles as ``cycle_strip``, a run of cycles that look alike
-    drawn as one mark, told in words once (its label), as a page draws two hundred of them: the
-    Marquee's page has each cycle's words."""
+    drawn as one rectangle, and the rectangles of one look as one path, told in words once (its
+    label), as a page draws a hundred of them: the Marquee's page has each cycle's words. A
+    path costs about 20 bytes a run where a rectangle of its own cost 65: a row whose cycles
+    alternate stays about 1 KB (bench/README.md, "Web view pages")."""
     cycles = _drawn(newest_first)
     left, frame = _frame(SMALL_CELL, len(cycles), height)
-    marks, start = [frame], 0
+    runs: dict[str, list[str]] = {}
+    start = 0
     for index in range(1, len(cycles) + 1):
         if index < len(cycles) and _cell_class(cycles[index]) == _cell_class(cycles[start]):
             continue
-        run = cycles[start:index]
-        marks.append(
-            f'<rect class="{_cell_class(run[0])}" x="{left + start * SMALL_CELL}" '
-            f'width="{len(run) * SMALL_CELL - 0.5}" height="{height}"/>'
+        width = (index - start) * SMALL_CELL - 0.5
+        runs.setdefault(_cell_class(cycles[start]), []).append(
+            f"M{left + start * SMALL_CELL} 0h{width:g}v{height}h-{width:g}z"
         )
         start = index
+    marks = [frame] + [
+        f'<path class="{css}" d="{"".join(shapes)}"/>' for css, shapes in runs.items()
+    ]
     label = f"Last {len(cycles)} cycles, oldest first: {_tally(cycles) or 'none'}"
     return _svg(CYCLES_DRAWN * SMALL_CELL, height, label, marks, "strip")
 

@@ -40,10 +40,10 @@ from aiohttp import web
 from markupsafe import Markup
 from redis.exceptions import RedisError
 
-from playguard_async.coordination.marquee_reads import LastCycle, MarqueeStatus
+from playguard_async.coordination.marquee_reads import LastCycle
 from playguard_async.cycle_record import revision_short
 from playguard_async.web import pictures
-from playguard_async.web.actions import ActionDesk, WebActions
+from playguard_async.web.actions import ROW_ACTIONS, ActionDesk, WebActions
 from playguard_async.web.auth import WebAuth
 from playguard_async.web.fleet_picture import FleetPicture
 from playguard_async.web.fleet_table import (
@@ -53,6 +53,7 @@ from playguard_async.web.fleet_table import (
     FleetRows,
     findings_of,
     fleet_rows,
+    held_playgrounds,
     select_page,
 )
 from playguard_async.web.login import WebLogin
@@ -108,6 +109,9 @@ COLUMNS = (
     ("age", "Age"),
 )
 """The fleet table's columns: sort key (empty: not sortable) and heading."""
+
+ROW_BUTTONS = tuple(zip(ROW_ACTIONS, ("Pause", "Resume", "Cycle now", "Plan"), strict=True))
+"""A fleet row's buttons for an operator: action and word."""
 
 STATIC = {"web_view.js": "text/javascript", "web_view.css": "text/css"}
 
@@ -217,11 +221,6 @@ def _secs(value: float | None) -> str:
     return f"{value:.1f} s" if value < 120 else f"{value / 60:.0f} min"
 
 
-def held_playgrounds(status: MarqueeStatus) -> int:
-    """Playgrounds ``status``'s last cycle found held (pinned, or held back by a rollout)."""
-    return sum(told.hold is not None for told in status.revisions.values())
-
-
 def templates() -> jinja2.Environment:
     """The package's templates, autoescaped whatever their name, undefined names an error."""
     environment = jinja2.Environment(
@@ -243,6 +242,7 @@ def templates() -> jinja2.Environment:
         progress_words=pictures.progress_words,
         cycles_drawn=pictures.CYCLES_DRAWN,
         legend=pictures.LEGEND,
+        standing_legend=pictures.STANDING_LEGEND,
         history_listed=HISTORY_LISTED,
     )
     add_timeline_filters(environment)
@@ -390,6 +390,7 @@ class WebView:
             page=page,
             query=query,
             columns=COLUMNS,
+            row_actions=ROW_BUTTONS,
             outcomes=[*self.outcomes, "never", "unknown"],
             rollouts=self.picture.rollouts,
             health=self._health_bar(fleet),
@@ -402,7 +403,7 @@ class WebView:
         query or page."""
         kept = self._health
         if kept is None or kept[0] is not fleet:
-            kept = self._health = (fleet, pictures.health_bar(fleet.counts))
+            kept = self._health = (fleet, pictures.health_bar(fleet.standing))
         return kept[1]
 
     async def marquee(self, request: web.Request) -> web.StreamResponse:

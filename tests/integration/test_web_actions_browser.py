@@ -163,6 +163,30 @@ def fill_and_press(
     raise AssertionError(f"the form {form_id} was swapped under every try")
 
 
+def row_buttons(browser: webdriver.Chrome, marquee: str) -> list[str]:
+    """The values of ``marquee``'s row buttons on the fleet page, read in one script (a live
+    update may swap the table at any moment)."""
+    values: list[str] = browser.execute_script(
+        "return Array.from(document.querySelectorAll("
+        "`tr[data-marquee='${arguments[0]}'] button[name=row]`), b => b.value);",
+        marquee,
+    )
+    return values
+
+
+def press_in_row(browser: webdriver.Chrome, marquee: str, action: str) -> None:
+    """Press ``marquee``'s row button for ``action``, found again if a live update swapped it."""
+    for _ in range(5):
+        try:
+            browser.find_element(
+                By.CSS_SELECTOR, f'tr[data-marquee="{marquee}"] button[value="{action} {marquee}"]'
+            ).click()
+            return
+        except (StaleElementReferenceException, ElementNotInteractableException):
+            continue
+    raise AssertionError(f"{marquee}'s {action} button was swapped under every try")
+
+
 def recorded_outcome(store: SyncRedis, marquee: str) -> str | None:
     raw = store.get(last_cycle_key(marquee))
     return None if raw is None else str(json.loads(raw)["outcome"])
@@ -195,7 +219,7 @@ def test_an_operator_pauses_a_marquee_from_its_page_and_the_next_cycle_ends_paus
         what="a first ok cycle of alpha",
     )
     browser.save_screenshot(str(acting.shots / "fleet-logged-in.png"))
-    assert browser.find_elements(By.ID, "act-fleet"), "an operator's fleet page has its form"
+    assert browser.find_elements(By.ID, "rows"), "an operator's fleet page has its form"
     browser.get(acting.base + "/marquee/alpha")
     fill_and_press(browser, "act-marquee", {"reason": PAUSE_REASON, "for": "30m"}, "pause")
     wait_for(
@@ -234,11 +258,18 @@ def test_an_operator_pauses_a_marquee_from_its_page_and_the_next_cycle_ends_paus
     ]
     assert alpha["paused"]["reason"] == PAUSE_REASON
     assert alpha["paused"]["user"] == "otto"
-    fill_and_press(browser, "act-marquee", {}, "resume")
+    # Resumed from its row of the fleet page, where a paused row offers Resume, not Pause.
+    browser.get(acting.base + "/")
+    press_in_row(browser, "alpha", "resume")
     wait_for(
         lambda: acting.store.get(pause_key("alpha")) is None,
         timeout=15,
-        what="alpha resumed from the page",
+        what="alpha resumed from its row of the fleet page",
+    )
+    wait_for(
+        lambda: row_buttons(browser, "alpha") == ["pause alpha", "cycle alpha", "plan alpha"],
+        timeout=15,
+        what="alpha's row offering Pause again",
     )
     # Both are kept for `why` as the signed-in user's, not as the daemon process's.
     kept = [

@@ -31,7 +31,7 @@ from playguard_async.coordination.keys import (
 )
 from playguard_async.coordination.pause import Pause
 from playguard_async.engine.results import Outcome
-from playguard_async.web.fleet_table import NEVER
+from playguard_async.web.fleet_table import NEVER, PAGE_SIZE
 from playguard_lab import RedisServer
 from tests.support.browser import cell_texts, chromium, mark, not_reloaded
 from tests.support.daemon import Daemon, DaemonRunner, marquee_entry, wait_for, witness_lines
@@ -452,7 +452,7 @@ def test_at_a_thousand_marquees_the_pages_draw_the_whole_fleet_and_fifty_cycles(
 ) -> None:
     """998 Marquees more, their 50 cycles written straight into Redis as the daemon writes them
     (none of them launchable: no cycle runs on them), some in detect or off, some paused: the
-    health bar counts all 1,000, the page's 200 rows have their strips, a Marquee's page draws
+    health bar counts all 1,000, the page's rows have their strips, a Marquee's page draws
     its 50 cycles. Screenshots of both pages beside those at two."""
     names = [f"m{index:04d}" for index in range(998)]
     asyncio.run(write_fleet(served.runner.redis_url, names, 50))
@@ -474,14 +474,15 @@ def test_at_a_thousand_marquees_the_pages_draw_the_whole_fleet_and_fifty_cycles(
         wait_for(
             lambda: (
                 "1000 Marquees" in (cell_texts(browser, ".counts") or [""])[0]
-                and len(cell_attributes(browser, "#fleet svg.strip", "aria-label")) >= 190
+                and len(cell_attributes(browser, "#fleet svg.strip", "aria-label"))
+                >= PAGE_SIZE - 10
             ),
             timeout=20,
             what="the thousand Marquees and their strips on the fleet page",
         )
         health = cell_attributes(browser, "svg.health", "aria-label")[0]
         assert "of 1000" in health, health
-        assert len(cell_texts(browser, "#fleet tbody tr")) == 200
+        assert len(cell_texts(browser, "#fleet tbody tr")) == PAGE_SIZE
         assert cell_texts(browser, ".badge-detect")
         assert cell_texts(browser, ".badge-paused")
         browser.save_screenshot(str(served.shots / "fleet-1000.png"))

@@ -15,11 +15,14 @@ import pytest
 from aiohttp.test_utils import TestClient, make_mocked_request
 from structlog.testing import capture_logs
 
+from playguard_async.coordination.marquee_reads import MarqueeStatus
+from playguard_async.coordination.pause import Pause
 from playguard_async.kits.rate_limit import RateLimit
 from playguard_async.web.actions import (
     SHOWN_CHARS,
     SHOWN_LINES,
     ActionRefused,
+    rowed,
     same_origin,
 )
 from playguard_async.web.auth import Refused, TrustedProxy
@@ -200,7 +203,7 @@ async def test_login_sets_a_strict_http_only_cookie_and_pages_show_forms_by_role
         r"playguard_session=[A-Za-z0-9_-]{43}; HttpOnly; SameSite=Strict; Path=/", cookie
     )
     fleet = await (await client.get("/", headers={"Accept": "text/html"})).text()
-    assert 'id="act-fleet"' in fleet
+    assert 'id="rows"' in fleet
     assert 'Logged in as <b id="user">otto</b> (operator)' in fleet
     assert 'value="unlock"' not in fleet
     token = re.search(r'name="csrf" value="([^"]+)"', fleet)
@@ -227,7 +230,7 @@ async def test_a_viewer_sees_no_forms(client: TestClient[Any, Any]) -> None:
     page = await client.get("/", headers={"Authorization": basic("vera", "v-pw")})
     text = await page.text()
     assert page.status == 200
-    assert "act-fleet" not in text
+    assert 'id="rows"' not in text
     assert 'action="/action"' not in text
 
 
@@ -270,7 +273,7 @@ async def test_failed_checks_past_the_limit_check_nothing_but_a_known_pair(tmp_p
 async def test_without_users_the_view_only_looks(desk: RecordingDesk) -> None:
     async with serving(view_of(picture_of([]), desk=desk)) as served:
         page = await served.get("/")
-        assert "act-fleet" not in await page.text()
+        assert 'id="rows"' not in await page.text()
         refused = await served.post(
             "/action",
             data={"action": "pause", "marquee": "m1", "reason": "r"},
@@ -385,3 +388,61 @@ async def test_a_proxys_user_and_a_files_user_of_one_name_are_two_identities(
     assert [user for _, _, user in desk.asked] == ["proxy:otto"]
     assert "pause done by proxy:otto" in proxy_page
     assert "pause done by" not in file_page
+
+
+@pytest.mark.parametrize(
+    ("form", "asked"),
+    [
+        (
+            {"row": "pause m1", "reason": "disk"},
+            {"action": "pause", "marquee": "m1", "reason": "disk"},
+        ),
+        ({"row": "plan m1"}, {"action": "plan", "marquee": "m1"}),
+        ({"row": "cycle"}, {"action": "cycle", "marquee": ""}),
+        ({"row": "resume m1 m2"}, {"action": "resume", "marquee": "m1 m2"}),
+        ({"row": "", "action": "pause"}, {"action": "", "marquee": ""}),
+        ({"action": "pause", "marquee": "m1"}, {"action": "pause", "marquee": "m1"}),
+    ],
+)
+def test_a_rows_button_names_the_action_and_the_marquee_in_one_value(
+    form: dict[str, str], asked: dict[str, str]
+) -> None:
+    assert rowed(form) == asked
+
+
+async def test_a_fleet_rows_buttons_act_on_their_row_through_the_shared_form(
+    tmp_path: Path, desk: RecordingDesk
+) -> None:
+    view = view_of(
+        picture_of(
+            [
+                MarqueeStatus("alpha", True, None, None),
+                MarqueeStatus(
+                    "beta", True, None, None, pause=Pause("beta", "o", "h", "r", 1.0, 2e9)
+                ),
+            ]
+        ),
+        auth=auth_of(tmp_path / "users", USERS),
+        desk=desk,
+    )
+    async with serving(view) as client:
+        page = await (
+            await client.get("/", headers={"Authorization": basic("otto", USERS["otto"][1])})
+        ).text()
+        buttons = re.findall(r'<button name="row" value="([^"]+)">', page)
+        assert buttons == [
+            "pause alpha", "cycle alpha", "plan alpha", "resume beta", "cycle beta", "plan beta",
+        ]  # fmt: skip
+        token = await csrf_of(client, "otto")
+        form = {"row": "pause beta", "reason": "disk", "csrf": token}
+        assert await post_action(client, "otto", form, Origin=origin(client)) == (
+            200,
+            "pause done by otto\n",
+        )
+        viewer = await (
+            await client.get("/", headers={"Authorization": basic("vera", USERS["vera"][1])})
+        ).text()
+    assert desk.asked == [
+        ("pause", {"action": "pause", "marquee": "beta", "reason": "disk", "csrf": token}, "otto")
+    ]
+    assert 'name="row"' not in viewer

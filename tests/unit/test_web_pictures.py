@@ -82,15 +82,32 @@ def parsed(picture: Markup) -> ElementTree.Element:
     assert root.get("role") == "img"
     assert root.get("aria-label")
     for element in root.iter():
-        assert element.tag in {f"{SVG}{tag}" for tag in ("svg", "title", "rect")}, element.tag
+        assert element.tag in {f"{SVG}{tag}" for tag in ("svg", "title", "rect", "path")}, (
+            element.tag
+        )
         assert set(element.attrib) <= {
-            "class", "viewBox", "width", "height", "role", "aria-label", "x", "y",
+            "class", "viewBox", "width", "height", "role", "aria-label", "x", "y", "d",
         }, element.attrib  # fmt: skip
+        assert re.fullmatch(r"(M[0-9.]+ 0h[0-9.]+v[0-9.]+h-[0-9.]+z)*", element.get("d", ""))
         assert set((element.get("class") or "").split()) <= CLASSES, element.get("class")
         for name in ("x", "y", "width", "height"):
             if element.get(name) is not None:
                 assert math.isfinite(float(element.get(name) or "")), element.attrib
     return root
+
+
+def marks(root: ElementTree.Element) -> list[tuple[str, float]]:
+    """The marks a picture draws, as (class, x), left to right: its rectangles and each run of
+    a path (``M x 0h...z``)."""
+    found = [
+        (rect.get("class") or "", float(rect.get("x") or 0)) for rect in root.iter(f"{SVG}rect")
+    ]
+    for path in root.iter(f"{SVG}path"):
+        found += [
+            (path.get("class") or "", float(x))
+            for x in re.findall(r"M([0-9.]+) 0h", path.get("d") or "")
+        ]
+    return sorted(found, key=lambda mark: (mark[0] != "frame", mark[1]))
 
 
 def words(root: ElementTree.Element) -> str:
@@ -169,19 +186,18 @@ def test_a_strip_draws_the_last_fifty_cycles_oldest_left_a_dry_run_hollow() -> N
 @pytest.mark.parametrize("draw", [cycle_strip, small_strip, duration_chart, actions_chart])
 def test_few_cycles_are_drawn_on_the_right_of_a_frame_fifty_cycles_wide(draw: Any) -> None:
     root = parsed(draw([cycle("ok")] * 3))
-    frame, *marks = root.iter(f"{SVG}rect")
+    frame = next(root.iter(f"{SVG}rect"))
     assert frame.get("class") == "frame"
     assert float(frame.get("width") or "") == float((root.get("viewBox") or "").split()[2])
     cell = float(frame.get("width") or "") / CYCLES_DRAWN
-    assert float(marks[0].get("x") or "") == pytest.approx((CYCLES_DRAWN - 3) * cell)
+    assert marks(root)[1][1] == pytest.approx((CYCLES_DRAWN - 3) * cell)
 
 
 def test_a_fleet_row_strip_draws_a_run_of_like_cycles_as_one_mark() -> None:
     newest_first = [cycle("ok")] * 30 + [cycle("unreachable")] * 5 + [cycle("ok")] * 40
     root = parsed(small_strip(newest_first))
-    assert [rect.get("class") for rect in root.iter(f"{SVG}rect")] == [
-        "frame", "pic-good", "pic-bad", "pic-good",
-    ]  # fmt: skip
+    assert [css for css, _ in marks(root)] == ["frame", "pic-good", "pic-bad", "pic-good"]
+    assert len(list(root.iter(f"{SVG}path"))) == 2, "one path a look"
     assert "45 ok, 5 unreachable" in (root.get("aria-label") or "")
     assert parsed(small_strip([])).get("aria-label") == "Last 0 cycles, oldest first: none"
 

@@ -29,7 +29,10 @@ from playguard_async.coordination.marquee_reads import (
     MarqueeStatus,
     MarqueeStory,
     PlaygroundRevisions,
+    WantedPlayground,
 )
+from playguard_async.coordination.pause import Pause
+from playguard_async.cycle_record import RevisionRecord
 from playguard_async.desired_state.rollout_policy import RolloutPolicy, Wave
 from playguard_async.phases.rollout_desk import RolloutStanding
 from playguard_async.phases.rollout_record import Rollout
@@ -143,7 +146,7 @@ def test_paging_filters_and_sorts_over_the_whole_fleet() -> None:
     first = fleet_page(statuses, FleetQuery(), now)
     assert [row.name for row in first.rows[:2]] == ["m00000", "m00001"]
     assert len(first.rows) == PAGE_SIZE
-    assert first.pages == 5
+    assert first.pages == 1000 // PAGE_SIZE
     assert first.total == 1000
     assert sum(first.counts.values()) == 1000
     assert first.counts["never"] == 143
@@ -206,6 +209,17 @@ def hostile_story() -> MarqueeStory:
                 value,
             )
         },
+        wanted=(
+            WantedPlayground(
+                value,
+                value,
+                value,
+                value,
+                "stopped",
+                images=(value,),
+                chats=((value, value, value),),
+            ),
+        ),
     )
 
 
@@ -282,7 +296,7 @@ def pictured_fleet() -> FleetPicture:
 
 
 async def test_the_health_bar_counts_every_marquee_and_only_the_pages_rows_get_strips() -> None:
-    """450 Marquees, 200 a page: the health bar says all 450; the page's 200 rows have a strip
+    """450 Marquees, PAGE_SIZE a page: the health bar says all 450; the page's rows have a strip
     each but those that never ran, read once each, and no other Marquee's history is read."""
     picture = pictured_fleet()
     async with serving(view_of(picture)) as served:
@@ -676,3 +690,84 @@ async def refuse_and_free(view: WebView, served: TestClient[Any, Any]) -> None:
         await other.close()
     await until(lambda: not view.streams.open, "every place given back")
     assert view.streams.in_all == 0
+
+
+PAUSE = Pause("m1", "otto", "vm", "disk", 1.0, 2e9)
+HOLD = {"web": PlaygroundRevisions(None, None, "pinned at abc by otto")}
+
+
+@pytest.mark.parametrize(
+    ("outcome", "fields", "standing"),
+    [
+        ("ok", {}, "ok"),
+        ("ok", {"pause": PAUSE}, "paused"),
+        ("ok", {"revisions": HOLD}, "held"),
+        ("ok", {"mode": "detect"}, "detect"),
+        ("ok", {"mode": "off"}, "off"),
+        ("ok", {"pause": PAUSE, "revisions": HOLD, "mode": "detect"}, "paused"),
+        ("ok", {"revisions": HOLD, "mode": "off"}, "held"),
+        ("phase_failed", {"pause": PAUSE, "revisions": HOLD, "mode": "detect"}, "phase_failed"),
+        ("unreachable", {}, "unreachable"),
+        ("locked", {"mode": "detect"}, "detect"),
+        ("<b>garbage</b>", {}, "<b>garbage</b>"),
+        (None, {"pause": PAUSE}, "paused"),
+        (None, {}, "never"),
+    ],
+)
+def test_the_health_bar_counts_a_marquee_by_what_keeps_it_from_its_desired_state(
+    outcome: str | None, fields: dict[str, Any], standing: str
+) -> None:
+    cycle = None if outcome is None else last(outcome, finished_at=1.0)
+    status = MarqueeStatus("m1", True, None, cycle, **fields)
+    fleet = fleet_rows([status], now=2.0)
+    assert fleet.standing == {standing: 1}
+    assert fleet.counts == {outcome or "never": 1}
+
+
+async def test_a_paused_marquee_whose_last_cycle_was_ok_is_not_counted_ok() -> None:
+    now = time.time()
+    statuses = [
+        MarqueeStatus("a", True, None, last("ok", finished_at=now)),
+        MarqueeStatus("b", True, None, last("ok", finished_at=now), pause=PAUSE),
+    ]
+    async with serving(view_of(picture_of(statuses))) as served:
+        html = await (await served.get("/")).text()
+    health = re.search(r'<svg class="health"[^>]*aria-label="([^"]*)"', html)
+    assert health is not None
+    assert health.group(1) == "Fleet health: ✓ ok: 1 of 2 (50.0%); ‖ paused: 1 of 2 (50.0%)"
+
+
+async def test_the_marquee_page_puts_each_playgrounds_desired_state_beside_what_was_found() -> None:
+    now = time.time()
+    digest = "r@sha256:" + "b" * 64
+    running: RevisionRecord = {"commit": "a" * 40, "images": {"app": digest}, "env": "-",
+                               "override": "-"}  # fmt: skip
+    cycle = last("ok", finished_at=now, drift={"web-b": ["app: missing"]})
+    story = MarqueeStory(
+        name="m1", lock=None, fence_counter=1, last=cycle, steps=[], history=[cycle],
+        revisions={
+            "web-a": PlaygroundRevisions(running, running, None, "pinned at aaaaaaaaaaaa by otto"),
+            "gone": PlaygroundRevisions(running, None, None),
+        },
+        wanted=(
+            WantedPlayground("web-a", "web", "https://git.example/web.git", "main", "running",
+                             images=("r/app:1",), chats=(("helper", "r/agent:2", "active"),)),
+            WantedPlayground("web-b", "web", "https://git.example/web.git", "dev", "running"),
+        ),
+    )  # fmt: skip
+    async with serving(view_of(picture_of(fleet_of(1, now), story))) as served:
+        html = await (await served.get("/marquee/m00000")).text()
+    a = html.split('id="playground-web-a"')[1].split("</section>")[0]
+    b = html.split('id="playground-web-b"')[1].split("</section>")[0]
+    assert "✓ as desired when last seen" in a
+    assert "⚓ pinned at aaaaaaaaaaaa by otto" in a
+    assert digest in a
+    assert "r/app:1" in a
+    assert "helper (r/agent:2, active)" in a
+    assert "✗ differs" in b
+    assert "<li>app: missing</li>" in b
+    assert "not seen yet" in b
+    gone = html.split('id="revisions"')[1].split("</table>")[0]
+    assert "Found by the last cycle, not in the desired state now" in gone
+    assert ">gone<" in gone
+    assert "web-a" not in gone

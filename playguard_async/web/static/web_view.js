@@ -5,8 +5,17 @@
 // however many they are (none when the page that came is already the last one announced).
 // While someone fills in an action's form (it has the focus, or a field was changed), <main> is
 // left alone and looked at again a second later: a swap would throw away what they typed.
+// A button with data-confirm (abort, unlock) asks before its form is sent; without this file
+// the form is sent at once, as every form here works without it.
 "use strict";
 (function () {
+  document.addEventListener("submit", function (event) {
+    var button = event.submitter;
+    if (button && button.dataset.confirm && !window.confirm(button.dataset.confirm)) {
+      event.preventDefault();
+    }
+  });
+
   var banner = document.getElementById("live-banner");
   var shown = document.body.dataset.version;
   var announced = shown;
