@@ -47,21 +47,23 @@ async def steered_story(
 def wanted_playgrounds(inventory: Inventory, marquee: str) -> tuple[WantedPlayground, ...]:
     """What the desired state asks of ``marquee``'s Playgrounds and their agent chats."""
     chats = inventory.agent_chats_on(marquee)
-    return tuple(
-        WantedPlayground(
-            name=playground.name,
-            playspec=playspec.name,
-            repo=str(playspec.repo),
-            branch=playground.branch,
-            state=playground.state,
-            images=tuple(playspec.images),
-            expires_at=playground.expires_at,
-            chats=tuple(
-                (chat.name, str(chat.image), chat.state)
-                for chat in chats
-                if chat.playground == playground.name
-            ),
+    wanted = []
+    for playground in inventory.playgrounds_on(marquee):
+        playspec = inventory.playspec_of(playground)
+        wanted.append(
+            WantedPlayground(
+                name=playground.name,
+                playspec=playspec.name,
+                repo=str(playspec.repo),
+                branch=playground.branch,
+                state=playground.state,
+                images=tuple(playspec.images),
+                expires_at=playground.expires_at,
+                chats=tuple(
+                    (chat.name, str(chat.image), chat.state)
+                    for chat in chats
+                    if chat.playground == playground.name
+                ),
+            )
         )
-        for playground in inventory.playgrounds_on(marquee)
-        for playspec in (inventory.playspec_of(playground),)
-    )
+    return tuple(wanted)
