@@ -610,3 +610,27 @@ async def test_a_view_that_lags_opens_no_rollout_of_a_release_the_scope_moved_pa
     record = await stored(redis)
     assert (record.id, record.status, record.target) == (opened, "done", NEW)
     assert set(good.values()) == {NEW}
+
+
+@pytest.mark.parametrize("decision", ["running", "paused", "halted", "aborted"])
+async def test_a_view_that_lags_behind_a_decided_rollout_leaves_the_decision_standing(
+    redis: Redis, decision: str
+) -> None:
+    """Whatever the status of the rollout that replaced OLD's, a Marquee on its release whose
+    view names OLD opens nothing and changes nothing in the record: held where it is, or, when
+    that release was aborted, taken back to the revision before it."""
+    world = inventory(bake=3600)
+    await verdict(redis, world, NAMES[0], at=FIX, release=OLD)  # OLD's rollout, replaced next
+    _, after = await decided(redis, world, decision)
+    assert OLD in after.superseded_before
+
+    lagging = {
+        name: await verdict(redis, world, name, at=NEW, release=OLD, has_previous=True)
+        for name in NAMES
+    }
+
+    assert await stored(redis) == after
+    for seen in lagging.values():
+        assert (seen.admitted, seen.back, seen.stop) == (False, decision == "aborted", False)
+        reason = "was aborted" if decision == "aborted" else "this view of the branch or registry"
+        assert reason in seen.why
