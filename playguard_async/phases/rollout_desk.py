@@ -184,6 +184,8 @@ class RolloutDesk:
         if rollout is None or rollout.target != release:
             if at_target or unheld:
                 return Verdict(scope, release, rollout, True, key)
+            if rollout is not None and release in rollout.superseded_before:
+                return await self._behind(scope, release, rollout, key, standing)
             if self.versions_mixed is not None:
                 return Verdict(scope, release, rollout, False, key, self._no_new_wave())
             rollout = await self._open(read, release, head, policy)
@@ -203,6 +205,26 @@ class RolloutDesk:
         if not admitted and self.versions_mixed is not None and rollout.status == "running":
             why = f"{why}; {self._no_new_wave()}"
         return Verdict(scope, release, rollout, admitted, key, why)
+
+    async def _behind(
+        self, scope: str, release: str, rollout: Rollout, key: str, standing: Standing
+    ) -> Verdict:
+        """The verdict on a Playground whose view of the scope (its host's ``ls-remote``, the
+        registry's answer) names a release an earlier rollout of the scope targeted and a later
+        one replaced: a view that lags, which opens no rollout (one that did would send the
+        scope back to wave 1, then the views that do not lag would open theirs again, and so on
+        every tick). It is held where it is, or taken back from an aborted release; the scope's
+        rollout takes its steps. A branch really moved back to that commit is released anew by
+        a new commit (``git revert``), or undone by ``rollout abort``."""
+        rollout = await self._take_steps(rollout)
+        if standing.good_release in rollout.aborted:
+            return self._taken_back(scope, release, rollout, key, standing)
+        why = (
+            f"{rollout.where(key)}: release {release[:12]} is older than its release "
+            f"{rollout.target[:12]} (rollout {rollout.id}), which replaced it; "
+            "this view of the branch or registry lags"
+        )
+        return Verdict(scope, release, rollout, False, key, why)
 
     def _taken_back(
         self, scope: str, release: str, rollout: Rollout, key: str, standing: Standing

@@ -1,15 +1,17 @@
 """The rollout gate: whether this Marquee may take a Playground's new release now, and what the
 cycle tells the fleet's rollout afterwards.
 
-A release is what the desired state asks of a Playground: its Playspec (as defined), the commit
-at the head of its branch and the digest the registry serves for each of its images
-(``release_of``). When a Playspec with a rollout policy (its own, else the fleet's) is on
-several Marquees at a branch, the release goes to them in waves (``desired_state.rollout_policy``)
-tracked by one record per scope, ``playspec@branch`` (``phases.rollout_record``, kept by
-``coordination.rollouts``). A Playground whose last good revision is not the release opens a
-rollout when the scope has none for it; one outside the admitted waves is held at its last good
-revision (``phases.holds``), the way a ``last-good`` pin holds it: its checkout is not moved and
-its services run their last good images by digest, so nothing on its host changes.
+A release is what the desired state makes reach a Playground's host: the commit at the head of
+its branch, its compose file, the digest the registry serves for each of its images and the form
+of the override playguard writes (``release_of``, named by ``phases.release_identity``). When a
+Playspec with a rollout policy (its own, else the fleet's) is on several Marquees at a branch,
+the release goes to them in waves (``desired_state.rollout_policy``) tracked by one record per
+scope, ``playspec@branch`` (``phases.rollout_record``, kept by ``coordination.rollouts``). A
+Playground whose last good revision is not the release opens a rollout when the scope has none
+for it (never again one a later rollout of the scope replaced: ``RolloutDesk``); one outside the
+admitted waves is held at its last good revision (``phases.holds``), the way a ``last-good`` pin
+holds it: its checkout is not moved and its services run their last good images by digest, so
+nothing on its host changes.
 
 After the Playground converged, an admitted Marquee reports: verified healthy at the release
 (counted once in its wave) or failed (named in the record, which halts the rollout past its
@@ -25,14 +27,12 @@ it at).
 
 from __future__ import annotations
 
-import hashlib
-import json
-
 import structlog
 
 from playguard_async.cycle_record import RolloutFinding
 from playguard_async.desired_state.model import Inventory, Playspec
 from playguard_async.phases.decision_copies import keep_rollouts, kept_rollouts
+from playguard_async.phases.release_identity import release_digest
 from playguard_async.phases.rollout_desk import (
     RolloutDesk,
     Standing,
@@ -63,9 +63,7 @@ async def release_of(
     except DockerApiError as exc:
         log.info("rollout.release_unknown", playspec=playspec.name, reason=str(exc)[:200])
         return None
-    definition = playspec.model_dump(mode="json", exclude={"rollout"})
-    document = json.dumps([definition, head, digests], sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(document.encode()).hexdigest()
+    return release_digest(playspec, head, digests)
 
 
 async def verdicts(ctx: CycleContext, session: RemoteSession) -> dict[str, Verdict]:

@@ -47,6 +47,9 @@ EVENTS_KEPT = 20
 ABORTED_KEPT = 20
 """Aborted releases of earlier rollouts a record names, newest last."""
 
+SUPERSEDED_KEPT = 20
+"""Releases of earlier rollouts (their targets) a record names as replaced, newest last."""
+
 TEXT_MAX = 500
 """Characters of a reason or a name shown from a record."""
 
@@ -104,6 +107,11 @@ class Rollout:
     ``ABORTED_KEPT``), carried from record to record when a newer release opens, so an abort
     stays the release's whatever rollout is the scope's now. Records written before it
     existed read as none."""
+    superseded_before: tuple[str, ...] = ()
+    """The targets of the scope's earlier rollouts (the last ``SUPERSEDED_KEPT``), carried from
+    record to record: releases the scope has moved past, which no view that lags (a host's
+    ``ls-remote`` of a mirror behind, a registry answer from before a push) may open again
+    (``RolloutDesk``). Records written before it existed read as none."""
 
     @property
     def aborted(self) -> frozenset[str]:
@@ -116,6 +124,10 @@ class Rollout:
         own = (self.target,) if self.status == "aborted" else ()
         kept = [release for release in self.aborted_before if release not in own]
         return (*kept, *own)[-ABORTED_KEPT:]
+
+    def superseded_so_far(self) -> tuple[str, ...]:
+        """What a record that replaces this one carries as ``superseded_before``."""
+        return (*self.superseded_before, self.target)[-SUPERSEDED_KEPT:]
 
     def stored_over(self, was: Rollout | None) -> Rollout:
         """This record as the write that replaces ``was`` (None: no record) stores it: one
@@ -135,12 +147,15 @@ class Rollout:
         after: Rollout | None = None,
     ) -> Rollout:
         """A rollout of ``target`` that replaces ``after`` (the scope's record, None: none),
-        whose aborted releases it carries."""
+        whose aborted and superseded releases it carries (``after``'s target among the
+        latter)."""
         aborted = () if after is None else after.aborted_so_far()
+        superseded = () if after is None else after.superseded_so_far()
         ident = hashlib.sha256(f"{scope}\0{target}\0{now}".encode()).hexdigest()[:16]
         opened = Event(now, "opened", "playguard", f"release {target[:12]} in {len(waves)} waves")
         return cls(scope, ident, target, commit, policy, tuple(waves), 0, now, now,
-                   events=(opened,), aborted_before=aborted)  # fmt: skip
+                   events=(opened,), aborted_before=aborted,
+                   superseded_before=superseded)  # fmt: skip
 
     def rebuilt(self, lost: Rollout | None, now: float) -> Rollout:
         """This record (a copy kept outside Redis, newer than what Redis holds: ``lost``, None
@@ -305,6 +320,7 @@ class Rollout:
             "failed_count": self.failed_count, "why": self.why,
             "events": [event.to_json() for event in self.events], "seq": self.seq,
             "aborted_before": list(self.aborted_before),
+            "superseded_before": list(self.superseded_before),
         }  # fmt: skip
 
     def encode(self) -> str:
@@ -359,6 +375,9 @@ class Rollout:
             aborted_before=tuple(
                 _release(release) for release in _list(fields.get("aborted_before", []))
             )[-ABORTED_KEPT:],
+            superseded_before=tuple(
+                _release(release) for release in _list(fields.get("superseded_before", []))
+            )[-SUPERSEDED_KEPT:],
         )  # fmt: skip
 
 
@@ -370,7 +389,7 @@ def _list(value: object) -> list[Any]:
 
 def _release(value: object) -> str:
     if not (isinstance(value, str) and DIGEST.fullmatch(value)):
-        raise ValueError("an aborted release is not a release digest")
+        raise ValueError("an aborted or superseded release is not a release digest")
     return value
 
 

@@ -20,8 +20,9 @@ from playguard_async.coordination.keys import (
     rollout_marks_key,
 )
 from playguard_async.coordination.rollouts import rollout_scopes
-from playguard_async.desired_state.model import Inventory
+from playguard_async.desired_state.model import Inventory, Playspec
 from playguard_async.desired_state.rollout_policy import admission_key
+from playguard_async.phases.release_identity import release_digest
 from playguard_async.phases.rollout_desk import (
     RolloutDesk,
     Standing,
@@ -507,3 +508,129 @@ async def test_while_replicas_of_different_versions_share_the_fleet_no_wave_star
     await verdict(redis, world, NAMES[0])  # the versions agree again
     record = await stored(redis)
     assert (record.status, record.wave) == ("running", 0 if step == "opening" else 1)
+
+
+class NewerPlayspec(Playspec):
+    """The Playspec as a newer version of playguard models it: a field more, at its default."""
+
+    notes: str = ""
+
+
+IMAGES = {"registry.example/web:1": "sha256:" + "a" * 64}
+"""The registry's answer both replicas read (reference -> digest)."""
+
+
+async def cycled(
+    redis: Redis, world: Inventory, views: dict[str, str], good: dict[str, str]
+) -> set[str]:
+    """One tick: each Marquee's cycle meets the release its ``views`` names, from its last good
+    release in ``good`` (moved when admitted and verified healthy); the ids of the rollouts the
+    verdicts named."""
+    ids: set[str] = set()
+    for name in NAMES:
+        playground = world.playgrounds_on(name)[0]
+        policy = world.playspec_of(playground).rollout
+        assert policy is not None
+        standing = Standing(has_good=True, good_release=good[name], has_previous=True,
+                            rolls_back=True)  # fmt: skip
+        seen = await desk(redis, world, name).verdict(
+            playground, policy, views[name], HEAD, standing
+        )
+        assert seen.rollout is not None
+        ids.add(seen.rollout.id)
+        if seen.admitted and seen.release == seen.rollout.target:
+            await desk(redis, world, name).tell(seen, healthy=True, why="")
+            good[name] = views[name]
+    return ids
+
+
+async def test_replicas_of_two_code_versions_name_one_release_and_its_rollout_passes_wave_1(
+    redis: Redis,
+) -> None:
+    """One replica's model of the Playspec has a field the other's lacks (at its default); both
+    name the release from what reaches the host (commit, compose file, image digests), so the
+    Marquees each cycles, alternately, meet one rollout, which goes wave by wave to done."""
+    world = inventory()
+    await redis.delete(*(key("web@main") for key in (rollout_key, rollout_marks_key)))
+    await redis.delete(rollout_counts_key("web@main"))
+    defined = {**world.playspecs[0].model_dump(), "images": list(IMAGES)}
+    named = {model: release_digest(model.model_validate(defined), HEAD, IMAGES)
+             for model in (Playspec, NewerPlayspec)}  # fmt: skip
+    good = dict.fromkeys(NAMES, OLD)
+    ids: set[str] = set()
+    for tick in range(6):
+        views = {
+            name: named[(Playspec, NewerPlayspec)[(tick + index) % 2]]
+            for index, name in enumerate(NAMES)
+        }
+        ids |= await cycled(redis, world, views, good)
+
+    record = await stored(redis)
+    assert len(set(named.values())) == 1
+    assert len(ids) == 1
+    assert (record.status, record.target) == ("done", named[Playspec])
+    assert [event.what for event in record.events] == [
+        "opened", "wave 2 started", "wave 3 started", "done"]  # fmt: skip
+    assert set(good.values()) == {named[Playspec]}
+
+
+async def test_a_view_that_lags_opens_no_rollout_of_a_release_the_scope_moved_past(
+    redis: Redis,
+) -> None:
+    """The scope's rollout of NEW replaced OLD's. Marquees whose host still sees OLD (its
+    ``ls-remote`` behind) for a few ticks send it back to wave 1 no more: one at NEW is held
+    there (saying why), one at OLD stays at OLD, and the rollout of NEW, its id unchanged, goes
+    to done once their views catch up."""
+    world = inventory()
+    await redis.delete(*(key("web@main") for key in (rollout_key, rollout_marks_key)))
+    await redis.delete(rollout_counts_key("web@main"))
+    await verdict(redis, world, NAMES[0], at=FIX, release=OLD)  # OLD's rollout, replaced next
+    good = dict.fromkeys(NAMES, OLD)
+    [opened] = await cycled(redis, world, dict.fromkeys(NAMES, NEW), good)
+    record = await stored(redis)
+    assert OLD in record.superseded_before
+    assert (record.id, record.status) == (opened, "running")
+    canaries = [name for name in NAMES if good[name] == NEW]
+    assert canaries, "wave 1 took NEW"
+    lagging = {*canaries, next(name for name in NAMES if good[name] == OLD)}
+
+    for _ in range(3):
+        views = {name: OLD if name in lagging else NEW for name in NAMES}
+        assert await cycled(redis, world, views, good) == {opened}
+        held = await desk(redis, world, canaries[0]).verdict(
+            world.playgrounds_on(canaries[0])[0], record.policy, OLD, HEAD,
+            Standing(has_good=True, good_release=NEW, has_previous=True, rolls_back=True),
+        )  # fmt: skip
+        assert not held.admitted
+        assert f"release {OLD[:12]} is older than its release {NEW[:12]}" in held.why
+        assert {good[name] for name in canaries} == {NEW}
+    for _ in range(4):
+        assert await cycled(redis, world, dict.fromkeys(NAMES, NEW), good) == {opened}
+
+    record = await stored(redis)
+    assert (record.id, record.status, record.target) == (opened, "done", NEW)
+    assert set(good.values()) == {NEW}
+
+
+@pytest.mark.parametrize("decision", ["running", "paused", "halted", "aborted"])
+async def test_a_view_that_lags_behind_a_decided_rollout_leaves_the_decision_standing(
+    redis: Redis, decision: str
+) -> None:
+    """Whatever the status of the rollout that replaced OLD's, a Marquee on its release whose
+    view names OLD opens nothing and changes nothing in the record: held where it is, or, when
+    that release was aborted, taken back to the revision before it."""
+    world = inventory(bake=3600)
+    await verdict(redis, world, NAMES[0], at=FIX, release=OLD)  # OLD's rollout, replaced next
+    _, after = await decided(redis, world, decision)
+    assert OLD in after.superseded_before
+
+    lagging = {
+        name: await verdict(redis, world, name, at=NEW, release=OLD, has_previous=True)
+        for name in NAMES
+    }
+
+    assert await stored(redis) == after
+    for seen in lagging.values():
+        assert (seen.admitted, seen.back, seen.stop) == (False, decision == "aborted", False)
+        reason = "was aborted" if decision == "aborted" else "this view of the branch or registry"
+        assert reason in seen.why

@@ -13,6 +13,8 @@ from playguard_async.desired_state.rollout_policy import RolloutPolicy, admissio
 from playguard_async.phases.rollout_record import (
     ABORTED_KEPT,
     EVENTS_KEPT,
+    STATUSES,
+    SUPERSEDED_KEPT,
     Rollout,
     RolloutRefused,
     Status,
@@ -186,3 +188,28 @@ def test_a_newer_release_carries_the_aborted_releases_before_it_through_its_stor
     legacy = Rollout.parse(SCOPE, json.dumps(old_form))
     assert legacy is not None
     assert legacy.aborted == frozenset([releases[-1]] * (ends == "aborted"))
+
+
+@pytest.mark.parametrize("count", [1, 2, SUPERSEDED_KEPT + 1, SUPERSEDED_KEPT + 4])
+def test_a_newer_release_names_every_release_the_scope_moved_past_through_its_stored_form(
+    count: int,
+) -> None:
+    """Each record names the targets of the rollouts before it (the last SUPERSEDED_KEPT),
+    never its own, whatever they ended as; a record written before the field existed names
+    none; a garbage entry makes the record unreadable."""
+    record: Rollout | None = None
+    releases = [f"{index:064x}" for index in range(count)]
+    for index, release in enumerate(releases):
+        now = replace(opened(), target=release)
+        now = Rollout.open(SCOPE, release, None, now.policy, now.waves, now=T0, after=record)
+        now = replace(now, status=STATUSES[index % len(STATUSES)]).stored_over(record)
+        assert Rollout.parse(SCOPE, now.encode()) == now
+        assert now.superseded_before == tuple(releases[:index][-SUPERSEDED_KEPT:])
+        record = now
+    assert record is not None
+    old_form = record.to_json()
+    del old_form["superseded_before"]
+    legacy = Rollout.parse(SCOPE, json.dumps(old_form))
+    assert legacy is not None
+    assert legacy.superseded_before == ()
+    assert Rollout.parse(SCOPE, json.dumps({**old_form, "superseded_before": ["HEAD~1"]})) is None
