@@ -267,7 +267,7 @@ fi
 
 
 @pytest.mark.parametrize(
-    ("args", "installed"), [((), "-e .[tracing,test,dev]"), (("--runtime",), "-e .")]
+    ("args", "installed"), [((), "-e .[tracing,test,dev,docs]"), (("--runtime",), "-e .")]
 )
 def test_install_script_adds_the_extras_unless_runtime_only(
     tmp_path: Path, args: tuple[str, ...], installed: str
