@@ -22,6 +22,7 @@ from typing import Any
 import click
 from pydantic.fields import FieldInfo
 
+import playguard_async
 from playguard_async.desired_state.model import Inventory
 from playguard_async.operator.cli import cli
 from playguard_async.settings import ENV_PREFIX, Settings
@@ -336,6 +337,19 @@ def repository_links(markdown: str, page_file: Path, docs_dir: Path, repo_url: s
         return f"`{relative}`" if shown == relative else f"{text} (`{relative}`)"
 
     return LINK.sub(replace, markdown)
+
+
+def on_config(config: Any) -> Any:
+    """Refuse to describe another checkout's code: an editable install elsewhere (a shared
+    virtual environment) would otherwise lead ``sys.path`` when mkdocs runs by its script."""
+    imported = Path(playguard_async.__file__).resolve().parent
+    if imported != PACKAGE:
+        log.warning(
+            "the reference would describe %s, not %s: run `python -m mkdocs` from the repository",
+            imported,
+            PACKAGE,
+        )
+    return config
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
