@@ -135,7 +135,8 @@ async def test_verify_passes_an_untouched_log(
     # The lab migrates as its daemon role, which logs in: verify says what that owner can do.
     assert done.stdout.splitlines()[-3] == (
         "the log is owned by role playguard, which logs in: it can append entries of its own "
-        "making after the newest checkpoint (README: hand the log to a role nobody logs in as)"
+        "making after the newest checkpoint (docs, operations/why.md: hand the log to a role "
+        "nobody logs in as)"
     )
 
 
