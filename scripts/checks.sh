@@ -14,10 +14,11 @@ failed=0
 .venv/bin/mypy || failed=1
 .venv/bin/mypy bench || failed=1  # scripts beside each other, not a package: checked on their own
 .venv/bin/mypy scripts/docs_hooks.py || failed=1  # the MkDocs hook, loaded by path like bench/
-# python -m: the hook reads the code of this checkout (the working directory leads sys.path).
 .venv/bin/lint-imports || failed=1
+# python -m: the hook reads the code of this checkout (the working directory leads sys.path).
+# Not --quiet: it hides the warnings --strict counts, and the build would pass with them.
 site=$(mktemp -d)
-NO_MKDOCS_2_WARNING=1 .venv/bin/python -m mkdocs build --strict --quiet --site-dir "$site" || failed=1
+NO_MKDOCS_2_WARNING=1 .venv/bin/python -m mkdocs build --strict --site-dir "$site" || failed=1
 rm -rf "$site"
 bash scripts/newest.sh || failed=1
 exit "$failed"
