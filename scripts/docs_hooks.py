@@ -29,6 +29,7 @@ from playguard_async.settings import ENV_PREFIX, Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "playguard_async"
+DOCS = ROOT / "docs"
 MARKER = re.compile(r"^<!-- reference: ([a-z-]+) -->$", re.MULTILINE)
 LINK = re.compile(r"(?<!!)\[([^\]]+)\]\(([^)\s#]+)(#[^)\s]*)?\)")
 LOG_LEVELS = {"debug", "info", "warning", "error", "exception", "critical"}
@@ -319,18 +320,22 @@ GENERATED: dict[str, Callable[[], str]] = {
 # --- links to the repository's files ----------------------------------------------------------
 
 
-def repository_links(markdown: str, page_file: Path, docs_dir: Path, repo_url: str | None) -> str:
+def repository_links(markdown: str, page_file: Path, repo_url: str | None) -> str:
+    """Links of ``markdown`` (the page at ``page_file`` in the repository's docs/) that leave
+    docs/ for a file of the repository, made links a site can follow."""
+
     def replace(match: re.Match[str]) -> str:
         text, target, anchor = match.group(1), match.group(2), match.group(3) or ""
         if re.match(r"^[a-z][a-z0-9+.-]*:", target):
             return match.group(0)
         resolved = (page_file.parent / target).resolve()
-        if resolved.is_relative_to(docs_dir.resolve()) or not resolved.is_relative_to(ROOT):
+        if resolved.is_relative_to(DOCS) or not resolved.is_relative_to(ROOT):
             return match.group(0)
         relative = resolved.relative_to(ROOT).as_posix()
         if not resolved.exists():
-            log.warning("%s links to %s, which is not a file of the repository", page_file, target)
-            return match.group(0)
+            page = page_file.relative_to(ROOT)
+            log.warning("%s links to %s, which is not a file of the repository", page, target)
+            return text
         if repo_url:
             return f"[{text}]({repo_url.rstrip('/')}/blob/HEAD/{relative}{anchor})"
         shown = text.strip("`")
@@ -361,7 +366,5 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
         return GENERATED[name]()
 
     markdown = MARKER.sub(generate, markdown)
-    docs_dir = Path(config["docs_dir"])
-    return repository_links(
-        markdown, docs_dir / page.file.src_path, docs_dir, config.get("repo_url")
-    )
+    # Where the page is in the repository's docs/, whatever docs_dir a test builds from.
+    return repository_links(markdown, DOCS / page.file.src_path, config.get("repo_url"))

@@ -41,11 +41,15 @@ def headings() -> dict[str, set[str]]:
     }
 
 
-def build_site(site_dir: Path) -> subprocess.CompletedProcess[str]:
-    """``mkdocs build --strict`` of the repository's site into ``site_dir``, run as ``python -m``
-    from the repository, so that the hook writes the reference from this checkout's code."""
+def build_site(
+    site_dir: Path, config: Path = ROOT / "mkdocs.yml"
+) -> subprocess.CompletedProcess[str]:
+    """``mkdocs build --strict`` of the site ``config`` describes (the repository's) into
+    ``site_dir``, run as ``python -m`` from the repository, so that the hook writes the reference
+    from this checkout's code."""
+    command = ["build", "--strict", "--config-file", str(config), "--site-dir", str(site_dir)]
     return subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site_dir)],
+        [sys.executable, "-m", "mkdocs", *command],
         cwd=ROOT,
         env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},  # Material's notice about its successor
         capture_output=True,

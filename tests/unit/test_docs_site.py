@@ -8,16 +8,18 @@ from __future__ import annotations
 import functools
 import html
 import re
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import click
 import pytest
+import yaml
 
 from playguard_async.desired_state.model import Inventory
 from playguard_async.operator.cli import cli
 from playguard_async.settings import ENV_PREFIX, Settings
-from tests.support.docs import ROOT, build_site
+from tests.support.docs import DOCS, ROOT, build_site
 from tests.support.metrics import with_every_series
 
 SUFFIX = {"counter": "_total", "info": "_info"}
@@ -111,3 +113,34 @@ def test_every_http_route_is_on_the_endpoints_page(site: Path) -> None:
 @pytest.mark.parametrize("page", ["getting-started/lab", "getting-started/first-fleet"])
 def test_the_guides_show_the_web_view(site: Path, page: str) -> None:
     assert "web add-user" in text_of(site, page)
+
+
+BROKEN = {
+    "an anchor the page does not have": "[a](concepts/lock.md#no-such-anchor)",
+    "a page that does not exist": "[b](concepts/no-such-page.md)",
+    "a repository file that does not exist": "[c](../no/such/file.py)",
+}
+
+
+def test_a_broken_link_fails_the_strict_build_naming_it(tmp_path: Path) -> None:
+    """The repository's docs with a link of each broken kind added to the home page, built by
+    the repository's mkdocs.yml and hook: the build fails and says which."""
+    docs = tmp_path / "docs"
+    shutil.copytree(DOCS, docs)
+    home = docs / "index.md"
+    home.write_text(home.read_text(encoding="utf-8") + "\n" + " ".join(BROKEN.values()) + "\n")
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))
+    config["docs_dir"] = str(docs)
+    config["hooks"] = [str(ROOT / hook) for hook in config["hooks"]]
+    changed = tmp_path / "mkdocs.yml"
+    changed.write_text(yaml.safe_dump(config), encoding="utf-8")
+
+    built = build_site(tmp_path / "site", changed)
+
+    said = built.stdout + built.stderr
+    assert built.returncode == 1, said[-3000:]
+    warnings = [line for line in said.splitlines() if line.startswith("WARNING")]
+    assert len(warnings) == len(BROKEN), warnings
+    for link in BROKEN.values():
+        target = link.split("(", 1)[1].rstrip(")")
+        assert any(target in warning for warning in warnings), (target, warnings)
