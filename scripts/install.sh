@@ -6,12 +6,13 @@
 # tests, prometheus (and its promtool) and prometheus-alertmanager, which check and prove the
 # shipped alerting rules),
 # systemd-analyze to check the unit file, and a virtual environment in .venv with the package, its
-# tracing, test and dev extras, at the versions CI tested. With --runtime (the demo): the package and its
-# runtime dependencies only, no test or dev extras.
+# tracing, test, dev and docs extras (docs: MkDocs, which checks.sh builds the site with), at the
+# versions CI tested. With --runtime (the demo): the package and its runtime dependencies only, no
+# test, dev or docs extras.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-extras="[tracing,test,dev]"
+extras="[tracing,test,dev,docs]"
 case "${1:-}" in
   "") ;;
   --runtime) extras="" ;;

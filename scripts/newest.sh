@@ -16,9 +16,10 @@ venv=.venv-newest
 # The machine's own pip configuration (its indexes, its caps) still applies.
 unset PIP_CONSTRAINT
 [[ -x "$venv/bin/python" ]] || python3 -m venv "$venv"
-# The dev extra too: a unit test runs mypy on the phases' typing.
+# The dev extra too: a unit test runs mypy on the phases' typing; the docs extra: a unit test
+# builds the docs site.
 "$venv/bin/python" -m pip install -q --upgrade pip
-"$venv/bin/python" -m pip install -q --upgrade --upgrade-strategy eager -e ".[tracing,test,dev]"
+"$venv/bin/python" -m pip install -q --upgrade --upgrade-strategy eager -e ".[tracing,test,dev,docs]"
 echo "--- newest allowed versions:"
 "$venv/bin/python" -m pip list --format freeze 2>/dev/null \
   | grep -iE '^(asyncssh|cryptography|redis|aiohttp|aiodocker|pydantic|pydantic-settings|click|structlog|asyncpg|pytest)==' \

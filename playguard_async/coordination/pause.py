@@ -275,7 +275,8 @@ class PauseMemory:
     whose remembered pause is gone reads the mark once.
 
     A pause no cycle of a running replica met (taken and lost within a tick, or lost with every
-    replica restarted) is not kept: the README's table says what survives what."""
+    replica restarted) is not kept: the table of operations/high-availability.md in the docs says
+    what survives what."""
 
     def __init__(self) -> None:
         self._met: dict[str, Pause] = {}

@@ -5,7 +5,7 @@ The URL reaches the clone action's text, spans, ``remote.change`` log lines, the
 the cycle records; a token in it would reach all of them. Masking each of those places is a promise
 broken by the next one added, so a URL holding a password or a token is refused at load instead,
 naming the field but never the value: credentials belong to the Marquee, in git's credential
-helper or an SSH deploy key (README "Secrets").
+helper or an SSH deploy key (docs, operations/security.md).
 """
 
 from __future__ import annotations

@@ -155,8 +155,8 @@ def checkpoint(config: Path | None) -> None:
 @CONFIG_OPTION
 def prune(config: Path | None) -> None:
     """Cut the entries older than audit_retention_days (0: keep all), leaving each chain an
-    anchor so it still verifies. Run by the operator as a role granted DELETE (see the
-    project's README, section "Why did this change, in PostgreSQL: the change log")."""
+    anchor so it still verifies. Run by the operator as a role granted DELETE (see the docs,
+    page operations/why.md, section "Why did this change, in PostgreSQL: the change log")."""
     from playguard_async.desired_state.postgres.audit_chain import prune_changes  # noqa: PLC0415
 
     async def work(connection: asyncpg.Connection, settings: Settings) -> str:

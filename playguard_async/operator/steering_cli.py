@@ -144,10 +144,10 @@ def unpin_command(ctx: click.Context, marquee: str, playground: str, config: Pat
 
 @click.group()
 def rollout() -> None:
-    """The fleet's rollouts: a release of a Playspec at a branch, in waves (see the project's
-    README, section "Rollouts: a release in waves"). Exit status 0 when done, 1 on an error (no
-    such rollout, another rollout than the one named, an action its status does not allow,
-    Redis away), 2 bad usage."""
+    """The fleet's rollouts: a release of a Playspec at a branch, in waves (see the docs, page
+    concepts/rollouts.md, section "Rollouts: a release in waves"). Exit status 0 when done, 1 on
+    an error (no such rollout, another rollout than the one named, an action its status does not
+    allow, Redis away), 2 bad usage."""
 
 
 @rollout.command("list")
@@ -214,7 +214,8 @@ _rollout_action("abort", "Stop the rollout: no Marquee takes its release from no
 
 @click.group()
 def web() -> None:
-    """The web view's users (see the project's README, section "Operating from the browser")."""
+    """The web view's users (see the docs, page operations/web-view.md, section "Operating from
+    the browser")."""
 
 
 @web.command("add-user")

@@ -19,7 +19,8 @@ Two copies back Redis:
   a decision changed: an in-sync cycle costs no host round trip and no Redis command more.
 
 What a copy cannot save: a decision written to Redis and lost before any replica read it (a
-failover in the seconds after an operator's action), as the README's table says.
+failover in the seconds after an operator's action), as the table of
+operations/high-availability.md in the docs says.
 """
 
 from __future__ import annotations

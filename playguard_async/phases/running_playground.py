@@ -11,7 +11,7 @@ at once. A Playground verified healthy has its revision recorded as its last goo
 (``remote.last_good``); one that is not is reported ``unhealthy``, its release is remembered as
 failed and not tried again until its branch head or an image behind a tag moves, and under
 ``rollback: auto`` it goes back to its last good revision, all of it: commit, ``.env``, images by
-digest (README "Healthy, not just started").
+digest (docs, concepts/health.md).
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ A share of the cycles is traced (``trace_sample_ratio``, by trace ID, parent-bas
 phases and renewals follow it): a cycle not sampled makes no span beyond its root's no-op and
 carries no trace ID, so no log line or record points at a trace that was never sent. Attributes
 are bounded: every text at ``MAX_ATTRIBUTE_LENGTH`` characters, a list of actions at
-``MAX_ACTIONS`` items, a span at ``MAX_ATTRIBUTES`` attributes (README, Observability, gives the
-arithmetic behind the default ratio).
+``MAX_ACTIONS`` items, a span at ``MAX_ATTRIBUTES`` attributes (the docs' operations/monitoring.md
+gives the arithmetic behind the default ratio).
 
 Imported only when ``otlp_endpoint`` is set (``service.wiring``): without it no OpenTelemetry
 module is loaded and a cycle costs one no-op observer call. The tracer plugs into the engine as

@@ -76,7 +76,8 @@ class Settings(
     RedisSettings,
 ):
     """The daemon's settings: every section's fields side by side, under their own flat names.
-    Field descriptions are the configuration reference in README.md.
+    Field descriptions are the settings reference of the docs (reference/settings.md, written
+    from them when the site is built).
 
     The sections are listed last to first because pydantic orders fields from the last base up:
     so the fields read in the order of ``sections.py``. The checks here span sections.

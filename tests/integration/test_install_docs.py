@@ -1,8 +1,10 @@
-"""README's systemd install steps, run as written, as far as this machine allows: in a scratch root.
+"""The first-fleet guide's systemd install steps, run as written, as far as this machine allows: in
+a scratch root.
 
 Every absolute path the steps name moves under the scratch root; what cannot run here stands in:
 the system user's group is the current one (no user is added to this machine), the key is a
-fresh one, `ssh-keyscan` asks the lab's sshd on loopback, and `systemctl` becomes
+fresh one, the hosts file lists the lab's sshd on loopback, which `ssh-keyscan` asks, and
+`systemctl` becomes
 `systemd-analyze verify` of the unit the steps installed, pointed at the entry point they made.
 Everything else (the virtual environment, pip with the constraints, the modes) runs as written.
 """
@@ -11,7 +13,6 @@ from __future__ import annotations
 
 import grp
 import os
-import re
 import shlex
 import stat
 import subprocess
@@ -21,21 +22,21 @@ from pathlib import Path
 import pytest
 
 from playguard_lab import SshServer
+from tests.support.docs import code_blocks, section
 from tests.support.packaging import systemd_verify
 
 pytestmark = pytest.mark.integration
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-README = REPO_ROOT / "README.md"
+GUIDE = "getting-started/first-fleet.md"
 MOVED = ("/opt/playguard", "/etc/playguard", "/etc/systemd/system")
 
 
 def install_steps() -> list[str]:
-    """The commands of the sh block in "Running under systemd", comments dropped."""
-    section = README.read_text().split("## Running under systemd", 1)[1].split("\n## ", 1)[0]
-    block = re.search(r"```sh\n(.*?)```", section, re.DOTALL)
-    assert block is not None, "README's systemd section has no sh block"
-    lines = [line.split(" #", 1)[0].strip() for line in block.group(1).splitlines()]
+    """The commands of the first sh block in the guide's install step, comments dropped."""
+    blocks = code_blocks(section(GUIDE, "6. Install the daemon under systemd"), "sh")
+    assert blocks, f"docs/{GUIDE}'s install step has no sh block"
+    lines = [line.split(" #", 1)[0].strip() for line in blocks[0].splitlines()]
     return [line for line in lines if line and not line.startswith("#")]
 
 
@@ -64,9 +65,11 @@ def test_the_documented_systemd_install_runs_and_leaves_a_verified_unit(
     stand_ins = {
         "-g playguard": f"-g {group}",
         "chgrp playguard": f"chgrp {group}",
-        "/path/to/id_ed25519": str(key),
-        "-p 22 -t ed25519 edge-1.example.net": f"-p {ssh_server.port} -t ed25519 127.0.0.1",
+        "/root/playguard_id_ed25519": str(key),
+        '-p 22 -t ed25519 "$host"': f'-p {ssh_server.port} -t ed25519 "$host"',
     }
+    (root / "etc/playguard").mkdir()  # the guide's step 3 made it, with the hosts file
+    (root / "etc/playguard/hosts").write_text("127.0.0.1\n")
     steps = install_steps()
     ran = []
     for step in steps:
@@ -84,7 +87,8 @@ def test_the_documented_systemd_install_runs_and_leaves_a_verified_unit(
         )
         assert done.returncode == 0, f"{step}\n{done.stderr[-2000:]}"
         ran.append(command)
-    assert {"python3", "install", "ssh-keyscan", "ssh-keygen"} <= set(ran)
+    assert {"python3", "install", "ssh-keygen"} <= set(ran)
+    assert any("ssh-keyscan" in step for step in steps), "the host keys come from ssh-keyscan"
 
     playguard = root / "opt/playguard/bin/playguard"
     version = subprocess.run([playguard, "--version"], capture_output=True, text=True, check=False)

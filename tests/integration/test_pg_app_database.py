@@ -6,7 +6,6 @@ are read in place through views, each bad mapping isolated to the Marquees it co
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -38,7 +37,7 @@ from tests.support.app_database import (
     sorted_names,
 )
 from tests.support.cli import assert_one_line_error
-from tests.support.daemon import REPO_ROOT
+from tests.support.docs import code_blocks, section
 from tests.support.pg_inventory import by_name, full_document, load_yaml, write_inventory
 from tests.support.postgres import LabDatabase, notified_by, playguard_with
 
@@ -481,21 +480,19 @@ async def test_a_failing_lookup_warns_and_never_fails_the_apps_write(
     assert any("lookup failed: division by zero" in warning for warning in warnings), warnings
 
 
-def _readme_sql() -> list[str]:
-    """The SQL blocks of the README's "Plugging into your application's database", in order:
-    privileges, the view mapping, the triggers, the observed-state queries."""
-    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme.split("## Plugging into your application's database\n", 1)[1]
-    blocks: list[str] = re.findall(r"```sql\n(.*?)```", section.split("\n## ", 1)[0], re.DOTALL)
-    return blocks
+def _guide_sql() -> list[str]:
+    """The SQL blocks of the PostgreSQL guide's "Plugging into your application's database", in
+    order: privileges, the view mapping, the triggers, the observed-state queries."""
+    guide = section("getting-started/postgresql.md", "Plugging into your application's database")
+    return code_blocks(guide, "sql")
 
 
-async def test_the_readmes_mapping_triggers_and_queries_run_as_written(
+async def test_the_guides_mapping_triggers_and_queries_run_as_written(
     postgres: LabDatabase, tmp_path: Path
 ) -> None:
     """The privileges block names the role ``playguard`` (the lab's superuser here): the
     limited role is made the same way by ``limited_role``; the rest runs as printed."""
-    privileges, mapping, triggers, queries = _readme_sql()
+    privileges, mapping, triggers, queries = _guide_sql()
     assert "GRANT SELECT ON public.marquees, public.playgrounds, public.agent_chats" in privileges
     await create_app(postgres, _fleet())
     async with limited_role(postgres) as role:

@@ -29,7 +29,7 @@ from playguard_async.desired_state.postgres.snapshot import read_marquees, read_
 from playguard_async.desired_state.postgres.transfer import import_inventory
 from playguard_async.operator.why import change_event
 from tests.support.app_database import AppFleet, create_app, limited_role, literal
-from tests.support.daemon import REPO_ROOT
+from tests.support.docs import section
 from tests.support.pg_inventory import full_document, write_inventory
 from tests.support.postgres import LabDatabase, playguard_with
 
@@ -135,7 +135,8 @@ async def test_verify_passes_an_untouched_log(
     # The lab migrates as its daemon role, which logs in: verify says what that owner can do.
     assert done.stdout.splitlines()[-3] == (
         "the log is owned by role playguard, which logs in: it can append entries of its own "
-        "making after the newest checkpoint (README: hand the log to a role nobody logs in as)"
+        "making after the newest checkpoint (docs, operations/why.md: hand the log to a role "
+        "nobody logs in as)"
     )
 
 
@@ -341,19 +342,17 @@ FROM playguard.changes ORDER BY id DESC LIMIT 1
 """An entry made up and appended by hand (its hash need not be right to be refused)."""
 
 
-def _readme_hand_over(audit_role: str, daemon_role: str) -> str:
-    """The README's statements that hand the audit to a role of its own, for these roles."""
-    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme.split("## Why did this change, in PostgreSQL: the change log\n", 1)[1]
-    section = section.split("\n## ", 1)[0]
-    blocks: list[str] = re.findall(r"```\n(CREATE ROLE playguard_audit .*?)```", section, re.DOTALL)
+def _documented_hand_over(audit_role: str, daemon_role: str) -> str:
+    """The docs' statements that hand the audit to a role of its own, for these roles."""
+    log = section("operations/why.md", "Why did this change, in PostgreSQL: the change log")
+    blocks: list[str] = re.findall(r"```\n(CREATE ROLE playguard_audit .*?)```", log, re.DOTALL)
     (block,) = blocks
     return block.replace("playguard_audit", audit_role).replace(
         " TO playguard;", f" TO {daemon_role};"
     )
 
 
-async def test_after_the_readmes_hand_over_the_daemons_role_cannot_get_the_audit_back(
+async def test_after_the_documented_hand_over_the_daemons_role_cannot_get_the_audit_back(
     postgres: LabDatabase,
 ) -> None:
     await create_app(postgres, AppFleet())
@@ -364,7 +363,7 @@ async def test_after_the_readmes_hand_over_the_daemons_role_cannot_get_the_audit
             connection = await daemon.database.connect()
             try:
                 await migrate(connection)
-                await admin.execute(_readme_hand_over(audit_role, daemon.name))
+                await admin.execute(_documented_hand_over(audit_role, daemon.name))
                 await connection.execute(
                     f"GRANT UPDATE, DELETE ON playguard.changes TO {daemon.name}"
                 )

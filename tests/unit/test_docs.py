@@ -1,4 +1,4 @@
-"""The docs match the code: every setting is in the README's reference, the phase table, the
+"""The docs match the code: every setting is in the settings page's table, the phase table, the
 cycle's steps and the example settings list the built-in phases in their order (``BUILTIN_PHASES``,
 the one line a new phase is added to), and the examples load."""
 
@@ -13,14 +13,15 @@ import pytest
 from playguard_async.desired_state.yaml_source import YamlInventorySource
 from playguard_async.phases.protocol import BUILTIN_PHASES
 from playguard_async.settings import ENV_PREFIX, Settings, load_settings
+from tests.support.docs import page, section
 
 ROOT = Path(__file__).resolve().parents[2]
+CYCLE = "concepts/cycle.md"
 
 
 @pytest.mark.parametrize("name", sorted(Settings.model_fields))
-def test_readme_documents_every_setting(name: str) -> None:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert f"| `{name}` | `{ENV_PREFIX}{name.upper()}` |" in readme
+def test_the_settings_page_explains_every_setting(name: str) -> None:
+    assert f"| `{name}` | `{ENV_PREFIX}{name.upper()}` |" in page("reference/settings.md")
 
 
 def test_example_settings_load(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -36,16 +37,11 @@ async def test_example_inventory_loads() -> None:
     assert inventory.marquees
 
 
-def readme_section(title: str) -> str:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    return readme.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
-
-
-def test_readme_phase_table_lists_the_builtin_phases_in_order() -> None:
-    rows = re.findall(r"^\| `(\w+)` \|", readme_section("The phases"), flags=re.MULTILINE)
+def test_the_phase_table_lists_the_builtin_phases_in_order() -> None:
+    rows = re.findall(r"^\| `(\w+)` \|", section(CYCLE, "The phases"), flags=re.MULTILINE)
     assert tuple(rows) == BUILTIN_PHASES
 
 
-def test_readme_cycle_steps_name_the_builtin_phases_in_order() -> None:
-    phases_step = readme_section("What a cycle does").split("2. **Phases**", 1)[1].split("\n3.")[0]
+def test_the_cycle_steps_name_the_builtin_phases_in_order() -> None:
+    phases_step = section(CYCLE, "What a cycle does").split("2. **Phases**", 1)[1].split("\n3.")[0]
     assert tuple(re.findall(r"`(\w+)`", phases_step)[1:]) == BUILTIN_PHASES

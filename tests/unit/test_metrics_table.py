@@ -1,4 +1,4 @@
-"""README's metrics table and the daemon's registry agree: every metric the registry exposes
+"""The metrics page's table and the daemon's registry agree: every metric the registry exposes
 has a row with its type and labels, and no row names a metric the registry does not have."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from fnmatch import fnmatchcase
 import pytest
 from prometheus_client.metrics_core import Metric
 
+from tests.support.docs import section
 from tests.support.metrics import with_every_series
-from tests.unit.test_docs import readme_section
 
 EXPOSED_TYPE = {"counter": "counter", "gauge": "gauge", "histogram": "histogram", "info": "gauge"}
 """A family's type as the text format names it (an info is a gauge of 1)."""
@@ -30,9 +30,9 @@ class Row:
 
 
 def table_lines() -> list[str]:
-    """The rows of the table under **Metrics** in README's Observability section."""
-    section = readme_section("Observability")
-    table = section.split("**Metrics** at `/metrics`", 1)[1].split("\n\n")[1]
+    """The rows of the table under **Metrics** in the metrics reference."""
+    text = section("reference/metrics.md", "What each metric means")
+    table = text.split("**Metrics** at `/metrics`", 1)[1].split("\n\n")[1]
     return table.splitlines()[2:]
 
 

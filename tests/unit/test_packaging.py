@@ -267,7 +267,7 @@ fi
 
 
 @pytest.mark.parametrize(
-    ("args", "installed"), [((), "-e .[tracing,test,dev]"), (("--runtime",), "-e .")]
+    ("args", "installed"), [((), "-e .[tracing,test,dev,docs]"), (("--runtime",), "-e .")]
 )
 def test_install_script_adds_the_extras_unless_runtime_only(
     tmp_path: Path, args: tuple[str, ...], installed: str
@@ -313,5 +313,5 @@ def test_the_base_image_is_one_build_argument_whose_digest_pin_is_documented() -
     comment = text.split("ARG BASE=", 1)[0]
     assert "docker buildx imagetools inspect python:3.11-slim-bookworm" in comment
     assert "--build-arg BASE=python:3.11-slim-bookworm@sha256:" in comment
-    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
-    assert "--build-arg BASE=python:3.11-slim-bookworm@sha256:" in readme
+    guide = (REPO_ROOT / "docs/getting-started/sidecar.md").read_text(encoding="utf-8")
+    assert "--build-arg BASE=python:3.11-slim-bookworm@sha256:" in guide

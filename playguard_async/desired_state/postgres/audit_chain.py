@@ -6,7 +6,8 @@ The hashes are computed here again from each entry's fields, as migration 0009's
 the database must not vouch for the rows it would have to condemn. An entry is condemned when
 its hash is not that of its fields, when it does not follow the hash before it in its chain, or
 when entries are missing before it (its chain's numbers jump). Entries cut from a chain's tail
-leave no trace in the chain itself: the README says how to keep the heads elsewhere.
+leave no trace in the chain itself: the docs (operations/why.md) say how to keep the heads
+elsewhere.
 """
 
 from __future__ import annotations
@@ -150,7 +151,7 @@ WHERE n.nspname = $1 AND c.relname = 'changes'
 @dataclass(frozen=True)
 class LogOwner:
     """The role that owns the change log, and whether anyone logs in as it: an owner that logs
-    in (the daemon's role, before the README's hand-over) can append entries of its own making
+    in (the daemon's role, before the docs' hand-over) can append entries of its own making
     after the newest checkpoint, which nothing in the database can then tell apart."""
 
     role: str
@@ -161,8 +162,8 @@ class LogOwner:
             return f"the log is owned by role {self.role}, which nobody logs in as"
         return (
             f"the log is owned by role {self.role}, which logs in: it can append entries of its "
-            "own making after the newest checkpoint (README: hand the log to a role nobody logs "
-            "in as)"
+            "own making after the newest checkpoint (docs, operations/why.md: hand the log to a "
+            "role nobody logs in as)"
         )
 
 
@@ -312,7 +313,7 @@ async def prune_changes(
     no anchor its chain does not name); returns the entries cut per chain. Each chain is locked
     as the trigger locks it, so an entry appended meanwhile follows the anchor. Needs INSERT and
     DELETE on ``changes`` and INSERT on ``change_anchors``: the audit's owner's, not the
-    daemon's (README: "Why did this change?")."""
+    daemon's (docs, operations/why.md: "Why did this change?")."""
     changes, anchors = qualified(schema, "changes"), qualified(schema, "change_anchors")
     cut: dict[str, int] = {}
     async with connection.transaction():

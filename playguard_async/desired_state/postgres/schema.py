@@ -141,7 +141,8 @@ async def _own_schema(connection: asyncpg.Connection, schema: str) -> None:
     except asyncpg.InsufficientPrivilegeError:
         raise DatabaseError(
             f"schema {schema} does not exist and this role may not create it: have a database "
-            f'owner run CREATE SCHEMA "{schema}" AUTHORIZATION <this role> (see the README)'
+            f'owner run CREATE SCHEMA "{schema}" AUTHORIZATION <this role> (see the docs, page '
+            "getting-started/postgresql.md)"
         ) from None
 
 
