@@ -6,6 +6,7 @@ Playground converges in the same cycle, which ends ``unhealthy``, not ``phase_fa
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,8 @@ from tests.support.playgrounds import checkout_of, compose_yaml, project_contain
 from tests.support.world import LabWorld
 
 SECOND = "web-two"
+SETTINGS = {**LAB_SETTINGS, "record_max_bytes": 65_536}
+"""Two Playgrounds' findings and notices, whole in each cycle record."""
 
 
 def head_of(git_origin: GitOrigin, world: LabWorld, playground: str) -> str:
@@ -143,7 +146,7 @@ async def test_a_pin_whose_commit_vanished_fails_its_playground_and_the_other_co
     lab.data["playgrounds"].append(
         {"name": SECOND, "playspec": "web", "marquee": "edge-1", "branch": branch}
     )
-    playguard.configure(lab.data, **LAB_SETTINGS)
+    playguard.configure(lab.data, **SETTINGS)
     first = playguard("cycle", "edge-1", timeout=180.0)
     assert first.returncode == 0, first.stdout + first.stderr
     was = head_of(git_origin, lab, "web-main")
@@ -188,4 +191,66 @@ async def test_a_pin_whose_commit_vanished_fails_its_playground_and_the_other_co
     )
     assert again.returncode == EXIT_NOT_OK, again.stdout + again.stderr
     assert "0 actions taken" in again.stdout
+    assert "Traceback" not in failing.stdout + failing.stderr + again.stdout + again.stderr
+
+
+async def test_a_rollback_to_a_commit_gone_from_origin_and_host_fails_its_playground_alone(
+    playguard: Playguard, lab: LabWorld, git_origin: GitOrigin, store: SyncRedis,
+    lab_docker: aiodocker.Docker, busybox_image: str,
+) -> None:  # fmt: skip
+    """Under ``rollback: auto``: web-main's branch is rewritten to a release that fails its
+    gate, its last good commit collected from the origin, and its checkout made again (a host
+    rebuilt), so that commit is nowhere; web-two's head moves meanwhile. The cycle brings the
+    bad release up, cannot roll back, says so and stops there; web-two converges, and the
+    cycle ends ``unhealthy``; so does the next, which tries the rollback again."""
+    lab.data["playspecs"][0].update(rollback="auto", health_timeout=8)
+    branch = lab.data["playgrounds"][0]["branch"]
+    other = f"{branch}-two"
+    git_origin.commit(other, {"compose.yaml": compose_yaml(busybox_image)}, "Second branch")
+    lab.data["playgrounds"].append(
+        {"name": SECOND, "playspec": "web", "marquee": "edge-1", "branch": other}
+    )
+    playguard.configure(lab.data, **SETTINGS)
+    first = playguard("cycle", "edge-1", timeout=180.0)
+    assert first.returncode == 0, first.stdout + first.stderr
+    good = head_of(git_origin, lab, "web-main")
+    bad = git_origin.commit(
+        f"{branch}-bad", {"compose.yaml": compose_yaml(busybox_image, healthcheck=True)}, "Bad"
+    )
+    origin = str(git_origin.path)
+    git_origin.git("--git-dir", origin, "update-ref", f"refs/heads/{branch}", bad)
+    git_origin.delete_branch(f"{branch}-bad")
+    git_origin.git("--git-dir", origin, "gc", "--quiet", "--prune=now")
+    shutil.rmtree(checkout_of(lab, "web-main"))
+    new_head = git_origin.commit(other, {"NOTES": "moved\n"}, "Move the second head")
+
+    failing = playguard("cycle", "edge-1", timeout=180.0)
+    record = last_record(store)
+    again = playguard("cycle", "edge-1", timeout=180.0)
+    later = last_record(store)
+
+    assert failing.returncode == EXIT_NOT_OK, failing.stdout + failing.stderr
+    assert record["outcome"] == "unhealthy", record
+    assert record["phase"] == "reconcile_playgrounds"
+    assert record["reason"] == (
+        "playground web-main not rolled back: its last good commit cannot be checked out"
+    )
+    found = record["findings"]["reconcile_playgrounds"]["playgrounds"]
+    assert found["web-main"]["rollback"].startswith(f"cannot roll back to {good[:12]}: ")
+    assert f"commit {good} is not on origin {git_origin.url}" in found["web-main"]["rollback"]
+    assert not any(
+        "compose up playground web-main (roll back" in a for a in found["web-main"]["actions"]
+    )
+    assert found[SECOND]["state"] == "running"
+    assert head_of(git_origin, lab, SECOND) == new_head
+    assert head_of(git_origin, lab, "web-main") == bad
+    assert again.returncode == EXIT_NOT_OK, again.stdout + again.stderr
+    assert later["outcome"] == "unhealthy"
+    for each in (record, later):
+        failed = [n for n in each["notices"]["reconcile_playgrounds"] if n["kind"] == "failed"]
+        assert [n["subject"] for n in failed] == ["web-main"]
+        assert (
+            failed[0]["detail"]
+            == each["findings"]["reconcile_playgrounds"]["playgrounds"]["web-main"]["rollback"]
+        )
     assert "Traceback" not in failing.stdout + failing.stderr + again.stdout + again.stderr
