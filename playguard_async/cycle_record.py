@@ -340,8 +340,10 @@ class PlaygroundFinding:
     """What one cycle's ``reconcile_playgrounds`` found of and did to one Playground."""
 
     state: str | None
-    """``running``, ``stopped``, ``branch_gone``, ``expired``, or ``no_checkout`` when sync_git
-    has not cloned it yet. The phase always says; None is a record read back that did not."""
+    """``running``, ``stopped``, ``branch_gone``, ``expired``, ``no_checkout`` when sync_git
+    has not cloned it yet, or ``not_held`` when sync_git could not put its checkout at the
+    commit it is held at (it runs as it was). The phase always says; None is a record read
+    back that did not."""
     drift: tuple[str, ...] = ()
     """Why it was (or in dry-run would be) changed."""
     actions: tuple[str, ...] = ()

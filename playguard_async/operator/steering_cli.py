@@ -108,7 +108,8 @@ def pin_command(
     """Hold PLAYGROUND of MARQUEE at a revision, whatever its branch head does: its checkout
     stays at that commit (fetched, never reset to the head) and its images run by digest: for
     last-good, its last good ones; for a commit, the ones it runs when a cycle first applies the
-    pin. ``plan`` shows it held, not as drift. Kept in Redis with who and why until ``unpin``."""
+    pin. A commit is stored only if the Playspec's origin has it, asked from MARQUEE. ``plan``
+    shows it held, not as drift. Kept in Redis with who and why until ``unpin``."""
     from playguard_async.coordination.pins import LAST_GOOD, REASON_MAX
     from playguard_async.kits.revision_shapes import is_commit
 

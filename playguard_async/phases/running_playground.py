@@ -34,8 +34,7 @@ from playguard_async.phases.container_drift import config_drift, container_drift
 from playguard_async.phases.holds import Hold, hold_of
 from playguard_async.phases.protocol import Notice
 from playguard_async.phases.rollout_desk import RolloutHold
-from playguard_async.phases.toolkit import Container
-from playguard_async.remote import git
+from playguard_async.phases.toolkit import Container, check_out_held
 from playguard_async.remote.compose import ComposeProject, override_content, parse_services
 from playguard_async.remote.health import PlaygroundHealth, wait_healthy
 from playguard_async.remote.host_state import ABSENT, ComposeState, image_ids, pinned_references
@@ -133,6 +132,11 @@ class RunningPlayground:
         )  # fmt: skip
         if hold is not None and hold.rolled_back:
             return await self._keep_rolled_back(services, record)
+        if hold is not None and _off_hold(compose, hold) and not session.dry_run:
+            # sync_git could not put the checkout there, and said why: it runs as it was.
+            return Converged(
+                PlaygroundFinding("not_held", held_by=hold.shown, **_last_good_of(record))
+            )
         failed = record.failed
         # A pinned Playground's failed inputs are held like any (its pin is not its branch head,
         # so it is held by its inputs only).
@@ -314,11 +318,15 @@ class RunningPlayground:
         revision = good.revision
         changing = time.monotonic()
         if revision.commit is not None and compose.commit != revision.commit:
-            await session.change(
+            failed = await check_out_held(
+                session,
                 f"check out playground {project.playground} at {revision.commit[:12]} "
                 "(roll back to its last good revision)",
-                git.check_out(project.checkout, self.playspec.repo, revision.commit),
-            )
+                project.checkout, self.playspec.repo, revision.commit,
+            )  # fmt: skip
+            if failed is not None:
+                _say_not_rolled_back(project, revision.commit, result, failed)
+                return
         if revision.commit is not None and compose.file_digests()["env"] != revision.env:
             await session.change(
                 f"restore the .env of playground {project.playground} "
@@ -377,6 +385,23 @@ async def _pinned(
     if all(running.get(service) == image for service, image in hold.images.items()):
         return None
     return hold.images
+
+
+def _off_hold(compose: ComposeState, hold: Hold) -> bool:
+    """Whether the checkout is not at the commit ``hold`` keeps it at (one that names none, a
+    record written before revisions had a commit: never)."""
+    return hold.commit is not None and compose.commit != hold.commit
+
+
+def _say_not_rolled_back(
+    project: ComposeProject, commit: str, result: Converged, failed: str
+) -> None:
+    """A rollback whose commit cannot be checked out changes nothing more: the Playground runs
+    what failed, and says why it was not rolled back (its own failure, not its Marquee's)."""
+    words = f"cannot roll back to {commit[:12]}: {failed}"
+    result.finding = replace(result.finding, rollback=words)
+    result.notices.append(Notice(NoticeKind.FAILED, project.playground, words))
+    result.unhealthy = "not rolled back: its last good commit cannot be checked out"
 
 
 def _off_revision(compose: ComposeState, revision: Revision) -> bool:

@@ -9,21 +9,26 @@ hard reset) changes the host. The Marquee's pins come from Redis; its health rec
 whether a release failed) are read only when a checkout is not at its branch head, so a
 converged Marquee costs no more reads than before. A held checkout is moved to its commit
 (fetched only when missing, never reset to the head). A playground whose branch is gone keeps its
-checkout as it is: fetch_branches reports it and stops it when asked.
+checkout as it is: fetch_branches reports it and stops it when asked. One whose checkout cannot be
+moved to the commit it is held at (not on the origin, or the origin away) keeps its checkout as
+it is too, and fails alone: noticed with git's reason, the cycle ``unhealthy``, and the other
+Playgrounds go on (reconcile_playgrounds leaves it as it runs).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from playguard_async.cycle_record import NoticeKind
 from playguard_async.desired_state.model import Playground
 from playguard_async.phases.holds import Hold, hold_of, pins_of
-from playguard_async.phases.protocol import PhaseReport
+from playguard_async.phases.protocol import Notice, PhaseReport
 from playguard_async.phases.rollout_gate import verdicts
 from playguard_async.phases.toolkit import (
     CycleContext,
     branch_gone_notices,
     branch_heads,
+    check_out_held,
     compose_project,
 )
 from playguard_async.remote import git
@@ -37,8 +42,9 @@ class SyncGit:
 
     async def __call__(self, ctx: CycleContext) -> PhaseReport:
         """Findings: ``heads`` (playground -> the commit its checkout is at, or would be at in
-        dry-run; None when it has none), ``branch_gone`` (playground -> missing branch) and
-        ``held`` (playground -> why its checkout is kept at a revision that is not its head)."""
+        dry-run; None when it has none), ``branch_gone`` (playground -> missing branch),
+        ``held`` (playground -> why its checkout is kept at a revision that is not its head)
+        and ``unheld`` (playground -> why its checkout could not be put at that revision)."""
         session = await ctx.remote()
         playgrounds = ctx.inventory.playgrounds_on(ctx.marquee.name)
         specs = {pg.name: ctx.inventory.playspec_of(pg) for pg in playgrounds}
@@ -52,7 +58,7 @@ class SyncGit:
             if files[pg.name].head != heads[specs[pg.name].repo].get(pg.branch)
         ]
         holds = await _holds(ctx, session, playgrounds, moved, heads)
-        findings: dict[str, Any] = {"heads": {}, "branch_gone": {}, "held": {}}
+        findings: dict[str, Any] = {"heads": {}, "branch_gone": {}, "held": {}, "unheld": {}}
         for playground in playgrounds:
             repo = specs[playground.name].repo
             checkout = git.checkout_dir(ctx.marquee, playground.name)
@@ -73,10 +79,17 @@ class SyncGit:
                 )
                 local = heads[repo].get(playground.branch)
             if local != wanted and hold is not None:
-                await session.change(
+                failed = await check_out_held(
+                    session,
                     f"hold playground {playground.name} at {wanted[:12]} ({hold.why})",
-                    git.check_out(checkout, repo, wanted),
-                )
+                    checkout, repo, wanted,
+                )  # fmt: skip
+                if failed is not None:
+                    findings["unheld"][playground.name] = (
+                        f"cannot be held at {wanted[:12]} ({hold.shown}): {failed}"
+                    )
+                    findings["heads"][playground.name] = local
+                    continue
             elif local != wanted:
                 was = (local or "-")[:12]
                 await session.change(
@@ -84,7 +97,20 @@ class SyncGit:
                     git.update(checkout, repo, playground.branch),
                 )
             findings["heads"][playground.name] = wanted
-        return PhaseReport(findings=findings, notices=branch_gone_notices(findings["branch_gone"]))
+        return _report(findings)
+
+
+def _report(findings: dict[str, Any]) -> PhaseReport:
+    """The branches gone and the Playgrounds not held are noticed; one not held leaves the
+    cycle ``unhealthy`` (every phase still runs, for the other Playgrounds)."""
+    unheld: dict[str, str] = findings["unheld"]
+    report = PhaseReport(findings=findings, notices=branch_gone_notices(findings["branch_gone"]))
+    report.notices += [Notice(NoticeKind.FAILED, name, why) for name, why in unheld.items()]
+    if unheld:
+        report.unhealthy = "; ".join(
+            f"playground {name} not at the revision it is held at" for name in unheld
+        )
+    return report
 
 
 async def _holds(

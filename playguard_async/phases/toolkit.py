@@ -62,6 +62,21 @@ async def _heads_of(session: RemoteSession, repo: str) -> dict[str, str]:
     return dict(await session.read_once(("ls-remote", repo), list_heads, of_host=False))
 
 
+async def check_out_held(
+    session: RemoteSession, action: str, checkout: str, repo: str, commit: str
+) -> str | None:
+    """Put ``checkout`` at ``commit``, a revision it is held at (a pin, a rollback, a
+    rollout's hold); None once done, else why it could not be, in one line: the commit is not
+    on the origin (a pin at a commit that never was, one force-pushed away and collected), or
+    the origin did not answer. That is the one Playground's failure, not its Marquee's: the
+    caller reports it and goes on with the others, the checkout left as it was."""
+    try:
+        await session.change(action, git.check_out(checkout, repo, commit))
+    except RemoteCommandFailed as exc:
+        return " ".join(exc.stderr_tail.split()) or f"git exited {exc.exit_status}"
+    return None
+
+
 def containers_of(containers: Iterable[Container], project: ComposeProject) -> list[Container]:
     """The containers of the playground's compose project. Its agent chats' containers carry its
     label too, but compose did not make them, so compose commands must not be judged by them."""

@@ -25,7 +25,12 @@ async def test_fresh_clone_converges_then_costs_nothing(edge: LabEdge) -> None:
     head = origin_head(edge, branch)
     assert first.actions == [f"clone {edge.origin.url} branch {branch} for playground web-main"]
     assert checkout_head(edge.origin, edge.world) == head
-    assert first.report.findings == {"heads": {"web-main": head}, "branch_gone": {}, "held": {}}
+    assert first.report.findings == {
+        "heads": {"web-main": head},
+        "branch_gone": {},
+        "held": {},
+        "unheld": {},
+    }
     assert second.actions == []
     assert second.report.findings == first.report.findings
 
@@ -61,6 +66,7 @@ async def test_deleted_branch_is_reported_and_checkout_kept(edge: LabEdge) -> No
         "heads": {"web-main": head},
         "branch_gone": {"web-main": branch},
         "held": {},
+        "unheld": {},
     }
     assert checkout_head(edge.origin, edge.world) == head
 
