@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import secrets
+import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 
 from playguard_lab.fleet import Lab
@@ -86,3 +90,38 @@ def move_desired_state_to_postgres(server: PostgresServer, settings_path: Path) 
         settings.write(
             f'desired_state = "{server.url}"\ndesired_state_password_file = "{password_file}"\n'
         )
+
+
+WEB_USER = "admin"
+"""The lab web view's user, an admin: every action of the web view is open to it."""
+
+
+@dataclass(frozen=True)
+class WebLogin:
+    """How to reach the lab's web view: its address, its user, and the file (0600) holding the
+    user's password, made for this lab."""
+
+    url: str
+    user: str
+    password_file: Path
+
+
+def add_web_user(settings_path: Path) -> WebLogin:
+    """An admin of the web view of the daemon ``settings_path`` configures: a users file and a
+    password file (0600 each) beside the settings, the users file named in them. The password
+    is made here (random, 24 characters), so no two labs share one; it is shown once by
+    ``lab up`` and kept in its file for scripts (the lab's other secrets live beside it)."""
+    folder = settings_path.parent
+    password = secrets.token_urlsafe(18)
+    password_file = folder / "web-password"
+    descriptor = os.open(password_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w") as written:
+        written.write(password + "\n")
+    from playguard_async.web.users import Role, add_user  # noqa: PLC0415 - argon2, for up only
+
+    users = folder / "web-users"
+    add_user(users, WEB_USER, Role.ADMIN, password)
+    with settings_path.open("a") as settings:
+        settings.write(f'web_credential_file = "{users}"\n')
+    address = tomllib.loads(settings_path.read_text())["http_address"]
+    return WebLogin(f"http://{address}/", WEB_USER, password_file)

@@ -25,7 +25,12 @@ from pathlib import Path, PurePosixPath
 from typing import Any, TypeGuard
 
 from playguard_async.kits.files import FileRefused, read_text_limited
-from playguard_lab.demo import move_desired_state_to_postgres, write_demo_config
+from playguard_lab.demo import (
+    WebLogin,
+    add_web_user,
+    move_desired_state_to_postgres,
+    write_demo_config,
+)
 from playguard_lab.fleet import Lab
 from playguard_lab.postgres import PostgresServer, remove_relocated_cluster
 from playguard_lab.process import LabServer, Proc, read_proc, terminate_server
@@ -91,6 +96,8 @@ class LabUp:
     settings: Path
     lab: Lab
     state: LabState
+    web: WebLogin
+    """Its web view's address and user."""
 
 
 @dataclass(frozen=True)
@@ -259,6 +266,7 @@ def lab_up(
             servers: list[LabServer] = lab.servers()
             lab.start()
             settings = write_demo_config(lab, directory / "config", tick_interval=tick_interval)
+            web = add_web_user(settings)
             if postgres:
                 database = PostgresServer(lab.workdir / "postgres")
                 on_failure.callback(database.remove_cluster)  # after the stop below
@@ -269,7 +277,7 @@ def lab_up(
             state = LabState(boot_id(), [_recorded(server, directory) for server in servers])
             _write_state(directory, state)
             on_failure.pop_all()
-    return LabUp(settings, lab, state)
+    return LabUp(settings, lab, state, web)
 
 
 def _recorded(server: LabServer, directory: Path) -> RecordedServer:

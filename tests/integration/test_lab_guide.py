@@ -57,7 +57,7 @@ def test_the_guide_script_adapts_only_the_daemon_and_the_port() -> None:
     script = guide_script()
     assert script.count("playguard run") == 1
     assert 'eval "$(.venv/bin/playguard lab up)"' in script
-    assert "playguard web add-user admin admin" in script
+    assert "/web-password" in script
     assert script.index(STOPPED) < script.index("playguard lab down")
 
 
@@ -91,4 +91,5 @@ def test_the_lab_guide_runs_as_written(lab_directory: Path) -> None:
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     assert "marquee-0" in done.stdout
     assert "refused" not in done.stdout, done.stdout
+    assert "paused by admin@" in done.stdout, "the lab's own user acted with its password"
     assert not lab_directory.exists(), "lab down removed what lab up made"

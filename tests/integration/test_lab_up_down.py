@@ -11,6 +11,7 @@ import signal
 import stat
 import subprocess
 import tempfile
+import tomllib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -98,6 +99,15 @@ def test_lab_up_prints_the_export_line_and_down_stops_every_server_it_started(
     assert export_line == f"export PLAYGUARD_CONFIG={shlex.quote(str(settings))}"
     assert "playguard cycle marquee-0" in up.stderr
     assert f"playguard lab down --dir {lab_directory}" in up.stderr
+    # The web view's own admin: its address and password told once, the password kept 0600.
+    secret = lab_directory / "config" / "web-password"
+    password = secret.read_text().strip()
+    assert stat.S_IMODE(secret.stat().st_mode) == 0o600
+    assert stat.S_IMODE((lab_directory / "config" / "web-users").stat().st_mode) == 0o600
+    port = tomllib.loads(settings.read_text())["http_address"].rsplit(":", 1)[1]
+    assert f"web view (once `playguard run` serves it): http://127.0.0.1:{port}/, user admin, " \
+           f"password {password} (shown once; kept in {secret})" in up.stderr  # fmt: skip
+    assert password not in up.stdout
     procs = recorded_processes(lab_directory)
     assert len(procs) == 4, "Redis, the registry, the Marquee's sshd and dockerd"
     addresses = [server["address"] for server in json.loads(up_state(lab_directory))["servers"]]
