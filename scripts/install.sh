@@ -1,29 +1,30 @@
 #!/usr/bin/env bash
 # Installs everything playguard_async and its lab need on Debian 12, as root: the real servers the
-# tests and the demo start (redis-server, sshd, dockerd, docker-registry, docker-compose, git;
-# redis-tools for redis-cli --cluster create, openssl for the lab's TLS certificate, postgresql
-# for the PostgreSQL desired state, chromium and chromium-driver for the web view's browser
-# tests, prometheus (and its promtool) and prometheus-alertmanager, which check and prove the
-# shipped alerting rules),
-# systemd-analyze to check the unit file, and a virtual environment in .venv with the package, its
-# tracing, test, dev and docs extras (docs: MkDocs, which checks.sh builds the site with), at the
-# versions CI tested. With --runtime (the demo): the package and its runtime dependencies only, no
-# test, dev or docs extras.
+# demo starts (redis-server, sshd, dockerd, docker-registry with htpasswd, docker-compose, git,
+# busybox-static for the lab's image) and, for the tests, those only they start (redis-tools for
+# redis-cli --cluster create, openssl for the lab's TLS certificate, postgresql for the PostgreSQL
+# desired state, chromium and chromium-driver for the web view's browser tests, prometheus (and
+# its promtool) and prometheus-alertmanager, which check and prove the shipped alerting rules,
+# systemd-analyze to check the unit file, curl for the lab guide), and a virtual environment in
+# .venv with the package, its tracing, test, dev and docs extras (docs: MkDocs, which checks.sh
+# builds the site with), at the versions CI tested. With --runtime (the demo): the demo's servers
+# and the package with its runtime dependencies only, no test, dev or docs extras.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+packages=(
+  redis-server openssh-server openssh-client docker.io docker-registry docker-compose
+  busybox-static apache2-utils iptables git ca-certificates python3 python3-venv python3-pip
+)
 extras="[tracing,test,dev,docs]"
 case "${1:-}" in
-  "") ;;
+  "") packages+=(
+        redis-tools openssl systemd postgresql chromium chromium-driver prometheus
+        prometheus-alertmanager curl
+      ) ;;
   --runtime) extras="" ;;
   *) echo "usage: $0 [--runtime]" >&2; exit 2 ;;
 esac
-
-packages=(
-  redis-server redis-tools openssl openssh-server openssh-client docker.io docker-registry docker-compose
-  busybox-static apache2-utils iptables git ca-certificates python3 python3-venv python3-pip
-  systemd postgresql chromium chromium-driver prometheus prometheus-alertmanager
-)
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" \
