@@ -56,10 +56,13 @@ def update(checkout: str, repo: str, branch: str) -> list[str]:
 def check_out(checkout: str, repo: str, commit: str) -> list[str]:
     """One write that makes the working tree exactly ``commit`` (a full commit name, checked by
     the caller), not the branch head: fetched only when the checkout does not have it yet, so a
-    Playground held at a revision costs no fetch per cycle. Local edits are discarded."""
+    Playground held at a revision costs no fetch per cycle; by name when no branch has it (any
+    commit the origin serves, as ``remote.rollback_check`` asks). Local edits are discarded."""
     script = (
         'c=$1 repo=$2 commit=$3; g() { git -C "$c" --git-dir=.git "$@"; }; '
-        '{ g cat-file -e "$commit^{commit}" 2>/dev/null || { g remote set-url -- origin "$repo" '
-        '&& g fetch --quiet --prune origin; }; } && g reset --quiet --hard "$commit" --'
+        'has() { g cat-file -e "$commit^{commit}" 2>/dev/null; }; '
+        '{ has || { g remote set-url -- origin "$repo" && g fetch --quiet --prune origin '
+        '&& { has || g fetch --quiet origin "$commit"; }; }; } '
+        '&& g reset --quiet --hard "$commit" --'
     )
     return ["sh", "-c", script, "sh", checkout, repo, commit]

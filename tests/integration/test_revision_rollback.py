@@ -2,11 +2,14 @@
 ``notify`` and ``off``, against the lab (compose over SSH, the lab's dockerd, registry and git
 origin). Under ``auto`` the Playground is back at its last good commit, images and ``.env``
 within the cycle, stays there without retrying, and takes the next good commit; under
-``notify`` and ``off`` nothing changes, and the notice names both revisions."""
+``notify`` and ``off`` nothing changes, and the notice names both revisions. A rollback that
+cannot have a part of its revision (its commit, an image digest, the host's ``.env`` copy)
+changes nothing on the host, says what is missing, and is told once."""
 
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -14,19 +17,27 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from redis.asyncio import Redis
 
+from playguard_async.coordination.keys import rollback_blocked_key
+from playguard_async.coordination.pins import LAST_GOOD, Pin, take_pin
 from playguard_async.cycle_record import NoticeKind
 from playguard_async.phases.pull_images import pull_images
 from playguard_async.phases.reconcile_playgrounds import reconcile_playgrounds
 from playguard_async.phases.sync_git import sync_git
+from playguard_async.remote.guard import state_dir
 from playguard_async.remote.memo import ComposeMemo
+from playguard_async.remote.revision import kept_env_path
 from playguard_lab import DockerDaemon, RegistryServer, build_busybox_image, push_image
 from tests.support.edge import LabEdge
 from tests.support.playgrounds import (
+    PLAYGROUND_NAME,
     checkout_head,
     checkout_of,
     found,
     notices,
+    override_of,
+    project_containers,
     running,
     set_playground,
 )
@@ -238,3 +249,127 @@ async def test_notify_and_off_change_nothing_and_name_both_revisions(
     assert (await running(edge.docker))["Id"] == container["Id"]
     assert found(again)["health"] == "held"
     assert (bad.report.unhealthy is None) == (rollback == "off")
+
+
+def host_path(path: str) -> Path:
+    """A path of the lab host (the test's own user over SSH) as this process reads it."""
+    return Path(os.path.expanduser(path))
+
+
+def kept_env(edge: LabEdge) -> Path:
+    return host_path(kept_env_path(edge.world.marquee(), PLAYGROUND_NAME))
+
+
+def rewrite_last_good(edge: LabEdge, **revision: Any) -> None:
+    """The host's health record with its last good revision's fields replaced."""
+    path = host_path(record_path_of(edge))
+    document = json.loads(path.read_text())
+    document["last_good"].update(revision)
+    path.write_text(json.dumps(document) + "\n")
+
+
+def record_path_of(edge: LabEdge) -> str:
+    return f"{state_dir(edge.world.marquee())}/playgrounds/{PLAYGROUND_NAME}.json"
+
+
+def commit_gone(edge: LabEdge, made: Release) -> str:
+    rewrite_last_good(edge, commit=uuid.uuid4().hex + uuid.uuid4().hex[:8])
+    return "commit"
+
+
+def image_gone(edge: LabEdge, made: Release) -> str:
+    never = f"{made.images.registry.address}/revision-test@sha256:{uuid.uuid4().hex * 2}"
+    rewrite_last_good(edge, images={"app": never})
+    return "image app"
+
+
+def env_copy_missing(edge: LabEdge, made: Release) -> str:
+    kept_env(edge).unlink()
+    return ".env copy"
+
+
+def env_copy_changed(edge: LabEdge, made: Release) -> str:
+    kept_env(edge).write_text("MODE=good\nOTHER=1\n")
+    return ".env copy"
+
+
+MISSING: dict[str, Callable[[LabEdge, Release], str]] = {
+    "commit-gone": commit_gone,
+    "image-digest-gone": image_gone,
+    "env-copy-missing": env_copy_missing,
+    "env-copy-changed": env_copy_changed,
+}
+
+
+async def host_snapshot(edge: LabEdge) -> dict[str, Any]:
+    """What a rollback would change on the host, byte for byte."""
+    env = checkout_of(edge.world) / ".env"
+    override = override_of(edge.world)
+    return {
+        "head": checkout_head(edge.origin, edge.world),
+        "env": env.read_bytes() if env.exists() else None,
+        "override": override.read_bytes() if override.exists() else None,
+        "containers": sorted(
+            (c["Id"], c["Image"], c["State"]["StartedAt"])
+            for c in await project_containers(edge.docker)
+        ),
+    }
+
+
+async def failed_under_notify(edge: LabEdge, release: Release, memo: ComposeMemo) -> None:
+    """A good release verified, then a bad one that failed under ``notify``: switched to
+    ``auto``, the next cycle's rollback is due."""
+    use_policy(edge, release, "notify")
+    first = await cycle(edge, memo)
+    assert found(first)["health"] == "healthy", found(first).get("unhealthy")
+    env_value_bad(release)
+    bad = await cycle(edge, memo)
+    assert found(bad)["health"] == "unhealthy"
+
+
+@pytest.mark.parametrize("missing", sorted(MISSING))
+async def test_a_rollback_missing_a_part_changes_nothing_and_says_so_once(
+    edge: LabEdge,
+    release: Release,
+    memo: ComposeMemo,
+    missing: str,
+) -> None:
+    await failed_under_notify(edge, release, memo)
+    part = MISSING[missing](edge, release)
+    use_policy(edge, release, "auto")
+    before = await host_snapshot(edge)
+
+    runs = [await cycle(edge, memo) for _ in range(3)]
+
+    after = await host_snapshot(edge)
+    assert after == before
+    assert [run.actions for run in runs] == [[], [], []]
+    assert all(part in found(run)["rollback_blocked"] for run in runs)
+    assert all(notices(run, NoticeKind.ROLLED_BACK) == [] for run in runs)
+    told = [notices(run, NoticeKind.ROLLBACK_BLOCKED) for run in runs]
+    assert [len(t) for t in told] == [1, 0, 0]
+    assert part in told[0][0]
+
+
+async def test_sync_git_leaves_a_blocked_rollbacks_checkout_and_redis_forgetting_tells_again(
+    edge: LabEdge, release: Release, memo: ComposeMemo, redis: Redis
+) -> None:
+    """A pin on the Marquee makes sync_git read the holds: the rolled back Playground's checkout
+    is still left to the rollback, which cannot be made. Redis forgetting what was told tells
+    it once more."""
+    await failed_under_notify(edge, release, memo)
+    await take_pin(redis, "edge-1", Pin.taken_now("elsewhere", LAST_GOOD, "test"), 2.0)
+    env_copy_missing(edge, release)
+    use_policy(edge, release, "auto")
+    before = await host_snapshot(edge)
+
+    runs = [await cycle(edge, memo) for _ in range(2)]
+    await redis.delete(rollback_blocked_key("edge-1"))
+    again = await cycle(edge, memo)
+
+    assert await host_snapshot(edge) == before
+    assert not [a for run in [*runs, again] for a in run.actions if "playground web-main" in a]
+    assert [len(notices(run, NoticeKind.ROLLBACK_BLOCKED)) for run in runs] == [1, 0]
+    assert notices(again, NoticeKind.ROLLBACK_BLOCKED) == notices(
+        runs[0], NoticeKind.ROLLBACK_BLOCKED
+    )
