@@ -23,9 +23,10 @@ from redis.asyncio import Redis
 from structlog.testing import capture_logs
 
 from playguard_async.coordination.keys import health_key, marquee_lock_key
+from playguard_async.cycle_record import NoticeKind
 from playguard_async.desired_state.model import Marquee
 from playguard_async.engine.results import CycleResult, Outcome
-from playguard_async.phases.protocol import Phase, PhaseContext, PhaseReport
+from playguard_async.phases.protocol import Notice, Phase, PhaseContext, PhaseReport
 from playguard_async.service import notifications
 from playguard_async.service.notifications import ChangeNotifier
 from playguard_lab import DockerDaemon, SshServer
@@ -187,6 +188,35 @@ async def test_an_unhealthy_playground_is_told_once_however_many_cycles_hold_it_
         ("recovered", "ok"),
     ]
     assert news[0]["reason"] == "playground web-main rolled back to its last good state"
+
+
+async def test_a_blocked_rollback_is_sent_once_by_the_cycle_that_gives_its_notice(
+    redis: Redis, receiver: Receiver
+) -> None:
+    """reconcile_playgrounds gives the ``rollback_blocked`` notice in the first cycle that finds
+    the parts missing (``coordination.told``): three cycles that stay blocked send one
+    ``failing`` and one ``rollback_blocked``, with what is missing and no more."""
+    words = ".env copy ~/.local/state/playguard/m1/playgrounds/web-main.env is missing"
+    cycles: list[int] = []
+
+    class Gate:
+        name = "reconcile_playgrounds"
+
+        async def __call__(self, ctx: PhaseContext) -> PhaseReport:
+            cycles.append(1)
+            told = (
+                [Notice(NoticeKind.ROLLBACK_BLOCKED, "web-main", words)] if len(cycles) == 1 else []
+            )
+            return PhaseReport(notices=told, unhealthy=f"not rolled back: {words}")
+
+    replica = Replica(redis, "r1", receiver.url, Gate())
+    async with replica.notifier.sending(drain=5):
+        outcomes = [(await replica.cycle()).outcome for _ in range(3)]
+    assert outcomes == [Outcome.UNHEALTHY] * 3
+    news = receiver.news()
+    assert sorted(n["transition"] for n in news) == ["failing", "rollback_blocked"]
+    [blocked] = [n for n in news if n["transition"] == "rollback_blocked"]
+    assert blocked["reason"] == f"web-main: {words}"
 
 
 async def test_a_write_the_host_refused_is_told_once_whichever_replica_saw_it(

@@ -8,8 +8,10 @@ changes nothing on the host, says what is missing, and is told once."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import subprocess
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -21,13 +23,17 @@ from redis.asyncio import Redis
 
 from playguard_async.coordination.keys import rollback_blocked_key
 from playguard_async.coordination.pins import LAST_GOOD, Pin, take_pin
-from playguard_async.cycle_record import NoticeKind
+from playguard_async.cycle_record import ABSENT_FILE, NoticeKind
+from playguard_async.phases.protocol import PhaseContext, PhaseReport
 from playguard_async.phases.pull_images import pull_images
 from playguard_async.phases.reconcile_playgrounds import reconcile_playgrounds
 from playguard_async.phases.sync_git import sync_git
+from playguard_async.remote.git import checkout_dir
 from playguard_async.remote.guard import state_dir
 from playguard_async.remote.memo import ComposeMemo
-from playguard_async.remote.revision import kept_env_path
+from playguard_async.remote.revision import Revision, kept_env_path
+from playguard_async.remote.rollback_check import check_revision
+from playguard_async.remote.ssh import RemoteSession
 from playguard_lab import DockerDaemon, RegistryServer, build_busybox_image, push_image
 from tests.support.edge import LabEdge
 from tests.support.playgrounds import (
@@ -373,3 +379,62 @@ async def test_sync_git_leaves_a_blocked_rollbacks_checkout_and_redis_forgetting
     assert notices(again, NoticeKind.ROLLBACK_BLOCKED) == notices(
         runs[0], NoticeKind.ROLLBACK_BLOCKED
     )
+
+
+def in_checkout(edge: LabEdge, commit: str) -> bool:
+    checkout = str(checkout_of(edge.world))
+    asked = ["git", "-C", checkout, "--git-dir=.git", "cat-file", "-e", f"{commit}^{{commit}}"]
+    return subprocess.run(asked, capture_output=True, check=False).returncode == 0
+
+
+@dataclass
+class Probe:
+    """A phase that only asks ``check_revision`` about ``revision``, as a rollback from the
+    checkout as it is would."""
+
+    revision: Revision
+    missing: tuple[str, ...] | None = None
+    name: str = "probe"
+
+    async def __call__(self, ctx: PhaseContext[RemoteSession]) -> PhaseReport:
+        session = await ctx.remote()
+        [playground] = ctx.inventory.playgrounds_on(ctx.marquee.name)
+        playspec = ctx.inventory.playspec_of(playground)
+        self.missing = await check_revision(
+            session, checkout=checkout_dir(ctx.marquee, playground.name), repo=playspec.repo,
+            revision=self.revision, now_commit=None, now_env=ABSENT_FILE,
+            env_copy_path=kept_env_path(ctx.marquee, playground.name),
+            registry=ctx.inventory.registry_of(playspec),
+        )  # fmt: skip
+        return PhaseReport()
+
+
+async def test_the_check_has_a_commit_only_the_origin_serves_and_a_digest_only_its_registry_has(
+    edge: LabEdge, release: Release, memo: ComposeMemo, images: Images
+) -> None:
+    use_policy(edge, release, "auto")
+    assert found(await cycle(edge, memo))["health"] == "healthy"
+    later = edge.origin.commit(f"{release.branch}-later", {"later": "1\n"}, "not in the checkout")
+    only_there = f"playguard-test/{uuid.uuid4().hex}:only-in-the-registry"
+    build_busybox_image(images.docker, only_there, env={"ONLY": uuid.uuid4().hex})
+    pushed = images.push(only_there, f"only-{uuid.uuid4().hex[:8]}")
+    [digest] = json.loads(images.docker.cli("image", "inspect", pushed))[0]["RepoDigests"]
+    images.docker.cli("rmi", "--force", only_there, pushed)
+    env_copy = kept_env(edge).read_text().encode()
+    recorded = hashlib.sha256(env_copy).hexdigest()
+    never = f"{images.registry.address}/revision-test@sha256:{uuid.uuid4().hex * 2}"
+    gone = "0123456789" * 4
+
+    assert not in_checkout(edge, later)
+    had = Probe(Revision(later, {"app": digest}, recorded))
+    missed = Probe(Revision(gone, {"app": digest, "db": never}, recorded))
+    await edge.run(had)
+    await edge.run(missed)
+
+    assert not in_checkout(edge, later), "the check fetched into the checkout"
+    assert had.missing == ()
+    assert missed.missing is not None
+    assert [part.split(" ", 2)[:2] for part in missed.missing] == [
+        ["commit", gone[:12]],
+        ["image", f"db={never}"],
+    ]
