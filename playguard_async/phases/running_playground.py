@@ -260,7 +260,12 @@ class RunningPlayground:
         if _off_revision(self.compose, good.revision):
             await self._roll_back(record, result)
             if result.blocked is not None:
+                # What status shows of it every cycle; the news is told once (the caller's).
                 result.finding = replace(result.finding, revision=None, health="held")
+                assert result.unhealthy is not None
+                result.notices.append(
+                    Notice(NoticeKind.UNHEALTHY, project.playground, result.unhealthy)
+                )
                 return result
             result.finding = replace(result.finding, health=result.finding.rollback_health)
             return result
