@@ -22,7 +22,8 @@ from aiohttp import web
 from redis.asyncio import Redis
 from structlog.testing import capture_logs
 
-from playguard_async.coordination.keys import health_key, marquee_lock_key
+from playguard_async.coordination.keys import health_key, marquee_lock_key, rollback_blocked_key
+from playguard_async.coordination.told import first_telling, forget_telling
 from playguard_async.cycle_record import NoticeKind
 from playguard_async.desired_state.model import Marquee
 from playguard_async.engine.results import CycleResult, Outcome
@@ -396,3 +397,27 @@ def test_replica_processes_tell_each_failing_marquee_once(daemons: DaemonRunner)
 
 def bodies(handler: type[_Collecting]) -> list[bytes]:
     return [body for _, body in handler.received]
+
+
+async def test_told_once_per_fingerprint_until_forgotten_and_over_a_key_of_another_type(
+    redis: Redis,
+) -> None:
+    """``coordination.told`` on a real Redis: each new fingerprint is news once, the same one
+    again is not, a forgotten one is news again; a key of another type (written by hand) is
+    replaced with one line naming it, and what it held is news."""
+    key = rollback_blocked_key("m1")
+    await redis.delete(key)
+    await redis.rpush(key, "a list")
+
+    with capture_logs() as logs:
+        told = [await first_telling(redis, "m1", "web-main", "f1", 2.0)]
+        told.append(await first_telling(redis, "m1", "web-main", "f1", 2.0))
+        told.append(await first_telling(redis, "m1", "web-other", "f1", 2.0))
+        told.append(await first_telling(redis, "m1", "web-main", "f2", 2.0))
+        told.append(await first_telling(redis, "m1", "web-main", "f2", 2.0))
+        await forget_telling(redis, "m1", "web-main", 2.0)
+        told.append(await first_telling(redis, "m1", "web-main", "f2", 2.0))
+
+    assert told == [True, False, True, True, False, True]
+    assert [entry["key"] for entry in logs if entry["event"] == "told.foreign_key"] == [key]
+    assert await redis.hgetall(key) == {b"web-main": b"f2", b"web-other": b"f1"}
