@@ -45,6 +45,9 @@ class NoticeKind(enum.StrEnum):
     ROLLED_BACK = "rolled_back"
     """A playground was rolled back to its last good state: ``rolled back to <digests>
     because <reason>``."""
+    ROLLBACK_BLOCKED = "rollback_blocked"
+    """A rollback was due and a part of its revision cannot be had, so nothing was changed:
+    the detail names what is missing. Told once per Playground, revision and missing parts."""
     ROLLOUT_HALTED = "rollout_halted"
     """This cycle's failure halted a rollout fleet-wide (subject: its scope): told once."""
 
@@ -333,6 +336,7 @@ class PlaygroundFindingRecord(TypedDict):
     last_good_revision: NotRequired[RevisionRecord]
     pinned: NotRequired[str]
     held_by: NotRequired[str]
+    rollback_blocked: NotRequired[str]
 
 
 @dataclass(frozen=True)
@@ -371,6 +375,8 @@ class PlaygroundFinding:
     held_by: str | None = None
     """Who holds it, in a few words: ``pinned at <commit> by <who>`` for a pin, ``held by
     rollout <scope>, wave k of n (...)`` for a rollout that has not admitted it yet."""
+    rollback_blocked: str | None = None
+    """What a rollback due this cycle needs and cannot have (it changed nothing)."""
 
     def to_json(self) -> PlaygroundFindingRecord:
         """The finding as a cycle record holds it: the one encoder of the shape, whose output
@@ -400,6 +406,8 @@ class PlaygroundFinding:
             encoded["pinned"] = self.pinned
         if self.held_by is not None:
             encoded["held_by"] = self.held_by
+        if self.rollback_blocked is not None:
+            encoded["rollback_blocked"] = self.rollback_blocked
         return encoded
 
 
@@ -435,6 +443,7 @@ def _playground_finding(value: object) -> PlaygroundFinding | None:
         last_good_revision=revision_record(fields.get("last_good_revision")),
         pinned=_string(fields.get("pinned")),
         held_by=_string(fields.get("held_by")),
+        rollback_blocked=_string(fields.get("rollback_blocked")),
     )
 
 

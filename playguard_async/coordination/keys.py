@@ -91,6 +91,12 @@ def pins_key(marquee: str) -> str:
     return f"{PREFIX}:{{{marquee_lock_name(marquee)}}}:pins"
 
 
+def rollback_blocked_key(marquee: str) -> str:
+    """A Marquee's rollbacks that could not be made: a hash, Playground -> the fingerprint of
+    the last one told (``coordination.told``), in its lock's slot, so each is told once."""
+    return f"{PREFIX}:{{{marquee_lock_name(marquee)}}}:rollback-blocked"
+
+
 ROLLOUTS_KEY = f"{PREFIX}:rollouts"
 """Set of the scopes (``playspec@branch``) that have a rollout record, for ``rollout list``."""
 

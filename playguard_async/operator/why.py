@@ -624,7 +624,8 @@ def _phase_causes(findings: Mapping[str, Any]) -> list[str]:
 
 
 def _causes(finding: PlaygroundFinding) -> list[str]:
-    """What a Playground's finding says moved the cycle: its drift, a rollback, a pin, a hold."""
+    """What a Playground's finding says moved the cycle: its drift, a rollback, a pin, a hold,
+    a rollback that could not be made."""
     causes = ["; ".join(finding.drift)] if finding.drift else []
     if finding.rollback is not None:
         causes.append(finding.rollback)
@@ -632,6 +633,8 @@ def _causes(finding: PlaygroundFinding) -> list[str]:
         causes.append(f"pinned: {finding.pinned}")
     if finding.held is not None:
         causes.append(f"held: {finding.held}")
+    if finding.rollback_blocked is not None:
+        causes.append(f"not rolled back: {finding.rollback_blocked}")
     return causes
 
 

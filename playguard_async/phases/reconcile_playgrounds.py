@@ -15,7 +15,8 @@ A change is done when it is healthy, and a release that is not is rolled back un
 auto``: ``phases.running_playground``. Where a rollout stages the release, a Marquee it has not
 admitted keeps its last good revision, and one it admitted tells it how the release came out
 (``phases.rollout_gate``); one that runs an aborted release with no revision before it to go
-back to is stopped, and says why (``phases.rollout_desk``).
+back to is stopped, and says why (``phases.rollout_desk``). A rollback that cannot have every
+part of its revision changes nothing and is told once (``coordination.told``), not every cycle.
 
 An expired playground is taken down with its volumes and nothing else is done for it; a stopped
 one (or a running one whose branch is gone and that asks to be stopped then, as fetch_branches
@@ -28,6 +29,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
 
+from playguard_async.coordination.told import first_telling, forget_telling
 from playguard_async.cycle_record import (
     PLAYGROUND_FINDINGS,
     NoticeKind,
@@ -113,6 +115,7 @@ class ReconcilePlaygrounds:
                 )  # fmt: skip
                 converged = await running.converge(records)
                 finding = converged.finding
+                await _tell_blocked_once(ctx, playground.name, converged)
                 await _tell_rollout(ctx, session, verdict, converged, rollouts)
                 report.notices += converged.notices
                 if converged.unhealthy is not None and playspec.rollback != "off":
@@ -146,6 +149,22 @@ async def _tell_rollout(
     if told["halted_here"] is not None:
         notice = Notice(NoticeKind.ROLLOUT_HALTED, verdict.scope, told["halted_here"])
         converged.notices.append(notice)
+
+
+async def _tell_blocked_once(ctx: CycleContext, playground: str, converged: Converged) -> None:
+    """A notice for a rollback that could not be made, in the first cycle that finds it missing
+    these parts of this revision; a rollback that could be made forgets what was told."""
+    if not converged.rollback_checked:
+        return
+    lock = ctx.lease.lock
+    if converged.blocked is None:
+        await forget_telling(lock.redis, ctx.marquee.name, playground, lock.timeout)
+        return
+    if await first_telling(
+        lock.redis, ctx.marquee.name, playground, converged.blocked, lock.timeout
+    ):
+        words = converged.finding.rollback_blocked or ""
+        converged.notices.append(Notice(NoticeKind.ROLLBACK_BLOCKED, playground, words))
 
 
 async def _branch_gone(

@@ -11,7 +11,9 @@ at once. A Playground verified healthy has its revision recorded as its last goo
 (``remote.last_good``); one that is not is reported ``unhealthy``, its release is remembered as
 failed and not tried again until its branch head or an image behind a tag moves, and under
 ``rollback: auto`` it goes back to its last good revision, all of it: commit, ``.env``, images by
-digest (docs, concepts/health.md).
+digest (docs, concepts/health.md), once every part of it is known to be there
+(``remote.rollback_check``): a rollback that cannot have one changes nothing and says what is
+missing.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from playguard_async.remote.last_good import (
     write_record,
 )
 from playguard_async.remote.revision import Revision, kept_env_path, restore_env
+from playguard_async.remote.rollback_check import check_revision, fingerprint
 from playguard_async.remote.ssh import RemoteSession
 
 
@@ -75,6 +78,12 @@ class Converged:
     at_release: bool | None = None
     """Whether it runs its desired release verified healthy (True), failed it (False), or
     neither is known (None: held, pending, dry run); what a rollout is told."""
+    rollback_checked: bool = False
+    """Whether a rollback was due this cycle and its revision was checked (``blocked`` says
+    how that came out)."""
+    blocked: str | None = None
+    """The fingerprint of the parts a due rollback could not have (``rollback_check``), which
+    the caller tells once; None when none was missing."""
 
 
 class HealthRecords:
@@ -254,6 +263,14 @@ class RunningPlayground:
         )
         if _off_revision(self.compose, good.revision):
             await self._roll_back(record, result)
+            if result.blocked is not None:
+                # What status shows of it every cycle; the news is told once (the caller's).
+                result.finding = replace(result.finding, revision=None, health="held")
+                assert result.unhealthy is not None
+                result.notices.append(
+                    Notice(NoticeKind.UNHEALTHY, project.playground, result.unhealthy)
+                )
+                return result
             result.finding = replace(result.finding, health=result.finding.rollback_health)
             return result
         override = override_content(project.marquee.name, project.playground, services, good.images)
@@ -271,6 +288,25 @@ class RunningPlayground:
             await self.compose.learn_after_up(health.labels)
         result.finding = replace(result.finding, health=_word(health.healthy, time_up))
         return result
+
+    async def _blocked(self, revision: Revision, result: Converged) -> bool:
+        """Whether the rollback to ``revision`` cannot have a part it needs; its finding and
+        outcome then say which (the notice is the caller's to tell once)."""
+        project = self.project
+        env_copy = kept_env_path(project.marquee, project.playground)
+        missing = await check_revision(
+            self.session, checkout=project.checkout, repo=self.playspec.repo, revision=revision,
+            now_commit=self.compose.commit, now_env=self.compose.file_digests()["env"],
+            env_copy_path=env_copy, registry=self.registry,
+        )  # fmt: skip
+        result.rollback_checked = True
+        if not missing:
+            return False
+        words = "; ".join(missing)
+        result.finding = replace(result.finding, rollback_blocked=words)
+        result.blocked = fingerprint(project.playground, revision, missing)
+        result.unhealthy = f"not rolled back: {words}"
+        return True
 
     async def _bring_up(self, services: list[str], override: str) -> list[str]:
         """Write the override and ``up`` when anything calls for it, recreate what is stuck;
@@ -311,11 +347,15 @@ class RunningPlayground:
         checkout at its commit (fetched only if missing), its ``.env`` from the copy the host
         kept, our override naming each service's last good image by digest, then ``up``. A lease
         lost midway stops it like any write; the next cycle, seeing the same failed release,
-        finishes it (``_keep_rolled_back``)."""
+        finishes it (``_keep_rolled_back``). First, with reads only, it makes sure every part
+        it needs can be had (``remote.rollback_check``): if one cannot, nothing is written and
+        the finding names what is missing."""
         session, project, compose = self.session, self.project, self.compose
         good = record.last_good
         assert good is not None
         revision = good.revision
+        if await self._blocked(revision, result):
+            return
         changing = time.monotonic()
         if revision.commit is not None and compose.commit != revision.commit:
             failed = await check_out_held(

@@ -8,11 +8,14 @@ at its head costs no change at all; only a missing checkout (clone) or a moved h
 hard reset) changes the host. The Marquee's pins come from Redis; its health records (which say
 whether a release failed) are read only when a checkout is not at its branch head, so a
 converged Marquee costs no more reads than before. A held checkout is moved to its commit
-(fetched only when missing, never reset to the head). A playground whose branch is gone keeps its
-checkout as it is: fetch_branches reports it and stops it when asked. One whose checkout cannot be
-moved to the commit it is held at (not on the origin, or the origin away) keeps its checkout as
-it is too, and fails alone: noticed with git's reason, the cycle ``unhealthy``, and the other
-Playgrounds go on (reconcile_playgrounds leaves it as it runs).
+(fetched only when missing, never reset to the head), except one rolled back from a failed
+release: reconcile_playgrounds moves that one with the rest of the rollback, once every part of
+the revision is known to be there (``remote.rollback_check``), so a rollback that cannot be made
+leaves the checkout where it is. A playground whose branch is gone keeps its checkout as it is:
+fetch_branches reports it and stops it when asked. One whose checkout cannot be moved to the
+commit it is held at (not on the origin, or the origin away) keeps its checkout as it is too,
+and fails alone: noticed with git's reason, the cycle ``unhealthy``, and the other Playgrounds
+go on (reconcile_playgrounds leaves it as it runs).
 """
 
 from __future__ import annotations
@@ -67,7 +70,7 @@ class SyncGit:
             wanted = heads[repo].get(playground.branch)
             if hold is not None:
                 findings["held"][playground.name] = hold.why
-                wanted = hold.commit or local or wanted
+                wanted = _held_at(hold, local) or wanted
             if wanted is None:
                 findings["branch_gone"][playground.name] = playground.branch
                 findings["heads"][playground.name] = local
@@ -111,6 +114,14 @@ def _report(findings: dict[str, Any]) -> PhaseReport:
             f"playground {name} not at the revision it is held at" for name in unheld
         )
     return report
+
+
+def _held_at(hold: Hold, local: str | None) -> str | None:
+    """The commit a held checkout is kept at: the hold's, except for a rollback, which
+    reconcile_playgrounds makes whole (checkout with the rest) or not at all."""
+    if hold.rolled_back:
+        return local
+    return hold.commit or local
 
 
 async def _holds(

@@ -61,7 +61,8 @@ def check_out(checkout: str, repo: str, commit: str) -> list[str]:
     The branches are fetched first; a commit no branch reaches (force-pushed away, but not yet
     collected by the origin) is then asked for by name, as ``commit_on_origin`` asks, so what
     ``pin`` found on the origin can be checked out. One the origin does not have ends it with
-    ``not on origin`` in its last line of stderr, the checkout untouched."""
+    ``not on origin`` in its last line of stderr, the checkout untouched. (``commit_on_origin``
+    asks the same before a pin is stored, ``remote.rollback_check`` before a rollback.)"""
     script = (
         'c=$1 repo=$2 commit=$3; g() { git -C "$c" --git-dir=.git "$@"; }; '
         'have() { g cat-file -e "$commit^{commit}" 2>/dev/null; }; '
@@ -82,11 +83,11 @@ ORIGIN_AWAY = 11
 NOT_A_COMMIT = 12
 """The origin has an object of that name, but it is no commit."""
 
-# $1 the repo, $2 the commit. A scratch bare repository (removed on the way out, also on a
-# TERM from the host's `timeout`) takes the commit alone (depth 1, no trees where the origin
-# can filter them); the branches are listed first, so that an origin that does not answer is
-# told from one that answers without the commit.
-_COMMIT_ON_ORIGIN = f"""
+# $1 the repo, $2 the commit (``remote.rollback_check`` runs it inside its own probe). A scratch
+# bare repository (removed on the way out, also on a TERM from the host's `timeout`) takes the
+# commit alone (depth 1, no trees where the origin can filter them); the branches are listed
+# first, so that an origin that does not answer is told from one that answers without the commit.
+COMMIT_ON_ORIGIN = f"""
 repo=$1 commit=$2
 export GIT_TERMINAL_PROMPT=0
 d=$(mktemp -d) || exit
@@ -106,4 +107,4 @@ def commit_on_origin(repo: str, commit: str) -> list[str]:
     ``NOT_A_COMMIT``). It runs on the Marquee, with the Marquee's credentials for the origin,
     the way every git command of a cycle reaches it; it changes nothing there but a scratch
     directory it removes. ``ls-remote`` alone cannot say: it lists branch heads, not commits."""
-    return ["sh", "-c", _COMMIT_ON_ORIGIN, "sh", repo, commit]
+    return ["sh", "-c", COMMIT_ON_ORIGIN, "sh", repo, commit]

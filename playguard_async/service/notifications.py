@@ -11,7 +11,9 @@ Two kinds of news, kept apart because they repeat differently:
   same one (a frozen holder and its successor), so ``once()`` on a fingerprint of (Marquee, event,
   reason) lets one of them through per ``notify_window``; and ``rollout_halted``, sent by the one
   cycle whose failure halted a rollout (the halt is a compare-and-set: no other cycle sees it
-  happen), its reason the scope and why.
+  happen), its reason the scope and why; and ``rollback_blocked``, a rollback that cannot have a
+  part of its revision, told by the one cycle that first finds it (``coordination.told``), its
+  reason the Playground and what is missing.
 
 Sending never holds up a cycle or a lock's release: the cycle's listener only decides and queues;
 one background task posts, each attempt bounded by ``webhook_timeout``, retried ``webhook_retries``
@@ -58,6 +60,9 @@ QUEUE_LIMIT = 1000
 BACKOFF = 0.5
 """Seconds before the first retry; each retry waits twice the one before."""
 
+
+_TOLD_AS_IS = frozenset({NoticeKind.ROLLOUT_HALTED.value, NoticeKind.ROLLBACK_BLOCKED.value})
+"""Notices their phase gives once (not every cycle that finds the same), so each is news."""
 
 HEALTHS = frozenset({b"ok", b"failing", b"drifted", b"paused"})
 """The values this project writes to a health key; any other reads as never recorded."""
@@ -170,9 +175,10 @@ class ChangeNotifier:
                 self._queue(event, result)
         for notices in result.notices.values():
             for notice in notices:
-                if notice["kind"] == NoticeKind.ROLLOUT_HALTED.value:
-                    # One cycle alone halts a rollout (its compare-and-set): told once as is.
-                    self._queue("rollout_halted", result, reason=f"{notice['subject']}: "
+                if notice["kind"] in _TOLD_AS_IS:
+                    # One cycle alone halts a rollout (its compare-and-set), or first finds a
+                    # rollback blocked (``coordination.told``): told once as is.
+                    self._queue(notice["kind"], result, reason=f"{notice['subject']}: "
                                 f"{notice['detail']}")  # fmt: skip
 
     def _queue(self, transition: str, result: CycleResult, *, reason: str | None = None) -> None:

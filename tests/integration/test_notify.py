@@ -22,10 +22,12 @@ from aiohttp import web
 from redis.asyncio import Redis
 from structlog.testing import capture_logs
 
-from playguard_async.coordination.keys import health_key, marquee_lock_key
+from playguard_async.coordination.keys import health_key, marquee_lock_key, rollback_blocked_key
+from playguard_async.coordination.told import first_telling, forget_telling
+from playguard_async.cycle_record import NoticeKind
 from playguard_async.desired_state.model import Marquee
 from playguard_async.engine.results import CycleResult, Outcome
-from playguard_async.phases.protocol import Phase, PhaseContext, PhaseReport
+from playguard_async.phases.protocol import Notice, Phase, PhaseContext, PhaseReport
 from playguard_async.service import notifications
 from playguard_async.service.notifications import ChangeNotifier
 from playguard_lab import DockerDaemon, SshServer
@@ -187,6 +189,35 @@ async def test_an_unhealthy_playground_is_told_once_however_many_cycles_hold_it_
         ("recovered", "ok"),
     ]
     assert news[0]["reason"] == "playground web-main rolled back to its last good state"
+
+
+async def test_a_blocked_rollback_is_sent_once_by_the_cycle_that_gives_its_notice(
+    redis: Redis, receiver: Receiver
+) -> None:
+    """reconcile_playgrounds gives the ``rollback_blocked`` notice in the first cycle that finds
+    the parts missing (``coordination.told``): three cycles that stay blocked send one
+    ``failing`` and one ``rollback_blocked``, with what is missing and no more."""
+    words = ".env copy ~/.local/state/playguard/m1/playgrounds/web-main.env is missing"
+    cycles: list[int] = []
+
+    class Gate:
+        name = "reconcile_playgrounds"
+
+        async def __call__(self, ctx: PhaseContext) -> PhaseReport:
+            cycles.append(1)
+            told = (
+                [Notice(NoticeKind.ROLLBACK_BLOCKED, "web-main", words)] if len(cycles) == 1 else []
+            )
+            return PhaseReport(notices=told, unhealthy=f"not rolled back: {words}")
+
+    replica = Replica(redis, "r1", receiver.url, Gate())
+    async with replica.notifier.sending(drain=5):
+        outcomes = [(await replica.cycle()).outcome for _ in range(3)]
+    assert outcomes == [Outcome.UNHEALTHY] * 3
+    news = receiver.news()
+    assert sorted(n["transition"] for n in news) == ["failing", "rollback_blocked"]
+    [blocked] = [n for n in news if n["transition"] == "rollback_blocked"]
+    assert blocked["reason"] == f"web-main: {words}"
 
 
 async def test_a_write_the_host_refused_is_told_once_whichever_replica_saw_it(
@@ -366,3 +397,27 @@ def test_replica_processes_tell_each_failing_marquee_once(daemons: DaemonRunner)
 
 def bodies(handler: type[_Collecting]) -> list[bytes]:
     return [body for _, body in handler.received]
+
+
+async def test_told_once_per_fingerprint_until_forgotten_and_over_a_key_of_another_type(
+    redis: Redis,
+) -> None:
+    """``coordination.told`` on a real Redis: each new fingerprint is news once, the same one
+    again is not, a forgotten one is news again; a key of another type (written by hand) is
+    replaced with one line naming it, and what it held is news."""
+    key = rollback_blocked_key("m1")
+    await redis.delete(key)
+    await redis.rpush(key, "a list")
+
+    with capture_logs() as logs:
+        told = [await first_telling(redis, "m1", "web-main", "f1", 2.0)]
+        told.append(await first_telling(redis, "m1", "web-main", "f1", 2.0))
+        told.append(await first_telling(redis, "m1", "web-other", "f1", 2.0))
+        told.append(await first_telling(redis, "m1", "web-main", "f2", 2.0))
+        told.append(await first_telling(redis, "m1", "web-main", "f2", 2.0))
+        await forget_telling(redis, "m1", "web-main", 2.0)
+        told.append(await first_telling(redis, "m1", "web-main", "f2", 2.0))
+
+    assert told == [True, False, True, True, False, True]
+    assert [entry["key"] for entry in logs if entry["event"] == "told.foreign_key"] == [key]
+    assert await redis.hgetall(key) == {b"web-main": b"f2", b"web-other": b"f1"}

@@ -2,11 +2,16 @@
 ``notify`` and ``off``, against the lab (compose over SSH, the lab's dockerd, registry and git
 origin). Under ``auto`` the Playground is back at its last good commit, images and ``.env``
 within the cycle, stays there without retrying, and takes the next good commit; under
-``notify`` and ``off`` nothing changes, and the notice names both revisions."""
+``notify`` and ``off`` nothing changes, and the notice names both revisions. A rollback that
+cannot have a part of its revision (its commit, an image digest, the host's ``.env`` copy)
+changes nothing on the host, says what is missing, and is told once."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import subprocess
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -14,19 +19,31 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from redis.asyncio import Redis
 
-from playguard_async.cycle_record import NoticeKind
+from playguard_async.coordination.keys import rollback_blocked_key
+from playguard_async.coordination.pins import LAST_GOOD, Pin, take_pin
+from playguard_async.cycle_record import ABSENT_FILE, NoticeKind
+from playguard_async.phases.protocol import PhaseContext, PhaseReport
 from playguard_async.phases.pull_images import pull_images
 from playguard_async.phases.reconcile_playgrounds import reconcile_playgrounds
 from playguard_async.phases.sync_git import sync_git
+from playguard_async.remote.git import checkout_dir
+from playguard_async.remote.guard import state_dir
 from playguard_async.remote.memo import ComposeMemo
+from playguard_async.remote.revision import Revision, kept_env_path
+from playguard_async.remote.rollback_check import check_revision
+from playguard_async.remote.ssh import RemoteSession
 from playguard_lab import DockerDaemon, RegistryServer, build_busybox_image, push_image
 from tests.support.edge import LabEdge
 from tests.support.playgrounds import (
+    PLAYGROUND_NAME,
     checkout_head,
     checkout_of,
     found,
     notices,
+    override_of,
+    project_containers,
     running,
     set_playground,
 )
@@ -238,3 +255,186 @@ async def test_notify_and_off_change_nothing_and_name_both_revisions(
     assert (await running(edge.docker))["Id"] == container["Id"]
     assert found(again)["health"] == "held"
     assert (bad.report.unhealthy is None) == (rollback == "off")
+
+
+def host_path(path: str) -> Path:
+    """A path of the lab host (the test's own user over SSH) as this process reads it."""
+    return Path(os.path.expanduser(path))
+
+
+def kept_env(edge: LabEdge) -> Path:
+    return host_path(kept_env_path(edge.world.marquee(), PLAYGROUND_NAME))
+
+
+def rewrite_last_good(edge: LabEdge, **revision: Any) -> None:
+    """The host's health record with its last good revision's fields replaced."""
+    path = host_path(record_path_of(edge))
+    document = json.loads(path.read_text())
+    document["last_good"].update(revision)
+    path.write_text(json.dumps(document) + "\n")
+
+
+def record_path_of(edge: LabEdge) -> str:
+    return f"{state_dir(edge.world.marquee())}/playgrounds/{PLAYGROUND_NAME}.json"
+
+
+def commit_gone(edge: LabEdge, made: Release) -> str:
+    rewrite_last_good(edge, commit=uuid.uuid4().hex + uuid.uuid4().hex[:8])
+    return "commit"
+
+
+def image_gone(edge: LabEdge, made: Release) -> str:
+    never = f"{made.images.registry.address}/revision-test@sha256:{uuid.uuid4().hex * 2}"
+    rewrite_last_good(edge, images={"app": never})
+    return "image app"
+
+
+def env_copy_missing(edge: LabEdge, made: Release) -> str:
+    kept_env(edge).unlink()
+    return ".env copy"
+
+
+def env_copy_changed(edge: LabEdge, made: Release) -> str:
+    kept_env(edge).write_text("MODE=good\nOTHER=1\n")
+    return ".env copy"
+
+
+MISSING: dict[str, Callable[[LabEdge, Release], str]] = {
+    "commit-gone": commit_gone,
+    "image-digest-gone": image_gone,
+    "env-copy-missing": env_copy_missing,
+    "env-copy-changed": env_copy_changed,
+}
+
+
+async def host_snapshot(edge: LabEdge) -> dict[str, Any]:
+    """What a rollback would change on the host, byte for byte."""
+    env = checkout_of(edge.world) / ".env"
+    override = override_of(edge.world)
+    return {
+        "head": checkout_head(edge.origin, edge.world),
+        "env": env.read_bytes() if env.exists() else None,
+        "override": override.read_bytes() if override.exists() else None,
+        "containers": sorted(
+            (c["Id"], c["Image"], c["State"]["StartedAt"])
+            for c in await project_containers(edge.docker)
+        ),
+    }
+
+
+async def failed_under_notify(edge: LabEdge, release: Release, memo: ComposeMemo) -> None:
+    """A good release verified, then a bad one that failed under ``notify``: switched to
+    ``auto``, the next cycle's rollback is due."""
+    use_policy(edge, release, "notify")
+    first = await cycle(edge, memo)
+    assert found(first)["health"] == "healthy", found(first).get("unhealthy")
+    env_value_bad(release)
+    bad = await cycle(edge, memo)
+    assert found(bad)["health"] == "unhealthy"
+
+
+@pytest.mark.parametrize("missing", sorted(MISSING))
+async def test_a_rollback_missing_a_part_changes_nothing_and_says_so_once(
+    edge: LabEdge,
+    release: Release,
+    memo: ComposeMemo,
+    missing: str,
+) -> None:
+    await failed_under_notify(edge, release, memo)
+    part = MISSING[missing](edge, release)
+    use_policy(edge, release, "auto")
+    before = await host_snapshot(edge)
+
+    runs = [await cycle(edge, memo) for _ in range(3)]
+
+    after = await host_snapshot(edge)
+    assert after == before
+    assert [run.actions for run in runs] == [[], [], []]
+    assert all(part in found(run)["rollback_blocked"] for run in runs)
+    assert all(notices(run, NoticeKind.ROLLED_BACK) == [] for run in runs)
+    told = [notices(run, NoticeKind.ROLLBACK_BLOCKED) for run in runs]
+    assert [len(t) for t in told] == [1, 0, 0]
+    assert part in told[0][0]
+
+
+async def test_sync_git_leaves_a_blocked_rollbacks_checkout_and_redis_forgetting_tells_again(
+    edge: LabEdge, release: Release, memo: ComposeMemo, redis: Redis
+) -> None:
+    """A pin on the Marquee makes sync_git read the holds: the rolled back Playground's checkout
+    is still left to the rollback, which cannot be made. Redis forgetting what was told tells
+    it once more."""
+    await failed_under_notify(edge, release, memo)
+    await take_pin(redis, "edge-1", Pin.taken_now("elsewhere", LAST_GOOD, "test"), 2.0)
+    env_copy_missing(edge, release)
+    use_policy(edge, release, "auto")
+    before = await host_snapshot(edge)
+
+    runs = [await cycle(edge, memo) for _ in range(2)]
+    await redis.delete(rollback_blocked_key("edge-1"))
+    again = await cycle(edge, memo)
+
+    assert await host_snapshot(edge) == before
+    assert not [a for run in [*runs, again] for a in run.actions if "playground web-main" in a]
+    assert [len(notices(run, NoticeKind.ROLLBACK_BLOCKED)) for run in runs] == [1, 0]
+    assert notices(again, NoticeKind.ROLLBACK_BLOCKED) == notices(
+        runs[0], NoticeKind.ROLLBACK_BLOCKED
+    )
+
+
+def in_checkout(edge: LabEdge, commit: str) -> bool:
+    checkout = str(checkout_of(edge.world))
+    asked = ["git", "-C", checkout, "--git-dir=.git", "cat-file", "-e", f"{commit}^{{commit}}"]
+    return subprocess.run(asked, capture_output=True, check=False).returncode == 0
+
+
+@dataclass
+class Probe:
+    """A phase that only asks ``check_revision`` about ``revision``, as a rollback from the
+    checkout as it is would."""
+
+    revision: Revision
+    missing: tuple[str, ...] | None = None
+    name: str = "probe"
+
+    async def __call__(self, ctx: PhaseContext[RemoteSession]) -> PhaseReport:
+        session = await ctx.remote()
+        [playground] = ctx.inventory.playgrounds_on(ctx.marquee.name)
+        playspec = ctx.inventory.playspec_of(playground)
+        self.missing = await check_revision(
+            session, checkout=checkout_dir(ctx.marquee, playground.name), repo=playspec.repo,
+            revision=self.revision, now_commit=None, now_env=ABSENT_FILE,
+            env_copy_path=kept_env_path(ctx.marquee, playground.name),
+            registry=ctx.inventory.registry_of(playspec),
+        )  # fmt: skip
+        return PhaseReport()
+
+
+async def test_the_check_has_a_commit_only_the_origin_serves_and_a_digest_only_its_registry_has(
+    edge: LabEdge, release: Release, memo: ComposeMemo, images: Images
+) -> None:
+    use_policy(edge, release, "auto")
+    assert found(await cycle(edge, memo))["health"] == "healthy"
+    later = edge.origin.commit(f"{release.branch}-later", {"later": "1\n"}, "not in the checkout")
+    only_there = f"playguard-test/{uuid.uuid4().hex}:only-in-the-registry"
+    build_busybox_image(images.docker, only_there, env={"ONLY": uuid.uuid4().hex})
+    pushed = images.push(only_there, f"only-{uuid.uuid4().hex[:8]}")
+    [digest] = json.loads(images.docker.cli("image", "inspect", pushed))[0]["RepoDigests"]
+    images.docker.cli("rmi", "--force", only_there, pushed)
+    env_copy = kept_env(edge).read_text().encode()
+    recorded = hashlib.sha256(env_copy).hexdigest()
+    never = f"{images.registry.address}/revision-test@sha256:{uuid.uuid4().hex * 2}"
+    gone = "0123456789" * 4
+
+    assert not in_checkout(edge, later)
+    had = Probe(Revision(later, {"app": digest}, recorded))
+    missed = Probe(Revision(gone, {"app": digest, "db": never}, recorded))
+    await edge.run(had)
+    await edge.run(missed)
+
+    assert not in_checkout(edge, later), "the check fetched into the checkout"
+    assert had.missing == ()
+    assert missed.missing is not None
+    assert [part.split(" ", 2)[:2] for part in missed.missing] == [
+        ["commit", gone[:12]],
+        ["image", f"db={never}"],
+    ]
