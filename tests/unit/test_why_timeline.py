@@ -31,8 +31,11 @@ def record(cycle: str, *, at: float, actions: list[str], outcome: str = "ok") ->
         "marquee": "m1", "cycle": cycle, "outcome": outcome, "fence": 7, "replica": "r1",
         "finished_at": at + 1.0, "duration": 1.0, "actions": {"sync_git": actions},
         "findings": {"reconcile_playgrounds": {"playgrounds": {
-            "web": {"state": "running", "drift": ["commit a -> b"], "actions": actions},
+            "web": {"state": "running", "drift": ["app: web-app-1 config changed"],
+                    "actions": actions},
         }}},
+        "notices": {"reconcile_playgrounds": [
+            {"kind": "release", "subject": "web", "detail": "commit a -> b"}]},
     }  # fmt: skip
 
 
@@ -76,7 +79,7 @@ def test_host_writes_join_their_cycle_and_a_write_of_no_recorded_cycle_is_marked
     ]  # fmt: skip
     cycle = events[1]
     assert (cycle.by, cycle.fence, cycle.writes) == ("replica r1", 7, (update,))
-    assert cycle.causes == ("playground web: commit a -> b",)
+    assert cycle.causes == ("playground web: release: commit a -> b",)
     assert events[3].by == events[4].by == NO_CYCLE_RECORD
     only_web = joined(sources, extra=(), playground="web", since=1100.0)
     assert [event.kind for event in only_web] == ["pin", "host write"]
