@@ -261,7 +261,7 @@ class RunningPlayground:
             return result
         override = override_content(project.marquee.name, project.playground, services, good.images)
         changing = time.monotonic()
-        rolled_back = ChangeCause(Cause.ROLLBACK, f"kept at {good.shown()}")
+        rolled_back = ChangeCause(Cause.ROLLBACK, "kept at its last good revision")
         drift, _ = await self._bring_up(services, override, lambda _: rolled_back)
         result.finding = replace(result.finding, drift=tuple(drift))
         _say_rolled_back(project, record, result, now=bool(drift) and not session.dry_run)

@@ -29,6 +29,7 @@ from playguard_async.phases.causes import (
 from playguard_async.phases.holds import Hold
 from playguard_async.remote.last_good import LastGood
 from playguard_async.remote.revision import Revision
+from playguard_async.service.notifications import causes_of
 
 ROOT = Path(__file__).resolve().parents[2]
 A, B = "81fc54f" + "0" * 33, "3491e24" + "1" * 33
@@ -195,3 +196,22 @@ def test_an_unknown_rollout_names_the_form_a_rollouts_name_has(scope: str, hint:
     said = unknown_rollout(scope)
     assert said.startswith(f"no rollout {scope!r}")
     assert ("PLAYSPEC@BRANCH" in said) is hint
+
+
+@pytest.mark.parametrize(
+    ("kind", "told"),
+    [
+        ("release", ["release web-1: what moved"]),
+        ("drift", ["drift web-1: what moved"]),
+        ("pin", ["pin web-1: what moved"]),
+        ("hold", ["hold web-1: what moved"]),
+        ("rolled_back", ["rollback web-1: what moved"]),
+        ("unhealthy", []),
+        ("branch_gone", []),
+    ],
+)
+def test_a_notification_says_why_in_the_glossarys_words(kind: str, told: list[str]) -> None:
+    result = CycleResult(marquee="m1", cycle_id="c1", dry_run=True)
+    result.notices = {"reconcile_playgrounds": [
+        {"kind": kind, "subject": "web-1", "detail": "what moved"}]}  # fmt: skip
+    assert causes_of(result) == told

@@ -85,6 +85,26 @@ def test_host_writes_join_their_cycle_and_a_write_of_no_recorded_cycle_is_marked
     assert [event.kind for event in only_web] == ["pin", "host write"]
 
 
+@pytest.mark.parametrize(
+    "bookkeeping", ["keep compose answers", "keep a copy of pins", "keep a copy of pause"]
+)
+def test_playguards_own_bookkeeping_on_the_host_is_no_event_and_no_write_of_a_cycle(
+    bookkeeping: str,
+) -> None:
+    update = HostWrite(1000.2, 7, "update playground web from a to b", "aa11")
+    kept = HostWrite(1000.3, 7, bookkeeping, "aa11")
+    orphan = HostWrite(2000.0, 8, bookkeeping, "bb22")
+    sources = Sources(records=[record("aa11", at=1000.0, actions=[update.action])],
+                      writes=[update, kept, orphan])  # fmt: skip
+
+    events = joined(sources, extra=(), playground=None, since=0.0)
+
+    assert [(event.kind, event.writes) for event in events] == [("cycle", (update,))]
+    assert not any(
+        bookkeeping in line for line in timeline_lines(Timeline("m1", None, 0.0, events))
+    )
+
+
 def test_hostile_text_is_bounded_and_shown_escaped() -> None:
     hostile = "\x1b]0;owned\x07\x1b[2J" + "A" * 1_000_000
     write = HostWrite.from_entry(JournalEntry(9, 1700000000.0, hostile, None))
