@@ -63,10 +63,12 @@ _PENDING = {
     Cause.PAUSE: "paused",
 }
 
-BOOKKEEPING_ACTIONS = ("keep compose answers", "keep a copy of ")
+KEEP_COMPOSE_ANSWERS = "keep compose answers"
+KEEP_A_COPY = "keep a copy of "
+BOOKKEEPING_ACTIONS = (KEEP_COMPOSE_ANSWERS, KEEP_A_COPY)
 """The starts of the host-journal actions that are playguard's own bookkeeping (answers and
-copies it keeps to read later), not a change of the Marquee: no user's list of actions shows
-them."""
+copies it keeps to read later, ``RemoteSession.keep_file``), not a change of the Marquee: no
+user's list of actions shows them."""
 
 
 def is_bookkeeping(action: str) -> bool:
