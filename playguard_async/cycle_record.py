@@ -34,7 +34,15 @@ class NoticeKind(enum.StrEnum):
     """What a notice asks an operator to look at."""
 
     DRIFT = "drift"
-    """A playground was (or in dry-run would be) changed; the detail says why."""
+    """A playground was (or in dry-run would be) changed because its host moved away from what
+    was applied; the detail says what differed."""
+    RELEASE = "release"
+    """A playground was (or would be) changed because its desired state moved: a new commit, an
+    image behind a tag, a setting, a first deploy, a stop; the detail says what moved."""
+    PIN = "pin"
+    """A playground was (or would be) changed to the revision an operator pinned it at."""
+    HOLD = "hold"
+    """A playground was (or would be) changed as a rollout holds it."""
     BRANCH_GONE = "branch_gone"
     """A playground's branch is gone from its repo; the detail names the branch."""
     FAILED = "failed"

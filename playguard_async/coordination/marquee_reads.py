@@ -45,6 +45,7 @@ from playguard_async.cycle_record import (
     typed,
 )
 from playguard_async.kits.aio import bounded
+from playguard_async.kits.vocabulary import Cause, fence_words
 
 
 def holder_json(state: LockState) -> dict[str, Any]:
@@ -100,6 +101,15 @@ def _by_subject(
     return found
 
 
+def fence_shown(fence: int | None, last: LastCycle | None) -> str:
+    """``fence`` (Redis's counter, or a lock's fence) beside the one its host was last seen to
+    hold, which only a cycle's write shows: ``fence 20 (host 20)``, or why the host's is not
+    known."""
+    if last is None:
+        return fence_words(fence, None, host_unknown="no cycle recorded")
+    return fence_words(fence, last.host_fence, host_unknown="its last cycle wrote nothing")
+
+
 @dataclass(frozen=True)
 class LastCycle:
     """A Marquee's last recorded cycle, with what its findings ask an operator to look at:
@@ -130,6 +140,21 @@ class LastCycle:
     ``rolled back to <digests> because <reason>``."""
     trace: str | None = None
     """Its trace ID, when traces were exported (one not of the written shape reads as None)."""
+    changed: dict[str, dict[str, list[str]]] = dataclasses.field(default_factory=dict)
+    """The glossary's word for why (``release``, ``pin``, ``hold``) -> playground -> what moved,
+    for the Playgrounds it changed (or would) for another cause than ``drift``."""
+
+    def change_lines(self) -> list[str]:
+        """What it changed, one line a Playground and cause, in the glossary's words:
+        ``released web-1: commit 81fc54f -> 3491e24``, ``fixed drift web-1: app: missing``;
+        a dry run's say what is still to be done."""
+        causes = [(Cause(word), by) for word, by in self.changed.items()]
+        causes.append((Cause.DRIFT, self.drift))
+        return [
+            f"{cause.pending if self.dry_run else cause.done} {name}: {', '.join(why)}"
+            for cause, by in causes
+            for name, why in by.items()
+        ]
 
     @classmethod
     def from_record(cls, record: StoredRecord) -> LastCycle:
@@ -174,6 +199,11 @@ class LastCycle:
             ],
             unhealthy=_by_subject(notices, NoticeKind.UNHEALTHY, NoticeKind.ROLLED_BACK),
             trace=trace_of(record),
+            changed={
+                kind.value: found
+                for kind in (NoticeKind.RELEASE, NoticeKind.PIN, NoticeKind.HOLD)
+                if (found := _by_subject(notices, kind))
+            },
         )
 
     def to_json(self, now: float) -> dict[str, Any]:
@@ -301,6 +331,11 @@ class MarqueeStory:
     """Its Playgrounds as the desired state asks for them now (none when the story is told
     without the desired state)."""
 
+    @property
+    def fence(self) -> str:
+        """Its fence, the one way every surface says it (``kits.vocabulary.fence_words``)."""
+        return fence_shown(self.fence_counter, self.last)
+
     def windows_text(self, now: datetime) -> str:
         """Its maintenance windows in words: none, open now, or when they next open."""
         if not self.windows:
@@ -322,7 +357,7 @@ class MarqueeStory:
             f"branch gone: {name} ({branch})" for name, branch in self.last.branch_gone.items()
         ]
         if self.last.dry_run:
-            wrong += [f"drift {name}: {', '.join(why)}" for name, why in self.last.drift.items()]
+            wrong += self.last.change_lines()
         wrong += [f"{name}: {'; '.join(why)}" for name, why in self.last.unhealthy.items()]
         if self.last.outcome not in ("ok", "locked"):
             wrong.insert(0, f"{self.last.outcome}: {self.last.reason or 'no reason recorded'}")
@@ -330,10 +365,10 @@ class MarqueeStory:
 
     @property
     def fixed(self) -> list[str]:
-        """What the last cycle repaired: the drift it found, unless it was a dry run."""
+        """What the last cycle changed (released, fixed drift, ...), unless it was a dry run."""
         if self.last is None or self.last.dry_run:
             return []
-        return [f"drift {name}: {', '.join(why)}" for name, why in self.last.drift.items()]
+        return self.last.change_lines()
 
     def to_json(self, now: float) -> dict[str, Any]:
         return {

@@ -14,6 +14,7 @@ from playguard_async.coordination.keys import fence_key, marquee_lock_name
 from playguard_async.coordination.topology import read_topology
 from playguard_async.desired_state.model import Inventory, InventoryError, Marquee, Registry
 from playguard_async.kits.aio import bounded
+from playguard_async.kits.vocabulary import fence_words
 from playguard_async.operator.fleet import Fleet, RedisUnavailable, open_fleet, redis_errors
 from playguard_async.phases.protocol import UnknownPhase, resolve_phases
 from playguard_async.remote import guard
@@ -142,8 +143,10 @@ async def _compare_fences(fleet: Fleet, marquee: Marquee, row: CheckRow) -> Chec
     except Exception:  # the Redis row says why; the Marquee's own verdict stands
         return row
     counter = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw or 0)
-    host = "none yet" if row.host_fence is None else str(row.host_fence)
-    note = f"; fence: host {host}, Redis {counter}"
+    note = "; " + fence_words(
+        int(counter) if counter.isdigit() else None, row.host_fence,
+        host_unknown="it accepted no fenced write yet",
+    )  # fmt: skip
     if row.host_fence is not None and counter.isdigit() and row.host_fence > int(counter):
         note += " (Redis is behind the host: the next cycle there is refused and lifts it)"
     return dataclasses.replace(row, detail=row.detail + note)

@@ -95,15 +95,18 @@ def cycle_summary(result: CycleResult, settings: Settings) -> Text:
     )
 
 
-def findings_text(last: marquee_reads.LastCycle) -> str:
+def findings_notes(last: marquee_reads.LastCycle) -> list[str]:
+    """What a recorded cycle asks an operator to look at, one note each (none: in sync)."""
     notes = [f"reason: {last.reason}"] if last.reason else []
-    # Drift a cycle found is drift it repaired, unless it was a dry run: only that is still wrong.
-    drift = "drift, not fixed (dry run)" if last.dry_run else "fixed drift"
-    notes += [f"{drift} {name}: {', '.join(why)}" for name, why in last.drift.items()]
+    notes += last.change_lines()
     notes += [f"branch gone: {name} ({branch})" for name, branch in last.branch_gone.items()]
     notes += [f"still failing: {item}" for item in last.failed]
     notes += [f"{name}: {'; '.join(why)}" for name, why in last.unhealthy.items()]
-    return "; ".join(notes) or "none"
+    return notes
+
+
+def findings_text(last: marquee_reads.LastCycle) -> str:
+    return "; ".join(findings_notes(last)) or "none"
 
 
 def last_text(last: marquee_reads.LastCycle) -> Text:
@@ -145,8 +148,8 @@ def status_table(statuses: list[marquee_reads.MarqueeStatus], now: float) -> Tab
     for marquee in statuses:
         lock, last = marquee.lock, marquee.last
         name = marquee.name + steering_text(marquee)
-        paused = "" if marquee.pause is None else pause_text(marquee.pause) + "; "
-        paused += "".join(f"{line}; " for line in unreadable_lines(marquee.unreadable))
+        notes = [] if marquee.pause is None else [pause_text(marquee.pause)]
+        notes += unreadable_lines(marquee.unreadable)
         holding: list[str | Text] = ["-", "-", "-"]
         if lock is not None:
             holder = lock.holder
@@ -154,11 +157,11 @@ def status_table(statuses: list[marquee_reads.MarqueeStatus], now: float) -> Tab
                 f"{holder.replica} ({holder.host}, pid {holder.pid})"
                 if holder
                 else marquee_reads.unknown_holder(lock),
-                fence_text(lock.fence),
+                marquee_reads.fence_shown(lock.fence, last),
                 span(lock.ttl_left),
             ]
         elif last is not None and last.fence is not None:
-            holding[1] = str(last.fence)
+            holding[1] = marquee_reads.fence_shown(last.fence, last)
         history: list[str | Text] = [text("never"), "-", "-", "-", "-"]
         if last is not None:
             history = [
@@ -166,18 +169,18 @@ def status_table(statuses: list[marquee_reads.MarqueeStatus], now: float) -> Tab
                 "-" if last.finished_at is None else f"{span(now - last.finished_at)} ago",
                 "-" if last.duration is None else span(last.duration),
                 str(last.actions),
-                paused + findings_text(last) + held_text(marquee.revisions),
+                "; ".join(notes + findings_notes(last) + held_notes(marquee.revisions)) or "none",
             ]
-        elif paused:
-            history[-1] = paused.removesuffix("; ")
+        elif notes:
+            history[-1] = "; ".join(notes)
         table.add_row(name, *holding, *history)
     return table
 
 
-def held_text(revisions: dict[str, marquee_reads.PlaygroundRevisions]) -> str:
+def held_notes(revisions: dict[str, marquee_reads.PlaygroundRevisions]) -> list[str]:
     """The held Playgrounds of a Marquee and who holds each, for its status row: ``pinned at
     <commit> by <who>`` or ``held by rollout <scope>, wave k of n``."""
-    return "".join(f"; {name} {told.hold}" for name, told in sorted(revisions.items()) if told.hold)
+    return [f"{name} {told.hold}" for name, told in sorted(revisions.items()) if told.hold]
 
 
 def history_table(cycles: list[marquee_reads.LastCycle], now: float) -> Table:
@@ -208,12 +211,7 @@ def print_story(told: marquee_reads.MarqueeStory, now: float) -> None:
     out.print(text("  lock: ", "not held" if lock is None else holder_text(lock)))
     for line in unreadable_lines(told.unreadable):
         out.print(text(f"  {line}"))
-    host = None if told.last is None else told.last.host_fence
-    out.print(
-        text(
-            f"  fence: Redis {fence_text(told.fence_counter)}, host {fence_text(host)} (last seen)"
-        )
-    )
+    out.print(text(f"  {told.fence}"))
     if told.last is None:
         out.print(text("  last cycle: never"))
         return

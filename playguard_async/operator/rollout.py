@@ -133,11 +133,18 @@ async def act(
 
 def _readable(scope: str, raw: str | None) -> Rollout:
     if raw is None:
-        raise OperateError(f"no rollout {scope!r} (see: playguard rollout list)")
+        raise OperateError(unknown_rollout(scope))
     rollout = None if raw == FOREIGN else Rollout.parse(scope, raw)
     if rollout is None:
         raise OperateError(f"rollout {scope!r}: its record in Redis is not readable")
     return rollout
+
+
+def unknown_rollout(scope: str) -> str:
+    """Why a rollout was not found, naming the form a rollout's name has when ``scope`` lacks
+    it (a Playspec's name alone, ``web``, matched nothing and said nothing of why)."""
+    form = "" if "@" in scope else f": a rollout is named PLAYSPEC@BRANCH, as {scope}@main"
+    return f"no rollout {scope!r}{form} (see: playguard rollout list)"
 
 
 def _when(seconds: float) -> str:

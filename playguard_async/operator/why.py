@@ -50,6 +50,7 @@ from playguard_async.cycle_record import (
     is_seconds,
     listed,
     mapping,
+    notices_of,
     optional,
     playground_findings,
     reads_change,
@@ -58,8 +59,10 @@ from playguard_async.desired_state.model import DesiredStateUnavailable, Invento
 from playguard_async.desired_state.postgres.change_log import ChangeEntry, read_marquee_changes
 from playguard_async.desired_state.postgres.connection import DatabaseError, PgAddress
 from playguard_async.desired_state.registry import source_kind
+from playguard_async.kits.vocabulary import Cause, is_bookkeeping
 from playguard_async.operator.fleet import Fleet, OperateError, known_marquee, open_fleet
 from playguard_async.operator.rollout import rollouts_of
+from playguard_async.phases.causes import CHANGE_NOTICES
 from playguard_async.phases.rollout_record import Rollout
 from playguard_async.remote import guard
 from playguard_async.remote.errors import RemoteError
@@ -450,9 +453,12 @@ def joined(
 ) -> list[Event]:
     """The cycles with the host writes they made (joined on cycle id), the host writes of no
     recorded cycle, and the other events: from ``since``, about ``playground`` (or all), oldest
-    first. A cycle that changed nothing is left out unless it is the one that read an input."""
+    first. A cycle that changed nothing is left out unless it is the one that read an input.
+    playguard's own bookkeeping on the host (``kits.vocabulary.is_bookkeeping``) changed nothing
+    of the Marquee: no event shows it."""
+    writes = [write for write in sources.writes if not is_bookkeeping(write.action)]
     by_cycle: dict[str, list[HostWrite]] = {}
-    for write in sources.writes:
+    for write in writes:
         if write.cycle_id is not None:
             by_cycle.setdefault(write.cycle_id, []).append(write)
     inputs = [*sources.changes, *version_events(sources.records)]
@@ -466,13 +472,13 @@ def joined(
         recorded.add(event.cycle_id)
         cycles.append((event, desired_version(record.get("desired"))))
     included, including = including_cycles(inputs, cycles)
-    included = journal_appliers(included, sources.writes, recorded)
+    included = journal_appliers(included, writes, recorded)
     events += included + [
         cycle
         for cycle in including
         if cycle.actions or cycle.writes or cycle.includes or cycle.outcome not in QUIET_OUTCOMES
     ]
-    for write in sources.writes:
+    for write in writes:
         if write.cycle_id is None or write.cycle_id not in recorded:
             events.append(
                 Event(
@@ -575,10 +581,11 @@ def _cycle_event(record: StoredRecord, by_cycle: dict[str, list[HostWrite]]) -> 
         for action in listed(done)
         if isinstance(action, str)
     )
+    said = _change_notices(record)
     causes = tuple(
         bounded(f"playground {name}: {cause}")
         for name, finding in playground_findings(record.get("findings")).items()
-        for cause in _causes(finding)
+        for cause in _causes(finding, said.get(name, []))
     ) + tuple(bounded(cause) for cause in _phase_causes(mapping(record.get("findings"))))
     version = desired_version(record.get("desired"))
     outcome, replica = record.get("outcome"), record.get("replica")
@@ -623,16 +630,32 @@ def _phase_causes(findings: Mapping[str, Any]) -> list[str]:
     return causes
 
 
-def _causes(finding: PlaygroundFinding) -> list[str]:
-    """What a Playground's finding says moved the cycle: its drift, a rollback, a pin, a hold,
-    a rollback that could not be made."""
-    causes = ["; ".join(finding.drift)] if finding.drift else []
+def _change_notices(record: StoredRecord) -> dict[str, list[tuple[Cause, str]]]:
+    """Playground -> why the cycle changed it, in the glossary's words, as its notices say
+    (``phases.causes``); outside input: notices not of the written shape are passed over."""
+    causes = {notice: cause for cause, notice in CHANGE_NOTICES.items()}
+    said: dict[str, list[tuple[Cause, str]]] = {}
+    try:
+        for _, kind, subject, detail in notices_of(record):
+            if kind in causes:
+                said.setdefault(subject, []).append((causes[kind], detail))
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return {}
+    return said
+
+
+def _causes(finding: PlaygroundFinding, said: list[tuple[Cause, str]]) -> list[str]:
+    """What moved the cycle for a Playground, each cause in the glossary's words: a release or
+    drift (as its notices say), a rollback, a pin, a rollout's hold, inputs held back."""
+    causes = [f"{cause.word}: {detail}" for cause, detail in said]
     if finding.rollback is not None:
-        causes.append(finding.rollback)
+        causes.append(f"{Cause.ROLLBACK.word}: {finding.rollback}")
     if finding.pinned is not None:
-        causes.append(f"pinned: {finding.pinned}")
+        causes.append(f"{Cause.PIN.word}: {finding.pinned}")
+    elif finding.held_by is not None:
+        causes.append(f"{Cause.HOLD.word}: {finding.held_by}")
     if finding.held is not None:
-        causes.append(f"held: {finding.held}")
+        causes.append(f"held back: {finding.held}")
     if finding.rollback_blocked is not None:
         causes.append(f"not rolled back: {finding.rollback_blocked}")
     return causes

@@ -38,6 +38,7 @@ from playguard_async.cycle_record import (
     RolloutFinding,
 )
 from playguard_async.desired_state.model import Playground
+from playguard_async.phases.causes import ChangeCause, change_notices, put_down_cause
 from playguard_async.phases.holds import pins_of, with_images
 from playguard_async.phases.protocol import Notice, PhaseReport
 from playguard_async.phases.rollout_desk import Verdict
@@ -99,8 +100,10 @@ class ReconcilePlaygrounds:
                 session, project, own, playground, expired=expired, gone=gone, verdict=verdict
             )
             finding: PlaygroundFinding
+            cause: ChangeCause | None = None
             if down is not None:
                 finding = down
+                cause = put_down_cause(down)
             else:
                 playspec = ctx.inventory.playspec_of(playground)
                 running = RunningPlayground(
@@ -114,7 +117,7 @@ class ReconcilePlaygrounds:
                     release=None if verdict is None else verdict.admitted_release,
                 )  # fmt: skip
                 converged = await running.converge(records)
-                finding = converged.finding
+                finding, cause = converged.finding, converged.cause
                 await _tell_blocked_once(ctx, playground.name, converged)
                 await _tell_rollout(ctx, session, verdict, converged, rollouts)
                 report.notices += converged.notices
@@ -122,9 +125,8 @@ class ReconcilePlaygrounds:
                     unhealthy.append(f"playground {playground.name} {converged.unhealthy}")
             actions = tuple(session.actions_since(playground_mark))
             found[playground.name] = replace(finding, actions=actions).to_json()
-            report.notices += [
-                Notice(NoticeKind.DRIFT, playground.name, why) for why in finding.drift
-            ]
+            if finding.drift and cause is not None:
+                report.notices += change_notices(playground.name, cause, finding.drift)
         report.unhealthy = "; ".join(unhealthy) or None
         if rollouts:
             report.findings["rollouts"] = rollouts

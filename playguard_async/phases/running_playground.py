@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TypedDict
 
-from playguard_async.coordination.pins import Pin
+from playguard_async.coordination.pins import LAST_GOOD, Pin
 from playguard_async.cycle_record import (
     ABSENT_FILE,
     NoticeKind,
@@ -32,6 +32,8 @@ from playguard_async.cycle_record import (
     RevisionRecord,
 )
 from playguard_async.desired_state.model import InventoryError, Playspec, Registry
+from playguard_async.kits.vocabulary import Cause
+from playguard_async.phases.causes import ChangeCause, change_cause
 from playguard_async.phases.container_drift import config_drift, container_drift, service_of, stuck
 from playguard_async.phases.holds import Hold, hold_of
 from playguard_async.phases.protocol import Notice
@@ -84,6 +86,9 @@ class Converged:
     blocked: str | None = None
     """The fingerprint of the parts a due rollback could not have (``rollback_check``), which
     the caller tells once; None when none was missing."""
+    cause: ChangeCause | None = None
+    """Why it was (or in a dry run would be) changed, in the glossary's words; None when it
+    was not."""
 
 
 class HealthRecords:
@@ -129,7 +134,7 @@ class RunningPlayground:
         )  # fmt: skip
         services = await compose.services()
         if services is None:
-            return Converged(PlaygroundFinding("no_checkout"))
+            return await self._without_checkout()
         plain = override_content(project.marquee.name, project.playground, services)
         images = await image_ids(session, playspec.images)
         tags = tags_digest(images)
@@ -160,13 +165,14 @@ class RunningPlayground:
             await _pinned(session, hold, self.own, images),
         )
         changing = time.monotonic()
-        drift = await self._bring_up(services, override)
+        drift, why = await self._bring_up(services, override, self._cause(record, inputs, hold))
         result = Converged(
             PlaygroundFinding(
                 "running", tuple(drift), **_last_good_of(record),
                 pinned=None if hold is None or hold.pin is None else hold.why,
                 held_by=None if hold is None else hold.shown,
-            )
+            ),
+            cause=why,
         )  # fmt: skip
         verified = record.last_good is not None and record.last_good.inputs == inputs
         if verified and not drift:
@@ -174,6 +180,7 @@ class RunningPlayground:
             result.finding = replace(result.finding, revision=record.last_good.revision.to_json())
             result.at_release = await self._name_release(record)
         if session.dry_run or not (drift or not verified):
+            await self._plan_record(record, verified=verified)
             return result
         health, time_up = await wait_healthy(
             session,
@@ -275,7 +282,8 @@ class RunningPlayground:
             return result
         override = override_content(project.marquee.name, project.playground, services, good.images)
         changing = time.monotonic()
-        drift = await self._bring_up(services, override)
+        rolled_back = ChangeCause(Cause.ROLLBACK, "kept at its last good revision")
+        drift, _ = await self._bring_up(services, override, lambda _: rolled_back)
         result.finding = replace(result.finding, drift=tuple(drift))
         _say_rolled_back(project, record, result, now=bool(drift) and not session.dry_run)
         if session.dry_run or not drift:
@@ -308,9 +316,48 @@ class RunningPlayground:
         result.unhealthy = f"not rolled back: {words}"
         return True
 
-    async def _bring_up(self, services: list[str], override: str) -> list[str]:
+    def _cause(
+        self, record: HealthRecord, inputs: str, hold: Hold | None
+    ) -> Callable[[list[str]], ChangeCause]:
+        """Why the drift ``_bring_up`` finds calls for a change (``phases.causes``)."""
+        compose = self.compose
+        return lambda drift: change_cause(
+            record.last_good, inputs=inputs, files=compose.file_digests(), commit=compose.commit,
+            hold=hold, drift=drift,
+        )  # fmt: skip
+
+    async def _plan_record(self, record: HealthRecord, *, verified: bool) -> None:
+        """In a dry run, the record the health gate writes of inputs not verified yet (healthy
+        or not: either verdict is recorded), so that the plan lists it as the cycle takes it."""
+        if self.session.dry_run and not verified:
+            await write_record(self.session, self.project.playground, record)
+
+    async def _without_checkout(self) -> Converged:
+        """A Playground with no checkout: reported as such, except in a dry run of one whose
+        branch sync_git would clone (``_plan_first_deploy``)."""
+        if self.session.dry_run and self.head is not None:
+            return await self._plan_first_deploy(self.head)
+        return Converged(PlaygroundFinding("no_checkout"))
+
+    async def _plan_first_deploy(self, head: str) -> Converged:
+        """A dry run's plan of a Playground sync_git would clone: what the first cycle does
+        after the clone (its override, ``up``, the health gate's record), which a dry run
+        cannot ask compose about, having no checkout; a plan that stopped at the clone listed
+        less than the cycle then did."""
+        project, pin = self.project, self.pin
+        commit = head if pin is None or pin.revision == LAST_GOOD else pin.revision
+        first = ChangeCause(Cause.RELEASE, f"first deploy at {commit[:7]}")
+        plain = override_content(project.marquee.name, project.playground, [])
+        drift, why = await self._bring_up([], plain, lambda _: first)
+        await write_record(self.session, project.playground, HealthRecord())
+        return Converged(PlaygroundFinding("running", tuple(drift)), cause=why)
+
+    async def _bring_up(
+        self, services: list[str], override: str, cause: Callable[[list[str]], ChangeCause]
+    ) -> tuple[list[str], ChangeCause | None]:
         """Write the override and ``up`` when anything calls for it, recreate what is stuck;
-        returns why (nothing when the Playground already was as desired)."""
+        returns why (nothing when the Playground already was as desired) and its ``cause``,
+        which the ``up`` names."""
         session, project, compose = self.session, self.project, self.compose
         drift: list[str] = []
         if not compose.override_current(override):
@@ -327,10 +374,11 @@ class RunningPlayground:
         if drift:
             # The listing is stale now (up recreated what differed); the health gate that
             # follows sees what up left, stuck or not.
+            why = cause(drift)
             await session.change(
-                f"compose up playground {project.playground} ({'; '.join(drift)})", project.up()
+                f"compose up playground {project.playground} ({why})", project.up()
             )
-            return drift
+            return drift, why
         stuck_now = await stuck(session, [c for c in self.own if service_of(c) in services])
         if stuck_now:
             reasons = [f"{service}: {why}" for service, why in sorted(stuck_now.items())]
@@ -339,8 +387,8 @@ class RunningPlayground:
                 f"({'; '.join(reasons)})",
                 project.recreate(sorted(stuck_now)),
             )
-            drift += reasons
-        return drift
+            return reasons, ChangeCause(Cause.DRIFT, "; ".join(reasons))
+        return drift, None
 
     async def _roll_back(self, record: HealthRecord, result: Converged) -> None:
         """Put the Playground back at its last good revision, all of it, and verify it: the

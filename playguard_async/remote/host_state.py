@@ -46,6 +46,7 @@ from typing import Any
 import structlog
 
 from playguard_async.desired_state.model import Marquee
+from playguard_async.kits.vocabulary import KEEP_COMPOSE_ANSWERS
 from playguard_async.remote.compose import (
     CONFIG_HASH_LABEL,
     SERVICE_LABEL,
@@ -450,7 +451,7 @@ async def keep_answers(session: RemoteSession, states: Sequence[ComposeState]) -
     }
     try:
         await session.keep_file(
-            "keep compose answers", kept_path(session.marquee), encode_kept(answers)
+            KEEP_COMPOSE_ANSWERS, kept_path(session.marquee), encode_kept(answers)
         )
     except RemoteCommandFailed as exc:  # bookkeeping: the next cycle asks compose again
         log.warning("compose.answers_unkept", error=str(exc)[:300])

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from playguard_async.kits.vocabulary import KEEP_A_COPY
 from playguard_async.remote.guard import state_dir
 from playguard_async.remote.ssh import RemoteSession
 
@@ -57,4 +58,4 @@ async def read_kept(session: RemoteSession, names: Sequence[str]) -> dict[str, s
 async def keep(session: RemoteSession, name: str, text: str) -> None:
     """``text`` (one line) as the host's copy ``name``, through the fence guard; nothing in a
     dry run."""
-    await session.keep_file(f"keep a copy of {name}", kept_path(session, name), text + "\n")
+    await session.keep_file(f"{KEEP_A_COPY}{name}", kept_path(session, name), text + "\n")

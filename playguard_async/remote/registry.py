@@ -116,7 +116,10 @@ async def local_digests(session: RemoteSession, reference: str) -> set[str] | No
 
 async def pull(session: RemoteSession, reference: str, auth: RegistryAuth | None) -> None:
     """Pull ``reference`` through the write funnel (fenced; in dry-run it only says it would),
-    with ``auth`` handed to the host's ``docker`` on stdin as a one-registry ``config.json``."""
+    with ``auth`` handed to the host's ``docker`` on stdin as a one-registry ``config.json``;
+    once a cycle (``RemoteSession.pulled``)."""
+    if reference in session.pulled:
+        return
     auths = {} if auth is None else {auth["serveraddress"]: config_entry(auth)}
     try:
         await session.change(
@@ -124,6 +127,7 @@ async def pull(session: RemoteSession, reference: str, auth: RegistryAuth | None
             pull_image(session.marquee, reference),
             stdin=json.dumps({"auths": auths}),
         )
+        session.pulled.add(reference)
     except RemoteCommandFailed as exc:
         raise RemoteCommandFailed(
             session.host, exc.argv, exc.exit_status, _cut(exc.stderr_tail, auth), what=exc.what

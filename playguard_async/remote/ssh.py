@@ -144,6 +144,10 @@ class RemoteSession:
     """What compose answered in earlier cycles (the replica's, shared by its sessions)."""
     writes: int = 0
     """Writes this session attempted: a read of the host made before the last one is stale."""
+    pulled: set[str] = field(default_factory=set)
+    """Image references pulled in this cycle, or in a dry run that would be: a later phase
+    that needs one takes it as there, as it is in the cycle that pulls it (a plan that did
+    not listed the same pull twice)."""
     _reads: dict[Hashable, tuple[int | None, Any]] = field(default_factory=dict)
     _channels: asyncio.Semaphore = field(
         default_factory=lambda: asyncio.Semaphore(COMMAND_CHANNELS)

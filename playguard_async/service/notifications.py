@@ -47,6 +47,8 @@ from playguard_async.coordination.lock import DEFAULT_TIMEOUT, LockUnavailable
 from playguard_async.cycle_record import NoticeKind
 from playguard_async.engine.results import CycleResult
 from playguard_async.kits.aio import bounded
+from playguard_async.kits.vocabulary import Cause
+from playguard_async.phases.causes import CHANGE_NOTICES
 from playguard_async.settings import Settings
 
 log = structlog.get_logger("playguard.notify")
@@ -82,6 +84,21 @@ def news_of(result: CycleResult) -> tuple[str | None, str | None]:
     if outcome != "ok":
         return "failing", None
     return ("drifted" if result.dry_run and any(result.actions.values()) else "ok"), None
+
+
+def causes_of(result: CycleResult) -> list[str]:
+    """Why the cycle changed (or in a dry run would change) each Playground, in the glossary's
+    words (``release web-1: commit 81fc54f -> 3491e24``, ``drift web-1: app: missing``,
+    ``rollback web-1: ...``), so that a ``drifted`` detect Marquee says whether it is a release
+    waiting or a host that moved."""
+    words = {notice.value: cause.word for cause, notice in CHANGE_NOTICES.items()}
+    words[NoticeKind.ROLLED_BACK.value] = Cause.ROLLBACK.word
+    return [
+        f"{words[notice['kind']]} {notice['subject']}: {notice['detail']}"
+        for notices in result.notices.values()
+        for notice in notices
+        if notice["kind"] in words
+    ]
 
 
 def fingerprint(marquee: str, event: str, reason: str | None) -> str:
@@ -192,6 +209,7 @@ class ChangeNotifier:
             "replica": self.replica,
             "cycle": result.cycle_id,
             "at": datetime.fromtimestamp(result.finished_at or 0, UTC).isoformat(),
+            "causes": causes_of(result),
         }
         log.warning(
             "marquee.transition",

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from playguard_async.coordination.marquee_reads import LastCycle, MarqueeStatus
+from playguard_async.coordination.marquee_reads import LastCycle, MarqueeStatus, fence_shown
 from playguard_async.web.pictures import BAD, look_of
 
 PAGE_SIZE = 100
@@ -46,9 +46,9 @@ class Row:
     holder: str | None
     """Replica@host holding the lock now, ``unknown record`` for a value not ours; None: free."""
     ttl_left: float | None
-    redis_fence: int | None
-    """The holder's fence while the lock is held, else the last cycle's."""
-    host_fence: int | None
+    fence: str
+    """The holder's fence while the lock is held, else the last cycle's, beside the host's
+    (``marquee_reads.fence_shown``)."""
     outcome: str
     reason: str | None
     dry_run: bool
@@ -73,8 +73,9 @@ class Row:
             unreadable="; ".join(status.unreadable) or None,
             holder=holder,
             ttl_left=None if lock is None else lock.ttl_left,
-            redis_fence=lock.fence if lock is not None else (last.fence if last else None),
-            host_fence=None if last is None else last.host_fence,
+            fence=fence_shown(
+                lock.fence if lock is not None else (last.fence if last else None), last
+            ),
             outcome=NEVER if last is None else last.outcome,
             reason=None if last is None else last.reason,
             dry_run=last is not None and last.dry_run,

@@ -99,7 +99,7 @@ COLUMNS = (
     ("paused", "Paused"),
     ("", "Lock holder"),
     ("ttl", "TTL left"),
-    ("", "Fence Redis / host"),
+    ("", "Fence"),
     ("outcome", "Last outcome"),
     ("", "Recent cycles"),
     ("", "Reason"),

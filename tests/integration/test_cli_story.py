@@ -56,7 +56,7 @@ def test_describe_tells_the_lock_the_fences_the_phases_and_the_recent_cycles(
     text = two_cycles("describe", "m1")
     assert text.returncode == 0, text.stderr
     assert "holder-elsewhere" in text.stdout
-    assert "fence: Redis 3" in text.stdout
+    assert "  fence 3 (host unknown: its last cycle wrote nothing)" in text.stdout
     assert "    first: " in text.stdout
     assert "recent cycles (2)" in text.stdout
 

@@ -18,6 +18,7 @@ from playguard_async.remote.docker import our_labels
 from tests.support.edge import LabEdge
 from tests.support.playgrounds import (
     checkout_head,
+    checkout_of,
     compose_yaml,
     override_of,
     project_containers,
@@ -31,8 +32,14 @@ WRITE_OVERRIDE = "write the compose override of playground web-main"
 RECORD = "record the health of playground web-main"
 
 
-def up(*drift: str) -> str:
-    return f"compose up playground web-main ({'; '.join(drift)})"
+def up(cause: str, *drift: str) -> str:
+    """The ``up`` of web-main, naming its cause in the glossary's words: ``drift`` with what
+    differed on the host, or a ``release`` with what moved."""
+    return f"compose up playground web-main ({cause}: {'; '.join(drift)})"
+
+
+def short(commit: str) -> str:
+    return commit[:7]
 
 
 async def synced(edge: LabEdge, **compose: Any) -> str:
@@ -72,7 +79,11 @@ async def test_fresh_playground_comes_up_with_our_labels_then_costs_nothing(edge
     first = await edge.run(reconcile_playgrounds)
     second = await edge.run(reconcile_playgrounds)
 
-    assert first.actions == [WRITE_OVERRIDE, up("override changed", "app: missing"), RECORD]
+    head = short(checkout_head(edge.origin, edge.world))
+    assert first.actions == [WRITE_OVERRIDE, up("release", f"first deploy at {head}"), RECORD]
+    assert [(n.kind, n.detail) for n in first.report.notices] == [
+        ("release", f"first deploy at {head}")
+    ]
     [container] = await project_containers(edge.docker)
     digest = await repo_digest(edge.docker, container["Image"])
     revision = findings(first)["revision"]
@@ -110,7 +121,10 @@ async def test_killed_container_is_brought_back(edge: LabEdge) -> None:
 
     repaired = await edge.run(reconcile_playgrounds)
 
-    assert repaired.actions == [up(f"app: {name} exited")]
+    assert repaired.actions == [up("drift", f"app: {name} exited")]
+    assert [(n.kind, n.detail) for n in repaired.report.notices] == [
+        ("drift", f"app: {name} exited")
+    ]
     assert (await only_container(edge.docker))["State"]["Running"]
     assert (await edge.run(reconcile_playgrounds)).actions == []
 
@@ -121,7 +135,7 @@ async def test_removed_container_is_brought_back(edge: LabEdge) -> None:
 
     repaired = await edge.run(reconcile_playgrounds)
 
-    assert repaired.actions == [up("app: missing")]
+    assert repaired.actions == [up("drift", "app: missing")]
     replacement = await only_container(edge.docker)
     assert replacement["State"]["Running"]
     assert replacement["Id"] != container["Id"]
@@ -129,14 +143,19 @@ async def test_removed_container_is_brought_back(edge: LabEdge) -> None:
 
 async def test_compose_change_synced_from_origin_recreates_the_container(edge: LabEdge) -> None:
     container = await brought_up(edge)
+    was = short(checkout_head(edge.origin, edge.world))
     branch = edge.world.data["playgrounds"][0]["branch"]
     edge.origin.commit(branch, {"compose.yaml": compose_yaml(edge.image, sleep="86401")}, "Cmd")
     await edge.run(sync_git)
 
     recreated = await edge.run(reconcile_playgrounds)
 
-    name = container["Name"].lstrip("/")
-    assert recreated.actions == [up(f"app: {name} config changed"), RECORD]
+    release = f"commit {was} -> {short(checkout_head(edge.origin, edge.world))}"
+    assert recreated.actions == [up("release", release), RECORD]
+    assert [(n.kind, n.detail) for n in recreated.report.notices] == [("release", release)]
+    assert recreated.report.findings["playgrounds"]["web-main"]["drift"] == [
+        f"app: {container['Name'].lstrip('/')} config changed"
+    ]
     replacement = await only_container(edge.docker)
     assert replacement["Id"] != container["Id"]
     assert replacement["Config"]["Cmd"] == ["sleep", "86401"]
@@ -255,12 +274,14 @@ async def wait_unhealthy(
 
 async def test_dry_run_reports_would_and_changes_nothing(edge: LabEdge) -> None:
     await synced(edge)
+    head = short(checkout_head(edge.origin, edge.world))
 
     fresh = await edge.run(reconcile_playgrounds, dry_run=True)
 
     assert fresh.actions == [
         f"would {WRITE_OVERRIDE}",
-        f"would {up('override changed', 'app: missing')}",
+        f"would {up('release', f'first deploy at {head}')}",
+        f"would {RECORD}",
     ]
     assert not override_of(edge.world).exists()
     assert await project_containers(edge.docker) == []
@@ -271,7 +292,7 @@ async def test_dry_run_reports_would_and_changes_nothing(edge: LabEdge) -> None:
     killed = await edge.run(reconcile_playgrounds, dry_run=True)
 
     name = container["Name"].lstrip("/")
-    assert killed.actions == [f"would {up(f'app: {name} exited')}"]
+    assert killed.actions == [f"would {up('drift', f'app: {name} exited')}"]
     assert (await only_container(edge.docker))["State"]["Status"] == "exited"
 
 
@@ -282,3 +303,21 @@ async def test_playground_not_cloned_yet_is_reported_and_left_alone(edge: LabEdg
 
     assert run.actions == []
     assert findings(run) == {"state": "no_checkout", "drift": [], "actions": []}
+
+
+async def test_a_dry_run_plans_what_follows_the_clone_sync_git_would_make(edge: LabEdge) -> None:
+    branch = edge.own_branch()
+    head = short(edge.origin.git("ls-remote", edge.origin.url, branch).split()[0])
+
+    planned = await edge.run(reconcile_playgrounds, dry_run=True)
+
+    assert planned.actions == [
+        f"would {WRITE_OVERRIDE}",
+        f"would {up('release', f'first deploy at {head}')}",
+        f"would {RECORD}",
+    ]
+    assert [(n.kind, n.detail) for n in planned.report.notices] == [
+        ("release", f"first deploy at {head}")
+    ]
+    assert not checkout_of(edge.world).exists()
+    assert await project_containers(edge.docker) == []

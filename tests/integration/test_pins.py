@@ -233,7 +233,7 @@ async def test_a_commit_pin_keeps_the_image_it_ran_when_its_tag_is_pushed_again(
 
     assert pin["revision"] == commit
     assert pin["images"]["app"].startswith(f"{registry.address}/pin-test@sha256:")
-    assert "override changed" in applied.stdout
+    assert "compose up playground web-main (pin: pinned at " in applied.stdout
     assert "0 actions taken" in again.stdout
     assert held["Image"] == before["Image"]
     assert held["Config"]["Image"] == pin["images"]["app"]

@@ -67,7 +67,9 @@ async def test_a_drift_made_by_hand_shows_as_found_and_fixed_on_the_open_page(
             timeout=30,
             what="the drift found and fixed on edge-1's open page",
         )
-        assert any(item.startswith("drift web-main: ") and "missing" in item for item in fixed)
+        assert any(
+            item.startswith("fixed drift web-main: ") and "missing" in item for item in fixed
+        )
         assert cell_texts(browser, "#history tbody tr:first-child td:first-child") != calm
         assert int(cell_texts(browser, "#history tbody tr:first-child td:nth-child(6)")[0]) >= 1
         browser.save_screenshot(str(tmp_path / "edge-1-fixed.png"))

@@ -289,10 +289,9 @@ def test_an_entry_not_of_the_written_shape_is_left_out(raw: str | bytes) -> None
                 "state": "running", "drift": ["app: missing"], "actions": ["compose up"],
                 "rollback": "rolled back to app=r@sha256:aa because unhealthy",
                 "pinned": "held at last-good by alice: canary"}}}},
-            ["playground web: app: missing",
-             "playground web: rolled back to app=r@sha256:aa because unhealthy",
-             "playground web: pinned: held at last-good by alice: canary"],
-            id="a playground's drift, rollback and pin",
+            ["playground web: rollback: rolled back to app=r@sha256:aa because unhealthy",
+             "playground web: pin: held at last-good by alice: canary"],
+            id="a playground's rollback and pin (its drift is told by its notices)",
         ),
         pytest.param(
             {"pull_images": {"images": {
@@ -317,6 +316,39 @@ def test_a_cycle_names_the_causes_its_phases_found(
 ) -> None:
     recorded = {"marquee": "m1", "cycle": "c1", "outcome": "ok", "finished_at": 10.0,
                 "duration": 1.0, "actions": {"sync_git": ["x"]}, "findings": findings}  # fmt: skip
+
+    (event,) = joined(Sources(records=[recorded]), extra=(), playground=None, since=0.0)
+
+    assert list(event.causes) == causes
+
+
+@pytest.mark.parametrize(
+    ("notices", "causes"),
+    [
+        ([("release", "web", "commit 81fc54f -> 3491e24")],
+         ["playground web: release: commit 81fc54f -> 3491e24"]),
+        ([("release", "web", "first deploy at 3491e24")],
+         ["playground web: release: first deploy at 3491e24"]),
+        ([("drift", "web", "app: missing"), ("drift", "web", "app: web-app-1 exited")],
+         ["playground web: drift: app: missing", "playground web: drift: app: web-app-1 exited"]),
+        ([("pin", "web", "pinned at 3491e24 by alice")],
+         ["playground web: pin: pinned at 3491e24 by alice"]),
+        ([("hold", "web", "held by rollout web@main, wave 1 of 2")],
+         ["playground web: hold: held by rollout web@main, wave 1 of 2"]),
+        ([("unhealthy", "web", "app: exited")], []),
+        ([("no such kind", "web", "x")], []),
+    ],
+)  # fmt: skip
+def test_a_cycle_names_why_it_changed_a_playground_in_the_glossarys_words(
+    notices: list[tuple[str, str, str]], causes: list[str]
+) -> None:
+    finding = {"state": "running", "drift": ["app: missing"], "actions": ["compose up"]}
+    recorded = {"marquee": "m1", "cycle": "c1", "outcome": "ok", "finished_at": 10.0,
+                "duration": 1.0, "actions": {"reconcile_playgrounds": ["compose up"]},
+                "findings": {"reconcile_playgrounds": {"playgrounds": {"web": finding}}},
+                "notices": {"reconcile_playgrounds": [
+                    {"kind": kind, "subject": subject, "detail": detail}
+                    for kind, subject, detail in notices]}}  # fmt: skip
 
     (event,) = joined(Sources(records=[recorded]), extra=(), playground=None, since=0.0)
 

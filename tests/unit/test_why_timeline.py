@@ -31,8 +31,11 @@ def record(cycle: str, *, at: float, actions: list[str], outcome: str = "ok") ->
         "marquee": "m1", "cycle": cycle, "outcome": outcome, "fence": 7, "replica": "r1",
         "finished_at": at + 1.0, "duration": 1.0, "actions": {"sync_git": actions},
         "findings": {"reconcile_playgrounds": {"playgrounds": {
-            "web": {"state": "running", "drift": ["commit a -> b"], "actions": actions},
+            "web": {"state": "running", "drift": ["app: web-app-1 config changed"],
+                    "actions": actions},
         }}},
+        "notices": {"reconcile_playgrounds": [
+            {"kind": "release", "subject": "web", "detail": "commit a -> b"}]},
     }  # fmt: skip
 
 
@@ -76,10 +79,30 @@ def test_host_writes_join_their_cycle_and_a_write_of_no_recorded_cycle_is_marked
     ]  # fmt: skip
     cycle = events[1]
     assert (cycle.by, cycle.fence, cycle.writes) == ("replica r1", 7, (update,))
-    assert cycle.causes == ("playground web: commit a -> b",)
+    assert cycle.causes == ("playground web: release: commit a -> b",)
     assert events[3].by == events[4].by == NO_CYCLE_RECORD
     only_web = joined(sources, extra=(), playground="web", since=1100.0)
     assert [event.kind for event in only_web] == ["pin", "host write"]
+
+
+@pytest.mark.parametrize(
+    "bookkeeping", ["keep compose answers", "keep a copy of pins", "keep a copy of pause"]
+)
+def test_playguards_own_bookkeeping_on_the_host_is_no_event_and_no_write_of_a_cycle(
+    bookkeeping: str,
+) -> None:
+    update = HostWrite(1000.2, 7, "update playground web from a to b", "aa11")
+    kept = HostWrite(1000.3, 7, bookkeeping, "aa11")
+    orphan = HostWrite(2000.0, 8, bookkeeping, "bb22")
+    sources = Sources(records=[record("aa11", at=1000.0, actions=[update.action])],
+                      writes=[update, kept, orphan])  # fmt: skip
+
+    events = joined(sources, extra=(), playground=None, since=0.0)
+
+    assert [(event.kind, event.writes) for event in events] == [("cycle", (update,))]
+    assert not any(
+        bookkeeping in line for line in timeline_lines(Timeline("m1", None, 0.0, events))
+    )
 
 
 def test_hostile_text_is_bounded_and_shown_escaped() -> None:
