@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager
@@ -177,7 +178,7 @@ def test_fleet_page_shows_every_marquee_with_its_lock_fences_and_last_outcome(
     assert paused[2].startswith("paused by ")
     assert paused[2].endswith(f": {PAUSE_REASON}"), "the reason's markup is text"
     fences = cell_texts(browser, 'tr[data-marquee="alpha"] td:nth-child(6)')[0]
-    assert fences.split(" / ")[0].isdigit(), fences
+    assert re.fullmatch(r"fence \d+ \(host (\d+|unknown: .+)\)", fences), fences
     health = cell_attributes(browser, "svg.health", "aria-label")
     assert len(health) == 1
     assert "of 3" in health[0], health
