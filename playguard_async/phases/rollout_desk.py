@@ -178,8 +178,11 @@ class RolloutDesk:
             return Verdict(scope, release, None, unheld, key, why)
         rollout = _parsed(read)
         kept = standing.kept
-        if kept is not None and kept.scope == scope and kept.seq > _seq(rollout):
-            rollout = await self._rebuild(read, rollout, kept)
+        if kept is not None and kept.scope == scope and kept is not rollout:
+            if kept.seq > _seq(rollout):
+                rollout = await self._rebuild(read, rollout, kept.rebuilt(rollout, read.now))
+            elif rollout is not None and (lacking := rollout.with_decisions_of(kept, read.now)):
+                rollout = await self._rebuild(read, rollout, lacking.stored_over(rollout))
         at_target = standing.good_release == release
         if rollout is None or rollout.target != release:
             if at_target or unheld:
@@ -279,12 +282,12 @@ class RolloutDesk:
         return None
 
     async def _rebuild(
-        self, read: RolloutRead, lost: Rollout | None, kept: Rollout
+        self, read: RolloutRead, lost: Rollout | None, rebuilt: Rollout
     ) -> Rollout | None:
-        """``kept`` written back over ``lost`` (what Redis holds of the scope's record: older,
-        none or garbage), with an event that says so: Redis forgot, the decision stands. What
-        is stored when another replica wrote first."""
-        rebuilt = kept.rebuilt(lost, read.now)
+        """``rebuilt`` (a copy kept outside Redis, or Redis's record with the decisions a copy
+        kept and it lacks: ``Rollout.with_decisions_of``) written over ``lost`` (what Redis
+        holds of the scope's record: older, none, garbage, or lacking a decision): Redis
+        forgot, the decision stands. What is stored when another replica wrote first."""
         if self.dry_run:
             return rebuilt
         if await write_rollout(self.redis, read, rebuilt.encode(), opens=True,

@@ -32,7 +32,7 @@ import structlog
 
 from playguard_async.cycle_record import RolloutFinding
 from playguard_async.desired_state.model import Inventory, Playspec
-from playguard_async.phases.decision_copies import keep_rollouts, kept_rollouts
+from playguard_async.phases.decision_copies import MEMORY, keep_rollouts, kept_rollouts
 from playguard_async.phases.rollout_desk import (
     RolloutDesk,
     Standing,
@@ -122,6 +122,8 @@ async def tell_rollout(
     """Tell the rollout how the Playground it admitted came out (``RolloutDesk.tell``); what the
     cycle records of it."""
     told = await _desk(ctx, session).tell(verdict, healthy, why)
+    if told is not None:
+        MEMORY.saw_rollout(told.rollout)  # a halt this cycle wrote outlives Redis forgetting it
     rollout = verdict.rollout if told is None else told.rollout
     assert rollout is not None
     return {
