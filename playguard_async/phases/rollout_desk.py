@@ -131,6 +131,8 @@ class Standing:
     rolls_back: bool
     """Its Playspec's ``rollback`` is ``auto``: a failed Marquee is held at its last good
     revision by the rollout too (else it is left as its health gate left it)."""
+    previous_release: str | None = None
+    """The release that revision before was (None: none or not known)."""
     kept: Rollout | None = None
     """The newest record of its scope known outside Redis (this replica's memory, the host's
     copy: ``phases.decision_copies``); written back when Redis holds an older one or none."""
@@ -212,13 +214,18 @@ class RolloutDesk:
     ) -> Verdict:
         """The verdict on a Playground whose last good revision is an aborted release and
         that the scope's rollout (that one's or a newer one's) does not admit elsewhere: back
-        at the revision before it, or stopped when it has none."""
+        at the revision before it, or stopped when it has none or that one was aborted too."""
         assert standing.good_release is not None
         aborted = f"release {standing.good_release[:12]} was aborted"
-        if standing.has_previous:
+        before = standing.previous_release
+        if standing.has_previous and before not in rollout.aborted:
             why = f"{rollout.where(key)}: {aborted}, back at the revision before it"
             return Verdict(scope, release, rollout, False, key, why, back=True)
-        why = f"{rollout.where(key)}: {aborted} and there is no revision before it to go back to"
+        if standing.has_previous:
+            nowhere = f"the revision before it, release {str(before)[:12]}, was aborted too"
+        else:
+            nowhere = "there is no revision before it to go back to"
+        why = f"{rollout.where(key)}: {aborted} and {nowhere}"
         return Verdict(scope, release, rollout, False, key, why, stop=True)
 
     def _no_new_wave(self) -> str:

@@ -94,11 +94,12 @@ async def _decide(ctx: CycleContext, session: RemoteSession) -> dict[str, Verdic
         head = heads[playspec.repo].get(playground.branch)
         if head is None:
             continue  # its branch is gone: sync_git and fetch_branches say so
-        good = records[playground.name].last_good
+        good, before = records[playground.name].last_good, records[playground.name].previous
         standing = Standing(
             has_good=good is not None,
             good_release=None if good is None else good.release,
-            has_previous=records[playground.name].previous is not None,
+            has_previous=before is not None,
+            previous_release=None if before is None else before.release,
             rolls_back=playspec.rollback == "auto",
             kept=kept.get(scope_of(playground)),
         )

@@ -174,7 +174,7 @@ class Rollout:
         if not aborted and status == self.status:
             return None
         carried = [release for release in aborted if release != self.target]
-        lacked = [status] if status != self.status else []
+        lacked: list[str] = [status] if status != self.status else []
         lacked += [f"release {release[:12]} aborted" for release in carried]
         what = f"Redis had write {self.seq} without what a copy kept: {', '.join(lacked)}"
         event = Event(now, "rebuilt", "playguard", what)

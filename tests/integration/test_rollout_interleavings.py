@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar, ParamSpec, TypeVar, cast
+from typing import ClassVar, ParamSpec, TypeVar, cast
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -34,9 +34,10 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
+from redis.asyncio import Redis
 
 from playguard_async.coordination import rollouts as redis_rollouts
-from playguard_async.coordination.client import RedisClient, connect_redis
+from playguard_async.coordination.client import connect_redis
 from playguard_async.coordination.keys import (
     ROLLOUTS_KEY,
     rollout_counts_key,
@@ -149,7 +150,7 @@ class Interleavings(RuleBasedStateMachine):
         super().__init__()
         self.clock.offset = 0.0
         self.loop = asyncio.Runner()
-        self.redis: RedisClient = self.run(self._connect())
+        self.redis = self.run(self._connect())
         self.settings = settings_for(redis_url=self.url, redis_socket_timeout=2.0)
         self.arrived = 1
         self.memories = {replica: DecisionMemory() for replica in REPLICAS}
@@ -163,13 +164,17 @@ class Interleavings(RuleBasedStateMachine):
         self.admitted: dict[str, set[str]] = {}
         self.ids: list[str] = []
 
-    async def _connect(self) -> RedisClient:
+    async def _connect(self) -> Redis:
         redis = connect_redis(self.url, socket_timeout=2, connect_timeout=2)
+        assert isinstance(redis, Redis)
         await redis.flushall()
         return redis
 
-    def run(self, work: Coroutine[Any, Any, T]) -> T:
-        return self.loop.run(work)
+    def run(self, work: Awaitable[T]) -> T:
+        async def awaited() -> T:
+            return await work
+
+        return self.loop.run(awaited())
 
     def teardown(self) -> None:
         self.run(self.redis.aclose())
@@ -245,8 +250,9 @@ class Interleavings(RuleBasedStateMachine):
         assert POLICY is not None
         kept = await kept_rollouts(host, {playground.name: SCOPE}, memory)
         release, good = self.release, self.good[marquee]
-        standing = Standing(has_good=True, good_release=good,
-                            has_previous=self.previous[marquee] is not None, rolls_back=True,
+        before = self.previous[marquee]
+        standing = Standing(has_good=True, good_release=good, has_previous=before is not None,
+                            rolls_back=True, previous_release=before,
                             kept=kept.get(SCOPE))  # fmt: skip
         seen = await desk(self.redis, WORLD, marquee).verdict(
             playground, POLICY, release, HEAD, standing
@@ -424,6 +430,23 @@ def test_a_halt_one_replica_read_is_not_undone_by_the_other_replicas_older_copy(
         assert (record.status, record.events[-1].what) == ("halted", "rebuilt")
         machine.tick("B", ALL_HEALTHY)
         assert all(machine.running[name] == OLD for name in held)
+
+
+@pytest.mark.usefixtures("clocked")
+def test_a_marquee_whose_revision_before_an_aborted_one_was_aborted_too_is_stopped() -> None:
+    """Shrunk from the machine: the canary verified R1, R1 aborted, the canary verified R2,
+    R2 aborted. Taken back one revision it ran R1 again, an aborted release; it is stopped and
+    says so, as one with no revision before the aborted one is."""
+    with fleet() as machine:
+        machine.tick("A", ALL_HEALTHY)
+        [canary] = in_wave(machine, 0)
+        machine.operator_acts("abort")
+        machine.release_arrives()
+        machine.tick("A", [(canary, True)])
+        assert (machine.good[canary], machine.previous[canary]) == RELEASES[1::-1]
+        machine.operator_acts("abort")
+        machine.tick("A", [(canary, True)])  # the machine's check: it runs no aborted release
+        assert machine.running[canary] is None
 
 
 @pytest.mark.xfail(
