@@ -89,7 +89,7 @@ SNAPSHOT_KEYS = (
 CYCLE = st.tuples(st.sampled_from(NAMES), st.booleans())
 """One cycle of a Marquee: which, and whether its Playground comes out healthy."""
 
-EXAMPLES, STEPS = 40, 30
+EXAMPLES, STEPS = 300, 50
 
 
 @dataclass
@@ -128,8 +128,9 @@ class Host:
 
 @dataclass
 class Known:
-    """The releases a replica knows aborted or halted: it read a record that says so, or
-    wrote one (a failure report that halted the rollout)."""
+    """The releases a replica knows aborted or halted: since its process started, it read a
+    record that says so (from Redis, or a host's copy), or wrote one (a failure report that
+    halted the rollout)."""
 
     aborted: set[str] = field(default_factory=set)
     halted: set[str] = field(default_factory=set)
@@ -336,9 +337,11 @@ class Interleavings(RuleBasedStateMachine):
 
     @rule(replica=st.sampled_from(REPLICAS))
     def replica_restarts(self, replica: str) -> None:
-        """A process that starts knows no decision: it reads the hosts' copies again."""
+        """A process that starts knows no decision: it reads the hosts' copies again, each at
+        its first cycle of that Marquee."""
         self.before_step()
         self.memories[replica].forget()
+        self.knows[replica] = Known()
 
 
 @pytest.fixture
