@@ -51,9 +51,11 @@ TEXT_MAX = 500
 """Characters of a reason or a name shown from a record."""
 
 
-LIFTED_BY: dict[Status, tuple[str, str]] = {"halted": ("halted", "promote"),
-                                            "paused": ("pause", "resume")}  # fmt: skip
-"""A status that only an operator lifts: the event that took it, the action that lifts it."""
+LIFTED_BY: dict[Status, tuple[str, tuple[str, ...]]] = {
+    "halted": ("halted", ("promote",)),
+    "paused": ("pause", ("resume", "promote")),
+}
+"""A status that only an operator lifts: the event that took it, the actions that lift it."""
 
 
 class RolloutRefused(Exception):
@@ -160,16 +162,16 @@ class Rollout:
         replicas that rebuilt from copies of different ages count on from the same number, so
         a count alone cannot tell a decision Redis lost from one a later write replaced. The
         decisions say it themselves: an abort is final (the release's, whatever record carries
-        it), and a halt or a pause of the same rollout stands until an operator's promote or
-        resume after it, so either comes back unless this record says it was lifted."""
+        it), and a halt stands until an operator's promote after it, a pause until a resume or a
+        promote, so either comes back unless this record says it was lifted."""
         aborted = [release for release in kept.aborted_so_far() if release not in self.aborted]
         status, why = self.status, self.why
         if self.target in aborted:
             status, why = "aborted", kept.why if kept.id == self.id else self.why
         elif kept.id == self.id and self.status == "running" and kept.status in LIFTED_BY:
-            decision, lift = LIFTED_BY[kept.status]
+            decision, lifts = LIFTED_BY[kept.status]
             taken = max((e.at for e in kept.events if e.what == decision), default=kept.opened)
-            if not any(e.what == lift and e.at >= taken for e in self.events):
+            if not any(e.what in lifts and e.at >= taken for e in self.events):
                 status, why = kept.status, kept.why
         if not aborted and status == self.status:
             return None

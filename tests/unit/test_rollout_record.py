@@ -213,7 +213,8 @@ OTHER = "c" * 64
         ("halt", "none", T0 + 2, None),  # a promote after the halt lifted it
         ("halt", "none", T0 - 1, "halted"),  # a promote before it did not
         ("pause", "none", None, "paused"),
-        ("pause", "none", T0 + 2, None),
+        ("pause", "none", T0 + 2, None),  # a resume after it
+        ("pause", "promoted", T0 + 2, None),  # a promote lifts a pause too
         ("none", "halt", None, None),  # Redis's decision stands
         ("none", "none", None, None),
         ("halt", "other release", None, None),  # the scope's desired state moved
@@ -229,9 +230,9 @@ def test_a_record_takes_back_the_decisions_a_copy_kept_that_it_lacks(
     if redis == "other release":
         record = Rollout.open(SCOPE, OTHER, None, copy.policy, copy.waves, now=T0 + 3)
     else:
-        record = _decided(redis)
+        record = _decided("none" if redis == "promoted" else redis)
     if lifted_at is not None:
-        lift = {"halted": "promote", "paused": "resume"}[copy.status]
+        lift = "promote" if redis == "promoted" or copy.status == "halted" else "resume"
         record = replace(
             record, events=(*record.events, replace(record.events[-1], at=lifted_at, what=lift))
         )
