@@ -131,6 +131,8 @@ class Standing:
     rolls_back: bool
     """Its Playspec's ``rollback`` is ``auto``: a failed Marquee is held at its last good
     revision by the rollout too (else it is left as its health gate left it)."""
+    previous_release: str | None = None
+    """The release that revision before was (None: none or not known)."""
     kept: Rollout | None = None
     """The newest record of its scope known outside Redis (this replica's memory, the host's
     copy: ``phases.decision_copies``); written back when Redis holds an older one or none."""
@@ -178,8 +180,11 @@ class RolloutDesk:
             return Verdict(scope, release, None, unheld, key, why)
         rollout = _parsed(read)
         kept = standing.kept
-        if kept is not None and kept.scope == scope and kept.seq > _seq(rollout):
-            rollout = await self._rebuild(read, rollout, kept)
+        if kept is not None and kept.scope == scope and kept is not rollout:
+            if kept.seq > _seq(rollout):
+                rollout = await self._rebuild(read, rollout, kept.rebuilt(rollout, read.now))
+            elif rollout is not None and (lacking := rollout.with_decisions_of(kept, read.now)):
+                rollout = await self._rebuild(read, rollout, lacking.stored_over(rollout))
         at_target = standing.good_release == release
         if rollout is None or rollout.target != release:
             if at_target or unheld:
@@ -231,13 +236,18 @@ class RolloutDesk:
     ) -> Verdict:
         """The verdict on a Playground whose last good revision is an aborted release and
         that the scope's rollout (that one's or a newer one's) does not admit elsewhere: back
-        at the revision before it, or stopped when it has none."""
+        at the revision before it, or stopped when it has none or that one was aborted too."""
         assert standing.good_release is not None
         aborted = f"release {standing.good_release[:12]} was aborted"
-        if standing.has_previous:
+        before = standing.previous_release
+        if standing.has_previous and before not in rollout.aborted:
             why = f"{rollout.where(key)}: {aborted}, back at the revision before it"
             return Verdict(scope, release, rollout, False, key, why, back=True)
-        why = f"{rollout.where(key)}: {aborted} and there is no revision before it to go back to"
+        if standing.has_previous:
+            nowhere = f"the revision before it, release {str(before)[:12]}, was aborted too"
+        else:
+            nowhere = "there is no revision before it to go back to"
+        why = f"{rollout.where(key)}: {aborted} and {nowhere}"
         return Verdict(scope, release, rollout, False, key, why, stop=True)
 
     def _no_new_wave(self) -> str:
@@ -301,12 +311,12 @@ class RolloutDesk:
         return None
 
     async def _rebuild(
-        self, read: RolloutRead, lost: Rollout | None, kept: Rollout
+        self, read: RolloutRead, lost: Rollout | None, rebuilt: Rollout
     ) -> Rollout | None:
-        """``kept`` written back over ``lost`` (what Redis holds of the scope's record: older,
-        none or garbage), with an event that says so: Redis forgot, the decision stands. What
-        is stored when another replica wrote first."""
-        rebuilt = kept.rebuilt(lost, read.now)
+        """``rebuilt`` (a copy kept outside Redis, or Redis's record with the decisions a copy
+        kept and it lacks: ``Rollout.with_decisions_of``) written over ``lost`` (what Redis
+        holds of the scope's record: older, none, garbage, or lacking a decision): Redis
+        forgot, the decision stands. What is stored when another replica wrote first."""
         if self.dry_run:
             return rebuilt
         if await write_rollout(self.redis, read, rebuilt.encode(), opens=True,

@@ -31,7 +31,7 @@ import structlog
 
 from playguard_async.cycle_record import RolloutFinding
 from playguard_async.desired_state.model import Inventory, Playspec
-from playguard_async.phases.decision_copies import keep_rollouts, kept_rollouts
+from playguard_async.phases.decision_copies import MEMORY, keep_rollouts, kept_rollouts
 from playguard_async.phases.release_identity import release_digest
 from playguard_async.phases.rollout_desk import (
     RolloutDesk,
@@ -92,11 +92,12 @@ async def _decide(ctx: CycleContext, session: RemoteSession) -> dict[str, Verdic
         head = heads[playspec.repo].get(playground.branch)
         if head is None:
             continue  # its branch is gone: sync_git and fetch_branches say so
-        good = records[playground.name].last_good
+        good, before = records[playground.name].last_good, records[playground.name].previous
         standing = Standing(
             has_good=good is not None,
             good_release=None if good is None else good.release,
-            has_previous=records[playground.name].previous is not None,
+            has_previous=before is not None,
+            previous_release=None if before is None else before.release,
             rolls_back=playspec.rollback == "auto",
             kept=kept.get(scope_of(playground)),
         )
@@ -120,6 +121,8 @@ async def tell_rollout(
     """Tell the rollout how the Playground it admitted came out (``RolloutDesk.tell``); what the
     cycle records of it."""
     told = await _desk(ctx, session).tell(verdict, healthy, why)
+    if told is not None:
+        MEMORY.saw_rollout(told.rollout)  # a halt this cycle wrote outlives Redis forgetting it
     rollout = verdict.rollout if told is None else told.rollout
     assert rollout is not None
     return {

@@ -54,6 +54,13 @@ TEXT_MAX = 500
 """Characters of a reason or a name shown from a record."""
 
 
+LIFTED_BY: dict[Status, tuple[str, tuple[str, ...]]] = {
+    "halted": ("halted", ("promote",)),
+    "paused": ("pause", ("resume", "promote")),
+}
+"""A status that only an operator lifts: the event that took it, the actions that lift it."""
+
+
 class RolloutRefused(Exception):
     """An operator's action that the rollout's status does not allow; says why in words."""
 
@@ -163,6 +170,33 @@ class Rollout:
         had = "no record" if lost is None else f"write {lost.seq} of it"
         event = Event(now, "rebuilt", "playguard", f"Redis had {had}; write {self.seq} was kept")
         return replace(self, seq=self.seq + 1, events=self._with(event))
+
+    def with_decisions_of(self, kept: Rollout, now: float) -> Rollout | None:
+        """This record (Redis's) with the decisions of ``kept`` (a copy no newer by its write
+        count) that it lacks, with an event that says so, or None when it lacks none. Two
+        replicas that rebuilt from copies of different ages count on from the same number, so
+        a count alone cannot tell a decision Redis lost from one a later write replaced. The
+        decisions say it themselves: an abort is final (the release's, whatever record carries
+        it), and a halt stands until an operator's promote after it, a pause until a resume or a
+        promote, so either comes back unless this record says it was lifted."""
+        aborted = [release for release in kept.aborted_so_far() if release not in self.aborted]
+        status, why = self.status, self.why
+        if self.target in aborted:
+            status, why = "aborted", kept.why if kept.id == self.id else self.why
+        elif kept.id == self.id and self.status == "running" and kept.status in LIFTED_BY:
+            decision, lifts = LIFTED_BY[kept.status]
+            taken = max((e.at for e in kept.events if e.what == decision), default=kept.opened)
+            if not any(e.what in lifts and e.at >= taken for e in self.events):
+                status, why = kept.status, kept.why
+        if not aborted and status == self.status:
+            return None
+        carried = [release for release in aborted if release != self.target]
+        lacked: list[str] = [status] if status != self.status else []
+        lacked += [f"release {release[:12]} aborted" for release in carried]
+        what = f"Redis had write {self.seq} without what a copy kept: {', '.join(lacked)}"
+        event = Event(now, "rebuilt", "playguard", what)
+        return replace(self, status=status, why=why, events=self._with(event),
+                       aborted_before=(*self.aborted_before, *carried)[-ABORTED_KEPT:])  # fmt: skip
 
     # -- where a Marquee stands -----------------------------------------------------------------
 

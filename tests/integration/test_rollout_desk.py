@@ -44,7 +44,7 @@ CLOSED = [{"kind": "allow", "cron": "0 0 1 1 *", "duration": 60, "timezone": "UT
 
 
 def inventory(
-    *, bake: float = 0, wave_timeout: float = 900, closed: str | None = None
+    *, bake: float = 0, wave_timeout: float = 900, closed: str | None = None, max_failures: int = 5
 ) -> Inventory:
     marquees: list[dict[str, Any]] = [marquee_entry(name) for name in NAMES]
     for entry in marquees:
@@ -54,7 +54,8 @@ def inventory(
         "marquees": marquees,
         "playspecs": [{"name": "web", "repo": "https://git.example/web.git",
                        "rollout": {"waves": [1, "50%", "100%"], "bake": bake,
-                                   "max_failures": 5, "wave_timeout": wave_timeout}}],
+                                   "max_failures": max_failures,
+                                   "wave_timeout": wave_timeout}}],
         "playgrounds": [{"name": f"web-{name}", "playspec": "web", "marquee": name,
                          "branch": "main"} for name in NAMES],
     })  # fmt: skip

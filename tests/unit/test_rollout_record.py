@@ -213,3 +213,62 @@ def test_a_newer_release_names_every_release_the_scope_moved_past_through_its_st
     assert legacy is not None
     assert legacy.superseded_before == ()
     assert Rollout.parse(SCOPE, json.dumps({**old_form, "superseded_before": ["HEAD~1"]})) is None
+
+
+def _decided(action: str) -> Rollout:
+    """``opened()`` after ``action``: an operator's, ``halt`` (a failure past the budget), or
+    ``none``."""
+    rollout = opened()
+    if action == "halt":
+        halted = rollout.with_failure("m1", 0, "unhealthy", T0 + 1)
+        assert halted is not None
+        return halted
+    return rollout if action == "none" else rollout.by_operator(action, "a@h", "x", T0 + 1)
+
+
+OTHER = "c" * 64
+"""A release that opened after TARGET's rollout (a fork's record of the scope)."""
+
+
+@pytest.mark.parametrize(
+    ("kept", "redis", "lifted_at", "status"),
+    [
+        ("abort", "none", None, "aborted"),  # an abort is final
+        ("abort", "halt", None, "aborted"),
+        ("abort", "abort", None, None),
+        ("halt", "none", None, "halted"),  # the older copy won the count
+        ("halt", "none", T0 + 2, None),  # a promote after the halt lifted it
+        ("halt", "none", T0 - 1, "halted"),  # a promote before it did not
+        ("pause", "none", None, "paused"),
+        ("pause", "none", T0 + 2, None),  # a resume after it
+        ("pause", "promoted", T0 + 2, None),  # a promote lifts a pause too
+        ("none", "halt", None, None),  # Redis's decision stands
+        ("none", "none", None, None),
+        ("halt", "other release", None, None),  # the scope's desired state moved
+        ("abort", "other release", None, "running"),  # the abort is carried, not the status
+    ],
+)
+def test_a_record_takes_back_the_decisions_a_copy_kept_that_it_lacks(
+    kept: str, redis: str, lifted_at: float | None, status: Status | None
+) -> None:
+    """Two replicas that rebuilt from copies of different ages count their writes from the
+    same number: a copy no newer than Redis's record may still hold a decision it lacks."""
+    copy = _decided(kept)
+    if redis == "other release":
+        record = Rollout.open(SCOPE, OTHER, None, copy.policy, copy.waves, now=T0 + 3)
+    else:
+        record = _decided("none" if redis == "promoted" else redis)
+    if lifted_at is not None:
+        lift = "promote" if redis == "promoted" or copy.status == "halted" else "resume"
+        record = replace(
+            record, events=(*record.events, replace(record.events[-1], at=lifted_at, what=lift))
+        )
+    taken = record.with_decisions_of(copy, T0 + 9)
+    if status is None:
+        assert taken is None
+        return
+    assert taken is not None
+    assert (taken.status, taken.id, taken.seq) == (status, record.id, record.seq)
+    assert taken.aborted == record.aborted | copy.aborted
+    assert (taken.events[-1].what, taken.events[-1].at) == ("rebuilt", T0 + 9)
+    assert taken.with_decisions_of(copy, T0 + 10) is None, "once is enough"
