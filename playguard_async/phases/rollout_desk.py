@@ -178,13 +178,7 @@ class RolloutDesk:
             _parsed(read)  # its one line
             why = f"rollout record {rollout_key(scope)} holds another type than a string"
             return Verdict(scope, release, None, unheld, key, why)
-        rollout = _parsed(read)
-        kept = standing.kept
-        if kept is not None and kept.scope == scope and kept is not rollout:
-            if kept.seq > _seq(rollout):
-                rollout = await self._rebuild(read, rollout, kept.rebuilt(rollout, read.now))
-            elif rollout is not None and (lacking := rollout.with_decisions_of(kept, read.now)):
-                rollout = await self._rebuild(read, rollout, lacking.stored_over(rollout))
+        rollout = await self._with_copy(read, _parsed(read), standing.kept, scope)
         at_target = standing.good_release == release
         if rollout is None or rollout.target != release:
             if at_target or unheld:
@@ -210,6 +204,21 @@ class RolloutDesk:
         if not admitted and self.versions_mixed is not None and rollout.status == "running":
             why = f"{why}; {self._no_new_wave()}"
         return Verdict(scope, release, rollout, admitted, key, why)
+
+    async def _with_copy(
+        self, read: RolloutRead, rollout: Rollout | None, kept: Rollout | None, scope: str
+    ) -> Rollout | None:
+        """``rollout`` (Redis's record of ``scope``) after what a copy outside Redis (``kept``:
+        the replica's memory, the host's file) knows that it does not: the copy whole when it
+        is newer (Redis forgot or went back), else the decisions it holds that the record lacks
+        (two replicas rebuilt from copies of different ages count from the same number)."""
+        if kept is None or kept.scope != scope or kept is rollout:
+            return rollout
+        if kept.seq > _seq(rollout):
+            return await self._rebuild(read, rollout, kept.rebuilt(rollout, read.now))
+        if rollout is not None and (lacking := rollout.with_decisions_of(kept, read.now)):
+            return await self._rebuild(read, rollout, lacking.stored_over(rollout))
+        return rollout
 
     async def _behind(
         self, scope: str, release: str, rollout: Rollout, key: str, standing: Standing
