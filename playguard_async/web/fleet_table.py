@@ -56,6 +56,8 @@ class Row:
     actions: int
     findings: int
     age: float | None
+    held: int = 0
+    """Its Playgrounds its last cycle found held (pinned, or held back by a rollout)."""
 
     @classmethod
     def of(cls, status: MarqueeStatus, now: float) -> Row:
@@ -85,6 +87,7 @@ class Row:
             age=None
             if last is None or last.finished_at is None
             else max(0.0, now - last.finished_at),
+            held=sum(told.hold is not None for told in status.revisions.values()),
         )
 
 
@@ -184,7 +187,7 @@ class FleetRows:
     """``standing_of`` -> Marquees: what the fleet's health bar counts."""
 
 
-def standing_of(row: Row, status: MarqueeStatus) -> str:
+def standing_of(row: Row) -> str:
     """What the health bar counts a Marquee as: its last outcome when that failed (what most
     needs seeing), else what keeps it from applying its desired state now (``paused``,
     ``held``: Playgrounds pinned or held back by a rollout, ``detect``, ``off``), else its last
@@ -193,21 +196,16 @@ def standing_of(row: Row, status: MarqueeStatus) -> str:
         return row.outcome
     if row.paused is not None:
         return "paused"
-    if held_playgrounds(status):
+    if row.held:
         return "held"
     if row.mode in ("detect", "off"):
         return row.mode
     return row.outcome
 
 
-def held_playgrounds(status: MarqueeStatus) -> int:
-    """Playgrounds ``status``'s last cycle found held (pinned, or held back by a rollout)."""
-    return sum(told.hold is not None for told in status.revisions.values())
-
-
 def fleet_rows(statuses: Sequence[MarqueeStatus], now: float) -> FleetRows:
     rows = [Row.of(status, now) for status in statuses]
-    standing = Counter(standing_of(row, status) for row, status in zip(rows, statuses, strict=True))
+    standing = Counter(standing_of(row) for row in rows)
     return FleetRows(
         rows,
         dict(sorted(Counter(row.outcome for row in rows).items())),

@@ -53,7 +53,6 @@ from playguard_async.web.fleet_table import (
     FleetRows,
     findings_of,
     fleet_rows,
-    held_playgrounds,
     select_page,
 )
 from playguard_async.web.login import WebLogin
@@ -372,13 +371,12 @@ class WebView:
         self, bucket: str, key: str, version: int, fleet: FleetRows, query: FleetQuery
     ) -> bytes:
         page = select_page(fleet, query)
-        # What the pictures need of a row beyond the table (its last cycle's id, its held
-        # Playgrounds) is taken for the page's rows alone, not in every row's build.
+        # What the strips need of a row beyond the table (its last cycle's id) is taken for
+        # the page's rows alone, not in every row's build.
         shown = [self.picture.statuses.get(row.name) for row in page.rows]
         lasts = [(status.name, status.last.cycle) for status in shown if status and status.last]
-        held = {status.name: held_playgrounds(status) for status in shown if status}
         badges = {
-            row.name: pictures.badges_html(row.mode, row.paused is not None, held.get(row.name, 0))
+            row.name: pictures.badges_html(row.mode, row.paused is not None, row.held)
             for row in page.rows
         }
         strips = await self.recent.strips(lasts, read=self.picture.error is None)
