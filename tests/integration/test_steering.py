@@ -185,8 +185,11 @@ def test_a_pause_from_another_process_stops_the_running_cycle_at_the_next_bounda
         http_address=(address := f"127.0.0.1:{free_port()}"),
     )
     # ``playguard pause`` is a process of its own, whose start-up alone takes seconds on a busy
-    # machine: ``first`` lasts long enough for the pause to land inside it wherever it starts.
-    daemon = playguard.runner.start(config=playguard.config, phase_seconds=6.0)
+    # machine: the first ``first`` lasts long enough for the pause to land inside it wherever it
+    # starts; the phases after the pause are quick (waiting 6 s in each proved nothing more).
+    daemon = playguard.runner.start(
+        config=playguard.config, phase_seconds=0.2, first_phase_seconds=6.0
+    )
     wait_for(lambda: witness_lines(playguard.runner.witness_dir), timeout=20, what="a phase")
     paused = playguard("pause", scope, "--for", "8s", "--reason", "hands off")
     paused_at = time.time()
