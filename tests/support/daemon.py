@@ -219,6 +219,7 @@ class DaemonRunner:
         replica: str = "r1",
         *,
         phase_seconds: float = 0.3,
+        first_phase_seconds: float | None = None,
         config: Path | None = None,
         debug: bool = False,
         env: Mapping[str, str] | None = None,
@@ -226,13 +227,19 @@ class DaemonRunner:
         **settings: object,
     ) -> Daemon:
         """Start ``playguard run`` with ``config``, or with settings written for ``replica``;
-        ``env`` adds to the environment (e.g. systemd's ``NOTIFY_SOCKET``); ``wrapper`` runs it
-        (``ip netns exec NAME``: a command that execs it, so the pid stays the daemon's)."""
+        its witness phases take ``phase_seconds``, but the first one ``first_phase_seconds`` if
+        given (``tests.support.phases.phase_seconds``); ``env`` adds to the environment (e.g.
+        systemd's ``NOTIFY_SOCKET``); ``wrapper`` runs it (``ip netns exec NAME``: a command that
+        execs it, so the pid stays the daemon's)."""
         run_number = sum(daemon.replica == replica for daemon in self.started) + 1
         if config is None:
             config = self.write_settings(replica, self.settings(replica, **settings))
         stderr_path = self.workdir / f"{replica}-{run_number}.stderr"
         debugging = ["--debug"] if debug else []
+        first_phase = (
+            {} if first_phase_seconds is None
+            else {"PLAYGUARD_TEST_FIRST_PHASE_SECONDS": str(first_phase_seconds)}
+        )  # fmt: skip
         argv = [*wrapper, str(PLAYGUARD), *debugging, "run", "--config", str(config)]
         with stderr_path.open("wb") as stderr:
             process = subprocess.Popen(
@@ -241,7 +248,7 @@ class DaemonRunner:
                 stdout=stderr,
                 stderr=stderr,
                 cwd=self.workdir,
-                env={**self.environment(phase_seconds), **(env or {})},
+                env={**self.environment(phase_seconds), **first_phase, **(env or {})},
                 start_new_session=True,
             )
         daemon = Daemon(replica, process, config, stderr_path)

@@ -3,12 +3,13 @@
 The daemon loads them by import path (``tests.support.phases:first``) in process tests; each writes
 one JSON line when it enters and one when it leaves to ``$PLAYGUARD_TEST_WITNESS_DIR/<pid>.jsonl``,
 with ``time.monotonic()`` stamps (one clock for every process on the machine), and takes
-``$PLAYGUARD_TEST_PHASE_SECONDS`` seconds. ``fenced_write`` also writes to its (real, lab) Marquee.
+``phase_seconds()``. ``fenced_write`` also writes to its (real, lab) Marquee.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import time
@@ -18,6 +19,18 @@ from typing import Any
 from playguard_async.coordination.fence import FenceRefused
 from playguard_async.phases.protocol import PhaseContext, PhaseReport
 from playguard_async.remote.ssh import RemoteSession
+
+_phases_begun = itertools.count()
+
+
+def phase_seconds() -> float:
+    """How long a witnessing phase takes: ``$PLAYGUARD_TEST_FIRST_PHASE_SECONDS``, when set, for
+    the first phase this process begins, ``$PLAYGUARD_TEST_PHASE_SECONDS`` for every other. A
+    test that needs one long phase to land a signal in waits that long once, not every cycle."""
+    first = os.environ.get("PLAYGUARD_TEST_FIRST_PHASE_SECONDS")
+    if first is not None and next(_phases_begun) == 0:
+        return float(first)
+    return float(os.environ.get("PLAYGUARD_TEST_PHASE_SECONDS", "0.2"))
 
 
 class Witness:
@@ -47,7 +60,7 @@ class WitnessPhase(Witness):
         self._write(ctx, "enter")
         status = "cancelled"
         try:
-            await asyncio.sleep(float(os.environ.get("PLAYGUARD_TEST_PHASE_SECONDS", "0.2")))
+            await asyncio.sleep(phase_seconds())
             status = "ok"
         finally:
             self._write(ctx, "exit", status=status)
@@ -86,7 +99,7 @@ class FencedWriteWitness(Witness):
         return PhaseReport()
 
     async def _wait_then_write(self, ctx: PhaseContext[RemoteSession]) -> None:
-        await asyncio.sleep(float(os.environ.get("PLAYGUARD_TEST_PHASE_SECONDS", "0.2")))
+        await asyncio.sleep(phase_seconds())
         session = await ctx.remote()
         record = Path(os.environ["PLAYGUARD_TEST_HOST_RECORD_DIR"]) / ctx.marquee.name
         # $PLAYGUARD_TEST_WRITE_SECONDS: the write takes that long on the host, under the guard's
