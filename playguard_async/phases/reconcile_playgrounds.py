@@ -115,11 +115,14 @@ class ReconcilePlaygrounds:
                     ),
                     held_by=None if verdict is None else verdict.hold,
                     release=None if verdict is None else verdict.admitted_release,
+                    aborted=frozenset() if verdict is None else verdict.aborted,
                 )  # fmt: skip
                 converged = await running.converge(records)
                 finding, cause = converged.finding, converged.cause
                 await _tell_blocked_once(ctx, playground.name, converged)
-                await _tell_rollout(ctx, session, verdict, converged, rollouts)
+                await _tell_rollout(
+                    ctx, session, verdict, converged, rollouts, playground=playground.name
+                )
                 report.notices += converged.notices
                 if converged.unhealthy is not None and playspec.rollback != "off":
                     unhealthy.append(f"playground {playground.name} {converged.unhealthy}")
@@ -140,13 +143,17 @@ async def _tell_rollout(
     verdict: Verdict | None,
     converged: Converged,
     rollouts: dict[str, RolloutFinding],
+    *,
+    playground: str,
 ) -> None:
     """Tell the Playground's rollout (if it has one) how it came out; its finding kept under
     the scope, and a notice when this very failure halted it."""
     if verdict is None or verdict.rollout is None:
         return
     why = converged.unhealthy or "unhealthy"
-    told = await tell_rollout(ctx, session, verdict, converged.at_release, why)
+    told = await tell_rollout(
+        ctx, session, verdict, converged.at_release, why, playground=playground
+    )
     rollouts[verdict.scope] = told
     if told["halted_here"] is not None:
         notice = Notice(NoticeKind.ROLLOUT_HALTED, verdict.scope, told["halted_here"])

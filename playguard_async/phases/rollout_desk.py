@@ -11,7 +11,7 @@ reads and never writes.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -91,6 +91,11 @@ class Verdict:
     def hold(self) -> RolloutHold | None:
         """The hold it puts on the Playground (None: admitted)."""
         return None if self.admitted else RolloutHold(self.why, self.back)
+
+    @property
+    def aborted(self) -> frozenset[str]:
+        """The releases of its scope known aborted (none without a rollout)."""
+        return frozenset() if self.rollout is None else self.rollout.aborted
 
     @property
     def admitted_release(self) -> str | None:
@@ -196,14 +201,32 @@ class RolloutDesk:
             or unheld
             or (rollout.failed(self.marquee.name) and not standing.rolls_back)
         )
-        if standing.good_release in rollout.aborted and not (
-            admitted and release not in rollout.aborted
-        ):
+        # A failed Marquee that its health gate rolls back would run its last good revision,
+        # not the release: when that revision is an aborted release, it is taken back too.
+        runs_release = (
+            admitted
+            and release not in rollout.aborted
+            and not (rollout.failed(self.marquee.name) and standing.rolls_back)
+        )
+        if standing.good_release in rollout.aborted and not runs_release:
             return self._taken_back(scope, release, rollout, key, standing)
         why = rollout.where(key)
         if not admitted and self.versions_mixed is not None and rollout.status == "running":
             why = f"{why}; {self._no_new_wave()}"
         return Verdict(scope, release, rollout, admitted, key, why)
+
+    async def recorded(self, scopes: Iterable[str]) -> dict[str, int]:
+        """Scope -> the write count of Redis's record of it (-1: none, or none readable), for
+        the scopes Redis answered about: what ``kept_rollouts`` compares its copies with. The
+        reads are the ones the verdicts then use (no Redis command more)."""
+        found: dict[str, int] = {}
+        for scope in scopes:
+            try:
+                read = await self._read(scope)
+            except RedisError:
+                continue  # the verdict says so
+            found[scope] = -1 if read.raw == FOREIGN else _seq(_parsed(read))
+        return found
 
     async def _with_copy(
         self, read: RolloutRead, rollout: Rollout | None, kept: Rollout | None, scope: str

@@ -119,6 +119,9 @@ class RunningPlayground:
     """The hold a rollout puts on it, if one does."""
     release: str | None = None
     """The release a rollout admitted it to, recorded with its last good revision."""
+    aborted: frozenset[str] = frozenset()
+    """The releases its scope's rollout knows aborted: the health gate never rolls back onto
+    one of them (``_off_failed``)."""
 
     async def converge(self, records: HealthRecords) -> Converged:
         """Bring the Playground to its desired revision, then through the health gate.
@@ -241,8 +244,30 @@ class RunningPlayground:
         record = replace(record, failed=failed_now)
         await write_record(session, project.playground, record)
         if playspec.rollback == "auto" and record.last_good is not None and hold is None:
-            await self._roll_back(record, result)
+            await self._off_failed(record, result)
         return result
+
+    async def _off_failed(self, record: HealthRecord, result: Converged) -> None:
+        """Off a release that failed: back to the last good revision (``_roll_back``), unless
+        that revision is a release its scope's rollout knows aborted. No Marquee runs an
+        aborted release: the Playground is then stopped and says so, as an abort stops one
+        with no revision before the aborted one, and the next cycle's rollout verdict takes it
+        back to the revision before that one (or keeps it stopped)."""
+        good = record.last_good
+        assert good is not None
+        if good.release is None or good.release not in self.aborted:
+            await self._roll_back(record, result)
+            return
+        words = (
+            f"not rolled back: its last good revision is release {good.release[:12]}, which "
+            "was aborted; stopped"
+        )
+        await self.session.change(
+            f"stop playground {self.project.playground} ({words})", self.project.stop()
+        )
+        result.finding = replace(result.finding, rollback=words)
+        result.notices.append(Notice(NoticeKind.FAILED, self.project.playground, words))
+        result.unhealthy = "stopped: its last good revision was aborted"
 
     async def _name_release(self, record: HealthRecord) -> bool | None:
         """Whether a converged Playground verified healthy runs the release a rollout admitted
