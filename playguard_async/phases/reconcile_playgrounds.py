@@ -162,14 +162,17 @@ async def _tell_rollout(
 
 async def _tell_blocked_once(ctx: CycleContext, playground: str, converged: Converged) -> None:
     """A notice for a rollback that could not be made, in the first cycle that finds it missing
-    these parts of this revision; a rollback that could be made forgets what was told."""
+    these parts of this revision; a rollback that could be made forgets what was told. A cycle
+    that tells no one (``plan``: ``ctx.tells``) shows the notice every time and leaves what was
+    told alone, so the daemon's next cycle still tells it."""
     if not converged.rollback_checked:
         return
     lock = ctx.lease.lock
     if converged.blocked is None:
-        await forget_telling(lock.redis, ctx.marquee.name, playground, lock.timeout)
+        if ctx.tells:
+            await forget_telling(lock.redis, ctx.marquee.name, playground, lock.timeout)
         return
-    if await first_telling(
+    if not ctx.tells or await first_telling(
         lock.redis, ctx.marquee.name, playground, converged.blocked, lock.timeout
     ):
         words = converged.finding.rollback_blocked or ""

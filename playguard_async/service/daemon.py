@@ -134,7 +134,7 @@ async def serve(
         listeners.append(picture.cycle_ended)
     remote = RemoteLayer(settings)
     engine = build_engine(
-        settings, listeners=listeners, observer=metrics, remote=remote, redis=redis
+        settings, listeners=listeners, observer=metrics, remote=remote, redis=redis, tells=True
     )
     metrics.count_in_flight(lambda: len(engine.cycles))
     if (tracer := engine_tracer(engine)) is not None:
