@@ -39,15 +39,12 @@ from playguard_async.cycle_record import (
 )
 from playguard_async.desired_state.model import Playground
 from playguard_async.phases.causes import ChangeCause, change_notices, put_down_cause
+from playguard_async.phases.converged import Converged
 from playguard_async.phases.holds import pins_of, with_images
 from playguard_async.phases.protocol import Notice, PhaseReport
 from playguard_async.phases.rollout_desk import Verdict
 from playguard_async.phases.rollout_gate import tell_rollout, verdicts
-from playguard_async.phases.running_playground import (
-    Converged,
-    HealthRecords,
-    RunningPlayground,
-)
+from playguard_async.phases.running_playground import HealthRecords, RunningPlayground
 from playguard_async.phases.toolkit import (
     Container,
     CycleContext,
