@@ -18,9 +18,11 @@ Two copies back Redis:
   of the Marquee in a process, and again at each cycle that finds Redis's record of the scope
   absent or older than the one this replica knows (what another replica wrote to the host
   since, an abort this one never read, is then learnt before anything is admitted); never in
-  an in-sync cycle, and written only when a decision changed: an in-sync cycle costs no host
-  round trip and no Redis command more. A replica that learns a decision writes it to the host
-  of each Marquee it cycles, so every host of the scope carries it after a cycle of it.
+  an in-sync cycle (but in every cycle of a staged scope that never had a rollout: Redis has
+  no record of it until the first opens), and written only when a decision changed: an in-sync
+  cycle costs no host round trip and no Redis command more. A replica that learns a decision
+  writes it to the host of each Marquee it cycles, so every host of the scope carries it after
+  a cycle of it.
 
 What a copy cannot save: a decision written to Redis and lost before any replica read it (a
 failover in the seconds after an operator's action), as the table of
