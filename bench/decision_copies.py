@@ -2,7 +2,9 @@
 
 An in-sync cycle of a Marquee with ``--playgrounds`` Playgrounds in staged scopes, whose host
 copies this replica already knows (every cycle after the first of a process): the gate's look-up
-of the copies and its check that the host's is current (``kept_rollouts``, ``keep_rollouts``), the
+of the copies, its comparison with Redis's record that the verdicts read anyway
+(``RolloutDesk.recorded``), and its check that the host's is current (``kept_rollouts``,
+``keep_rollouts``), the
 same for the Marquee's pins (``kept_pins``, ``keep_pins``) and the pause memory's check at the
 lease (``PauseMemory.forgotten`` of a Marquee never paused). None of them sends a Redis command
 or a host command in that cycle; this measures the Python left, in-process, ``--cycles`` times.
@@ -22,6 +24,7 @@ from typing import Any, cast
 
 from playguard_async.coordination.pause import PauseMemory
 from playguard_async.coordination.pins import PinsRead
+from playguard_async.coordination.rollouts import RolloutRead
 from playguard_async.desired_state.rollout_policy import RolloutPolicy, Wave
 from playguard_async.phases.decision_copies import (
     PINS_COPY,
@@ -32,6 +35,7 @@ from playguard_async.phases.decision_copies import (
     kept_rollouts,
     rollout_copy,
 )
+from playguard_async.phases.rollout_desk import RolloutDesk
 from playguard_async.phases.rollout_record import Rollout
 from playguard_async.remote.ssh import RemoteSession
 
@@ -54,11 +58,16 @@ async def measure(playgrounds: int, cycles: int) -> float:
         memory.saw_rollout(record)
     pins = PinsRead.of("m1", 3, {})
     memory.on_host["m1", PINS_COPY] = pins.seq
+    # The desk's reads of the scopes' records, as the verdicts make them (no Redis command more):
+    # what ``kept_rollouts`` compares the copies with, their parses cached as in a cycle.
+    desk = RolloutDesk(cast(Any, None), 1.0, cast(Any, None), cast(Any, None), dry_run=False,
+                       reads={record.scope: RolloutRead(record.scope, record.encode(), {}, 1e9)
+                              for record in records.values()})  # fmt: skip
     pauses = PauseMemory()
     redis = cast(Any, None)  # a Marquee never paused: the memory answers without Redis
     start = time.process_time()
     for _ in range(cycles):
-        await kept_rollouts(session, scopes, memory)
+        await kept_rollouts(session, scopes, await desk.recorded(scopes.values()), memory)
         await keep_rollouts(session, records, memory)
         await kept_pins(session, memory)
         await keep_pins(session, pins, memory)

@@ -127,6 +127,7 @@ class PhaseWalk:
                             rollout_default=services.settings.rollout,
                             windows_default=services.settings.windows,
                             versions_mixed=services.fleet_versions.mixed,
+                            tells=services.tells,
                         )
                         bound = structlog.contextvars.bind_contextvars(phase=phase.name)
                         before_phases = bound if before_phases is None else before_phases

@@ -77,6 +77,9 @@ class CycleServices:
     fleet_versions: FleetVersions
     """Whether replicas of different versions share the fleet (the roster's to say): a
     rollout starts no new wave while they do."""
+    tells: bool = False
+    """Whether its cycles' notices are told (``PhaseContext.tells``): the daemon's, whose
+    change notifier sends them; not a plan's or a one-off cycle's."""
 
     @classmethod
     def build(
@@ -91,6 +94,7 @@ class CycleServices:
         observer: EngineObserver | None = None,
         records: CycleRecords | None = None,
         clock: Callable[[], float] = time.time,
+        tells: bool = False,
     ) -> CycleServices:
         """The services of a replica with ``settings`` on ``redis``; the rest as given."""
         slots = settings.cycle_slots()
@@ -118,4 +122,5 @@ class CycleServices:
             ),
             pauses=PauseMemory(),
             fleet_versions=FleetVersions(),
+            tells=tells,
         )

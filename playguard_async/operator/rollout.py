@@ -18,11 +18,8 @@ from playguard_async.coordination.rollouts import FOREIGN, read_rollout, write_r
 from playguard_async.desired_state.model import Inventory
 from playguard_async.desired_state.rollout_policy import admission_key
 from playguard_async.operator.fleet import OperateError, known_marquee, open_fleet
-from playguard_async.phases.rollout_desk import (
-    recorded_rollouts,
-    scope_of,
-    unfinished_rollouts,
-)
+from playguard_async.phases.rollout_desk import scope_of
+from playguard_async.phases.rollout_reads import recorded_rollouts, unfinished_rollouts
 from playguard_async.phases.rollout_record import Rollout, RolloutRefused
 from playguard_async.settings import Settings
 

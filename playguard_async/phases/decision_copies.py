@@ -14,9 +14,15 @@ Two copies back Redis:
   Marquee, with no host read;
 - each host's: a copy of the records that concern it (its Playgrounds' rollouts, its pins),
   written when the replica knows the host's copy to be older, so a replica that starts after
-  Redis forgot (or with it) rebuilds from the hosts. A host's copy is read once per process
-  (the first cycle of the Marquee), never in an in-sync cycle after that, and written only when
-  a decision changed: an in-sync cycle costs no host round trip and no Redis command more.
+  Redis forgot (or with it) rebuilds from the hosts. A host's copy is read at the first cycle
+  of the Marquee in a process, and again at each cycle that finds Redis's record of the scope
+  absent or older than the one this replica knows (what another replica wrote to the host
+  since, an abort this one never read, is then learnt before anything is admitted); never in
+  an in-sync cycle (but in every cycle of a staged scope that never had a rollout: Redis has
+  no record of it until the first opens), and written only when a decision changed: an in-sync
+  cycle costs no host round trip and no Redis command more. A replica that learns a decision
+  writes it to the host of each Marquee it cycles, so every host of the scope carries it after
+  a cycle of it.
 
 What a copy cannot save: a decision written to Redis and lost before any replica read it (a
 failover in the seconds after an operator's action), as the table of
@@ -91,13 +97,27 @@ MEMORY = DecisionMemory()
 
 
 async def kept_rollouts(
-    session: RemoteSession, scopes: Mapping[str, str], memory: DecisionMemory = MEMORY
+    session: RemoteSession,
+    scopes: Mapping[str, str],
+    recorded: Mapping[str, int],
+    memory: DecisionMemory = MEMORY,
 ) -> dict[str, Rollout]:
     """Scope -> the newest record known outside Redis, for the scopes of ``scopes``
-    (Playground -> its scope). The host's copies not read yet in this process are read first
-    (one command)."""
+    (Playground -> its scope). ``recorded`` is what Redis holds now: scope -> its record's
+    write count (-1: none it can read; a scope absent: Redis was not read).
+
+    The host's copies are read first (one command) where this process has not read them yet,
+    and again where Redis's record is absent or older than the newest this replica knows:
+    Redis forgot or went back, and another replica may have written a newer decision to this
+    host since this process read it (an abort this replica never saw). A cycle in sync with
+    Redis reads no copy."""
     marquee = session.marquee.name
-    unread = [pg for pg in scopes if (marquee, rollout_copy(pg)) not in memory.on_host]
+    unread = [
+        pg
+        for pg in scopes
+        if (marquee, rollout_copy(pg)) not in memory.on_host
+        or _behind(recorded.get(scopes[pg]), memory.rollouts.get(scopes[pg]))
+    ]
     if unread:
         copies = await read_kept(session, [rollout_copy(pg) for pg in unread])
         for playground in unread:
@@ -108,6 +128,14 @@ async def kept_rollouts(
     return {
         scope: memory.rollouts[scope] for scope in set(scopes.values()) if scope in memory.rollouts
     }
+
+
+def _behind(recorded: int | None, known: Rollout | None) -> bool:
+    """Whether Redis's record (its write count, ``recorded``) may lack what a host keeps: there
+    is none, or it is older than the one this replica knows (``known``)."""
+    if recorded is None:
+        return False
+    return recorded < 0 or (known is not None and recorded < known.seq)
 
 
 async def keep_rollouts(

@@ -142,7 +142,8 @@ def hold_of(
     images behind its tags (``tags``: their digest, None when not read) are now. A pin comes
     first, then a rollback from a failed release, then a rollout that holds it, each at its last
     good revision (a Playground with none cannot be held there), or for an aborted rollout's
-    release, at the one before it."""
+    release, at the one before it. That one comes before a failed release's rollback: a
+    rollback onto an aborted release would run it again."""
     good = record.last_good
     if pin is not None:
         if pin.revision != LAST_GOOD:
@@ -150,6 +151,9 @@ def hold_of(
         if good is not None:
             return Hold(good.revision.commit, good.images, pin.describe(), pin)
         return None
+    if rollout is not None and rollout.back and record.previous is not None:
+        before = record.previous
+        return Hold(before.revision.commit, before.images, rollout.why, rollout=True, back=True)
     failed = record.failed
     if (
         rollback == "auto"
@@ -161,9 +165,6 @@ def hold_of(
         assert failed.commit is not None
         why = f"held at its last good revision: release {failed.commit[:12]} failed"
         return Hold(good.revision.commit, good.images, why)
-    if rollout is not None and rollout.back and record.previous is not None:
-        before = record.previous
-        return Hold(before.revision.commit, before.images, rollout.why, rollout=True, back=True)
     if rollout is not None and good is not None:
         return Hold(good.revision.commit, good.images, rollout.why, rollout=True)
     return None

@@ -72,6 +72,11 @@ class PhaseContext(Generic[SessionT_co]):
     versions_mixed: str | None = None
     """Why replicas of different versions share the fleet (a rollout starts no new wave
     while they do), else None."""
+    tells: bool = True
+    """Whether the cycle's notices are told (the daemon's cycles, ``detect`` ones included:
+    its change notifier sends them), not only shown (``plan``, a one-off ``cycle``, an action
+    of the web view). News told once (``coordination.told``) is recorded as told only by a
+    cycle that tells it."""
 
 
 @dataclass(frozen=True)

@@ -39,15 +39,12 @@ from playguard_async.cycle_record import (
 )
 from playguard_async.desired_state.model import Playground
 from playguard_async.phases.causes import ChangeCause, change_notices, put_down_cause
+from playguard_async.phases.converged import Converged
 from playguard_async.phases.holds import pins_of, with_images
 from playguard_async.phases.protocol import Notice, PhaseReport
 from playguard_async.phases.rollout_desk import Verdict
 from playguard_async.phases.rollout_gate import tell_rollout, verdicts
-from playguard_async.phases.running_playground import (
-    Converged,
-    HealthRecords,
-    RunningPlayground,
-)
+from playguard_async.phases.running_playground import HealthRecords, RunningPlayground
 from playguard_async.phases.toolkit import (
     Container,
     CycleContext,
@@ -115,11 +112,14 @@ class ReconcilePlaygrounds:
                     ),
                     held_by=None if verdict is None else verdict.hold,
                     release=None if verdict is None else verdict.admitted_release,
+                    aborted=frozenset() if verdict is None else verdict.aborted,
                 )  # fmt: skip
                 converged = await running.converge(records)
                 finding, cause = converged.finding, converged.cause
                 await _tell_blocked_once(ctx, playground.name, converged)
-                await _tell_rollout(ctx, session, verdict, converged, rollouts)
+                await _tell_rollout(
+                    ctx, session, verdict, converged, rollouts, playground=playground.name
+                )
                 report.notices += converged.notices
                 if converged.unhealthy is not None and playspec.rollback != "off":
                     unhealthy.append(f"playground {playground.name} {converged.unhealthy}")
@@ -140,13 +140,17 @@ async def _tell_rollout(
     verdict: Verdict | None,
     converged: Converged,
     rollouts: dict[str, RolloutFinding],
+    *,
+    playground: str,
 ) -> None:
     """Tell the Playground's rollout (if it has one) how it came out; its finding kept under
     the scope, and a notice when this very failure halted it."""
     if verdict is None or verdict.rollout is None:
         return
     why = converged.unhealthy or "unhealthy"
-    told = await tell_rollout(ctx, session, verdict, converged.at_release, why)
+    told = await tell_rollout(
+        ctx, session, verdict, converged.at_release, why, playground=playground
+    )
     rollouts[verdict.scope] = told
     if told["halted_here"] is not None:
         notice = Notice(NoticeKind.ROLLOUT_HALTED, verdict.scope, told["halted_here"])
@@ -155,14 +159,17 @@ async def _tell_rollout(
 
 async def _tell_blocked_once(ctx: CycleContext, playground: str, converged: Converged) -> None:
     """A notice for a rollback that could not be made, in the first cycle that finds it missing
-    these parts of this revision; a rollback that could be made forgets what was told."""
+    these parts of this revision; a rollback that could be made forgets what was told. A cycle
+    that tells no one (``plan``: ``ctx.tells``) shows the notice every time and leaves what was
+    told alone, so the daemon's next cycle still tells it."""
     if not converged.rollback_checked:
         return
     lock = ctx.lease.lock
     if converged.blocked is None:
-        await forget_telling(lock.redis, ctx.marquee.name, playground, lock.timeout)
+        if ctx.tells:
+            await forget_telling(lock.redis, ctx.marquee.name, playground, lock.timeout)
         return
-    if await first_telling(
+    if not ctx.tells or await first_telling(
         lock.redis, ctx.marquee.name, playground, converged.blocked, lock.timeout
     ):
         words = converged.finding.rollback_blocked or ""

@@ -6,12 +6,13 @@ revision), so a simulation of the fleet (``bench/rollout.py``) runs this very co
 Each scope's record is read once per cycle (with Redis's clock and the wave counts); every change
 is a compare-and-set over what was read (``coordination.rollouts``), so two replicas never take
 the same step twice, and a replica killed between two steps leaves the record whole. A dry run
-reads and never writes.
+reads and never writes. Each record read is parsed once per change (``phases.rollout_reads``,
+which also lists the records for operators).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -26,7 +27,6 @@ from playguard_async.coordination.rollouts import (
     RolloutRead,
     mark_healthy,
     read_rollout,
-    rollout_scopes,
     unmarked,
     write_rollout,
 )
@@ -39,6 +39,7 @@ from playguard_async.desired_state.rollout_policy import (
 )
 from playguard_async.desired_state.windows import Window, allows
 from playguard_async.phases.protocol import PhaseContext
+from playguard_async.phases.rollout_reads import parsed_rollout
 from playguard_async.phases.rollout_record import Rollout
 
 log = structlog.get_logger("playguard.rollouts")
@@ -91,6 +92,11 @@ class Verdict:
     def hold(self) -> RolloutHold | None:
         """The hold it puts on the Playground (None: admitted)."""
         return None if self.admitted else RolloutHold(self.why, self.back)
+
+    @property
+    def aborted(self) -> frozenset[str]:
+        """The releases of its scope known aborted (none without a rollout)."""
+        return frozenset() if self.rollout is None else self.rollout.aborted
 
     @property
     def admitted_release(self) -> str | None:
@@ -175,10 +181,10 @@ class RolloutDesk:
         if release is None:
             return Verdict(scope, None, None, unheld, key, "release not known")
         if read.raw == FOREIGN:  # fails closed: no record this process can trust
-            _parsed(read)  # its one line
+            parsed_rollout(read)  # its one line
             why = f"rollout record {rollout_key(scope)} holds another type than a string"
             return Verdict(scope, release, None, unheld, key, why)
-        rollout = await self._with_copy(read, _parsed(read), standing.kept, scope)
+        rollout = await self._with_copy(read, parsed_rollout(read), standing.kept, scope)
         at_target = standing.good_release == release
         if rollout is None or rollout.target != release:
             if at_target or unheld:
@@ -196,14 +202,32 @@ class RolloutDesk:
             or unheld
             or (rollout.failed(self.marquee.name) and not standing.rolls_back)
         )
-        if standing.good_release in rollout.aborted and not (
-            admitted and release not in rollout.aborted
-        ):
+        # A failed Marquee that its health gate rolls back would run its last good revision,
+        # not the release: when that revision is an aborted release, it is taken back too.
+        runs_release = (
+            admitted
+            and release not in rollout.aborted
+            and not (rollout.failed(self.marquee.name) and standing.rolls_back)
+        )
+        if standing.good_release in rollout.aborted and not runs_release:
             return self._taken_back(scope, release, rollout, key, standing)
         why = rollout.where(key)
         if not admitted and self.versions_mixed is not None and rollout.status == "running":
             why = f"{why}; {self._no_new_wave()}"
         return Verdict(scope, release, rollout, admitted, key, why)
+
+    async def recorded(self, scopes: Iterable[str]) -> dict[str, int]:
+        """Scope -> the write count of Redis's record of it (-1: none, or none readable), for
+        the scopes Redis answered about: what ``kept_rollouts`` compares its copies with. The
+        reads are the ones the verdicts then use (no Redis command more)."""
+        found: dict[str, int] = {}
+        for scope in scopes:
+            try:
+                read = await self._read(scope)
+            except RedisError:
+                continue  # the verdict says so
+            found[scope] = -1 if read.raw == FOREIGN else _seq(parsed_rollout(read))
+        return found
 
     async def _with_copy(
         self, read: RolloutRead, rollout: Rollout | None, kept: Rollout | None, scope: str
@@ -292,7 +316,7 @@ class RolloutDesk:
                     self.redis, rollout.scope, rollout.id, self.marquee.name,
                     wave=wave, timeout=self.timeout,
                 )  # fmt: skip
-                current = _parsed(read)
+                current = parsed_rollout(read)
                 if current is None or current.id != rollout.id:
                     return None
                 return Told(await self._advance(current, read), failed=False, halted=False)
@@ -304,7 +328,7 @@ class RolloutDesk:
     async def _fail(self, rollout: Rollout, wave: int, why: str) -> Told | None:
         for _ in range(TRIES):
             read = await read_rollout(self.redis, rollout.scope, self.timeout)
-            current = _parsed(read)
+            current = parsed_rollout(read)
             if current is None or current.id != rollout.id:
                 return None
             failed = current.with_failure(self.marquee.name, wave, why, read.now)
@@ -337,7 +361,7 @@ class RolloutDesk:
             return rebuilt
         fresh = await read_rollout(self.redis, read.scope, self.timeout)
         self.reads[read.scope] = fresh
-        return _parsed(fresh)
+        return parsed_rollout(fresh)
 
     async def _read(self, scope: str) -> RolloutRead:
         if scope not in self.reads:
@@ -354,7 +378,7 @@ class RolloutDesk:
             admission_key(read.scope, member.name, canary=member.canary)
             for member in self.inventory.cohort(playspec, branch)
         ]
-        was = _parsed(read)
+        was = parsed_rollout(read)
         rollout = Rollout.open(
             read.scope, release, head, policy, waves_of(policy, keys), now=read.now, after=was
         ).stored_over(was)
@@ -368,7 +392,7 @@ class RolloutDesk:
             return rollout
         fresh = await read_rollout(self.redis, read.scope, self.timeout)
         self.reads[read.scope] = fresh
-        other = _parsed(fresh)
+        other = parsed_rollout(fresh)
         return other if other is not None and other.target == release else None
 
     async def _take_steps(self, rollout: Rollout) -> Rollout:
@@ -450,82 +474,9 @@ class RolloutDesk:
             return now
         fresh = await read_rollout(self.redis, read.scope, self.timeout)
         self.reads[read.scope] = fresh
-        current = _parsed(fresh)
+        current = parsed_rollout(fresh)
         return current if current is not None and current.id == was.id else was
-
-
-PARSED_KEPT = 256
-"""Scopes whose last parsed record ``_parsed`` keeps (all are dropped past it)."""
-
-_PARSED: dict[str, tuple[str, Rollout]] = {}
-"""Scope -> the record last read and the rollout parsed from it: every cycle of a cohort reads
-the record once and again when it marks itself healthy, and the record changes only at a step,
-so parsing it each time cost more than the rest of an in-sync cycle (bench/README.md,
-"Rollouts"). A ``Rollout`` is immutable; garbage is not kept, so it is logged at each reading."""
 
 
 def _seq(rollout: Rollout | None) -> int:
     return -1 if rollout is None else rollout.seq
-
-
-def _parsed(read: RolloutRead) -> Rollout | None:
-    if read.raw is None:
-        return None
-    if read.raw == FOREIGN:
-        log.warning("rollout.unreadable", key=rollout_key(read.scope),
-                    value="a key of another type")  # fmt: skip
-        return None
-    kept = _PARSED.get(read.scope)
-    if kept is not None and kept[0] == read.raw:
-        return kept[1]
-    rollout = Rollout.parse(read.scope, read.raw)
-    if rollout is not None:
-        if len(_PARSED) >= PARSED_KEPT:
-            _PARSED.clear()
-        _PARSED[read.scope] = (read.raw, rollout)
-    return rollout
-
-
-async def _recorded_reads(redis: RedisClient, timeout: float) -> list[tuple[str, RolloutRead]]:
-    """Every scope that had a rollout, in scope order, with its read: the one walk of the index
-    that the listings below share."""
-    return [
-        (scope, await read_rollout(redis, scope, timeout))
-        for scope in await rollout_scopes(redis, timeout)
-    ]
-
-
-async def recorded_rollouts(redis: RedisClient, timeout: float) -> list[tuple[str, Rollout | None]]:
-    """Every scope that had a rollout, in scope order, with its record (None: none readable):
-    what ``rollout list`` shows."""
-    return [(scope, _parsed(read)) for scope, read in await _recorded_reads(redis, timeout)]
-
-
-@dataclass(frozen=True)
-class RolloutStanding:
-    """A rollout not done yet and how many Marquees of each wave were verified healthy (wave ->
-    count): what the web view draws as its progress."""
-
-    rollout: Rollout
-    healthy: dict[int, int]
-
-    @property
-    def verified(self) -> int:
-        """Marquees of the current wave verified healthy."""
-        return self.healthy.get(self.rollout.wave, 0)
-
-
-async def rollouts_standing(redis: RedisClient, timeout: float) -> list[RolloutStanding]:
-    """Every rollout not done yet (running, paused, halted, aborted) that Redis holds, in scope
-    order, with its healthy counts."""
-    found: list[RolloutStanding] = []
-    for _, read in await _recorded_reads(redis, timeout):
-        record = _parsed(read)
-        if record is not None and record.status != "done":
-            found.append(RolloutStanding(record, read.healthy))
-    return found
-
-
-async def unfinished_rollouts(redis: RedisClient, timeout: float) -> list[Rollout]:
-    """Every rollout not done yet that Redis holds, in scope order: what ``status`` shows."""
-    return [standing.rollout for standing in await rollouts_standing(redis, timeout)]

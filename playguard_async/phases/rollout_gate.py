@@ -31,7 +31,7 @@ import structlog
 
 from playguard_async.cycle_record import RolloutFinding
 from playguard_async.desired_state.model import Inventory, Playspec
-from playguard_async.phases.decision_copies import MEMORY, keep_rollouts, kept_rollouts
+from playguard_async.phases.decision_copies import keep_rollouts, kept_rollouts
 from playguard_async.phases.release_identity import release_digest
 from playguard_async.phases.rollout_desk import (
     RolloutDesk,
@@ -86,7 +86,8 @@ async def _decide(ctx: CycleContext, session: RemoteSession) -> dict[str, Verdic
         session, [pg.name for pg in ctx.inventory.playgrounds_on(ctx.marquee.name)]
     )
     desk = _desk(ctx, session)
-    kept = await kept_rollouts(session, {pg.name: scope_of(pg) for pg, _, _ in staged})
+    scopes = {pg.name: scope_of(pg) for pg, _, _ in staged}
+    kept = await kept_rollouts(session, scopes, await desk.recorded(set(scopes.values())))
     verdicts: dict[str, Verdict] = {}
     for playground, playspec, policy in staged:
         head = heads[playspec.repo].get(playground.branch)
@@ -116,13 +117,22 @@ def _desk(ctx: CycleContext, session: RemoteSession) -> RolloutDesk:
 
 
 async def tell_rollout(
-    ctx: CycleContext, session: RemoteSession, verdict: Verdict, healthy: bool | None, why: str
+    ctx: CycleContext,
+    session: RemoteSession,
+    verdict: Verdict,
+    healthy: bool | None,
+    why: str,
+    *,
+    playground: str,
 ) -> RolloutFinding:
-    """Tell the rollout how the Playground it admitted came out (``RolloutDesk.tell``); what the
-    cycle records of it."""
+    """Tell the rollout how ``playground``, which it admitted, came out (``RolloutDesk.tell``);
+    what the cycle records of it. A record the telling changed (a failure counted, a halt, a
+    wave started) is kept in this replica's memory and on this host in the same cycle (one
+    fenced write, only when it changed), so a halt outlives Redis forgetting it at once, not
+    from the next cycle that reads it."""
     told = await _desk(ctx, session).tell(verdict, healthy, why)
     if told is not None:
-        MEMORY.saw_rollout(told.rollout)  # a halt this cycle wrote outlives Redis forgetting it
+        await keep_rollouts(session, {playground: told.rollout})
     rollout = verdict.rollout if told is None else told.rollout
     assert rollout is not None
     return {

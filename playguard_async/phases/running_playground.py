@@ -13,7 +13,7 @@ failed and not tried again until its branch head or an image behind a tag moves,
 ``rollback: auto`` it goes back to its last good revision, all of it: commit, ``.env``, images by
 digest (docs, concepts/health.md), once every part of it is known to be there
 (``remote.rollback_check``): a rollback that cannot have one changes nothing and says what is
-missing.
+missing (``phases.rollback``). What converging came to is a ``Converged`` (``phases.converged``).
 """
 
 from __future__ import annotations
@@ -21,25 +21,29 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
-from typing import TypedDict
+from dataclasses import dataclass, replace
 
 from playguard_async.coordination.pins import LAST_GOOD, Pin
 from playguard_async.cycle_record import (
-    ABSENT_FILE,
     NoticeKind,
     PlaygroundFinding,
-    RevisionRecord,
 )
-from playguard_async.desired_state.model import InventoryError, Playspec, Registry
+from playguard_async.desired_state.model import Playspec, Registry
 from playguard_async.kits.vocabulary import Cause
 from playguard_async.phases.causes import ChangeCause, change_cause
 from playguard_async.phases.container_drift import config_drift, container_drift, service_of, stuck
+from playguard_async.phases.converged import (
+    Converged,
+    health_word,
+    last_good_fields,
+    registry_secrets,
+)
 from playguard_async.phases.holds import Hold, hold_of
 from playguard_async.phases.protocol import Notice
+from playguard_async.phases.rollback import Rollback, off_revision, say_rolled_back
 from playguard_async.phases.rollout_desk import RolloutHold
-from playguard_async.phases.toolkit import Container, check_out_held
-from playguard_async.remote.compose import ComposeProject, override_content, parse_services
+from playguard_async.phases.toolkit import Container
+from playguard_async.remote.compose import ComposeProject, override_content
 from playguard_async.remote.health import PlaygroundHealth, wait_healthy
 from playguard_async.remote.host_state import ABSENT, ComposeState, image_ids, pinned_references
 from playguard_async.remote.last_good import (
@@ -51,44 +55,8 @@ from playguard_async.remote.last_good import (
     tags_digest,
     write_record,
 )
-from playguard_async.remote.revision import Revision, kept_env_path, restore_env
-from playguard_async.remote.rollback_check import check_revision, fingerprint
+from playguard_async.remote.revision import Revision
 from playguard_async.remote.ssh import RemoteSession
-
-
-def _secrets(registry: Registry | None) -> list[str]:
-    """What must not appear in a health log line shown: the password of the Playspec's
-    registry (a service may well print the credentials it was started with). Read only when a
-    health gate runs: a converged cycle reads no password file."""
-    if registry is None:
-        return []
-    try:
-        return [registry.password().get_secret_value()]
-    except InventoryError:
-        return []  # refresh_credentials names the unreadable password
-
-
-@dataclass
-class Converged:
-    """What converging one running Playground came to: its finding (its actions are the
-    caller's to add), its notices, and in a few words why it is unhealthy, for the cycle's
-    outcome (None when it is not known to be; the notices carry the details)."""
-
-    finding: PlaygroundFinding
-    notices: list[Notice] = field(default_factory=list)
-    unhealthy: str | None = None
-    at_release: bool | None = None
-    """Whether it runs its desired release verified healthy (True), failed it (False), or
-    neither is known (None: held, pending, dry run); what a rollout is told."""
-    rollback_checked: bool = False
-    """Whether a rollback was due this cycle and its revision was checked (``blocked`` says
-    how that came out)."""
-    blocked: str | None = None
-    """The fingerprint of the parts a due rollback could not have (``rollback_check``), which
-    the caller tells once; None when none was missing."""
-    cause: ChangeCause | None = None
-    """Why it was (or in a dry run would be) changed, in the glossary's words; None when it
-    was not."""
 
 
 class HealthRecords:
@@ -119,6 +87,14 @@ class RunningPlayground:
     """The hold a rollout puts on it, if one does."""
     release: str | None = None
     """The release a rollout admitted it to, recorded with its last good revision."""
+    aborted: frozenset[str] = frozenset()
+    """The releases its scope's rollout knows aborted: the health gate never rolls back onto
+    one of them (``Rollback.off_failed``)."""
+
+    @property
+    def _rollback(self) -> Rollback:
+        return Rollback(self.session, self.project, self.compose, self.playspec, self.registry,
+                        self.aborted)  # fmt: skip
 
     async def converge(self, records: HealthRecords) -> Converged:
         """Bring the Playground to its desired revision, then through the health gate.
@@ -149,7 +125,7 @@ class RunningPlayground:
         if hold is not None and _off_hold(compose, hold) and not session.dry_run:
             # sync_git could not put the checkout there, and said why: it runs as it was.
             return Converged(
-                PlaygroundFinding("not_held", held_by=hold.shown, **_last_good_of(record))
+                PlaygroundFinding("not_held", held_by=hold.shown, **last_good_fields(record))
             )
         failed = record.failed
         # A pinned Playground's failed inputs are held like any (its pin is not its branch head,
@@ -168,7 +144,7 @@ class RunningPlayground:
         drift, why = await self._bring_up(services, override, self._cause(record, inputs, hold))
         result = Converged(
             PlaygroundFinding(
-                "running", tuple(drift), **_last_good_of(record),
+                "running", tuple(drift), **last_good_fields(record),
                 pinned=None if hold is None or hold.pin is None else hold.why,
                 held_by=None if hold is None else hold.shown,
             ),
@@ -188,7 +164,7 @@ class RunningPlayground:
             services,
             timeout=playspec.health_timeout,
             changed=changing if drift else None,
-            secrets=_secrets(self.registry),
+            secrets=registry_secrets(self.registry),
         )
         if health.healthy:
             result.finding = replace(result.finding, health="healthy")
@@ -213,7 +189,7 @@ class RunningPlayground:
             result.finding = replace(
                 result.finding,
                 revision=good.revision.to_json(),
-                **_last_good_of(HealthRecord(last_good=good)),
+                **last_good_fields(HealthRecord(last_good=good)),
             )
             return result
         if not time_up:
@@ -241,7 +217,7 @@ class RunningPlayground:
         record = replace(record, failed=failed_now)
         await write_record(session, project.playground, record)
         if playspec.rollback == "auto" and record.last_good is not None and hold is None:
-            await self._roll_back(record, result)
+            await self._rollback.off_failed(record, result)
         return result
 
     async def _name_release(self, record: HealthRecord) -> bool | None:
@@ -266,10 +242,12 @@ class RunningPlayground:
         good = record.last_good
         assert good is not None
         result = Converged(
-            PlaygroundFinding("running", revision=good.revision.to_json(), **_last_good_of(record))
+            PlaygroundFinding(
+                "running", revision=good.revision.to_json(), **last_good_fields(record)
+            )
         )
-        if _off_revision(self.compose, good.revision):
-            await self._roll_back(record, result)
+        if off_revision(self.compose, good.revision):
+            await self._rollback.roll_back(record, result)
             if result.blocked is not None:
                 # What status shows of it every cycle; the news is told once (the caller's).
                 result.finding = replace(result.finding, revision=None, health="held")
@@ -285,36 +263,17 @@ class RunningPlayground:
         rolled_back = ChangeCause(Cause.ROLLBACK, "kept at its last good revision")
         drift, _ = await self._bring_up(services, override, lambda _: rolled_back)
         result.finding = replace(result.finding, drift=tuple(drift))
-        _say_rolled_back(project, record, result, now=bool(drift) and not session.dry_run)
+        say_rolled_back(project, record, result, now=bool(drift) and not session.dry_run)
         if session.dry_run or not drift:
             return result
         health, time_up = await wait_healthy(
             session, project, services, timeout=self.playspec.health_timeout, changed=changing,
-            secrets=_secrets(self.registry),
+            secrets=registry_secrets(self.registry),
         )  # fmt: skip
         if health.healthy:
             await self.compose.learn_after_up(health.labels)
-        result.finding = replace(result.finding, health=_word(health.healthy, time_up))
+        result.finding = replace(result.finding, health=health_word(health.healthy, time_up))
         return result
-
-    async def _blocked(self, revision: Revision, result: Converged) -> bool:
-        """Whether the rollback to ``revision`` cannot have a part it needs; its finding and
-        outcome then say which (the notice is the caller's to tell once)."""
-        project = self.project
-        env_copy = kept_env_path(project.marquee, project.playground)
-        missing = await check_revision(
-            self.session, checkout=project.checkout, repo=self.playspec.repo, revision=revision,
-            now_commit=self.compose.commit, now_env=self.compose.file_digests()["env"],
-            env_copy_path=env_copy, registry=self.registry,
-        )  # fmt: skip
-        result.rollback_checked = True
-        if not missing:
-            return False
-        words = "; ".join(missing)
-        result.finding = replace(result.finding, rollback_blocked=words)
-        result.blocked = fingerprint(project.playground, revision, missing)
-        result.unhealthy = f"not rolled back: {words}"
-        return True
 
     def _cause(
         self, record: HealthRecord, inputs: str, hold: Hold | None
@@ -390,65 +349,6 @@ class RunningPlayground:
             return reasons, ChangeCause(Cause.DRIFT, "; ".join(reasons))
         return drift, None
 
-    async def _roll_back(self, record: HealthRecord, result: Converged) -> None:
-        """Put the Playground back at its last good revision, all of it, and verify it: the
-        checkout at its commit (fetched only if missing), its ``.env`` from the copy the host
-        kept, our override naming each service's last good image by digest, then ``up``. A lease
-        lost midway stops it like any write; the next cycle, seeing the same failed release,
-        finishes it (``_keep_rolled_back``). First, with reads only, it makes sure every part
-        it needs can be had (``remote.rollback_check``): if one cannot, nothing is written and
-        the finding names what is missing."""
-        session, project, compose = self.session, self.project, self.compose
-        good = record.last_good
-        assert good is not None
-        revision = good.revision
-        if await self._blocked(revision, result):
-            return
-        changing = time.monotonic()
-        if revision.commit is not None and compose.commit != revision.commit:
-            failed = await check_out_held(
-                session,
-                f"check out playground {project.playground} at {revision.commit[:12]} "
-                "(roll back to its last good revision)",
-                project.checkout, self.playspec.repo, revision.commit,
-            )  # fmt: skip
-            if failed is not None:
-                _say_not_rolled_back(project, revision.commit, result, failed)
-                return
-        if revision.commit is not None and compose.file_digests()["env"] != revision.env:
-            await session.change(
-                f"restore the .env of playground {project.playground} "
-                f"(env={revision.env[:12]}, its last good revision)",
-                restore_env(
-                    project.checkout,
-                    kept_env_path(project.marquee, project.playground),
-                    revision.env != ABSENT_FILE,
-                ),
-            )
-        services = await _services_now(session, project)
-        await session.write_file(
-            f"write the compose override of playground {project.playground} "
-            f"(roll back to {good.shown()})",
-            project.override,
-            override_content(project.marquee.name, project.playground, services, good.images),
-        )
-        await session.change(
-            f"compose up playground {project.playground} (roll back to its last good revision)",
-            project.up(),
-        )
-        _say_rolled_back(project, record, result, now=True)
-        if session.dry_run:
-            return
-        health, time_up = await wait_healthy(
-            session, project, services, timeout=self.playspec.health_timeout, changed=changing,
-            secrets=_secrets(self.registry),
-        )  # fmt: skip
-        result.finding = replace(
-            result.finding,
-            revision=revision.to_json(),
-            rollback_health=_word(health.healthy, time_up),
-        )
-
 
 async def _pinned(
     session: RemoteSession, hold: Hold | None, own: list[Container], images: Mapping[str, str]
@@ -481,37 +381,6 @@ def _off_hold(compose: ComposeState, hold: Hold) -> bool:
     return hold.commit is not None and compose.commit != hold.commit
 
 
-def _say_not_rolled_back(
-    project: ComposeProject, commit: str, result: Converged, failed: str
-) -> None:
-    """A rollback whose commit cannot be checked out changes nothing more: the Playground runs
-    what failed, and says why it was not rolled back (its own failure, not its Marquee's)."""
-    words = f"cannot roll back to {commit[:12]}: {failed}"
-    result.finding = replace(result.finding, rollback=words)
-    result.notices.append(Notice(NoticeKind.FAILED, project.playground, words))
-    result.unhealthy = "not rolled back: its last good commit cannot be checked out"
-
-
-def _off_revision(compose: ComposeState, revision: Revision) -> bool:
-    """Whether the checkout's commit or ``.env`` is not ``revision``'s (one a record written
-    before revisions had a commit cannot say: never)."""
-    if revision.commit is None:
-        return False
-    return compose.commit != revision.commit or compose.file_digests()["env"] != revision.env
-
-
-async def _services_now(session: RemoteSession, project: ComposeProject) -> list[str]:
-    """The project's services as its checkout is now, asked of compose (the cycle's answer was
-    for the checkout before the rollback moved it)."""
-    if session.dry_run:
-        return []
-    return parse_services((await session.run(project.services())).stdout)
-
-
-def _word(healthy: bool, time_up: bool) -> str:
-    return "healthy" if healthy else "unhealthy" if time_up else "pending"
-
-
 def _both(now: Revision, record: HealthRecord) -> str:
     """Both revisions, in one line for a notice: the one that failed and the last good one."""
     good = "none" if record.last_good is None else record.last_good.revision.short()
@@ -525,23 +394,6 @@ async def _pinned_tags(session: RemoteSession, images: Mapping[str, str]) -> dic
     return {reference: pinned[image] for reference, image in images.items() if image in pinned}
 
 
-def _say_rolled_back(
-    project: ComposeProject, record: HealthRecord, result: Converged, *, now: bool
-) -> None:
-    """The finding, notice and outcome of a Playground running its last good state: the notice
-    is ``rolled_back`` in the cycle that rolled it back (``now``; what the rollback metric
-    counts), ``unhealthy`` in the cycles that keep it there."""
-    assert record.last_good is not None
-    assert record.failed is not None
-    commit = record.last_good.revision.commit
-    at = "" if commit is None else f" at {commit[:12]}"
-    words = f"rolled back to {record.last_good.shown()}{at} because {record.failed.reason}"
-    result.finding = replace(result.finding, rollback=words)
-    kind = NoticeKind.ROLLED_BACK if now else NoticeKind.UNHEALTHY
-    result.notices.append(Notice(kind, project.playground, words))
-    result.unhealthy = "rolled back to its last good state"
-
-
 def _held(project: ComposeProject, record: HealthRecord, playspec: Playspec) -> Converged:
     """A Playground whose inputs failed and that is not rolled back: left as it is."""
     assert record.failed is not None
@@ -552,26 +404,11 @@ def _held(project: ComposeProject, record: HealthRecord, playspec: Playspec) -> 
     if playspec.rollback == "auto":
         why += "; no last good state to roll back to"
     held = Converged(
-        PlaygroundFinding("running", health="held", held=why, **_last_good_of(record)),
+        PlaygroundFinding("running", health="held", held=why, **last_good_fields(record)),
         unhealthy="held back: its inputs failed",
     )
     held.notices.append(Notice(NoticeKind.UNHEALTHY, project.playground, why))
     return held
-
-
-class _LastGoodFields(TypedDict):
-    last_good: str | None
-    last_good_revision: RevisionRecord | None
-
-
-def _last_good_of(record: HealthRecord) -> _LastGoodFields:
-    """The Playground's last good state as its finding holds it, in every cycle (``describe``
-    shows the last cycle's): its images in a few words, and its revision in full."""
-    good = record.last_good
-    return {
-        "last_good": None if good is None else good.shown(),
-        "last_good_revision": None if good is None else good.revision.to_json(),
-    }
 
 
 async def _running_images(session: RemoteSession, health: PlaygroundHealth) -> dict[str, str]:

@@ -24,7 +24,7 @@ from playguard_async.engine.results import CycleResult, Outcome
 from playguard_async.engine.scheduler import Engine
 from playguard_async.kits.aio import background
 from playguard_async.kits.capacity import raise_open_files_limit
-from playguard_async.phases.rollout_desk import rollouts_standing
+from playguard_async.phases.rollout_reads import rollouts_standing
 from playguard_async.service.connections import redis_for
 from playguard_async.service.endpoints import application, serving
 from playguard_async.service.http_connections import gate_for
@@ -134,7 +134,7 @@ async def serve(
         listeners.append(picture.cycle_ended)
     remote = RemoteLayer(settings)
     engine = build_engine(
-        settings, listeners=listeners, observer=metrics, remote=remote, redis=redis
+        settings, listeners=listeners, observer=metrics, remote=remote, redis=redis, tells=True
     )
     metrics.count_in_flight(lambda: len(engine.cycles))
     if (tracer := engine_tracer(engine)) is not None:

@@ -106,6 +106,7 @@ def build_engine(
     remote: RemoteLayer | None = None,
     redis: RedisClient | None = None,
     phases: Sequence[Phase[Any]] | None = None,
+    tells: bool = False,
 ) -> Engine:
     """An engine for ``settings``; raises on an unknown phase before anything connects.
 
@@ -115,7 +116,9 @@ def build_engine(
     compose's answers across cycles; without it, each cycle connects anew and keeps nothing (a
     one-off cycle has nothing to keep them for). ``redis`` is the client for ``settings`` when the
     caller needed it first (``redis_for``; ``close_engine`` closes it); ``phases`` stand in for
-    the settings' (a benchmark's no-op phases).
+    the settings' (a benchmark's no-op phases). ``tells``: its cycles' notices are sent (the
+    daemon's, whose change notifier is among the ``listeners``), so news told once is
+    recorded as told by its cycles only (``PhaseContext.tells``).
     """
     phases = resolve_phases(settings.phases) if phases is None else phases
     redis = redis_for(settings) if redis is None else redis
@@ -159,6 +162,7 @@ def build_engine(
         phase_listeners=[*phase_listeners, *traced_phases],
         observer=observer,
         records=records,
+        tells=tells,
     )
     return Engine(services, source)
 

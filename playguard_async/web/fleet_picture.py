@@ -43,7 +43,7 @@ from playguard_async.coordination.marquee_reads import (
 )
 from playguard_async.coordination.records import CycleRecords, follow_cycle_ends
 from playguard_async.engine.results import CycleResult, one_line
-from playguard_async.phases.rollout_desk import RolloutStanding
+from playguard_async.phases.rollout_reads import RolloutStanding
 
 log = structlog.get_logger("playguard.web")
 
@@ -86,7 +86,7 @@ class FleetPicture:
     clock: Callable[[], float] = time.monotonic
     """The clock publications are paced by (a test drives its own)."""
     read_rollouts: Callable[[], Awaitable[list[RolloutStanding]]] | None = None
-    """Reads the rollouts not done yet and their healthy counts (``rollout_desk.
+    """Reads the rollouts not done yet and their healthy counts (``rollout_reads.
     rollouts_standing``), with each whole read; None: the page shows none."""
     statuses: dict[str, MarqueeStatus] = field(default_factory=dict)
     rollouts: list[RolloutStanding] = field(default_factory=list)

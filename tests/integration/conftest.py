@@ -103,10 +103,11 @@ def run_phase(redis: Redis) -> PhaseRunner:
     async def run(
         phase: Phase | Sequence[Phase], world: LabWorld, *, dry_run: bool = False,
         options: RemoteOptions = LAB_OPTIONS, compose_memo: ComposeMemo | None = None,
-        watch: Callable[[RemoteSession], None] | None = None,
+        watch: Callable[[RemoteSession], None] | None = None, tells: bool = True,
     ) -> PhaseRun:  # fmt: skip
         """Several phases run one after the other in one session, as in one cycle; the report
-        is the last one's. ``watch`` sees the session before any phase runs."""
+        is the last one's. ``watch`` sees the session before any phase runs; ``tells`` false:
+        a cycle whose notices no one sends (``plan``)."""
         phases = [phase] if isinstance(phase, Phase) else list(phase)
         inventory = world.inventory()
         marquee = inventory.marquee("edge-1")
@@ -133,6 +134,7 @@ def run_phase(redis: Redis) -> PhaseRunner:
                         dry_run=dry_run,
                         lease=lease,
                         remote=remote,
+                        tells=tells,
                     )
                     report = await each(ctx) or PhaseReport()
                 return PhaseRun(report=report, actions=list(session.actions))

@@ -175,10 +175,13 @@ def memo() -> ComposeMemo:
     return ComposeMemo(16)
 
 
-async def cycle(edge: LabEdge, memo: ComposeMemo) -> PhaseRun:
-    ran: PhaseRun = await edge.runner(
-        CYCLE, edge.world, options=replace(LAB_OPTIONS), compose_memo=memo
-    )
+async def cycle(
+    edge: LabEdge, memo: ComposeMemo, *, dry_run: bool = False, tells: bool = True
+) -> PhaseRun:
+    """One cycle of the lab's Marquee: the daemon's (``tells``), or a plan's (a dry run that
+    tells no one)."""
+    ran: PhaseRun = await edge.runner(CYCLE, edge.world, options=replace(LAB_OPTIONS),
+                                      compose_memo=memo, dry_run=dry_run, tells=tells)  # fmt: skip
     return ran
 
 
@@ -379,6 +382,31 @@ async def test_sync_git_leaves_a_blocked_rollbacks_checkout_and_redis_forgetting
     assert notices(again, NoticeKind.ROLLBACK_BLOCKED) == notices(
         runs[0], NoticeKind.ROLLBACK_BLOCKED
     )
+
+
+async def test_a_plan_records_nothing_told_so_the_daemons_detect_cycle_tells_a_blocked_rollback(
+    edge: LabEdge, release: Release, memo: ComposeMemo, redis: Redis
+) -> None:
+    """``plan`` is a dry run that sends nothing: it shows a blocked rollback every time and
+    records nothing as told. A ``detect`` cycle of the daemon is a dry run whose notices are
+    sent: it tells the same news once (a plan before it marked it told, and no one heard)."""
+    await failed_under_notify(edge, release, memo)
+    env_copy_missing(edge, release)
+    use_policy(edge, release, "auto")
+    before = await host_snapshot(edge)
+
+    plans = [await cycle(edge, memo, dry_run=True, tells=False) for _ in range(2)]
+    told_after_plans = await redis.hgetall(rollback_blocked_key("edge-1"))
+    detects = [await cycle(edge, memo, dry_run=True) for _ in range(2)]
+
+    assert await host_snapshot(edge) == before
+    assert [len(notices(run, NoticeKind.ROLLBACK_BLOCKED)) for run in plans] == [1, 1]
+    assert told_after_plans == {}
+    assert [len(notices(run, NoticeKind.ROLLBACK_BLOCKED)) for run in detects] == [1, 0]
+    assert notices(detects[0], NoticeKind.ROLLBACK_BLOCKED) == notices(
+        plans[0], NoticeKind.ROLLBACK_BLOCKED
+    )
+    assert list(await redis.hgetall(rollback_blocked_key("edge-1"))) == [b"web-main"]
 
 
 def in_checkout(edge: LabEdge, commit: str) -> bool:

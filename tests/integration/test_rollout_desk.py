@@ -23,13 +23,8 @@ from playguard_async.coordination.rollouts import rollout_scopes
 from playguard_async.desired_state.model import Inventory, Playspec
 from playguard_async.desired_state.rollout_policy import admission_key
 from playguard_async.phases.release_identity import release_digest
-from playguard_async.phases.rollout_desk import (
-    RolloutDesk,
-    Standing,
-    Verdict,
-    rollouts_standing,
-    unfinished_rollouts,
-)
+from playguard_async.phases.rollout_desk import RolloutDesk, Standing, Verdict
+from playguard_async.phases.rollout_reads import rollouts_standing, unfinished_rollouts
 from playguard_async.phases.rollout_record import Rollout
 from playguard_lab import RedisServer
 from tests.support.daemon import marquee_entry

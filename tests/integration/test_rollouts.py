@@ -313,6 +313,35 @@ async def test_a_halted_release_stays_refused_when_redis_forgets_everything(
     assert rebuilt == [("rollout", fleet.scope)]
 
 
+async def test_the_halt_a_failure_report_writes_is_on_its_host_in_the_same_cycle(
+    fleet: Fleet,
+) -> None:
+    """The canary's cycle that fails the release halts the rollout and writes the halted record
+    to the canary's host at once: Redis forgetting everything right after that cycle, with the
+    replicas restarted, loses no halt (its host's copy had the running record before)."""
+    await converged_first(fleet)
+    fleet.release(healthy=False, message="a bad release")
+
+    async def halted() -> bool:
+        record = await fleet.record()
+        return record is not None and record.status == "halted"
+
+    await fleet.until(halted, [[CANARY]], ticks=10)
+    decided = await fleet.record()
+    assert decided is not None
+    state = fleet.workdirs[CANARY].with_name(f"{CANARY}-state")
+    copy = Rollout.parse(fleet.scope, (state / "kept" / f"rollout-web-{CANARY}.json").read_text())
+    assert copy == decided
+    await fleet.redis.flushall()
+    await fleet.fences_caught_up()
+    MEMORY.forget()
+
+    await fleet.cycle(CANARY)
+    record = await fleet.record()
+    assert record is not None
+    assert (record.id, record.status, record.seq) == (decided.id, "halted", decided.seq + 1)
+
+
 LEASE = {"tick_interval": 2.0, "lock_ttl": 20.0, "remote_command_timeout": 9.0,
          "docker_api_timeout": 9.0}  # fmt: skip
 """Short leases: a killed replica's lapse within ``lock_ttl``, and the survivor has every

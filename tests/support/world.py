@@ -87,4 +87,4 @@ class PhaseRun:
 
 
 PhaseRunner = Callable[..., Any]
-"""``await run_phase(phase, world, dry_run=False, options=LAB_OPTIONS) -> PhaseRun``"""
+"""``await run_phase(phase, world, dry_run=False, options=LAB_OPTIONS, tells=True) -> PhaseRun``"""

@@ -10,7 +10,7 @@ from structlog.testing import capture_logs
 
 from playguard_async.coordination.rollouts import RolloutRead
 from playguard_async.desired_state.rollout_policy import RolloutPolicy, admission_key, waves_of
-from playguard_async.phases.rollout_desk import _parsed
+from playguard_async.phases.rollout_reads import parsed_rollout
 from playguard_async.phases.rollout_record import Rollout
 
 SCOPE = "reading@main"
@@ -30,15 +30,15 @@ def read(raw: str) -> RolloutRead:
 def test_a_changed_record_reads_as_the_new_rollout_not_the_one_kept() -> None:
     first = opened()
     second = replace(first, wave=1, started=T0 + 20)
-    assert _parsed(read(first.encode())) == first
-    assert _parsed(read(first.encode())) is _parsed(read(first.encode()))
-    assert _parsed(read(second.encode())) == second
-    assert _parsed(read(first.encode())) == first
+    assert parsed_rollout(read(first.encode())) == first
+    assert parsed_rollout(read(first.encode())) is parsed_rollout(read(first.encode()))
+    assert parsed_rollout(read(second.encode())) == second
+    assert parsed_rollout(read(first.encode())) == first
 
 
 def test_garbage_after_a_good_record_reads_as_none_and_is_logged_each_time() -> None:
-    assert _parsed(read(opened().encode())) is not None
+    assert parsed_rollout(read(opened().encode())) is not None
     with capture_logs() as logs:
-        assert _parsed(read('{"scope": "reading@main"}')) is None
-        assert _parsed(read('{"scope": "reading@main"}')) is None
+        assert parsed_rollout(read('{"scope": "reading@main"}')) is None
+        assert parsed_rollout(read('{"scope": "reading@main"}')) is None
     assert [line["event"] for line in logs] == ["rollout.unreadable"] * 2

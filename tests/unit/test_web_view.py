@@ -34,7 +34,7 @@ from playguard_async.coordination.marquee_reads import (
 from playguard_async.coordination.pause import Pause
 from playguard_async.cycle_record import RevisionRecord
 from playguard_async.desired_state.rollout_policy import RolloutPolicy, Wave
-from playguard_async.phases.rollout_desk import RolloutStanding
+from playguard_async.phases.rollout_reads import RolloutStanding
 from playguard_async.phases.rollout_record import Rollout
 from playguard_async.settings import SettingsError, load_settings
 from playguard_async.web import fleet_picture
