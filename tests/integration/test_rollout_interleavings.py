@@ -90,9 +90,11 @@ SNAPSHOT_KEYS = (
 CYCLE = st.tuples(st.sampled_from(NAMES), st.booleans())
 """One cycle of a Marquee: which, and whether its Playground comes out healthy."""
 
-EXAMPLES = 150 if os.environ.get("CI") == "true" else 300
+EXAMPLES = 100 if os.environ.get("CI") == "true" else 200
 """Interleavings tried, derandomized (the same ones every run): fewer under CI, whose run of
-the whole suite is at its time limit."""
+the whole suite is at its time limit. At this seed every rule and every argument value already
+runs by 50 examples (each rule 38 times or more); 300 came within reach of pytest's 120 s timeout
+on a loaded machine."""
 STEPS = 50
 
 
