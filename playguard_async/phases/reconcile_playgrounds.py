@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
 
+from playguard_async.coordination.containers_seen import DesiredParts
 from playguard_async.coordination.told import first_telling, forget_telling
 from playguard_async.cycle_record import (
     PLAYGROUND_FINDINGS,
@@ -39,6 +40,7 @@ from playguard_async.cycle_record import (
 )
 from playguard_async.desired_state.model import Playground
 from playguard_async.phases.causes import ChangeCause, change_notices, put_down_cause
+from playguard_async.phases.containers_listed import desired_parts, keep_listing
 from playguard_async.phases.holds import pins_of, with_images
 from playguard_async.phases.protocol import Notice, PhaseReport
 from playguard_async.phases.rollout_desk import Verdict
@@ -75,7 +77,9 @@ class ReconcilePlaygrounds:
         found: dict[str, PlaygroundFindingRecord] = {}
         rollouts: dict[str, RolloutFinding] = {}
         report = PhaseReport(findings={PLAYGROUND_FINDINGS: found})
+        desired: dict[str, DesiredParts] = {}
         if not playgrounds:
+            await keep_listing(ctx, session, desired)
             return report
         containers = await list_ours(session)
         now = datetime.now(UTC)
@@ -117,6 +121,9 @@ class ReconcilePlaygrounds:
                     release=None if verdict is None else verdict.admitted_release,
                 )  # fmt: skip
                 converged = await running.converge(records)
+                desired[playground.name] = await desired_parts(
+                    session, states[playground.name], playspec, running=True
+                )
                 finding, cause = converged.finding, converged.cause
                 await _tell_blocked_once(ctx, playground.name, converged)
                 await _tell_rollout(ctx, session, verdict, converged, rollouts)
@@ -131,6 +138,7 @@ class ReconcilePlaygrounds:
         if rollouts:
             report.findings["rollouts"] = rollouts
         await keep_answers(session, list(states.values()))
+        await keep_listing(ctx, session, desired)
         return report
 
 
