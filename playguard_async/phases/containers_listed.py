@@ -6,7 +6,7 @@ The listing is the one the phases share (``remote.docker.list_ours``): taken at 
 fresh one after its writes. What the listing lacks (a container's restarts and start, an image's
 repo digest) is read only when the listing differs from the one this replica last kept: a
 converged Marquee costs no Docker call and no Redis write more (bench/README.md, "Containers
-seen"). Keeping it is for the page only: no failure of it fails the cycle.
+seen"). Keeping it is for the page only: no Docker API or Redis error of it fails the cycle.
 """
 
 from __future__ import annotations
@@ -69,7 +69,18 @@ async def keep_listing(
     ctx: CycleContext, session: RemoteSession, desired: Mapping[str, DesiredParts]
 ) -> bool:
     """Keep what the cycle saw of its Marquee's containers when it changed; whether it was
-    written."""
+    written. A Docker API error on the way is logged and the listing not kept: the page is the
+    worse for it, not the cycle (a host gone unreachable is the cycle's news, as anywhere)."""
+    try:
+        return await _keep(ctx, session, desired)
+    except DockerApiError as exc:
+        ctx.log.warning("containers_seen.not_listed", status=exc.status, error=str(exc)[:300])
+        return False
+
+
+async def _keep(
+    ctx: CycleContext, session: RemoteSession, desired: Mapping[str, DesiredParts]
+) -> bool:
     containers = await list_ours(session)
     seen = ContainersSeen(
         seen_at=time.time(),
