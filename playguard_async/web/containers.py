@@ -58,7 +58,8 @@ class DiffRow:
     part: str
     desired: str
     running: str
-    same: bool
+    same: bool | None
+    """None: one side is not known."""
 
 
 @dataclass(frozen=True)
@@ -180,10 +181,9 @@ def _diff(
     rows = [row for group in groups if group.anchor == f"runs-{want.name}" for row in group.rows]
     desired = seen.desired.get(want.name)
     services = _service_rows(desired, rows) if desired is not None else []
-    running_env = None if told is None or told.running is None else told.running.get("env")
-    env = _file_row(".env", None if desired is None else desired.env, running_env)
+    env = _env_row(None if desired is None else desired.env, told)
     in_sync = not drift and not (told and told.hold) and all(row.matches for row in rows)
-    if in_sync and all(row.same for row in services) and (env.same or running_env is None):
+    if in_sync and all(row.same for row in services) and env.same is not False:
         return None
     return PlaygroundDiff(want.name, [*services, env], drift)
 
@@ -217,12 +217,18 @@ def _state_shown(container: SeenContainer) -> str:
     return f"({container.state}{health}, {_short(container.image_id)})"
 
 
-def _file_row(part: str, desired: str | None, running: object) -> DiffRow:
-    """A file by its digest (never its content): as the checkout has it, against the one the
-    Playground was last found running with."""
+def _env_row(desired: str | None, told: PlaygroundRevisions | None) -> DiffRow:
+    """The ``.env`` by its digest (never its content): as the checkout has it, against the
+    revision the Playground was last found running, else its last good one (said so)."""
+    running, label = None, ""
+    if told is not None and told.running is not None:
+        running = told.running.get("env")
+    elif told is not None and told.last_good is not None:
+        running, label = told.last_good.get("env"), " (its last good revision)"
     want = "not known" if desired is None else _digest_shown(desired)
-    ran = _digest_shown(running) if isinstance(running, str) else "not known"
-    return DiffRow(part, want, ran, desired is not None and running == desired)
+    if not isinstance(running, str) or desired is None:
+        return DiffRow(".env", want, "not known", None)
+    return DiffRow(".env", want, _digest_shown(running) + label, running == desired)
 
 
 def _digest_shown(digest: str) -> str:
@@ -235,6 +241,19 @@ def utc_time(seconds: float) -> str:
         return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     except (OverflowError, OSError, ValueError):
         return "?"
+
+
+def started_shown(started_at: str | None) -> str:
+    """Docker's start time (RFC 3339, nanoseconds) to the second, in UTC; as it is otherwise."""
+    if started_at is None:
+        return "?"
+    try:
+        started = datetime.fromisoformat(started_at[:19]).replace(tzinfo=UTC)
+    except ValueError:
+        return started_at
+    if started.year == 1:  # Docker's zero time: created, never started
+        return "never"
+    return started.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _short(image_id: str) -> str:

@@ -45,7 +45,7 @@ from playguard_async.cycle_record import revision_short
 from playguard_async.web import pictures
 from playguard_async.web.actions import ROW_ACTIONS, ActionDesk, WebActions
 from playguard_async.web.auth import WebAuth
-from playguard_async.web.containers import runs_where, utc_time
+from playguard_async.web.containers import runs_where, started_shown, utc_time
 from playguard_async.web.fleet_picture import FleetPicture
 from playguard_async.web.fleet_table import (
     NEVER,
@@ -238,6 +238,7 @@ def templates() -> jinja2.Environment:
     environment.filters["revision"] = revision_short
     environment.filters["path_part"] = lambda text: quote(str(text), safe="")
     environment.filters["utc_time"] = utc_time
+    environment.filters["started"] = started_shown
     environment.globals.update(
         cycle_strip=pictures.cycle_strip,
         duration_chart=pictures.duration_chart,

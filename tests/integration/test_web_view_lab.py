@@ -88,6 +88,7 @@ async def test_a_drift_made_by_hand_shows_as_found_and_fixed_on_the_open_page(
         [again] = await project_containers(lab_docker)
         assert again["State"]["Running"]
         await removed_under_detect(browser, daemons, lab, lab_docker, again)
+        browser.execute_script("document.getElementById('runs-where').scrollIntoView();")
         browser.save_screenshot(str(tmp_path / "edge-1-detect-diff.png"))
         assert console_errors(browser) == []
     assert daemons.stop_all([daemon], timeout=30) == {"r1": 0}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -27,7 +28,7 @@ from playguard_async.coordination.marquee_reads import (
     WantedPlayground,
 )
 from playguard_async.kits.last_written import LastWritten
-from playguard_async.web.containers import runs_where
+from playguard_async.web.containers import runs_where, started_shown
 from tests.support.web_view import picture_of, serving, view_of
 
 IMAGE_ID = "sha256:" + "a" * 64
@@ -272,3 +273,47 @@ async def test_hostile_listings_render_as_text_on_the_marquee_page(seen: SeenRea
 def test_desired_parts_default_to_unknown() -> None:
     parts = DesiredParts()
     assert (parts.services, parts.images, parts.env) == (None, {}, "-")
+
+
+@pytest.mark.parametrize(
+    ("revisions", "running", "same"),
+    [
+        (None, "not known", None),
+        (PlaygroundRevisions(None, None, None), "not known", None),
+        (
+            PlaygroundRevisions(None, {"commit": None, "images": {}, "env": ENV, "override": "-"},
+                                None),
+            f"sha256:{ENV[:12]} (its last good revision)",
+            True,
+        ),
+        (
+            PlaygroundRevisions({"commit": None, "images": {}, "env": "-", "override": "-"},
+                                None, None),
+            "absent",
+            False,
+        ),
+    ],
+)  # fmt: skip
+def test_the_env_is_compared_with_what_runs_else_the_last_good_else_not_known(
+    revisions: PlaygroundRevisions | None, running: str, same: bool | None
+) -> None:
+    held = PlaygroundRevisions(None, None, None, "held")  # a hold: the diff is shown
+    story = story_of(
+        seen_with(container()),
+        revisions={"web": held if revisions is None else replace(revisions, held_by="held")},
+    )
+    [env] = [row for row in runs_where(story).diffs["web"].rows if row.part == ".env"]
+    assert (env.desired, env.running, env.same) == (f"sha256:{ENV[:12]}", running, same)
+
+
+@pytest.mark.parametrize(
+    ("started", "shown"),
+    [
+        ("2026-12-07T17:47:25.410145061Z", "2026-12-07 17:47:25 UTC"),
+        ("0001-01-01T00:00:00Z", "never"),
+        ("yesterday <b>", "yesterday <b>"),
+        (None, "?"),
+    ],
+)
+def test_a_start_time_is_shown_to_the_second_or_as_it_is(started: str | None, shown: str) -> None:
+    assert started_shown(started) == shown
