@@ -91,17 +91,23 @@ class SeenContainer(BaseModel):
     digest: Text | None = None
     """A reference naming exactly that image (``repo@sha256:...``), where the host has one."""
     started_at: Text | None = None
+    config_hash: Text | None = None
+    """The start of the hash compose labelled it with: what its service definition was."""
 
 
 class DesiredParts(BaseModel):
-    """What the cycle found a Playground should run, beside what runs: its compose services, the
-    image behind each of its Playspec's references (``-``: none on the host), and the digests of
-    its compose file and ``.env`` in the checkout (never their content)."""
+    """What the cycle found a Playground should run, beside what runs: its compose services,
+    each one's definition (config hash), the image behind each of its Playspec's references
+    (``-``: none on the host), and the digests of its compose file and ``.env`` in the
+    checkout (never their content)."""
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
     services: list[Text] | None = None
     """None: not known this cycle (no checkout, or not running)."""
+    definitions: dict[Text, Text] = {}
+    """Service -> the start of the config hash compose computes for it now (its definition
+    from the compose file, ``.env`` and our override), where this cycle knew it."""
     images: dict[Text, Text] = {}
     compose: Text = "-"
     env: Text = "-"

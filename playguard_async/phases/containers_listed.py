@@ -29,10 +29,14 @@ from playguard_async.coordination.containers_seen import (
 from playguard_async.desired_state.model import Playspec
 from playguard_async.phases.container_drift import service_of
 from playguard_async.phases.toolkit import Container, CycleContext, listed_name
+from playguard_async.remote.compose import CONFIG_HASH_LABEL
 from playguard_async.remote.docker import AGENT_CHAT, PLAYGROUND, inspect_or_none, list_ours
 from playguard_async.remote.errors import DockerApiError, RemoteCommandFailed
 from playguard_async.remote.host_state import ComposeState, image_ids, pinned_references
 from playguard_async.remote.ssh import RemoteSession
+
+HASH_SHOWN = 12
+"""Hex digits of a config hash kept: enough to tell two definitions apart on a page."""
 
 _HEALTH = re.compile(r"\((healthy|unhealthy|health: starting)\)")
 
@@ -47,7 +51,8 @@ async def desired_parts(
     session: RemoteSession, state: ComposeState, playspec: Playspec, *, running: bool
 ) -> DesiredParts:
     """What a Playground should run as the cycle found it: its services (known for one that
-    runs: compose was asked already, or its answer remembered), the image behind each of its
+    runs: compose was asked already, or its answer remembered), each service's config hash
+    where compose's answer is known (never asked for this), the image behind each of its
     Playspec's references, and its files' digests (never their content)."""
     services: list[str] | None = None
     if running:
@@ -57,8 +62,15 @@ async def desired_parts(
             services = None
     images = await image_ids(session, playspec.images[:SERVICES_MAX])
     digests = state.file_digests()
+    known = state.answer  # compose's hashes where this cycle asked or remembered them
     return DesiredParts(
         services=None if services is None else services[:SERVICES_MAX],
+        definitions={}
+        if known is None
+        else {
+            service: config_hash[:HASH_SHOWN]
+            for service, config_hash in known.hashes[:SERVICES_MAX]
+        },
         images=images,
         compose=digests["compose"],
         env=digests["env"],
@@ -109,6 +121,7 @@ def _listed(container: Container) -> SeenContainer:
         health=health_of(container),
         image=str(container.get("Image", "")),
         image_id=str(container.get("ImageID", "")),
+        config_hash=str(labels.get(CONFIG_HASH_LABEL, ""))[:HASH_SHOWN] or None,
     )
 
 

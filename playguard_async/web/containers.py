@@ -151,6 +151,10 @@ def _playground_row(
     services = None if desired is None else desired.services
     if services is not None and container.service not in services:
         return ContainerRow(container, False, "its service is not in the compose file")
+    definition = None if desired is None else desired.definitions.get(container.service)
+    if definition and container.config_hash and definition != container.config_hash:
+        why = "its service definition changed (compose file, .env or override)"
+        return ContainerRow(container, False, why)
     if told is not None and told.hold:
         return ContainerRow(container, None, f"held: {told.hold}")
     behind = None if desired is None else desired.images.get(container.image)
@@ -197,9 +201,11 @@ def _service_rows(desired: DesiredParts, rows: Sequence[ContainerRow]) -> list[D
         own = [row for row in rows if row.seen.service == service]
         images = sorted({_image_shown(row.seen, desired) for row in own})
         want = "in the compose file" if service in wanted else "not in the compose file"
+        if service in desired.definitions:
+            want += f", definition {desired.definitions[service]}"
         if service in wanted and own:
-            want = f"in the compose file; {', '.join(images)}"
-        ran = "; ".join(f"{r.seen.name} {_state_shown(r.seen)} {r.seen.image}" for r in own)
+            want += f"; {', '.join(images)}"
+        ran = "; ".join(_container_shown(row.seen) for row in own)
         same = service in wanted and bool(own) and all(row.matches is not False for row in own)
         diff.append(DiffRow(f"service {service}", want, ran or "no container", same))
     return diff
@@ -212,9 +218,11 @@ def _image_shown(container: SeenContainer, desired: DesiredParts) -> str:
     return f"{container.image} = {_short(behind)}" if behind != ABSENT else f"{container.image}"
 
 
-def _state_shown(container: SeenContainer) -> str:
+def _container_shown(container: SeenContainer) -> str:
     health = f", {container.health}" if container.health else ""
-    return f"({container.state}{health}, {_short(container.image_id)})"
+    shown = f"{container.name} ({container.state}{health}, {_short(container.image_id)})"
+    definition = f", definition {container.config_hash}" if container.config_hash else ""
+    return f"{shown} {container.image}{definition}"
 
 
 def _env_row(desired: str | None, told: PlaygroundRevisions | None) -> DiffRow:

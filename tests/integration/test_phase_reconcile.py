@@ -353,6 +353,11 @@ async def test_what_the_phase_saw_is_kept_for_the_web_view_and_written_again_onl
         container["Image"], await repo_digest(edge.docker, container["Image"])
     )  # fmt: skip
     assert kept.desired["web-main"].services == ["app"]
+    definition = container["Config"]["Labels"][CONFIG_HASH_LABEL][:12]
+    assert (kept.desired["web-main"].definitions, seen.config_hash) == (
+        {"app": definition},
+        definition,
+    )
     assert kept.desired["web-main"].env == "-"
 
     await redis.delete(key)

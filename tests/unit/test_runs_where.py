@@ -46,7 +46,7 @@ def container(**fields: Any) -> dict[str, Any]:
     values: dict[str, Any] = {
         "playground": "web", "service": "app", "name": "pg-web-app-1", "state": "running",
         "health": "healthy", "restarts": 0, "image": "app:main", "image_id": IMAGE_ID,
-        "started_at": "2026-12-07T17:00:00Z",
+        "started_at": "2026-12-07T17:00:00Z", "config_hash": "c0ffee",
     }  # fmt: skip
     values.update(fields)
     return values
@@ -58,7 +58,12 @@ def stored(containers: list[Any], **fields: Any) -> str:
         "cycle": "c-1",
         "containers": containers,
         "desired": {
-            "web": {"services": ["app", "db"], "images": {"app:main": IMAGE_ID}, "env": ENV}
+            "web": {
+                "services": ["app", "db"],
+                "images": {"app:main": IMAGE_ID},
+                "env": ENV,
+                "definitions": {"app": "c0ffee", "db": "d00d"},
+            }
         },
     }
     value.update(fields)
@@ -181,6 +186,12 @@ def verdicts(story: MarqueeStory) -> dict[str, tuple[bool | None, str]]:
         (container(service="gone"), False, "its service is not in the compose file"),
         (container(image_id=OLD_ID), False, "app:main names another image now (aaaaaaaaaaaa)"),
         (container(playground="other"), False, "not in the desired state"),
+        (
+            container(config_hash="0ld"),
+            False,
+            "its service definition changed (compose file, .env or override)",
+        ),
+        (container(config_hash=None), True, ""),
         (container(agent_chat="chat-1", image="chat:1"), True, ""),
         (container(agent_chat="chat-1", image="chat:2"), False, "runs chat:2, desired chat:1"),
         (container(agent_chat="stray"), False, "no such agent chat in the desired state"),
@@ -213,14 +224,14 @@ def test_a_removed_container_shows_its_service_desired_against_no_container() ->
     )
     diff = runs_where(story).diffs["web"]
     rows = {row.part: (row.desired, row.running, row.same) for row in diff.rows}
-    assert rows["service db"] == ("in the compose file", "no container", False)
+    assert rows["service db"] == ("in the compose file, definition d00d", "no container", False)
     assert rows["service app"][2] is True
     assert rows[".env"] == (f"sha256:{ENV[:12]}", f"sha256:{'f' * 12}", False)
     assert diff.drift == ["db: missing"]
 
 
 def test_a_playground_in_sync_has_no_diff() -> None:
-    both = seen_with(container(), container(service="db", name="pg-web-db-1"))
+    both = seen_with(container(), container(service="db", name="pg-web-db-1", config_hash="d00d"))
     assert runs_where(story_of(both)).diffs == {}
 
 
