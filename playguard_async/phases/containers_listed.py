@@ -33,6 +33,7 @@ from playguard_async.remote.compose import CONFIG_HASH_LABEL
 from playguard_async.remote.docker import AGENT_CHAT, PLAYGROUND, inspect_or_none, list_ours
 from playguard_async.remote.errors import DockerApiError, RemoteCommandFailed
 from playguard_async.remote.host_state import ComposeState, image_ids, pinned_references
+from playguard_async.remote.memo import ComposeAnswer
 from playguard_async.remote.ssh import RemoteSession
 
 HASH_SHOWN = 12
@@ -48,33 +49,32 @@ def health_of(container: Container) -> str | None:
 
 
 async def desired_parts(
-    session: RemoteSession, state: ComposeState, playspec: Playspec, *, running: bool
+    session: RemoteSession, state: ComposeState, playspec: Playspec
 ) -> DesiredParts:
-    """What a Playground should run as the cycle found it: its services (known for one that
-    runs: compose was asked already, or its answer remembered), each service's config hash
-    where compose's answer is known (never asked for this), the image behind each of its
-    Playspec's references, and its files' digests (never their content)."""
-    services: list[str] | None = None
-    if running:
-        try:
-            services = await state.services()
-        except RemoteCommandFailed:
-            services = None
-    images = await image_ids(session, playspec.images[:SERVICES_MAX])
+    """What a running Playground should run as the cycle found it: its services (compose was
+    asked already, or its answer remembered), each service's config hash where compose's
+    answer is known (never asked for this), the image behind each of its Playspec's
+    references, and its files' digests (never their content)."""
+    try:
+        services = await state.services()
+    except RemoteCommandFailed:
+        services = None
     digests = state.file_digests()
-    known = state.answer  # compose's hashes where this cycle asked or remembered them
     return DesiredParts(
         services=None if services is None else services[:SERVICES_MAX],
-        definitions={}
-        if known is None
-        else {
-            service: config_hash[:HASH_SHOWN]
-            for service, config_hash in known.hashes[:SERVICES_MAX]
-        },
-        images=images,
+        definitions=_definitions(state.answer),
+        images=await image_ids(session, playspec.images[:SERVICES_MAX]),
         compose=digests["compose"],
         env=digests["env"],
     )
+
+
+def _definitions(answer: ComposeAnswer | None) -> dict[str, str]:
+    """Service -> the start of its config hash, from compose's answer where this cycle asked
+    or remembered it (none otherwise)."""
+    if answer is None:
+        return {}
+    return {service: config[:HASH_SHOWN] for service, config in answer.hashes[:SERVICES_MAX]}
 
 
 async def keep_listing(

@@ -18,6 +18,9 @@ admitted keeps its last good revision, and one it admitted tells it how the rele
 back to is stopped, and says why (``phases.rollout_desk``). A rollback that cannot have every
 part of its revision changes nothing and is told once (``coordination.told``), not every cycle.
 
+At its end the phase keeps what it listed, and what each running Playground should run, for the
+web view (``phases.containers_listed``): written to Redis only when it changed.
+
 An expired playground is taken down with its volumes and nothing else is done for it; a stopped
 one (or a running one whose branch is gone and that asks to be stopped then, as fetch_branches
 does) is stopped when anything of it is up.
@@ -122,7 +125,7 @@ class ReconcilePlaygrounds:
                 )  # fmt: skip
                 converged = await running.converge(records)
                 desired[playground.name] = await desired_parts(
-                    session, states[playground.name], playspec, running=True
+                    session, states[playground.name], playspec
                 )
                 finding, cause = converged.finding, converged.cause
                 await _tell_blocked_once(ctx, playground.name, converged)
