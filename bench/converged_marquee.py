@@ -131,7 +131,7 @@ async def redis_counts(redis: Any) -> Counter[str]:
     calls = {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()}
     read_only = {"get", "mget", "exists", "ttl", "pttl", "type", "lrange", "hget", "hgetall",
                  "zrange", "zrangebyscore", "smembers", "info", "ping", "evalsha_ro", "eval_ro",
-                 "script|load", "script", "hmget", "scard", "zcard", "llen"}  # fmt: skip
+                 "script|load", "script", "hmget", "scard", "zcard", "llen", "time"}  # fmt: skip
     total = sum(n for name, n in calls.items() if name != "info")
     writes = sum(n for name, n in calls.items() if name not in read_only)
     return Counter({"redis_cmds": total, "redis_writes": writes})
