@@ -98,12 +98,15 @@ def runs_where(story: MarqueeStory) -> RunsWhere:
 
 def _groups(story: MarqueeStory, seen: ContainersSeen) -> list[ContainerGroup]:
     wanted = {want.name: want for want in story.wanted}
-    chats = {chat[0]: (want, chat) for want in story.wanted for chat in want.chats}
+    chats = {chat[0]: chat for want in story.wanted for chat in want.chats}
     by_title: dict[str, ContainerGroup] = {}
-    for want in story.wanted:
+    for want in story.wanted:  # each desired one listed, with its containers or none
         by_title[f"Playground {want.name}"] = ContainerGroup(
             f"Playground {want.name}", f"runs-{want.name}", []
         )
+        for chat in want.chats:
+            title = f"Agent chat {chat[0]}"
+            by_title[title] = ContainerGroup(title, f"runs-chat-{chat[0]}", [])
     others = ContainerGroup(OTHERS, "runs-others", [])
     for container in seen.containers:
         if container.agent_chat is not None:
@@ -111,8 +114,7 @@ def _groups(story: MarqueeStory, seen: ContainersSeen) -> list[ContainerGroup]:
             group = by_title.setdefault(
                 title, ContainerGroup(title, f"runs-chat-{container.agent_chat}", [])
             )
-            chat = chats.get(container.agent_chat)
-            row = _chat_row(container, None if chat is None else chat[1])
+            row = _chat_row(container, chats.get(container.agent_chat))
         elif container.playground in wanted:
             want = wanted[container.playground]
             group = by_title[f"Playground {want.name}"]
@@ -125,13 +127,17 @@ def _groups(story: MarqueeStory, seen: ContainersSeen) -> list[ContainerGroup]:
 
 
 def _chat_row(container: SeenContainer, chat: tuple[str, str, str] | None) -> ContainerRow:
+    """An agent chat's container runs once (``phases.process_agent_chats``): an exited one is
+    a finished chat, left in place; a closed chat's is removed."""
     if chat is None:
         return ContainerRow(container, False, "no such agent chat in the desired state")
     _, image, state = chat
     if state != "active":
-        return ContainerRow(container, False, f"the chat is {state}")
+        return ContainerRow(container, False, f"the chat is {state}: its container goes")
     if container.image != image:
         return ContainerRow(container, False, f"runs {container.image}, desired {image}")
+    if container.state in ("exited", "dead"):
+        return ContainerRow(container, True, "finished (left in place, never restarted)")
     return _judged_state(container) or ContainerRow(container, True)
 
 

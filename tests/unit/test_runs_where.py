@@ -195,12 +195,26 @@ def verdicts(story: MarqueeStory) -> dict[str, tuple[bool | None, str]]:
         (container(agent_chat="chat-1", image="chat:1"), True, ""),
         (container(agent_chat="chat-1", image="chat:2"), False, "runs chat:2, desired chat:1"),
         (container(agent_chat="stray"), False, "no such agent chat in the desired state"),
+        (
+            container(agent_chat="chat-1", image="chat:1", state="exited"),
+            True,
+            "finished (left in place, never restarted)",
+        ),
+        (container(agent_chat="chat-1", image="chat:1", state="created"), False, "created"),
     ],
 )
 def test_each_container_is_judged_against_the_desired_state(
     entry: dict[str, Any], matches: bool, why: str
 ) -> None:
     assert verdicts(story_of(seen_with(entry))) == {entry["name"]: (matches, why)}
+
+
+def test_a_desired_chat_without_a_container_is_listed_with_none() -> None:
+    groups = runs_where(story_of(seen_with(container()))).groups
+    assert [(group.title, len(group.rows)) for group in groups] == [
+        ("Playground web", 1),
+        ("Agent chat chat-1", 0),
+    ]
 
 
 def test_a_held_playground_is_judged_by_its_hold_and_shown_desired_against_actual() -> None:
