@@ -14,7 +14,9 @@ default where this branch left main), extracted to a scratch directory with the 
 package over it, so both are driven and measured alike; "after" runs this checkout. Per cycle
 (per tick for the fleet) it prints wall seconds, the host's CPU seconds (the sshd tree: sessions,
 shells, git, compose; plus the dockerd tree, from /proc), SSH channels and connections opened,
-compose and ``ls-remote`` runs and Docker API calls, then after/before as ratios.
+compose and ``ls-remote`` runs and Docker API calls, and the Redis commands the replica sent (from
+``INFO commandstats``: all of them, and those that are not reads; EVAL/EVALSHA count as writes
+here, whatever their script does), then after/before as ratios.
 
 With ``--cold``, ``one`` is also measured as ``--cycles`` fresh processes, each running one
 cycle of the converged Marquee (a restarted daemon, a replica taking it over, an operator's
@@ -52,7 +54,10 @@ from playguard_lab import Lab
 from playguard_lab.process import descendants, tree_cpu_seconds
 from playguard_lab.shared_host import shared_host_inventory, write_inventory
 
-FIGURES = ("wall", "host_cpu", "channels", "connections", "compose", "ls_remote", "docker_api")
+FIGURES = (
+    "wall", "host_cpu", "channels", "connections", "compose", "ls_remote", "docker_api",
+    "redis_cmds", "redis_writes",
+)  # fmt: skip
 
 
 # ---- the child: cycles of one code version, counted -------------------------------------------
@@ -119,6 +124,19 @@ async def host_settled(sshd: int, live_connections: int, deadline: float = 5.0) 
         await asyncio.sleep(0.02)
 
 
+async def redis_counts(redis: Any) -> Counter[str]:
+    """Commands Redis processed, and how many of them wrote (``INFO``'s ``commandstats``, less
+    the read-only commands a cycle sends); the ``INFO`` calls themselves are left out."""
+    stats = await redis.info("commandstats")
+    calls = {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()}
+    read_only = {"get", "mget", "exists", "ttl", "pttl", "type", "lrange", "hget", "hgetall",
+                 "zrange", "zrangebyscore", "smembers", "info", "ping", "evalsha_ro", "eval_ro",
+                 "script|load", "script", "hmget", "scard", "zcard", "llen", "time"}  # fmt: skip
+    total = sum(n for name, n in calls.items() if name != "info")
+    writes = sum(n for name, n in calls.items() if name not in read_only)
+    return Counter({"redis_cmds": total, "redis_writes": writes})
+
+
 async def child(args: argparse.Namespace) -> list[dict[str, Any]]:
     from playguard_async.service import wiring  # noqa: PLC0415 - after PYTHONPATH chose the code
     from playguard_async.service.logs import configure_logging  # noqa: PLC0415
@@ -135,6 +153,7 @@ async def child(args: argparse.Namespace) -> list[dict[str, Any]]:
     try:
         for _ in range(args.rounds):
             before = Counter(counts.counts)
+            redis_before = await redis_counts(engine.redis)
             cpu, started = host_cpu(pids), time.perf_counter()
             tasks = await engine.tick()
             results = await asyncio.gather(*tasks)
@@ -142,6 +161,8 @@ async def child(args: argparse.Namespace) -> list[dict[str, Any]]:
             await host_settled(args.sshd, counts.live_connections)
             done = Counter(counts.counts)
             done.subtract(before)
+            done.update(await redis_counts(engine.redis))
+            done.subtract(redis_before)
             rounds.append(
                 {
                     "wall": wall,

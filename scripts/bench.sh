@@ -22,6 +22,7 @@ run bench/ssh_costs.py --rounds 20 --opens 300
 run bench/inventory_load.py --fleets 1000,10000 --rounds 1
 run bench/inventory_queries.py --rounds 2
 run bench/web_view.py --rounds 3
+run bench/runs_where_page.py --renders 5
 # "before": main before the bounded per-Marquee series (issue 39)
 run bench/metrics_scrape.py --scrapes 3 --before b49599b
 run bench/dispatch.py --fleets 100,1000,10000

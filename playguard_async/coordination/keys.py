@@ -65,6 +65,12 @@ def cycle_history_key(marquee: str) -> str:
     return f"{PREFIX}:cycles:{{{marquee}}}:history"
 
 
+def containers_seen_key(marquee: str) -> str:
+    """What a Marquee's last cycle saw running on its host (``coordination.containers_seen``):
+    JSON, written when it changes, expiring after ``SEEN_TTL``; beside its cycle records."""
+    return f"{PREFIX}:cycles:{{{marquee}}}:containers"
+
+
 def health_key(marquee: str) -> str:
     """A Marquee's health as its last telling cycle left it (``ok`` or ``failing``), swapped at
     the end of each cycle so exactly one cycle sees each change (``notify``)."""

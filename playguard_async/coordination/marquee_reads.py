@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeGuard
 
+from playguard_async.coordination.containers_seen import SeenRead
 from playguard_async.coordination.foreign import ForeignType, read_typed
 from playguard_async.coordination.keys import (
     cycle_history_key,
@@ -330,6 +331,9 @@ class MarqueeStory:
     wanted: tuple[WantedPlayground, ...] = ()
     """Its Playgrounds as the desired state asks for them now (none when the story is told
     without the desired state)."""
+    seen: SeenRead | None = None
+    """What its last cycles saw running on its host (``coordination.containers_seen``); None:
+    not read (the story told without the desired state)."""
 
     @property
     def fence(self) -> str:

@@ -18,6 +18,9 @@ admitted keeps its last good revision, and one it admitted tells it how the rele
 back to is stopped, and says why (``phases.rollout_desk``). A rollback that cannot have every
 part of its revision changes nothing and is told once (``coordination.told``), not every cycle.
 
+At its end the phase keeps what it listed, and what each running Playground should run, for the
+web view (``phases.containers_listed``): written to Redis only when it changed.
+
 An expired playground is taken down with its volumes and nothing else is done for it; a stopped
 one (or a running one whose branch is gone and that asks to be stopped then, as fetch_branches
 does) is stopped when anything of it is up.
@@ -29,6 +32,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
 
+from playguard_async.coordination.containers_seen import DesiredParts
 from playguard_async.coordination.told import first_telling, forget_telling
 from playguard_async.cycle_record import (
     PLAYGROUND_FINDINGS,
@@ -39,6 +43,7 @@ from playguard_async.cycle_record import (
 )
 from playguard_async.desired_state.model import Playground
 from playguard_async.phases.causes import ChangeCause, change_notices, put_down_cause
+from playguard_async.phases.containers_listed import desired_parts, keep_listing
 from playguard_async.phases.converged import Converged
 from playguard_async.phases.holds import pins_of, with_images
 from playguard_async.phases.protocol import Notice, PhaseReport
@@ -72,7 +77,9 @@ class ReconcilePlaygrounds:
         found: dict[str, PlaygroundFindingRecord] = {}
         rollouts: dict[str, RolloutFinding] = {}
         report = PhaseReport(findings={PLAYGROUND_FINDINGS: found})
+        desired: dict[str, DesiredParts] = {}
         if not playgrounds:
+            await keep_listing(ctx, session, desired)
             return report
         containers = await list_ours(session)
         now = datetime.now(UTC)
@@ -115,6 +122,9 @@ class ReconcilePlaygrounds:
                     aborted=frozenset() if verdict is None else verdict.aborted,
                 )  # fmt: skip
                 converged = await running.converge(records)
+                desired[playground.name] = await desired_parts(
+                    session, states[playground.name], playspec
+                )
                 finding, cause = converged.finding, converged.cause
                 await _tell_blocked_once(ctx, playground.name, converged)
                 await _tell_rollout(
@@ -131,6 +141,7 @@ class ReconcilePlaygrounds:
         if rollouts:
             report.findings["rollouts"] = rollouts
         await keep_answers(session, list(states.values()))
+        await keep_listing(ctx, session, desired)
         return report
 
 

@@ -44,6 +44,7 @@ from playguard_async.coordination.fence import FencedLease, FenceRefused
 from playguard_async.desired_state.model import Marquee
 from playguard_async.kits.aio import bounded, in_thread
 from playguard_async.kits.files import FileRefused, read_limited, read_text_limited
+from playguard_async.kits.last_written import LastWritten
 from playguard_async.remote import guard
 from playguard_async.remote.errors import (
     AuthRefused,
@@ -142,6 +143,10 @@ class RemoteSession:
     host's own after a refusal; None while this session wrote nothing."""
     compose_memo: ComposeMemo = field(default_factory=lambda: ComposeMemo(0))
     """What compose answered in earlier cycles (the replica's, shared by its sessions)."""
+    seen_memo: LastWritten = field(default_factory=lambda: LastWritten(0.0))
+    """The container listings the replica last kept in Redis (``phases.containers_listed``),
+    shared by its sessions: an unchanged one is not written again (this default, a
+    session's own, writes each)."""
     writes: int = 0
     """Writes this session attempted: a read of the host made before the last one is stale."""
     pulled: set[str] = field(default_factory=set)
@@ -541,6 +546,7 @@ async def open_session(
     read_through: int | None = None,
     connections: ConnectionSource | None = None,
     compose_memo: ComposeMemo | None = None,
+    seen_memo: LastWritten | None = None,
 ) -> AsyncIterator[RemoteSession]:
     """Connect, forward the remote Docker socket into a private directory, and close it all after.
 
@@ -566,6 +572,8 @@ async def open_session(
         )  # fmt: skip
         if compose_memo is not None:
             session.compose_memo = compose_memo
+        if seen_memo is not None:
+            session.seen_memo = seen_memo
         try:
             yield session
         finally:

@@ -7,10 +7,12 @@ tell the same story without importing the daemon's web view.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
+from playguard_async.coordination.containers_seen import read_seen
 from playguard_async.coordination.marquee_reads import MarqueeStory, WantedPlayground, read_story
 from playguard_async.coordination.records import CycleRecords
 from playguard_async.desired_state.model import Inventory, Marquee
@@ -28,10 +30,11 @@ async def steered_story(
 ) -> MarqueeStory:
     """``marquee``'s story from Redis with what the desired state steers it by: its mode, and
     its maintenance windows (its own, else ``fleet_windows``) and when they next open after
-    ``now`` (default: now); with ``inventory``, what it asks of each of its Playgrounds.
+    ``now`` (default: now); with ``inventory``, what it asks of each of its Playgrounds, and
+    what its last cycles saw running (``coordination.containers_seen``).
     ``playguard describe`` and the web view's Marquee page both tell it."""
     windows = marquee.windows if marquee.windows is not None else list(fleet_windows)
-    story = await read_story(
+    told = read_story(
         records,
         marquee.name,
         limit=limit,
@@ -40,8 +43,11 @@ async def steered_story(
         next_opening=next_opening(windows, now or datetime.now(UTC)) if windows else None,
     )
     if inventory is None:
-        return story
-    return dataclasses.replace(story, wanted=wanted_playgrounds(inventory, marquee.name))
+        return await told
+    story, seen = await asyncio.gather(
+        told, read_seen(records.redis, marquee.name, records.timeout)
+    )
+    return dataclasses.replace(story, wanted=wanted_playgrounds(inventory, marquee.name), seen=seen)
 
 
 def wanted_playgrounds(inventory: Inventory, marquee: str) -> tuple[WantedPlayground, ...]:

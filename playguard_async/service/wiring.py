@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from playguard_async.coordination.client import RedisClient
+from playguard_async.coordination.containers_seen import SEEN_REFRESH
 from playguard_async.coordination.lock import Lease
 from playguard_async.coordination.records import CycleRecords
 from playguard_async.desired_state.model import Marquee
@@ -27,6 +28,7 @@ from playguard_async.engine.observer import EngineObserver, Unobserved
 from playguard_async.engine.results import CycleListener, CycleResult, PhaseListener
 from playguard_async.engine.scheduler import Engine
 from playguard_async.engine.services import CycleServices, SessionOpener
+from playguard_async.kits.last_written import LastWritten
 from playguard_async.phases.protocol import Phase, resolve_phases
 from playguard_async.remote.memo import ComposeMemo
 from playguard_async.remote.pool import ConnectionPool
@@ -43,8 +45,9 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 class RemoteLayer:
-    """What the replica keeps of its hosts across cycles: the pool of SSH connections and the
-    memo of compose's answers. ``close()`` it when the replica stops (the daemon does)."""
+    """What the replica keeps of its hosts across cycles: the pool of SSH connections, the
+    memo of compose's answers, and that of the container listings it kept in Redis.
+    ``close()`` it when the replica stops (the daemon does)."""
 
     def __init__(self, settings: Settings, *, pooled: bool = True) -> None:
         self.settings = settings
@@ -56,6 +59,7 @@ class RemoteLayer:
             check_timeout=settings.ssh_connect_timeout,
         )
         self.compose_memo = ComposeMemo(settings.compose_memo_size)
+        self.seen_memo = LastWritten(SEEN_REFRESH)
 
     def session_opener(self) -> SessionOpener:
         """Opens a cycle's remote session under its lease, dry or not as the cycle says: a
@@ -73,6 +77,7 @@ class RemoteLayer:
                 read_through=read_through,
                 connections=self.pool.connection,
                 compose_memo=self.compose_memo,
+                seen_memo=self.seen_memo,
             )
 
         return opener

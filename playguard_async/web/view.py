@@ -45,6 +45,7 @@ from playguard_async.cycle_record import revision_short
 from playguard_async.web import pictures
 from playguard_async.web.actions import ROW_ACTIONS, ActionDesk, WebActions
 from playguard_async.web.auth import WebAuth
+from playguard_async.web.containers import runs_where, started_shown, utc_time
 from playguard_async.web.fleet_picture import FleetPicture
 from playguard_async.web.fleet_table import (
     NEVER,
@@ -112,7 +113,13 @@ COLUMNS = (
 ROW_BUTTONS = tuple(zip(ROW_ACTIONS, ("Pause", "Resume", "Cycle now", "Plan"), strict=True))
 """A fleet row's buttons for an operator: action and word."""
 
-STATIC = {"web_view.js": "text/javascript", "web_view.css": "text/css"}
+STATIC = {
+    "web_view.js": "text/javascript",
+    "web_view.css": "text/css",
+    "favicon.svg": "image/svg+xml",
+}
+"""The package's static files and their types: the page's script, its stylesheet, and its icon
+(without one the browser asks for ``/favicon.ico`` and logs the 404 as a console error)."""
 
 _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -230,6 +237,8 @@ def templates() -> jinja2.Environment:
     environment.filters["secs"] = _secs
     environment.filters["revision"] = revision_short
     environment.filters["path_part"] = lambda text: quote(str(text), safe="")
+    environment.filters["utc_time"] = utc_time
+    environment.filters["started"] = started_shown
     environment.globals.update(
         cycle_strip=pictures.cycle_strip,
         duration_chart=pictures.duration_chart,
@@ -432,6 +441,8 @@ class WebView:
                 "marquee.html",
                 story=story,
                 age=age,
+                now=now,
+                runs=runs_where(story),
                 findings=findings_of,
                 windows=story.windows_text(datetime.now(UTC)),
             ),

@@ -10,11 +10,16 @@ from typing import Any
 
 import aiodocker
 import pytest
+from redis.asyncio import Redis
 
+from playguard_async.coordination.containers_seen import SeenRead, parse_seen
+from playguard_async.coordination.keys import containers_seen_key
+from playguard_async.kits.last_written import LastWritten
 from playguard_async.phases.reconcile_playgrounds import reconcile_playgrounds
 from playguard_async.phases.sync_git import sync_git
 from playguard_async.remote.compose import CONFIG_HASH_LABEL
 from playguard_async.remote.docker import our_labels
+from playguard_async.remote.ssh import RemoteSession
 from tests.support.edge import LabEdge
 from tests.support.playgrounds import (
     checkout_head,
@@ -321,3 +326,45 @@ async def test_a_dry_run_plans_what_follows_the_clone_sync_git_would_make(edge: 
     ]
     assert not checkout_of(edge.world).exists()
     assert await project_containers(edge.docker) == []
+
+
+async def test_what_the_phase_saw_is_kept_for_the_web_view_and_written_again_only_on_change(
+    edge: LabEdge, redis: Redis
+) -> None:
+    await synced(edge)
+    memo = LastWritten(3600.0)
+
+    async def reconciled(*, dry_run: bool = False) -> SeenRead:
+        def share_memo(session: RemoteSession) -> None:
+            session.seen_memo = memo
+
+        await edge.runner(reconcile_playgrounds, edge.world, dry_run=dry_run, watch=share_memo)
+        return parse_seen(await redis.get(key) or b"null")
+
+    key = containers_seen_key("edge-1")
+    kept = (await reconciled()).seen
+    container = await only_container(edge.docker)
+    assert kept is not None
+    [seen] = kept.containers
+    assert (seen.playground, seen.service, seen.name, seen.state, seen.restarts) == (
+        "web-main", "app", container["Name"].lstrip("/"), "running", container["RestartCount"]
+    )  # fmt: skip
+    assert (seen.image_id, seen.digest) == (
+        container["Image"], await repo_digest(edge.docker, container["Image"])
+    )  # fmt: skip
+    assert kept.desired["web-main"].services == ["app"]
+    definition = container["Config"]["Labels"][CONFIG_HASH_LABEL][:12]
+    assert (kept.desired["web-main"].definitions, seen.config_hash) == (
+        {"app": definition},
+        definition,
+    )
+    assert kept.desired["web-main"].env == "-"
+
+    await redis.delete(key)
+    assert (await reconciled()).unreadable == "the stored value is not a JSON object"
+    assert await redis.get(key) is None, "an unchanged listing is not written again"
+
+    await edge.docker.containers.container(container["Id"]).kill()
+    exited = (await reconciled(dry_run=True)).seen
+    assert exited is not None
+    assert [each.state for each in exited.containers] == ["exited"]
