@@ -112,7 +112,13 @@ COLUMNS = (
 ROW_BUTTONS = tuple(zip(ROW_ACTIONS, ("Pause", "Resume", "Cycle now", "Plan"), strict=True))
 """A fleet row's buttons for an operator: action and word."""
 
-STATIC = {"web_view.js": "text/javascript", "web_view.css": "text/css"}
+STATIC = {
+    "web_view.js": "text/javascript",
+    "web_view.css": "text/css",
+    "favicon.svg": "image/svg+xml",
+}
+"""The package's static files and their types: the icon is ours too, so a browser's own ask for
+``/favicon.ico`` (a 401 or 404 in its console) never happens."""
 
 _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

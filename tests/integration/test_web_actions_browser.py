@@ -8,6 +8,7 @@ browser serve the module.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import http.client
 import http.server
@@ -25,6 +26,7 @@ from pathlib import Path
 
 import pytest
 from redis import Redis as SyncRedis
+from redis.asyncio import Redis as AsyncRedis
 from selenium import webdriver
 from selenium.common.exceptions import (
     ElementNotInteractableException,
@@ -33,13 +35,24 @@ from selenium.common.exceptions import (
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 
-from playguard_async.coordination.keys import last_cycle_key, operator_actions_key, pause_key
+from playguard_async.coordination.keys import (
+    ROLLOUTS_KEY,
+    last_cycle_key,
+    operator_actions_key,
+    pause_key,
+    rollout_counts_key,
+    rollout_key,
+    rollout_marks_key,
+)
 from playguard_async.coordination.operator_actions import OperatorAction
+from playguard_async.desired_state.model import Inventory
 from playguard_async.operator.command_kit import EXIT_CONFIG
+from playguard_async.phases.rollout_desk import RolloutDesk, Standing
 from playguard_lab import RedisServer, free_port
 from tests.support.browser import cell_texts, chromium, mark, not_reloaded
 from tests.support.cli import Playguard
-from tests.support.daemon import PLAYGUARD, Daemon, DaemonRunner, wait_for
+from tests.support.daemon import PLAYGUARD, Daemon, DaemonRunner, marquee_entry, wait_for
+from tests.support.page_checks import check_and_picture, screenshot_folder
 from tests.support.probes import http_get, start_serving
 
 pytestmark = pytest.mark.integration
@@ -434,3 +447,63 @@ def test_a_file_of_one_shared_secret_stops_the_start_naming_the_command(acting: 
         f"shared secret: write named users with `playguard web add-user NAME ROLE --file {old}` "
         "(roles viewer, operator, admin)"
     )
+
+
+ROLLOUT_SCOPE = "web@main"
+
+
+async def open_a_rollout(redis_url: str) -> None:
+    """A rollout of Playspec ``web`` opened on the daemon's Redis as a cycle's rollout desk
+    opens one (its first wave admitting alpha): what the fleet page lists with its actions."""
+    world = Inventory.model_validate({
+        "marquees": [marquee_entry(name) for name in ("alpha", "beta")],
+        "playspecs": [{"name": "web", "repo": "https://git.example/web.git",
+                       "rollout": {"waves": [1, "100%"], "bake": 3600}}],
+        "playgrounds": [{"name": f"web-{name}", "playspec": "web", "marquee": name,
+                         "branch": "main"} for name in ("alpha", "beta")],
+    })  # fmt: skip
+    redis = AsyncRedis.from_url(redis_url, socket_timeout=2)
+    try:
+        for name in ("alpha", "beta"):
+            playground = world.playgrounds_on(name)[0]
+            policy = world.playspec_of(playground).rollout
+            assert policy is not None
+            standing = Standing(has_good=True, good_release="0" * 64, has_previous=False,
+                                rolls_back=True)  # fmt: skip
+            desk = RolloutDesk(redis, 2.0, world, world.marquee(name), dry_run=False)
+            await desk.verdict(playground, policy, "1" * 64, "c" * 40, standing)
+    finally:
+        await redis.aclose()
+
+
+def test_every_page_reads_on_a_desk_and_a_phone_and_is_pictured(acting: Acting) -> None:
+    """Each page (login, the fleet with a rollout and every action, a Marquee, its why page) at
+    1400x1000 and at 390x844: its language, one <main>, its heading, no console error, nothing
+    wider than the screen, every form control named; screenshots of each (``page_checks``)."""
+    folder = screenshot_folder(acting.shots / "screenshots")
+    browser = acting.browser
+    browser.delete_all_cookies()
+    check_and_picture(browser, acting.base + "/login", "playguard", folder / "web-view-login.png")
+    asyncio.run(open_a_rollout(acting.runner.redis_url))
+    try:
+        log_in(acting, "otto")
+        browser.get(acting.base + "/")
+        wait_for(
+            lambda: cell_texts(browser, f'tr[data-rollout="{ROLLOUT_SCOPE}"] .rollout-running'),
+            timeout=15,
+            what="the rollout on the fleet page",
+        )
+        rollout_buttons = cell_texts(browser, f'tr[data-rollout="{ROLLOUT_SCOPE}"] button')
+        assert rollout_buttons == ["promote", "pause", "resume", "abort"]
+        check_and_picture(browser, acting.base + "/", "Fleet", folder / "web-view.png")
+        check_and_picture(
+            browser, acting.base + "/marquee/alpha", "alpha", folder / "web-view-marquee.png"
+        )
+        check_and_picture(
+            browser, acting.base + "/marquee/alpha/why", "Why did alpha change?",
+            folder / "web-view-why.png",
+        )  # fmt: skip
+    finally:
+        acting.store.delete(*(key(ROLLOUT_SCOPE) for key in
+                              (rollout_key, rollout_marks_key, rollout_counts_key)))  # fmt: skip
+        acting.store.srem(ROLLOUTS_KEY, ROLLOUT_SCOPE)

@@ -33,6 +33,8 @@ def chromium(chromium_path: str, driver_path: str, profile: Path) -> Iterator[we
         options.add_argument(flag)
     profile.mkdir(parents=True, exist_ok=True)
     options.add_argument(f"--user-data-dir={profile}")
+    # The page's console, read by ``page_checks.console_errors``.
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(options=options, service=Service(driver_path))
     try:
         driver.set_page_load_timeout(20)
