@@ -440,6 +440,7 @@ class WebView:
                 age=age,
                 findings=findings_of,
                 windows=story.windows_text(datetime.now(UTC)),
+                rollout_scopes={standing.rollout.scope for standing in self.picture.rollouts},
             ),
         )
 
