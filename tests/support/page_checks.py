@@ -8,8 +8,11 @@ follow the code (docs/operations/web-view.md, "Screenshots")."""
 from __future__ import annotations
 
 import base64
+import functools
 import os
+from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from selenium import webdriver
 
@@ -51,6 +54,42 @@ return {
 """
 
 
+AXE_RULES = ["wcag2a", "wcag2aa"]
+"""The axe-core rules run on each page: WCAG 2 levels A and AA (names of form controls, colour
+contrast, the document's language, landmarks' uniqueness and more)."""
+
+AXE_RUN = """
+const done = arguments[arguments.length - 1];
+axe.run(document, {runOnly: {type: 'tag', values: arguments[0]}, resultTypes: ['violations']})
+  .then((found) => done(found.violations.map((v) => ({
+    id: v.id, help: v.help, nodes: v.nodes.slice(0, 3).map((n) => n.target.join(' ')),
+  }))))
+  .catch((error) => done([{id: 'axe failed', help: String(error), nodes: []}]));
+"""
+
+
+@functools.cache
+def axe_source() -> str:
+    """axe-core, as the ``axe-selenium-python`` package ships it (the tests' extra): put into
+    the page by WebDriver, which the Content-Security-Policy does not govern."""
+    shipped = resources.files("axe_selenium_python") / "node_modules" / "axe-core" / "axe.min.js"
+    return shipped.read_text(encoding="utf-8")
+
+
+def axe_violations(browser: webdriver.Chrome) -> list[dict[str, Any]]:
+    """What axe-core finds against ``AXE_RULES`` on the open page."""
+    browser.execute_script(axe_source())
+    found = browser.execute_async_script(AXE_RUN, AXE_RULES)
+    assert isinstance(found, list), found
+    return found
+
+
+def set_color_scheme(browser: webdriver.Chrome, scheme: str) -> None:
+    """The page as a browser that prefers ``scheme`` (``light``, ``dark``; empty: its own)."""
+    features = [{"name": "prefers-color-scheme", "value": scheme}] if scheme else []
+    browser.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": features})
+
+
 def screenshot_folder(fallback: Path) -> Path:
     """Where this run's screenshots go: the docs' pictures, or ``fallback``."""
     return DOCS_IMAGES if os.environ.get(SCREENSHOTS) == "docs" else fallback
@@ -74,8 +113,10 @@ def set_viewport(browser: webdriver.Chrome, width: int, height: int) -> None:
 
 def check_and_picture(browser: webdriver.Chrome, url: str, heading: str, shot: Path) -> None:
     """Open ``url`` at each of ``SIZES``: the page says its language, has one <main> and the
-    ``heading`` as its one <h1>, logs no console error, is no wider than the screen, and names
-    every form control; then its screenshot is ``shot`` with the size's suffix (a PNG)."""
+    ``heading`` as its one <h1>, logs no console error, is no wider than the screen, names
+    every form control, and axe-core finds nothing against WCAG 2 A and AA in light and in
+    dark; then its screenshot (light, or as the browser prefers) is ``shot`` with the size's
+    suffix (a PNG)."""
     console_errors(browser)
     try:
         for suffix, (width, height) in SIZES.items():
@@ -95,9 +136,15 @@ def check_and_picture(browser: webdriver.Chrome, url: str, heading: str, shot: P
             assert unnamed == [], (where, unnamed)
             errors = console_errors(browser)
             assert errors == [], (where, errors)
+            for scheme in ("light", "dark"):
+                set_color_scheme(browser, scheme)
+                violations = axe_violations(browser)
+                assert violations == [], (where, scheme, violations)
+            set_color_scheme(browser, "")
             picture = browser.execute_cdp_cmd("Page.captureScreenshot", {"format": "png"})
             target = shot.with_name(shot.stem + suffix + ".png")
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(base64.b64decode(picture["data"]))
     finally:
+        set_color_scheme(browser, "")
         browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
