@@ -26,6 +26,9 @@ DOCS_IMAGES = Path(__file__).resolve().parents[2] / "docs" / "images"
 SIZES = {"": (1400, 1000), "-phone": (390, 844)}
 """A screenshot's name suffix -> the viewport (CSS pixels, at one device pixel each)."""
 
+BETWEEN = (1000, 800)
+"""A viewport between the two (a tablet, a narrow window): checked for overflow only."""
+
 UNNAMED_CONTROLS = """
 const named = (e) => {
   const label = e.getAttribute('aria-label') || e.getAttribute('title') ||
@@ -115,7 +118,8 @@ def check_and_picture(browser: webdriver.Chrome, url: str, heading: str, shot: P
     """Open ``url`` at each of ``SIZES``: the page says its language, has one <main> and the
     ``heading`` as its one <h1>, logs no console error, is no wider than the screen, names
     every form control, and axe-core finds nothing against WCAG 2 A and AA in light and in
-    dark; then its screenshot (light, from the top) is ``shot`` with the size's suffix (a PNG)."""
+    dark; then its screenshot (light, from the top) is ``shot`` with the size's suffix (a PNG).
+    At ``BETWEEN`` the page is no wider than the screen either."""
     console_errors(browser)
     try:
         for suffix, (width, height) in SIZES.items():
@@ -146,6 +150,10 @@ def check_and_picture(browser: webdriver.Chrome, url: str, heading: str, shot: P
             target = shot.with_name(shot.stem + suffix + ".png")
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(base64.b64decode(picture["data"]))
+        set_viewport(browser, *BETWEEN)
+        browser.get(url)
+        overflow = browser.execute_script(PAGE_FACTS)["overflow"]
+        assert overflow <= 0, f"{url} at {BETWEEN}: {overflow} px wider than the screen"
     finally:
         set_color_scheme(browser, "")
         browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
