@@ -445,6 +445,7 @@ class WebView:
                 runs=runs_where(story),
                 findings=findings_of,
                 windows=story.windows_text(datetime.now(UTC)),
+                rollout_scopes={standing.rollout.scope for standing in self.picture.rollouts},
             ),
         )
 

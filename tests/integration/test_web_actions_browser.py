@@ -8,6 +8,7 @@ browser serve the module.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import http.client
 import http.server
@@ -25,6 +26,7 @@ from pathlib import Path
 
 import pytest
 from redis import Redis as SyncRedis
+from redis.asyncio import Redis as AsyncRedis
 from selenium import webdriver
 from selenium.common.exceptions import (
     ElementNotInteractableException,
@@ -33,13 +35,25 @@ from selenium.common.exceptions import (
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 
-from playguard_async.coordination.keys import last_cycle_key, operator_actions_key, pause_key
+from playguard_async.coordination.keys import (
+    ROLLOUTS_KEY,
+    last_cycle_key,
+    operator_actions_key,
+    pause_key,
+    rollout_counts_key,
+    rollout_key,
+    rollout_marks_key,
+)
 from playguard_async.coordination.operator_actions import OperatorAction
+from playguard_async.desired_state.model import Inventory
 from playguard_async.operator.command_kit import EXIT_CONFIG
+from playguard_async.phases.rollout_desk import RolloutDesk, Standing
+from playguard_async.phases.rollout_record import Rollout
 from playguard_lab import RedisServer, free_port
 from tests.support.browser import cell_texts, chromium, mark, not_reloaded
 from tests.support.cli import Playguard
-from tests.support.daemon import PLAYGUARD, Daemon, DaemonRunner, wait_for
+from tests.support.daemon import PLAYGUARD, Daemon, DaemonRunner, marquee_entry, wait_for
+from tests.support.page_checks import check_and_picture, screenshot_folder
 from tests.support.probes import http_get, start_serving
 
 pytestmark = pytest.mark.integration
@@ -143,7 +157,7 @@ def log_in(acting: Acting, name: str) -> webdriver.Chrome:
 
 
 def fill_and_press(
-    browser: webdriver.Chrome, form_id: str, fields: dict[str, str], action: str
+    browser: webdriver.Chrome, form_css: str, fields: dict[str, str], action: str
 ) -> None:
     """Type ``fields`` into the form and press its ``action`` button. A live update may swap
     the page's <main> before the first field has the focus (after that, the page waits for the
@@ -153,14 +167,14 @@ def fill_and_press(
     or not interactable."""
     for _ in range(5):
         try:
-            form = browser.find_element(By.ID, form_id)
+            form = browser.find_element(By.CSS_SELECTOR, form_css)
             for name, value in fields.items():
                 form.find_element(By.NAME, name).send_keys(Keys.CONTROL, "a", Keys.NULL, value)
             form.find_element(By.CSS_SELECTOR, f'button[value="{action}"]').click()
             return
         except (StaleElementReferenceException, ElementNotInteractableException):
             continue
-    raise AssertionError(f"the form {form_id} was swapped under every try")
+    raise AssertionError(f"the form {form_css} was swapped under every try")
 
 
 def row_buttons(browser: webdriver.Chrome, marquee: str) -> list[str]:
@@ -221,7 +235,7 @@ def test_an_operator_pauses_a_marquee_from_its_page_and_the_next_cycle_ends_paus
     browser.save_screenshot(str(acting.shots / "fleet-logged-in.png"))
     assert browser.find_elements(By.ID, "rows"), "an operator's fleet page has its form"
     browser.get(acting.base + "/marquee/alpha")
-    fill_and_press(browser, "act-marquee", {"reason": PAUSE_REASON, "for": "30m"}, "pause")
+    fill_and_press(browser, "#act-marquee", {"reason": PAUSE_REASON, "for": "30m"}, "pause")
     wait_for(
         lambda: browser.find_elements(By.CSS_SELECTOR, "#results pre"),
         timeout=15,
@@ -433,4 +447,122 @@ def test_a_file_of_one_shared_secret_stops_the_start_naming_the_command(acting: 
         f"Error: {old}: line 1: not a `name role secret-hash` line, as in the old format of one "
         f"shared secret: write named users with `playguard web add-user NAME ROLE --file {old}` "
         "(roles viewer, operator, admin)"
+    )
+
+
+ROLLOUT_SCOPE = "web@main"
+
+
+async def open_a_rollout(redis_url: str) -> None:
+    """A rollout of Playspec ``web`` opened on the daemon's Redis as a cycle's rollout desk
+    opens one (its first wave admitting alpha): what the fleet page lists with its actions."""
+    world = Inventory.model_validate({
+        "marquees": [marquee_entry(name) for name in ("alpha", "beta")],
+        "playspecs": [{"name": "web", "repo": "https://git.example/web.git",
+                       "rollout": {"waves": [1, "100%"], "bake": 3600}}],
+        "playgrounds": [{"name": f"web-{name}", "playspec": "web", "marquee": name,
+                         "branch": "main"} for name in ("alpha", "beta")],
+    })  # fmt: skip
+    redis = AsyncRedis.from_url(redis_url, socket_timeout=2)
+    try:
+        for name in ("alpha", "beta"):
+            playground = world.playgrounds_on(name)[0]
+            policy = world.playspec_of(playground).rollout
+            assert policy is not None
+            standing = Standing(has_good=True, good_release="0" * 64, has_previous=False,
+                                rolls_back=True)  # fmt: skip
+            desk = RolloutDesk(redis, 2.0, world, world.marquee(name), dry_run=False)
+            await desk.verdict(playground, policy, "1" * 64, "c" * 40, standing)
+    finally:
+        await redis.aclose()
+
+
+@pytest.fixture
+def rollout(acting: Acting) -> Iterator[str]:
+    """A rollout not done on the daemon's Redis (``open_a_rollout``), removed at the end: its
+    scope."""
+    asyncio.run(open_a_rollout(acting.runner.redis_url))
+    try:
+        yield ROLLOUT_SCOPE
+    finally:
+        keys = (rollout_key, rollout_marks_key, rollout_counts_key)
+        acting.store.delete(*(key(ROLLOUT_SCOPE) for key in keys))
+        acting.store.srem(ROLLOUTS_KEY, ROLLOUT_SCOPE)
+
+
+def stored_rollout(store: SyncRedis, scope: str) -> Rollout:
+    raw = store.get(rollout_key(scope))
+    record = None if raw is None else Rollout.parse(scope, raw)
+    assert record is not None, raw
+    return record
+
+
+def rollout_shown(browser: webdriver.Chrome, scope: str, status: str) -> list[str]:
+    return cell_texts(browser, f'tr[data-rollout="{scope}"] .rollout-{status}')
+
+
+def rollout_listed(acting: Acting, scope: str) -> None:
+    """Wait until the open fleet page lists the rollout Redis holds now (not one a test before
+    opened: the picture reads rollouts with each whole read of the fleet)."""
+    meant = stored_rollout(acting.store, scope).id
+    script = f'return [...document.querySelectorAll(\'tr[data-rollout="{scope}"] '
+    script += "input[name=rollout]')].map((e) => e.value);"
+    wait_for(
+        lambda: acting.browser.execute_script(script) == [meant],
+        timeout=15,
+        what=f"rollout {meant} on the fleet page",
+    )
+
+
+def test_every_page_reads_on_a_desk_and_a_phone_and_is_pictured(
+    acting: Acting, rollout: str
+) -> None:
+    """Each page (login, the fleet with a rollout and every action, a Marquee, its why page) at
+    1400x1000 and at 390x844: its language, one <main>, its heading, no console error, nothing
+    wider than the screen, every form control named; screenshots of each (``page_checks``)."""
+    folder = screenshot_folder(acting.shots / "screenshots")
+    browser = acting.browser
+    browser.delete_all_cookies()
+    check_and_picture(browser, acting.base + "/login", "playguard", folder / "web-view-login.png")
+    log_in(acting, "otto")
+    browser.get(acting.base + "/")
+    rollout_listed(acting, rollout)
+    check_and_picture(browser, acting.base + "/", "Fleet", folder / "web-view.png")
+    check_and_picture(
+        browser, acting.base + "/marquee/alpha", "alpha", folder / "web-view-marquee.png"
+    )
+    check_and_picture(
+        browser, acting.base + "/marquee/alpha/why", "Why did alpha change?",
+        folder / "web-view-why.png",
+    )  # fmt: skip
+
+
+def test_a_rollouts_abort_asks_first_and_its_pause_acts_from_its_row(
+    acting: Acting, rollout: str
+) -> None:
+    """The rollout's row holds its four actions for an operator, each needing a reason; abort
+    asks first, and a no sends nothing; pause, sent from the row, pauses the rollout in Redis."""
+    browser = log_in(acting, "otto")
+    rollout_listed(acting, rollout)
+    row = f'tr[data-rollout="{rollout}"]'
+    assert cell_texts(browser, f"{row} button") == ["promote", "pause", "resume", "abort"]
+    fill_and_press(browser, f"{row} form", {"reason": "bad canary"}, "rollout-abort")
+    alert = wait_for(lambda: browser.switch_to.alert, timeout=5, what="abort asking first")
+    assert alert.text.startswith("Abort rollout "), alert.text
+    alert.dismiss()
+    assert stored_rollout(acting.store, rollout).status == "running", "a no aborted nothing"
+    fill_and_press(browser, f"{row} form", {"reason": "look at the canary"}, "rollout-pause")
+    result = wait_for(
+        lambda: cell_texts(browser, "#results .newest"), timeout=15, what="the pause's result"
+    )
+    assert "paused" in result[0], result
+    wait_for(
+        lambda: stored_rollout(acting.store, rollout).status == "paused",
+        timeout=15,
+        what="the rollout paused from its row",
+    )
+    wait_for(
+        lambda: rollout_shown(browser, rollout, "paused"),
+        timeout=15,
+        what="the rollout shown paused",
     )

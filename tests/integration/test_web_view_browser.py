@@ -37,6 +37,7 @@ from playguard_lab import RedisServer
 from tests.support.browser import cell_texts, chromium, mark, not_reloaded
 from tests.support.daemon import Daemon, DaemonRunner, marquee_entry, wait_for, witness_lines
 from tests.support.fleet_records import write_fleet
+from tests.support.page_checks import check_and_picture, screenshot_folder
 from tests.support.probes import http_get, start_serving
 from tests.support.web_users import basic, write_users
 
@@ -454,7 +455,8 @@ def test_at_a_thousand_marquees_the_pages_draw_the_whole_fleet_and_fifty_cycles(
     """998 Marquees more, their 50 cycles written straight into Redis as the daemon writes them
     (none of them launchable: no cycle runs on them), some in detect or off, some paused: the
     health bar counts all 1,000, the page's rows have their strips, a Marquee's page draws
-    its 50 cycles. Screenshots of both pages beside those at two."""
+    its 50 cycles. Both pages pass the checks of every page (``page_checks``) at this size too,
+    and are pictured."""
     names = [f"m{index:04d}" for index in range(998)]
     asyncio.run(write_fleet(served.runner.redis_url, names, 50))
     for name in names[::50]:
@@ -486,14 +488,17 @@ def test_at_a_thousand_marquees_the_pages_draw_the_whole_fleet_and_fifty_cycles(
         assert len(cell_texts(browser, "#fleet tbody tr")) == PAGE_SIZE
         assert cell_texts(browser, ".badge-detect")
         assert cell_texts(browser, ".badge-paused")
-        browser.save_screenshot(str(served.shots / "fleet-1000.png"))
+        folder = screenshot_folder(served.shots)
+        check_and_picture(browser, served.base + "/", "Fleet", folder / "web-view-1000.png")
         browser.get(served.base + "/marquee/m0001")
         strip = cell_attributes(browser, "main svg.strip", "aria-label")
         assert len(strip) == 1
         assert strip[0].startswith("Last 50 cycles"), strip
         assert len(browser.find_elements(By.CSS_SELECTOR, "main svg.strip rect:not(.frame)")) == 50
         assert len(cell_attributes(browser, "main svg.chart", "aria-label")) == 2
-        browser.save_screenshot(str(served.shots / "marquee-1000.png"))
+        check_and_picture(
+            browser, served.base + "/marquee/m0001", "m0001", folder / "web-view-marquee-1000.png"
+        )
     finally:
         for name in names:
             served.store.delete(last_cycle_key(name), cycle_history_key(name), pause_key(name))

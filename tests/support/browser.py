@@ -33,6 +33,7 @@ def chromium(chromium_path: str, driver_path: str, profile: Path) -> Iterator[we
         options.add_argument(flag)
     profile.mkdir(parents=True, exist_ok=True)
     options.add_argument(f"--user-data-dir={profile}")
+    # The page's console, read by ``page_checks.console_errors``.
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(options=options, service=Service(driver_path))
     try:
@@ -49,12 +50,6 @@ def cell_texts(browser: webdriver.Chrome, css: str) -> list[str]:
     texts = browser.execute_script(script, css)
     assert isinstance(texts, list)
     return [str(text) for text in texts]
-
-
-def console_errors(browser: webdriver.Chrome) -> list[str]:
-    """The errors the page's console took since the last call (chromedriver hands each once)."""
-    entries = browser.get_log("browser")  # type: ignore[no-untyped-call]
-    return [str(entry["message"]) for entry in entries if entry["level"] == "SEVERE"]
 
 
 def not_reloaded(browser: webdriver.Chrome) -> bool:

@@ -771,3 +771,34 @@ async def test_the_marquee_page_puts_each_playgrounds_desired_state_beside_what_
     assert "Found by the last cycle, not in the desired state now" in gone
     assert ">gone<" in gone
     assert "web-a" not in gone
+
+
+async def test_a_playground_links_its_repo_and_its_rollout_and_titles_its_whole_commit() -> None:
+    """The Playspec's repo is a link when it is a web address (https) and text otherwise; a
+    rollout not done of the Playground's scope is a link to its row (and actions) on the fleet
+    page; the commit, cut short on the page, is whole in its title, to copy (the desired state
+    names no web address for commits)."""
+    now = time.time()
+    running: RevisionRecord = {"commit": "a" * 40, "images": {}, "env": "-", "override": "-"}
+    cycle = last("ok", finished_at=now)
+    story = MarqueeStory(
+        name="m1", lock=None, fence_counter=1, last=cycle, steps=[], history=[cycle],
+        revisions={"web-a": PlaygroundRevisions(running, running, None)},
+        wanted=(
+            WantedPlayground("web-a", "web", "https://git.example/web.git", "main", "running"),
+            WantedPlayground("api-b", "api", "git@git.example:api.git", "main", "running"),
+        ),
+    )  # fmt: skip
+    picture = picture_of(fleet_of(1, now), story)
+    policy = RolloutPolicy(waves=[1, "100%"])
+    opened = Rollout.open("web@main", "b" * 64, None, policy, (Wave("0", 1), Wave("~", 1)), now=now)
+    picture.rollouts = [RolloutStanding(opened, {})]
+    async with serving(view_of(picture)) as served:
+        html = await (await served.get("/marquee/m00000")).text()
+    a = html.split('id="playground-web-a"')[1].split("</section>")[0]
+    b = html.split('id="playground-api-b"')[1].split("</section>")[0]
+    assert '<a href="https://git.example/web.git" rel="noreferrer">' in a
+    assert '<a href="/#rollout-web@main">web@main, not done' in a
+    assert f'title="commit {"a" * 40}"' in a
+    assert "git@git.example:api.git" in b
+    assert "<a href" not in b, "no link to an address that is not a web page, nor a rollout"
