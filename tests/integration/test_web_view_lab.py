@@ -17,9 +17,10 @@ from selenium.webdriver import Chrome
 
 from playguard_async.remote.compose import SERVICE_LABEL
 from playguard_lab import DockerDaemon, SshServer
-from tests.support.browser import cell_texts, chromium, console_errors, mark, not_reloaded
+from tests.support.browser import cell_texts, chromium, mark, not_reloaded
 from tests.support.cli import LAB_SETTINGS
 from tests.support.daemon import DaemonRunner, wait_for
+from tests.support.page_checks import console_errors
 from tests.support.playgrounds import project_containers
 from tests.support.probes import start_serving
 from tests.support.world import LabWorld, lab_marquee_fields
