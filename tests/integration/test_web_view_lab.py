@@ -20,7 +20,7 @@ from playguard_lab import DockerDaemon, SshServer
 from tests.support.browser import cell_texts, chromium, mark, not_reloaded
 from tests.support.cli import LAB_SETTINGS
 from tests.support.daemon import DaemonRunner, wait_for
-from tests.support.page_checks import console_errors
+from tests.support.page_checks import check_and_picture, console_errors, screenshot_folder
 from tests.support.playgrounds import project_containers
 from tests.support.probes import start_serving
 from tests.support.world import LabWorld, lab_marquee_fields
@@ -89,9 +89,13 @@ async def test_a_drift_made_by_hand_shows_as_found_and_fixed_on_the_open_page(
         [again] = await project_containers(lab_docker)
         assert again["State"]["Running"]
         await removed_under_detect(browser, daemons, lab, lab_docker, again)
-        browser.execute_script("document.getElementById('runs-where').scrollIntoView();")
-        browser.save_screenshot(str(tmp_path / "edge-1-detect-diff.png"))
         assert console_errors(browser) == []
+        # The page with its containers and the diff, checked as every page is (axe-core, both
+        # sizes, no overflow) and pictured for the docs from its containers on.
+        check_and_picture(
+            browser, base + "/marquee/edge-1#runs-where", "edge-1",
+            screenshot_folder(tmp_path) / "web-view-marquee-runs-where.png",
+        )  # fmt: skip
     assert daemons.stop_all([daemon], timeout=30) == {"r1": 0}
 
 
