@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
-import subprocess
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -26,32 +24,11 @@ from playguard_lab import (
 )
 from tests.support.cli import EXIT_NOT_OK, LAB_SETTINGS, Playguard
 from tests.support.daemon import marquee_entry
+from tests.support.plan_cycle import EXIT_CHANGES, converged, cycle, plan
 from tests.support.playgrounds import checkout_of, compose_yaml, project_containers
 from tests.support.world import LabWorld
 
 pytestmark = pytest.mark.integration
-
-EXIT_CHANGES = 2
-
-
-def actions_of(changes: dict[str, list[str]]) -> list[str]:
-    """Each phase's actions in phase order, a dry run's ``would`` left off."""
-    return [re.sub(r"^would ", "", action) for taken in changes.values() for action in taken]
-
-
-def plan(playguard: Playguard) -> tuple[subprocess.CompletedProcess[str], list[str]]:
-    done = playguard("plan", "edge-1", "--json", timeout=180.0)
-    return done, actions_of(json.loads(done.stdout).get("changes", {}))
-
-
-def cycle(playguard: Playguard) -> tuple[subprocess.CompletedProcess[str], list[str]]:
-    done = playguard("cycle", "edge-1", "--json", timeout=180.0)
-    return done, actions_of(json.loads(done.stdout)["cycle"]["actions"])
-
-
-def converged(playguard: Playguard) -> None:
-    done, _ = cycle(playguard)
-    assert done.returncode == 0, done.stdout + done.stderr
 
 
 @dataclass
