@@ -4,7 +4,7 @@ alone, with the Marquee-wide ones: paused, outside a window, a rollout hold, a r
 and the actions ``plan --json`` lists must be the actions the next cycle takes (same kinds, same
 objects, same order), ``plan`` exiting 0 exactly when that cycle takes none.
 
-Few examples (CI's time is short: tests/README.md): one lab serves them all, and each starts on
+Few examples (CI is near its time limit): one lab serves them all, and each starts on
 a world of its own: a workdir of its own (no checkout, no fence state, no kept compose answers),
 Playgrounds, Playspecs and branches of new names (no pin of an earlier one applies), and none of
 our containers left on the host."""
