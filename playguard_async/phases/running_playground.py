@@ -167,9 +167,8 @@ class RunningPlayground:
         )
         changing = time.monotonic()
         drift, why = await self._bring_up(
-            services, override, self._cause(record, inputs, hold),
-            moved=moved,
-        )  # fmt: skip
+            services, override, self._cause(record, inputs, hold), moved=moved
+        )
         result = Converged(
             PlaygroundFinding(
                 "running", tuple(drift), **_last_good_of(record),
@@ -253,7 +252,7 @@ class RunningPlayground:
         a dry run's pull would move a tag off (``remote.planned``)."""
         now = await image_ids(self.session, self.playspec.images)
         images = planned_image_ids(self.session, now)
-        return images, moved_images(now, images)
+        return images, await moved_images(self.session, self.project, now, images)
 
     async def _name_release(self, record: HealthRecord) -> bool | None:
         """Whether a converged Playground verified healthy runs the release a rollout admitted
