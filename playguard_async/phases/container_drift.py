@@ -46,13 +46,18 @@ def container_drift(services: list[str], own: list[Container]) -> list[str]:
     return drift
 
 
-def config_drift(own: list[Container], hashes: Mapping[str, str]) -> list[str]:
-    """Containers whose config hash label is not the one compose computes for the same files."""
+def config_drift(
+    own: list[Container], hashes: Mapping[str, str], *, moved: frozenset[str] = frozenset()
+) -> list[str]:
+    """Containers whose config hash label is not the one compose computes for the same files,
+    or that run an image in ``moved`` (a dry run's: one its pull moves a tag off, which moves
+    the hash compose will compute then, ``remote.planned``)."""
     return [
         f"{service}: {listed_name(container)} config changed"
         for service, containers in sorted(_by_service(own).items())
         for container in containers
         if container["Labels"].get(CONFIG_HASH_LABEL) != hashes.get(service)
+        or str(container.get("ImageID")) in moved
     ]
 
 

@@ -61,6 +61,7 @@ from playguard_async.phases.toolkit import (
 from playguard_async.remote.compose import ComposeProject
 from playguard_async.remote.docker import list_ours
 from playguard_async.remote.host_state import compose_states, keep_answers
+from playguard_async.remote.planned import planned_states
 from playguard_async.remote.ssh import RemoteSession
 
 
@@ -91,7 +92,12 @@ class ReconcilePlaygrounds:
         gone = await _branch_gone(ctx, session, playgrounds, expired)
         projects = [compose_project(session, ctx.inventory, pg) for pg in playgrounds]
         owned = {project.playground: containers_of(containers, project) for project in projects}
-        states = await compose_states(session, projects, owned)
+        states = await planned_states(
+            session,
+            await compose_states(session, projects, owned),
+            projects,
+            {pg.name: ctx.inventory.playspec_of(pg).repo for pg in playgrounds},
+        )
         records = HealthRecords(session, [pg.name for pg in playgrounds])
         pins = await pins_of(ctx, session)
         gate = await verdicts(ctx, session)

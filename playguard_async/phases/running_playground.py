@@ -55,6 +55,7 @@ from playguard_async.remote.last_good import (
     tags_digest,
     write_record,
 )
+from playguard_async.remote.planned import moved_images, planned_image_ids
 from playguard_async.remote.revision import Revision
 from playguard_async.remote.ssh import RemoteSession
 
@@ -112,7 +113,7 @@ class RunningPlayground:
         if services is None:
             return await self._without_checkout()
         plain = override_content(project.marquee.name, project.playground, services)
-        images = await image_ids(session, playspec.images)
+        images, moved = await self._images()
         tags = tags_digest(images)
         inputs = input_digest(compose.file_digests(), plain, images)
         record = await records.of(project.playground)
@@ -141,7 +142,9 @@ class RunningPlayground:
             await _pinned(session, hold, self.own, images),
         )
         changing = time.monotonic()
-        drift, why = await self._bring_up(services, override, self._cause(record, inputs, hold))
+        drift, why = await self._bring_up(
+            services, override, self._cause(record, inputs, hold), moved=moved
+        )
         result = Converged(
             PlaygroundFinding(
                 "running", tuple(drift), **last_good_fields(record),
@@ -219,6 +222,13 @@ class RunningPlayground:
         if playspec.rollback == "auto" and record.last_good is not None and hold is None:
             await self._rollback.off_failed(record, result)
         return result
+
+    async def _images(self) -> tuple[dict[str, str], frozenset[str]]:
+        """Reference -> the image behind it as this cycle's ``up`` will find it, and the images
+        a dry run's pull would move a tag off (``remote.planned``)."""
+        now = await image_ids(self.session, self.playspec.images)
+        images = planned_image_ids(self.session, now)
+        return images, await moved_images(self.session, self.project, now, images)
 
     async def _name_release(self, record: HealthRecord) -> bool | None:
         """Whether a converged Playground verified healthy runs the release a rollout admitted
@@ -312,11 +322,17 @@ class RunningPlayground:
         return Converged(PlaygroundFinding("running", tuple(drift)), cause=why)
 
     async def _bring_up(
-        self, services: list[str], override: str, cause: Callable[[list[str]], ChangeCause]
+        self,
+        services: list[str],
+        override: str,
+        cause: Callable[[list[str]], ChangeCause],
+        *,
+        moved: frozenset[str] = frozenset(),
     ) -> tuple[list[str], ChangeCause | None]:
         """Write the override and ``up`` when anything calls for it, recreate what is stuck;
         returns why (nothing when the Playground already was as desired) and its ``cause``,
-        which the ``up`` names."""
+        which the ``up`` names. ``moved``: the images a dry run's pull would move their tags
+        off (``remote.planned``), whose containers' config hashes the pull changes."""
         session, project, compose = self.session, self.project, self.compose
         drift: list[str] = []
         if not compose.override_current(override):
@@ -329,7 +345,7 @@ class RunningPlayground:
             drift.append("override changed")
         drift += container_drift(services, self.own)
         if not drift:
-            drift += config_drift(self.own, await compose.config_hashes())
+            drift += config_drift(self.own, await compose.config_hashes(), moved=moved)
         if drift:
             # The listing is stale now (up recreated what differed); the health gate that
             # follows sees what up left, stuck or not.

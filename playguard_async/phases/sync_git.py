@@ -100,6 +100,8 @@ class SyncGit:
                     git.update(checkout, repo, playground.branch),
                 )
             findings["heads"][playground.name] = wanted
+            if session.dry_run and local != wanted:
+                session.planned_commits[playground.name] = wanted
         return _report(findings)
 
 

@@ -96,10 +96,9 @@ class ComposeProject:
     def override(self) -> str:
         return override_path(self.marquee, self.playground)
 
-    def _argv(self, *args: str, with_override: bool = True) -> list[str]:
-        files = ["-f", self.compose_path]
-        if with_override:
-            files += ["-f", self.override]
+    def command(self) -> list[str]:
+        """Compose for this project, before its files (``-f``) and its command: a dry run
+        gives it a copy of the compose file as the checkout will be (``remote.planned``)."""
         return [
             "env",
             f"DOCKER_HOST=unix://{self.marquee.docker_socket}",
@@ -107,9 +106,13 @@ class ComposeProject:
             *self.compose_command,
             "--project-name", self.name,
             "--project-directory", self.checkout,
-            *files,
-            *args,
         ]  # fmt: skip
+
+    def _argv(self, *args: str, with_override: bool = True) -> list[str]:
+        files = ["-f", self.compose_path]
+        if with_override:
+            files += ["-f", self.override]
+        return [*self.command(), *files, *args]
 
     def services(self) -> list[str]:
         """Reads the project's service names (from its own file: the override follows them)."""

@@ -292,6 +292,30 @@ class ComposeState:
         """Compose's answer for the inputs as they are, once known (remembered or asked)."""
         self._services: list[str] | None = None
 
+    def planned(
+        self,
+        commit: str,
+        *,
+        compose_digest: str,
+        services: Sequence[str],
+        hashes: Mapping[str, str],
+    ) -> ComposeState:
+        """This state as the cycle will find it once its checkout is at ``commit`` (a clean
+        working tree, the compose file of that digest, the same override and ``.env``), with
+        compose's answers for it (``remote.planned``, in a dry run)."""
+        path = self._project.compose_path
+        files = PlaygroundFiles(
+            git_present=True,
+            head=commit,
+            changes="clean",
+            digests={**self._files.digests, path: compose_digest},
+        )
+        state = ComposeState(self._session, self._project, files, self._images, self._container_ids)
+        state.answer = state._remembered = ComposeAnswer(
+            state._inputs(), tuple(services), tuple(sorted(hashes.items()))
+        )
+        return state
+
     @property
     def project_name(self) -> str:
         return self._project.name

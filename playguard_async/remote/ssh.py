@@ -153,6 +153,10 @@ class RemoteSession:
     """Image references pulled in this cycle, or in a dry run that would be: a later phase
     that needs one takes it as there, as it is in the cycle that pulls it (a plan that did
     not listed the same pull twice)."""
+    planned_commits: dict[str, str] = field(default_factory=dict)
+    """In a dry run, Playground -> the commit its checkout would be moved to (an update to its
+    branch head, a hold's checkout): a later phase reads its files as they would be then
+    (``remote.planned``), as the cycle that moves it does."""
     _reads: dict[Hashable, tuple[int | None, Any]] = field(default_factory=dict)
     _channels: asyncio.Semaphore = field(
         default_factory=lambda: asyncio.Semaphore(COMMAND_CHANNELS)

@@ -20,14 +20,16 @@ from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
 from playguard_async.desired_state.model import Mode
 
-NotOk = typing.Literal["failing", "locked", "rolled_back", "paused", "drifted"]
+NotOk = typing.Literal["failing", "locked", "rolled_back", "paused", "drifted", "release_pending"]
 """Why a Marquee is not ok: its last cycle that said anything of it failed (``failing``: any
 outcome from ``phase_failed`` to ``unreachable``, the outcome label says which), another replica
 held its lock ``LOCKED_TOO_LONG`` cycles in a row (``locked``), a Playground was rolled back to
 its last good state (``rolled_back``), an operator's pause holds it back (``paused``), a dry run
-found changes it would have made (``drifted``)."""
+found changes it would have made (``drifted``), all of them releases (``release_pending``: a
+label value added beside ``drifted``, which kept its meaning for the host that moved, so rules
+that name ``drifted`` still match what they did, less the releases)."""
 
-HEALTHS = ("ok", "drifted", "failing", "paused", "unknown")
+HEALTHS = ("ok", "drifted", "release_pending", "failing", "paused", "unknown")
 """What the cycles said of a Marquee's health; ``unknown`` until one says anything (a Marquee
 this replica has only found locked, or stopped)."""
 
@@ -91,7 +93,7 @@ class MarqueeSeries:
         if health is not None:
             _move(self._healths, seen.health, health)
             seen.health = health
-        if health in ("ok", "drifted"):
+        if health in ("ok", "drifted", "release_pending"):
             seen.last_success = finished_at
         seen.locked_in_a_row = seen.locked_in_a_row + 1 if outcome == "locked" else 0
         self._judge(marquee, seen, health, rolled_back=rolled_back)
@@ -113,7 +115,7 @@ class MarqueeSeries:
         not_ok: NotOk | None = seen.not_ok  # a cycle that says nothing changes nothing
         if rolled_back:
             not_ok = "rolled_back"
-        elif health in ("failing", "paused", "drifted"):
+        elif health in ("failing", "paused", "drifted", "release_pending"):
             not_ok = typing.cast(NotOk, health)
         elif health == "ok":
             not_ok = None

@@ -66,14 +66,22 @@ BACKOFF = 0.5
 _TOLD_AS_IS = frozenset({NoticeKind.ROLLOUT_HALTED.value, NoticeKind.ROLLBACK_BLOCKED.value})
 """Notices their phase gives once (not every cycle that finds the same), so each is news."""
 
-HEALTHS = frozenset({b"ok", b"failing", b"drifted", b"paused"})
+_CHANGE_KINDS = frozenset(
+    {kind.value for kind in CHANGE_NOTICES.values()} | {NoticeKind.ROLLED_BACK.value}
+)
+_RELEASE_PHASES = frozenset({"sync_git", "pull_images", "reconcile_playgrounds"})
+
+HEALTHS = frozenset({b"ok", b"failing", b"drifted", b"release_pending", b"paused"})
 """The values this project writes to a health key; any other reads as never recorded."""
 
 
 def news_of(result: CycleResult) -> tuple[str | None, str | None]:
-    """What a cycle says: the health it shows (``ok``, ``failing``, ``drifted``, ``paused``,
-    None) and an event (or None). ``drifted`` is a dry run (``detect``) that ended ok with
-    changes it would have made: told once when found, not at every cycle that finds it again."""
+    """What a cycle says: the health it shows (``ok``, ``failing``, ``drifted``,
+    ``release_pending``, ``paused``, None) and an event (or None). ``drifted`` is a dry run
+    (``detect``, or a cycle outside its maintenance windows) that ended ok with changes it would
+    have made, ``release_pending`` one whose every change is a release (a new commit, an image
+    behind a tag, a setting: the desired state moved, the host did not): each told once when
+    found, not at every cycle that finds it again. A release waiting read as drift before."""
     outcome = result.outcome.value
     if outcome in SILENT:
         return None, None
@@ -83,7 +91,25 @@ def news_of(result: CycleResult) -> tuple[str | None, str | None]:
         return "paused", None
     if outcome != "ok":
         return "failing", None
-    return ("drifted" if result.dry_run and any(result.actions.values()) else "ok"), None
+    if not (result.dry_run and any(result.actions.values())):
+        return "ok", None
+    return ("release_pending" if _only_releases(result) else "drifted"), None
+
+
+def _only_releases(result: CycleResult) -> bool:
+    """Whether the changes a dry run found are releases, all of them: at least one change
+    notice, every one a release's, and no action but those a release takes (a checkout moved,
+    an image pulled, a Playground brought up). A change no notice explains (an orphan to
+    sweep, an agent chat to start) reads as drift, as before."""
+    kinds = [
+        notice["kind"]
+        for notices in result.notices.values()
+        for notice in notices
+        if notice["kind"] in _CHANGE_KINDS
+    ]
+    acted = {phase for phase, taken in result.actions.items() if taken}
+    release = NoticeKind.RELEASE.value
+    return bool(kinds) and acted <= _RELEASE_PHASES and all(kind == release for kind in kinds)
 
 
 def causes_of(result: CycleResult) -> list[str]:
@@ -178,8 +204,8 @@ class ChangeNotifier:
             previous = await self._swap_health(result.marquee, health)
             if health == "failing" and previous != b"failing":
                 self._queue("failing", result)
-            elif health == "drifted" and previous != b"drifted":
-                self._queue("drifted", result)
+            elif health in ("drifted", "release_pending") and previous != health.encode():
+                self._queue(health, result)
             elif health == "paused" and previous != b"paused":
                 self._queue("paused", result)
             elif health != "paused" and previous == b"paused":

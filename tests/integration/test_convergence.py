@@ -385,6 +385,26 @@ async def test_detect_mode_reports_drift_every_cycle_changes_nothing_and_tells_i
     assert (await running_chat(lab_docker))["State"]["Running"]
 
 
+async def test_detect_mode_tells_a_pending_release_as_a_release_not_as_drift(
+    redis: Redis, world: LabWorld, git_origin: GitOrigin, busybox_image: str
+) -> None:
+    """A new commit a detect Marquee has not applied is the desired state moving, not the host:
+    its transition is ``release_pending``, told once, and never ``drifted``."""
+    notifier = ChangeNotifier(settings_for(), redis)
+    cycles = lab_cycles(redis, world, listeners=[notifier.notify_cycle])
+    assert (await cycles.cycle()).outcome is Outcome.OK
+    branch = world.data["playgrounds"][0]["branch"]
+    git_origin.commit(branch, {"compose.yaml": compose_yaml(busybox_image, sleep="86401")}, "R2")
+    world.data["marquees"][0]["mode"] = "detect"
+
+    with capture_logs() as logs:
+        detected = [await cycles.cycle() for _ in range(2)]
+
+    assert all(result.actions.get("reconcile_playgrounds") for result in detected), detected
+    told = [log["transition"] for log in logs if log["event"] == "marquee.transition"]
+    assert told == ["release_pending"], "told once, as a release"
+
+
 async def test_outside_its_allow_window_a_cycle_changes_nothing_and_inside_it_converges(
     redis: Redis, world: LabWorld, lab_docker: aiodocker.Docker
 ) -> None:

@@ -29,7 +29,7 @@ from playguard_async.phases.causes import (
 from playguard_async.phases.holds import Hold
 from playguard_async.remote.last_good import LastGood
 from playguard_async.remote.revision import Revision
-from playguard_async.service.notifications import causes_of
+from playguard_async.service.notifications import causes_of, news_of
 
 ROOT = Path(__file__).resolve().parents[2]
 A, B = "81fc54f" + "0" * 33, "3491e24" + "1" * 33
@@ -221,3 +221,30 @@ def test_a_notification_says_why_in_the_glossarys_words(kind: str, told: list[st
     result.notices = {"reconcile_playgrounds": [
         {"kind": kind, "subject": "web-1", "detail": "what moved"}]}  # fmt: skip
     assert causes_of(result) == told
+
+
+@pytest.mark.parametrize(
+    ("actions", "kinds", "health"),
+    [
+        ({"sync_git": ["would update"], "reconcile_playgrounds": ["would up"]}, ["release"],
+         "release_pending"),
+        ({"pull_images": ["would pull"], "reconcile_playgrounds": ["would up"]}, ["release"],
+         "release_pending"),
+        ({"reconcile_playgrounds": ["would up"]}, ["drift"], "drifted"),
+        ({"reconcile_playgrounds": ["would up", "would up"]}, ["release", "drift"], "drifted"),
+        ({"reconcile_playgrounds": ["would up"]}, ["rolled_back"], "drifted"),
+        ({"sweep_orphans": ["would remove"], "reconcile_playgrounds": ["would up"]}, ["release"],
+         "drifted"),
+        ({"sweep_orphans": ["would remove"]}, [], "drifted"),
+        ({}, ["release"], "ok"),
+    ],
+)  # fmt: skip
+def test_a_pending_release_reads_as_a_release_not_as_drift(
+    actions: dict[str, list[str]], kinds: list[str], health: str
+) -> None:
+    """A detect cycle whose every change is a release (the desired state moved) says
+    ``release_pending``; drift, a rollback or a change no release explains keeps ``drifted``."""
+    result = CycleResult(marquee="m1", cycle_id="c1", dry_run=True, actions=actions)
+    result.notices = {"reconcile_playgrounds": [
+        {"kind": kind, "subject": "web-1", "detail": "what moved"} for kind in kinds]}  # fmt: skip
+    assert news_of(result) == (health, None)

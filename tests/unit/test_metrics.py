@@ -143,6 +143,9 @@ def shown(metrics: Metrics) -> dict[str, dict[str, str]]:
         pytest.param([OK, ("paused", "paused", False)], ("paused", "paused", 1), id="held"),
         pytest.param([("paused", "paused", False), OK], None, id="released: gone"),
         pytest.param([("ok", "drifted", False)], ("drifted", "ok", 1), id="drifted"),
+        pytest.param(
+            [("ok", "release_pending", False)], ("release_pending", "ok", 1), id="release pending"
+        ),
         pytest.param([OK, ("interrupted", None, False)], None, id="interrupted says nothing"),
     ],
 )
@@ -164,7 +167,11 @@ def test_a_marquee_has_series_only_while_it_is_not_ok(
         "m1": {"marquee": "m1", "reason": reason, "outcome": outcome, "cycles": str(in_a_row)}
     }
     assert value(metrics, "playguard_marquees_not_ok", reason=reason) == 1
-    succeeded = [at for at, cycle in enumerate(cycles, start=1) if cycle[1] in ("ok", "drifted")]
+    succeeded = [
+        at
+        for at, cycle in enumerate(cycles, start=1)
+        if cycle[1] in ("ok", "drifted", "release_pending")
+    ]
     last_success = value(metrics, "playguard_marquee_last_success_timestamp_seconds", marquee="m1")
     assert last_success == (float(succeeded[-1]) if succeeded else None)
 
