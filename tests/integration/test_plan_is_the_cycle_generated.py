@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 from playguard_async.remote.docker import MANAGED, PLAYGROUND
@@ -40,12 +40,14 @@ from tests.support.world import LabWorld
 
 pytestmark = pytest.mark.integration
 
-EXAMPLES = 4
-"""Each example is three cycles of two Playgrounds: four keep the file within the minute CI
-can spare for it. Drawn anew at every run (not derandomized: four fixed pairs of the 49 would
-never meet a pin), so runs cover more pairs between them; a failure prints the pair and the
-``@reproduce_failure`` that replays it. No shrinking: each step of it is three cycles, and a
-pair of states is already as small as a failure needs."""
+EXAMPLES = 2
+"""Each example is three cycles of two Playgrounds: two drawn and the two pins named below keep
+the file within the minute CI can spare for it. Derandomized, so CI tries the same pairs every
+run (a red CI is then this code's, never the draw's); the drawn pairs of this seed meet no pin,
+hence the two named ones. Another seed (``--hypothesis-seed``) or more examples, run by hand,
+cover more of the 49 pairs; a failure prints the pair and the ``@reproduce_failure`` that
+replays it. No shrinking: each step of it is three cycles, and a pair of states is already as
+small as a failure needs."""
 
 STATES = (
     "new",
@@ -174,8 +176,10 @@ def test_for_any_two_playgrounds_the_plan_lists_the_actions_the_next_cycle_takes
     generated_lab: GeneratedLab,
 ) -> None:
     @given(st.tuples(st.sampled_from(STATES), st.sampled_from(STATES)))
+    @example(("pinned at a commit", "a new image behind a tag"))
+    @example(("a new commit", "pinned at last-good"))
     @settings(
-        max_examples=EXAMPLES, deadline=None, database=None, print_blob=True,
+        max_examples=EXAMPLES, derandomize=True, deadline=None, database=None, print_blob=True,
         suppress_health_check=[HealthCheck.too_slow], phases=[Phase.explicit, Phase.generate],
     )  # fmt: skip
     def plan_is_the_cycle(states: tuple[str, str]) -> None:
