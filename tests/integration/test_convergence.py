@@ -385,6 +385,7 @@ async def test_detect_mode_reports_drift_every_cycle_changes_nothing_and_tells_i
     assert (await running_chat(lab_docker))["State"]["Running"]
 
 
+@pytest.mark.usefixtures("lab_docker")  # it removes the containers the first cycle started
 async def test_detect_mode_tells_a_pending_release_as_a_release_not_as_drift(
     redis: Redis, world: LabWorld, git_origin: GitOrigin, busybox_image: str
 ) -> None:
