@@ -15,7 +15,7 @@ import aiodocker
 import pytest
 from redis import Redis as SyncRedis
 
-from playguard_async.coordination.keys import pins_key
+from playguard_async.coordination.keys import pins_key, rollback_blocked_key
 from playguard_lab import GitOrigin, LabCommandFailed
 from tests.support.cli import EXIT_NOT_OK, LAB_SETTINGS, Playguard
 from tests.support.playgrounds import checkout_of, compose_yaml, project_containers
@@ -203,7 +203,9 @@ async def test_a_rollback_to_a_commit_gone_from_origin_and_host_fails_its_playgr
     rebuilt), so that commit is nowhere; web-two's head moves meanwhile. The cycle brings the
     bad release up, finds before the rollback's first write that its commit cannot be had,
     changes nothing for it and says so; web-two converges, and the cycle ends ``unhealthy``;
-    so does the next, which finds the same and does not notify again."""
+    so does the next, which finds the same. A one-off ``cycle`` tells no one (no webhook), so
+    each shows the notice and neither records it as told: the daemon's next cycle tells it,
+    once (``test_revision_rollback.py``)."""
     lab.data["playspecs"][0].update(rollback="auto", health_timeout=8)
     branch = lab.data["playgrounds"][0]["branch"]
     other = f"{branch}-two"
@@ -250,5 +252,6 @@ async def test_a_rollback_to_a_commit_gone_from_origin_and_host_fails_its_playgr
          if n["kind"] == "rollback_blocked"]
         for each in (record, later)
     ]  # fmt: skip
-    assert told == [[("web-main", missing)], []], "told once, not every cycle"
+    assert told == [[("web-main", missing)]] * 2, "shown by each one-off cycle, told by none"
+    assert not store.exists(rollback_blocked_key("edge-1")), "recorded as told by no cycle"
     assert "Traceback" not in failing.stdout + failing.stderr + again.stdout + again.stderr
