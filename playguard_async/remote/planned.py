@@ -25,7 +25,7 @@ dry run writes neither, so a plan that read the host as it is listed the ``updat
   the pulled image's in the cycle: the plan's ``compose up`` is the cycle's, under compose 1.29
   and v2 alike.
 
-What a plan cannot foretell is said in the docs (operations/plan.md).
+What a plan cannot foretell is said in the docs (concepts/steering.md).
 """
 
 from __future__ import annotations
