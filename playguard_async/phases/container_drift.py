@@ -1,6 +1,11 @@
 """What a running Playground's containers show that calls for compose: services without a
-container, exited or dead containers, containers of services the compose file no longer has, a
-config hash that is not compose's, and containers stuck past ``stuck_after``. Reads only."""
+container, exited or dead containers, containers of services the compose file no longer has,
+containers whose image is no longer the one their reference names, a config hash that is not
+compose's, and containers stuck past ``stuck_after``. Reads only.
+
+A new image behind a tag is read from the images themselves, not from compose's config hash:
+compose 1.29 puts the image's ID into that hash, v2 does not (it keeps the ID in a label of its
+own), so the hash alone would leave a pulled release undeployed under v2."""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ from collections.abc import Mapping
 from playguard_async.phases.toolkit import Container, created_at, listed_name
 from playguard_async.remote.compose import CONFIG_HASH_LABEL, SERVICE_LABEL
 from playguard_async.remote.docker import host_now
+from playguard_async.remote.host_state import ABSENT
 from playguard_async.remote.ssh import RemoteSession
 
 # Docker's default health check interval, for containers whose config leaves it unset (0).
@@ -46,19 +52,67 @@ def container_drift(services: list[str], own: list[Container]) -> list[str]:
     return drift
 
 
-def config_drift(
-    own: list[Container], hashes: Mapping[str, str], *, moved: frozenset[str] = frozenset()
-) -> list[str]:
-    """Containers whose config hash label is not the one compose computes for the same files,
-    or that run an image in ``moved`` (a dry run's: one its pull moves a tag off, which moves
-    the hash compose will compute then, ``remote.planned``)."""
+def config_drift(own: list[Container], hashes: Mapping[str, str]) -> list[str]:
+    """Containers whose config hash label is not the one compose computes for the same files."""
     return [
         f"{service}: {listed_name(container)} config changed"
         for service, containers in sorted(_by_service(own).items())
         for container in containers
         if container["Labels"].get(CONFIG_HASH_LABEL) != hashes.get(service)
-        or str(container.get("ImageID")) in moved
     ]
+
+
+def image_drift(
+    own: list[Container], images: Mapping[str, str], created_from: Mapping[str, str]
+) -> list[str]:
+    """Containers that run another image than the one the reference they were created from
+    names now: ``images`` reference -> image ID (``host_state.image_ids``, in a dry run as the
+    cycle will find them: ``remote.planned``), ``created_from`` container ID -> reference
+    (``references_of``). A container created from a reference ``images`` does not have (a built
+    image, one outside the Playspec's images, a digest a pin or rollback wrote into the
+    override), or from one with no image on the host, is not judged: nothing says what it
+    should run."""
+    wanted = {
+        _docker_reading(reference): image
+        for reference, image in images.items()
+        if isinstance(reference, str) and isinstance(image, str) and image not in ("", ABSENT)
+    }
+    drift: list[str] = []
+    for service, containers in sorted(_by_service(own).items()):
+        for container in containers:
+            running = container.get("ImageID")
+            reference = created_from.get(str(container.get("Id")))
+            if not isinstance(running, str) or not running or not isinstance(reference, str):
+                continue
+            now = wanted.get(_docker_reading(reference))
+            if now is not None and now != running:
+                drift.append(f"{service}: {listed_name(container)} image changed")
+    return drift
+
+
+def _docker_reading(reference: str) -> str:
+    """``reference`` as docker reads it: one without a tag or digest means ``:latest``."""
+    if "@" in reference or ":" in reference.rsplit("/", 1)[-1]:
+        return reference
+    return f"{reference}:latest"
+
+
+async def references_of(session: RemoteSession, own: list[Container]) -> dict[str, str]:
+    """Container ID -> the reference it was created from. The listing shows it, except where it
+    no longer names the container's image (a tag moved: docker then lists the image's ID): only
+    those are inspected (``Config.Image``), one call each, so a Playground whose tags stayed
+    costs no call."""
+    references: dict[str, str] = {}
+    for container in own:
+        listed, running = container.get("Image"), container.get("ImageID")
+        if isinstance(listed, str) and listed and listed != running:
+            references[str(container["Id"])] = listed
+            continue
+        details = await session.api(session.docker.containers.container(container["Id"]).show())
+        configured = (details.get("Config") or {}).get("Image")
+        if isinstance(configured, str):
+            references[str(container["Id"])] = configured
+    return references
 
 
 async def stuck(session: RemoteSession, own: list[Container]) -> dict[str, str]:

@@ -31,7 +31,14 @@ from playguard_async.cycle_record import (
 from playguard_async.desired_state.model import Playspec, Registry
 from playguard_async.kits.vocabulary import Cause
 from playguard_async.phases.causes import ChangeCause, change_cause
-from playguard_async.phases.container_drift import config_drift, container_drift, service_of, stuck
+from playguard_async.phases.container_drift import (
+    config_drift,
+    container_drift,
+    image_drift,
+    references_of,
+    service_of,
+    stuck,
+)
 from playguard_async.phases.converged import (
     Converged,
     health_word,
@@ -55,7 +62,7 @@ from playguard_async.remote.last_good import (
     tags_digest,
     write_record,
 )
-from playguard_async.remote.planned import moved_images, planned_image_ids
+from playguard_async.remote.planned import planned_image_ids
 from playguard_async.remote.revision import Revision
 from playguard_async.remote.ssh import RemoteSession
 
@@ -113,7 +120,7 @@ class RunningPlayground:
         if services is None:
             return await self._without_checkout()
         plain = override_content(project.marquee.name, project.playground, services)
-        images, moved = await self._images()
+        images = planned_image_ids(session, await image_ids(session, playspec.images))
         tags = tags_digest(images)
         inputs = input_digest(compose.file_digests(), plain, images)
         record = await records.of(project.playground)
@@ -143,7 +150,7 @@ class RunningPlayground:
         )
         changing = time.monotonic()
         drift, why = await self._bring_up(
-            services, override, self._cause(record, inputs, hold), moved=moved
+            services, override, self._cause(record, inputs, hold), images=images
         )
         result = Converged(
             PlaygroundFinding(
@@ -222,13 +229,6 @@ class RunningPlayground:
         if playspec.rollback == "auto" and record.last_good is not None and hold is None:
             await self._rollback.off_failed(record, result)
         return result
-
-    async def _images(self) -> tuple[dict[str, str], frozenset[str]]:
-        """Reference -> the image behind it as this cycle's ``up`` will find it, and the images
-        a dry run's pull would move a tag off (``remote.planned``)."""
-        now = await image_ids(self.session, self.playspec.images)
-        images = planned_image_ids(self.session, now)
-        return images, await moved_images(self.session, self.project, now, images)
 
     async def _name_release(self, record: HealthRecord) -> bool | None:
         """Whether a converged Playground verified healthy runs the release a rollout admitted
@@ -327,12 +327,14 @@ class RunningPlayground:
         override: str,
         cause: Callable[[list[str]], ChangeCause],
         *,
-        moved: frozenset[str] = frozenset(),
+        images: Mapping[str, str] | None = None,
     ) -> tuple[list[str], ChangeCause | None]:
         """Write the override and ``up`` when anything calls for it, recreate what is stuck;
         returns why (nothing when the Playground already was as desired) and its ``cause``,
-        which the ``up`` names. ``moved``: the images a dry run's pull would move their tags
-        off (``remote.planned``), whose containers' config hashes the pull changes."""
+        which the ``up`` names. ``images``: reference -> the image behind it as this cycle's
+        ``up`` will find it (a dry run's planned pull included, ``remote.planned``), whose
+        containers on another image are drift whatever compose's version; none where the
+        override names the images by digest (a rollback kept), which no tag moves."""
         session, project, compose = self.session, self.project, self.compose
         drift: list[str] = []
         if not compose.override_current(override):
@@ -344,8 +346,12 @@ class RunningPlayground:
             compose.override_written(override)
             drift.append("override changed")
         drift += container_drift(services, self.own)
+        if not drift and images:
+            # A new image behind a tag first: compose v2's config hash does not name the image,
+            # and where it does (1.29) the hash's word would only repeat it, at a compose call.
+            drift += image_drift(self.own, images, await references_of(session, self.own))
         if not drift:
-            drift += config_drift(self.own, await compose.config_hashes(), moved=moved)
+            drift += config_drift(self.own, await compose.config_hashes())
         if drift:
             # The listing is stale now (up recreated what differed); the health gate that
             # follows sees what up left, stuck or not.

@@ -20,12 +20,12 @@ dry run writes neither, so a plan that read the host as it is listed the ``updat
 - An image the dry run would pull (``RemoteSession.pulled``): its ID after the pull is not known
   before it (the registry names the manifest, the host names the image), so
   ``planned_image_ids`` gives it a stand-in no image has: the Playground's inputs then differ
-  from its last verified ones, as they will; ``moved_images`` are the IDs behind those tags now,
-  whose containers ``container_drift.config_drift`` then finds changed where compose's config
-  hash names the image's ID (1.29: the pull changes it and ``up`` recreates them; v2 leaves the
-  image out of the hash, and its cycle does not ``up`` for a pull, nor does its plan).
+  from its last verified ones, as they will, and the containers created from that reference run
+  another image than the one it names, which ``container_drift.image_drift`` finds, as it finds
+  the pulled image's in the cycle: the plan's ``compose up`` is the cycle's, under compose 1.29
+  and v2 alike.
 
-What a plan cannot foretell is said in the docs (operations/plan.md).
+What a plan cannot foretell is said in the docs (concepts/steering.md).
 """
 
 from __future__ import annotations
@@ -105,29 +105,3 @@ def planned_image_ids(session: RemoteSession, now: Mapping[str, str]) -> dict[st
     if not session.dry_run:
         return dict(now)
     return {ref: f"pulled {ref}" if ref in session.pulled else id_ for ref, id_ in now.items()}
-
-
-async def moved_images(
-    session: RemoteSession,
-    project: ComposeProject,
-    now: Mapping[str, str],
-    planned: Mapping[str, str],
-) -> frozenset[str]:
-    """The IDs behind the tags a dry run would pull, which the cycle's pull moves them off,
-    where that moves compose's config hash: compose 1.29 puts the image's ID into it, v2 does
-    not (its hash is of the service's configuration; a cycle then does not ``up`` for a pull,
-    and neither does its plan). The version is asked only when a pull is planned."""
-    moved = frozenset(now[ref] for ref in now if planned[ref] != now[ref])
-    if not moved or not await _hash_names_image_id(session, project):
-        return frozenset()
-    return moved
-
-
-async def _hash_names_image_id(session: RemoteSession, project: ComposeProject) -> bool:
-    """Whether the Marquee's compose is 1.x (``version --short``), once per session."""
-
-    async def ask() -> bool:
-        result = await session.run([*project.command(), "version", "--short"], check=False)
-        return result.exit_status == 0 and result.stdout.strip().startswith("1.")
-
-    return await session.read_once(("compose-version", *project.compose_command), ask)
