@@ -15,6 +15,7 @@ from playguard_async.kits.vocabulary import Cause
 from playguard_async.phases.causes import change_cause
 from playguard_async.phases.container_drift import image_drift, references_of
 from playguard_async.remote.compose import SERVICE_LABEL
+from playguard_async.remote.errors import DockerApiError
 from playguard_async.remote.host_state import ABSENT
 from playguard_async.remote.last_good import LastGood
 from playguard_async.remote.planned import planned_image_ids
@@ -124,26 +125,22 @@ def test_image_drift(case: str) -> None:
     assert image_drift(own, images, created_from) == drift
 
 
-class _Inspected:
-    def __init__(self, details: Any) -> None:
-        self._details = details
-
-    async def show(self) -> Any:
-        return self._details
-
-
 class _FakeSession:
-    """What ``references_of`` uses of a session: the Engine API's inspect, counted."""
+    """What ``references_of`` uses of a session: the Engine API's inspect, counted; a
+    container without a config here is gone (404)."""
 
     def __init__(self, configs: dict[str, Any]) -> None:
         self.configs = configs
         self.inspected: list[str] = []
         self.docker = self
-        self.containers = self
+        self.host = "m-0"
 
-    def container(self, container_id: str) -> _Inspected:
+    async def _query_json(self, path: str, **_: Any) -> Any:
+        container_id = path.removeprefix("containers/").removesuffix("/json")
         self.inspected.append(container_id)
-        return _Inspected(self.configs[container_id])
+        if container_id not in self.configs:
+            raise DockerApiError(self.host, 404, f"No such container: {container_id}")
+        return self.configs[container_id]
 
     async def api(self, call: Any) -> Any:
         return await call
@@ -151,19 +148,22 @@ class _FakeSession:
 
 def test_references_are_listed_and_only_a_moved_tag_is_inspected() -> None:
     """Docker lists the reference a container was created from, or the image's ID where that
-    reference no longer names the image: only that container costs an inspect."""
+    reference no longer names the image: only that container costs an inspect. One gone
+    between the listing and its inspect is not judged."""
     own = [
         _container("web", Id="w", Image="reg/web:1"),
         _container("app", Id="a", Image=OLD),
         _container("db", Id="d", Image=None),
         _container("odd", Id="o", Image=OLD),
+        _container("gone", Id="g", Image=OLD),
+        _container("list", Id="l", Image=OLD),
     ]
     session = _FakeSession(
-        {"a": {"Config": {"Image": "reg/app:1"}}, "d": {"Config": None}, "o": {}}
+        {"a": {"Config": {"Image": "reg/app:1"}}, "d": {"Config": None}, "o": {}, "l": [1]}
     )
     references = asyncio.run(references_of(session, own))  # type: ignore[arg-type]
     assert references == {"w": "reg/web:1", "a": "reg/app:1"}
-    assert session.inspected == ["a", "d", "o"]
+    assert session.inspected == ["a", "d", "o", "g", "l"]
 
 
 def test_a_new_image_behind_a_tag_is_a_release() -> None:
