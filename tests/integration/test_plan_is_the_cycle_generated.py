@@ -44,14 +44,14 @@ from tests.support.world import LabWorld
 pytestmark = pytest.mark.integration
 
 EXAMPLES = 2
-"""Each example is up to three cycles of two Playgrounds: two drawn, the two pins named below and
-the paused Marquee and the one outside its window named below (on new Playgrounds, no cycle
-before the plan: a few seconds each) keep the file within the minute CI can spare for it.
-Derandomized, so CI tries the same pairs every run (a red CI is then this code's, never the
-draw's); the drawn pairs of this seed meet no pin, hence the two named ones. Another seed (``--hypothesis-seed``) or more examples, run by hand,
-cover more of the 49 pairs; a failure prints the pair and the ``@reproduce_failure`` that
-replays it. No shrinking: each step of it is three cycles, and a pair of states is already as
-small as a failure needs."""
+"""Each example is up to three cycles of two Playgrounds: two drawn, the two pins named below,
+and the paused Marquee and the one outside its window named below (on new Playgrounds: no cycle
+before the plan, a few seconds each) keep the file within the minute CI can spare for it.
+Derandomized, so CI tries the same draws every run (a red CI is then this code's, never the
+draw's); the drawn ones of this seed meet no pin, hence the named ones. Another seed
+(``--hypothesis-seed``) or more examples, run by hand, cover more of the 49 pairs times three
+Marquee states; a failure prints the draw and the ``@reproduce_failure`` that replays it. No
+shrinking: each step of it is three cycles, and a draw is already as small as a failure needs."""
 
 STATES = (
     "new",
