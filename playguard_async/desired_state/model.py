@@ -55,6 +55,7 @@ from playguard_async.desired_state.git_url import CredentialsInUrl, GitUrl
 from playguard_async.desired_state.rollout_policy import RolloutPolicy
 from playguard_async.desired_state.windows import Window
 from playguard_async.kits.files import FileRefused, read_text_limited
+from playguard_async.kits.image_reference import normalized
 
 SHOWN_PROBLEMS = 20
 """Problems of an ``InventoryError`` shown to a person; the rest are counted."""
@@ -437,12 +438,17 @@ class Inventory(_Model):
 
     def images_on(self, marquee: str) -> dict[str, Registry | None]:
         """Each image the playgrounds on `marquee` need, with its playspec's registry; an image in
-        several playspecs appears once, with the registry of the first."""
+        several playspecs appears once, however each spells it (``kits.image_reference``),
+        under the first one's spelling and with its registry."""
         images: dict[str, Registry | None] = {}
+        listed: set[str] = set()
         for playground in self._index.playgrounds_on.get(marquee, ()):
             playspec = self.playspec_of(playground)
             for image in playspec.images:
-                images.setdefault(image, self.registry_of(playspec))
+                same = normalized(image) or image
+                if same not in listed:
+                    listed.add(same)
+                    images[image] = self.registry_of(playspec)
         return images
 
     def registries_on(self, marquee: str) -> list[Registry]:

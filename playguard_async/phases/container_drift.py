@@ -12,9 +12,10 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping
 
+from playguard_async.kits.image_reference import normalized
 from playguard_async.phases.toolkit import Container, created_at, listed_name
 from playguard_async.remote.compose import CONFIG_HASH_LABEL, SERVICE_LABEL
-from playguard_async.remote.docker import host_now
+from playguard_async.remote.docker import host_now, inspect_container
 from playguard_async.remote.host_state import ABSENT
 from playguard_async.remote.ssh import RemoteSession
 
@@ -71,12 +72,15 @@ def image_drift(
     (``references_of``). A container created from a reference ``images`` does not have (a built
     image, one outside the Playspec's images, a digest a pin or rollback wrote into the
     override), or from one with no image on the host, is not judged: nothing says what it
-    should run."""
+    should run. References are matched as docker reads them (``kits.image_reference``), so
+    ``busybox`` and ``docker.io/library/busybox:latest`` are one; one that is no reference at
+    all is not judged either."""
     wanted = {
-        _docker_reading(reference): image
+        normalized(reference): image
         for reference, image in images.items()
         if isinstance(reference, str) and isinstance(image, str) and image not in ("", ABSENT)
     }
+    wanted.pop(None, None)
     drift: list[str] = []
     for service, containers in sorted(_by_service(own).items()):
         for container in containers:
@@ -84,32 +88,25 @@ def image_drift(
             reference = created_from.get(str(container.get("Id")))
             if not isinstance(running, str) or not running or not isinstance(reference, str):
                 continue
-            now = wanted.get(_docker_reading(reference))
+            now = wanted.get(normalized(reference))
             if now is not None and now != running:
                 drift.append(f"{service}: {listed_name(container)} image changed")
     return drift
-
-
-def _docker_reading(reference: str) -> str:
-    """``reference`` as docker reads it: one without a tag or digest means ``:latest``."""
-    if "@" in reference or ":" in reference.rsplit("/", 1)[-1]:
-        return reference
-    return f"{reference}:latest"
 
 
 async def references_of(session: RemoteSession, own: list[Container]) -> dict[str, str]:
     """Container ID -> the reference it was created from. The listing shows it, except where it
     no longer names the container's image (a tag moved: docker then lists the image's ID): only
     those are inspected (``Config.Image``), one call each, so a Playground whose tags stayed
-    costs no call."""
+    costs no call. A container gone meanwhile has none: it is not judged."""
     references: dict[str, str] = {}
     for container in own:
         listed, running = container.get("Image"), container.get("ImageID")
         if isinstance(listed, str) and listed and listed != running:
             references[str(container["Id"])] = listed
             continue
-        details = await session.api(session.docker.containers.container(container["Id"]).show())
-        configured = (details.get("Config") or {}).get("Image")
+        details = await inspect_container(session, str(container["Id"]))
+        configured = ((details or {}).get("Config") or {}).get("Image")
         if isinstance(configured, str):
             references[str(container["Id"])] = configured
     return references
@@ -145,7 +142,10 @@ async def stuck(session: RemoteSession, own: list[Container]) -> dict[str, str]:
 
 
 async def _unhealthy_for(session: RemoteSession, container: Container) -> float:
-    details = await session.api(session.docker.containers.container(container["Id"]).show())
+    """How long the container has failed its health check; 0 when it is gone meanwhile."""
+    details = await inspect_container(session, str(container["Id"]))
+    if details is None:
+        return 0.0
     streak = int(details["State"].get("Health", {}).get("FailingStreak", 0))
     interval_ns = (details["Config"].get("Healthcheck") or {}).get("Interval") or 0
     return streak * (interval_ns / 1e9 or _DEFAULT_HEALTH_INTERVAL)

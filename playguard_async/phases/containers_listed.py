@@ -30,7 +30,7 @@ from playguard_async.desired_state.model import Playspec
 from playguard_async.phases.container_drift import service_of
 from playguard_async.phases.toolkit import Container, CycleContext, listed_name
 from playguard_async.remote.compose import CONFIG_HASH_LABEL
-from playguard_async.remote.docker import AGENT_CHAT, PLAYGROUND, inspect_or_none, list_ours
+from playguard_async.remote.docker import AGENT_CHAT, PLAYGROUND, inspect_container, list_ours
 from playguard_async.remote.errors import DockerApiError, RemoteCommandFailed
 from playguard_async.remote.host_state import ComposeState, image_ids, pinned_references
 from playguard_async.remote.memo import ComposeAnswer
@@ -153,7 +153,6 @@ async def _filled(
 async def _inspected(session: RemoteSession, container: Container) -> Mapping[str, Any] | None:
     """The container's inspect, or None when it is gone or the engine would not say."""
     try:
-        found = await inspect_or_none(session, f"containers/{container['Id']}/json")
+        return await inspect_container(session, str(container["Id"]))
     except DockerApiError:
         return None
-    return found if isinstance(found, Mapping) else None

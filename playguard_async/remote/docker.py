@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -70,6 +71,14 @@ async def inspect_or_none(session: RemoteSession, path: str) -> Any:
         if exc.status == _NOT_FOUND:
             return None
         raise
+
+
+async def inspect_container(session: RemoteSession, container_id: str) -> Mapping[str, Any] | None:
+    """A container's inspect (``containers/{id}/json``), or None when it is gone (removed
+    between the listing and now: what read it leaves it unjudged) or the engine's answer is
+    not an object. Other refusals raise ``DockerApiError``, as any read."""
+    found = await inspect_or_none(session, f"containers/{container_id}/json")
+    return found if isinstance(found, Mapping) else None
 
 
 async def list_ours(session: RemoteSession) -> list[dict[str, Any]]:

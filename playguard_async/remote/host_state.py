@@ -46,6 +46,7 @@ from typing import Any
 import structlog
 
 from playguard_async.desired_state.model import Marquee
+from playguard_async.kits.image_reference import normalized
 from playguard_async.kits.vocabulary import KEEP_COMPOSE_ANSWERS
 from playguard_async.remote.compose import (
     CONFIG_HASH_LABEL,
@@ -235,16 +236,15 @@ async def images_digest(session: RemoteSession) -> str:
 
 
 async def image_ids(session: RemoteSession, references: Sequence[str]) -> dict[str, str]:
-    """Reference -> the ID of the image behind it on the host (``-`` where it has none); a
-    reference without a tag or digest means ``:latest``, as for docker."""
-    found: dict[str, str] = {}
+    """Reference -> the ID of the image behind it on the host (``-`` where it has none),
+    matched as docker reads both (``kits.image_reference``: ``busybox`` is the host's
+    ``busybox:latest``, a reference with a digest its repo digest)."""
+    found: dict[str | None, str] = {}
     for image in await host_images(session):
         for name in [*(image.get("RepoTags") or []), *(image.get("RepoDigests") or [])]:
-            found[str(name)] = str(image.get("Id"))
-    return {
-        reference: found.get(reference) or found.get(f"{reference}:latest") or ABSENT
-        for reference in references
-    }
+            found[normalized(str(name))] = str(image.get("Id"))
+    found.pop(None, None)
+    return {reference: found.get(normalized(reference)) or ABSENT for reference in references}
 
 
 async def pinned_references(session: RemoteSession, ids: Sequence[str]) -> dict[str, str]:

@@ -35,6 +35,7 @@ from collections.abc import Mapping, Sequence
 from playguard_async.remote.compose import ComposeProject, parse_config_hashes, parse_services
 from playguard_async.remote.errors import RemoteCommandFailed
 from playguard_async.remote.host_state import ComposeState
+from playguard_async.remote.registry import was_pulled
 from playguard_async.remote.ssh import RemoteSession
 
 # $1 the checkout, $2 the repo, $3 the commit, $4 the compose file (relative to the checkout),
@@ -104,4 +105,4 @@ def planned_image_ids(session: RemoteSession, now: Mapping[str, str]) -> dict[st
     it: in a dry run, a reference it would pull stands for an image not known yet."""
     if not session.dry_run:
         return dict(now)
-    return {ref: f"pulled {ref}" if ref in session.pulled else id_ for ref, id_ in now.items()}
+    return {ref: f"pulled {ref}" if was_pulled(session, ref) else id_ for ref, id_ in now.items()}

@@ -17,6 +17,7 @@ import aiodocker
 from aiodocker.utils import compose_auth_header
 
 from playguard_async.desired_state.model import Registry
+from playguard_async.kits.image_reference import normalized, registry_of
 from playguard_async.remote.docker import (
     config_entry,
     inspect_or_none,
@@ -36,15 +37,6 @@ cut out of the request's errors, even if the password file changes meanwhile."""
 _REDACTED = "<redacted>"
 
 
-def registry_host(reference: str) -> str | None:
-    """The registry an image reference names, by Docker's rule: the first path component when it
-    has a '.' or ':' or is 'localhost'; None for a Docker Hub name such as ``library/busybox``."""
-    first, slash, _ = reference.partition("/")
-    if slash and ("." in first or ":" in first or first == "localhost"):
-        return first
-    return None
-
-
 def _cut(text: str, auth: RegistryAuth | None) -> str:
     if auth is not None and auth["password"]:
         return text.replace(auth["password"], _REDACTED)
@@ -54,7 +46,7 @@ def _cut(text: str, auth: RegistryAuth | None) -> str:
 def auth_for(reference: str, registry: Registry | None) -> RegistryAuth | None:
     """``registry``'s credentials if ``reference`` lives on its server, else None: a playspec
     listing an image hosted elsewhere must not send that host its registry's password."""
-    if registry is not None and registry_host(reference) == registry.server:
+    if registry is not None and registry_of(reference) == registry.server:
         return registry_auth(registry)
     return None
 
@@ -117,8 +109,8 @@ async def local_digests(session: RemoteSession, reference: str) -> set[str] | No
 async def pull(session: RemoteSession, reference: str, auth: RegistryAuth | None) -> None:
     """Pull ``reference`` through the write funnel (fenced; in dry-run it only says it would),
     with ``auth`` handed to the host's ``docker`` on stdin as a one-registry ``config.json``;
-    once a cycle (``RemoteSession.pulled``)."""
-    if reference in session.pulled:
+    once a cycle (``RemoteSession.pulled``), however the image is spelt."""
+    if was_pulled(session, reference):
         return
     auths = {} if auth is None else {auth["serveraddress"]: config_entry(auth)}
     try:
@@ -127,8 +119,18 @@ async def pull(session: RemoteSession, reference: str, auth: RegistryAuth | None
             pull_image(session.marquee, reference),
             stdin=json.dumps({"auths": auths}),
         )
-        session.pulled.add(reference)
+        session.pulled.add(_pulled_as(reference))
     except RemoteCommandFailed as exc:
         raise RemoteCommandFailed(
             session.host, exc.argv, exc.exit_status, _cut(exc.stderr_tail, auth), what=exc.what
         ) from None
+
+
+def was_pulled(session: RemoteSession, reference: str) -> bool:
+    """Whether this cycle pulled the image ``reference`` names (in a dry run: would have),
+    under this spelling or another (``busybox:1``, ``docker.io/library/busybox:1``)."""
+    return _pulled_as(reference) in session.pulled
+
+
+def _pulled_as(reference: str) -> str:
+    return normalized(reference) or reference

@@ -150,9 +150,9 @@ class RemoteSession:
     writes: int = 0
     """Writes this session attempted: a read of the host made before the last one is stale."""
     pulled: set[str] = field(default_factory=set)
-    """Image references pulled in this cycle, or in a dry run that would be: a later phase
-    that needs one takes it as there, as it is in the cycle that pulls it (a plan that did
-    not listed the same pull twice)."""
+    """Image references pulled in this cycle, or in a dry run that would be, each spelt the
+    one way (``registry.was_pulled``): a later phase that needs one takes it as there, as it
+    is in the cycle that pulls it (a plan that did not listed the same pull twice)."""
     planned_commits: dict[str, str] = field(default_factory=dict)
     """In a dry run, Playground -> the commit its checkout would be moved to (an update to its
     branch head, a hold's checkout): a later phase reads its files as they would be then

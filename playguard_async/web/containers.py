@@ -25,6 +25,7 @@ from playguard_async.coordination.marquee_reads import (
     PlaygroundRevisions,
     WantedPlayground,
 )
+from playguard_async.kits.image_reference import normalized, same_image
 
 ABSENT = "-"
 """How a file digest or an image says the host has none (``remote.host_state``)."""
@@ -134,7 +135,7 @@ def _chat_row(container: SeenContainer, chat: tuple[str, str, str] | None) -> Co
     _, image, state = chat
     if state != "active":
         return ContainerRow(container, False, f"the chat is {state}: its container goes")
-    if container.image != image:
+    if not same_image(container.image, image):
         return ContainerRow(container, False, f"runs {container.image}, desired {image}")
     if container.state in ("exited", "dead"):
         return ContainerRow(container, True, "finished (left in place, never restarted)")
@@ -163,7 +164,7 @@ def _playground_row(
         return ContainerRow(container, False, why)
     if told is not None and told.hold:
         return ContainerRow(container, None, f"held: {told.hold}")
-    behind = None if desired is None else desired.images.get(container.image)
+    behind = None if desired is None else _behind(desired, container.image)
     if behind is not None and behind != container.image_id:
         return ContainerRow(
             container, False, f"{container.image} names another image now ({_short(behind)})"
@@ -218,10 +219,22 @@ def _service_rows(desired: DesiredParts, rows: Sequence[ContainerRow]) -> list[D
 
 
 def _image_shown(container: SeenContainer, desired: DesiredParts) -> str:
-    behind = desired.images.get(container.image)
+    behind = _behind(desired, container.image)
     if behind is None:
         return container.image
     return f"{container.image} = {_short(behind)}" if behind != ABSENT else f"{container.image}"
+
+
+def _behind(desired: DesiredParts, image: str) -> str | None:
+    """The image the cycle found behind the Playspec's reference that names ``image`` (however
+    either is spelt: ``kits.image_reference``); None when none does."""
+    wanted = normalized(image)
+    if wanted is None:
+        return None
+    return next(
+        (found for reference, found in desired.images.items() if normalized(reference) == wanted),
+        None,
+    )
 
 
 def _container_shown(container: SeenContainer) -> str:

@@ -10,6 +10,7 @@ import json
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import aiodocker
 import pytest
@@ -23,7 +24,6 @@ from playguard_lab import (
     push_image,
 )
 from tests.support.cli import EXIT_NOT_OK, LAB_SETTINGS, Playguard
-from tests.support.daemon import marquee_entry
 from tests.support.plan_cycle import EXIT_CHANGES, converged, cycle, plan
 from tests.support.playgrounds import checkout_of, compose_yaml, project_containers
 from tests.support.world import LabWorld
@@ -156,16 +156,33 @@ async def rollback_due(here: Lab) -> None:
 
 
 async def held_by_a_rollout(here: Lab) -> None:
-    """A release its rollout has not admitted edge-1 to yet: the canary, a Marquee of its own
-    that never cycles here, is the first wave, and edge-1 waits in the second."""
-    converged(here.playguard)
-    here.world.data["marquees"].append({**marquee_entry("edge-0"), "canary": True})
+    """A release its rollout has not admitted edge-1 to yet, on two real Marquees: the canary,
+    edge-0 (a workdir and fence of its own on the lab's host), is the first wave; its plan lists
+    the release, its cycle takes it, and edge-1 waits in the second wave for the bake."""
+    edge = here.world.data["marquees"][0]
+    workdir = Path(edge["workdir"]).with_name("workdir-canary")
+    here.world.data["marquees"].append(
+        {**edge, "name": "edge-0", "canary": True,
+         "workdir": str(workdir), "state_dir": f"{workdir}-state"}
+    )  # fmt: skip
     here.world.data["playgrounds"].append(
         {**here.world.data["playgrounds"][0], "name": "web-canary", "marquee": "edge-0"}
     )
+    here.world.data["agent_chats"] = []
+    here.configure()
+    converged(here.playguard)
+    converged(here.playguard, "edge-0")
     here.world.data["playspecs"][0]["rollout"] = {"waves": [1, "100%"], "bake": 3600}
     here.configure()
     here.release(compose_yaml(here.image, sleep="86404"))
+
+    planned, listed = plan(here.playguard, "edge-0")
+    ran, taken = cycle(here.playguard, "edge-0")
+    history = here.playguard("history", "edge-0", "--limit", "1").stdout
+    assert listed == taken, planned.stdout
+    assert any(action.startswith("update playground web-canary") for action in taken), taken
+    assert (planned.returncode, ran.returncode) == (EXIT_CHANGES, 0), planned.stdout + ran.stdout
+    assert "released web-canary: commit " in " ".join(history.split()), history
 
 
 async def outside_a_window(here: Lab) -> None:

@@ -1,8 +1,10 @@
 """``plan`` is the next cycle, generated: Hypothesis draws a desired/actual pair for each of two
 Playgrounds of the lab's Marquee from the cases of test_plan_is_the_cycle.py (which has each
 alone, with the Marquee-wide ones: paused, outside a window, a rollout hold, a rollback due),
-and the actions ``plan --json`` lists must be the actions the next cycle takes (same kinds, same
-objects, same order), ``plan`` exiting 0 exactly when that cycle takes none.
+and a state of the Marquee itself (none, paused, outside a maintenance window); the actions
+``plan --json`` lists must be the actions the next cycle takes (same kinds, same objects, same
+order), ``plan`` exiting 0 exactly when that cycle takes none (a paused Marquee, where neither
+acts, is an error for ``plan``).
 
 Few examples (CI is near its time limit): one lab serves them all, and each starts on
 a world of its own: a workdir of its own (no checkout, no fence state, no kept compose answers),
@@ -14,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import itertools
+import json
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -33,7 +36,7 @@ from playguard_lab import (
     build_busybox_image,
     push_image,
 )
-from tests.support.cli import LAB_SETTINGS, Playguard
+from tests.support.cli import EXIT_NOT_OK, LAB_SETTINGS, Playguard
 from tests.support.plan_cycle import EXIT_CHANGES, converged, cycle, plan
 from tests.support.playgrounds import compose_yaml
 from tests.support.world import LabWorld
@@ -41,13 +44,14 @@ from tests.support.world import LabWorld
 pytestmark = pytest.mark.integration
 
 EXAMPLES = 2
-"""Each example is three cycles of two Playgrounds: two drawn and the two pins named below keep
-the file within the minute CI can spare for it. Derandomized, so CI tries the same pairs every
-run (a red CI is then this code's, never the draw's); the drawn pairs of this seed meet no pin,
-hence the two named ones. Another seed (``--hypothesis-seed``) or more examples, run by hand,
-cover more of the 49 pairs; a failure prints the pair and the ``@reproduce_failure`` that
-replays it. No shrinking: each step of it is three cycles, and a pair of states is already as
-small as a failure needs."""
+"""Each example is up to three cycles of two Playgrounds: two drawn, the two pins named below,
+and the paused Marquee and the one outside its window named below (on new Playgrounds: no cycle
+before the plan, a few seconds each) keep the file within the minute CI can spare for it.
+Derandomized, so CI tries the same draws every run (a red CI is then this code's, never the
+draw's); the drawn ones of this seed meet no pin, hence the named ones. Another seed
+(``--hypothesis-seed``) or more examples, run by hand, cover more of the 49 pairs times three
+Marquee states; a failure prints the draw and the ``@reproduce_failure`` that replays it. No
+shrinking: each step of it is three cycles, and a draw is already as small as a failure needs."""
 
 STATES = (
     "new",
@@ -62,6 +66,14 @@ STATES = (
 and ``pinned at last-good`` are the two where the next cycle takes no action for it."""
 
 IN_SYNC = frozenset({"converged", "pinned at last-good"})
+
+MARQUEE_STATES = ("none", "paused", "outside a window")
+"""What the Marquee itself is when the plan is asked: paused, neither the plan nor the cycle
+acts (the plan is an error, the cycle not ok); outside its maintenance window, the cycle is a
+detect and lists what the plan lists, changing nothing. The named examples below try each."""
+
+NEVER_OPEN = [{"kind": "allow", "cron": "0 0 1 1 *", "duration": 60, "timezone": "UTC"}]
+"""A maintenance window that opens a minute a year: the examples run outside it."""
 
 
 @dataclass
@@ -138,8 +150,11 @@ def world_of(lab: GeneratedLab, states: tuple[str, ...]) -> dict[str, Any]:
     return data
 
 
-def bring_about(lab: GeneratedLab, data: dict[str, Any], states: tuple[str, ...]) -> None:
-    """Converge the Playgrounds that are not new, then make each what its state says."""
+def bring_about(
+    lab: GeneratedLab, data: dict[str, Any], states: tuple[str, ...], marquee_state: str
+) -> None:
+    """Converge the Playgrounds that are not new, make each what its state says, then the
+    Marquee what ``marquee_state`` says."""
     every = data["playgrounds"]
     data["playgrounds"] = [pg for pg, state in zip(every, states, strict=True) if state != "new"]
     lab.playguard.configure(data, **LAB_SETTINGS)
@@ -170,29 +185,48 @@ def bring_about(lab: GeneratedLab, data: dict[str, Any], states: tuple[str, ...]
                 "pin", "edge-1", name, "--revision", revision, "--reason", "generated"
             )
             assert pinned.returncode == 0, pinned.stderr
+    if marquee_state == "outside a window":
+        data["marquees"][0]["windows"] = NEVER_OPEN
+        lab.playguard.configure(data, **LAB_SETTINGS)
+    elif marquee_state == "paused":
+        paused = lab.playguard("pause", "edge-1", "--for", "1h", "--reason", "generated")
+        assert paused.returncode == 0, paused.stderr
 
 
 def test_for_any_two_playgrounds_the_plan_lists_the_actions_the_next_cycle_takes(
     generated_lab: GeneratedLab,
 ) -> None:
-    @given(st.tuples(st.sampled_from(STATES), st.sampled_from(STATES)))
-    @example(("pinned at a commit", "a new image behind a tag"))
-    @example(("a new commit", "pinned at last-good"))
+    @given(
+        st.tuples(st.sampled_from(STATES), st.sampled_from(STATES)),
+        st.sampled_from(MARQUEE_STATES),
+    )
+    @example(("pinned at a commit", "a new image behind a tag"), "none")
+    @example(("a new commit", "pinned at last-good"), "none")
+    @example(("new", "new"), "paused")
+    @example(("new", "new"), "outside a window")
     @settings(
         max_examples=EXAMPLES, derandomize=True, deadline=None, database=None, print_blob=True,
         suppress_health_check=[HealthCheck.too_slow], phases=[Phase.explicit, Phase.generate],
     )  # fmt: skip
-    def plan_is_the_cycle(states: tuple[str, str]) -> None:
+    def plan_is_the_cycle(states: tuple[str, str], marquee_state: str) -> None:
         generated_lab.remove_our_containers()
         data = world_of(generated_lab, states)
-        bring_about(generated_lab, data, states)
         playguard = generated_lab.playguard
-
-        planned, listed = plan(playguard)
-        ran, taken = cycle(playguard)
+        try:
+            bring_about(generated_lab, data, states, marquee_state)
+            planned, listed = plan(playguard)
+            ran, taken = cycle(playguard)
+        finally:
+            if marquee_state == "paused":
+                assert playguard("resume", "edge-1").returncode == 0
 
         assert listed == taken, planned.stdout
         assert len(set(listed)) == len(listed), "nothing planned twice"
+        if marquee_state == "paused":
+            assert (taken, planned.returncode, ran.returncode) == ([], 1, EXIT_NOT_OK), ran.stdout
+            return
+        detect = json.loads(ran.stdout)["cycle"]["dry_run"]
+        assert detect is (marquee_state == "outside a window"), ran.stdout
         assert bool(taken) is not (set(states) <= IN_SYNC), taken
         assert planned.returncode == (EXIT_CHANGES if taken else 0), planned.stdout
         assert ran.returncode == 0, ran.stdout + ran.stderr

@@ -19,16 +19,20 @@ def actions_of(changes: dict[str, list[str]]) -> list[str]:
     return [re.sub(r"^would ", "", action) for taken in changes.values() for action in taken]
 
 
-def plan(playguard: Playguard) -> tuple[subprocess.CompletedProcess[str], list[str]]:
-    done = playguard("plan", "edge-1", "--json", timeout=180.0)
+def plan(
+    playguard: Playguard, marquee: str = "edge-1"
+) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    done = playguard("plan", marquee, "--json", timeout=180.0)
     return done, actions_of(json.loads(done.stdout).get("changes", {}))
 
 
-def cycle(playguard: Playguard) -> tuple[subprocess.CompletedProcess[str], list[str]]:
-    done = playguard("cycle", "edge-1", "--json", timeout=180.0)
+def cycle(
+    playguard: Playguard, marquee: str = "edge-1"
+) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    done = playguard("cycle", marquee, "--json", timeout=180.0)
     return done, actions_of(json.loads(done.stdout)["cycle"]["actions"])
 
 
-def converged(playguard: Playguard) -> None:
-    done, _ = cycle(playguard)
+def converged(playguard: Playguard, marquee: str = "edge-1") -> None:
+    done, _ = cycle(playguard, marquee)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -1,10 +1,12 @@
 """A new image behind a tag is drift whatever compose's version: the pure judgement of
 ``image_drift`` over containers as the Engine API lists them (garbage included), the references
-``references_of`` reads for it, and the cause such a change is told by (a release)."""
+``references_of`` reads for it, a dry run's pulls as the plan reads them, and the cause such a
+change is told by (a release)."""
 
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -13,8 +15,11 @@ from playguard_async.kits.vocabulary import Cause
 from playguard_async.phases.causes import change_cause
 from playguard_async.phases.container_drift import image_drift, references_of
 from playguard_async.remote.compose import SERVICE_LABEL
+from playguard_async.remote.errors import DockerApiError
 from playguard_async.remote.host_state import ABSENT
 from playguard_async.remote.last_good import LastGood
+from playguard_async.remote.planned import planned_image_ids
+from playguard_async.remote.registry import pull
 from playguard_async.remote.revision import Revision
 
 OLD, NEW = "sha256:" + "a" * 64, "sha256:" + "b" * 64
@@ -51,6 +56,28 @@ CASES: dict[str, tuple[list[dict[str, Any]], dict[str, Any], dict[str, Any], lis
     "a registry port is not a tag": (
         [_container()], {"127.0.0.1:5000/app": NEW}, {"app-id": "127.0.0.1:5000/app:latest"},
         ["app: web-app-1 image changed"],
+    ),
+    "Docker Hub's spellings are one image": (
+        [_container(), _container("db", Id="db-id")],
+        {"busybox:1": NEW, "index.docker.io/team/db": NEW},
+        {"app-id": "docker.io/library/busybox:1", "db-id": "team/db:latest"},
+        ["app: web-app-1 image changed", "db: web-db-1 image changed"],
+    ),
+    "a registry host in another case": (
+        [_container()], {"Reg.Example:5000/app": NEW}, {"app-id": "reg.example:5000/app:latest"},
+        ["app: web-app-1 image changed"],
+    ),
+    "a tag beside a digest: the digest says": (
+        [_container()], {"reg.example/app@" + NEW: NEW}, {"app-id": "reg.example/app:1@" + NEW},
+        ["app: web-app-1 image changed"],
+    ),
+    "another tag is another image": (
+        [_container()], {"busybox:1": NEW}, {"app-id": "busybox:2"}, [],
+    ),
+    "garbage on either side is not judged": (
+        [_container(), _container("db", Id="db-id")],
+        {":::": NEW, "": NEW, "reg/App:1": NEW, "x" * 10_000: NEW},
+        {"app-id": ":::", "db-id": "reg/App:1"}, [],
     ),
     "a built image (no reference in the Playspec)": (
         [_container()], {"reg/other:1": NEW}, {"app-id": "web-app"}, [],
@@ -98,26 +125,22 @@ def test_image_drift(case: str) -> None:
     assert image_drift(own, images, created_from) == drift
 
 
-class _Inspected:
-    def __init__(self, details: Any) -> None:
-        self._details = details
-
-    async def show(self) -> Any:
-        return self._details
-
-
 class _FakeSession:
-    """What ``references_of`` uses of a session: the Engine API's inspect, counted."""
+    """What ``references_of`` uses of a session: the Engine API's inspect, counted; a
+    container without a config here is gone (404)."""
 
     def __init__(self, configs: dict[str, Any]) -> None:
         self.configs = configs
         self.inspected: list[str] = []
         self.docker = self
-        self.containers = self
+        self.host = "m-0"
 
-    def container(self, container_id: str) -> _Inspected:
+    async def _query_json(self, path: str, **_: Any) -> Any:
+        container_id = path.removeprefix("containers/").removesuffix("/json")
         self.inspected.append(container_id)
-        return _Inspected(self.configs[container_id])
+        if container_id not in self.configs:
+            raise DockerApiError(self.host, 404, f"No such container: {container_id}")
+        return self.configs[container_id]
 
     async def api(self, call: Any) -> Any:
         return await call
@@ -125,19 +148,22 @@ class _FakeSession:
 
 def test_references_are_listed_and_only_a_moved_tag_is_inspected() -> None:
     """Docker lists the reference a container was created from, or the image's ID where that
-    reference no longer names the image: only that container costs an inspect."""
+    reference no longer names the image: only that container costs an inspect. One gone
+    between the listing and its inspect is not judged."""
     own = [
         _container("web", Id="w", Image="reg/web:1"),
         _container("app", Id="a", Image=OLD),
         _container("db", Id="d", Image=None),
         _container("odd", Id="o", Image=OLD),
+        _container("gone", Id="g", Image=OLD),
+        _container("list", Id="l", Image=OLD),
     ]
     session = _FakeSession(
-        {"a": {"Config": {"Image": "reg/app:1"}}, "d": {"Config": None}, "o": {}}
+        {"a": {"Config": {"Image": "reg/app:1"}}, "d": {"Config": None}, "o": {}, "l": [1]}
     )
     references = asyncio.run(references_of(session, own))  # type: ignore[arg-type]
     assert references == {"w": "reg/web:1", "a": "reg/app:1"}
-    assert session.inspected == ["a", "d", "o"]
+    assert session.inspected == ["a", "d", "o", "g", "l"]
 
 
 def test_a_new_image_behind_a_tag_is_a_release() -> None:
@@ -153,3 +179,34 @@ def test_a_new_image_behind_a_tag_is_a_release() -> None:
         drift=["app: web-app-1 image changed"],
     )  # fmt: skip
     assert cause.cause is Cause.RELEASE
+
+
+class _PullingSession:
+    """What ``registry.pull`` and ``planned_image_ids`` use of a dry run's session."""
+
+    def __init__(self) -> None:
+        self.dry_run = True
+        self.pulled: set[str] = set()
+        self.marquee = SimpleNamespace(docker_socket="/run/docker.sock")
+        self.changes: list[str] = []
+
+    async def change(self, what: str, argv: list[str], *, stdin: str) -> None:
+        self.changes.append(what)
+
+
+def test_an_image_is_pulled_once_a_cycle_and_planned_pulled_whatever_its_spelling() -> None:
+    """Two Playspecs (or a chat) spelling one image two ways: one pull, and the plan takes the
+    image behind either spelling as the pulled one, as the cycle will find it."""
+    session = _PullingSession()
+    asyncio.run(pull(session, "busybox:1", None))  # type: ignore[arg-type]
+    asyncio.run(pull(session, "docker.io/library/busybox:1", None))  # type: ignore[arg-type]
+    assert session.changes == ["pull busybox:1"]
+    planned = planned_image_ids(
+        session,  # type: ignore[arg-type]
+        {"index.docker.io/library/busybox:1": OLD, "busybox:2": OLD, ":::": OLD},
+    )
+    assert planned == {
+        "index.docker.io/library/busybox:1": "pulled index.docker.io/library/busybox:1",
+        "busybox:2": OLD,
+        ":::": OLD,
+    }

@@ -501,9 +501,10 @@ async def test_lookups_per_marquee_follow_chat_to_playground_to_marquee(tmp_path
         inventory.marquee("gone")
 
 
-def fleet(*, registries: list[str]) -> Inventory:
+def fleet(*, registries: list[str], base: str = "base:1") -> Inventory:
     """Two Marquees; playspecs naming the registries in the order given (a registry-less one
-    too), so what a Marquee needs from them shows its order and its sharing."""
+    too), so what a Marquee needs from them shows its order and its sharing; those playspecs
+    spell the shared image ``base``."""
     marquee = {"user": "pg", "identity_file": "/k/id", "known_hosts": "/k/kh"}
     return Inventory.model_validate(
         {
@@ -521,7 +522,7 @@ def fleet(*, registries: list[str]) -> Inventory:
                     {
                         "name": f"s-{registry}",
                         "repo": "https://g.example/s.git",
-                        "images": [f"{registry}.example/app:1", "base:1"],
+                        "images": [f"{registry}.example/app:1", base],
                         "registry": registry,
                     }
                     for registry in registries
@@ -564,6 +565,11 @@ def test_images_on_a_marquee_appear_once_with_the_registry_of_their_first_playsp
         "r-first.example/app:1": "r-first",
     }
     assert inventory.images_on("m2") == {"base:1": None}
+
+
+def test_an_image_spelt_two_ways_is_pulled_once_under_its_first_spelling() -> None:
+    inventory = fleet(registries=["r-first"], base="index.docker.io/library/base:1")
+    assert list(inventory.images_on("m1")) == ["base:1", "r-first.example/app:1"]
 
 
 def test_references_resolve_through_the_index() -> None:

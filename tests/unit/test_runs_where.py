@@ -185,6 +185,12 @@ def verdicts(story: MarqueeStory) -> dict[str, tuple[bool | None, str]]:
         (container(health="unhealthy"), False, "unhealthy"),
         (container(service="gone"), False, "its service is not in the compose file"),
         (container(image_id=OLD_ID), False, "app:main names another image now (aaaaaaaaaaaa)"),
+        (
+            container(image="docker.io/library/app:main", image_id=OLD_ID),
+            False,
+            "docker.io/library/app:main names another image now (aaaaaaaaaaaa)",
+        ),
+        (container(image="app", image_id=OLD_ID), True, ""),
         (container(playground="other"), False, "not in the desired state"),
         (
             container(config_hash="0ld"),
@@ -194,6 +200,7 @@ def verdicts(story: MarqueeStory) -> dict[str, tuple[bool | None, str]]:
         (container(config_hash=None), True, ""),
         (container(agent_chat="chat-1", image="chat:1"), True, ""),
         (container(agent_chat="chat-1", image="chat:2"), False, "runs chat:2, desired chat:1"),
+        (container(agent_chat="chat-1", image="index.docker.io/library/chat:1"), True, ""),
         (container(agent_chat="stray"), False, "no such agent chat in the desired state"),
         (
             container(agent_chat="chat-1", image="chat:1", state="exited"),
