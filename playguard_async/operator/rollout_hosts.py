@@ -39,7 +39,7 @@ from playguard_async.phases.decision_copies import (
 from playguard_async.phases.rollout_desk import scope_of
 from playguard_async.phases.rollout_record import Rollout
 from playguard_async.remote.errors import RemoteError
-from playguard_async.remote.ssh import RemoteOptions, open_session
+from playguard_async.remote.ssh import RemoteOptions, RemoteSession, open_session
 from playguard_async.service.wiring import remote_options
 from playguard_async.settings import Settings
 
@@ -144,18 +144,23 @@ async def _write(
     options: RemoteOptions, marquee: Marquee, lease: Lease, playgrounds: Sequence[str],
     rollout: Rollout,
 ) -> HostCopy:  # fmt: skip
-    """Read the host's copies (one command), then write ``rollout`` over those that are older
-    (one fenced write each), as a cycle's gate does with a memory of its own."""
-    memory = DecisionMemory()
     async with open_session(marquee, options, lease=lease) as session:
-        scopes = dict.fromkeys(playgrounds, rollout.scope)
-        await kept_rollouts(session, scopes, {}, memory)
-        on_host = {pg: memory.on_host[marquee.name, rollout_copy(pg)] for pg in playgrounds}
-        older = [pg for pg, seq in on_host.items() if seq < rollout.seq]
-        await keep_rollouts(session, dict.fromkeys(playgrounds, rollout), memory)
-    if not older:
+        written = await put_on_host(session, playgrounds, rollout)
+    if not written:
         return HostCopy(marquee.name, True, f"had it (seq {rollout.seq} or newer)")
     return HostCopy(marquee.name, True, f"written (seq {rollout.seq})")
+
+
+async def put_on_host(session: RemoteSession, playgrounds: Sequence[str], rollout: Rollout) -> bool:
+    """Read the host's copies of ``playgrounds``' scope (one command), then write ``rollout``
+    over those that are older (one fenced write each), as a cycle's gate does, with a memory
+    of its own; whether any was written."""
+    memory = DecisionMemory()
+    await kept_rollouts(session, dict.fromkeys(playgrounds, rollout.scope), {}, memory)
+    marquee = session.marquee.name
+    older = [pg for pg in playgrounds if memory.on_host[marquee, rollout_copy(pg)] < rollout.seq]
+    await keep_rollouts(session, dict.fromkeys(older, rollout), memory)
+    return bool(older)
 
 
 async def act_on_hosts(
