@@ -78,17 +78,17 @@ async def test_an_abort_is_on_every_host_before_the_command_reports_and_outlives
     for _ in range(3):
         await fleet.tick(TWO_REPLICAS)
 
-    assert shown["on_every_host"] is True
-    assert [(h["marquee"], h["carries"]) for h in shown["hosts"]] == [  # type: ignore[attr-defined]
-        (name, True) for name in MARQUEES
-    ]
-    assert all(fleet.copies(name) > copies[name] for name in MARQUEES)
     rebuilt = await fleet.record()
     assert rebuilt is not None
     assert (rebuilt.id, rebuilt.status) == (record.id, "aborted")
     assert {name: fleet.checkout_commit(name) for name in MARQUEES} == dict.fromkeys(
         MARQUEES, fleet.first
     )
+    assert shown["on_every_host"] is True
+    assert [(h["marquee"], h["carries"]) for h in shown["hosts"]] == [  # type: ignore[attr-defined]
+        (name, True) for name in MARQUEES
+    ]
+    assert all(fleet.copies(name) > copies[name] for name in MARQUEES)
 
 
 async def test_a_pause_is_on_every_host_and_no_wave_starts_after_flushall(
@@ -105,11 +105,11 @@ async def test_a_pause_is_on_every_host_and_no_wave_starts_after_flushall(
     for _ in range(4):  # each past the bake: a running rollout would start wave 2
         await fleet.tick(TWO_REPLICAS)
 
-    assert shown["on_every_host"] is True
     rebuilt = await fleet.record()
     assert rebuilt is not None
     assert (rebuilt.id, rebuilt.status, rebuilt.wave) == (record.id, "paused", 0)
     assert [name for name in MARQUEES if name != CANARY and fleet.updates(name)] == []
+    assert shown["on_every_host"] is True
 
 
 def closed_port() -> int:
