@@ -61,10 +61,14 @@ class HostCopy:
 
 
 def scope_marquees(inventory: Inventory, scope: str) -> dict[Marquee, list[str]]:
-    """The Marquees whose cycles may admit a release of ``scope`` (cycled, with a running
-    Playground of it), each with those Playgrounds, in name order."""
+    """The Marquees whose cycles may admit a release of ``scope`` (its cohort: launchable, mode
+    ``apply``, with a running Playground of it), each with those Playgrounds, in name order. A
+    Marquee in ``detect`` changes nothing, so admits nothing; it reads Redis or the hosts'
+    copies when it is switched to ``apply``. A copy is bookkeeping: written also outside a
+    maintenance window."""
     found: dict[Marquee, list[str]] = {}
-    for marquee in sorted(inventory.cycled_marquees(), key=lambda m: m.name):
+    cohort = (m for m in inventory.cycled_marquees() if m.mode == "apply")
+    for marquee in sorted(cohort, key=lambda m: m.name):
         names = [
             pg.name
             for pg in inventory.playgrounds_on(marquee.name)
