@@ -209,9 +209,10 @@ def _rollout_action(action: str, summary: str) -> None:
         with readable_errors(ctx):
             import asyncio
 
+            settings = command_settings(config)
+            # The remote layer, once the settings are read: the record goes onto the hosts.
             from playguard_async.operator.rollout_hosts import act_on_hosts
 
-            settings = command_settings(config)
             acted = asyncio.run(act_on_hosts(settings, scope, rollout_id, action, reason))
         if as_json:
             import json
