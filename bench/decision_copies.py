@@ -69,7 +69,7 @@ async def measure(playgrounds: int, cycles: int) -> float:
     for _ in range(cycles):
         await kept_rollouts(session, scopes, await desk.recorded(scopes.values()), memory)
         await keep_rollouts(session, records, memory)
-        await kept_pins(session, memory)
+        await kept_pins(session, pins.seq, memory)
         await keep_pins(session, pins, memory)
         await pauses.forgotten(redis, "m1", 1.0)
     return (time.process_time() - start) / cycles

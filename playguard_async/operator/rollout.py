@@ -1,7 +1,8 @@
 """``rollout list|show|promote|pause|resume|abort``: the fleet's rollouts as Redis holds them,
 and an operator's say in them (``phases.rollout_record``). Each action is one compare-and-set
 over the record read, with who (user@host) and why kept in its events; a cycle that changed the
-record meanwhile makes it read again (three tries). This command reaches Redis only."""
+record meanwhile makes it read again (three tries). The commands reach Redis only; the CLI's and
+the web view's actions then put the stored record on the hosts (``operator.rollout_hosts``)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from playguard_async.coordination.replicas import live_versions
 from playguard_async.coordination.rollouts import FOREIGN, read_rollout, write_rollout
 from playguard_async.desired_state.model import Inventory
 from playguard_async.desired_state.rollout_policy import admission_key
-from playguard_async.operator.fleet import OperateError, known_marquee, open_fleet
+from playguard_async.operator.fleet import Fleet, OperateError, known_marquee, open_fleet
 from playguard_async.phases.rollout_desk import scope_of
 from playguard_async.phases.rollout_reads import recorded_rollouts, unfinished_rollouts
 from playguard_async.phases.rollout_record import Rollout, RolloutRefused
@@ -102,29 +103,36 @@ async def act(
     ``user`` (default: this process's), stored; ``OperateError`` when the scope has none, its
     rollout is another one now (a release opened since the operator looked: the action was
     meant for the one named), or its status does not allow it."""
-    timeout = settings.redis_socket_timeout
-    who = operator_identity(user)
     async with open_fleet(settings) as fleet:
-        for _ in range(TRIES):
-            read = await read_rollout(fleet.redis, scope, timeout)
-            current = _readable(scope, read.raw)
-            if current.id != rollout_id:
-                raise OperateError(
-                    f"rollout {rollout_id[:40]!r} is no longer the rollout of {scope}: it is "
-                    f"{current.id} now (release {current.target[:12]}, {current.status}); "
-                    f"see: playguard rollout show {scope}"
-                )
-            try:
-                changed = current.by_operator(action, who, why, read.now).stored_over(current)
-            except RolloutRefused as exc:
-                raise OperateError(str(exc)) from None
-            if await write_rollout(fleet.redis, read, changed.encode(), opens=False,
-                                   timeout=timeout):  # fmt: skip
-                await record_operator_action(
-                    fleet.redis, FLEET, f"rollout {action}", reason=why, target=scope, by=who,
-                    at=read.now, timeout=timeout,
-                )  # fmt: skip
-                return changed
+        return await store_action(fleet, scope, rollout_id, action, why, user=user)
+
+
+async def store_action(
+    fleet: Fleet, scope: str, rollout_id: str, action: str, why: str, *, user: str | None
+) -> Rollout:
+    """``act`` on a fleet already open (``rollout_hosts.act_on_hosts``)."""
+    timeout = fleet.settings.redis_socket_timeout
+    who = operator_identity(user)
+    for _ in range(TRIES):
+        read = await read_rollout(fleet.redis, scope, timeout)
+        current = _readable(scope, read.raw)
+        if current.id != rollout_id:
+            raise OperateError(
+                f"rollout {rollout_id[:40]!r} is no longer the rollout of {scope}: it is "
+                f"{current.id} now (release {current.target[:12]}, {current.status}); "
+                f"see: playguard rollout show {scope}"
+            )
+        try:
+            changed = current.by_operator(action, who, why, read.now).stored_over(current)
+        except RolloutRefused as exc:
+            raise OperateError(str(exc)) from None
+        if await write_rollout(fleet.redis, read, changed.encode(), opens=False,
+                               timeout=timeout):  # fmt: skip
+            await record_operator_action(
+                fleet.redis, FLEET, f"rollout {action}", reason=why, target=scope, by=who,
+                at=read.now, timeout=timeout,
+            )  # fmt: skip
+            return changed
     raise OperateError(f"rollout {scope}: changed by cycles {TRIES} times meanwhile; try again")
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from playguard_async.operator.command_kit import (
+    EXIT_NOT_OK,
     command_settings,
     duration_option,
     echo,
@@ -146,9 +147,11 @@ def unpin_command(ctx: click.Context, marquee: str, playground: str, config: Pat
 @click.group()
 def rollout() -> None:
     """The fleet's rollouts: a release of a Playspec at a branch, in waves (see the docs, page
-    concepts/rollouts.md, section "Rollouts: a release in waves"). Exit status 0 when done, 1 on
-    an error (no such rollout, another rollout than the one named, an action its status does not
-    allow, Redis away), 2 bad usage."""
+    concepts/rollouts.md, section "Rollouts: a release in waves"). Exit status 0 when done (an
+    action: stored in Redis and carried by every host of the scope), 1 on an error (no such
+    rollout, another rollout than the one named, an action its status does not allow, Redis
+    away: nothing stored), 2 bad usage, 4 an action stored in Redis that some hosts of the scope
+    do not carry yet (each named, with why: locked by a cycle, unreachable)."""
 
 
 @rollout.command("list")
@@ -191,11 +194,15 @@ def _rollout_action(action: str, summary: str) -> None:
                   help="The rollout meant (the id `rollout show` prints); refused if the "
                   "scope's rollout is another one now.")  # fmt: skip
     @click.option("--reason", required=True, help="Why, kept with the rollout (500 chars).")
+    @click.option("--json", "as_json", is_flag=True,
+                  help='One object: {"rollout": {...}, "hosts": [{"marquee", "carries", '
+                  '"detail"}], "on_every_host"}.')  # fmt: skip
     @CONFIG_OPTION
     @click.pass_context
     def command(
-        ctx: click.Context, scope: str, rollout_id: str, reason: str, config: Path | None
-    ) -> None:
+        ctx: click.Context, scope: str, rollout_id: str, reason: str, *, as_json: bool,
+        config: Path | None,
+    ) -> None:  # fmt: skip
         from playguard_async.operator import rollout as rollouts
 
         _check_reason(reason, rollouts.REASON_MAX)
@@ -203,8 +210,24 @@ def _rollout_action(action: str, summary: str) -> None:
             import asyncio
 
             settings = command_settings(config)
-            changed = asyncio.run(rollouts.act(settings, scope, rollout_id, action, reason))
-        echo(rollouts.summary(changed))
+            # The remote layer, once the settings are read: the record goes onto the hosts.
+            from playguard_async.operator.rollout_hosts import act_on_hosts
+
+            acted = asyncio.run(act_on_hosts(settings, scope, rollout_id, action, reason))
+        if as_json:
+            import json
+
+            echo(json.dumps({
+                "rollout": rollouts.as_json(acted.rollout),
+                "hosts": [host.as_json() for host in acted.hosts],
+                "on_every_host": acted.on_every_host,
+            }))  # fmt: skip
+        else:
+            echo(rollouts.summary(acted.rollout))
+            for line in acted.host_lines():
+                echo(line)
+        if not acted.on_every_host:
+            ctx.exit(EXIT_NOT_OK)
 
 
 _rollout_action("promote", "Start the next wave now, whatever its bake; lifts a halt.")

@@ -25,6 +25,7 @@ from playguard_async.operator.cycle import run_cycle
 from playguard_async.operator.fleet import OperateError
 from playguard_async.operator.pause import lift_scope_pause, take_scope_pause
 from playguard_async.operator.plan import plan_one
+from playguard_async.operator.rollout_hosts import act_on_hosts
 from playguard_async.operator.unlock import unlock_lines, unlock_marquee
 from playguard_async.settings import Settings, SettingsError
 from playguard_async.web.actions import ActionRefused
@@ -137,7 +138,7 @@ class CliDesk:
         async def act(form: Mapping[str, str], user: str) -> list[str]:
             scope, reason = _field(form, "scope"), _reason(form, rollout.REASON_MAX)
             meant = _field(form, "rollout")
-            changed = await rollout.act(self.settings, scope, meant, step, reason, user=user)
-            return [rollout.summary(changed)]
+            acted = await act_on_hosts(self.settings, scope, meant, step, reason, user=user)
+            return [rollout.summary(acted.rollout), *acted.host_lines()]
 
         return act

@@ -15,18 +15,19 @@ Two copies back Redis:
 - each host's: a copy of the records that concern it (its Playgrounds' rollouts, its pins),
   written when the replica knows the host's copy to be older, so a replica that starts after
   Redis forgot (or with it) rebuilds from the hosts. A host's copy is read at the first cycle
-  of the Marquee in a process, and again at each cycle that finds Redis's record of the scope
-  absent or older than the one this replica knows (what another replica wrote to the host
-  since, an abort this one never read, is then learnt before anything is admitted); never in
+  of the Marquee in a process, and again at each cycle that finds Redis's record (of the
+  scope, of the Marquee's pins) absent or older than the one this replica knows (what another
+  replica wrote to the host since, an abort or pins this one never read, is then learnt before
+  anything is admitted or written back: ``DecisionMemory.host_read_due``); never in
   an in-sync cycle (but in every cycle of a staged scope that never had a rollout: Redis has
   no record of it until the first opens), and written only when a decision changed: an in-sync
   cycle costs no host round trip and no Redis command more. A replica that learns a decision
   writes it to the host of each Marquee it cycles, so every host of the scope carries it after
   a cycle of it.
 
-What a copy cannot save: a decision written to Redis and lost before any replica read it (a
-failover in the seconds after an operator's action), as the table of
-operations/high-availability.md in the docs says.
+An operator's rollout action is put on the hosts of its scope before the command reports
+(``operator.rollout_hosts``), so it is not lost with Redis before any replica read it; what a
+copy still cannot save is in the table of operations/high-availability.md in the docs.
 """
 
 from __future__ import annotations
@@ -85,6 +86,21 @@ class DecisionMemory:
             self._bounded()
             self.rollouts[rollout.scope] = rollout
 
+    def host_read_due(
+        self, marquee: str, copy: str, recorded: int | None, known: Rollout | PinsRead | None
+    ) -> bool:
+        """Whether ``marquee``'s host copy ``copy`` must be read (again): this process never
+        read it, or Redis's record (its write count, ``recorded``: -1 none it can read, None
+        not read) may lack what the host keeps: there is none, or it is older than the one
+        this replica knows (``known``). Another replica may have written a newer decision to
+        the host since (an abort, pins this one never read), which is then learnt before
+        anything older is written back. Never in a cycle in sync with Redis."""
+        if (marquee, copy) not in self.on_host:
+            return True
+        if recorded is None:
+            return False
+        return recorded < 0 or (known is not None and recorded < known.seq)
+
     def saw_pins(self, pins: PinsRead) -> None:
         known = self.pins.get(pins.marquee)
         if known is None or pins.seq > known.seq:
@@ -115,8 +131,9 @@ async def kept_rollouts(
     unread = [
         pg
         for pg in scopes
-        if (marquee, rollout_copy(pg)) not in memory.on_host
-        or _behind(recorded.get(scopes[pg]), memory.rollouts.get(scopes[pg]))
+        if memory.host_read_due(
+            marquee, rollout_copy(pg), recorded.get(scopes[pg]), memory.rollouts.get(scopes[pg])
+        )
     ]
     if unread:
         copies = await read_kept(session, [rollout_copy(pg) for pg in unread])
@@ -128,14 +145,6 @@ async def kept_rollouts(
     return {
         scope: memory.rollouts[scope] for scope in set(scopes.values()) if scope in memory.rollouts
     }
-
-
-def _behind(recorded: int | None, known: Rollout | None) -> bool:
-    """Whether Redis's record (its write count, ``recorded``) may lack what a host keeps: there
-    is none, or it is older than the one this replica knows (``known``)."""
-    if recorded is None:
-        return False
-    return recorded < 0 or (known is not None and recorded < known.seq)
 
 
 async def keep_rollouts(
@@ -178,11 +187,16 @@ def parse_pins(marquee: str, raw: str) -> PinsRead | None:
     return None
 
 
-async def kept_pins(session: RemoteSession, memory: DecisionMemory = MEMORY) -> PinsRead | None:
-    """The newest record of the Marquee's pins known outside Redis (the host's copy is read
-    when this process has not read it yet)."""
+async def kept_pins(
+    session: RemoteSession, recorded: int, memory: DecisionMemory = MEMORY
+) -> PinsRead | None:
+    """The newest record of the Marquee's pins known outside Redis. ``recorded`` is the write
+    count of the pins Redis holds now (0: none). The host's copy is read when this process has
+    not read it yet, and again when Redis's count is below the one this replica knows, by the
+    rule of the rollouts' copies (``DecisionMemory.host_read_due``): another replica may have
+    written newer pins there since, which must win over this replica's older ones."""
     marquee = session.marquee.name
-    if (marquee, PINS_COPY) not in memory.on_host:
+    if memory.host_read_due(marquee, PINS_COPY, recorded, memory.pins.get(marquee)):
         raw = (await read_kept(session, [PINS_COPY])).get(PINS_COPY)
         copy = None if raw is None else parse_pins(marquee, raw)
         memory.on_host[marquee, PINS_COPY] = 0 if copy is None else copy.seq

@@ -73,7 +73,8 @@ class Hold:
 
 async def pins_of(ctx: CycleContext, session: RemoteSession) -> dict[str, Pin]:
     """The Marquee's pins, read from Redis once per cycle (a Redis round trip; the host's copy
-    only in the first cycle of a process, ``phases.decision_copies``). A copy newer than what
+    only in the first cycle of a process and when Redis's pins are older than this replica
+    knows, ``phases.decision_copies``). A copy newer than what
     Redis holds is written back; a key of another type holds every Playground of the Marquee
     at its last good revision (fails closed)."""
     lock = ctx.lease.lock
@@ -86,7 +87,7 @@ async def pins_of(ctx: CycleContext, session: RemoteSession) -> dict[str, Pin]:
                 pg.name: Pin(pg.name, LAST_GOOD, "?", "?", why, 0.0)
                 for pg in ctx.inventory.playgrounds_on(ctx.marquee.name)
             }
-        kept = await kept_pins(session)
+        kept = await kept_pins(session, found.seq)
         if kept is not None and kept.seq > found.seq:
             found = await _rebuilt(lock.redis, lock.timeout, session, found, kept)
         await keep_pins(session, found)

@@ -10,12 +10,19 @@ import uuid
 
 import aiodocker
 import pytest
+import structlog
 from redis import Redis as SyncRedis
 from redis.asyncio import Redis
 from structlog.testing import capture_logs
 
-from playguard_async.coordination.keys import pins_key
+from playguard_async.coordination.keys import marquee_lock_name, pins_key
+from playguard_async.coordination.lock import TokenLock
 from playguard_async.coordination.pins import Pin, read_pins, record_pin_images, take_pin
+from playguard_async.desired_state.model import Inventory
+from playguard_async.phases.decision_copies import MEMORY
+from playguard_async.phases.holds import pins_of
+from playguard_async.phases.protocol import PhaseContext
+from playguard_async.remote.ssh import RemoteSession, open_session
 from playguard_lab import DockerDaemon, GitOrigin, RegistryServer, build_busybox_image, push_image
 from tests.support.cli import EXIT_NOT_OK, LAB_SETTINGS, Playguard
 from tests.support.playgrounds import (
@@ -24,7 +31,7 @@ from tests.support.playgrounds import (
     project_containers,
     use_own_branch,
 )
-from tests.support.world import LabWorld
+from tests.support.world import LAB_OPTIONS, LabWorld
 
 
 def cycle(playguard: Playguard) -> subprocess.CompletedProcess[str]:
@@ -139,6 +146,50 @@ def test_a_pin_redis_forgot_is_rebuilt_from_the_hosts_copy_and_still_holds(
     assert restored is not None
     assert restored.revision == "last-good"
     assert store.hget(pins_key("edge-1"), "#seq") == kept_seq  # written back, not taken anew
+
+
+async def pins_read_by_this_replica(redis: Redis, lab: LabWorld) -> dict[str, Pin]:
+    """The pins a cycle of edge-1 by this process (a replica with ``MEMORY``) reads."""
+    inventory = Inventory.model_validate(lab.data)
+    marquee = inventory.marquee("edge-1")
+    lease = await TokenLock(redis, marquee_lock_name("edge-1"), ttl=60.0).acquire()
+    assert lease is not None
+    try:
+        async with open_session(marquee, LAB_OPTIONS, lease=lease) as session:
+
+            async def remote() -> RemoteSession:
+                return session
+
+            ctx = PhaseContext(marquee=marquee, inventory=inventory, log=structlog.get_logger(),
+                               dry_run=False, lease=lease, remote=remote)  # fmt: skip
+            return await pins_of(ctx, session)
+    finally:
+        await lease.release()
+
+
+async def test_a_replica_with_older_pins_reads_the_hosts_newer_copy_after_flushall(
+    playguard: Playguard, lab: LabWorld, store: SyncRedis, redis: Redis
+) -> None:
+    """This process read the pin (write 1) and kept it in its memory; another replica (each
+    ``playguard`` run is one) since unpinned (write 2) and its cycle put that on the host. After
+    FLUSHALL this process reads the host's copy again, finds write 2 and writes that back, never
+    its own older pin."""
+    cycle(playguard)
+    MEMORY.forget()
+    pinned = playguard("pin", "edge-1", "web-main", "--revision", "last-good", "--reason", "one")
+    assert pinned.returncode == 0, pinned.stderr
+    assert list(await pins_read_by_this_replica(redis, lab)) == ["web-main"]
+    playguard("unpin", "edge-1", "web-main")
+    cycle(playguard)  # the other replica: the host's copy is write 2 now
+    store.flushall()
+
+    with capture_logs() as logs:
+        after = await pins_read_by_this_replica(redis, lab)
+
+    assert after == {}
+    assert store.hgetall(pins_key("edge-1")) == {b"#seq": b"2"}
+    rebuilt = [e for e in logs if e["event"] == "decisions.rebuilt"]
+    assert [(e["kind"], e["seq"], e["pins"]) for e in rebuilt] == [("pins", 2, [])]
 
 
 def test_a_pins_key_of_another_type_holds_every_playground_at_its_last_good_revision(

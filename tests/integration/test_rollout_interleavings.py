@@ -10,8 +10,10 @@ After every step: no Marquee is admitted to a release known aborted, nor newly a
 already at it) to one known halted; a Marquee never runs a release known aborted after a cycle
 of it; the Marquees admitted to a release never outnumber the waves its rollouts started. "Known"
 is the README's promise: read by a cycle of either replica, or written by one (a halt a failure
-report made). A decision that only the operator wrote, lost before any cycle read it (a FLUSHALL
-or failover right after it), is lost as README's table says.
+report made). An operator's action is on every host before it reports (``rollout_hosts``'s
+``put_on_host`` on each modelled host), so one lost with Redis before any cycle read it is
+learnt from the first host a replica reads again; a failover that takes Redis back to a record
+a replica already knows leaves it unread, as the docs' table says.
 
 Time is Redis's clock, every replica's; "time passes" shifts what the desk and the operator read
 of it (``Clock``), so a bake or a wave_timeout passes without waiting.
@@ -48,6 +50,7 @@ from playguard_async.coordination.keys import (
 from playguard_async.desired_state.model import Marquee
 from playguard_async.operator import rollout as operator_rollout
 from playguard_async.operator.fleet import OperateError
+from playguard_async.operator.rollout_hosts import put_on_host
 from playguard_async.phases import rollout_desk
 from playguard_async.phases.decision_copies import DecisionMemory, keep_rollouts, kept_rollouts
 from playguard_async.phases.rollout_desk import Standing
@@ -323,6 +326,9 @@ class Interleavings(RuleBasedStateMachine):
             return
         assert not late, f"{action} of rollout {named} landed on {changed.id}"
         assert changed.id == shown.id
+        for name, host in self.hosts.items():  # as ``rollout_hosts.act_on_hosts`` does
+            playground = WORLD.playgrounds_on(name)[0].name
+            await put_on_host(cast(RemoteSession, host), [playground], changed)
         if action == "promote":
             for known in self.knows.values():
                 known.halted.discard(changed.target)
@@ -402,12 +408,15 @@ def test_an_abort_one_replica_read_is_not_undone_by_the_other_replicas_older_cop
     """Shrunk from the machine. Replica B remembers R1's rollout running, A reads its abort,
     Redis forgets, and B's cycle writes its older copy back, one write later: as many writes
     as A's copy of the abort, which A then took for no newer and never wrote back, and R1 went
-    on (``Rollout.with_decisions_of`` now puts the abort back at A's next cycle)."""
+    on (``Rollout.with_decisions_of`` now puts the abort back at A's next cycle). The held
+    Marquee's host was away when the operator aborted, so its copy is the older one."""
     with fleet() as machine:
         machine.tick("B", ALL_HEALTHY)
         [canary] = in_wave(machine, 0)
         held = in_wave(machine, 2)[0]
+        away = dict(machine.hosts[held].copies)
         machine.operator_acts("abort")
+        machine.hosts[held].copies = away
         machine.tick("A", [(canary, True)])
         machine.flushall()
         machine.tick("B", [(held, True)])
@@ -493,3 +502,20 @@ def test_a_marquee_failing_on_the_next_release_does_not_roll_back_onto_an_aborte
         assert machine.running[canary] is None, "stopped, not rolled back onto R1"
         machine.tick("A", [(canary, False)])
         assert machine.running[canary] == OLD, "taken back to the revision before R1"
+
+
+@pytest.mark.usefixtures("clocked")
+def test_an_abort_no_replica_read_is_on_the_hosts_and_outlives_flushall() -> None:
+    """B remembers R1 running; the operator aborts and Redis forgets before any cycle read it.
+    The abort is on every host (the command put it there), so B's next cycle of any Marquee
+    reads it there and takes the canary back (before, the abort was lost and R1 went on)."""
+    with fleet() as machine:
+        machine.tick("B", ALL_HEALTHY)
+        [canary] = in_wave(machine, 0)
+        assert machine.running[canary] == RELEASES[0]
+        machine.operator_acts("abort")
+        machine.flushall()
+        machine.tick("B", [(canary, True)])
+        record = machine.run(stored(machine.redis))
+        assert (record.status, record.events[-1].what) == ("aborted", "rebuilt")
+        assert machine.running[canary] == OLD, "taken back"

@@ -79,7 +79,8 @@ CYCLE_MACHINERY = (
 )
 def test_a_command_that_runs_no_cycle_loads_no_engine_ssh_or_docker(args: tuple[str, ...]) -> None:
     """Every command that reads or writes Redis only (tests run hundreds of them, each paying for
-    its imports): the engine, the phases and the remote layer stay unloaded."""
+    its imports): the engine, the phases and the remote layer stay unloaded. A rollout action
+    loads the remote layer only once its settings are read (it puts the record on the hosts)."""
     done, modules = imported_by(*args, "--config", "/nonexistent/playguard.toml")
     assert "cannot read settings file" in done.stderr, done.stderr[-2000:]
     loaded = sorted(m for m in modules if m in CYCLE_MACHINERY)

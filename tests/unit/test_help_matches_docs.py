@@ -61,8 +61,10 @@ def documented_codes(command: str) -> set[int]:
     table's rows that name no command and those that name it."""
     if command == "plan":
         return set(PLAN)
-    named = {code: re.match(r"`([a-z ]+)`:", meaning) for code, meaning in GENERAL.items()}
-    return {code for code, name in named.items() if name is None or name[1] == command}
+    named = {
+        code: re.findall(r"(?:^|; )`([a-z ]+)`:", meaning) for code, meaning in GENERAL.items()
+    }
+    return {code for code, names in named.items() if not names or command in names}
 
 
 def outcomes(text: str) -> set[str]:
