@@ -98,13 +98,15 @@ def test_foreign_lock_values_read_as_unknown_and_force_unlock_removes_exactly_th
     for name, value in zip(names, FOREIGN_LOCK_VALUES, strict=True):
         store.set(lock_of(name), value, px=600_000)
         store.set(fence_key(marquee_lock_name(name)), b"not a number")
-    for args in (("status",), ("status", "--json"), ("locks",), ("locks", "--json")):
-        assert_clean(playguard(*args), 0)
-    locks = json.loads(playguard("locks", "--json").stdout)["locks"]
+    commands = (("status",), ("status", "--json"), ("locks",), ("locks", "--json"))
+    shown = {args: playguard(*args) for args in commands}
+    for done in shown.values():
+        assert_clean(done, 0)
+    locks = json.loads(shown[("locks", "--json")].stdout)["locks"]
     assert [(lock["name"], lock["known"], lock["fence"]) for lock in locks] == [
         (marquee_lock_name(name), False, None) for name in sorted(names)
     ]
-    assert playguard("locks").stdout.count("unknown record") == len(names)
+    assert shown[("locks",)].stdout.count("unknown record") == len(names)
 
     for name in names:  # a cycle finds the Marquee held, as by any other holder
         held = playguard("cycle", name)
@@ -143,9 +145,10 @@ def test_foreign_cycle_records_read_as_unknown(playguard: Playguard, store: Sync
     names = configure(playguard, len(FOREIGN_CYCLE_RECORDS))
     for name, record in zip(names, FOREIGN_CYCLE_RECORDS, strict=True):
         store.set(last_cycle_key(name), record)
-    for args in (("status",), ("status", "--json")):
-        assert_clean(playguard(*args), 0)
-    marquees = json.loads(playguard("status", "--json").stdout)["marquees"]
+    shown = {args: playguard(*args) for args in (("status",), ("status", "--json"))}
+    for done in shown.values():
+        assert_clean(done, 0)
+    marquees = json.loads(shown[("status", "--json")].stdout)["marquees"]
     assert {m["last"]["outcome"] for m in marquees} <= {"unknown", "ok", "[/x]"}
     assert [m["last"]["outcome"] for m in marquees].count("unknown") >= 8
 

@@ -21,7 +21,7 @@ OPEN_FILES = 300
 SOURCES = [f"127.0.2.{number}" for number in range(1, 5)]
 PER_SOURCE = 150
 PER_CLIENT = 16
-FLOOD_SECONDS = 15.0
+FLOOD_SECONDS = 8.0
 HEADER_TIMEOUT = 2.0
 REFUSED = "playguard_http_connections_refused_total"
 

@@ -1,12 +1,13 @@
 """Issue 48: after any Redis fault the daemon cycles again, answers its probes and idles.
 
 A daemon with its web view on (so its cycle-end subscription runs) met five faults of Redis, each
-its own daemon against a Redis of its own, all at once so that one half-minute of measuring serves
+its own daemon against a Redis of its own, all at once so that one window of measuring serves
 them all: a black hole longer than every timeout (iptables DROP in the daemon's network namespace:
 the kernel ends the subscriber's connection with ETIMEDOUT, which redis-py 8.1's ``get_message``
 took for "no message", forever, and the daemon spun), a restart without persistence, a SIGSTOP,
 a Sentinel failover, and connections reset mid-message (a fault proxy). Before the fix the black
-hole's daemon used 100 % of a core from 12 s into the hole and never cycled again.
+hole's daemon used 100 % of a core from 12 s into the hole (the default 15 s keepalive) and never
+cycled again.
 """
 
 from __future__ import annotations
@@ -33,13 +34,17 @@ from tests.support.web_users import write_users
 pytestmark = pytest.mark.integration
 
 TICK = 4.0
-HOLD = 20.0
-"""How long each fault lasts: longer than every timeout of the daemon's settings below, the
-keepalive's 15 s (what ends a black-holed connection) included."""
-AFTER = 30.0
+KEEPALIVE = 6.0
+"""The daemons' ``redis_keepalive``: the kernel ends a black-holed connection with ETIMEDOUT
+6 s into the hole (3 s idle, three probes a second apart), the fault that spun, as the default
+15 s did 12 s into it."""
+HOLD = 10.0
+"""How long each fault lasts: longer than every timeout of the daemon's settings below,
+``KEEPALIVE`` (what ends a black-holed connection) included."""
+AFTER = 15.0
 """The seconds after the faults over which each daemon's CPU is measured: a spinning daemon uses
-most of a core from before the fault ends (the black hole's, 12 s into it), so a half-minute
-tells it from an idle one (0.2 s) by two orders of magnitude, as the minute this was did."""
+most of a core from before the fault ends (the black hole's, ``KEEPALIVE`` into it), so 15 s
+tells it from an idle one (0.1 s) by two orders of magnitude, as the minute this once was did."""
 CPU_SHARE = 0.2
 READY_ANSWER = 1.0
 """Seconds within which /readyz must answer (200 or 503) at every probe."""
@@ -224,6 +229,7 @@ def start_daemon(
     scenario.daemon = daemons.start(
         scenario.name, wrapper=namespace.exec_prefix if in_hole else (),
         redis_url=scenario.redis_url, inventory=inventory, tick_interval=TICK, lock_ttl=30.0,
-        redis_socket_timeout=2.0, redis_connect_timeout=2.0, phase_seconds=0.1,
+        redis_socket_timeout=2.0, redis_connect_timeout=2.0, redis_keepalive=KEEPALIVE,
+        phase_seconds=0.1,
         http_address=f"{host}:{port}", web_credential_file=users,
     )  # fmt: skip
