@@ -166,9 +166,11 @@ def test_redis_black_holed_for_every_replica_then_back(
     for replica, (_, namespace) in fleet.items():
         wait_for(functools.partial(unready, namespace), timeout=5, what=f"{replica} unready")
     time.sleep(max(0.0, cut + hole - time.monotonic()))
+    # Stamped before the first lift: a replica lifted first may begin a phase while the other is
+    # still being lifted, with a lease Redis confirmed.
+    lifted = time.monotonic()
     for _, namespace in fleet.values():
         namespace.lift(port)
-    lifted = time.monotonic()
     converged = wait_for(
         lambda: converged_since(daemons, marquees, lifted), timeout=2 * TICK + 3,
         what="every Marquee cycled after the lift",
