@@ -18,12 +18,18 @@ Two copies back Redis:
   of the Marquee in a process, and again at each cycle that finds Redis's record (of the
   scope, of the Marquee's pins) absent or older than the one this replica knows (what another
   replica wrote to the host since, an abort or pins this one never read, is then learnt before
-  anything is admitted or written back: ``DecisionMemory.host_read_due``); never in
-  an in-sync cycle (but in every cycle of a staged scope that never had a rollout: Redis has
-  no record of it until the first opens), and written only when a decision changed: an in-sync
-  cycle costs no host round trip and no Redis command more. A replica that learns a decision
-  writes it to the host of each Marquee it cycles, so every host of the scope carries it after
-  a cycle of it.
+  anything is admitted or written back: ``DecisionMemory.host_read_due``), and at the next
+  cycle of each Marquee after the replica's tick found Redis changed (a failover or a restart
+  may have taken it back to exactly a record this replica knows, losing what came after:
+  ``coordination.identity``, ``DecisionMemory.forget_hosts``); never in an in-sync cycle (but
+  in every cycle of a staged scope that never had a rollout: Redis has no record of it until
+  the first opens), and written only when a decision changed: an in-sync cycle costs no host
+  round trip and no Redis command more (the tick, one). A copy is written only over one of a
+  lower write count, as the host compares it (``remote.kept.keep``): a step a replica took
+  from a record Redis went back to (a wave started after a lost abort) never replaces the
+  host's newer decision of the same count; the replica learns that decision instead. A
+  replica that learns a decision writes it to the host of each Marquee it cycles, so every
+  host of the scope carries it after a cycle of it.
 
 An operator's rollout action is put on the hosts of its scope before the command reports
 (``operator.rollout_hosts``), so it is not lost with Redis before any replica read it; what a
