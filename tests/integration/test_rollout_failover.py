@@ -8,7 +8,7 @@ Redis, with B's ``DecisionMemory`` and the hosts' copies (``kept_rollouts``, ``k
 B's tick reads Redis's identity (``coordination.identity``), as the engine's does. Seen, the
 failover makes B's next cycles read the hosts' copies first; unseen (a tick whose identity read
 failed), the hosts refuse B's step, which counts the abort's write number, and B learns the
-abort there."""
+abort there. On the lab's Cluster, the identity is each primary's."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ from playguard_async.phases.rollout_desk import RolloutDesk, Standing
 from playguard_async.phases.rollout_record import Rollout
 from playguard_async.remote.ssh import open_session
 from playguard_lab import SshServer
-from playguard_lab.topologies import SentinelGroup
+from playguard_lab.topologies import ClusterLab, SentinelGroup
 from tests.integration.test_rollout_desk import HEAD, NAMES, NEW, OLD, key_of
 from tests.support.engine import settings_for
 from tests.support.fencing import host_fence
@@ -181,3 +181,23 @@ async def test_a_failover_back_to_a_record_a_replica_knows_loses_no_abort(
         assert after.wave == 0, "no wave started"
     assert set(b.runs.values()) == {OLD}, b.runs
     assert set(b.copies().values()) == {"aborted"}
+
+
+async def test_a_clusters_identity_is_each_primarys_and_holds_while_nothing_changes(
+    cluster: ClusterLab,
+) -> None:
+    """On the lab's Cluster the identity is read from each of its three primaries (one INFO
+    each) and is the same at the next tick: no change is told while nothing failed over."""
+    redis = client_for(cluster.url, timeout=2.0)
+    told: list[None] = []
+    identity = RedisIdentity(redis, 2.0, [lambda: told.append(None)])
+    try:
+        first = await identity.read()
+        assert not await identity.changed()
+        assert not await identity.changed()
+    finally:
+        await redis.aclose()
+    assert len(first) == 3
+    assert len({run for run, _ in first}) == 3
+    assert identity.known == first
+    assert told == []
