@@ -8,14 +8,17 @@ Redis, with B's ``DecisionMemory`` and the hosts' copies (``kept_rollouts``, ``k
 B's tick reads Redis's identity (``coordination.identity``), as the engine's does. Seen, the
 failover makes B's next cycles read the hosts' copies first; unseen (a tick whose identity read
 failed), the hosts refuse B's step, which counts the abort's write number, and B learns the
-abort there. On the lab's Cluster, the identity is each primary's."""
+abort there. On the lab's Cluster, the identity is each primary's. And the host's rule alone,
+on the lab's sshd: a copy no older than a write stays and is learnt; garbage is written over."""
 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from redis.asyncio import Redis
 
 from playguard_async.coordination.client import RedisClient
 from playguard_async.coordination.identity import RedisIdentity
@@ -35,7 +38,7 @@ from playguard_async.phases.rollout_record import Rollout
 from playguard_async.remote.ssh import open_session
 from playguard_lab import SshServer
 from playguard_lab.topologies import ClusterLab, SentinelGroup
-from tests.integration.test_rollout_desk import HEAD, NAMES, NEW, OLD, key_of
+from tests.integration.test_rollout_desk import HEAD, NAMES, NEW, OLD, key_of, verdict
 from tests.support.engine import settings_for
 from tests.support.fencing import host_fence
 from tests.support.topologies import client_for
@@ -201,3 +204,45 @@ async def test_a_clusters_identity_is_each_primarys_and_holds_while_nothing_chan
     assert len({run for run, _ in first}) == 3
     assert identity.known == first
     assert told == []
+
+
+GARBAGE = ['{"seq":99,broken', "not json at all", '{"seq":' + "9" * 30 + "}", "x" * 70_000]
+"""Host copies a replica cannot read: not JSON (one with a count the host reads), a count past
+what either reads, too large: each is written over, never blocks the copy."""
+
+
+async def test_a_host_keeps_a_copy_no_older_than_a_write_and_garbage_never_blocks_one(
+    redis: Redis, ssh_server: SshServer, tmp_path: Path
+) -> None:
+    world = world_on(ssh_server, tmp_path)
+    [name, *_] = NAMES
+    opened = (await verdict(redis, world, name)).rollout
+    assert opened is not None
+    copy = tmp_path / f"{name}-state" / "kept" / rollout_copy(f"web-{name}")
+    aborted = replace(opened, seq=opened.seq + 1, status="aborted", why="bad release")
+    stepped = replace(opened, seq=opened.seq + 1, wave=1)
+
+    async def kept_after(
+        there: str | None, written: Rollout, memory: DecisionMemory
+    ) -> tuple[str, Rollout]:
+        if there is not None:
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            copy.write_text(there + "\n", encoding="utf-8")
+        lease = await TokenLock(redis, marquee_lock_name(name), ttl=30.0).acquire()
+        assert lease is not None
+        try:
+            async with open_session(world.marquee(name), LAB_OPTIONS, lease=lease) as session:
+                await keep_rollouts(session, {f"web-{name}": written}, memory)
+        finally:
+            await lease.release()
+        return copy.read_text(encoding="utf-8").splitlines()[0], memory.rollouts[SCOPE]
+
+    fresh = DecisionMemory()
+    assert await kept_after(None, aborted, fresh) == (aborted.encode(), aborted)
+    behind = DecisionMemory()  # knows the record before the abort, not the abort
+    behind.saw_rollout(opened)
+    there, learnt = await kept_after(None, stepped, behind)
+    assert there == aborted.encode(), "the host left its abort of the same count"
+    assert learnt.status == "aborted", "and the replica learnt it"
+    for garbage in GARBAGE:
+        assert (await kept_after(garbage, stepped, DecisionMemory()))[0] == stepped.encode()
