@@ -273,7 +273,7 @@ def main() -> None:
                 f"{label:>8} {row['marquees']:>8} {row['cpu_tick']:>10.2f} "
                 f"{row['cpu_cycle_ms']:>12.3f} {row['wall_tick']:>11.2f} {row['gc_seconds']:>6.2f} "
                 f"{row['gc_full']:>7} {row['rss_mib']:>8.0f} {row['peak_rss_mib']:>8.0f} "
-                f"{row['redis_cmds_cycle']:>16.1f} {row['redis_cpu_cycle_ms']:>18.3f} "
+                f"{row['redis_cmds_cycle']:>16.3f} {row['redis_cpu_cycle_ms']:>18.3f} "
                 f"{row['not_ok']:>6}"
             )
     for label, measured in rows.items():

@@ -83,6 +83,7 @@ class Engine:
         self.reads = DesiredStateReads(desired_state, self.roster, settings)
         self.in_flight = CyclesInFlight(services, self.reads, self.roster)
         self._tick_announce: asyncio.Task[None] | None = None
+        self._tick_identity_read: asyncio.Task[bool] | None = None
         self.last_tick: float | None = None
 
     @property
@@ -149,6 +150,17 @@ class Engine:
         wait = max(TICK_READ_WAIT, TICK_ROSTER_WAIT * self.settings.tick_interval)
         await asyncio.wait([self._tick_announce], timeout=wait)
 
+    async def _tick_identity(self) -> None:
+        """Whether Redis changed since the last tick (``coordination.identity``: one command),
+        before this tick's cycles start, so that they read the hosts' copies again when it did;
+        waited for as long as the roster (``_tick_roster``), no longer."""
+        if self._tick_identity_read is None or self._tick_identity_read.done():
+            self._tick_identity_read = asyncio.create_task(
+                self.services.redis_identity.changed(), name="redis-identity:tick"
+            )
+        wait = max(TICK_READ_WAIT, TICK_ROSTER_WAIT * self.settings.tick_interval)
+        await asyncio.wait([self._tick_identity_read], timeout=wait)
+
     async def run(self) -> None:
         """Tick until asked to stop, then drain. The first tick runs at once, after this
         replica has announced itself; a stop request hands its Marquees to the others at once.
@@ -187,7 +199,8 @@ class Engine:
             await self.drain()
         finally:
             self.stopping.set()
-            for helper in (self.reads.background_read, self._tick_announce):
+            helpers = (self.reads.background_read, self._tick_announce, self._tick_identity_read)
+            for helper in helpers:
                 if helper is not None:
                     helper.cancel()
                     await asyncio.wait([helper])
@@ -201,7 +214,7 @@ class Engine:
         """Start a cycle for every Marquee that runs cycles (launchable, mode not ``off``) of this
         replica's share (``replicas``) not already in a cycle here."""
         self.last_tick = time.monotonic()
-        await self._tick_roster()
+        await asyncio.gather(self._tick_roster(), self._tick_identity())
         inventory = await self.reads.for_tick()
         if inventory is None:
             log.debug("engine.tick", started=[], waiting_for=self.desired_state.describe())

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 from playguard_async.coordination.client import RedisClient
 from playguard_async.coordination.cycle_end import CycleEnd
+from playguard_async.coordination.identity import RedisIdentity
 from playguard_async.coordination.lock import Lease
 from playguard_async.coordination.outage import RedisOutage
 from playguard_async.coordination.pause import FleetPauseWatch, PauseMemory
@@ -77,6 +78,9 @@ class CycleServices:
     fleet_versions: FleetVersions
     """Whether replicas of different versions share the fleet (the roster's to say): a
     rollout starts no new wave while they do."""
+    redis_identity: RedisIdentity
+    """Read once per tick: when Redis changed (a failover, a restart), its listeners make the
+    next cycles read the hosts' copies of the decisions again."""
     tells: bool = False
     """Whether its cycles' notices are told (``PhaseContext.tells``): the daemon's, whose
     change notifier sends them; not a plan's or a one-off cycle's."""
@@ -95,8 +99,10 @@ class CycleServices:
         records: CycleRecords | None = None,
         clock: Callable[[], float] = time.time,
         tells: bool = False,
+        on_redis_changed: Sequence[Callable[[], None]] = (),
     ) -> CycleServices:
-        """The services of a replica with ``settings`` on ``redis``; the rest as given."""
+        """The services of a replica with ``settings`` on ``redis``; the rest as given
+        (``on_redis_changed``: what ``redis_identity`` tells)."""
         slots = settings.cycle_slots()
         return cls(
             settings=settings,
@@ -122,5 +128,6 @@ class CycleServices:
             ),
             pauses=PauseMemory(),
             fleet_versions=FleetVersions(),
+            redis_identity=RedisIdentity(redis, settings.redis_socket_timeout, on_redis_changed),
             tells=tells,
         )

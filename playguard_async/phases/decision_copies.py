@@ -18,12 +18,18 @@ Two copies back Redis:
   of the Marquee in a process, and again at each cycle that finds Redis's record (of the
   scope, of the Marquee's pins) absent or older than the one this replica knows (what another
   replica wrote to the host since, an abort or pins this one never read, is then learnt before
-  anything is admitted or written back: ``DecisionMemory.host_read_due``); never in
-  an in-sync cycle (but in every cycle of a staged scope that never had a rollout: Redis has
-  no record of it until the first opens), and written only when a decision changed: an in-sync
-  cycle costs no host round trip and no Redis command more. A replica that learns a decision
-  writes it to the host of each Marquee it cycles, so every host of the scope carries it after
-  a cycle of it.
+  anything is admitted or written back: ``DecisionMemory.host_read_due``), and at the next
+  cycle of each Marquee after the replica's tick found Redis changed (a failover or a restart
+  may have taken it back to exactly a record this replica knows, losing what came after:
+  ``coordination.identity``, ``DecisionMemory.forget_hosts``); never in an in-sync cycle (but
+  in every cycle of a staged scope that never had a rollout: Redis has no record of it until
+  the first opens), and written only when a decision changed: an in-sync cycle costs no host
+  round trip and no Redis command more (the tick, one). A copy is written only over one of a
+  lower write count, as the host compares it (``remote.kept.keep``): a step a replica took
+  from a record Redis went back to (a wave started after a lost abort) never replaces the
+  host's newer decision of the same count; the replica learns that decision instead. A
+  replica that learns a decision writes it to the host of each Marquee it cycles, so every
+  host of the scope carries it after a cycle of it.
 
 An operator's rollout action is put on the hosts of its scope before the command reports
 (``operator.rollout_hosts``), so it is not lost with Redis before any replica read it; what a
@@ -33,8 +39,11 @@ copy still cannot save is in the table of operations/high-availability.md in the
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
+from typing import TypeVar
 
 import structlog
 
@@ -48,6 +57,8 @@ log = structlog.get_logger("playguard.decisions")
 REMEMBERED = 100_000
 """Decisions a replica remembers at most; past it, it forgets them all and reads the hosts'
 copies again (one read per Marquee)."""
+
+_Copy = TypeVar("_Copy", Rollout, PinsRead)
 
 PINS_COPY = "pins.json"
 """The host's copy of its Marquee's pins (``{"seq": n, "pins": {playground: pin JSON}}``)."""
@@ -77,14 +88,26 @@ class DecisionMemory:
         if len(self.rollouts) + len(self.pins) + len(self.on_host) > REMEMBERED:
             self.forget()
 
-    def saw_rollout(self, rollout: Rollout | None) -> None:
-        """``rollout`` read or written: remembered when newer than what is."""
+    def forget_hosts(self) -> None:
+        """Read every host's copies again at its next cycle, keeping the records remembered (so
+        nothing older is written back): Redis may have lost writes (a failover, a restart
+        without persistence: ``coordination.identity``), and a record it went back to may be
+        one this replica knows, which its cycles would take for in sync."""
+        self.on_host.clear()
+
+    def saw_rollout(self, rollout: Rollout | None, *, wins_a_tie: bool = False) -> None:
+        """``rollout`` read or written: remembered when newer than what is (or as new:
+        ``wins_a_tie``, a host's copy that refused a write of the same count), with the
+        decisions of what is that it lacks (``Rollout.with_decisions_of``: an abort always), as
+        the desk would put them back at the next cycle: a step written after an abort this
+        replica learnt in the same cycle does not make it forget the abort."""
         if rollout is None:
             return
         known = self.rollouts.get(rollout.scope)
-        if known is None or rollout.seq > known.seq:
+        if known is None or rollout.seq > known.seq or (wins_a_tie and rollout.seq == known.seq):
             self._bounded()
-            self.rollouts[rollout.scope] = rollout
+            lacking = None if known is None else rollout.with_decisions_of(known, time.time())
+            self.rollouts[rollout.scope] = lacking or rollout
 
     def host_read_due(
         self, marquee: str, copy: str, recorded: int | None, known: Rollout | PinsRead | None
@@ -155,12 +178,39 @@ async def keep_rollouts(
     """Remember ``records`` (Playground -> its scope's record as the cycle read or wrote it),
     and write each to the host where the host's copy is older."""
     marquee = session.marquee.name
-    for playground, rollout in records.items():
-        memory.saw_rollout(rollout)
-        if rollout.seq > memory.on_host.get((marquee, rollout_copy(playground)), 0):
-            await keep(session, rollout_copy(playground), rollout.encode())
+    for playground, record in records.items():
+        memory.saw_rollout(record)
+        known = memory.rollouts.get(record.scope, record)
+        rollout = known if known.seq == record.seq else record  # with what it lacked
+        copy = rollout_copy(playground)
+        if rollout.seq > memory.on_host.get((marquee, copy), 0):
+            parse = partial(Rollout.parse, rollout.scope)
+            held = await _put(session, copy, rollout.encode(), rollout.seq, parse)
+            if held is not None:
+                memory.saw_rollout(held, wins_a_tie=True)
             if not session.dry_run:
-                memory.on_host[marquee, rollout_copy(playground)] = rollout.seq
+                memory.on_host[marquee, copy] = rollout.seq if held is None else held.seq
+
+
+async def _put(
+    session: RemoteSession, copy: str, text: str, seq: int, parse: Callable[[str], _Copy | None]
+) -> _Copy | None:
+    """``text`` (write count ``seq``) written over the host's ``copy`` (``remote.kept.keep``),
+    or the copy there when the host left it as of the same or a higher count: a record this
+    replica did not know, so Redis lost it and this replica took its step from an older one
+    (the caller learns it: an abort or a halt there wins by ``Rollout.with_decisions_of`` at
+    the next cycle). A copy there this replica cannot read is written over, as it always was:
+    garbage never blocks the host's copy."""
+    held = await keep(session, copy, text, seq)
+    if held is None:
+        return None
+    found = parse(held)
+    if found is None:
+        await keep(session, copy, text, None)
+        return None
+    log.warning("decisions.copy_ahead", marquee=session.marquee.name, copy=copy,
+                host_seq=found.seq, written_seq=seq)  # fmt: skip
+    return found
 
 
 def encode_pins(pins: PinsRead) -> str:
@@ -212,6 +262,10 @@ async def keep_pins(
     memory.saw_pins(pins)
     marquee = session.marquee.name
     if pins.seq > memory.on_host.get((marquee, PINS_COPY), 0):
-        await keep(session, PINS_COPY, encode_pins(pins))
+        held = await _put(
+            session, PINS_COPY, encode_pins(pins), pins.seq, lambda raw: parse_pins(marquee, raw)
+        )
+        if held is not None:
+            memory.saw_pins(held)
         if not session.dry_run:
-            memory.on_host[marquee, PINS_COPY] = pins.seq
+            memory.on_host[marquee, PINS_COPY] = pins.seq if held is None else held.seq

@@ -323,8 +323,15 @@ class RemoteSession:
         """Write playguard's own bookkeeping (``write_file``'s way, through the fence guard), a
         file no read of this cycle depends on: not a change of the host's desired state, so no
         action of the cycle's report, and nothing at all in dry-run (a plan changes nothing)."""
-        if not self.dry_run:
-            await self._guarded(action, self._file_writer(path), stdin=content, timeout=None)
+        await self.keep_by(action, self._file_writer(path), content)
+
+    async def keep_by(self, action: str, argv: Sequence[str], stdin: str) -> str:
+        """Bookkeeping as ``keep_file`` writes it, by a command of the caller's (``stdin`` its
+        input) that may decline the write (``remote.kept``: a newer copy is there); what it
+        printed, "" in dry-run."""
+        if self.dry_run:
+            return ""
+        return (await self._guarded(action, argv, stdin=stdin, timeout=None)).stdout
 
     @staticmethod
     def _file_writer(path: str) -> list[str]:

@@ -12,8 +12,10 @@ of it; the Marquees admitted to a release never outnumber the waves its rollouts
 is the README's promise: read by a cycle of either replica, or written by one (a halt a failure
 report made). An operator's action is on every host before it reports (``rollout_hosts``'s
 ``put_on_host`` on each modelled host), so one lost with Redis before any cycle read it is
-learnt from the first host a replica reads again; a failover that takes Redis back to a record
-a replica already knows leaves it unread, as the docs' table says.
+learnt from the first host a replica reads again; a failover is seen by each replica at its
+next tick (Redis's identity changed), which then reads the hosts' copies again. One it does not
+see (``failover_unseen``) is caught at the hosts: they refuse a copy no newer than theirs, and
+the replica learns theirs.
 
 Time is Redis's clock, every replica's; "time passes" shifts what the desk and the operator read
 of it (``Clock``), so a bake or a wave_timeout passes without waiting.
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -55,6 +58,7 @@ from playguard_async.phases import rollout_desk
 from playguard_async.phases.decision_copies import DecisionMemory, keep_rollouts, kept_rollouts
 from playguard_async.phases.rollout_desk import Standing
 from playguard_async.phases.rollout_record import Rollout
+from playguard_async.remote.kept import HELD
 from playguard_async.remote.ssh import CommandResult, RemoteSession
 from playguard_lab import RedisServer
 from tests.integration.test_rollout_desk import (
@@ -131,8 +135,15 @@ class Host:
         found = "".join(f"{name} {self.copies[name]}\n" for name in names if name in self.copies)
         return CommandResult(list(argv), 0, found, "")
 
-    async def keep_file(self, action: str, path: str, content: str) -> None:
-        self.copies[path.rpartition("/")[2]] = content.splitlines()[0]
+    async def keep_by(self, action: str, argv: Sequence[str], stdin: str) -> str:
+        """As ``remote.kept``'s write script: a copy of the same or a higher write count is
+        left, and said (sh -c SCRIPT sh PATH SEQ LINE_MAX)."""
+        name, seq = argv[4].rpartition("/")[2], argv[5]
+        there = self.copies.get(name)
+        if seq != "-" and there is not None and json.loads(there)["seq"] >= int(seq):
+            return f"{HELD}{there}\n"
+        self.copies[name] = stdin.splitlines()[0]
+        return ""
 
 
 @dataclass
@@ -341,7 +352,19 @@ class Interleavings(RuleBasedStateMachine):
 
     @rule()
     def failover(self) -> None:
-        """Redis goes back to before the last step: a replica promoted that missed its writes."""
+        """Redis goes back to before the last step: a replica promoted that missed its writes.
+        Each replica sees Redis changed at its next tick (``coordination.identity``) and reads
+        the hosts' copies again at its next cycles (``DecisionMemory.forget_hosts``)."""
+        self.run(self._restore())
+        for memory in self.memories.values():
+            memory.forget_hosts()
+
+    @rule()
+    def failover_unseen(self) -> None:
+        """The same, but between two reads of Redis's identity that failed (or two failovers
+        that came back to the same server and history): the replicas go on as in sync. A
+        step they then take counts the write number of what Redis lost, and the hosts keep
+        what they have (``remote.kept``): the next cycle learns it."""
         self.run(self._restore())
 
     @rule(seconds=st.sampled_from((BAKE, WAVE_TIMEOUT)))
@@ -519,3 +542,47 @@ def test_an_abort_no_replica_read_is_on_the_hosts_and_outlives_flushall() -> Non
         record = machine.run(stored(machine.redis))
         assert (record.status, record.events[-1].what) == ("aborted", "rebuilt")
         assert machine.running[canary] == OLD, "taken back"
+
+
+def copies_say(machine: Interleavings) -> set[str]:
+    """The status each host's copy of the scope's record says."""
+    said: set[str] = set()
+    for name, host in machine.hosts.items():
+        [line] = host.copies.values()
+        record = Rollout.parse(SCOPE, line)
+        assert record is not None, name
+        said.add(record.status)
+    return said
+
+
+@pytest.mark.usefixtures("clocked")
+@pytest.mark.parametrize("seen", [True, False], ids=["failover seen", "failover unseen"])
+def test_a_failover_back_to_a_record_a_replica_knows_loses_no_abort(seen: bool) -> None:
+    """B knows R1's rollout at its canary's bake; the operator aborts (on every host); a failover
+    takes Redis back to the record B knows, so B's cycles are in sync with Redis. Seen (Redis's
+    identity changed at B's tick), B's next cycles read the hosts' copies first: no wave starts,
+    the canary is taken back, Redis gets the abort back. Unseen, the first of B's cycles starts
+    wave 2 (the write number of the abort), but no host takes it (``remote.kept``): B learns
+    the abort there and its next cycles take back whom that cycle admitted."""
+    with fleet() as machine:
+        machine.tick("B", ALL_HEALTHY)
+        [canary] = in_wave(machine, 0)
+        knew = machine.run(stored(machine.redis))
+        machine.operator_acts("abort")
+        if seen:
+            machine.failover()
+        else:
+            machine.failover_unseen()
+        assert machine.run(stored(machine.redis)) == knew, "the abort lost"
+        machine.time_passes(BAKE)
+        machine.tick("B", ALL_HEALTHY)
+        if not seen:
+            machine.tick("B", ALL_HEALTHY)
+        record = machine.run(stored(machine.redis))
+        assert record.status == "aborted"
+        assert record.events[-1].what == "rebuilt"
+        if seen:
+            assert record.wave == 0, "no wave started"
+        assert RELEASES[0] not in machine.running.values(), machine.running
+        assert machine.running[canary] == OLD, "taken back"
+        assert copies_say(machine) == {"aborted"}
