@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -22,7 +22,7 @@ from playguard_async.coordination.client import RedisClient
 from playguard_async.coordination.cycle_end import CycleEnd
 from playguard_async.coordination.lock import Lease
 from playguard_async.coordination.outage import RedisOutage
-from playguard_async.coordination.pause import FleetPauseWatch, PauseMemory
+from playguard_async.coordination.pause import FleetPauseWatch, Pause, PauseMemory
 from playguard_async.coordination.records import CycleRecords
 from playguard_async.coordination.replicas import FleetVersions
 from playguard_async.desired_state.model import Marquee
@@ -46,6 +46,12 @@ class SessionOpener(Protocol):
         self, marquee: Marquee, lease: Lease, dry_run: bool, cycle_id: str,
         read_through: int | None,
     ) -> AbstractAsyncContextManager[RemoteView]: ...  # fmt: skip
+
+
+KeptPauses = Callable[[Any, str], Awaitable[Sequence[Pause]]]
+"""Reads the pauses a Marquee's host keeps a copy of and that still hold (the cycle's session,
+the Marquee's name): ``phases.pause_copies.kept_pauses``, handed in by the wiring (the engine
+imports no phase)."""
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -74,6 +80,8 @@ class CycleServices:
     fleet_pause: FleetPauseWatch
     pauses: PauseMemory
     """The pauses this replica's cycles met, written back if Redis forgets them."""
+    kept_pauses: KeptPauses | None
+    """None: the hosts' pause copies are not read (no remote layer)."""
     fleet_versions: FleetVersions
     """Whether replicas of different versions share the fleet (the roster's to say): a
     rollout starts no new wave while they do."""
@@ -95,6 +103,7 @@ class CycleServices:
         records: CycleRecords | None = None,
         clock: Callable[[], float] = time.time,
         tells: bool = False,
+        kept_pauses: KeptPauses | None = None,
     ) -> CycleServices:
         """The services of a replica with ``settings`` on ``redis``; the rest as given."""
         slots = settings.cycle_slots()
@@ -121,6 +130,7 @@ class CycleServices:
                 timeout=settings.redis_socket_timeout,
             ),
             pauses=PauseMemory(),
+            kept_pauses=kept_pauses,
             fleet_versions=FleetVersions(),
             tells=tells,
         )

@@ -29,6 +29,7 @@ from playguard_async.engine.results import CycleListener, CycleResult, PhaseList
 from playguard_async.engine.scheduler import Engine
 from playguard_async.engine.services import CycleServices, SessionOpener
 from playguard_async.kits.last_written import LastWritten
+from playguard_async.phases.pause_copies import kept_pauses
 from playguard_async.phases.protocol import Phase, resolve_phases
 from playguard_async.remote.memo import ComposeMemo
 from playguard_async.remote.pool import ConnectionPool
@@ -168,6 +169,7 @@ def build_engine(
         observer=observer,
         records=records,
         tells=tells,
+        kept_pauses=kept_pauses,
     )
     return Engine(services, source)
 
