@@ -1,19 +1,23 @@
 """The host's pause copies (``phases.pause_copies``): what a copy keeps, which copy an
 operator's action writes over, and what a fresh replica reads back from the last one written,
 over orders of pause, resume and the pause's end (Redis forgetting between any two steps changes
-nothing here: the copy is what is left)."""
+nothing here: the copy is what is left); which hosts ``pause`` and ``resume`` write
+(``operator.pause``). The writes and reads themselves: ``tests/integration/test_pause_hosts.py``."""
 
 from __future__ import annotations
 
 import pytest
 
 from playguard_async.coordination.pause import FLEET, Pause
+from playguard_async.operator.host_copies import HostCopy
+from playguard_async.operator.pause import PauseActed, paused_marquees
 from playguard_async.phases.pause_copies import (
     FLEET_PAUSE_COPY,
     PAUSE_COPY,
     PauseCopy,
     pause_copy,
 )
+from tests.unit.test_rollout_hosts import world
 
 T0 = 1_900_000_000.0
 
@@ -66,3 +70,23 @@ def test_a_fresh_replica_is_held_only_by_a_pause_neither_lifted_nor_ended(order:
 
     assert there is not None
     assert (there.holds(T0 + 30) is not None) is holds
+
+
+def test_a_marquees_pause_goes_on_its_host_and_the_fleets_on_every_launchable_one() -> None:
+    inventory = world(m2={}, m1={}, off={"mode": "off"}, aside={"launchable": False})
+
+    assert [m.name for m in paused_marquees(inventory, "m1")] == ["m1"]
+    assert [m.name for m in paused_marquees(inventory, FLEET)] == ["m1", "m2", "off"]
+
+
+def test_pause_and_resume_name_the_hosts_that_do_not_carry_them() -> None:
+    some = PauseActed(None, (HostCopy("m1", True, "written (lift)"),
+                             HostCopy("m2", False, "unreachable: m2: refused")))  # fmt: skip
+
+    assert not some.on_every_host
+    assert some.host_lines() == [
+        "  on the hosts: 1 of 2 Marquees carry it",
+        "  m2: not yet: unreachable: m2: refused",
+        "  the pause in Redis stands: those read it there at their next cycle",
+    ]
+    assert some.hosts_json()["on_every_host"] is False
