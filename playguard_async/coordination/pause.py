@@ -264,6 +264,35 @@ async def lift_pause(redis: RedisClient, scope: str, timeout: float) -> Pause | 
     return lifted
 
 
+class HeldByPause(Exception):
+    """A pause found outside Redis (a host's copy) holds the Marquee back: raised as the
+    cycle's session opens, before any phase changes the host; the cycle ends ``paused``."""
+
+    def __init__(self, pause: Pause) -> None:
+        super().__init__(pause.describe())
+        self.pause = pause
+
+
+async def restore_pause(
+    redis: RedisClient, pause: Pause, timeout: float, *, write: bool = True
+) -> bool:
+    """Whether ``pause``, found outside Redis (a host's copy, ``phases.pause_copies``) while
+    Redis holds no pause of its scope, still holds: not ended, and not lifted (Redis keeps no
+    mark of a ``resume`` since). It is then written back until its end, not longer, unless a
+    pause was taken meanwhile (that one stays) or ``write`` is False (a dry run), and said in one
+    line (``decisions.rebuilt``)."""
+    left_ms = round((pause.until - time.time()) * 1000)
+    if left_ms <= 0 or await bounded(timeout, redis.exists(lifted_key(pause.scope))) > 0:
+        return False
+    if not write:
+        return True
+    stored = redis.set(_key(pause.scope), pause.encode(), px=left_ms, nx=True)
+    if await bounded(timeout, stored) is not None:  # None: a pause was taken meanwhile
+        log.warning("decisions.rebuilt", kind="pause", scope=pause.scope, by=pause.by,
+                    until=pause.until, source="host")  # fmt: skip
+    return True
+
+
 class PauseMemory:
     """The pauses one replica's cycles met, until each ends: Redis is not their only copy.
 
@@ -274,12 +303,29 @@ class PauseMemory:
     in-sync cycle: nothing (a Marquee never paused is not in the memory); a cycle of a Marquee
     whose remembered pause is gone reads the mark once.
 
-    A pause no cycle of a running replica met (taken and lost within a tick, or lost with every
-    replica restarted) is not kept: the table of operations/high-availability.md in the docs says
+    A pause no cycle of a running replica met (lost with every replica restarted) is on the
+    hosts: ``pause`` put it there (``phases.pause_copies``), and the first cycle of each Marquee
+    in a process reads it back; the table of operations/high-availability.md in the docs says
     what survives what."""
 
     def __init__(self) -> None:
         self._met: dict[str, Pause] = {}
+        self._hosts_read: set[str] = set()
+
+    def host_read_due(self, marquee: str) -> bool:
+        """Whether ``marquee``'s host copies of the pauses are to be read before its cycle's
+        phases: in the first cycle of it in this process (``engine.cycle_lease.pause_from_host``);
+        what a replica met since, it remembers here."""
+        return marquee not in self._hosts_read
+
+    def host_read(self, marquee: str) -> None:
+        self._hosts_read.add(marquee)
+
+    def forget_hosts(self) -> None:
+        """Read every host's pause copies again at its Marquee's next cycle: Redis may have lost
+        writes (a failover, a restart without persistence: ``coordination.identity``), a pause
+        no cycle of this replica met among them."""
+        self._hosts_read.clear()
 
     def met(self, pause: Pause) -> None:
         """A cycle was held back by ``pause`` (one this module wrote: its end is known)."""

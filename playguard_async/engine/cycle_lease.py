@@ -21,10 +21,11 @@ from playguard_async.coordination.lock import (
     LockUnavailable,
     TokenLock,
 )
-from playguard_async.coordination.pause import FLEET, Pause
+from playguard_async.coordination.pause import FLEET, HeldByPause, Pause, restore_pause
 from playguard_async.desired_state.model import Marquee
 from playguard_async.engine.results import CycleResult, Outcome, one_line
 from playguard_async.engine.services import CycleServices
+from playguard_async.phases.protocol import RemoteView
 
 log = structlog.get_logger("playguard.engine")
 
@@ -109,6 +110,31 @@ async def _forgotten(services: CycleServices, scope: str, result: CycleResult) -
         log.warning("pause.unconfirmed", scope=scope, error=one_line(exc))
         result.outcome, result.reason = Outcome.REDIS_UNAVAILABLE, one_line(exc)
         return None
+
+
+async def pause_from_host(
+    services: CycleServices, marquee: Marquee, result: CycleResult, session: RemoteView
+) -> None:
+    """In the first cycle of ``marquee`` in this process, as its session opens (before any
+    phase can change the host): the pauses its host keeps a copy of (``phases.pause_copies``),
+    so a pause Redis forgot while every replica restarted still holds. Redis held neither the
+    Marquee's pause nor the fleet's at the lease step, so a copy that still holds and was not
+    lifted in Redis since is written back until its end (``restore_pause``; not in a dry run)
+    and the cycle ends ``paused`` (``HeldByPause``). When Redis does not answer, the phase fails
+    and takes no step. Any later cycle reads no copy: an in-sync cycle costs no host read and no
+    Redis command more."""
+    read = services.kept_pauses
+    if read is not None:
+        timeout = services.settings.redis_socket_timeout
+        for pause in await read(session, marquee.name):
+            if await restore_pause(services.redis, pause, timeout, write=not result.dry_run):
+                services.pauses.met(pause)
+                if pause.scope == FLEET and not result.dry_run:
+                    services.fleet_pause.pause = pause
+                if not result.dry_run:  # not written back: read again next cycle
+                    services.pauses.host_read(marquee.name)
+                raise HeldByPause(pause)
+    services.pauses.host_read(marquee.name)
 
 
 async def renew_after(

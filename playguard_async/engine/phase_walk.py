@@ -19,11 +19,12 @@ import structlog
 
 from playguard_async.coordination.fence import FenceRefused
 from playguard_async.coordination.lock import Lease
+from playguard_async.coordination.pause import HeldByPause
 from playguard_async.cycle_record import read_through
 from playguard_async.desired_state.model import Inventory, Marquee
-from playguard_async.engine.cycle_lease import LeaseWatch, renew_after
+from playguard_async.engine.cycle_lease import LeaseWatch, pause_from_host, paused, renew_after
 from playguard_async.engine.results import CycleResult, Outcome
-from playguard_async.engine.services import CycleServices, SessionOpener
+from playguard_async.engine.services import CycleServices
 from playguard_async.phases.protocol import (
     PartialFailure,
     Phase,
@@ -37,17 +38,21 @@ log = structlog.get_logger("playguard.engine")
 
 
 class _CycleRemote:
-    """The cycle's remote session, opened on first use so phases that need none cost nothing."""
+    """The cycle's remote session, opened on first use so phases that need none cost nothing.
+    In the first cycle of the Marquee in this process, the pauses its host keeps a copy of are
+    read as it opens, before any phase can change the host (``cycle_lease.pause_from_host``):
+    one that holds ends the cycle ``paused`` (``HeldByPause``)."""
 
     def __init__(
         self,
-        opener: SessionOpener | None,
+        services: CycleServices,
         marquee: Marquee,
         lease: Lease,
         stack: contextlib.AsyncExitStack,
         result: CycleResult,
     ) -> None:
-        self._opener = opener
+        self._services = services
+        self._opener = services.open_session
         self._marquee = marquee
         self._lease = lease
         self._stack = stack
@@ -67,6 +72,8 @@ class _CycleRemote:
                     read_through(self._result.desired),
                 )
             )
+            if self._services.pauses.host_read_due(self._marquee.name):
+                await pause_from_host(self._services, self._marquee, self._result, self._session)
         return self._session
 
     @property
@@ -109,7 +116,7 @@ class PhaseWalk:
         walk = structlog.contextvars.bind_contextvars(fence=lease.fence)
         try:
             async with contextlib.AsyncExitStack() as stack:
-                remote = _CycleRemote(services.open_session, self.marquee, lease, stack, result)
+                remote = _CycleRemote(services, self.marquee, lease, stack, result)
                 watch = LeaseWatch(lease)
                 before_phases: Mapping[str, contextvars.Token[Any]] | None = None
                 try:
@@ -211,6 +218,9 @@ class PhaseWalk:
             result.outcome, result.phase, result.reason = Outcome.LOCK_LOST, step, "fenced"
             result.host_fence = exc.host_fence
             log.error("lock.fenced", fence=exc.fence, host_fence=exc.host_fence, why=exc.why)
+        except HeldByPause as exc:
+            # Before the phase could change the host: the cycle ends as at its start.
+            paused(result, exc.pause)
         except Unreachable as exc:
             # The host, not the phase that happened to open the connection: no phase is blamed.
             result.outcome, result.reason = Outcome.UNREACHABLE, exc.reason

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -23,7 +23,7 @@ from playguard_async.coordination.cycle_end import CycleEnd
 from playguard_async.coordination.identity import RedisIdentity
 from playguard_async.coordination.lock import Lease
 from playguard_async.coordination.outage import RedisOutage
-from playguard_async.coordination.pause import FleetPauseWatch, PauseMemory
+from playguard_async.coordination.pause import FleetPauseWatch, Pause, PauseMemory
 from playguard_async.coordination.records import CycleRecords
 from playguard_async.coordination.replicas import FleetVersions
 from playguard_async.desired_state.model import Marquee
@@ -47,6 +47,12 @@ class SessionOpener(Protocol):
         self, marquee: Marquee, lease: Lease, dry_run: bool, cycle_id: str,
         read_through: int | None,
     ) -> AbstractAsyncContextManager[RemoteView]: ...  # fmt: skip
+
+
+KeptPauses = Callable[[Any, str], Awaitable[Sequence[Pause]]]
+"""Reads the pauses a Marquee's host keeps a copy of and that still hold (the cycle's session,
+the Marquee's name): ``phases.pause_copies.kept_pauses``, handed in by the wiring (the engine
+imports no phase)."""
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -75,6 +81,8 @@ class CycleServices:
     fleet_pause: FleetPauseWatch
     pauses: PauseMemory
     """The pauses this replica's cycles met, written back if Redis forgets them."""
+    kept_pauses: KeptPauses | None
+    """None: the hosts' pause copies are not read (no remote layer)."""
     fleet_versions: FleetVersions
     """Whether replicas of different versions share the fleet (the roster's to say): a
     rollout starts no new wave while they do."""
@@ -100,10 +108,13 @@ class CycleServices:
         clock: Callable[[], float] = time.time,
         tells: bool = False,
         on_redis_changed: Sequence[Callable[[], None]] = (),
+        kept_pauses: KeptPauses | None = None,
     ) -> CycleServices:
         """The services of a replica with ``settings`` on ``redis``; the rest as given
-        (``on_redis_changed``: what ``redis_identity`` tells)."""
+        (``on_redis_changed``: what ``redis_identity`` tells, as it tells the pauses' memory
+        to read the hosts' copies again)."""
         slots = settings.cycle_slots()
+        pauses = PauseMemory()
         return cls(
             settings=settings,
             redis=redis,
@@ -126,8 +137,11 @@ class CycleServices:
                 every=settings.fleet_pause_read_interval,
                 timeout=settings.redis_socket_timeout,
             ),
-            pauses=PauseMemory(),
+            pauses=pauses,
+            kept_pauses=kept_pauses,
             fleet_versions=FleetVersions(),
-            redis_identity=RedisIdentity(redis, settings.redis_socket_timeout, on_redis_changed),
+            redis_identity=RedisIdentity(
+                redis, settings.redis_socket_timeout, [*on_redis_changed, pauses.forget_hosts]
+            ),
             tells=tells,
         )

@@ -6,6 +6,7 @@ when it runs, as every command does (``cli``'s note on imports)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -20,6 +21,9 @@ from playguard_async.operator.command_kit import (
 )
 from playguard_async.operator.options import CONFIG_OPTION
 
+if TYPE_CHECKING:
+    from playguard_async.operator.pause import PauseActed
+
 
 def _check_reason(reason: str, limit: int) -> None:
     from playguard_async.operator.action_input import reason_problem
@@ -29,12 +33,17 @@ def _check_reason(reason: str, limit: int) -> None:
         fail(f"--reason {problem}", 1)
 
 
+_HOSTS_JSON = ('One object: {"pause": {...} or null, "hosts": [{"marquee", "carries", "detail"}], '
+               '"on_every_host"}.')  # fmt: skip
+
+
 @click.command()
 @click.argument("marquee", required=False)
 @click.option("--all", "fleet_wide", is_flag=True, help="Pause the whole fleet.")
 @click.option("--for", "for_", metavar="DURATION", help="How long (90s, 15m, 2h, 1d); default "
               "the pause_default_for setting.")  # fmt: skip
 @click.option("--reason", required=True, help="Why, for whoever looks next (500 chars at most).")
+@click.option("--json", "as_json", is_flag=True, help=_HOSTS_JSON)
 @CONFIG_OPTION
 @click.pass_context
 def pause(
@@ -44,11 +53,14 @@ def pause(
     fleet_wide: bool,
     for_: str | None,
     reason: str,
+    as_json: bool,
     config: Path | None,
 ) -> None:
     """Pause MARQUEE (or with --all the fleet) without touching the desired state: every
     replica starts no cycle of it, and a cycle running stops at its next phase boundary (outcome
-    paused). Kept in Redis with who, why and until when; it expires by itself."""
+    paused). Kept in Redis with who, why and until when, and on the host of the Marquee (every
+    launchable one's with --all), so it holds until its end when Redis forgets it; it expires by
+    itself. Exit status 4 when some of those hosts do not carry it (each named)."""
     from playguard_async.coordination.pause import FLEET, REASON_MAX
 
     scope = one_scope(marquee, fleet_wide) or FLEET
@@ -57,36 +69,59 @@ def pause(
     with readable_errors(ctx):
         import asyncio
 
-        from playguard_async.operator import display
+        settings = command_settings(config)
+        # The remote layer, once the settings are read: the pause goes onto the hosts.
         from playguard_async.operator.pause import take_scope_pause
 
-        taken = asyncio.run(take_scope_pause(command_settings(config), scope, reason, seconds))
-    echo(display.pause_text(taken))
+        acted = asyncio.run(take_scope_pause(settings, scope, reason, seconds))
+    _pause_acted(ctx, acted, as_json=as_json, lifted=False)
 
 
 @click.command()
 @click.argument("marquee", required=False)
 @click.option("--all", "fleet_wide", is_flag=True, help="Lift the fleet-wide pause.")
+@click.option("--json", "as_json", is_flag=True, help=_HOSTS_JSON)
 @CONFIG_OPTION
 @click.pass_context
-def resume(ctx: click.Context, marquee: str | None, fleet_wide: bool, config: Path | None) -> None:
-    """Lift MARQUEE's pause (or with --all the fleet-wide one); its next cycle runs as usual.
-    Exit status 0 also when it was not paused (it says so)."""
+def resume(
+    ctx: click.Context, marquee: str | None, fleet_wide: bool, *, as_json: bool,
+    config: Path | None,
+) -> None:  # fmt: skip
+    """Lift MARQUEE's pause (or with --all the fleet-wide one), in Redis and on the hosts that
+    carry it; its next cycle runs as usual. Exit status 0 also when Redis held no pause (it says
+    so), 4 when some of those hosts do not carry the lift (each named)."""
     from playguard_async.coordination.pause import FLEET
 
     scope = one_scope(marquee, fleet_wide) or FLEET
     with readable_errors(ctx):
         import asyncio
 
-        from playguard_async.operator import display
+        settings = command_settings(config)
         from playguard_async.operator.pause import lift_scope_pause
 
-        lifted = asyncio.run(lift_scope_pause(command_settings(config), scope))
-    what = "the fleet" if scope == FLEET else scope
-    if lifted is None:
-        echo(f"{what} is not paused; nothing to lift")
+        acted = asyncio.run(lift_scope_pause(settings, scope))
+    if acted.pause is None and not as_json:
+        echo(f"{'the fleet' if scope == FLEET else scope} is not paused; nothing to lift")
+    _pause_acted(ctx, acted, as_json=as_json, lifted=True)
+
+
+def _pause_acted(ctx: click.Context, acted: PauseActed, *, as_json: bool, lifted: bool) -> None:
+    """What ``pause`` or ``resume`` did, in words or JSON; exit status 4 unless every host
+    carries it."""
+    from playguard_async.operator import display
+
+    if as_json:
+        import json
+
+        shown = None if acted.pause is None else acted.pause.to_json()
+        echo(json.dumps({"pause": shown, **acted.hosts_json()}))
     else:
-        echo(f"lifted: {display.pause_text(lifted)}")
+        if acted.pause is not None:
+            echo(("lifted: " if lifted else "") + display.pause_text(acted.pause))
+        for line in acted.host_lines():
+            echo(line)
+    if not acted.on_every_host:
+        ctx.exit(EXIT_NOT_OK)
 
 
 @click.command("pin")

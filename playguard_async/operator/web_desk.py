@@ -88,15 +88,16 @@ class CliDesk:
         span = form.get("for", "").strip()
         seconds = span_seconds(span) if span else None
         taken = await take_scope_pause(self.settings, scope, reason, seconds, user=user)
-        return [display.pause_text(taken)]
+        assert taken.pause is not None, "a pause taken is one"
+        return [display.pause_text(taken.pause), *taken.host_lines()]
 
     async def resume(self, form: Mapping[str, str], user: str) -> list[str]:
         scope = _scope(form)
         lifted = await lift_scope_pause(self.settings, scope, user=user)
         what = "the fleet" if scope == FLEET else scope
-        if lifted is None:
-            return [f"{what} is not paused; nothing to lift"]
-        return [f"lifted by {user}: {display.pause_text(lifted)}"]
+        if lifted.pause is None:
+            return [f"{what} is not paused; nothing to lift", *lifted.host_lines()]
+        return [f"lifted by {user}: {display.pause_text(lifted.pause)}", *lifted.host_lines()]
 
     async def plan(self, form: Mapping[str, str], user: str) -> list[str]:
         run = await plan_one(self.settings, _field(form, "marquee"), own_signals=False)

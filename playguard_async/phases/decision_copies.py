@@ -247,12 +247,17 @@ async def kept_pins(
     written newer pins there since, which must win over this replica's older ones."""
     marquee = session.marquee.name
     if memory.host_read_due(marquee, PINS_COPY, recorded, memory.pins.get(marquee)):
-        raw = (await read_kept(session, [PINS_COPY])).get(PINS_COPY)
-        copy = None if raw is None else parse_pins(marquee, raw)
-        memory.on_host[marquee, PINS_COPY] = 0 if copy is None else copy.seq
-        if copy is not None:
-            memory.saw_pins(copy)
+        learn_pins_copy(marquee, (await read_kept(session, [PINS_COPY])).get(PINS_COPY), memory)
     return memory.pins.get(marquee)
+
+
+def learn_pins_copy(marquee: str, raw: str | None, memory: DecisionMemory = MEMORY) -> None:
+    """What the host's pins copy says (``raw``, None: it keeps none), remembered as read: by
+    ``kept_pins``, or with the pause copies in one command (``phases.pause_copies``)."""
+    copy = None if raw is None else parse_pins(marquee, raw)
+    memory.on_host[marquee, PINS_COPY] = 0 if copy is None else copy.seq
+    if copy is not None:
+        memory.saw_pins(copy)
 
 
 async def keep_pins(

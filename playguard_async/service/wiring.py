@@ -30,6 +30,7 @@ from playguard_async.engine.scheduler import Engine
 from playguard_async.engine.services import CycleServices, SessionOpener
 from playguard_async.kits.last_written import LastWritten
 from playguard_async.phases.decision_copies import MEMORY
+from playguard_async.phases.pause_copies import kept_pauses
 from playguard_async.phases.protocol import Phase, resolve_phases
 from playguard_async.remote.memo import ComposeMemo
 from playguard_async.remote.pool import ConnectionPool
@@ -170,6 +171,7 @@ def build_engine(
         records=records,
         tells=tells,
         on_redis_changed=[MEMORY.forget_hosts],
+        kept_pauses=kept_pauses,
     )
     return Engine(services, source)
 

@@ -113,9 +113,9 @@ def test_foreign_lock_values_read_as_unknown_and_force_unlock_removes_exactly_th
         assert_clean(held, EXIT_LOCKED)
         assert held.stderr.startswith(f"Error: {name} is locked by an unknown record "), held.stderr
         assert held.stdout == "", "no phase ran"
-    shown = playguard("unlock", names[0])
-    assert_clean(shown, 1)
-    assert "unknown record" in shown.stdout
+    refused = playguard("unlock", names[0])
+    assert_clean(refused, 1)
+    assert "unknown record" in refused.stdout
     assert store.get(lock_of(names[0])) == FOREIGN_LOCK_VALUES[0], "nothing deleted unforced"
     for name in names:
         assert_clean(playguard("unlock", name, "--force"), 0)

@@ -149,7 +149,7 @@ async def test_hosts_an_abort_did_not_reach_are_named_and_the_exit_status_says_s
     assert f"on the hosts: {len(MARQUEES) - 2} of {len(MARQUEES)} Marquees carry it" in done.stdout
     assert f"  {away}: not yet: unreachable: " in done.stdout
     assert f"  {locked}: not yet: locked by replica " in done.stdout
-    assert "that cycle reads the record from Redis at its gate" in done.stdout
+    assert "that cycle reads the decision from Redis" in done.stdout
     assert as_json.returncode == 1, "aborted already: nothing more to store"
     stored = await fleet.record()
     assert stored is not None

@@ -14,6 +14,8 @@ from structlog.testing import capture_logs
 
 from playguard_async.coordination.client import RedisClient
 from playguard_async.coordination.identity import RedisIdentity, identity_of
+from playguard_async.engine.services import CycleServices
+from tests.support.engine import settings_for
 
 
 def info(run_id: str, replid: str) -> dict[str, Any]:
@@ -71,3 +73,21 @@ def test_a_clusters_identity_is_each_primarys_in_any_order() -> None:
     one = identity_of({"n1": info("a", "r1"), "n2": info("b", "r2")})
     assert one == identity_of({"n2": info("b", "r2"), "n1": info("a", "r1")})
     assert one != identity_of({"n1": info("a", "r1"), "n2": info("c", "r3")})
+
+
+async def test_a_change_makes_each_marquees_next_cycle_read_its_hosts_pause_copies_again() -> None:
+    """A pause no cycle of this replica met may be among the writes Redis lost: the pauses'
+    memory of which hosts it read is forgotten with the decisions' (``forget_hosts``)."""
+    told: list[None] = []
+    services = CycleServices.build(
+        settings_for(),
+        cast(RedisClient, Answers(info("a", "r1"), info("a", "r1"), info("b", "r2"))),
+        [],
+        on_redis_changed=[lambda: told.append(None)],
+    )
+    services.pauses.host_read("m1")
+    assert [await services.redis_identity.changed() for _ in range(2)] == [False, False]
+    assert not services.pauses.host_read_due("m1")
+    assert await services.redis_identity.changed()
+    assert services.pauses.host_read_due("m1")
+    assert len(told) == 1

@@ -8,7 +8,8 @@ from typing import Any
 
 from playguard_async.desired_state.model import Inventory
 from playguard_async.desired_state.rollout_policy import RolloutPolicy, Wave
-from playguard_async.operator.rollout_hosts import Acted, HostCopy, scope_marquees
+from playguard_async.operator.host_copies import HostCopy
+from playguard_async.operator.rollout_hosts import Acted, scope_marquees
 from playguard_async.phases.rollout_record import Rollout
 from tests.support.daemon import marquee_entry
 
