@@ -99,7 +99,7 @@ class Pause:
         if (
             isinstance(fields, dict)
             and all(isinstance(fields.get(name), str) for name in ("user", "host", "reason"))
-            and all(_is_time(fields.get(name)) for name in ("since", "until"))
+            and all(is_time(fields.get(name)) for name in ("since", "until"))
         ):
             return cls(
                 scope, fields["user"], fields["host"], fields["reason"][:REASON_MAX],
@@ -138,7 +138,9 @@ class Pause:
         }
 
 
-def _is_time(value: object) -> bool:
+def is_time(value: object) -> bool:
+    """Whether ``value`` is a moment a stored pause may name (Unix seconds, finite, not a bool):
+    anything else read from outside is no pause."""
     return isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value < 1e12
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import structlog
 
-from playguard_async.coordination.pause import FLEET, Pause
+from playguard_async.coordination.pause import FLEET, Pause, is_time
 from playguard_async.phases.decision_copies import MEMORY, PINS_COPY, learn_pins_copy
 from playguard_async.remote.kept import keep, read_kept
 from playguard_async.remote.ssh import RemoteSession
@@ -70,9 +70,9 @@ class PauseCopy:
         try:
             fields = json.loads(raw)
             at, lifted = fields["at"], fields["lifted"]
-            if isinstance(at, int | float) and not isinstance(at, bool) and lifted is True:
+            if is_time(at) and lifted is True:
                 return cls(scope, float(at), None)
-            if isinstance(at, int | float) and lifted is False:
+            if is_time(at) and lifted is False:
                 pause = Pause.parse(scope, json.dumps(fields["pause"]))
                 if pause.known:
                     return cls(scope, float(at), pause)

@@ -35,7 +35,11 @@ def test_a_copy_reads_back_as_written_taken_or_lifted() -> None:
 
 
 @pytest.mark.parametrize("raw", ["", "{", "[]", '{"at": "x", "lifted": true}',
-                                 '{"at": 1, "lifted": false, "pause": {"user": 1}}'])  # fmt: skip
+                                 '{"at": 1, "lifted": false, "pause": {"user": 1}}',
+                                 # a moment no later decision could ever be written over
+                                 '{"at": Infinity, "lifted": true}', '{"at": NaN, "lifted": true}',
+                                 '{"at": 1e300, "lifted": true}', '{"at": -1, "lifted": true}',
+                                 '{"at": true, "lifted": true}'])  # fmt: skip
 def test_a_copy_of_another_form_is_no_pause(raw: str) -> None:
     assert PauseCopy.parse("m1", raw) is None
 
